@@ -1,0 +1,54 @@
+"""The one place that picks concrete adapters from the settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from qexport.clock import SystemClock
+from qexport.config import Settings
+from qexport.ports import Clock, ObjectStore, Source
+from qexport.sources.duckdb import DuckDBSource
+from qexport.storage.filesystem import FilesystemObjectStore
+from qexport.store.engine import create_engine, migrate
+from qexport.store.sql import SqlMetadataStore
+from qexport.worker.runner import Deps
+
+DEMO_SOURCE = "demo"
+
+
+def object_store(settings: Settings) -> ObjectStore:
+    url = urlparse(settings.storage_url)
+    if url.scheme == "file":
+        return FilesystemObjectStore(Path(unquote(url.path)))
+    raise ValueError(
+        f"unsupported QEXPORT_STORAGE_URL {settings.storage_url!r} (expected file:///path)"
+    )
+
+
+def source_from_url(name: str, url: str) -> Source:
+    parsed = urlparse(url)
+    if parsed.scheme == "duckdb":
+        return DuckDBSource(name, Path(unquote(parsed.path)))
+    raise ValueError(f"unsupported source URL for {name!r}: {url!r} (expected duckdb:///path)")
+
+
+def sources(settings: Settings) -> dict[str, Source]:
+    found: dict[str, Source] = {DEMO_SOURCE: DuckDBSource(DEMO_SOURCE, settings.demo_database)}
+    for name, url in settings.sources.items():
+        found[name] = source_from_url(name, url)
+    return found
+
+
+def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Deps:
+    """Wire the adapters; with `upgrade`, bring the metadata database to the newest schema."""
+    engine = create_engine(settings.database_url)
+    if upgrade:
+        migrate(engine)
+    return Deps(
+        store=SqlMetadataStore(engine),
+        objects=object_store(settings),
+        sources=sources(settings),
+        clock=clock or SystemClock(),
+        settings=settings,
+    )

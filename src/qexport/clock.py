@@ -1,0 +1,10 @@
+"""Time comes from a Clock so that tests can freeze and move it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)

@@ -1,0 +1,97 @@
+"""One frozen settings object, read once at the entrypoint from QEXPORT_* variables."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90`, `90s`, `15m`, `12h`, `7d`, `2w` -> timedelta."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"invalid duration {text!r} (examples: 90s, 15m, 12h, 7d)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("qexport-data")
+    database_url: str = ""
+    storage_url: str = ""
+    retention: timedelta = timedelta(days=7)
+    lease_seconds: float = 30.0
+    max_attempts: int = 3
+    retry_base_seconds: float = 2.0
+    retry_max_seconds: float = 300.0
+    statement_timeout_seconds: float = 300.0
+    max_rows: int = 50_000_000
+    max_bytes: int = 10 * 1024**3
+    part_size: int = 8 * 1024**2
+    poll_seconds: float = 0.5
+    shutdown_grace_seconds: float = 20.0
+    secret_key: str = field(default="", repr=False)
+    public_base_url: str = "http://127.0.0.1:8000"
+    smtp_url: str = field(default="", repr=False)
+    s3_endpoint_url: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.database_url:
+            object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'qexport.db'}")
+        if not self.storage_url:
+            object.__setattr__(self, "storage_url", f"file://{(self.data_dir / 'objects').absolute()}")
+        if self.max_attempts < 1:
+            raise ValueError("QEXPORT_MAX_ATTEMPTS must be at least 1")
+        if self.lease_seconds <= 0:
+            raise ValueError("QEXPORT_LEASE_SECONDS must be positive")
+
+    @property
+    def demo_database(self) -> Path:
+        return self.data_dir / "demo.duckdb"
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read QEXPORT_* variables; unknown values fail loudly with the variable's name."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+
+        def get(name: str) -> str | None:
+            value = env.get(f"QEXPORT_{name}")
+            return value if value not in (None, "") else None
+
+        try:
+            if (v := get("DATA_DIR")) is not None:
+                values["data_dir"] = Path(v)
+            for name in ("DATABASE_URL", "STORAGE_URL", "SECRET_KEY", "PUBLIC_BASE_URL",
+                         "SMTP_URL", "S3_ENDPOINT_URL"):
+                if (v := get(name)) is not None:
+                    values[name.lower()] = v
+            if (v := get("RETENTION")) is not None:
+                values["retention"] = parse_duration(v)
+            for name in ("LEASE_SECONDS", "STATEMENT_TIMEOUT_SECONDS", "POLL_SECONDS",
+                         "RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS", "SHUTDOWN_GRACE_SECONDS"):
+                if (v := get(name)) is not None:
+                    values[name.lower()] = float(v)
+            for name in ("MAX_ATTEMPTS", "MAX_ROWS", "MAX_BYTES", "PART_SIZE"):
+                if (v := get(name)) is not None:
+                    values[name.lower()] = int(v)
+            values["sources"] = {
+                key.removeprefix("QEXPORT_SOURCE_").lower(): url
+                for key, url in env.items()
+                if key.startswith("QEXPORT_SOURCE_") and url
+            }
+        except ValueError as exc:
+            raise ValueError(f"invalid QEXPORT_* setting: {exc}") from exc
+        return cls(**values)

@@ -1,0 +1,115 @@
+"""The export record, its persisted states and the read-time `expired` condition."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from qexport.domain.failures import FailureCode
+
+
+class Status(StrEnum):
+    """Persisted status. `expired` is never stored: see `effective_status`."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+SETTLED = frozenset({Status.SUCCEEDED, Status.FAILED})
+UNSETTLED = frozenset({Status.QUEUED, Status.RUNNING})
+EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Whose rights an export runs with."""
+
+    user_id: str
+    workspace_id: str
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    id: str
+    workspace_id: str
+    requested_by: str
+    subject_type: str
+    subject_id: str
+    subject_name: str
+    format: str
+    parameters: dict[str, Any]
+    options: dict[str, Any]
+    filename: str
+    storage_key: str
+    status: Status
+    attempt: int
+    created_at: datetime
+    lease_token: str | None = None
+    lease_expires_at: datetime | None = None
+    worker_id: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    expires_at: datetime | None = None
+    size_bytes: int | None = None
+    row_count: int | None = None
+    sha256: str | None = None
+    progress_rows: int = 0
+    failure_code: FailureCode | None = None
+    failure_detail: str | None = None
+    last_error_code: FailureCode | None = None
+    last_error_detail: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requester(self) -> Requester:
+        return Requester(self.requested_by, self.workspace_id)
+
+    @property
+    def settled(self) -> bool:
+        return self.status in SETTLED
+
+
+def effective_status(record: ExportRecord, now: datetime) -> str:
+    """The status every reader shows: `expired` once a succeeded file is past its expiry."""
+    if (
+        record.status is Status.SUCCEEDED
+        and record.expires_at is not None
+        and now >= record.expires_at
+    ):
+        return EXPIRED
+    return record.status.value
+
+
+def is_downloadable(record: ExportRecord, now: datetime) -> bool:
+    return effective_status(record, now) == Status.SUCCEEDED.value
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_filename(name: str, extension: str) -> str:
+    """A file name that is safe on every OS and in a Content-Disposition header."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    stem = _UNSAFE.sub("-", ascii_name).strip("-._") or "export"
+    return f"{stem[:80]}.{extension}"
+
+
+def storage_key(workspace_id: str, export_id: str, filename: str) -> str:
+    """`exports/<workspace>/<export id>/<file name>`: fixed at request time, never changed."""
+    workspace = _UNSAFE.sub("-", workspace_id).strip("-") or "workspace"
+    return f"exports/{workspace}/{export_id}/{filename}"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished attempt produced: it describes the object stored at the key."""
+
+    size_bytes: int
+    row_count: int
+    sha256: str

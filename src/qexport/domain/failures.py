@@ -1,0 +1,106 @@
+"""Failure codes (a public contract: codes are added, never renamed) and the error root."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+MAX_DETAIL_CHARS = 500
+
+
+class FailureCode(StrEnum):
+    ACCESS_LOST = "access_lost"
+    QUERY_INVALID = "query_invalid"
+    QUERY_TIMEOUT = "query_timeout"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    RENDER_FAILED = "render_failed"
+    CANCELLED = "cancelled"
+    SOURCE_UNAVAILABLE = "source_unavailable"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    INTERNAL = "internal"
+
+    @property
+    def retryable(self) -> bool:
+        return self in _RETRYABLE
+
+
+_RETRYABLE = frozenset({FailureCode.SOURCE_UNAVAILABLE, FailureCode.STORAGE_UNAVAILABLE})
+
+
+def bounded_detail(text: str) -> str:
+    """Make a failure detail safe to store: one paragraph, no traceback, at most 500 chars."""
+    text = text.split("\nTraceback", 1)[0]
+    text = re.sub(r"\s+", " ", text).strip()
+    if len(text) > MAX_DETAIL_CHARS:
+        text = text[: MAX_DETAIL_CHARS - 1] + "…"
+    return text
+
+
+class QExportError(Exception):
+    """Root of every qexport error; carries the failure code an export settles with."""
+
+    code: FailureCode = FailureCode.INTERNAL
+
+    def __init__(self, message: str, *, code: FailureCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def detail(self) -> str:
+        return bounded_detail(str(self))
+
+
+class AccessLostError(QExportError):
+    code = FailureCode.ACCESS_LOST
+
+
+class QueryInvalidError(QExportError):
+    code = FailureCode.QUERY_INVALID
+
+
+class QueryTimeoutError(QExportError):
+    code = FailureCode.QUERY_TIMEOUT
+
+
+class LimitExceededError(QExportError):
+    code = FailureCode.LIMIT_EXCEEDED
+
+
+class SourceUnavailableError(QExportError):
+    code = FailureCode.SOURCE_UNAVAILABLE
+
+
+class StorageUnavailableError(QExportError):
+    code = FailureCode.STORAGE_UNAVAILABLE
+
+
+class CancelledError(QExportError):
+    code = FailureCode.CANCELLED
+
+
+class LeaseLostError(QExportError):
+    """The attempt no longer holds the export: stop producing and abort the upload."""
+
+
+class ObjectExistsError(QExportError):
+    """A completed object is already stored at the key (create-if-absent lost the race)."""
+
+    code = FailureCode.STORAGE_UNAVAILABLE
+
+
+class InvalidRequestError(QExportError):
+    """A request refused before anything is recorded (unknown format, bad parameter...)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotFoundError(QExportError):
+    """The thing asked for does not exist or is not visible to the caller."""
+
+
+class ConflictError(QExportError):
+    """The transition is not allowed from the record's current state."""

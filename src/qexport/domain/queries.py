@@ -1,0 +1,174 @@
+"""Saved queries, their typed parameters and who may read them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Any
+
+from qexport.domain.exports import Requester
+from qexport.domain.failures import InvalidRequestError
+
+MAX_PARAMETER_CHARS = 10_000
+
+
+class ParamType(StrEnum):
+    STRING = "string"
+    INTEGER = "integer"
+    NUMBER = "number"
+    DATE = "date"
+    BOOLEAN = "boolean"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: ParamType
+    required: bool = True
+    default: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type.value,
+            "required": self.required,
+            "default": self.default,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Parameter:
+        return cls(data["name"], ParamType(data["type"]), data["required"], data.get("default"))
+
+
+class Visibility(StrEnum):
+    WORKSPACE = "workspace"
+    MEMBERS = "members"
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    workspace_id: str
+    name: str
+    sql: str
+    source: str
+    parameters: tuple[Parameter, ...] = ()
+    visibility: Visibility = Visibility.WORKSPACE
+    members: frozenset[str] = field(default_factory=frozenset)
+    owner: str | None = None
+    deleted: bool = False
+
+
+def can_read(requester: Requester, query: Query | None) -> bool:
+    """The access rule: a live query, in the requester's workspace, visible to them."""
+    if query is None or query.deleted:
+        return False
+    if query.workspace_id != requester.workspace_id:
+        return False
+    if query.visibility is Visibility.WORKSPACE:
+        return True
+    return requester.user_id in query.members or requester.user_id == query.owner
+
+
+_TRUE = {"true", "1", "yes", "y", "t"}
+_FALSE = {"false", "0", "no", "n", "f"}
+
+
+def _coerce(param: Parameter, raw: object) -> Any:  # noqa: PLR0911 - one branch per type
+    """Turn a raw value (text from a CLI, JSON from an API) into the parameter's type."""
+    if isinstance(raw, str) and len(raw) > MAX_PARAMETER_CHARS:
+        raise InvalidRequestError(
+            f"parameter {param.name!r} is longer than {MAX_PARAMETER_CHARS} characters",
+            field=param.name,
+        )
+    try:
+        match param.type:
+            case ParamType.STRING:
+                if not isinstance(raw, str):
+                    raise TypeError
+                return raw
+            case ParamType.INTEGER:
+                if isinstance(raw, bool) or isinstance(raw, float):
+                    raise TypeError
+                return int(str(raw).strip())
+            case ParamType.NUMBER:
+                if isinstance(raw, bool):
+                    raise TypeError
+                value = Decimal(str(raw).strip())
+                if not value.is_finite():
+                    raise ValueError
+                return value
+            case ParamType.DATE:
+                return dt.date.fromisoformat(str(raw).strip())
+            case ParamType.BOOLEAN:
+                if isinstance(raw, bool):
+                    return raw
+                text = str(raw).strip().lower()
+                if text in _TRUE:
+                    return True
+                if text in _FALSE:
+                    return False
+                raise ValueError
+    except (TypeError, ValueError, InvalidOperation):
+        pass
+    raise InvalidRequestError(
+        f"parameter {param.name!r} must be a {param.type.value}, got {str(raw)[:80]!r}",
+        field=param.name,
+    )
+
+
+def bind_parameters(query: Query, raw: dict[str, Any]) -> dict[str, Any]:
+    """Validate request parameters against the query's declaration; return typed values."""
+    declared = {p.name: p for p in query.parameters}
+    unknown = sorted(set(raw) - set(declared))
+    if unknown:
+        raise InvalidRequestError(
+            f"unknown parameter {unknown[0]!r} for query {query.name!r}"
+            f" (declared: {', '.join(declared) or 'none'})",
+            field=unknown[0],
+        )
+    values: dict[str, Any] = {}
+    for param in query.parameters:
+        if param.name in raw and raw[param.name] is not None:
+            values[param.name] = _coerce(param, raw[param.name])
+        elif param.default is not None:
+            values[param.name] = _coerce(param, param.default)
+        elif param.required:
+            raise InvalidRequestError(
+                f"missing required parameter {param.name!r} ({param.type.value})",
+                field=param.name,
+            )
+        else:
+            values[param.name] = None
+    return values
+
+
+def to_json_value(value: Any) -> Any:
+    """Typed parameter values as stored on the export record (JSON)."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
+def parse_param_spec(spec: str) -> Parameter:
+    """`NAME:TYPE[=DEFAULT]` (CLI form). A default makes the parameter optional."""
+    name, _, rest = spec.partition(":")
+    type_text, has_default, default = rest.partition("=")
+    name = name.strip()
+    if not name.isidentifier():
+        raise InvalidRequestError(f"invalid parameter name {name!r} in {spec!r}")
+    try:
+        ptype = ParamType(type_text.strip() or "string")
+    except ValueError:
+        choices = ", ".join(t.value for t in ParamType)
+        raise InvalidRequestError(
+            f"unknown parameter type {type_text!r} in {spec!r} (choose from {choices})"
+        ) from None
+    param = Parameter(name, ptype, required=not has_default, default=default or None)
+    if has_default:
+        _coerce(param, default)
+    return param

@@ -1,0 +1,192 @@
+"""The ports: what the services need from the outside world, as Protocols.
+
+Concrete adapters live in `store/`, `storage/`, `sources/` and `writers/`; in-memory
+fakes for the fast unit layer live in `testing.py`. Only `bootstrap.py` picks adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from qexport.domain.exports import ExportRecord, Requester, Result, Status
+    from qexport.domain.failures import FailureCode
+    from qexport.domain.queries import Query
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+        ...
+
+
+# ---------------------------------------------------------------- metadata store
+
+
+@dataclass(frozen=True)
+class NewExport:
+    """Everything fixed at request time, including the storage key."""
+
+    id: str
+    workspace_id: str
+    requested_by: str
+    subject_type: str
+    subject_id: str
+    subject_name: str
+    format: str
+    parameters: dict[str, Any]
+    options: dict[str, Any]
+    filename: str
+    storage_key: str
+    created_at: datetime
+
+
+class MetadataStore(Protocol):
+    """Exports (which are also the queue) and saved queries.
+
+    Every transition is one conditional write; a method returns False (or None)
+    when its guard matched no row, and never changes a settled record.
+    """
+
+    # requests and reads
+    def insert_export(self, new: NewExport) -> ExportRecord: ...
+    def get_export(self, export_id: str) -> ExportRecord | None: ...
+    def list_exports(
+        self,
+        *,
+        workspace_id: str,
+        requested_by: str | None = None,
+        status: Status | None = None,
+        limit: int = 50,
+    ) -> list[ExportRecord]: ...
+    def has_unsettled(self) -> bool: ...
+
+    # the queue
+    def next_claimable(self, now: datetime) -> ExportRecord | None: ...
+    def claim(
+        self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float
+    ) -> ExportRecord | None: ...
+    def heartbeat(
+        self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
+    ) -> bool: ...
+    def release_with_backoff(
+        self,
+        export_id: str,
+        token: str,
+        *,
+        now: datetime,
+        delay_seconds: float,
+        code: FailureCode,
+        detail: str,
+    ) -> bool: ...
+    def succeed(
+        self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
+    ) -> bool: ...
+    def fail(
+        self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
+    ) -> bool: ...
+    def fail_before_run(
+        self, export_id: str, *, now: datetime, code: FailureCode, detail: str
+    ) -> bool: ...
+    def cancel(self, export_id: str, *, now: datetime) -> bool: ...
+
+    # saved queries
+    def add_query(self, query: Query) -> Query: ...
+    def get_query(self, query_id: str) -> Query | None: ...
+    def find_query(self, workspace_id: str, name: str) -> Query | None: ...
+    def list_queries(self, workspace_id: str) -> list[Query]: ...
+    def update_query(self, query: Query) -> bool: ...
+    def delete_query(self, query_id: str) -> bool: ...
+
+
+# ---------------------------------------------------------------- object store
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    size_bytes: int
+    rows: int
+    sha256: str
+
+
+class Upload(Protocol):
+    """One multipart upload to a fixed key. Parts are numbered from 1, in order."""
+
+    key: str
+
+    def upload_part(self, number: int, data: bytes) -> None: ...
+    def complete(self, *, rows: int, sha256: str) -> StoredObject:
+        """Atomic create-if-absent; raises ObjectExistsError when the key is taken."""
+        ...
+
+    def abort(self) -> None: ...
+
+
+class ObjectStore(Protocol):
+    def begin_upload(self, key: str) -> Upload: ...
+    def head(self, key: str) -> StoredObject | None: ...
+    def open(self, key: str) -> BinaryIO: ...
+    def delete(self, key: str) -> None: ...
+    def incomplete_uploads(self, key: str) -> Sequence[str]:
+        """Ids of uploads to `key` that were begun and neither completed nor aborted."""
+        ...
+
+
+# ---------------------------------------------------------------- sources
+
+
+class ResultStream(Protocol):
+    """A query result being read: its schema and its record batches, read once."""
+
+    schema: pa.Schema
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]: ...
+    def close(self) -> None: ...
+
+
+class Source(Protocol):
+    name: str
+
+    def execute(
+        self, sql: str, parameters: dict[str, Any], requester: Requester, *, timeout_seconds: float
+    ) -> ResultStream:
+        """Run `sql` read-only with bound parameters and the requester context.
+
+        Raises QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
+        """
+        ...
+
+
+# ---------------------------------------------------------------- writers
+
+
+class Sink(Protocol):
+    """Where a writer's bytes go (the upload, through hashing and limits)."""
+
+    def write(self, data: bytes | bytearray | memoryview, /) -> int: ...
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    neutralize_formulas: bool = True
+
+
+class Writer(Protocol):
+    extension: str
+    media_type: str
+
+    def write(
+        self,
+        schema: pa.Schema,
+        batches: Iterator[pa.RecordBatch],
+        sink: Sink,
+        options: WriterOptions,
+    ) -> int:
+        """Encode every batch into `sink`, in bounded memory; return the data row count."""
+        ...

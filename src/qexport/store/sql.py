@@ -1,0 +1,316 @@
+"""The metadata store on SQLAlchemy Core: every transition is one guarded UPDATE.
+
+Each write checks its row count; a guard that matches nothing means the transition is not
+allowed from the record's current state (or the caller lost its lease) and nothing changes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from qexport.domain.exports import ExportRecord, Result, Status
+from qexport.domain.failures import FailureCode, bounded_detail
+from qexport.domain.queries import Parameter, Query, Visibility
+from qexport.ports import NewExport
+from qexport.store.tables import exports, queries
+
+
+def _claimable(now: datetime) -> sa.ColumnElement[bool]:
+    return sa.or_(
+        exports.c.status == Status.QUEUED.value,
+        sa.and_(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at < now),
+    )
+
+
+def _fenced(export_id: str, token: str) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        exports.c.id == export_id,
+        exports.c.status == Status.RUNNING.value,
+        exports.c.lease_token == token,
+    )
+
+
+def _to_record(row: sa.Row[Any]) -> ExportRecord:
+    m = row._mapping
+    return ExportRecord(
+        id=m["id"],
+        workspace_id=m["workspace_id"],
+        requested_by=m["requested_by"],
+        subject_type=m["subject_type"],
+        subject_id=m["subject_id"],
+        subject_name=m["subject_name"],
+        format=m["format"],
+        parameters=m["parameters"],
+        options=m["options"],
+        filename=m["filename"],
+        storage_key=m["storage_key"],
+        status=Status(m["status"]),
+        attempt=m["attempt"],
+        created_at=m["created_at"],
+        lease_token=m["lease_token"],
+        lease_expires_at=m["lease_expires_at"],
+        worker_id=m["worker_id"],
+        started_at=m["started_at"],
+        completed_at=m["completed_at"],
+        expires_at=m["expires_at"],
+        size_bytes=m["size_bytes"],
+        row_count=m["row_count"],
+        sha256=m["sha256"],
+        progress_rows=m["progress_rows"],
+        failure_code=FailureCode(m["failure_code"]) if m["failure_code"] else None,
+        failure_detail=m["failure_detail"],
+        last_error_code=FailureCode(m["last_error_code"]) if m["last_error_code"] else None,
+        last_error_detail=m["last_error_detail"],
+    )
+
+
+def _to_query(row: sa.Row[Any]) -> Query:
+    m = row._mapping
+    return Query(
+        id=m["id"],
+        workspace_id=m["workspace_id"],
+        name=m["name"],
+        sql=m["sql"],
+        source=m["source"],
+        parameters=tuple(Parameter.from_json(p) for p in m["parameters"]),
+        visibility=Visibility(m["visibility"]),
+        members=frozenset(m["members"]),
+        owner=m["owner"],
+        deleted=m["deleted_at"] is not None,
+    )
+
+
+class SqlMetadataStore:
+    """MetadataStore over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    @property
+    def engine(self) -> sa.Engine:
+        return self._engine
+
+    # ------------------------------------------------------------ requests and reads
+
+    def insert_export(self, new: NewExport) -> ExportRecord:
+        values = {
+            "id": new.id,
+            "workspace_id": new.workspace_id,
+            "requested_by": new.requested_by,
+            "subject_type": new.subject_type,
+            "subject_id": new.subject_id,
+            "subject_name": new.subject_name,
+            "format": new.format,
+            "parameters": new.parameters,
+            "options": new.options,
+            "filename": new.filename,
+            "storage_key": new.storage_key,
+            "status": Status.QUEUED.value,
+            "attempt": 0,
+            "progress_rows": 0,
+            "created_at": new.created_at,
+        }
+        with self._engine.begin() as conn:
+            row = conn.execute(exports.insert().values(values).returning(exports)).one()
+        return _to_record(row)
+
+    def get_export(self, export_id: str) -> ExportRecord | None:
+        with self._engine.begin() as conn:
+            row = conn.execute(sa.select(exports).where(exports.c.id == export_id)).first()
+        return _to_record(row) if row else None
+
+    def list_exports(
+        self,
+        *,
+        workspace_id: str,
+        requested_by: str | None = None,
+        status: Status | None = None,
+        limit: int = 50,
+    ) -> list[ExportRecord]:
+        stmt = sa.select(exports).where(exports.c.workspace_id == workspace_id)
+        if requested_by is not None:
+            stmt = stmt.where(exports.c.requested_by == requested_by)
+        if status is not None:
+            stmt = stmt.where(exports.c.status == status.value)
+        stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
+        with self._engine.begin() as conn:
+            return [_to_record(r) for r in conn.execute(stmt)]
+
+    def has_unsettled(self) -> bool:
+        stmt = sa.select(sa.literal(1)).where(
+            exports.c.status.in_([Status.QUEUED.value, Status.RUNNING.value])
+        )
+        with self._engine.begin() as conn:
+            return conn.execute(stmt.limit(1)).first() is not None
+
+    # ------------------------------------------------------------ the queue
+
+    def next_claimable(self, now: datetime) -> ExportRecord | None:
+        stmt = (
+            sa.select(exports)
+            .where(_claimable(now))
+            .order_by(exports.c.created_at, exports.c.id)
+            .limit(1)
+        )
+        with self._engine.begin() as conn:
+            row = conn.execute(stmt).first()
+        return _to_record(row) if row else None
+
+    def claim(
+        self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float
+    ) -> ExportRecord | None:
+        stmt = (
+            exports.update()
+            .where(exports.c.id == export_id, _claimable(now))
+            .values(
+                status=Status.RUNNING.value,
+                attempt=exports.c.attempt + 1,
+                lease_token=str(uuid.uuid4()),
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                worker_id=worker_id,
+                started_at=sa.func.coalesce(exports.c.started_at, now),
+                progress_rows=0,
+            )
+            .returning(exports)
+        )
+        with self._engine.begin() as conn:
+            row = conn.execute(stmt).first()
+        return _to_record(row) if row else None
+
+    def heartbeat(
+        self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
+    ) -> bool:
+        return self._update(
+            _fenced(export_id, token),
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            progress_rows=progress_rows,
+        )
+
+    def release_with_backoff(
+        self,
+        export_id: str,
+        token: str,
+        *,
+        now: datetime,
+        delay_seconds: float,
+        code: FailureCode,
+        detail: str,
+    ) -> bool:
+        return self._update(
+            _fenced(export_id, token),
+            lease_expires_at=now + timedelta(seconds=delay_seconds),
+            last_error_code=code.value,
+            last_error_detail=bounded_detail(detail),
+        )
+
+    def succeed(
+        self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
+    ) -> bool:
+        return self._update(
+            _fenced(export_id, token),
+            status=Status.SUCCEEDED.value,
+            size_bytes=result.size_bytes,
+            row_count=result.row_count,
+            sha256=result.sha256,
+            progress_rows=result.row_count,
+            completed_at=now,
+            expires_at=expires_at,
+        )
+
+    def fail(
+        self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
+    ) -> bool:
+        return self._settle_failed(_fenced(export_id, token), now, code, detail)
+
+    def fail_before_run(
+        self, export_id: str, *, now: datetime, code: FailureCode, detail: str
+    ) -> bool:
+        guard = sa.and_(exports.c.id == export_id, exports.c.status == Status.QUEUED.value)
+        return self._settle_failed(guard, now, code, detail)
+
+    def cancel(self, export_id: str, *, now: datetime) -> bool:
+        guard = sa.and_(
+            exports.c.id == export_id,
+            exports.c.status.in_([Status.QUEUED.value, Status.RUNNING.value]),
+        )
+        return self._settle_failed(guard, now, FailureCode.CANCELLED, "cancelled by the requester")
+
+    def _settle_failed(
+        self, guard: sa.ColumnElement[bool], now: datetime, code: FailureCode, detail: str
+    ) -> bool:
+        return self._update(
+            guard,
+            status=Status.FAILED.value,
+            failure_code=code.value,
+            failure_detail=bounded_detail(detail) or code.value,
+            completed_at=now,
+        )
+
+    def _update(self, guard: sa.ColumnElement[bool], **values: Any) -> bool:
+        with self._engine.begin() as conn:
+            return conn.execute(exports.update().where(guard).values(**values)).rowcount == 1
+
+    # ------------------------------------------------------------ saved queries
+
+    def add_query(self, query: Query) -> Query:
+        with self._engine.begin() as conn:
+            conn.execute(queries.insert().values(**self._query_values(query)))
+        return query
+
+    def _query_values(self, query: Query) -> dict[str, Any]:
+        return {
+            "id": query.id,
+            "workspace_id": query.workspace_id,
+            "name": query.name,
+            "sql": query.sql,
+            "source": query.source,
+            "parameters": [p.to_json() for p in query.parameters],
+            "visibility": query.visibility.value,
+            "members": sorted(query.members),
+            "owner": query.owner,
+            "created_at": sa.func.current_timestamp(),
+        }
+
+    def get_query(self, query_id: str) -> Query | None:
+        with self._engine.begin() as conn:
+            row = conn.execute(sa.select(queries).where(queries.c.id == query_id)).first()
+        return _to_query(row) if row else None
+
+    def find_query(self, workspace_id: str, name: str) -> Query | None:
+        stmt = sa.select(queries).where(
+            queries.c.workspace_id == workspace_id,
+            queries.c.name == name,
+            queries.c.deleted_at.is_(None),
+        )
+        with self._engine.begin() as conn:
+            row = conn.execute(stmt).first()
+        return _to_query(row) if row else None
+
+    def list_queries(self, workspace_id: str) -> list[Query]:
+        stmt = (
+            sa.select(queries)
+            .where(queries.c.workspace_id == workspace_id, queries.c.deleted_at.is_(None))
+            .order_by(queries.c.name)
+        )
+        with self._engine.begin() as conn:
+            return [_to_query(r) for r in conn.execute(stmt)]
+
+    def update_query(self, query: Query) -> bool:
+        values = self._query_values(query)
+        for fixed in ("id", "workspace_id", "created_at"):
+            values.pop(fixed)
+        guard = sa.and_(queries.c.id == query.id, queries.c.deleted_at.is_(None))
+        with self._engine.begin() as conn:
+            return conn.execute(queries.update().where(guard).values(**values)).rowcount == 1
+
+    def delete_query(self, query_id: str) -> bool:
+        guard = sa.and_(queries.c.id == query_id, queries.c.deleted_at.is_(None))
+        with self._engine.begin() as conn:
+            result = conn.execute(
+                queries.update().where(guard).values(deleted_at=sa.func.current_timestamp())
+            )
+            return result.rowcount == 1

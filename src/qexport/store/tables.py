@@ -1,0 +1,155 @@
+"""The only schema definition. Migrations under `migrations/` create exactly this."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in Python on every backend; naive UTC text in SQLite.
+
+    SQLite has no timestamp type: values are stored as ISO text, which compares correctly
+    in guards such as `lease_expires_at < :now` because every value is UTC.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+queries = sa.Table(
+    "queries",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("workspace_id", sa.String(200), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("sql", sa.Text, nullable=False),
+    sa.Column("source", sa.String(200), nullable=False),
+    sa.Column("parameters", sa.JSON, nullable=False),
+    sa.Column("visibility", sa.String(20), nullable=False),
+    sa.Column("members", sa.JSON, nullable=False),
+    sa.Column("owner", sa.String(200)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("deleted_at", UTCDateTime),
+    sa.CheckConstraint("visibility IN ('workspace', 'members')", name="visibility"),
+)
+# A name is unique among a workspace's live queries; a deleted name can be reused.
+sa.Index(
+    "uq_queries_live_name",
+    queries.c.workspace_id,
+    queries.c.name,
+    unique=True,
+    sqlite_where=queries.c.deleted_at.is_(None),
+    postgresql_where=queries.c.deleted_at.is_(None),
+)
+
+_SUCCEEDED_COMPLETE = (
+    "status <> 'succeeded' OR (size_bytes IS NOT NULL AND row_count IS NOT NULL"
+    " AND sha256 IS NOT NULL AND completed_at IS NOT NULL AND expires_at IS NOT NULL"
+    " AND failure_code IS NULL)"
+)
+_FAILED_COMPLETE = (
+    "status <> 'failed' OR (failure_code IS NOT NULL AND failure_detail IS NOT NULL"
+    " AND completed_at IS NOT NULL AND size_bytes IS NULL AND sha256 IS NULL)"
+)
+_RUNNING_LEASED = (
+    "status <> 'running' OR (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL"
+    " AND started_at IS NOT NULL AND attempt >= 1)"
+)
+_QUEUED_FRESH = "status <> 'queued' OR (attempt = 0 AND lease_token IS NULL)"
+
+exports = sa.Table(
+    "exports",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("workspace_id", sa.String(200), nullable=False),
+    sa.Column("requested_by", sa.String(200), nullable=False),
+    sa.Column("subject_type", sa.String(20), nullable=False),
+    sa.Column("subject_id", sa.String(36), nullable=False),
+    sa.Column("subject_name", sa.String(200), nullable=False),
+    sa.Column("format", sa.String(20), nullable=False),
+    sa.Column("parameters", sa.JSON, nullable=False),
+    sa.Column("options", sa.JSON, nullable=False),
+    sa.Column("filename", sa.String(200), nullable=False),
+    sa.Column("storage_key", sa.String(600), nullable=False, unique=True),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("lease_token", sa.String(36)),
+    sa.Column("lease_expires_at", UTCDateTime),
+    sa.Column("worker_id", sa.String(200)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("completed_at", UTCDateTime),
+    sa.Column("expires_at", UTCDateTime),
+    sa.Column("size_bytes", sa.BigInteger),
+    sa.Column("row_count", sa.BigInteger),
+    sa.Column("sha256", sa.String(64)),
+    sa.Column("progress_rows", sa.BigInteger, nullable=False),
+    sa.Column("failure_code", sa.String(40)),
+    sa.Column("failure_detail", sa.String(500)),
+    sa.Column("last_error_code", sa.String(40)),
+    sa.Column("last_error_detail", sa.String(500)),
+    sa.CheckConstraint(
+        "status IN ('queued', 'running', 'succeeded', 'failed')", name="status"
+    ),
+    sa.CheckConstraint(_SUCCEEDED_COMPLETE, name="succeeded_complete"),
+    sa.CheckConstraint(_FAILED_COMPLETE, name="failed_complete"),
+    sa.CheckConstraint(_RUNNING_LEASED, name="running_leased"),
+    sa.CheckConstraint(_QUEUED_FRESH, name="queued_fresh"),
+    sa.CheckConstraint("attempt >= 0 AND progress_rows >= 0", name="counters"),
+)
+sa.Index("ix_exports_claim", exports.c.status, exports.c.created_at)
+sa.Index("ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at)
+
+# Invariant 1 backed by the database itself: any UPDATE of a settled row is refused.
+SETTLED_IMMUTABLE_SQLITE = """
+CREATE TRIGGER exports_settled_immutable BEFORE UPDATE ON exports
+WHEN OLD.status IN ('succeeded', 'failed')
+BEGIN
+    SELECT RAISE(ABORT, 'settled export is immutable');
+END
+"""
+SETTLED_IMMUTABLE_POSTGRESQL = (
+    """
+CREATE FUNCTION exports_settled_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'settled export is immutable' USING ERRCODE = 'check_violation';
+END $$
+""",
+    """
+CREATE TRIGGER exports_settled_immutable BEFORE UPDATE ON exports
+FOR EACH ROW WHEN (OLD.status IN ('succeeded', 'failed'))
+EXECUTE FUNCTION exports_settled_immutable()
+""",
+)

@@ -1,0 +1,340 @@
+"""In-memory fakes at the ports, and a clock that tests move by hand.
+
+They follow the same contract as the real adapters (the contract suites run on both),
+so the fast unit layer exercises the services without a database, disk or network.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, BinaryIO
+
+from qexport.domain.exports import UNSETTLED, ExportRecord, Result, Status
+from qexport.domain.failures import FailureCode, NotFoundError, ObjectExistsError, bounded_detail
+from qexport.domain.queries import Query
+from qexport.ports import NewExport, StoredObject
+
+
+class FrozenClock:
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+
+
+class InMemoryMetadataStore:
+    """The MetadataStore contract on a dict, guarded by one lock."""
+
+    def __init__(self) -> None:
+        self._exports: dict[str, ExportRecord] = {}
+        self._queries: dict[str, Query] = {}
+        self._lock = threading.Lock()
+
+    def insert_export(self, new: NewExport) -> ExportRecord:
+        with self._lock:
+            if new.id in self._exports or any(
+                r.storage_key == new.storage_key for r in self._exports.values()
+            ):
+                raise ValueError("duplicate export id or storage key")
+            record = ExportRecord(
+                id=new.id,
+                workspace_id=new.workspace_id,
+                requested_by=new.requested_by,
+                subject_type=new.subject_type,
+                subject_id=new.subject_id,
+                subject_name=new.subject_name,
+                format=new.format,
+                parameters=dict(new.parameters),
+                options=dict(new.options),
+                filename=new.filename,
+                storage_key=new.storage_key,
+                status=Status.QUEUED,
+                attempt=0,
+                created_at=new.created_at,
+            )
+            self._exports[new.id] = record
+            return record
+
+    def get_export(self, export_id: str) -> ExportRecord | None:
+        with self._lock:
+            return self._exports.get(export_id)
+
+    def list_exports(
+        self,
+        *,
+        workspace_id: str,
+        requested_by: str | None = None,
+        status: Status | None = None,
+        limit: int = 50,
+    ) -> list[ExportRecord]:
+        with self._lock:
+            rows = [
+                r
+                for r in self._exports.values()
+                if r.workspace_id == workspace_id
+                and (requested_by is None or r.requested_by == requested_by)
+                and (status is None or r.status is status)
+            ]
+        rows.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return rows[:limit]
+
+    def has_unsettled(self) -> bool:
+        with self._lock:
+            return any(r.status in UNSETTLED for r in self._exports.values())
+
+    @staticmethod
+    def _is_claimable(record: ExportRecord, now: datetime) -> bool:
+        if record.status is Status.QUEUED:
+            return True
+        return (
+            record.status is Status.RUNNING
+            and record.lease_expires_at is not None
+            and record.lease_expires_at < now
+        )
+
+    def next_claimable(self, now: datetime) -> ExportRecord | None:
+        with self._lock:
+            candidates = [r for r in self._exports.values() if self._is_claimable(r, now)]
+        return min(candidates, key=lambda r: (r.created_at, r.id), default=None)
+
+    def _write(
+        self, export_id: str, guard: Callable[[ExportRecord], bool], **changes: Any
+    ) -> ExportRecord | None:
+        with self._lock:
+            record = self._exports.get(export_id)
+            if record is None or not guard(record):
+                return None
+            updated = replace(record, **changes)
+            self._exports[export_id] = updated
+            return updated
+
+    def claim(
+        self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float
+    ) -> ExportRecord | None:
+        with self._lock:
+            record = self._exports.get(export_id)
+            if record is None or not self._is_claimable(record, now):
+                return None
+            updated = replace(
+                record,
+                status=Status.RUNNING,
+                attempt=record.attempt + 1,
+                lease_token=str(uuid.uuid4()),
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                worker_id=worker_id,
+                started_at=record.started_at or now,
+                progress_rows=0,
+            )
+            self._exports[export_id] = updated
+            return updated
+
+    @staticmethod
+    def _fence(token: str) -> Callable[[ExportRecord], bool]:
+        return lambda r: r.status is Status.RUNNING and r.lease_token == token
+
+    def heartbeat(
+        self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
+    ) -> bool:
+        return (
+            self._write(
+                export_id,
+                self._fence(token),
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                progress_rows=progress_rows,
+            )
+            is not None
+        )
+
+    def release_with_backoff(
+        self,
+        export_id: str,
+        token: str,
+        *,
+        now: datetime,
+        delay_seconds: float,
+        code: FailureCode,
+        detail: str,
+    ) -> bool:
+        return (
+            self._write(
+                export_id,
+                self._fence(token),
+                lease_expires_at=now + timedelta(seconds=delay_seconds),
+                last_error_code=code,
+                last_error_detail=bounded_detail(detail),
+            )
+            is not None
+        )
+
+    def succeed(
+        self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
+    ) -> bool:
+        return (
+            self._write(
+                export_id,
+                self._fence(token),
+                status=Status.SUCCEEDED,
+                size_bytes=result.size_bytes,
+                row_count=result.row_count,
+                sha256=result.sha256,
+                progress_rows=result.row_count,
+                completed_at=now,
+                expires_at=expires_at,
+            )
+            is not None
+        )
+
+    def _settle_failed(
+        self,
+        export_id: str,
+        guard: Callable[[ExportRecord], bool],
+        now: datetime,
+        code: FailureCode,
+        detail: str,
+    ) -> bool:
+        return (
+            self._write(
+                export_id,
+                guard,
+                status=Status.FAILED,
+                failure_code=code,
+                failure_detail=bounded_detail(detail) or code.value,
+                completed_at=now,
+            )
+            is not None
+        )
+
+    def fail(
+        self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
+    ) -> bool:
+        return self._settle_failed(export_id, self._fence(token), now, code, detail)
+
+    def fail_before_run(
+        self, export_id: str, *, now: datetime, code: FailureCode, detail: str
+    ) -> bool:
+        return self._settle_failed(
+            export_id, lambda r: r.status is Status.QUEUED, now, code, detail
+        )
+
+    def cancel(self, export_id: str, *, now: datetime) -> bool:
+        return self._settle_failed(
+            export_id,
+            lambda r: r.status in UNSETTLED,
+            now,
+            FailureCode.CANCELLED,
+            "cancelled by the requester",
+        )
+
+    # saved queries
+    def add_query(self, query: Query) -> Query:
+        with self._lock:
+            if self._live_query(query.workspace_id, query.name) is not None:
+                raise ValueError(f"a query named {query.name!r} already exists")
+            self._queries[query.id] = query
+        return query
+
+    def _live_query(self, workspace_id: str, name: str) -> Query | None:
+        for query in self._queries.values():
+            if query.workspace_id == workspace_id and query.name == name and not query.deleted:
+                return query
+        return None
+
+    def get_query(self, query_id: str) -> Query | None:
+        with self._lock:
+            return self._queries.get(query_id)
+
+    def find_query(self, workspace_id: str, name: str) -> Query | None:
+        with self._lock:
+            return self._live_query(workspace_id, name)
+
+    def list_queries(self, workspace_id: str) -> list[Query]:
+        with self._lock:
+            live = [
+                q for q in self._queries.values() if q.workspace_id == workspace_id and not q.deleted
+            ]
+        return sorted(live, key=lambda q: q.name)
+
+    def update_query(self, query: Query) -> bool:
+        with self._lock:
+            current = self._queries.get(query.id)
+            if current is None or current.deleted:
+                return False
+            self._queries[query.id] = replace(query, workspace_id=current.workspace_id)
+            return True
+
+    def delete_query(self, query_id: str) -> bool:
+        with self._lock:
+            current = self._queries.get(query_id)
+            if current is None or current.deleted:
+                return False
+            self._queries[query_id] = replace(current, deleted=True)
+            return True
+
+
+class _InMemoryUpload:
+    def __init__(self, store: InMemoryObjectStore, key: str, upload_id: str) -> None:
+        self.key = key
+        self.upload_id = upload_id
+        self._store = store
+        self.parts: dict[int, bytes] = {}
+
+    def upload_part(self, number: int, data: bytes) -> None:
+        self.parts[number] = bytes(data)
+
+    def complete(self, *, rows: int, sha256: str) -> StoredObject:
+        data = b"".join(self.parts[n] for n in sorted(self.parts))
+        with self._store.lock:
+            self._store.uploads.pop(self.upload_id, None)
+            if self.key in self._store.objects:
+                raise ObjectExistsError(f"an object is already stored at {self.key}")
+            stored = StoredObject(self.key, len(data), rows, sha256)
+            self._store.objects[self.key] = (data, stored)
+        return stored
+
+    def abort(self) -> None:
+        with self._store.lock:
+            self._store.uploads.pop(self.upload_id, None)
+
+
+class InMemoryObjectStore:
+    """The ObjectStore contract in memory: create-if-absent completion, abort."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.objects: dict[str, tuple[bytes, StoredObject]] = {}
+        self.uploads: dict[str, _InMemoryUpload] = {}
+
+    def begin_upload(self, key: str) -> _InMemoryUpload:
+        upload = _InMemoryUpload(self, key, uuid.uuid4().hex)
+        with self.lock:
+            self.uploads[upload.upload_id] = upload
+        return upload
+
+    def head(self, key: str) -> StoredObject | None:
+        with self.lock:
+            entry = self.objects.get(key)
+        return entry[1] if entry else None
+
+    def open(self, key: str) -> BinaryIO:
+        with self.lock:
+            entry = self.objects.get(key)
+        if entry is None:
+            raise NotFoundError(f"no object at {key}")
+        return io.BytesIO(entry[0])
+
+    def delete(self, key: str) -> None:
+        with self.lock:
+            self.objects.pop(key, None)
+
+    def incomplete_uploads(self, key: str) -> Sequence[str]:
+        with self.lock:
+            return [u.upload_id for u in self.uploads.values() if u.key == key]

@@ -1,0 +1,131 @@
+"""The worker: claim, run, repeat on N slots; stop claiming on SIGTERM and hand work back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import uuid
+from types import FrameType
+
+import structlog
+
+from qexport.domain.exports import Status
+from qexport.domain.failures import FailureCode
+from qexport.domain.queries import can_read
+from qexport.worker.runner import Deps, run_attempt
+
+log = structlog.get_logger()
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """Runs `concurrency` claim loops. `drain`: exit once nothing is queued or running."""
+
+    def __init__(
+        self, deps: Deps, *, concurrency: int = 1, drain: bool = False, worker_id: str | None = None
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.deps = deps
+        self.concurrency = concurrency
+        self.drain = drain
+        self.worker_id = worker_id or new_worker_id()
+        self.stopping = threading.Event()  # no new claims
+        self.interrupt = threading.Event()  # running attempts hand their export back
+        self._wake = threading.Event()
+        self.outcomes: dict[str, int] = {}
+        self._outcomes_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- control
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stopping.is_set():
+            log.warning("worker_interrupting", signal=signum)
+            self.interrupt.set()
+            return
+        self.stop()
+
+    def stop(self, grace_seconds: float | None = None) -> None:
+        """Stop claiming; running attempts get `grace_seconds` to finish, then hand back."""
+        grace = self.deps.settings.shutdown_grace_seconds if grace_seconds is None else grace_seconds
+        log.info("worker_stopping", grace_s=grace)
+        self.stopping.set()
+        self._wake.set()
+        timer = threading.Timer(grace, self.interrupt.set)
+        timer.daemon = True
+        timer.start()
+
+    # ---------------------------------------------------------------- running
+
+    def run(self) -> dict[str, int]:
+        """Run until stopped (or drained); returns how many attempts ended in each outcome."""
+        log.info("worker_started", worker=self.worker_id, concurrency=self.concurrency)
+        threads = [
+            threading.Thread(target=self._slot, name=f"slot-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)
+        log.info("worker_stopped", worker=self.worker_id, outcomes=self.outcomes)
+        return dict(self.outcomes)
+
+    def _slot(self) -> None:
+        poll = self.deps.settings.poll_seconds
+        while not self.stopping.is_set():
+            try:
+                worked = self.run_once()
+            except Exception:  # the metadata DB may be briefly unreachable: log, wait, retry
+                log.exception("claim_failed")
+                worked = False
+            if worked:
+                continue
+            if self.drain and not self.deps.store.has_unsettled():
+                self.stopping.set()
+                self._wake.set()
+                return
+            self._wake.wait(poll)
+            self._wake.clear()
+
+    def run_once(self) -> bool:
+        """Claim and run at most one export; False when nothing was claimable."""
+        deps = self.deps
+        candidate = deps.store.next_claimable(deps.clock.now())
+        if candidate is None:
+            return False
+        if candidate.status is Status.QUEUED:
+            # Pre-run check: an export whose subject is gone or unreadable never starts.
+            query = deps.store.get_query(candidate.subject_id)
+            if not can_read(candidate.requester, query):
+                deps.store.fail_before_run(
+                    candidate.id,
+                    now=deps.clock.now(),
+                    code=FailureCode.ACCESS_LOST,
+                    detail="the requester may no longer read this query, or it was deleted",
+                )
+                log.info("export_refused", export_id=candidate.id, code="access_lost")
+                return True
+        claimed = deps.store.claim(
+            candidate.id,
+            worker_id=self.worker_id,
+            now=deps.clock.now(),
+            lease_seconds=deps.settings.lease_seconds,
+        )
+        if claimed is None:
+            return True  # another worker won the race; look again at once
+        log.info("export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id)
+        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id)
+        with self._outcomes_lock:
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        return True

@@ -1,0 +1,226 @@
+"""One attempt at one claimed export: produce the file, store it, settle the record."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from qexport.config import Settings
+from qexport.domain.exports import ExportRecord, Result, Status
+from qexport.domain.failures import (
+    AccessLostError,
+    FailureCode,
+    InvalidRequestError,
+    LeaseLostError,
+    LimitExceededError,
+    ObjectExistsError,
+    QExportError,
+    QueryInvalidError,
+    SourceUnavailableError,
+)
+from qexport.domain.queries import bind_parameters, can_read
+from qexport.ports import (
+    Clock,
+    MetadataStore,
+    ObjectStore,
+    ResultStream,
+    Source,
+    StoredObject,
+    Writer,
+    WriterOptions,
+)
+from qexport.worker.lease import Lease, ShutdownRequestedError
+from qexport.worker.sink import PartSink
+from qexport.writers.registry import get_writer
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What an attempt needs; built once by `bootstrap`."""
+
+    store: MetadataStore
+    objects: ObjectStore
+    sources: Mapping[str, Source]
+    clock: Clock
+    settings: Settings
+
+
+def backoff_seconds(attempt: int, settings: Settings) -> float:
+    """Exponential backoff with jitter: base * 2^(attempt-1), capped, +-20%."""
+    delay = min(settings.retry_base_seconds * 2 ** max(attempt - 1, 0), settings.retry_max_seconds)
+    return float(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter, not security
+
+
+def _counted(batches: Iterator[pa.RecordBatch], lease: Lease, max_rows: int) -> Iterator[pa.RecordBatch]:
+    """Pass batches through, recording progress and enforcing the row limit."""
+    rows = 0
+    for batch in batches:
+        lease.check()
+        rows += batch.num_rows
+        if rows > max_rows:
+            raise LimitExceededError(f"the result has more than {max_rows:,} rows (the row limit)")
+        lease.progress_rows = rows
+        yield batch
+
+
+class Attempt:
+    """Runs one claimed record to a settled (or released) state. Never raises."""
+
+    def __init__(self, deps: Deps, record: ExportRecord, shutdown: threading.Event) -> None:
+        self.deps = deps
+        self.record = record
+        self.shutdown = shutdown
+        self.rows = 0
+        self.size = 0
+
+    def run(self) -> str:
+        record, settings = self.record, self.deps.settings
+        token = record.lease_token
+        assert token is not None  # a claimed record always carries its lease token
+        if record.attempt > settings.max_attempts:
+            code = record.last_error_code or FailureCode.ATTEMPTS_EXHAUSTED
+            detail = (
+                f"gave up after {settings.max_attempts} attempts: {record.last_error_detail}"
+                if record.last_error_code
+                else f"gave up after {settings.max_attempts} attempts: workers stopped before finishing"
+            )
+            return self._fail(token, code, detail)
+        lease = Lease(
+            self.deps.store,
+            self.deps.clock,
+            record.id,
+            token,
+            lease_seconds=settings.lease_seconds,
+            shutdown=self.shutdown,
+        )
+        try:
+            with lease:
+                stored = self._produce(lease)
+                return self._succeed(token, stored)
+        except LeaseLostError:
+            log.info("attempt_stopped", reason="lease lost or export cancelled")
+            return "lost"
+        except ShutdownRequestedError:
+            self._release(token, 0.0, FailureCode.INTERNAL, "the worker shut down mid-export")
+            return "handed_back"
+        except QExportError as exc:
+            return self._settle_error(token, exc)
+        except Exception:
+            log.exception("attempt_crashed")
+            return self._fail(token, FailureCode.INTERNAL, "an unexpected error occurred (see the worker logs)")
+
+    def _produce(self, lease: Lease) -> StoredObject:
+        deps, record = self.deps, self.record
+        existing = deps.objects.head(record.storage_key)
+        if existing is not None:
+            log.info("object_adopted", reason="completed by an earlier attempt")
+            return existing
+        query = deps.store.get_query(record.subject_id)
+        if not can_read(record.requester, query):
+            raise AccessLostError("the requester may no longer read this query, or it was deleted")
+        assert query is not None  # can_read refused a missing query above
+        source = deps.sources.get(query.source)
+        if source is None:
+            raise SourceUnavailableError(f"no data source named {query.source!r} is configured")
+        try:
+            values = bind_parameters(query, record.parameters)
+        except InvalidRequestError as exc:
+            raise QueryInvalidError(str(exc)) from exc
+        writer = get_writer(record.format)
+        options = WriterOptions(neutralize_formulas=bool(record.options.get("neutralize_formulas", True)))
+        stream = source.execute(
+            query.sql, values, record.requester, timeout_seconds=deps.settings.statement_timeout_seconds
+        )
+        try:
+            return self._store_stream(stream, writer, options, lease)
+        finally:
+            stream.close()
+
+    def _store_stream(
+        self, stream: ResultStream, writer: Writer, options: WriterOptions, lease: Lease
+    ) -> StoredObject:
+        deps, record = self.deps, self.record
+        upload = deps.objects.begin_upload(record.storage_key)
+        try:
+            sink = PartSink(upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes)
+            batches = _counted(iter(stream), lease, deps.settings.max_rows)
+            self.rows = writer.write(stream.schema, batches, sink, options)
+            sha256 = sink.finish()
+            self.size = sink.size
+            lease.check()
+            try:
+                return upload.complete(rows=self.rows, sha256=sha256)
+            except ObjectExistsError:
+                adopted = deps.objects.head(record.storage_key)
+                if adopted is None:
+                    raise
+                log.info("object_adopted", reason="another attempt completed first")
+                return adopted
+        except BaseException:
+            upload.abort()
+            raise
+
+    def _succeed(self, token: str, stored: StoredObject) -> str:
+        deps, record = self.deps, self.record
+        now = deps.clock.now()
+        result = Result(size_bytes=stored.size_bytes, row_count=stored.rows, sha256=stored.sha256)
+        self.rows, self.size = stored.rows, stored.size_bytes
+        if deps.store.succeed(record.id, token, now=now, result=result, expires_at=now + deps.settings.retention):
+            return "succeeded"
+        current = deps.store.get_export(record.id)
+        if current is not None and current.status is Status.FAILED:
+            # Cancelled while completing: nobody will ever serve or adopt this object.
+            deps.objects.delete(record.storage_key)
+        log.info("settle_refused", reason="lease lost before the record could settle")
+        return "lost"
+
+    def _settle_error(self, token: str, exc: QExportError) -> str:
+        code = exc.code
+        if code.retryable and self.record.attempt < self.deps.settings.max_attempts:
+            delay = backoff_seconds(self.record.attempt, self.deps.settings)
+            self._release(token, delay, code, exc.detail)
+            return "released"
+        return self._fail(token, code, exc.detail)
+
+    def _release(self, token: str, delay: float, code: FailureCode, detail: str) -> None:
+        deps = self.deps
+        deps.store.release_with_backoff(
+            self.record.id, token, now=deps.clock.now(), delay_seconds=delay, code=code, detail=detail
+        )
+        self.code = code
+
+    def _fail(self, token: str, code: FailureCode, detail: str) -> str:
+        self.code = code
+        ok = self.deps.store.fail(self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail)
+        return "failed" if ok else "lost"
+
+    code: FailureCode | None = None
+
+
+def run_attempt(deps: Deps, record: ExportRecord, shutdown: threading.Event, worker_id: str) -> str:
+    """Run one attempt with its log context bound; emit the one canonical line for it."""
+    started = time.monotonic()
+    with structlog.contextvars.bound_contextvars(export_id=record.id, attempt=record.attempt, worker=worker_id):
+        attempt = Attempt(deps, record, shutdown)
+        outcome = attempt.run()
+        log.info(
+            "attempt_finished",
+            outcome=outcome,
+            code=attempt.code.value if attempt.code else None,
+            format=record.format,
+            rows=attempt.rows,
+            bytes=attempt.size,
+            duration_s=round(time.monotonic() - started, 3),
+        )
+    return outcome

@@ -1,0 +1,50 @@
+"""Shared fixtures: metadata store backends for the contract suite, a frozen clock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qexport.ports import MetadataStore
+from qexport.store.engine import create_engine, migrate
+from qexport.store.sql import SqlMetadataStore
+from qexport.testing import FrozenClock, InMemoryMetadataStore
+
+IN_CI = bool(os.environ.get("CI"))
+STORE_BACKENDS = ["memory", "sqlite"]
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated SQLite database, copied for each test (migrating once is faster)."""
+    path = tmp_path_factory.mktemp("template") / "qexport.db"
+    engine = create_engine(f"sqlite:///{path}")
+    migrate(engine)
+    engine.dispose()  # the last connection to close checkpoints the WAL into the file
+    return path
+
+
+@pytest.fixture
+def sqlite_store(sqlite_template: Path, tmp_path: Path) -> Iterator[SqlMetadataStore]:
+    path = tmp_path / "qexport.db"
+    shutil.copy(sqlite_template, path)
+    engine = create_engine(f"sqlite:///{path}")
+    yield SqlMetadataStore(engine)
+    engine.dispose()
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store(request: pytest.FixtureRequest) -> MetadataStore:
+    """Every MetadataStore backend; the contract suite runs unchanged on each."""
+    if request.param == "memory":
+        return InMemoryMetadataStore()
+    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()

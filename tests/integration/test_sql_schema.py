@@ -1,0 +1,65 @@
+"""The database itself refuses illegal states, whatever code writes to it."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from qexport.domain.exports import Result
+from qexport.ports import NewExport
+from qexport.store.sql import SqlMetadataStore
+from qexport.store.tables import exports, metadata
+from qexport.testing import FrozenClock
+
+
+def _request(store: SqlMetadataStore, clock: FrozenClock) -> str:
+    export_id = str(uuid.uuid4())
+    store.insert_export(
+        NewExport(
+            id=export_id, workspace_id="w", requested_by="u", subject_type="query",
+            subject_id="q", subject_name="q", format="csv", parameters={}, options={},
+            filename="q.csv", storage_key=f"exports/w/{export_id}/q.csv", created_at=clock.now(),
+        )
+    )
+    return export_id
+
+
+def test_migrations_create_exactly_the_declared_schema(sqlite_store: SqlMetadataStore) -> None:
+    """`qexport db upgrade` yields the schema of tables.py, with nothing missing or extra."""
+    with sqlite_store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert diff == []
+
+
+def test_database_refuses_a_succeeded_record_without_its_result(
+    sqlite_store: SqlMetadataStore, clock: FrozenClock
+) -> None:
+    """Invariant 2 is a CHECK constraint: succeeded without sha256 and size cannot be written."""
+    export_id = _request(sqlite_store, clock)
+    claimed = sqlite_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
+    assert claimed is not None
+    with pytest.raises(sa.exc.IntegrityError), sqlite_store.engine.begin() as conn:
+        conn.execute(exports.update().where(exports.c.id == export_id).values(status="succeeded"))
+
+
+def test_database_refuses_any_update_of_a_settled_record(
+    sqlite_store: SqlMetadataStore, clock: FrozenClock
+) -> None:
+    """Invariant 1 is a trigger: even a raw UPDATE of a settled row is aborted."""
+    export_id = _request(sqlite_store, clock)
+    claimed = sqlite_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
+    assert claimed is not None
+    assert claimed.lease_token is not None
+    sqlite_store.succeed(
+        export_id, claimed.lease_token, now=clock.now(),
+        result=Result(1, 1, "0" * 64), expires_at=clock.now() + timedelta(days=1),
+    )
+    for values in ({"status": "running"}, {"status": "queued", "attempt": 0}, {"progress_rows": 5}):
+        with pytest.raises(sa.exc.DatabaseError, match="settled export is immutable"):
+            with sqlite_store.engine.begin() as conn:
+                conn.execute(exports.update().where(exports.c.id == export_id).values(**values))

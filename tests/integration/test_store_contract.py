@@ -1,0 +1,308 @@
+"""The MetadataStore contract: every transition of DESIGN section 1, on every backend.
+
+The `store` fixture is parametrised over the backends (in memory, SQLite, and PostgreSQL
+where configured); these tests must hold unchanged on each.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
+from qexport.domain.failures import FailureCode
+from qexport.domain.queries import Parameter, ParamType, Query, Visibility
+from qexport.ports import MetadataStore, NewExport
+from qexport.testing import FrozenClock
+
+LEASE = 30.0
+RESULT = Result(size_bytes=123, row_count=7, sha256="ab" * 32)
+
+
+def request(store: MetadataStore, clock: FrozenClock, workspace: str = "w1") -> ExportRecord:
+    export_id = str(uuid.uuid4())
+    return store.insert_export(
+        NewExport(
+            id=export_id,
+            workspace_id=workspace,
+            requested_by="alice",
+            subject_type="query",
+            subject_id="q1",
+            subject_name="orders",
+            format="csv",
+            parameters={"since": "2024-01-01"},
+            options={"neutralize_formulas": True},
+            filename="orders.csv",
+            storage_key=f"exports/{workspace}/{export_id}/orders.csv",
+            created_at=clock.now(),
+        )
+    )
+
+
+def claim(store: MetadataStore, clock: FrozenClock, record: ExportRecord, worker: str = "w-a") -> ExportRecord:
+    claimed = store.claim(record.id, worker_id=worker, now=clock.now(), lease_seconds=LEASE)
+    assert claimed is not None
+    return claimed
+
+
+def token(record: ExportRecord) -> str:
+    assert record.lease_token is not None
+    return record.lease_token
+
+
+def test_request_records_a_queued_export_with_a_fixed_key(store: MetadataStore, clock: FrozenClock) -> None:
+    """A request is recorded as queued, attempt 0, with its storage key and parameters."""
+    record = request(store, clock)
+    assert record.status is Status.QUEUED
+    assert record.attempt == 0
+    assert record.lease_token is None
+    stored = store.get_export(record.id)
+    assert stored == record
+    assert stored.parameters == {"since": "2024-01-01"}
+    assert stored.storage_key.endswith("/orders.csv")
+    assert store.has_unsettled()
+
+
+def test_claim_moves_queued_to_running_once(store: MetadataStore, clock: FrozenClock) -> None:
+    """A claim sets attempt 1, a lease and started_at; a second claim finds nothing to take."""
+    record = request(store, clock)
+    assert store.next_claimable(clock.now()) == record
+    claimed = claim(store, clock, record)
+    assert claimed.status is Status.RUNNING
+    assert claimed.attempt == 1
+    assert claimed.worker_id == "w-a"
+    assert claimed.started_at == clock.now()
+    assert claimed.lease_expires_at == clock.now() + timedelta(seconds=LEASE)
+    assert store.claim(record.id, worker_id="w-b", now=clock.now(), lease_seconds=LEASE) is None
+    assert store.next_claimable(clock.now()) is None
+
+
+def test_expired_lease_is_redelivered_to_the_same_key(store: MetadataStore, clock: FrozenClock) -> None:
+    """running -> running after the lease expires: attempt+1, new token, same key and start."""
+    first = claim(store, clock, request(store, clock))
+    clock.advance(LEASE - 1)
+    assert store.next_claimable(clock.now()) is None
+    clock.advance(2)
+    assert store.next_claimable(clock.now()) is not None
+    second = claim(store, clock, first, worker="w-b")
+    assert second.attempt == 2
+    assert second.lease_token != first.lease_token
+    assert second.storage_key == first.storage_key
+    assert second.started_at == first.started_at
+    assert second.worker_id == "w-b"
+
+
+def test_heartbeat_extends_the_lease_and_records_progress(store: MetadataStore, clock: FrozenClock) -> None:
+    """A heartbeat with the current token extends the lease; a stale token is refused."""
+    running = claim(store, clock, request(store, clock))
+    clock.advance(20)
+    assert store.heartbeat(running.id, token(running), now=clock.now(), lease_seconds=LEASE, progress_rows=500)
+    current = store.get_export(running.id)
+    assert current is not None
+    assert current.progress_rows == 500
+    assert current.lease_expires_at == clock.now() + timedelta(seconds=LEASE)
+    clock.advance(20)
+    assert store.next_claimable(clock.now()) is None  # the heartbeat kept it
+    assert not store.heartbeat(running.id, "not-the-token", now=clock.now(), lease_seconds=LEASE, progress_rows=1)
+
+
+def test_a_redelivered_export_fences_out_the_old_attempt(store: MetadataStore, clock: FrozenClock) -> None:
+    """After redelivery the old token can neither heartbeat, succeed, fail nor release."""
+    old = claim(store, clock, request(store, clock))
+    clock.advance(LEASE + 1)
+    new = claim(store, clock, old, worker="w-b")
+    now = clock.now()
+    assert not store.heartbeat(old.id, token(old), now=now, lease_seconds=LEASE, progress_rows=1)
+    assert not store.succeed(old.id, token(old), now=now, result=RESULT, expires_at=now)
+    assert not store.fail(old.id, token(old), now=now, code=FailureCode.INTERNAL, detail="x")
+    assert not store.release_with_backoff(
+        old.id, token(old), now=now, delay_seconds=1, code=FailureCode.SOURCE_UNAVAILABLE, detail="x"
+    )
+    assert store.get_export(old.id) == new
+
+
+def test_release_with_backoff_keeps_it_running_until_the_delay(store: MetadataStore, clock: FrozenClock) -> None:
+    """A transient failure stays running, remembers the code and is redelivered after the delay."""
+    running = claim(store, clock, request(store, clock))
+    assert store.release_with_backoff(
+        running.id, token(running), now=clock.now(), delay_seconds=10,
+        code=FailureCode.SOURCE_UNAVAILABLE, detail="connection refused",
+    )
+    released = store.get_export(running.id)
+    assert released is not None
+    assert released.status is Status.RUNNING
+    assert released.last_error_code is FailureCode.SOURCE_UNAVAILABLE
+    assert released.last_error_detail == "connection refused"
+    clock.advance(9)
+    assert store.next_claimable(clock.now()) is None
+    clock.advance(2)
+    assert claim(store, clock, released).attempt == 2
+
+
+def test_succeed_settles_with_the_result_and_expiry(store: MetadataStore, clock: FrozenClock) -> None:
+    """running -> succeeded records size, rows, sha256, completion and expiry."""
+    running = claim(store, clock, request(store, clock))
+    expires = clock.now() + timedelta(days=7)
+    assert store.succeed(running.id, token(running), now=clock.now(), result=RESULT, expires_at=expires)
+    done = store.get_export(running.id)
+    assert done is not None
+    assert (done.status, done.size_bytes, done.row_count, done.sha256) == (Status.SUCCEEDED, 123, 7, "ab" * 32)
+    assert done.completed_at == clock.now()
+    assert done.expires_at == expires
+    assert not store.has_unsettled()
+
+
+def test_expired_is_computed_at_read_time(store: MetadataStore, clock: FrozenClock) -> None:
+    """`expired` is never stored: the record stays succeeded, readers derive expired."""
+    running = claim(store, clock, request(store, clock))
+    expires = clock.now() + timedelta(hours=1)
+    store.succeed(running.id, token(running), now=clock.now(), result=RESULT, expires_at=expires)
+    record = store.get_export(running.id)
+    assert record is not None
+    assert effective_status(record, clock.now()) == "succeeded"
+    clock.advance(3600)
+    assert effective_status(record, clock.now()) == EXPIRED
+    assert store.get_export(running.id).status is Status.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_fail_settles_with_code_and_bounded_detail(store: MetadataStore, clock: FrozenClock) -> None:
+    """running -> failed stores the code and a detail cut to 500 characters."""
+    running = claim(store, clock, request(store, clock))
+    assert store.fail(running.id, token(running), now=clock.now(), code=FailureCode.QUERY_INVALID, detail="x" * 900)
+    failed = store.get_export(running.id)
+    assert failed is not None
+    assert failed.status is Status.FAILED
+    assert failed.failure_code is FailureCode.QUERY_INVALID
+    assert failed.failure_detail is not None
+    assert len(failed.failure_detail) == 500
+
+
+def test_pre_run_failure_only_from_queued(store: MetadataStore, clock: FrozenClock) -> None:
+    """queued -> failed access_lost; a running export cannot take that path."""
+    queued = request(store, clock)
+    assert store.fail_before_run(queued.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone")
+    assert store.get_export(queued.id).failure_code is FailureCode.ACCESS_LOST  # type: ignore[union-attr]
+    running = claim(store, clock, request(store, clock))
+    assert not store.fail_before_run(running.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone")
+    assert store.get_export(running.id) == running
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_cancel_settles_any_unsettled_export(store: MetadataStore, clock: FrozenClock, started: bool) -> None:
+    """Cancel moves queued or running to failed/cancelled; the old lease is then dead."""
+    record = request(store, clock)
+    if started:
+        record = claim(store, clock, record)
+    assert store.cancel(record.id, now=clock.now())
+    cancelled = store.get_export(record.id)
+    assert cancelled is not None
+    assert (cancelled.status, cancelled.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
+    if started:
+        assert not store.heartbeat(record.id, token(record), now=clock.now(), lease_seconds=LEASE, progress_rows=1)
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "failed", "cancelled", "refused"])
+def test_a_settled_record_never_changes_again(store: MetadataStore, clock: FrozenClock, outcome: str) -> None:
+    """No transition applies to a settled record: no claim (succeeded -> running), no requeue,
+    no heartbeat, no release, no second settlement, no cancel."""
+    record = request(store, clock)
+    running = claim(store, clock, record)
+    now = clock.now()
+    if outcome == "succeeded":
+        assert store.succeed(running.id, token(running), now=now, result=RESULT, expires_at=now + timedelta(days=1))
+    elif outcome == "failed":
+        assert store.fail(running.id, token(running), now=now, code=FailureCode.QUERY_TIMEOUT, detail="t")
+    elif outcome == "cancelled":
+        assert store.cancel(running.id, now=now)
+    else:
+        other = request(store, clock)
+        assert store.fail_before_run(other.id, now=now, code=FailureCode.ACCESS_LOST, detail="gone")
+        running = other
+    settled = store.get_export(running.id)
+    assert settled is not None
+    clock.advance(10 * 86400)
+    now = clock.now()
+    tok = running.lease_token or "none"
+    assert store.claim(running.id, worker_id="w-z", now=now, lease_seconds=LEASE) is None
+    assert not store.heartbeat(running.id, tok, now=now, lease_seconds=LEASE, progress_rows=9)
+    assert not store.release_with_backoff(
+        running.id, tok, now=now, delay_seconds=0, code=FailureCode.STORAGE_UNAVAILABLE, detail="x"
+    )
+    assert not store.succeed(running.id, tok, now=now, result=RESULT, expires_at=now)
+    assert not store.fail(running.id, tok, now=now, code=FailureCode.INTERNAL, detail="x")
+    assert not store.fail_before_run(running.id, now=now, code=FailureCode.ACCESS_LOST, detail="x")
+    assert not store.cancel(running.id, now=now)
+    assert store.get_export(running.id) == settled
+    assert store.next_claimable(now) is None or store.next_claimable(now).id != running.id  # type: ignore[union-attr]
+
+
+def test_claim_order_is_oldest_first(store: MetadataStore, clock: FrozenClock) -> None:
+    """The queue is first in, first out."""
+    first = request(store, clock)
+    clock.advance(1)
+    request(store, clock)
+    assert store.next_claimable(clock.now()).id == first.id  # type: ignore[union-attr]
+
+
+def test_list_exports_filters_by_requester_and_status(store: MetadataStore, clock: FrozenClock) -> None:
+    """Listing is per workspace, newest first, and filters by requester and status."""
+    a = request(store, clock)
+    clock.advance(1)
+    b = claim(store, clock, request(store, clock))
+    request(store, clock, workspace="other")
+    listed = store.list_exports(workspace_id="w1")
+    assert [r.id for r in listed] == [b.id, a.id]
+    assert [r.id for r in store.list_exports(workspace_id="w1", status=Status.QUEUED)] == [a.id]
+    assert store.list_exports(workspace_id="w1", requested_by="bob") == []
+    assert len(store.list_exports(workspace_id="w1", limit=1)) == 1
+
+
+def make_query(name: str = "orders", workspace: str = "w1") -> Query:
+    return Query(
+        id=str(uuid.uuid4()),
+        workspace_id=workspace,
+        name=name,
+        sql="select 1",
+        source="demo",
+        parameters=(Parameter("since", ParamType.DATE, required=False, default="2024-01-01"),),
+        visibility=Visibility.MEMBERS,
+        members=frozenset({"alice"}),
+        owner="alice",
+    )
+
+
+def test_queries_round_trip_and_soft_delete(store: MetadataStore) -> None:
+    """A saved query reads back whole; deleting it keeps it readable as deleted and frees the name."""
+    query = make_query()
+    store.add_query(query)
+    assert store.get_query(query.id) == query
+    assert store.find_query("w1", "orders") == query
+    assert store.find_query("w2", "orders") is None
+    assert [q.id for q in store.list_queries("w1")] == [query.id]
+    assert store.delete_query(query.id)
+    assert not store.delete_query(query.id)
+    deleted = store.get_query(query.id)
+    assert deleted is not None
+    assert deleted.deleted
+    assert store.find_query("w1", "orders") is None
+    assert store.list_queries("w1") == []
+    store.add_query(make_query())  # the name is free again
+
+
+def test_query_names_are_unique_per_workspace(store: MetadataStore) -> None:
+    """Two live queries cannot share a name in one workspace."""
+    store.add_query(make_query())
+    store.add_query(make_query(workspace="w2"))
+    with pytest.raises(Exception, match=r"(?i)unique|exists"):
+        store.add_query(make_query())
+
+
+def test_update_query_changes_visibility(store: MetadataStore) -> None:
+    """Updating a query changes what it says, not where it lives."""
+    query = make_query()
+    store.add_query(query)
+    changed = Query(**{**query.__dict__, "members": frozenset({"bob"}), "sql": "select 2"})
+    assert store.update_query(changed)
+    assert store.get_query(query.id) == changed
