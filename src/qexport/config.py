@@ -48,7 +48,9 @@ class Settings:
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'qexport.db'}")
         if not self.storage_url:
-            object.__setattr__(self, "storage_url", f"file://{(self.data_dir / 'objects').absolute()}")
+            object.__setattr__(
+                self, "storage_url", f"file://{(self.data_dir / 'objects').absolute()}"
+            )
         if self.max_attempts < 1:
             raise ValueError("QEXPORT_MAX_ATTEMPTS must be at least 1")
         if self.lease_seconds <= 0:
@@ -74,14 +76,26 @@ class Settings:
         try:
             if (v := get("DATA_DIR")) is not None:
                 values["data_dir"] = Path(v)
-            for name in ("DATABASE_URL", "STORAGE_URL", "SECRET_KEY", "PUBLIC_BASE_URL",
-                         "SMTP_URL", "S3_ENDPOINT_URL"):
+            for name in (
+                "DATABASE_URL",
+                "STORAGE_URL",
+                "SECRET_KEY",
+                "PUBLIC_BASE_URL",
+                "SMTP_URL",
+                "S3_ENDPOINT_URL",
+            ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = v
             if (v := get("RETENTION")) is not None:
                 values["retention"] = parse_duration(v)
-            for name in ("LEASE_SECONDS", "STATEMENT_TIMEOUT_SECONDS", "POLL_SECONDS",
-                         "RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS", "SHUTDOWN_GRACE_SECONDS"):
+            for name in (
+                "LEASE_SECONDS",
+                "STATEMENT_TIMEOUT_SECONDS",
+                "POLL_SECONDS",
+                "RETRY_BASE_SECONDS",
+                "RETRY_MAX_SECONDS",
+                "SHUTDOWN_GRACE_SECONDS",
+            ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = float(v)
             for name in ("MAX_ATTEMPTS", "MAX_ROWS", "MAX_BYTES", "PART_SIZE"):

@@ -259,7 +259,9 @@ class InMemoryMetadataStore:
     def list_queries(self, workspace_id: str) -> list[Query]:
         with self._lock:
             live = [
-                q for q in self._queries.values() if q.workspace_id == workspace_id and not q.deleted
+                q
+                for q in self._queries.values()
+                if q.workspace_id == workspace_id and not q.deleted
             ]
         return sorted(live, key=lambda q: q.name)
 

@@ -21,9 +21,18 @@ def _request(store: SqlMetadataStore, clock: FrozenClock) -> str:
     export_id = str(uuid.uuid4())
     store.insert_export(
         NewExport(
-            id=export_id, workspace_id="w", requested_by="u", subject_type="query",
-            subject_id="q", subject_name="q", format="csv", parameters={}, options={},
-            filename="q.csv", storage_key=f"exports/w/{export_id}/q.csv", created_at=clock.now(),
+            id=export_id,
+            workspace_id="w",
+            requested_by="u",
+            subject_type="query",
+            subject_id="q",
+            subject_name="q",
+            format="csv",
+            parameters={},
+            options={},
+            filename="q.csv",
+            storage_key=f"exports/w/{export_id}/q.csv",
+            created_at=clock.now(),
         )
     )
     return export_id
@@ -56,10 +65,15 @@ def test_database_refuses_any_update_of_a_settled_record(
     assert claimed is not None
     assert claimed.lease_token is not None
     sqlite_store.succeed(
-        export_id, claimed.lease_token, now=clock.now(),
-        result=Result(1, 1, "0" * 64), expires_at=clock.now() + timedelta(days=1),
+        export_id,
+        claimed.lease_token,
+        now=clock.now(),
+        result=Result(1, 1, "0" * 64),
+        expires_at=clock.now() + timedelta(days=1),
     )
     for values in ({"status": "running"}, {"status": "queued", "attempt": 0}, {"progress_rows": 5}):
-        with pytest.raises(sa.exc.DatabaseError, match="settled export is immutable"):
-            with sqlite_store.engine.begin() as conn:
-                conn.execute(exports.update().where(exports.c.id == export_id).values(**values))
+        with (
+            pytest.raises(sa.exc.DatabaseError, match="settled export is immutable"),
+            sqlite_store.engine.begin() as conn,
+        ):
+            conn.execute(exports.update().where(exports.c.id == export_id).values(**values))

@@ -41,7 +41,9 @@ def request(store: MetadataStore, clock: FrozenClock, workspace: str = "w1") -> 
     )
 
 
-def claim(store: MetadataStore, clock: FrozenClock, record: ExportRecord, worker: str = "w-a") -> ExportRecord:
+def claim(
+    store: MetadataStore, clock: FrozenClock, record: ExportRecord, worker: str = "w-a"
+) -> ExportRecord:
     claimed = store.claim(record.id, worker_id=worker, now=clock.now(), lease_seconds=LEASE)
     assert claimed is not None
     return claimed
@@ -52,7 +54,9 @@ def token(record: ExportRecord) -> str:
     return record.lease_token
 
 
-def test_request_records_a_queued_export_with_a_fixed_key(store: MetadataStore, clock: FrozenClock) -> None:
+def test_request_records_a_queued_export_with_a_fixed_key(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """A request is recorded as queued, attempt 0, with its storage key and parameters."""
     record = request(store, clock)
     assert record.status is Status.QUEUED
@@ -79,7 +83,9 @@ def test_claim_moves_queued_to_running_once(store: MetadataStore, clock: FrozenC
     assert store.next_claimable(clock.now()) is None
 
 
-def test_expired_lease_is_redelivered_to_the_same_key(store: MetadataStore, clock: FrozenClock) -> None:
+def test_expired_lease_is_redelivered_to_the_same_key(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """running -> running after the lease expires: attempt+1, new token, same key and start."""
     first = claim(store, clock, request(store, clock))
     clock.advance(LEASE - 1)
@@ -94,21 +100,29 @@ def test_expired_lease_is_redelivered_to_the_same_key(store: MetadataStore, cloc
     assert second.worker_id == "w-b"
 
 
-def test_heartbeat_extends_the_lease_and_records_progress(store: MetadataStore, clock: FrozenClock) -> None:
+def test_heartbeat_extends_the_lease_and_records_progress(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """A heartbeat with the current token extends the lease; a stale token is refused."""
     running = claim(store, clock, request(store, clock))
     clock.advance(20)
-    assert store.heartbeat(running.id, token(running), now=clock.now(), lease_seconds=LEASE, progress_rows=500)
+    assert store.heartbeat(
+        running.id, token(running), now=clock.now(), lease_seconds=LEASE, progress_rows=500
+    )
     current = store.get_export(running.id)
     assert current is not None
     assert current.progress_rows == 500
     assert current.lease_expires_at == clock.now() + timedelta(seconds=LEASE)
     clock.advance(20)
     assert store.next_claimable(clock.now()) is None  # the heartbeat kept it
-    assert not store.heartbeat(running.id, "not-the-token", now=clock.now(), lease_seconds=LEASE, progress_rows=1)
+    assert not store.heartbeat(
+        running.id, "not-the-token", now=clock.now(), lease_seconds=LEASE, progress_rows=1
+    )
 
 
-def test_a_redelivered_export_fences_out_the_old_attempt(store: MetadataStore, clock: FrozenClock) -> None:
+def test_a_redelivered_export_fences_out_the_old_attempt(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """After redelivery the old token can neither heartbeat, succeed, fail nor release."""
     old = claim(store, clock, request(store, clock))
     clock.advance(LEASE + 1)
@@ -118,17 +132,28 @@ def test_a_redelivered_export_fences_out_the_old_attempt(store: MetadataStore, c
     assert not store.succeed(old.id, token(old), now=now, result=RESULT, expires_at=now)
     assert not store.fail(old.id, token(old), now=now, code=FailureCode.INTERNAL, detail="x")
     assert not store.release_with_backoff(
-        old.id, token(old), now=now, delay_seconds=1, code=FailureCode.SOURCE_UNAVAILABLE, detail="x"
+        old.id,
+        token(old),
+        now=now,
+        delay_seconds=1,
+        code=FailureCode.SOURCE_UNAVAILABLE,
+        detail="x",
     )
     assert store.get_export(old.id) == new
 
 
-def test_release_with_backoff_keeps_it_running_until_the_delay(store: MetadataStore, clock: FrozenClock) -> None:
+def test_release_with_backoff_keeps_it_running_until_the_delay(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """A transient failure stays running, remembers the code and is redelivered after the delay."""
     running = claim(store, clock, request(store, clock))
     assert store.release_with_backoff(
-        running.id, token(running), now=clock.now(), delay_seconds=10,
-        code=FailureCode.SOURCE_UNAVAILABLE, detail="connection refused",
+        running.id,
+        token(running),
+        now=clock.now(),
+        delay_seconds=10,
+        code=FailureCode.SOURCE_UNAVAILABLE,
+        detail="connection refused",
     )
     released = store.get_export(running.id)
     assert released is not None
@@ -141,14 +166,23 @@ def test_release_with_backoff_keeps_it_running_until_the_delay(store: MetadataSt
     assert claim(store, clock, released).attempt == 2
 
 
-def test_succeed_settles_with_the_result_and_expiry(store: MetadataStore, clock: FrozenClock) -> None:
+def test_succeed_settles_with_the_result_and_expiry(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """running -> succeeded records size, rows, sha256, completion and expiry."""
     running = claim(store, clock, request(store, clock))
     expires = clock.now() + timedelta(days=7)
-    assert store.succeed(running.id, token(running), now=clock.now(), result=RESULT, expires_at=expires)
+    assert store.succeed(
+        running.id, token(running), now=clock.now(), result=RESULT, expires_at=expires
+    )
     done = store.get_export(running.id)
     assert done is not None
-    assert (done.status, done.size_bytes, done.row_count, done.sha256) == (Status.SUCCEEDED, 123, 7, "ab" * 32)
+    assert (done.status, done.size_bytes, done.row_count, done.sha256) == (
+        Status.SUCCEEDED,
+        123,
+        7,
+        "ab" * 32,
+    )
     assert done.completed_at == clock.now()
     assert done.expires_at == expires
     assert not store.has_unsettled()
@@ -167,10 +201,18 @@ def test_expired_is_computed_at_read_time(store: MetadataStore, clock: FrozenClo
     assert store.get_export(running.id).status is Status.SUCCEEDED  # type: ignore[union-attr]
 
 
-def test_fail_settles_with_code_and_bounded_detail(store: MetadataStore, clock: FrozenClock) -> None:
+def test_fail_settles_with_code_and_bounded_detail(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """running -> failed stores the code and a detail cut to 500 characters."""
     running = claim(store, clock, request(store, clock))
-    assert store.fail(running.id, token(running), now=clock.now(), code=FailureCode.QUERY_INVALID, detail="x" * 900)
+    assert store.fail(
+        running.id,
+        token(running),
+        now=clock.now(),
+        code=FailureCode.QUERY_INVALID,
+        detail="x" * 900,
+    )
     failed = store.get_export(running.id)
     assert failed is not None
     assert failed.status is Status.FAILED
@@ -182,15 +224,21 @@ def test_fail_settles_with_code_and_bounded_detail(store: MetadataStore, clock: 
 def test_pre_run_failure_only_from_queued(store: MetadataStore, clock: FrozenClock) -> None:
     """queued -> failed access_lost; a running export cannot take that path."""
     queued = request(store, clock)
-    assert store.fail_before_run(queued.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone")
+    assert store.fail_before_run(
+        queued.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
+    )
     assert store.get_export(queued.id).failure_code is FailureCode.ACCESS_LOST  # type: ignore[union-attr]
     running = claim(store, clock, request(store, clock))
-    assert not store.fail_before_run(running.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone")
+    assert not store.fail_before_run(
+        running.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
+    )
     assert store.get_export(running.id) == running
 
 
 @pytest.mark.parametrize("started", [False, True])
-def test_cancel_settles_any_unsettled_export(store: MetadataStore, clock: FrozenClock, started: bool) -> None:
+def test_cancel_settles_any_unsettled_export(
+    store: MetadataStore, clock: FrozenClock, started: bool
+) -> None:
     """Cancel moves queued or running to failed/cancelled; the old lease is then dead."""
     record = request(store, clock)
     if started:
@@ -200,20 +248,28 @@ def test_cancel_settles_any_unsettled_export(store: MetadataStore, clock: Frozen
     assert cancelled is not None
     assert (cancelled.status, cancelled.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
     if started:
-        assert not store.heartbeat(record.id, token(record), now=clock.now(), lease_seconds=LEASE, progress_rows=1)
+        assert not store.heartbeat(
+            record.id, token(record), now=clock.now(), lease_seconds=LEASE, progress_rows=1
+        )
 
 
 @pytest.mark.parametrize("outcome", ["succeeded", "failed", "cancelled", "refused"])
-def test_a_settled_record_never_changes_again(store: MetadataStore, clock: FrozenClock, outcome: str) -> None:
+def test_a_settled_record_never_changes_again(
+    store: MetadataStore, clock: FrozenClock, outcome: str
+) -> None:
     """No transition applies to a settled record: no claim (succeeded -> running), no requeue,
     no heartbeat, no release, no second settlement, no cancel."""
     record = request(store, clock)
     running = claim(store, clock, record)
     now = clock.now()
     if outcome == "succeeded":
-        assert store.succeed(running.id, token(running), now=now, result=RESULT, expires_at=now + timedelta(days=1))
+        assert store.succeed(
+            running.id, token(running), now=now, result=RESULT, expires_at=now + timedelta(days=1)
+        )
     elif outcome == "failed":
-        assert store.fail(running.id, token(running), now=now, code=FailureCode.QUERY_TIMEOUT, detail="t")
+        assert store.fail(
+            running.id, token(running), now=now, code=FailureCode.QUERY_TIMEOUT, detail="t"
+        )
     elif outcome == "cancelled":
         assert store.cancel(running.id, now=now)
     else:
@@ -246,7 +302,9 @@ def test_claim_order_is_oldest_first(store: MetadataStore, clock: FrozenClock) -
     assert store.next_claimable(clock.now()).id == first.id  # type: ignore[union-attr]
 
 
-def test_list_exports_filters_by_requester_and_status(store: MetadataStore, clock: FrozenClock) -> None:
+def test_list_exports_filters_by_requester_and_status(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
     """Listing is per workspace, newest first, and filters by requester and status."""
     a = request(store, clock)
     clock.advance(1)
@@ -274,7 +332,7 @@ def make_query(name: str = "orders", workspace: str = "w1") -> Query:
 
 
 def test_queries_round_trip_and_soft_delete(store: MetadataStore) -> None:
-    """A saved query reads back whole; deleting it keeps it readable as deleted and frees the name."""
+    """A saved query reads back whole; a deleted one reads as deleted and frees its name."""
     query = make_query()
     store.add_query(query)
     assert store.get_query(query.id) == query

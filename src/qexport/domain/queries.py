@@ -76,7 +76,38 @@ _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f"}
 
 
-def _coerce(param: Parameter, raw: object) -> Any:  # noqa: PLR0911 - one branch per type
+def _convert(ptype: ParamType, raw: object) -> Any:  # noqa: PLR0911 - one return per type
+    """Convert or raise TypeError/ValueError."""
+    match ptype:
+        case ParamType.STRING:
+            if not isinstance(raw, str):
+                raise TypeError(raw)
+            return raw
+        case ParamType.INTEGER:
+            if isinstance(raw, bool | float):
+                raise TypeError(raw)
+            return int(str(raw).strip())
+        case ParamType.NUMBER:
+            if isinstance(raw, bool):
+                raise TypeError(raw)
+            value = Decimal(str(raw).strip())
+            if not value.is_finite():
+                raise ValueError(raw)
+            return value
+        case ParamType.DATE:
+            return dt.date.fromisoformat(str(raw).strip())
+        case ParamType.BOOLEAN:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+    raise ValueError(raw)
+
+
+def _coerce(param: Parameter, raw: object) -> Any:
     """Turn a raw value (text from a CLI, JSON from an API) into the parameter's type."""
     if isinstance(raw, str) and len(raw) > MAX_PARAMETER_CHARS:
         raise InvalidRequestError(
@@ -84,39 +115,12 @@ def _coerce(param: Parameter, raw: object) -> Any:  # noqa: PLR0911 - one branch
             field=param.name,
         )
     try:
-        match param.type:
-            case ParamType.STRING:
-                if not isinstance(raw, str):
-                    raise TypeError
-                return raw
-            case ParamType.INTEGER:
-                if isinstance(raw, bool) or isinstance(raw, float):
-                    raise TypeError
-                return int(str(raw).strip())
-            case ParamType.NUMBER:
-                if isinstance(raw, bool):
-                    raise TypeError
-                value = Decimal(str(raw).strip())
-                if not value.is_finite():
-                    raise ValueError
-                return value
-            case ParamType.DATE:
-                return dt.date.fromisoformat(str(raw).strip())
-            case ParamType.BOOLEAN:
-                if isinstance(raw, bool):
-                    return raw
-                text = str(raw).strip().lower()
-                if text in _TRUE:
-                    return True
-                if text in _FALSE:
-                    return False
-                raise ValueError
+        return _convert(param.type, raw)
     except (TypeError, ValueError, InvalidOperation):
-        pass
-    raise InvalidRequestError(
-        f"parameter {param.name!r} must be a {param.type.value}, got {str(raw)[:80]!r}",
-        field=param.name,
-    )
+        raise InvalidRequestError(
+            f"parameter {param.name!r} must be a {param.type.value}, got {str(raw)[:80]!r}",
+            field=param.name,
+        ) from None
 
 
 def bind_parameters(query: Query, raw: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,9 @@ class Lease:
         self.progress_rows = 0
         self._lost = threading.Event()
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{export_id[:8]}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._beat, name=f"heartbeat-{export_id[:8]}", daemon=True
+        )
 
     def __enter__(self) -> Lease:
         self._thread.start()

@@ -56,7 +56,9 @@ class Worker:
 
     def stop(self, grace_seconds: float | None = None) -> None:
         """Stop claiming; running attempts get `grace_seconds` to finish, then hand back."""
-        grace = self.deps.settings.shutdown_grace_seconds if grace_seconds is None else grace_seconds
+        grace = (
+            self.deps.settings.shutdown_grace_seconds if grace_seconds is None else grace_seconds
+        )
         log.info("worker_stopping", grace_s=grace)
         self.stopping.set()
         self._wake.set()
@@ -124,7 +126,9 @@ class Worker:
         )
         if claimed is None:
             return True  # another worker won the race; look again at once
-        log.info("export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id)
+        log.info(
+            "export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id
+        )
         outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id)
         with self._outcomes_lock:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1

@@ -62,7 +62,9 @@ def backoff_seconds(attempt: int, settings: Settings) -> float:
     return float(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter, not security
 
 
-def _counted(batches: Iterator[pa.RecordBatch], lease: Lease, max_rows: int) -> Iterator[pa.RecordBatch]:
+def _counted(
+    batches: Iterator[pa.RecordBatch], lease: Lease, max_rows: int
+) -> Iterator[pa.RecordBatch]:
     """Pass batches through, recording progress and enforcing the row limit."""
     rows = 0
     for batch in batches:
@@ -93,7 +95,8 @@ class Attempt:
             detail = (
                 f"gave up after {settings.max_attempts} attempts: {record.last_error_detail}"
                 if record.last_error_code
-                else f"gave up after {settings.max_attempts} attempts: workers stopped before finishing"
+                else f"gave up after {settings.max_attempts} attempts:"
+                " workers stopped before finishing"
             )
             return self._fail(token, code, detail)
         lease = Lease(
@@ -118,7 +121,9 @@ class Attempt:
             return self._settle_error(token, exc)
         except Exception:
             log.exception("attempt_crashed")
-            return self._fail(token, FailureCode.INTERNAL, "an unexpected error occurred (see the worker logs)")
+            return self._fail(
+                token, FailureCode.INTERNAL, "an unexpected error occurred (see the worker logs)"
+            )
 
     def _produce(self, lease: Lease) -> StoredObject:
         deps, record = self.deps, self.record
@@ -138,9 +143,14 @@ class Attempt:
         except InvalidRequestError as exc:
             raise QueryInvalidError(str(exc)) from exc
         writer = get_writer(record.format)
-        options = WriterOptions(neutralize_formulas=bool(record.options.get("neutralize_formulas", True)))
+        options = WriterOptions(
+            neutralize_formulas=bool(record.options.get("neutralize_formulas", True))
+        )
         stream = source.execute(
-            query.sql, values, record.requester, timeout_seconds=deps.settings.statement_timeout_seconds
+            query.sql,
+            values,
+            record.requester,
+            timeout_seconds=deps.settings.statement_timeout_seconds,
         )
         try:
             return self._store_stream(stream, writer, options, lease)
@@ -153,7 +163,9 @@ class Attempt:
         deps, record = self.deps, self.record
         upload = deps.objects.begin_upload(record.storage_key)
         try:
-            sink = PartSink(upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes)
+            sink = PartSink(
+                upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes
+            )
             batches = _counted(iter(stream), lease, deps.settings.max_rows)
             self.rows = writer.write(stream.schema, batches, sink, options)
             sha256 = sink.finish()
@@ -176,7 +188,9 @@ class Attempt:
         now = deps.clock.now()
         result = Result(size_bytes=stored.size_bytes, row_count=stored.rows, sha256=stored.sha256)
         self.rows, self.size = stored.rows, stored.size_bytes
-        if deps.store.succeed(record.id, token, now=now, result=result, expires_at=now + deps.settings.retention):
+        if deps.store.succeed(
+            record.id, token, now=now, result=result, expires_at=now + deps.settings.retention
+        ):
             return "succeeded"
         current = deps.store.get_export(record.id)
         if current is not None and current.status is Status.FAILED:
@@ -196,13 +210,20 @@ class Attempt:
     def _release(self, token: str, delay: float, code: FailureCode, detail: str) -> None:
         deps = self.deps
         deps.store.release_with_backoff(
-            self.record.id, token, now=deps.clock.now(), delay_seconds=delay, code=code, detail=detail
+            self.record.id,
+            token,
+            now=deps.clock.now(),
+            delay_seconds=delay,
+            code=code,
+            detail=detail,
         )
         self.code = code
 
     def _fail(self, token: str, code: FailureCode, detail: str) -> str:
         self.code = code
-        ok = self.deps.store.fail(self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail)
+        ok = self.deps.store.fail(
+            self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail
+        )
         return "failed" if ok else "lost"
 
     code: FailureCode | None = None
@@ -211,7 +232,9 @@ class Attempt:
 def run_attempt(deps: Deps, record: ExportRecord, shutdown: threading.Event, worker_id: str) -> str:
     """Run one attempt with its log context bound; emit the one canonical line for it."""
     started = time.monotonic()
-    with structlog.contextvars.bound_contextvars(export_id=record.id, attempt=record.attempt, worker=worker_id):
+    with structlog.contextvars.bound_contextvars(
+        export_id=record.id, attempt=record.attempt, worker=worker_id
+    ):
         attempt = Attempt(deps, record, shutdown)
         outcome = attempt.run()
         log.info(

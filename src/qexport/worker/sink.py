@@ -28,7 +28,9 @@ class PartSink:
             return 0
         self.size += n
         if self.size > self._max_bytes:
-            raise LimitExceededError(f"the file grew past the byte limit of {self._max_bytes:,} bytes")
+            raise LimitExceededError(
+                f"the file grew past the byte limit of {self._max_bytes:,} bytes"
+            )
         self._hash.update(data)
         self._buffer += data
         if len(self._buffer) >= self._part_size:

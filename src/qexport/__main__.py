@@ -1,0 +1,3 @@
+from qexport.cli import main
+
+main()

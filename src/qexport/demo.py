@@ -1,0 +1,169 @@
+"""`qexport demo`: the whole job on the embedded default, in one process."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from qexport.bootstrap import DEMO_SOURCE
+from qexport.domain.exports import ExportRecord, Requester, effective_status
+from qexport.domain.queries import Parameter, ParamType, Query
+from qexport.services.requests import request_export
+from qexport.sources.demo_data import build_demo_database
+from qexport.storage.filesystem import FilesystemObjectStore
+from qexport.worker.loop import Worker
+from qexport.worker.runner import Deps
+from qexport.writers.registry import FORMATS
+
+DEMO_QUERIES = (
+    Query(
+        id="",
+        workspace_id="",
+        name="orders",
+        sql=(
+            "SELECT o.order_id, o.ordered_at, c.name AS customer, p.name AS product,\n"
+            "       o.quantity, o.unit_price, o.total, o.status, o.note\n"
+            "FROM orders o\n"
+            "JOIN customers c ON c.customer_id = o.customer_id\n"
+            "JOIN products p ON p.product_id = o.product_id\n"
+            "WHERE o.ordered_at >= $since\n"
+            "ORDER BY o.order_id"
+        ),
+        source=DEMO_SOURCE,
+        parameters=(Parameter("since", ParamType.DATE, required=False, default="2000-01-01"),),
+    ),
+    Query(
+        id="",
+        workspace_id="",
+        name="revenue_by_month",
+        sql=(
+            "SELECT date_trunc('month', o.ordered_at)::DATE AS month, p.category,\n"
+            "       count(*) AS orders, sum(o.total) AS revenue\n"
+            "FROM orders o JOIN products p ON p.product_id = o.product_id\n"
+            "GROUP BY ALL ORDER BY month, p.category"
+        ),
+        source=DEMO_SOURCE,
+    ),
+    Query(
+        id="",
+        workspace_id="",
+        name="my_customers",
+        sql=(
+            "SELECT customer_id, name, email, country FROM customers\n"
+            "WHERE workspace_id = $workspace_id ORDER BY customer_id LIMIT $max_rows"
+        ),
+        source=DEMO_SOURCE,
+        parameters=(Parameter("max_rows", ParamType.INTEGER, required=False, default="100"),),
+    ),
+)
+
+
+def register_demo_queries(deps: Deps, requester: Requester) -> list[Query]:
+    """Save the demo queries in the requester's workspace (once; kept if already there)."""
+    saved = []
+    for template in DEMO_QUERIES:
+        existing = deps.store.find_query(requester.workspace_id, template.name)
+        if existing is None:
+            existing = deps.store.add_query(
+                Query(
+                    **{
+                        **template.__dict__,
+                        "id": str(uuid.uuid4()),
+                        "workspace_id": requester.workspace_id,
+                        "owner": requester.user_id,
+                    }
+                )
+            )
+        saved.append(existing)
+    return saved
+
+
+def run_demo(deps: Deps, requester: Requester, *, rows: int, console: Console) -> int:
+    """Build data, register queries, run a worker, export every format; 0 when all succeed."""
+    started = time.monotonic()
+    with console.status(f"Building the demo dataset ({rows:,} orders)..."):
+        build_demo_database(deps.settings.demo_database, orders=rows)
+    register_demo_queries(deps, requester)
+    console.print(f"[green]✓[/] demo data in {deps.settings.demo_database}, queries saved")
+
+    worker = Worker(deps, concurrency=2)
+    thread = threading.Thread(target=worker.run, name="demo-worker", daemon=True)
+    thread.start()
+    records = [
+        request_export(deps.store, deps.clock, requester, query_ref="orders", fmt=fmt)
+        for fmt in FORMATS
+    ]
+    try:
+        records = _watch(deps, records, rows, console)
+    finally:
+        worker.stop(grace_seconds=5)
+        thread.join()
+    _print_results(deps, records, console)
+    ok = all(r.status.value == "succeeded" for r in records)
+    console.print(f"\nFinished in {time.monotonic() - started:.1f} s.")
+    _print_next_steps(deps, records, console)
+    return 0 if ok else 1
+
+
+def _watch(
+    deps: Deps, records: list[ExportRecord], total_rows: int, console: Console
+) -> list[ExportRecord]:
+    with Progress(
+        TextColumn("{task.description:<8}"),
+        BarColumn(),
+        TextColumn("{task.completed:>12,.0f} rows"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        tasks = {
+            r.id: progress.add_task(r.format, total=total_rows, status="queued") for r in records
+        }
+        while True:
+            current = [deps.store.get_export(r.id) or r for r in records]
+            for r in current:
+                progress.update(tasks[r.id], completed=r.progress_rows, status=r.status.value)
+            if all(r.settled for r in current):
+                return current
+            time.sleep(0.2)
+
+
+def _print_results(deps: Deps, records: list[ExportRecord], console: Console) -> None:
+    now = deps.clock.now()
+    table = Table("format", "status", "rows", "size", title="Exports")
+    table.add_column("file", overflow="fold")
+    for r in records:
+        path = ""
+        if isinstance(deps.objects, FilesystemObjectStore) and r.status.value == "succeeded":
+            path = str(deps.objects.local_path(r.storage_key))
+        status = effective_status(r, now)
+        if r.failure_code:
+            status += f" ({r.failure_code.value}: {r.failure_detail})"
+        table.add_row(
+            r.format,
+            status,
+            f"{r.row_count:,}" if r.row_count is not None else "",
+            f"{(r.size_bytes or 0) / 1024 / 1024:,.1f} MiB" if r.size_bytes is not None else "",
+            path,
+        )
+    console.print(table)
+
+
+def _print_next_steps(deps: Deps, records: list[ExportRecord], console: Console) -> None:
+    first = records[0].id
+    console.print(
+        "\nTry next:\n"
+        "  .venv/bin/qexport exports list\n"
+        f"  .venv/bin/qexport exports get {first} --json\n"
+        f"  .venv/bin/qexport exports download {first} -o orders.csv\n"
+        "  .venv/bin/qexport exports create --query orders --format xlsx"
+        " --param since=2025-01-01 --wait\n"
+        "  .venv/bin/qexport queries list\n"
+        f"Files are kept for {deps.settings.retention.days} days, then refused as expired.",
+        soft_wrap=True,
+    )

@@ -1,0 +1,151 @@
+"""End-to-end helpers: the CLI and workers as real subprocesses on a private data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qexport.clock import SystemClock
+from qexport.domain.exports import ExportRecord, Requester
+from qexport.domain.queries import Parameter, Query
+from qexport.services.requests import request_export
+from qexport.sources.demo_data import build_demo_database
+from qexport.storage.filesystem import FilesystemObjectStore
+from qexport.store.engine import create_engine
+from qexport.store.sql import SqlMetadataStore
+
+
+@dataclass
+class Env:
+    data_dir: Path
+    extra: dict[str, str] = field(default_factory=dict)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _store: SqlMetadataStore | None = None
+
+    @property
+    def environ(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
+        env.update(
+            {
+                "QEXPORT_DATA_DIR": str(self.data_dir),
+                "QEXPORT_USER": "alice",
+                "QEXPORT_WORKSPACE": "demo",
+                **self.extra,
+            }
+        )
+        return env
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "qexport", *args],
+            env=self.environ,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"qexport {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def start_worker(self, *args: str, **extra_env: str) -> subprocess.Popen[bytes]:
+        with (self.data_dir / f"worker-{len(self.procs)}.log").open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "qexport", "worker", *args],
+                env={**self.environ, **extra_env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def add_query(self, name: str, sql: str, *params: Parameter) -> None:
+        """Save a query in-process (faster than the CLI where the CLI is not under test)."""
+        self.store.add_query(
+            Query(str(uuid.uuid4()), "demo", name, sql, "demo", params, owner="alice")
+        )
+
+    def request(self, query: str, fmt: str, **params: str) -> str:
+        """Request an export in-process, as alice."""
+        record = request_export(
+            self.store,
+            SystemClock(),
+            Requester("alice", "demo"),
+            query_ref=query,
+            fmt=fmt,
+            parameters=params,
+        )
+        return record.id
+
+    @property
+    def store(self) -> SqlMetadataStore:
+        if self._store is None:
+            self._store = SqlMetadataStore(
+                create_engine(f"sqlite:///{self.data_dir / 'qexport.db'}")
+            )
+        return self._store
+
+    def record(self, export_id: str) -> ExportRecord:
+        found = self.store.get_export(export_id)
+        assert found is not None
+        return found
+
+    @property
+    def objects(self) -> FilesystemObjectStore:
+        return FilesystemObjectStore(self.data_dir / "objects")
+
+    def create(self, query: str, fmt: str, *params: str) -> str:
+        args = ["exports", "create", "--query", query, "--format", fmt]
+        for p in params:
+            args += ["--param", p]
+        return str(self.json(*args)["id"])
+
+    def get(self, export_id: str) -> dict[str, Any]:
+        return self.json("exports", "get", export_id)  # type: ignore[no-any-return]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
+
+
+@pytest.fixture(scope="session")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A demo database big enough that exports take a few seconds (built once)."""
+    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+    build_demo_database(path, orders=400_000)
+    return path
+
+
+@pytest.fixture
+def env(tmp_path: Path, demo_db: Path) -> Iterator[Env]:
+    (tmp_path / "demo.duckdb").symlink_to(demo_db)
+    e = Env(tmp_path)
+    e.run("db", "upgrade")
+    yield e
+    for proc in e.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

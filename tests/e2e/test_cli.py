@@ -1,0 +1,193 @@
+"""The CLI as a user runs it: bad input, sandboxed SQL, limits, expiry, JSON output."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from qexport.domain.exports import Status
+from qexport.domain.failures import FailureCode
+from tests.e2e.conftest import Env
+
+ORDERS = "SELECT order_id, total, note FROM orders WHERE order_id <= $n ORDER BY order_id"
+
+
+def _add_orders(env: Env) -> None:
+    env.run("queries", "add", "orders", "--sql", ORDERS, "--param", "n:integer=100")
+
+
+def _drain(env: Env, **extra: str) -> None:
+    assert env.start_worker("--drain", "--concurrency", "2", **extra).wait(timeout=120) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "docx"], "unknown format 'docx'"),
+        (["--format", "csv", "--param", "n=ten"], "parameter 'n' must be a integer"),
+        (["--format", "csv", "--param", "colour=red"], "unknown parameter 'colour'"),
+        (["--format", "csv", "--param", "n"], "--param expects KEY=VALUE"),
+    ],
+)
+def test_bad_requests_are_refused_and_nothing_is_recorded(
+    env: Env, args: list[str], message: str
+) -> None:
+    """Exit code 2, a message naming the problem, and no export recorded."""
+    _add_orders(env)
+    proc = env.run("exports", "create", "--query", "orders", *args, check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert env.json("exports", "list")["items"] == []
+
+
+def test_an_unknown_query_is_refused(env: Env) -> None:
+    """Asking for a query that does not exist names it."""
+    proc = env.run("exports", "create", "--query", "nope", "--format", "csv", check=False)
+    assert proc.returncode == 2
+    assert "no query 'nope'" in proc.stderr
+
+
+def test_a_missing_required_parameter_is_refused(env: Env) -> None:
+    """A required parameter without a value is named in the error."""
+    env.run("queries", "add", "by_day", "--sql", "SELECT $day AS d", "--param", "day:date")
+    proc = env.run("exports", "create", "--query", "by_day", "--format", "csv", check=False)
+    assert proc.returncode == 2
+    assert "missing required parameter 'day' (date)" in proc.stderr
+
+
+ESCAPES = {
+    "insert": "INSERT INTO orders SELECT * FROM orders LIMIT 1",
+    "drop": "DROP TABLE orders",
+    "copy_to": "COPY orders TO '/tmp/qexport-stolen.csv'",
+    "attach": "ATTACH '/tmp/qexport-other.duckdb' AS other",
+    "install": "INSTALL httpfs",
+    "read_file": "SELECT * FROM read_csv('/etc/passwd')",
+    "two_statements": "SELECT 1; DROP TABLE orders",
+}
+
+
+def test_sql_that_writes_or_escapes_the_sandbox_fails_query_invalid(
+    env: Env, demo_db: Path
+) -> None:
+    """Writes, file access, ATTACH and INSTALL end failed/query_invalid and change nothing."""
+    before = hashlib.sha256(demo_db.read_bytes()).hexdigest()
+    ids = {}
+    for name, sql in ESCAPES.items():
+        env.add_query(name, sql)
+        ids[name] = env.request(name, "csv")
+    _drain(env)
+    for name, export_id in ids.items():
+        record = env.record(export_id)
+        assert record.status is Status.FAILED, name
+        assert record.failure_code is FailureCode.QUERY_INVALID, (name, record.failure_detail)
+    assert not Path("/tmp/qexport-stolen.csv").exists()  # noqa: S108 - the path the SQL tried
+    assert hashlib.sha256(demo_db.read_bytes()).hexdigest() == before
+
+
+def test_a_syntax_error_fails_with_the_source_message(env: Env) -> None:
+    """The user sees DuckDB's own explanation, bounded and without a stack trace."""
+    env.run("queries", "add", "typo", "--sql", "SELEC order_id FROM orders")
+    export_id = env.create("typo", "csv")
+    _drain(env)
+    failure = env.get(export_id)["failure"]
+    assert failure["code"] == "query_invalid"
+    assert "syntax error" in failure["detail"].lower()
+    assert "Traceback" not in failure["detail"]
+    assert len(failure["detail"]) <= 500
+
+
+def test_statement_timeout_fails_query_timeout(env: Env) -> None:
+    """A statement running past the timeout fails query_timeout."""
+    env.run("queries", "add", "slow", "--sql", "SELECT count(*) FROM range(100000000000) a")
+    export_id = env.create("slow", "csv")
+    _drain(env, QEXPORT_STATEMENT_TIMEOUT_SECONDS="0.5")
+    assert env.get(export_id)["failure"]["code"] == "query_timeout"
+
+
+def test_row_limit_fails_limit_exceeded_and_stores_nothing(env: Env) -> None:
+    """Past the row limit: limit_exceeded, the upload aborted, no object."""
+    _add_orders(env)
+    export_id = env.create("orders", "parquet", "n=5000")
+    _drain(env, QEXPORT_MAX_ROWS="1000")
+    assert env.get(export_id)["failure"]["code"] == "limit_exceeded"
+    key = env.record(export_id).storage_key
+    assert env.objects.head(key) is None
+    assert env.objects.incomplete_uploads(key) == []
+
+
+def test_export_json_follows_the_contract_and_expires(env: Env, tmp_path: Path) -> None:
+    """`--json` prints the DESIGN fields; after the retention the status reads `expired`
+    and the download is refused."""
+    env.extra["QEXPORT_RETENTION"] = "3s"
+    _add_orders(env)
+    export_id = env.create("orders", "jsonl", "n=10")
+    _drain(env)
+    view = env.get(export_id)
+    assert set(view) == {
+        "id",
+        "status",
+        "subject",
+        "format",
+        "parameters",
+        "filename",
+        "requested_by",
+        "created_at",
+        "started_at",
+        "completed_at",
+        "expires_at",
+        "size_bytes",
+        "row_count",
+        "sha256",
+        "attempts",
+        "progress",
+        "failure",
+    }
+    assert view["status"] == "succeeded"
+    assert view["subject"] == {"type": "query", "id": view["subject"]["id"], "name": "orders"}
+    assert (view["row_count"], view["attempts"], view["failure"]) == (10, 1, None)
+    assert view["parameters"] == {"n": 10}
+    out = tmp_path / "orders.jsonl"
+    env.run("exports", "download", export_id, "-o", str(out))
+    assert len(out.read_text().splitlines()) == 10
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == view["sha256"]
+    time.sleep(3.2)
+    assert env.get(export_id)["status"] == "expired"
+    assert env.record(export_id).status is Status.SUCCEEDED
+    listed = env.json("exports", "list")["items"]
+    assert [i["status"] for i in listed] == ["expired"]
+    refused = env.run(
+        "exports", "download", export_id, "-o", str(tmp_path / "late.jsonl"), check=False
+    )
+    assert refused.returncode == 1
+    assert "expired" in refused.stderr
+    assert not (tmp_path / "late.jsonl").exists()
+
+
+def test_other_people_cannot_see_or_download_an_export(env: Env, tmp_path: Path) -> None:
+    """Someone else's export looks like a missing one."""
+    _add_orders(env)
+    export_id = env.create("orders", "csv")
+    _drain(env)
+    env.extra["QEXPORT_USER"] = "mallory"
+    for args in (
+        ["exports", "get", export_id],
+        ["exports", "download", export_id, "-o", str(tmp_path / "x")],
+    ):
+        proc = env.run(*args, check=False)
+        assert proc.returncode == 1
+        assert f"no export '{export_id}'" in proc.stderr
+    assert env.json("exports", "list")["items"] == []
+
+
+def test_wait_shows_the_settled_export(env: Env) -> None:
+    """`exports create --wait` returns once settled and exits 1 for a failed export."""
+    _add_orders(env)
+    env.start_worker(QEXPORT_POLL_SECONDS="0.1")
+    ok = env.run("exports", "create", "--query", "orders", "--format", "tsv", "--wait", "--json")
+    assert '"status": "succeeded"' in ok.stdout
+    env.run("queries", "add", "typo", "--sql", "SELEC 1")
+    bad = env.run("exports", "create", "--query", "typo", "--format", "csv", "--wait", check=False)
+    assert bad.returncode == 1

@@ -1,0 +1,125 @@
+"""Workers as real processes: killed, paused, cancelled and stopped mid-export."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from qexport.domain.exports import Status
+from qexport.domain.failures import FailureCode
+from tests.e2e.conftest import Env, wait_for
+
+# Three copies of every order: a few seconds of xlsx, so there is time to interfere.
+BIG_SQL = "SELECT o.*, r.i AS copy FROM orders o CROSS JOIN range(3) r(i) ORDER BY r.i, o.order_id"
+FAST_LEASE = {"QEXPORT_LEASE_SECONDS": "1.5", "QEXPORT_POLL_SECONDS": "0.1"}
+
+
+def _start_big_export(env: Env) -> str:
+    env.run("queries", "add", "big", "--sql", BIG_SQL)
+    return env.create("big", "xlsx")
+
+
+def _wait_producing(env: Env, export_id: str) -> None:
+    wait_for(lambda: env.record(export_id).progress_rows > 0, timeout=60)
+    assert env.record(export_id).status is Status.RUNNING
+
+
+def _objects_at(env: Env, key: str) -> list[Path]:
+    folder = (env.objects.local_path(key)).parent
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_killed_worker_is_replaced_and_the_export_completes_once(
+    env: Env, tmp_path: Path
+) -> None:
+    """SIGKILL mid-production; a second worker redelivers into the same key: attempts = 2,
+    succeeded, exactly one object, and the downloaded file's sha256 equals the record's."""
+    export_id = _start_big_export(env)
+    key = env.record(export_id).storage_key
+    first = env.start_worker(**FAST_LEASE)
+    _wait_producing(env, export_id)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    assert env.record(export_id).status is Status.RUNNING
+    second = env.start_worker("--drain", **FAST_LEASE)
+    assert second.wait(timeout=180) == 0
+    record = env.record(export_id)
+    assert record.status is Status.SUCCEEDED
+    assert record.attempt == 2
+    assert record.storage_key == key
+    assert [p.name for p in _objects_at(env, key)] == [record.filename]
+    out = tmp_path / "download.xlsx"
+    env.run("exports", "download", export_id, "-o", str(out))
+    assert out.stat().st_size == record.size_bytes
+    assert _sha256(out) == record.sha256
+    assert record.row_count == 3 * 400_000
+
+
+def test_overlapping_attempts_complete_one_object_that_the_record_describes(
+    env: Env, tmp_path: Path
+) -> None:
+    """A paused worker loses its lease to a second one; when it wakes it stops and aborts:
+    one completed object, described by the record, and no staged parts left."""
+    export_id = _start_big_export(env)
+    key = env.record(export_id).storage_key
+    slow = env.start_worker(**FAST_LEASE)
+    _wait_producing(env, export_id)
+    os.kill(slow.pid, signal.SIGSTOP)
+    time.sleep(2.0)  # the paused worker's lease runs out
+    fast = env.start_worker("--drain", **FAST_LEASE)
+    assert fast.wait(timeout=180) == 0
+    os.kill(slow.pid, signal.SIGCONT)
+    wait_for(lambda: env.objects.incomplete_uploads(key) == [], timeout=60)
+    record = env.record(export_id)
+    assert (record.status, record.attempt) == (Status.SUCCEEDED, 2)
+    files = _objects_at(env, key)
+    assert len(files) == 1
+    assert _sha256(files[0]) == record.sha256
+    assert files[0].stat().st_size == record.size_bytes
+    slow.send_signal(signal.SIGTERM)
+    assert slow.wait(timeout=30) == 0
+    assert env.record(export_id) == record
+
+
+def test_cancel_while_running_stops_production_and_leaves_nothing(env: Env) -> None:
+    """Cancel mid-production: failed/cancelled, no object, no staged parts; the worker lives on."""
+    export_id = _start_big_export(env)
+    key = env.record(export_id).storage_key
+    worker = env.start_worker(**FAST_LEASE)
+    _wait_producing(env, export_id)
+    env.run("exports", "cancel", export_id)
+    record = env.record(export_id)
+    assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
+    wait_for(lambda: env.objects.incomplete_uploads(key) == [], timeout=30)
+    assert env.objects.head(key) is None
+    assert _objects_at(env, key) == []
+    again = env.run("exports", "cancel", export_id, check=False)
+    assert again.returncode == 1
+    assert "already failed" in again.stderr
+    # The worker survived and takes the next export.
+    small = env.create("big", "csv")
+    wait_for(lambda: env.record(small).status is Status.SUCCEEDED, timeout=60)
+    assert worker.poll() is None
+
+
+def test_sigterm_hands_work_back_and_exits_cleanly(env: Env) -> None:
+    """SIGTERM past the grace period: the export is released at once, the worker exits 0,
+    and the next worker finishes it."""
+    export_id = _start_big_export(env)
+    worker = env.start_worker(**FAST_LEASE, QEXPORT_SHUTDOWN_GRACE_SECONDS="0.2")
+    _wait_producing(env, export_id)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    released = env.record(export_id)
+    assert released.status is Status.RUNNING
+    assert env.objects.incomplete_uploads(released.storage_key) == []
+    assert env.start_worker("--drain", **FAST_LEASE).wait(timeout=180) == 0
+    done = env.record(export_id)
+    assert (done.status, done.attempt) == (Status.SUCCEEDED, 2)

@@ -1,0 +1,66 @@
+"""Test doubles for the Source port: a fixed Arrow result, or a scripted failure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from qexport.domain.exports import Requester
+
+
+class TableStream:
+    def __init__(self, table: pa.Table, on_batch: Callable[[int], None] | None = None) -> None:
+        self.schema = table.schema
+        self._table = table
+        self._on_batch = on_batch
+        self.closed = False
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for i, batch in enumerate(self._table.to_batches(max_chunksize=100)):
+            if self._on_batch:
+                self._on_batch(i)
+            yield batch
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeSource:
+    """Returns `table`, or raises `error` (from execute, or from the n-th batch)."""
+
+    def __init__(
+        self,
+        table: pa.Table | None = None,
+        *,
+        error: Exception | None = None,
+        fail_at_batch: int | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self.name = "fake"
+        self.table = (
+            table if table is not None else pa.table({"n": list(range(1000)), "s": ["x"] * 1000})
+        )
+        self.error = error
+        self.fail_at_batch = fail_at_batch
+        self.on_batch = on_batch
+        self.calls: list[tuple[str, dict[str, Any], Requester]] = []
+        self.streams: list[TableStream] = []
+
+    def execute(
+        self, sql: str, parameters: dict[str, Any], requester: Requester, *, timeout_seconds: float
+    ) -> TableStream:
+        self.calls.append((sql, parameters, requester))
+        if self.error is not None and self.fail_at_batch is None:
+            raise self.error
+
+        def hook(i: int) -> None:
+            if self.on_batch:
+                self.on_batch(i)
+            if self.error is not None and i == self.fail_at_batch:
+                raise self.error
+
+        stream = TableStream(self.table, hook)
+        self.streams.append(stream)
+        return stream

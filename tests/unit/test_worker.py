@@ -1,0 +1,318 @@
+"""The worker and one attempt, on the in-memory fakes: error mapping, retries, fencing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import threading
+from datetime import timedelta
+
+import pytest
+
+from qexport.config import Settings
+from qexport.domain.exports import ExportRecord, Requester, Status
+from qexport.domain.failures import (
+    FailureCode,
+    QueryInvalidError,
+    QueryTimeoutError,
+    SourceUnavailableError,
+)
+from qexport.domain.queries import Parameter, ParamType, Query, Visibility
+from qexport.services.exports import open_download
+from qexport.services.requests import request_export
+from qexport.testing import FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
+from qexport.worker.loop import Worker
+from qexport.worker.runner import Deps
+from tests.unit.fakes import FakeSource
+
+ALICE = Requester("alice", "w1")
+
+
+def make_deps(source: FakeSource, **settings: object) -> Deps:
+    store = InMemoryMetadataStore()
+    store.add_query(
+        Query(
+            id="q1",
+            workspace_id="w1",
+            name="numbers",
+            sql="select n, s from t where n < $limit",
+            source="fake",
+            parameters=(Parameter("limit", ParamType.INTEGER, required=False, default="10"),),
+            visibility=Visibility.MEMBERS,
+            members=frozenset({"alice"}),
+            owner="alice",
+        )
+    )
+    base = {"max_attempts": 3, "retry_base_seconds": 1.0, "lease_seconds": 30.0}
+    return Deps(
+        store=store,
+        objects=InMemoryObjectStore(),
+        sources={"fake": source},
+        clock=FrozenClock(),
+        settings=Settings(**{**base, **settings}),  # type: ignore[arg-type]
+    )
+
+
+def request(deps: Deps, fmt: str = "csv", **params: str) -> ExportRecord:
+    return request_export(
+        deps.store, deps.clock, ALICE, query_ref="numbers", fmt=fmt, parameters=params
+    )
+
+
+def work(deps: Deps) -> bool:
+    return Worker(deps, worker_id="w-test").run_once()
+
+
+def current(deps: Deps, record: ExportRecord) -> ExportRecord:
+    found = deps.store.get_export(record.id)
+    assert found is not None
+    return found
+
+
+def test_an_export_succeeds_with_a_file_that_matches_its_record() -> None:
+    """The whole attempt: the stored csv holds the rows, and the record describes it."""
+    deps = make_deps(FakeSource())
+    record = request(deps, limit="5")
+    assert work(deps)
+    done = current(deps, record)
+    assert done.status is Status.SUCCEEDED
+    assert done.row_count == 1000
+    assert done.attempt == 1
+    _, stream = open_download(deps.store, deps.objects, deps.clock, ALICE, record.id)
+    data = stream.read()
+    assert len(data) == done.size_bytes
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    assert rows[0] == ["n", "s"]
+    assert len(rows) == 1001
+    assert done.expires_at == done.completed_at + timedelta(days=7)  # type: ignore[operator]
+
+
+def test_the_requester_context_and_typed_parameters_reach_the_source() -> None:
+    """The source gets the requester and parameters typed from the query's declaration."""
+    source = FakeSource()
+    deps = make_deps(source)
+    request(deps, limit="42")
+    work(deps)
+    _, params, requester = source.calls[0]
+    assert params == {"limit": 42}
+    assert requester == ALICE
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (
+            QueryInvalidError('Parser Error: syntax error at or near "SELEC"'),
+            FailureCode.QUERY_INVALID,
+        ),
+        (QueryTimeoutError("statement timeout of 1 s reached"), FailureCode.QUERY_TIMEOUT),
+    ],
+)
+def test_a_permanent_failure_settles_at_once(error: Exception, code: FailureCode) -> None:
+    """A permanent refusal fails the export on the first attempt with its code and message."""
+    deps = make_deps(FakeSource(error=error))
+    record = request(deps)
+    work(deps)
+    failed = current(deps, record)
+    assert (failed.status, failed.failure_code, failed.attempt) == (Status.FAILED, code, 1)
+    assert failed.failure_detail == str(error)
+
+
+def test_a_transient_failure_is_retried_with_backoff_then_fails() -> None:
+    """source_unavailable: released with growing delays, then failed after max_attempts."""
+    deps = make_deps(FakeSource(error=SourceUnavailableError("connection refused")))
+    clock = deps.clock
+    assert isinstance(clock, FrozenClock)
+    record = request(deps)
+    delays = []
+    for attempt in (1, 2):
+        work(deps)
+        released = current(deps, record)
+        assert released.status is Status.RUNNING
+        assert released.attempt == attempt
+        assert released.last_error_code is FailureCode.SOURCE_UNAVAILABLE
+        assert released.lease_expires_at is not None
+        delays.append((released.lease_expires_at - clock.now()).total_seconds())
+        assert not work(deps)  # nothing claimable during the backoff
+        clock.advance(delays[-1] + 0.1)
+    assert 0.8 <= delays[0] <= 1.2
+    assert 1.6 <= delays[1] <= 2.4
+    work(deps)
+    failed = current(deps, record)
+    assert (failed.status, failed.failure_code, failed.attempt) == (
+        Status.FAILED,
+        FailureCode.SOURCE_UNAVAILABLE,
+        3,
+    )
+    assert failed.failure_detail == "connection refused"
+
+
+def test_an_export_whose_workers_keep_dying_ends_attempts_exhausted() -> None:
+    """A record redelivered past max_attempts without a transient code fails attempts_exhausted."""
+    deps = make_deps(FakeSource())
+    clock = deps.clock
+    assert isinstance(clock, FrozenClock)
+    record = request(deps)
+    for _ in range(3):  # three workers claim and die without a word
+        assert deps.store.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        clock.advance(31)
+    work(deps)
+    failed = current(deps, record)
+    assert (failed.status, failed.failure_code, failed.attempt) == (
+        Status.FAILED,
+        FailureCode.ATTEMPTS_EXHAUSTED,
+        4,
+    )
+
+
+def test_an_unexpected_error_fails_the_export_but_not_the_worker() -> None:
+    """A bug in one export settles it `internal` without a traceback; the next export runs."""
+    deps = make_deps(FakeSource(error=ZeroDivisionError("division by zero"), fail_at_batch=2))
+    bad = request(deps)
+    work(deps)
+    failed = current(deps, bad)
+    assert failed.failure_code is FailureCode.INTERNAL
+    assert "Traceback" not in (failed.failure_detail or "")
+    assert "division" not in (failed.failure_detail or "")  # details stay in the logs
+    assert deps.objects.incomplete_uploads(bad.storage_key) == []  # type: ignore[attr-defined]
+    deps.sources["fake"].error = None  # type: ignore[attr-defined]
+    good = request(deps)
+    work(deps)
+    assert current(deps, good).status is Status.SUCCEEDED
+
+
+def test_the_row_limit_fails_limit_exceeded_and_aborts_the_upload() -> None:
+    """More rows than allowed: failed limit_exceeded, no object, no staged parts."""
+    deps = make_deps(FakeSource(), max_rows=250)
+    record = request(deps)
+    work(deps)
+    failed = current(deps, record)
+    assert failed.failure_code is FailureCode.LIMIT_EXCEEDED
+    assert deps.objects.head(record.storage_key) is None
+    assert deps.objects.incomplete_uploads(record.storage_key) == []
+
+
+def test_the_byte_limit_fails_limit_exceeded() -> None:
+    """A file growing past the byte limit fails limit_exceeded with nothing stored."""
+    deps = make_deps(FakeSource(), max_bytes=1000)
+    record = request(deps)
+    work(deps)
+    assert current(deps, record).failure_code is FailureCode.LIMIT_EXCEEDED
+    assert deps.objects.head(record.storage_key) is None
+
+
+def test_losing_the_lease_stops_production_and_aborts_the_upload() -> None:
+    """Cancelled mid-production: the heartbeat finds no row, production stops, nothing stored."""
+    deps: Deps
+    cancelled = threading.Event()
+
+    def cancel_midway(i: int) -> None:
+        if i == 3 and not cancelled.is_set():
+            deps.store.cancel(record.id, now=deps.clock.now())
+            cancelled.set()
+            # The next heartbeat notices; give the heartbeat thread a moment to run.
+            lease_beat.wait(2)
+
+    lease_beat = threading.Event()
+    source = FakeSource(on_batch=cancel_midway)
+    deps = make_deps(source, lease_seconds=0.15)
+    original = deps.store.heartbeat
+
+    def heartbeat(*args: object, **kwargs: object) -> bool:
+        ok = original(*args, **kwargs)  # type: ignore[arg-type]
+        if not ok:
+            lease_beat.set()
+        return ok
+
+    deps.store.heartbeat = heartbeat  # type: ignore[method-assign]
+    record = request(deps)
+    work(deps)
+    final = current(deps, record)
+    assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
+    assert deps.objects.head(record.storage_key) is None
+    assert deps.objects.incomplete_uploads(record.storage_key) == []
+    assert source.streams[0].closed
+
+
+def test_an_object_completed_by_an_earlier_attempt_is_adopted() -> None:
+    """If the file was stored but the worker died before settling, the next attempt adopts it."""
+    deps = make_deps(FakeSource())
+    record = request(deps)
+    upload = deps.objects.begin_upload(record.storage_key)
+    upload.upload_part(1, b"a,b\r\n1,2\r\n")
+    upload.complete(rows=1, sha256="f" * 64)
+    work(deps)
+    done = current(deps, record)
+    assert (done.status, done.row_count, done.sha256, done.size_bytes) == (
+        Status.SUCCEEDED,
+        1,
+        "f" * 64,
+        10,
+    )
+    assert deps.sources["fake"].calls == []  # type: ignore[attr-defined]
+
+
+def test_a_deleted_query_fails_access_lost_before_running() -> None:
+    """Pre-run check: queued -> failed access_lost; the source is never asked."""
+    source = FakeSource()
+    deps = make_deps(source)
+    record = request(deps)
+    deps.store.delete_query("q1")
+    work(deps)
+    failed = current(deps, record)
+    assert (failed.status, failed.failure_code, failed.attempt) == (
+        Status.FAILED,
+        FailureCode.ACCESS_LOST,
+        0,
+    )
+    assert source.calls == []
+
+
+def test_access_revoked_fails_access_lost_before_running() -> None:
+    """A requester removed from the query's members loses access before the run."""
+    deps = make_deps(FakeSource())
+    record = request(deps)
+    query = deps.store.get_query("q1")
+    assert query is not None
+    deps.store.update_query(
+        Query(**{**query.__dict__, "members": frozenset({"bob"}), "owner": "bob"})
+    )
+    work(deps)
+    assert current(deps, record).failure_code is FailureCode.ACCESS_LOST
+
+
+def test_drain_exits_once_nothing_is_left() -> None:
+    """`--drain` runs every queued export and then returns."""
+    deps = make_deps(FakeSource())
+    records = [request(deps) for _ in range(3)]
+    outcomes = Worker(deps, concurrency=2, drain=True).run()
+    assert outcomes == {"succeeded": 3}
+    assert all(current(deps, r).status is Status.SUCCEEDED for r in records)
+
+
+def test_shutdown_hands_a_running_export_back() -> None:
+    """Past the grace period a stopping worker releases its export for immediate redelivery."""
+    started = threading.Event()
+    release = threading.Event()
+
+    def block(i: int) -> None:
+        if i == 1:
+            started.set()
+            release.wait(5)
+
+    deps = make_deps(FakeSource(on_batch=block))
+    record = request(deps)
+    worker = Worker(deps, concurrency=1)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    assert started.wait(5)
+    worker.stop(grace_seconds=0)
+    worker.interrupt.wait(2)
+    release.set()
+    thread.join(5)
+    handed = current(deps, record)
+    assert handed.status is Status.RUNNING
+    assert handed.lease_expires_at is not None
+    assert handed.lease_expires_at <= deps.clock.now()
+    assert deps.objects.incomplete_uploads(record.storage_key) == []
+    assert worker.outcomes == {"handed_back": 1}
