@@ -1,0 +1,74 @@
+"""The one place DuckDB (and its Arrow reader's) exceptions become qexport errors."""
+
+from __future__ import annotations
+
+import duckdb
+
+from qexport.domain.failures import (
+    QExportError,
+    QueryInvalidError,
+    QueryTimeoutError,
+    SourceUnavailableError,
+    bounded_detail,
+)
+
+# Errors the query's author caused and can fix: the export settles query_invalid.
+_QUERY_ERRORS: tuple[type[Exception], ...] = (
+    duckdb.ParserException,
+    duckdb.SyntaxException,
+    duckdb.BinderException,
+    duckdb.CatalogException,
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.InvalidTypeException,
+    duckdb.TypeMismatchException,
+    duckdb.OutOfRangeException,
+    duckdb.PermissionException,
+    duckdb.NotImplementedException,
+)
+_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (duckdb.IOException,)
+
+# Once the rows stream through Arrow, DuckDB's errors surface as Arrow errors carrying only
+# DuckDB's message; its "<kind> Error:" prefix is all that is left to classify them by.
+_QUERY_ERROR_PREFIXES = (
+    "Parser Error",
+    "Syntax Error",
+    "Binder Error",
+    "Catalog Error",
+    "Conversion Error",
+    "Invalid Input Error",
+    "Invalid type Error",
+    "Mismatch Type Error",
+    "Divide by Zero Error",
+    "Out of Range Error",
+    "Permission Error",
+    "Not implemented Error",
+)
+_UNAVAILABLE_PREFIXES = ("IO Error",)
+_INTERRUPT_PREFIX = "INTERRUPT Error"
+
+
+def timeout_error(seconds: float) -> QueryTimeoutError:
+    return QueryTimeoutError(f"statement timeout of {seconds:g} s reached")
+
+
+def translate_error(exc: BaseException, *, timed_out: bool, timeout_seconds: float) -> QExportError:
+    """The qexport error for an exception raised while running or reading a statement."""
+    message = bounded_detail(str(exc))
+    if isinstance(exc, QExportError):
+        return exc
+    if isinstance(exc, duckdb.InterruptException) or message.startswith(_INTERRUPT_PREFIX):
+        if timed_out:
+            return timeout_error(timeout_seconds)
+        return QExportError("the statement was interrupted")
+    if isinstance(exc, _QUERY_ERRORS) or message.startswith(_QUERY_ERROR_PREFIXES):
+        return QueryInvalidError(message)
+    if isinstance(exc, _UNAVAILABLE_ERRORS) or message.startswith(_UNAVAILABLE_PREFIXES):
+        return SourceUnavailableError(message)
+    return QExportError(f"the DuckDB source failed unexpectedly: {type(exc).__name__}")
+
+
+def connect_error(name: str, exc: Exception) -> SourceUnavailableError:
+    return SourceUnavailableError(
+        f"DuckDB source {name!r} cannot be opened: {bounded_detail(str(exc))}"
+    )

@@ -1,0 +1,340 @@
+"""The DuckDB source on a real database file: streaming, binding, sandbox, errors, timeout."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterator
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from qexport.domain.exports import Requester
+from qexport.domain.failures import (
+    QueryInvalidError,
+    QueryTimeoutError,
+    SourceUnavailableError,
+)
+from qexport.sources.duckdb import BATCH_ROWS, DuckDBSource
+
+REQUESTER = Requester(user_id="user-7", workspace_id="acme")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    path = tmp_path / "source.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE TABLE items AS SELECT * FROM (VALUES"
+        " (1, 'apple', 'acme', 'user-7'),"
+        " (2, 'pear', 'acme', 'user-8'),"
+        " (3, 'plum', 'demo', 'user-9'),"
+        " (4, 'x'' OR ''1''=''1', 'acme', 'user-7')"
+        ") AS t(id, name, workspace_id, owner)"
+    )
+    con.close()
+    return path
+
+
+@pytest.fixture
+def source(db_path: Path) -> Iterator[DuckDBSource]:
+    source = DuckDBSource("warehouse", db_path)
+    yield source
+    source.close()
+
+
+def _rows(
+    source: DuckDBSource, sql: str, parameters: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    stream = source.execute(sql, parameters or {}, REQUESTER, timeout_seconds=30)
+    try:
+        rows: list[dict[str, Any]] = pa.Table.from_batches(
+            list(stream), schema=stream.schema
+        ).to_pylist()
+        return rows
+    finally:
+        stream.close()
+
+
+def _drain(source: DuckDBSource, sql: str, *, timeout_seconds: float = 5) -> None:
+    stream = source.execute(sql, {}, REQUESTER, timeout_seconds=timeout_seconds)
+    try:
+        for _batch in stream:
+            pass
+    finally:
+        stream.close()
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_large_result_streams_in_several_batches(source: DuckDBSource) -> None:
+    """A result bigger than one batch arrives as several bounded record batches."""
+    rows = 3 * BATCH_ROWS + 5
+    stream = source.execute(
+        "SELECT range AS n, 'row ' || range AS label FROM range($rows)",
+        {"rows": rows},
+        REQUESTER,
+        timeout_seconds=30,
+    )
+    sizes = [batch.num_rows for batch in stream]
+    stream.close()
+
+    assert stream.schema.names == ["n", "label"]
+    assert len(sizes) >= 4
+    assert max(sizes) <= BATCH_ROWS
+    assert sum(sizes) == rows
+
+
+def test_parameter_values_are_bound_never_interpolated(source: DuckDBSource) -> None:
+    """An injection attempt is compared as a plain value and matches only that literal name."""
+    rows = _rows(source, "SELECT id FROM items WHERE name = $name", {"name": "x' OR '1'='1"})
+    assert rows == [{"id": 4}]
+
+
+def test_typed_parameter_values_keep_their_types(source: DuckDBSource) -> None:
+    """str, int, Decimal, date, bool and None bind as their SQL types."""
+    rows = _rows(
+        source,
+        "SELECT $s AS s, $i + 1 AS i, $d AS d, $day AS day, $flag AS flag, $nothing IS NULL AS n",
+        {
+            "s": "Zoë",
+            "i": 41,
+            "d": Decimal("12.34"),
+            "day": date(2024, 2, 29),
+            "flag": True,
+            "nothing": None,
+        },
+    )
+    assert rows == [
+        {
+            "s": "Zoë",
+            "i": 42,
+            "d": Decimal("12.34"),
+            "day": date(2024, 2, 29),
+            "flag": True,
+            "n": True,
+        }
+    ]
+
+
+def test_requester_context_is_bound_as_user_id_and_workspace_id(source: DuckDBSource) -> None:
+    """$user_id and $workspace_id carry the requester, so a query can restrict rows by them."""
+    rows = _rows(
+        source,
+        "SELECT id, $USER_ID AS who FROM items WHERE workspace_id = $workspace_id "
+        "AND owner = $user_id ORDER BY id",
+    )
+    assert rows == [{"id": 1, "who": "user-7"}, {"id": 4, "who": "user-7"}]
+
+
+def test_dollar_names_inside_string_literals_and_comments_are_not_parameters(
+    source: DuckDBSource,
+) -> None:
+    """Only real parameter markers are bound; '$user_id' in quotes stays text."""
+    rows = _rows(source, "SELECT '$user_id' AS literal -- and $workspace_id here\n")
+    assert rows == [{"literal": "$user_id"}]
+
+
+def test_parameters_the_statement_does_not_use_are_ignored(source: DuckDBSource) -> None:
+    """A report's shared parameters may include some a given query does not mention."""
+    rows = _rows(source, "SELECT count(*) AS n FROM items WHERE id > $min", {"min": 1, "max": 9})
+    assert rows == [{"n": 3}]
+
+
+@pytest.mark.parametrize("name", ["user_id", "WORKSPACE_ID"])
+def test_a_query_parameter_may_not_shadow_the_requester_context(
+    source: DuckDBSource, name: str
+) -> None:
+    """Passing user_id/workspace_id as a query parameter would impersonate someone: refused."""
+    with pytest.raises(QueryInvalidError, match="reserved"):
+        source.execute("SELECT $user_id", {name: "someone-else"}, REQUESTER, timeout_seconds=5)
+
+
+def test_a_missing_parameter_value_is_named(source: DuckDBSource) -> None:
+    """A parameter without a value is query_invalid and the message names it."""
+    with pytest.raises(QueryInvalidError, match=r"\$since"):
+        source.execute("SELECT * FROM items WHERE id > $since", {}, REQUESTER, timeout_seconds=5)
+
+
+def test_positional_parameters_are_refused(source: DuckDBSource) -> None:
+    """Only named parameters are supported, with a message saying how to write them."""
+    with pytest.raises(QueryInvalidError, match="named"):
+        source.execute("SELECT * FROM items WHERE id = ?", {}, REQUESTER, timeout_seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("INSERT INTO items VALUES (9, 'new', 'acme', 'me')", "got INSERT"),
+        ("UPDATE items SET name = 'x'", "got UPDATE"),
+        ("DELETE FROM items", "got DELETE"),
+        ("DROP TABLE items", "got DROP"),
+        ("CREATE TABLE stolen AS SELECT * FROM items", "got CREATE"),
+        ("COPY items TO '{out}'", "got COPY"),
+        ("ATTACH '{other}' AS other", "got ATTACH"),
+        ("INSTALL httpfs", "allowed"),
+        ("LOAD httpfs", "allowed"),
+        ("SET enable_external_access = true", "got SET"),
+        ("PRAGMA version", "got PRAGMA"),
+        ("CALL pragma_version()", "got CALL"),
+        ("SELECT 1; DROP TABLE items", "got 2 statements"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "Permission Error"),
+        ("SELECT * FROM read_text('/etc/passwd')", "Permission Error"),
+        ("SELECT * FROM glob('/*')", "Permission Error"),
+        ("SELECT * FROM '/etc/passwd'", "/etc/passwd"),
+        ("SELECT * FROM read_parquet('{out}')", "Permission Error"),
+    ],
+)
+def test_every_sandbox_escape_is_refused_and_changes_nothing(
+    source: DuckDBSource, db_path: Path, tmp_path: Path, sql: str, reason: str
+) -> None:
+    """Writes, file access, attaching, extensions: all query_invalid, and the file is unchanged."""
+    out, other = tmp_path / "leak.csv", tmp_path / "other.duckdb"
+    before = _digest(db_path)
+
+    with pytest.raises(QueryInvalidError, match=reason):
+        _drain(source, sql.format(out=out, other=other))
+
+    assert _digest(db_path) == before
+    assert not out.exists()
+    assert not other.exists()
+    assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
+
+
+def test_configuration_stays_locked_for_every_query(source: DuckDBSource) -> None:
+    """The sandbox settings are in force and locked, so no statement can loosen them."""
+    rows = _rows(
+        source,
+        "SELECT current_setting('enable_external_access') AS external, "
+        "current_setting('lock_configuration') AS locked",
+    )
+    assert rows == [{"external": False, "locked": True}]
+
+
+def test_syntax_error_message_is_duckdbs_own(source: DuckDBSource) -> None:
+    """A syntax error is query_invalid and says where the parser stopped."""
+    with pytest.raises(QueryInvalidError) as caught:
+        source.execute("SELEC id FROM items", {}, REQUESTER, timeout_seconds=5)
+    assert 'syntax error at or near "SELEC"' in caught.value.detail
+    assert "Traceback" not in caught.value.detail
+
+
+def test_unknown_column_is_query_invalid_with_the_binders_message(source: DuckDBSource) -> None:
+    """A binder error names the missing column."""
+    with pytest.raises(QueryInvalidError, match="colour"):
+        source.execute("SELECT colour FROM items", {}, REQUESTER, timeout_seconds=5)
+
+
+def test_an_error_raised_while_streaming_is_query_invalid(source: DuckDBSource) -> None:
+    """A conversion failing after some batches were read still settles query_invalid."""
+    stream = source.execute(
+        "SELECT CASE WHEN range < 300000 THEN range ELSE ('x' || range)::BIGINT END AS v "
+        "FROM range(400000)",
+        {},
+        REQUESTER,
+        timeout_seconds=30,
+    )
+    with pytest.raises(QueryInvalidError, match="Could not convert"):
+        for _batch in stream:
+            pass
+
+
+def test_an_empty_query_is_query_invalid(source: DuckDBSource) -> None:
+    """Whitespace or a lone comment is not a statement."""
+    with pytest.raises(QueryInvalidError, match="empty"):
+        source.execute("  -- nothing\n", {}, REQUESTER, timeout_seconds=5)
+
+
+def test_a_slow_statement_hits_the_statement_timeout(source: DuckDBSource) -> None:
+    """A statement still running at the deadline is interrupted: query_timeout."""
+    with pytest.raises(QueryTimeoutError, match=r"statement timeout of 0\.5 s reached"):
+        _drain(
+            source,
+            "SELECT count(*) FROM range(1000000000) a, range(1000000000) b",
+            timeout_seconds=0.5,
+        )
+
+
+def test_the_timeout_also_covers_reading_the_stream(source: DuckDBSource) -> None:
+    """A result read past the deadline is interrupted mid-stream: query_timeout."""
+    stream = source.execute(
+        "SELECT range AS n, md5(range::VARCHAR) AS h FROM range(100000000000)",
+        {},
+        REQUESTER,
+        timeout_seconds=0.5,
+    )
+    with pytest.raises(QueryTimeoutError):
+        for _batch in stream:
+            pass
+
+
+def test_closing_a_stream_early_releases_it(source: DuckDBSource) -> None:
+    """A stream closed after one batch stops its query; the source keeps working."""
+    stream = source.execute(
+        "SELECT range AS n FROM range(100000000000)", {}, REQUESTER, timeout_seconds=0.5
+    )
+    first = next(iter(stream))
+    stream.close()
+    stream.close()
+
+    assert first.num_rows > 0
+    assert _rows(source, "SELECT 1 AS one") == [{"one": 1}]
+
+
+def test_a_missing_database_is_source_unavailable(tmp_path: Path) -> None:
+    """Construction connects to nothing; the first query finds the file missing."""
+    source = DuckDBSource("gone", tmp_path / "missing.duckdb")
+    with pytest.raises(SourceUnavailableError, match="gone"):
+        source.execute("SELECT 1", {}, REQUESTER, timeout_seconds=5)
+    assert not (tmp_path / "missing.duckdb").exists()
+
+
+def test_a_file_that_is_not_a_database_is_source_unavailable(tmp_path: Path) -> None:
+    """An unreadable database file is an unavailable source, not a query error."""
+    path = tmp_path / "garbage.duckdb"
+    path.write_bytes(b"not a database" * 100)
+    with pytest.raises(SourceUnavailableError):
+        DuckDBSource("garbage", path).execute("SELECT 1", {}, REQUESTER, timeout_seconds=5)
+
+
+def test_concurrent_exports_each_read_their_own_rows(source: DuckDBSource) -> None:
+    """Several threads streaming at once each get exactly their own result."""
+    totals: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def export(k: int) -> None:
+        try:
+            stream = source.execute(
+                "SELECT range * $k AS v FROM range(200000)",
+                {"k": k},
+                Requester(f"user-{k}", "acme"),
+                timeout_seconds=30,
+            )
+            totals[k] = sum(pc.sum(batch["v"]).as_py() for batch in stream)
+            stream.close()
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=export, args=(k,)) for k in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    base = sum(range(200000))
+    assert totals == {k: k * base for k in range(1, 5)}
+
+
+def test_a_negative_timeout_is_a_programming_error(source: DuckDBSource) -> None:
+    """timeout_seconds must be >= 0 (0 means no limit)."""
+    with pytest.raises(ValueError, match="timeout_seconds"):
+        source.execute("SELECT 1", {}, REQUESTER, timeout_seconds=-1)

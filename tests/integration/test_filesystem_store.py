@@ -1,0 +1,326 @@
+"""The filesystem object store: multipart completion, create-if-absent, metadata, lifecycle."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from qexport.domain.failures import NotFoundError, ObjectExistsError, StorageUnavailableError
+from qexport.ports import StoredObject
+from qexport.storage.filesystem import FilesystemObjectStore
+from qexport.storage.lifecycle import LifecycleReport, apply_filesystem_lifecycle
+
+KEY = "exports/demo/exp-1/orders.csv"
+NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
+RETENTION = timedelta(days=7)
+
+
+class FixedClock:
+    def __init__(self, now: datetime) -> None:
+        self.current = now
+
+    def now(self) -> datetime:
+        return self.current
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(NOW)
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FixedClock) -> FilesystemObjectStore:
+    return FilesystemObjectStore(tmp_path / "store", clock=clock)
+
+
+def _upload(store: FilesystemObjectStore, key: str, parts: list[bytes], rows: int) -> StoredObject:
+    upload = store.begin_upload(key)
+    for number, data in enumerate(parts, start=1):
+        upload.upload_part(number, data)
+    return upload.complete(rows=rows, sha256=hashlib.sha256(b"".join(parts)).hexdigest())
+
+
+def _read(store: FilesystemObjectStore, key: str) -> bytes:
+    with store.open(key) as handle:
+        return handle.read()
+
+
+def _staging_entries(store: FilesystemObjectStore) -> list[str]:
+    staging = store.layout.staging_root
+    return sorted(os.listdir(staging)) if staging.exists() else []
+
+
+def test_completed_upload_is_the_concatenation_of_its_parts_with_its_metadata(
+    store: FilesystemObjectStore,
+) -> None:
+    """Parts are joined in number order and head reports size, rows and sha256."""
+    parts = [b"id,name\n", b"1,a\n" * 1000, b"2,\xc3\xa9\n"]
+    upload = store.begin_upload(KEY)
+    # Parts uploaded out of order still assemble by number.
+    upload.upload_part(2, parts[1])
+    upload.upload_part(1, parts[0])
+    upload.upload_part(3, parts[2])
+    digest = hashlib.sha256(b"".join(parts)).hexdigest()
+
+    stored = upload.complete(rows=1001, sha256=digest)
+
+    expected = StoredObject(KEY, len(b"".join(parts)), 1001, digest)
+    assert stored == expected
+    assert store.head(KEY) == expected
+    assert _read(store, KEY) == b"".join(parts)
+    assert store.local_path(KEY).read_bytes() == b"".join(parts)
+    assert _staging_entries(store) == []
+    assert store.incomplete_uploads(KEY) == []
+
+
+def test_single_part_upload_is_published_whole(store: FilesystemObjectStore) -> None:
+    """One part (renamed rather than copied) becomes the object unchanged."""
+    stored = _upload(store, KEY, [b"x" * 100_000], rows=7)
+    assert stored.size_bytes == 100_000
+    assert _read(store, KEY) == b"x" * 100_000
+
+
+def test_multi_megabyte_parts_assemble_byte_exact(store: FilesystemObjectStore) -> None:
+    """Large parts joined by in-kernel copies give exactly the bytes uploaded."""
+    parts = [os.urandom(5 * 1024 * 1024 + 17), os.urandom(3 * 1024 * 1024), b"tail"]
+    stored = _upload(store, KEY, parts, rows=3)
+    assert stored.size_bytes == sum(len(part) for part in parts)
+    assert hashlib.sha256(_read(store, KEY)).hexdigest() == stored.sha256
+
+
+def test_a_key_prefix_is_not_an_object(store: FilesystemObjectStore) -> None:
+    """The directories leading to a key are neither found by head nor opened."""
+    _upload(store, KEY, [b"data"], rows=1)
+    assert store.head("exports/demo/exp-1") is None
+    with pytest.raises(NotFoundError):
+        store.open("exports/demo")
+
+
+def test_a_key_below_an_existing_object_is_a_storage_error(store: FilesystemObjectStore) -> None:
+    """A key that needs an object's path as a directory fails, and is not reported as taken."""
+    _upload(store, KEY, [b"data"], rows=1)
+    upload = store.begin_upload(KEY + "/nested.csv")
+    upload.upload_part(1, b"x")
+    with pytest.raises(StorageUnavailableError):
+        upload.complete(rows=1, sha256="a" * 64)
+    assert store.head(KEY + "/nested.csv") is None
+
+
+def test_second_completion_at_a_taken_key_raises_and_keeps_the_first(
+    store: FilesystemObjectStore,
+) -> None:
+    """Create-if-absent: the loser gets ObjectExistsError and the winner's object survives."""
+    first = _upload(store, KEY, [b"first\n"], rows=1)
+    second = store.begin_upload(KEY)
+    second.upload_part(1, b"second attempt, other bytes\n")
+
+    with pytest.raises(ObjectExistsError):
+        second.complete(rows=99, sha256="0" * 64)
+
+    assert store.head(KEY) == first
+    assert _read(store, KEY) == b"first\n"
+    assert _staging_entries(store) == []
+    assert len(os.listdir(store.layout.meta_root)) == 1  # the loser's metadata is gone too
+
+
+def test_racing_uploads_have_one_winner_and_the_loser_adopts_its_metadata(
+    store: FilesystemObjectStore,
+) -> None:
+    """Two attempts completing the same key at once: one object, one set of metadata."""
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, StoredObject | ObjectExistsError] = {}
+
+    def attempt(name: str, payload: bytes) -> None:
+        upload = store.begin_upload(KEY)
+        upload.upload_part(1, payload)
+        upload.upload_part(2, payload)
+        barrier.wait()
+        try:
+            outcomes[name] = upload.complete(rows=len(name), sha256=name * 64)
+        except ObjectExistsError as exc:
+            outcomes[name] = exc
+
+    threads = [
+        threading.Thread(target=attempt, args=("a", b"A" * 50_000)),
+        threading.Thread(target=attempt, args=("bb", b"B" * 60_000)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    winners = [value for value in outcomes.values() if isinstance(value, StoredObject)]
+    losers = [value for value in outcomes.values() if isinstance(value, ObjectExistsError)]
+    assert len(winners) == 1
+    assert len(losers) == 1
+    adopted = store.head(KEY)
+    assert adopted == winners[0]
+    payload = b"A" * 100_000 if adopted.sha256 == "a" * 64 else b"B" * 120_000
+    assert _read(store, KEY) == payload
+    assert _staging_entries(store) == []
+
+
+def test_abort_removes_staged_parts_and_is_idempotent(store: FilesystemObjectStore) -> None:
+    """An aborted upload leaves nothing staged and no object."""
+    upload = store.begin_upload(KEY)
+    upload.upload_part(1, b"partial")
+    assert store.incomplete_uploads(KEY) == [upload.upload_id]
+
+    upload.abort()
+    upload.abort()
+
+    assert store.incomplete_uploads(KEY) == []
+    assert _staging_entries(store) == []
+    assert store.head(KEY) is None
+
+
+def test_abort_after_complete_keeps_the_object(store: FilesystemObjectStore) -> None:
+    """Aborting in a cleanup path after a successful completion is harmless."""
+    upload = store.begin_upload(KEY)
+    upload.upload_part(1, b"done")
+    stored = upload.complete(rows=1, sha256="f" * 64)
+    upload.abort()
+    assert store.head(KEY) == stored
+
+
+def test_uploading_to_an_aborted_upload_is_a_storage_error(store: FilesystemObjectStore) -> None:
+    """Writing after the staging is gone reports storage_unavailable, not a raw OSError."""
+    upload = store.begin_upload(KEY)
+    upload.abort()
+    with pytest.raises(StorageUnavailableError):
+        upload.upload_part(1, b"late")
+
+
+def test_metadata_survives_a_crash_between_link_and_staging_cleanup(
+    store: FilesystemObjectStore,
+) -> None:
+    """Meta written and link done, staging left behind: head still has the metadata."""
+    upload = store.begin_upload(KEY)
+    upload.upload_part(1, b"abc")
+    upload.upload_part(2, b"def")
+    upload._discard = lambda: None  # type: ignore[method-assign]  # the process dies here
+
+    upload.complete(rows=2, sha256="c" * 64)
+
+    assert _staging_entries(store) == [upload.upload_id]
+    assert store.head(KEY) == StoredObject(KEY, 6, 2, "c" * 64)
+    assert store.incomplete_uploads(KEY) == []  # it was completed, just not cleaned up
+    report = apply_filesystem_lifecycle(store, NOW, RETENTION)
+    assert report == LifecycleReport(objects_deleted=0, uploads_removed=1, orphan_meta_removed=0)
+    assert store.head(KEY) == StoredObject(KEY, 6, 2, "c" * 64)
+
+
+def test_delete_removes_object_and_metadata(store: FilesystemObjectStore) -> None:
+    """After delete, head is None, open is NotFound and the key can be completed anew."""
+    _upload(store, KEY, [b"old"], rows=1)
+    store.delete(KEY)
+    store.delete(KEY)
+
+    assert store.head(KEY) is None
+    with pytest.raises(NotFoundError):
+        store.open(KEY)
+    assert os.listdir(store.layout.meta_root) == []
+    assert _upload(store, KEY, [b"new"], rows=1).size_bytes == 3
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "/exports/a/b/c.csv",
+        "exports/../secret",
+        "exports/a//c.csv",
+        "exports/a/b/",
+        "exports\\a\\c.csv",
+        "exports/./c.csv",
+        ".meta/1-2.json",
+        ".staging/x/part-00001",
+    ],
+)
+def test_invalid_keys_are_refused(store: FilesystemObjectStore, key: str) -> None:
+    """Keys that could escape the root or reach the store's bookkeeping raise ValueError."""
+    with pytest.raises(ValueError, match="key"):
+        store.begin_upload(key)
+    with pytest.raises(ValueError, match="key"):
+        store.head(key)
+    with pytest.raises(ValueError, match="key"):
+        store.local_path(key)
+
+
+def _age_object(store: FilesystemObjectStore, key: str, age: timedelta) -> None:
+    moment = (NOW - age).timestamp()
+    os.utime(store.local_path(key), (moment, moment))
+
+
+def test_lifecycle_deletes_expired_objects_and_keeps_fresh_ones(
+    store: FilesystemObjectStore,
+) -> None:
+    """Objects expire retention + 1 day after completion, with their metadata."""
+    old_key, edge_key, fresh_key = (f"exports/demo/{name}/f.csv" for name in ("old", "edge", "new"))
+    for key in (old_key, edge_key, fresh_key):
+        _upload(store, key, [b"data"], rows=1)
+    _age_object(store, old_key, RETENTION + timedelta(days=1, minutes=1))
+    _age_object(store, edge_key, RETENTION + timedelta(hours=23))
+    _age_object(store, fresh_key, timedelta(hours=1))
+
+    report = apply_filesystem_lifecycle(store, NOW, RETENTION)
+
+    assert report == LifecycleReport(objects_deleted=1, uploads_removed=0, orphan_meta_removed=0)
+    assert store.head(old_key) is None
+    assert not store.local_path(old_key).parent.exists()  # empty directories are pruned
+    assert store.head(edge_key) is not None
+    assert store.head(fresh_key) is not None
+    assert len(os.listdir(store.layout.meta_root)) == 2
+
+
+def test_lifecycle_removes_incomplete_uploads_older_than_a_day(
+    store: FilesystemObjectStore, clock: FixedClock
+) -> None:
+    """An upload begun more than a day ago is dropped; a recent one is left to finish."""
+    clock.current = NOW - timedelta(days=1, minutes=5)
+    stale = store.begin_upload(KEY)
+    stale.upload_part(1, b"stale")
+    clock.current = NOW - timedelta(hours=2)
+    recent = store.begin_upload(KEY)
+    recent.upload_part(1, b"recent")
+
+    report = apply_filesystem_lifecycle(store, NOW, RETENTION)
+
+    assert report == LifecycleReport(objects_deleted=0, uploads_removed=1, orphan_meta_removed=0)
+    assert store.incomplete_uploads(KEY) == [recent.upload_id]
+    with pytest.raises(StorageUnavailableError):
+        stale.complete(rows=1, sha256="a" * 64)
+    clock.current = NOW
+    assert recent.complete(rows=1, sha256="b" * 64).size_bytes == len(b"recent")
+
+
+def test_lifecycle_removes_orphan_metadata_only(store: FilesystemObjectStore) -> None:
+    """Metadata of an inode no file holds is swept; that of objects and staged files is kept."""
+    _upload(store, KEY, [b"kept"], rows=1)
+    # The process dies after writing the metadata, before the link: the staged file still lives.
+    in_flight = store.begin_upload("exports/demo/exp-2/f.csv")
+    in_flight.upload_part(1, b"in flight")
+    in_flight._publish = lambda staged: None  # type: ignore[method-assign]
+    in_flight._discard = lambda: None  # type: ignore[method-assign]
+    in_flight.complete(rows=1, sha256="d" * 64)
+    orphan = store.layout.meta_root / "1-999999999.json"
+    orphan.write_text('{"key": "x", "size_bytes": 1, "rows": 1, "sha256": "e"}')
+
+    report = apply_filesystem_lifecycle(store, NOW, RETENTION)
+
+    assert report == LifecycleReport(objects_deleted=0, uploads_removed=0, orphan_meta_removed=1)
+    assert not orphan.exists()
+    assert len(os.listdir(store.layout.meta_root)) == 2
+
+    # Two days on, the crashed upload is swept and its metadata becomes an orphan with it.
+    later = apply_filesystem_lifecycle(store, NOW + timedelta(days=2), RETENTION)
+
+    assert later == LifecycleReport(objects_deleted=0, uploads_removed=1, orphan_meta_removed=1)
+    assert store.incomplete_uploads("exports/demo/exp-2/f.csv") == []
+    assert len(os.listdir(store.layout.meta_root)) == 1
+    assert store.head(KEY) is not None
