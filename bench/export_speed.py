@@ -84,16 +84,18 @@ def qexport_export(data_dir: Path, query_name: str, fmt: str) -> Run:
     store = SqlMetadataStore(create_engine(settings.database_url))
     env = {**os.environ, "QEXPORT_DATA_DIR": str(data_dir), "QEXPORT_POLL_SECONDS": "0.02"}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "qexport", "worker", "--drain"],
+        [sys.executable, "-m", "qexport", "worker"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     time.sleep(3)  # let the worker import and start polling, so its start-up is not timed
     record = request_export(store, SystemClock(), REQUESTER, query_ref=query_name, fmt=fmt)
+    while (done := store.get_export(record.id)) is not None and not done.settled:
+        time.sleep(0.2)
+    worker.terminate()
     _, status, usage = os.wait4(worker.pid, 0)
     stderr = worker.stderr.read().decode() if worker.stderr else ""
-    done = store.get_export(record.id)
     if status != 0 or done is None or done.status.value != "succeeded":
         raise SystemExit(f"qexport {fmt} export did not succeed: {done}\n{stderr[-2000:]}")
     assert done.completed_at is not None

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from qexport.domain.failures import QExportError, bounded_detail
-from qexport.sources.duckdb import SANDBOX_CONFIG
+from qexport.sources.duckdb import connect_sandboxed
 
 # Bump when the generated data changes, so existing demo databases are rebuilt.
 GENERATOR_VERSION = 1
@@ -63,7 +63,7 @@ def _existing_matches(path: Path, orders: int, seed: int) -> bool:
         return False
     try:
         # The source's own config, so a DuckDBSource open on this file in-process can share it.
-        con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG)
+        con = connect_sandboxed(path)
         try:
             rows = con.sql("SELECT orders, seed, generator_version FROM demo_meta").fetchall()
         finally:
@@ -74,7 +74,9 @@ def _existing_matches(path: Path, orders: int, seed: int) -> bool:
 
 
 def _generate(target: Path, orders: int, customers: int, seed: int) -> None:
+    # No progress bar: DuckDB would draw it on stdout, into the demo's own output.
     con = duckdb.connect(str(target))
+    con.execute("SET enable_progress_bar = false")
     try:
         # seed is an int, so formatting it into the macro cannot inject anything.
         con.execute(f"CREATE TEMP MACRO rnd(i, salt) AS hash(i, salt, {seed}::BIGINT)")

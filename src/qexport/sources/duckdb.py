@@ -20,15 +20,27 @@ BATCH_ROWS = 131_072
 
 # Read-only is not enough: without these a SELECT could read any file the process can
 # (read_csv('/etc/passwd')), write one (COPY ... TO), ATTACH another database, or fetch and load
-# an extension. lock_configuration comes last so no statement can turn them back on.
+# an extension. The configuration is then locked so no statement can turn them back on.
 SANDBOX_CONFIG: dict[str, Any] = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
     "allow_community_extensions": False,
     "python_enable_replacements": False,
-    "lock_configuration": True,
 }
+
+
+def connect_sandboxed(path: Path) -> duckdb.DuckDBPyConnection:
+    """Open `path` read-only inside the sandbox, with the configuration locked."""
+    con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG)
+    try:
+        # Session settings go before the lock; DuckDB would draw its progress bar on stdout.
+        con.execute("SET enable_progress_bar = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 class DuckDBSource:
@@ -83,9 +95,7 @@ class DuckDBSource:
         with self._lock:
             if self._connection is None:
                 try:
-                    self._connection = duckdb.connect(
-                        str(self.path), read_only=True, config=SANDBOX_CONFIG
-                    )
+                    self._connection = connect_sandboxed(self.path)
                 except duckdb.Error as exc:
                     raise connect_error(self.name, exc) from exc
             return self._connection.cursor()

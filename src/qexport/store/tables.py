@@ -120,9 +120,7 @@ exports = sa.Table(
     sa.Column("failure_detail", sa.String(500)),
     sa.Column("last_error_code", sa.String(40)),
     sa.Column("last_error_detail", sa.String(500)),
-    sa.CheckConstraint(
-        "status IN ('queued', 'running', 'succeeded', 'failed')", name="status"
-    ),
+    sa.CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed')", name="status"),
     sa.CheckConstraint(_SUCCEEDED_COMPLETE, name="succeeded_complete"),
     sa.CheckConstraint(_FAILED_COMPLETE, name="failed_complete"),
     sa.CheckConstraint(_RUNNING_LEASED, name="running_leased"),
@@ -130,7 +128,9 @@ exports = sa.Table(
     sa.CheckConstraint("attempt >= 0 AND progress_rows >= 0", name="counters"),
 )
 sa.Index("ix_exports_claim", exports.c.status, exports.c.created_at)
-sa.Index("ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at)
+sa.Index(
+    "ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at
+)
 
 # Invariant 1 backed by the database itself: any UPDATE of a settled row is refused.
 SETTLED_IMMUTABLE_SQLITE = """

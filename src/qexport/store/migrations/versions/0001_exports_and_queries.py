@@ -76,9 +76,7 @@ def upgrade() -> None:
         sa.Column("failure_detail", sa.String(500)),
         sa.Column("last_error_code", sa.String(40)),
         sa.Column("last_error_detail", sa.String(500)),
-        sa.CheckConstraint(
-            "status IN ('queued', 'running', 'succeeded', 'failed')", name="status"
-        ),
+        sa.CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed')", name="status"),
         sa.CheckConstraint(
             "status <> 'succeeded' OR (size_bytes IS NOT NULL AND row_count IS NOT NULL"
             " AND sha256 IS NOT NULL AND completed_at IS NOT NULL AND expires_at IS NOT NULL"
@@ -112,9 +110,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP TRIGGER IF EXISTS exports_settled_immutable" + (
-        " ON exports" if op.get_bind().dialect.name == "postgresql" else ""
-    ))
+    op.execute(
+        "DROP TRIGGER IF EXISTS exports_settled_immutable"
+        + (" ON exports" if op.get_bind().dialect.name == "postgresql" else "")
+    )
     op.drop_table("exports")
     op.drop_index("uq_queries_live_name", table_name="queries")
     op.drop_table("queries")

@@ -1,0 +1,1 @@
+"""File writers: Arrow record batches in, CSV / TSV / JSON Lines / Parquet / XLSX bytes out."""

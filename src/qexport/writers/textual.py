@@ -1,0 +1,138 @@
+"""Arrow types as the writers see them, and text for values that have no native form.
+
+Text formats and spreadsheets have cells for numbers, booleans, dates and strings; anything
+else (binary, intervals, extension types) is written as text, the same text in every format.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_NANOS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+NANOS_PER_SECOND = 1_000_000_000
+
+
+def unwrap(array: pa.Array) -> pa.Array:
+    """An extension array whose storage is text (JSON, ...) reads as its plain storage."""
+    if isinstance(array.type, pa.BaseExtensionType) and is_string_like(array.type.storage_type):
+        return array.storage
+    return array
+
+
+def is_string_like(arrow_type: pa.DataType) -> bool:
+    """Strings in any Arrow layout, dictionary-encoded strings (DuckDB ENUM) included."""
+    if pa.types.is_dictionary(arrow_type):
+        return is_string_like(arrow_type.value_type)
+    return bool(
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_string_view(arrow_type)
+    )
+
+
+def is_binary_like(arrow_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+        or pa.types.is_fixed_size_binary(arrow_type)
+        or pa.types.is_binary_view(arrow_type)
+    )
+
+
+def is_span(arrow_type: pa.DataType) -> bool:
+    """Durations and intervals: lengths of time, written as ISO 8601 durations."""
+    return bool(pa.types.is_duration(arrow_type) or pa.types.is_interval(arrow_type))
+
+
+def utf8(array: pa.Array) -> pa.Array:
+    """A string-like array as plain `string`, the layout every compute kernel accepts."""
+    array = unwrap(array)
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_string(array.type):
+        return array
+    return array.cast(pa.string())
+
+
+def base64_text(array: pa.Array) -> pa.Array:
+    """Binary values as standard base64 text; NULL stays NULL."""
+    return pa.array(
+        [
+            None if value is None else base64.b64encode(value).decode("ascii")
+            for value in array.to_pylist()
+        ],
+        pa.string(),
+    )
+
+
+def span_text(array: pa.Array) -> pa.Array:
+    """Durations and intervals as ISO 8601 durations (`P1M2DT3.5S`); NULL stays NULL."""
+    if pa.types.is_duration(array.type):
+        factor = _NANOS_PER_UNIT[array.type.unit]
+        nanos = array.cast(pa.int64()).to_pylist()
+        texts = [None if n is None else iso_duration(0, 0, n * factor) for n in nanos]
+    elif array.type == pa.month_day_nano_interval():
+        texts = [
+            None if v is None else iso_duration(v.months, v.days, v.nanoseconds)
+            for v in array.to_pylist()
+        ]
+    else:
+        texts = fallback_strings(array)
+    return pa.array(texts, pa.string())
+
+
+def iso_duration(months: int, days: int, nanoseconds: int) -> str:
+    """ISO 8601 duration; Arrow intervals may mix signs, so each part keeps its own."""
+    text = "P"
+    if months:
+        text += f"{months}M"
+    if days:
+        text += f"{days}D"
+    if nanoseconds or text == "P":
+        sign = "-" if nanoseconds < 0 else ""
+        seconds, fraction = divmod(abs(nanoseconds), NANOS_PER_SECOND)
+        digits = f".{fraction:09d}".rstrip("0") if fraction else ""
+        text += f"T{sign}{seconds}{digits}S"
+    return text
+
+
+def fallback_strings(array: pa.Array) -> list[str | None]:
+    """`str()` of each Python value: for types no writer knows (UUID extension, unions...)."""
+    values: list[Any] = array.to_pylist()
+    return [None if value is None else str(value) for value in values]
+
+
+def value_bounds(strings: pa.Array) -> tuple[int, int]:
+    """Where this (possibly sliced) string array's values start and end in its data buffer."""
+    width = pa.int64() if pa.types.is_large_string(strings.type) else pa.int32()
+    offsets = pa.Array.from_buffers(
+        width, len(strings) + 1, [None, strings.buffers()[1]], offset=strings.offset
+    )
+    return offsets[0].as_py(), offsets[len(strings)].as_py()
+
+
+def matches_anywhere(strings: pa.Array, pattern: str) -> bool:
+    """Whether `pattern` (RE2) matches anywhere in the values' bytes: one scan, not one per row.
+
+    A cheap pre-check before per-row work: a match may span two values (or a NULL slot's
+    leftover bytes), so True means "look closer" while False is certain.
+    """
+    data = strings.buffers()[2]
+    if data is None or len(strings) == 0:
+        return False
+    start, end = value_bounds(strings)
+    width = pa.int64() if pa.types.is_large_string(strings.type) else pa.int32()
+    bounds = pa.array([start, end], width).buffers()[1]
+    whole = pa.Array.from_buffers(strings.type, 1, [None, bounds, data])
+    return bool(pc.match_substring_regex(whole, pattern)[0].as_py())
+
+
+def non_finite_to_null(array: pa.Array) -> pa.Array:
+    """NaN and infinities become NULL: neither JSON nor a spreadsheet can hold them."""
+    if pa.types.is_float16(array.type):
+        array = array.cast(pa.float32())
+    return pc.if_else(pc.is_finite(array), array, pa.scalar(None, array.type))

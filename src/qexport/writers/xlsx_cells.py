@@ -1,0 +1,265 @@
+"""Worksheet rows as XML, built a column at a time with pyarrow.compute.
+
+Each column turns into an array of `<c>` elements (NULL where the value is NULL: no cell),
+then rows are joined element-wise and wrapped in `<row>`. Numbers stay numbers, dates and
+times become Excel serial numbers with a date format, strings are inline strings and never
+formulas; formula-looking strings get a quote-prefixed style when neutralisation is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from qexport.writers.jsonvalues import iso_timestamps, to_text
+from qexport.writers.neutralize import formula_mask, looks_like_formula
+from qexport.writers.textual import (
+    is_string_like,
+    matches_anywhere,
+    non_finite_to_null,
+    unwrap,
+    utf8,
+)
+from qexport.writers.xlsx_parts import Styles, column_letter, escape_text
+
+CellEncoder = Callable[[pa.Array, pa.Array], pa.Array]
+
+# Excel's serial day 0 is 1899-12-30 in the 1900 date system; the Unix epoch is day 25569.
+UNIX_EPOCH_SERIAL = 25_569
+# Excel believes 1900 was a leap year: serials before 1 March 1900 (61) are one day lower.
+FIRST_TRUE_SERIAL = 61
+MIN_SERIAL = 2  # 1900-01-01 before the leap-year correction; earlier dates have no serial
+MAX_SERIAL = 2_958_466  # 10000-01-01: Excel's calendar ends on 9999-12-31
+MAX_CELL_CHARS = 32_767  # Excel refuses longer text in a cell
+_TICKS_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+_NO_TEXT = pa.scalar(None, pa.string())
+_COUNTING = pa.array(range(65_536), pa.int64())  # 0, 1, 2...: row numbers without a Python loop
+_INLINE = ' t="inlineStr"><is><t xml:space="preserve">'
+_INLINE_END = "</t></is></c>"
+# XML 1.0 forbids these characters outright, even escaped (RE2 syntax).
+_ILLEGAL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}]"
+# Characters to remove (above) or escape, and text Excel would decode (`_x0041_`).
+_SPECIAL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}&<>\r]|_x[0-9A-Fa-f]{4}_"
+
+
+@dataclass(frozen=True)
+class SheetColumns:
+    """Per column: how its cells are encoded, and a width when the default would be too narrow."""
+
+    header: str
+    encoders: list[CellEncoder]
+    widths: dict[int, float]
+
+
+def plan_columns(schema: pa.Schema, styles: Styles, *, neutralize: bool) -> SheetColumns:
+    """Choose each column's cell encoder from its Arrow type; register the styles it uses."""
+    quote_style = styles.xf(quote=True) if neutralize else None
+    encoders: list[CellEncoder] = []
+    widths: dict[int, float] = {}
+    for index, field in enumerate(schema):
+        encoder, width = _encoder(field.type, column_letter(index), styles, quote_style)
+        encoders.append(encoder)
+        if width:
+            widths[index] = width
+    return SheetColumns(_header_row(schema, styles, neutralize=neutralize), encoders, widths)
+
+
+def rows_xml(batch: pa.RecordBatch, first_row: int, columns: SheetColumns) -> pa.Array:
+    """The `<row>` elements for a batch whose first row is worksheet row `first_row`."""
+    rows = _row_numbers(first_row, batch.num_rows)
+    cells = [
+        encode(column, rows) for encode, column in zip(columns.encoders, batch.columns, strict=True)
+    ]
+    return pc.binary_join_element_wise(
+        '<row r="', rows, '">', *cells, "</row>", "", null_handling="replace", null_replacement=""
+    )
+
+
+def _row_numbers(first: int, count: int) -> pa.Array:
+    counting = _COUNTING if count <= len(_COUNTING) else pa.array(range(count), pa.int64())
+    return pc.add(counting.slice(0, count), first).cast(pa.string())
+
+
+def _header_row(schema: pa.Schema, styles: Styles, *, neutralize: bool) -> str:
+    cells = []
+    for index, name in enumerate(schema.names):
+        style = styles.xf(bold=True, quote=neutralize and looks_like_formula(name))
+        cells.append(
+            f'<c r="{column_letter(index)}1" s="{style}"{_INLINE}{escape_text(name)}{_INLINE_END}'
+        )
+    return f'<row r="1">{"".join(cells)}</row>'
+
+
+def _encoder(  # noqa: PLR0911 - one branch per Arrow type family
+    arrow_type: pa.DataType, letter: str, styles: Styles, quote_style: int | None
+) -> tuple[CellEncoder, float | None]:
+    opening = f'<c r="{letter}'
+    if isinstance(arrow_type, pa.BaseExtensionType) and is_string_like(arrow_type.storage_type):
+        arrow_type = arrow_type.storage_type
+    if pa.types.is_null(arrow_type):
+        return (lambda column, rows: pa.nulls(len(column), pa.string())), None
+    if pa.types.is_boolean(arrow_type):
+        return _bool_cells(opening), None
+    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+        return _number_cells(opening, None), None
+    if pa.types.is_decimal(arrow_type):
+        scale = arrow_type.scale
+        style = styles.xf("0." + "0" * scale) if scale > 0 else None
+        return _number_cells(opening, style), None
+    if pa.types.is_date(arrow_type):
+        return _serial_cells(opening, styles.xf("yyyy-mm-dd"), _date_serials), 11
+    if pa.types.is_timestamp(arrow_type):
+        return _serial_cells(opening, styles.xf("yyyy-mm-dd hh:mm:ss"), _timestamp_serials), 20
+    if pa.types.is_time(arrow_type):
+        return _time_cells(opening, styles.xf("hh:mm:ss")), 10
+    text = utf8 if is_string_like(arrow_type) else to_text
+    return _text_cells(opening, text, quote_style), None
+
+
+def _attributes(style: int | None) -> str:
+    return f' s="{style}"' if style is not None else ""
+
+
+def _bool_cells(opening: str) -> CellEncoder:
+    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
+        values = pc.if_else(column, "1", "0")
+        return pc.binary_join_element_wise(opening, rows, '" t="b"><v>', values, "</v></c>", "")
+
+    return encode
+
+
+def _number_cells(opening: str, style: int | None) -> CellEncoder:
+    middle = f'"{_attributes(style)}><v>'
+
+    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
+        column = unwrap(column)
+        if pa.types.is_floating(column.type):
+            column = non_finite_to_null(column)
+        values = column.cast(pa.string())
+        return pc.binary_join_element_wise(opening, rows, middle, values, "</v></c>", "")
+
+    return encode
+
+
+def _time_cells(opening: str, style: int) -> CellEncoder:
+    """A time of day is the fraction of a day, shown with a time format."""
+    middle = f'"{_attributes(style)}><v>'
+
+    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
+        storage = pa.int64() if pa.types.is_time64(column.type) else pa.int32()
+        ticks = column.cast(storage).cast(pa.float64(), safe=False)
+        fraction = pc.divide(ticks, float(_TICKS_PER_DAY[column.type.unit]))
+        values = fraction.cast(pa.string())
+        return pc.binary_join_element_wise(opening, rows, middle, values, "</v></c>", "")
+
+    return encode
+
+
+def _serial_cells(
+    opening: str, style: int, serials: Callable[[pa.Array], tuple[pa.Array, pa.Array]]
+) -> CellEncoder:
+    """Dates and timestamps as serial numbers; those Excel cannot represent as ISO text."""
+    middle = f'"{_attributes(style)}><v>'
+    text_cells = _text_cells(opening, _iso_text, None)
+
+    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
+        values, representable = serials(column)
+        numbers = pc.if_else(representable, values.cast(pa.string()), _NO_TEXT)
+        cells = pc.binary_join_element_wise(opening, rows, middle, numbers, "</v></c>", "")
+        outside = pc.and_(column.is_valid(), pc.invert(representable))
+        if not pc.any(outside).as_py():
+            return cells
+        return pc.coalesce(
+            cells, text_cells(pc.if_else(outside, column, pa.scalar(None, column.type)), rows)
+        )
+
+    return encode
+
+
+def _date_serials(column: pa.Array) -> tuple[pa.Array, pa.Array]:
+    days = column.cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
+    return _excel_serials(pc.add(days, UNIX_EPOCH_SERIAL))
+
+
+def _timestamp_serials(column: pa.Array) -> tuple[pa.Array, pa.Array]:
+    # Excel has no time zones: an aware timestamp is shown as wall-clock time in its zone.
+    wall = pc.local_timestamp(column) if column.type.tz is not None else column
+    ticks = wall.cast(pa.int64()).cast(pa.float64(), safe=False)
+    days = pc.divide(ticks, float(_TICKS_PER_DAY[column.type.unit]))
+    return _excel_serials(pc.add(days, float(UNIX_EPOCH_SERIAL)))
+
+
+def _excel_serials(serials: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Apply Excel's 1900 leap-year quirk; also say which values Excel can represent."""
+    early = pc.less(serials, FIRST_TRUE_SERIAL)
+    shifted = pc.if_else(early, pc.subtract(serials, 1), serials)
+    representable = pc.fill_null(
+        pc.and_(pc.greater_equal(serials, MIN_SERIAL), pc.less(serials, MAX_SERIAL)), False
+    )
+    return shifted, representable
+
+
+def _iso_text(column: pa.Array) -> pa.Array:
+    if pa.types.is_timestamp(column.type):
+        return iso_timestamps(column)
+    return column.cast(pa.date32()).cast(pa.string())
+
+
+def _text_cells(
+    opening: str, to_string: Callable[[pa.Array], pa.Array], quote_style: int | None
+) -> CellEncoder:
+    quoted = f'" s="{quote_style}"{_INLINE}'
+
+    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
+        text = to_string(column)
+        # Most columns hold nothing to clean or escape: one scan of the bytes proves it.
+        special = _special_rows(text)
+        if special is not None:
+            text = _without_illegal(text, special)
+        text = _truncated(text)
+        middle: str | pa.Array = f'"{_INLINE}'
+        if quote_style is not None:
+            mask = formula_mask(text)
+            if pc.any(mask).as_py():
+                middle = pc.if_else(mask, quoted, middle)
+        if special is not None:
+            text = pc.replace_with_mask(text, special, _escape(text.filter(special)))
+        return pc.binary_join_element_wise(opening, rows, middle, text, _INLINE_END, "")
+
+    return encode
+
+
+def _special_rows(text: pa.Array) -> pa.Array | None:
+    """Rows holding characters to remove or escape, or None when there are none."""
+    if not matches_anywhere(text, _SPECIAL_RE2):
+        return None
+    special = pc.fill_null(pc.match_substring_regex(text, _SPECIAL_RE2), False)
+    return special if pc.any(special).as_py() else None
+
+
+def _without_illegal(text: pa.Array, rows: pa.Array) -> pa.Array:
+    """Drop the characters XML 1.0 cannot carry at all, even escaped."""
+    cleaned = pc.replace_substring_regex(text.filter(rows), _ILLEGAL_RE2, "")
+    return pc.replace_with_mask(text, rows, cleaned)
+
+
+def _truncated(text: pa.Array) -> pa.Array:
+    """At most Excel's 32,767 characters per cell; Excel reports longer text as corrupt."""
+    too_long = pc.fill_null(pc.greater(pc.utf8_length(text), MAX_CELL_CHARS), False)
+    if pc.any(too_long).as_py():
+        return pc.utf8_slice_codeunits(text, 0, MAX_CELL_CHARS)
+    return text
+
+
+def _escape(text: pa.Array) -> pa.Array:
+    subset = pc.replace_substring(text, "&", "&amp;")
+    subset = pc.replace_substring(subset, "<", "&lt;")
+    subset = pc.replace_substring(subset, ">", "&gt;")
+    # A raw CR would be normalised to LF by every XML parser; the reference keeps it.
+    subset = pc.replace_substring(subset, "\r", "&#13;")
+    # Excel decodes `_x0041_` in text as "A": a literal one is escaped as `_x005F_x0041_`.
+    return pc.replace_substring_regex(subset, r"_(x[0-9A-Fa-f]{4}_)", r"_x005F_\1")

@@ -1,0 +1,175 @@
+"""The fixed parts of an XLSX package (SpreadsheetML), as text.
+
+Only what Excel needs: content types, relationships, the workbook with its sheet list, one
+style sheet, and each worksheet's opening (frozen header pane, column widths) and closing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAIN_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+REL_NS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+PKG_REL_NS = "http://schemas.openxmlformats.org/package/2006/relationships"
+_XML_DECL = '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+_OFFICE_DOC = f"{REL_NS}/officeDocument"
+_SHEET_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"
+_BOOK_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"
+_STYLES_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"
+
+MAX_COLUMNS = 16_384
+# XML 1.0 forbids these characters outright, even escaped.
+_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# Excel reads `_x0041_` in text as an escaped character; a literal one is escaped itself.
+_OOXML_ESCAPE = re.compile(r"_(x[0-9A-Fa-f]{4}_)")
+
+
+def column_letter(index: int) -> str:
+    """Excel's column name for a 0-based column index: 0 -> A, 26 -> AA."""
+    number = index + 1
+    letters = ""
+    while number:
+        number, remainder = divmod(number - 1, 26)
+        letters = chr(65 + remainder) + letters
+    return letters
+
+
+def escape_text(text: str) -> str:
+    """Text for an element's content, the same rules as the vectorised cell encoder."""
+    text = _ILLEGAL_XML.sub("", text)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = text.replace("\r", "&#13;").replace('"', "&quot;")
+    return _OOXML_ESCAPE.sub(r"_x005F_\1", text)
+
+
+@dataclass
+class Styles:
+    """The cell formats a workbook uses; `xf(...)` hands out their indexes in `cellXfs`."""
+
+    _formats: list[str] = field(default_factory=list)
+    _xfs: list[tuple[int, bool, bool]] = field(default_factory=lambda: [(0, False, False)])
+
+    def xf(
+        self, number_format: str | None = None, *, bold: bool = False, quote: bool = False
+    ) -> int:
+        """The index of a cell format: a number format code, bold, and/or quote-prefixed."""
+        format_id = self._format_id(number_format) if number_format else 0
+        key = (format_id, bold, quote)
+        if key not in self._xfs:
+            self._xfs.append(key)
+        return self._xfs.index(key)
+
+    def _format_id(self, code: str) -> int:
+        if code not in self._formats:
+            self._formats.append(code)
+        return 164 + self._formats.index(code)  # ids below 164 are Excel's built-in formats
+
+    def xml(self) -> str:
+        formats = "".join(
+            f'<numFmt numFmtId="{164 + i}" formatCode="{escape_text(code)}"/>'
+            for i, code in enumerate(self._formats)
+        )
+        xfs = "".join(_xf(format_id, bold, quote) for format_id, bold, quote in self._xfs)
+        font = '<sz val="11"/><name val="Calibri"/><family val="2"/>'
+        return (
+            f'{_XML_DECL}<styleSheet xmlns="{MAIN_NS}">'
+            + (f'<numFmts count="{len(self._formats)}">{formats}</numFmts>' if formats else "")
+            + f'<fonts count="2"><font>{font}</font><font><b/>{font}</font></fonts>'
+            '<fills count="2"><fill><patternFill patternType="none"/></fill>'
+            '<fill><patternFill patternType="gray125"/></fill></fills>'
+            '<borders count="1"><border><left/><right/><top/><bottom/><diagonal/></border>'
+            "</borders>"
+            '<cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0"/>'
+            "</cellStyleXfs>"
+            f'<cellXfs count="{len(self._xfs)}">{xfs}</cellXfs>'
+            '<cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/></cellStyles>'
+            "</styleSheet>"
+        )
+
+
+def _xf(format_id: int, bold: bool, quote: bool) -> str:
+    attributes = (
+        f'numFmtId="{format_id}" fontId="{1 if bold else 0}" fillId="0" borderId="0" xfId="0"'
+    )
+    if format_id:
+        attributes += ' applyNumberFormat="1"'
+    if bold:
+        attributes += ' applyFont="1"'
+    if quote:
+        attributes += ' quotePrefix="1"'
+    return f"<xf {attributes}/>"
+
+
+def sheet_start(widths: dict[int, float], *, selected: bool) -> str:
+    """A worksheet up to its first row: the header row is frozen, typed columns widened."""
+    cols = "".join(
+        f'<col min="{i + 1}" max="{i + 1}" width="{width}" customWidth="1"/>'
+        for i, width in sorted(widths.items())
+    )
+    tab = ' tabSelected="1"' if selected else ""
+    return (
+        f'{_XML_DECL}<worksheet xmlns="{MAIN_NS}" xmlns:r="{REL_NS}">'
+        f'<sheetViews><sheetView{tab} workbookViewId="0">'
+        '<pane ySplit="1" topLeftCell="A2" activePane="bottomLeft" state="frozen"/>'
+        '<selection pane="bottomLeft" activeCell="A2" sqref="A2"/>'
+        "</sheetView></sheetViews>"
+        '<sheetFormatPr defaultRowHeight="15"/>'
+        + (f"<cols>{cols}</cols>" if cols else "")
+        + "<sheetData>"
+    )
+
+
+SHEET_END = "</sheetData></worksheet>"
+
+
+def sheet_name(number: int) -> str:
+    return f"Sheet{number}"
+
+
+def sheet_path(number: int) -> str:
+    return f"xl/worksheets/sheet{number}.xml"
+
+
+def root_rels() -> str:
+    return (
+        f'{_XML_DECL}<Relationships xmlns="{PKG_REL_NS}">'
+        f'<Relationship Id="rId1" Type="{_OFFICE_DOC}" Target="xl/workbook.xml"/>'
+        "</Relationships>"
+    )
+
+
+def workbook(sheet_count: int) -> str:
+    sheets = "".join(
+        f'<sheet name="{sheet_name(n)}" sheetId="{n}" r:id="rId{n}"/>'
+        for n in range(1, sheet_count + 1)
+    )
+    return (
+        f'{_XML_DECL}<workbook xmlns="{MAIN_NS}" xmlns:r="{REL_NS}">'
+        f'<bookViews><workbookView activeTab="0"/></bookViews><sheets>{sheets}</sheets></workbook>'
+    )
+
+
+def workbook_rels(sheet_count: int) -> str:
+    sheets = "".join(
+        f'<Relationship Id="rId{n}" Type="{REL_NS}/worksheet" Target="worksheets/sheet{n}.xml"/>'
+        for n in range(1, sheet_count + 1)
+    )
+    styles = f'<Relationship Id="rId{sheet_count + 1}" Type="{REL_NS}/styles" Target="styles.xml"/>'
+    return f'{_XML_DECL}<Relationships xmlns="{PKG_REL_NS}">{sheets}{styles}</Relationships>'
+
+
+def content_types(sheet_count: int) -> str:
+    sheets = "".join(
+        f'<Override PartName="/{sheet_path(n)}" ContentType="{_SHEET_TYPE}"/>'
+        for n in range(1, sheet_count + 1)
+    )
+    return (
+        f'{_XML_DECL}<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        '<Default Extension="rels" '
+        'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        '<Default Extension="xml" ContentType="application/xml"/>'
+        f'<Override PartName="/xl/workbook.xml" ContentType="{_BOOK_TYPE}"/>'
+        f'<Override PartName="/xl/styles.xml" ContentType="{_STYLES_TYPE}"/>'
+        f"{sheets}</Types>"
+    )

@@ -1,0 +1,82 @@
+"""Properties of the vectorised text encoders: JSON values, the formula rule, XLSX text."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from decimal import Decimal
+
+import openpyxl
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qexport.ports import WriterOptions
+from qexport.writers.jsonvalues import json_fragments
+from qexport.writers.neutralize import formula_mask, looks_like_formula
+from qexport.writers.xlsx import XlsxFileWriter
+
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_OOXML_ESCAPE = re.compile("_x[0-9A-Fa-f]{4}_")
+
+
+class _Bytes:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes | bytearray | memoryview, /) -> int:
+        self.data += data
+        return len(self.data)
+
+
+@given(st.lists(st.one_of(st.none(), st.text())))
+def test_json_strings_read_back_exactly(texts: list[str | None]) -> None:
+    """Any string, control characters and quotes included, reads back from its JSON text."""
+    fragments = json_fragments(pa.array(texts, pa.string())).to_pylist()
+    assert [json.loads(fragment) for fragment in fragments] == texts
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False)))
+def test_json_floats_read_back_exactly(values: list[float]) -> None:
+    """Every finite double's JSON text is a JSON number that reads back as the same double."""
+    fragments = json_fragments(pa.array(values, pa.float64())).to_pylist()
+    assert [float(json.loads(fragment)) for fragment in fragments] == values
+
+
+@given(
+    st.lists(
+        st.decimals(
+            min_value=Decimal("-99999999999999.9999"),
+            max_value=Decimal("99999999999999.9999"),
+            places=4,
+        )
+    )
+)
+def test_json_decimals_keep_their_digits(values: list[Decimal]) -> None:
+    """Decimal JSON numbers carry the exact decimal value, never a float approximation."""
+    fragments = json_fragments(pa.array(values, pa.decimal128(18, 4))).to_pylist()
+    assert [json.loads(f, parse_float=Decimal, parse_int=Decimal) for f in fragments] == values
+
+
+@given(st.lists(st.text(max_size=5)))
+def test_formula_rule_is_the_same_in_python_and_arrow(texts: list[str]) -> None:
+    """The vectorised formula mask and the Python rule (used for headers) always agree."""
+    mask = formula_mask(pa.array(texts, pa.string())).to_pylist()
+    assert mask == [looks_like_formula(text) for text in texts]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(), min_size=1, max_size=20))
+def test_xlsx_text_reads_back_exactly(texts: list[str]) -> None:
+    """Any text reads back from XLSX exactly, minus the characters XML 1.0 cannot carry."""
+    texts = [text for text in texts if not _OOXML_ESCAPE.search(text)] or ["x"]
+    batch = pa.record_batch([pa.array(texts, pa.string())], names=["t"])
+    sink = _Bytes()
+    XlsxFileWriter().write(batch.schema, iter([batch]), sink, WriterOptions())
+    sheet = openpyxl.load_workbook(io.BytesIO(bytes(sink.data)))["Sheet1"]
+    cells = [row[0] for row in sheet.iter_rows(min_row=2, max_row=len(texts) + 1)]
+    assert [cell.value or "" for cell in cells] == [_XML_ILLEGAL.sub("", t) for t in texts]
+    assert [cell.quotePrefix for cell in cells] == [
+        looks_like_formula(_XML_ILLEGAL.sub("", t)) for t in texts
+    ]
