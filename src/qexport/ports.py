@@ -6,10 +6,10 @@ fakes for the fast unit layer live in `testing.py`. Only `bootstrap.py` picks ad
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -160,6 +160,29 @@ class Source(Protocol):
 
         Raises QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
         """
+        ...
+
+
+@runtime_checkable
+class NativeCopySource(Source, Protocol):
+    """A source that can write some formats itself, faster than batches + a writer."""
+
+    native_formats: frozenset[str]
+
+    def copy(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        fmt: str,
+        neutralize_formulas: bool,
+        sink: Sink,
+        timeout_seconds: float,
+        max_rows: int,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Write the result as `fmt` into `sink`, same contract as the writers; return rows."""
         ...
 
 

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
 from qexport.sources.duckdb_statements import bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
+    from qexport.ports import Sink
 
 BATCH_ROWS = 131_072
 
@@ -22,7 +26,6 @@ BATCH_ROWS = 131_072
 # (read_csv('/etc/passwd')), write one (COPY ... TO), ATTACH another database, or fetch and load
 # an extension. The configuration is then locked so no statement can turn them back on.
 SANDBOX_CONFIG: dict[str, Any] = {
-    "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
     "allow_community_extensions": False,
@@ -30,11 +33,18 @@ SANDBOX_CONFIG: dict[str, Any] = {
 }
 
 
-def connect_sandboxed(path: Path) -> duckdb.DuckDBPyConnection:
-    """Open `path` read-only inside the sandbox, with the configuration locked."""
+def connect_sandboxed(path: Path, pipe_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """Open `path` read-only inside the sandbox, with the configuration locked.
+
+    `pipe_dir`, a private directory of this process, is the one place COPY may write: the
+    named pipes of duckdb_copy. User SQL cannot use it (a query is a single SELECT).
+    """
     con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG)
     try:
-        # Session settings go before the lock; DuckDB would draw its progress bar on stdout.
+        if pipe_dir is not None:
+            con.execute("SET allowed_directories = $dirs", {"dirs": [f"{pipe_dir}/"]})
+        con.execute("SET enable_external_access = false")
+        # DuckDB would otherwise draw its progress bar on stdout.
         con.execute("SET enable_progress_bar = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -52,6 +62,50 @@ class DuckDBSource:
         self.batch_rows = batch_rows
         self._lock = threading.Lock()
         self._connection: duckdb.DuckDBPyConnection | None = None
+        self._pipe_dir: Path | None = None
+
+    native_formats = NATIVE_FORMATS
+
+    def copy(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        fmt: str,
+        neutralize_formulas: bool,
+        sink: Sink,
+        timeout_seconds: float,
+        max_rows: int,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Write the result as `fmt` with DuckDB's own writer into `sink`; return the rows."""
+        Deadline.validate(timeout_seconds)
+        cursor = self._cursor()
+        try:
+            statement = single_select(cursor, sql)
+            values = bound_values(set(statement.named_parameters), parameters, requester)
+            deadline = Deadline(timeout_seconds, cursor.interrupt)
+            try:
+                assert self._pipe_dir is not None  # made with the connection
+                return copy_to_sink(
+                    cursor,
+                    statement,
+                    values,
+                    fmt=fmt,
+                    neutralize=neutralize_formulas,
+                    sink=sink,
+                    fifo_dir=self._pipe_dir,
+                    deadline=deadline,
+                    max_rows=max_rows,
+                    on_progress=on_progress,
+                )
+            except duckdb.Error as exc:
+                raise deadline.error_for(exc) from exc
+            finally:
+                deadline.cancel()
+        finally:
+            cursor.close()
 
     def execute(
         self,
@@ -90,12 +144,16 @@ class DuckDBSource:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+            if self._pipe_dir is not None:
+                shutil.rmtree(self._pipe_dir, ignore_errors=True)
+                self._pipe_dir = None
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         with self._lock:
             if self._connection is None:
                 try:
-                    self._connection = connect_sandboxed(self.path)
+                    self._pipe_dir = Path(tempfile.mkdtemp(prefix="qexport-pipes-"))
+                    self._connection = connect_sandboxed(self.path, self._pipe_dir)
                 except duckdb.Error as exc:
                     raise connect_error(self.name, exc) from exc
             return self._connection.cursor()

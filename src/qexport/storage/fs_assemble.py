@@ -1,4 +1,4 @@
-"""Turn the numbered part files of a staged upload into one file, without copying through Python."""
+"""Join part files that arrived out of order onto a staged upload, in the kernel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from qexport.storage.fs_layout import ASSEMBLED_FILE, PART_PREFIX, remove_quietly
+from qexport.storage.fs_layout import PART_PREFIX, remove_quietly
 
 # The kernel refuses a fast in-kernel copy between some filesystems or on old kernels.
 _NO_FAST_COPY = frozenset(
@@ -30,31 +30,22 @@ def numbered_parts(directory: Path) -> list[Path]:
     return [path for _, path in sorted(parts)]
 
 
-def assemble_parts(directory: Path) -> Path:
-    """Concatenate the parts into `directory/object` and return its path.
+def append_parts(directory: Path, target: Path, first: int) -> None:
+    """Append the loose part files `first`, `first + 1`, ... of `directory` to `target`.
 
-    A single part is renamed; several are joined by in-kernel copies. Calling it again after a
-    failure is safe: parts are removed only once the assembled file is whole.
+    Parts uploaded in order are appended as they arrive (see FilesystemUpload.upload_part);
+    only parts that arrived out of order wait as files, and are joined here by in-kernel
+    copies. A gap in the numbering is refused rather than published as a short file.
     """
-    target = directory / ASSEMBLED_FILE
     parts = numbered_parts(directory)
-    if len(parts) == 1:
-        os.replace(parts[0], target)
-        return target
-    if not parts and target.exists():
-        return target  # assembled by an earlier call whose later step failed
-    tmp = directory / f".{ASSEMBLED_FILE}.tmp"
-    try:
-        with tmp.open("wb") as out:
-            for part in parts:
-                _append_file(out.fileno(), part)
-        os.replace(tmp, target)
-    except BaseException:
-        remove_quietly(tmp)
-        raise
+    numbers = [int(p.name.removeprefix(PART_PREFIX)) for p in parts]
+    if numbers != list(range(first, first + len(parts))):
+        raise ValueError(f"parts must be numbered contiguously from {first}, got {numbers}")
+    with target.open("ab") as out:
+        for part in parts:
+            _append_file(out.fileno(), part)
     for part in parts:
         remove_quietly(part)
-    return target
 
 
 def _append_file(dst_fd: int, src: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,11 +28,10 @@ from qexport.domain.queries import bind_parameters, can_read
 from qexport.ports import (
     Clock,
     MetadataStore,
+    NativeCopySource,
     ObjectStore,
-    ResultStream,
     Source,
     StoredObject,
-    Writer,
     WriterOptions,
 )
 from qexport.worker.lease import Lease, ShutdownRequestedError
@@ -146,28 +145,46 @@ class Attempt:
         options = WriterOptions(
             neutralize_formulas=bool(record.options.get("neutralize_formulas", True))
         )
-        stream = source.execute(
-            query.sql,
-            values,
-            record.requester,
-            timeout_seconds=deps.settings.statement_timeout_seconds,
-        )
+        timeout = deps.settings.statement_timeout_seconds
+        if isinstance(source, NativeCopySource) and record.format in source.native_formats:
+
+            def native(sink: PartSink) -> int:
+                def progress(rows: int) -> None:
+                    lease.progress_rows = rows
+
+                return source.copy(
+                    query.sql,
+                    values,
+                    record.requester,
+                    fmt=record.format,
+                    neutralize_formulas=options.neutralize_formulas,
+                    sink=sink,
+                    timeout_seconds=timeout,
+                    max_rows=deps.settings.max_rows,
+                    on_progress=progress,
+                )
+
+            return self._store(lease, native)
+        stream = source.execute(query.sql, values, record.requester, timeout_seconds=timeout)
+
+        def encode(sink: PartSink) -> int:
+            batches = _counted(iter(stream), lease, deps.settings.max_rows)
+            return writer.write(stream.schema, batches, sink, options)
+
         try:
-            return self._store_stream(stream, writer, options, lease)
+            return self._store(lease, encode)
         finally:
             stream.close()
 
-    def _store_stream(
-        self, stream: ResultStream, writer: Writer, options: WriterOptions, lease: Lease
-    ) -> StoredObject:
+    def _store(self, lease: Lease, produce: Callable[[PartSink], int]) -> StoredObject:
+        """Stream what `produce` writes into a new upload at the key; complete or abort it."""
         deps, record = self.deps, self.record
         upload = deps.objects.begin_upload(record.storage_key)
         try:
             sink = PartSink(
                 upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes
             )
-            batches = _counted(iter(stream), lease, deps.settings.max_rows)
-            self.rows = writer.write(stream.schema, batches, sink, options)
+            self.rows = produce(sink)
             sha256 = sink.finish()
             self.size = sink.size
             lease.check()

@@ -1,0 +1,191 @@
+"""DuckDB's own writers through a pipe: the same file contract as the Arrow writers."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import threading
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from qexport.domain.exports import Requester
+from qexport.domain.failures import LimitExceededError, QueryInvalidError, QueryTimeoutError
+from qexport.sources.duckdb import DuckDBSource
+
+ALICE = Requester("alice", "w1")
+VALUES = [
+    (1, "plain", Decimal("12345678901234.5678"), dt.date(2024, 2, 29), -5, True),
+    (2, "=1+1", Decimal("-0.0001"), None, -1, False),
+    (3, "+49 30 1234", None, dt.date(1999, 12, 31), 0, None),
+    (4, "-x", Decimal("1.0000"), dt.date(2024, 1, 1), 7, True),
+    (5, "@SUM(A1)", Decimal("2.0000"), dt.date(2024, 1, 1), 7, True),
+    (6, "\tfoo", Decimal("3.0000"), dt.date(2024, 1, 1), 7, True),
+    (7, "\rbar", Decimal("4.0000"), dt.date(2024, 1, 1), 7, True),
+    (8, "\nbaz", Decimal("5.0000"), dt.date(2024, 1, 1), 7, True),
+    (9, 'comma, "quote"\nnewline\r\nand tab\t', Decimal("6.0000"), dt.date(2024, 1, 1), 7, True),
+    (10, "日本語 🚚 Grüße", Decimal("7.0000"), dt.date(2024, 1, 1), 7, True),
+    (11, "", Decimal("8.0000"), dt.date(2024, 1, 1), 7, True),
+    (12, None, Decimal("9.0000"), dt.date(2024, 1, 1), 7, True),
+]
+FORMULA_TEXT = {"=1+1", "+49 30 1234", "-x", "@SUM(A1)", "\tfoo", "\rbar", "\nbaz"}
+SQL = 'SELECT id, s AS "=name", amount, day, n, flag FROM t ORDER BY id'
+
+
+class MemorySink:
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.buffer = io.BytesIO()
+        self.fail_after = fail_after
+
+    def write(self, data: bytes | bytearray | memoryview, /) -> int:
+        self.buffer.write(data)
+        if self.fail_after is not None and self.buffer.tell() > self.fail_after:
+            raise LimitExceededError("byte limit")
+        return len(data)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> DuckDBSource:
+    path = tmp_path_factory.mktemp("copy") / "data.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE TABLE t (id INTEGER, s VARCHAR, amount DECIMAL(18,4), day DATE, n INTEGER,"
+        " flag BOOLEAN)"
+    )
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", VALUES)
+    con.execute("CREATE TABLE big AS SELECT i FROM range(3000000) r(i)")
+    con.close()
+    return DuckDBSource("data", path)
+
+
+def _copy(source: DuckDBSource, fmt: str, *, neutralize: bool = True, sql: str = SQL) -> bytes:
+    sink = MemorySink()
+    rows = source.copy(
+        sql,
+        {},
+        ALICE,
+        fmt=fmt,
+        neutralize_formulas=neutralize,
+        sink=sink,
+        timeout_seconds=30,
+        max_rows=10**9,
+    )
+    assert rows == (len(VALUES) if sql == SQL else rows)
+    return sink.buffer.getvalue()
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@pytest.mark.parametrize(("fmt", "delimiter", "eol"), [("csv", ",", b"\r\n"), ("tsv", "\t", b"\n")])
+def test_text_formats_match_the_query_and_neutralise(
+    source: DuckDBSource, fmt: str, delimiter: str, eol: bytes
+) -> None:
+    """Read back with the csv module: every cell equals the query's, formula-looking strings
+    (and the header) carry a leading quote, numbers are untouched, NULL is an empty field."""
+    data = _copy(source, fmt)
+    assert (
+        data.split(b"\n", 1)[0] + b"\n"
+        == b"id"
+        + delimiter.encode()
+        + b"'=name"
+        + delimiter.encode()
+        + b"amount"
+        + delimiter.encode()
+        + b"day"
+        + delimiter.encode()
+        + b"n"
+        + delimiter.encode()
+        + b"flag"
+        + eol
+    )
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline=""), delimiter=delimiter))
+    assert rows[0] == ["id", "'=name", "amount", "day", "n", "flag"]
+    assert len(rows) == len(VALUES) + 1
+    for got, want in zip(rows[1:], VALUES, strict=True):
+        s = want[1]
+        expected_s = "'" + s if s in FORMULA_TEXT else _text(s)
+        assert got == [
+            _text(want[0]),
+            expected_s,
+            _text(want[2]),
+            _text(want[3]),
+            _text(want[4]),
+            _text(want[5]),
+        ]
+    # NULL is an empty unquoted field, an empty string is "".
+    assert f'{delimiter}""{delimiter}'.encode() in data
+
+
+def test_opting_out_keeps_strings_exact(source: DuckDBSource) -> None:
+    """Without neutralisation every string is written exactly as stored."""
+    rows = list(
+        csv.reader(io.StringIO(_copy(source, "csv", neutralize=False).decode(), newline=""))
+    )
+    assert rows[0][1] == "=name"
+    assert [r[1] for r in rows[1:]] == [_text(v[1]) for v in VALUES]
+
+
+def test_parquet_keeps_types_and_values_exactly(source: DuckDBSource) -> None:
+    """Parquet read back with pyarrow: decimals, dates, NULLs and strings exact, unneutralised."""
+    table = pq.read_table(io.BytesIO(_copy(source, "parquet")))
+    assert table.column_names == ["id", "=name", "amount", "day", "n", "flag"]
+    assert [tuple(r.values()) for r in table.to_pylist()] == VALUES
+    assert str(table.schema.field("amount").type) == "decimal128(18, 4)"
+
+
+def test_a_failing_sink_stops_the_copy(source: DuckDBSource) -> None:
+    """An error in the sink (byte limit, lost lease) ends the COPY and is the error raised."""
+    sink = MemorySink(fail_after=100_000)
+    with pytest.raises(LimitExceededError):
+        source.copy(
+            "SELECT i FROM big",
+            {},
+            ALICE,
+            fmt="csv",
+            neutralize_formulas=True,
+            sink=sink,
+            timeout_seconds=30,
+            max_rows=10**9,
+        )
+    assert threading.active_count() < 20  # the pipe reader did not linger
+
+
+def test_row_limit_and_errors_are_translated(source: DuckDBSource) -> None:
+    """Row limit -> limit_exceeded; bad SQL -> query_invalid; too slow -> query_timeout."""
+
+    def run(sql: str, **kw: object) -> int:
+        args = {
+            "fmt": "csv",
+            "neutralize_formulas": True,
+            "sink": MemorySink(),
+            "timeout_seconds": 30,
+            "max_rows": 10**9,
+            **kw,
+        }
+        return source.copy(sql, {}, ALICE, **args)  # type: ignore[arg-type]
+
+    with pytest.raises(LimitExceededError):
+        run("SELECT i FROM big", max_rows=1000)
+    with pytest.raises(QueryInvalidError, match="(?i)syntax"):
+        run("SELEC 1")
+    with pytest.raises(QueryInvalidError):
+        run("COPY t TO '/tmp/qexport-copy-escape.csv'")
+    with pytest.raises(QueryTimeoutError):
+        run("SELECT count(*) FROM range(100000000000) a", timeout_seconds=0.3)
+    assert not Path("/tmp/qexport-copy-escape.csv").exists()  # noqa: S108 - the path it tried
+
+
+def test_the_requester_context_is_bound(source: DuckDBSource) -> None:
+    """$user_id and $workspace_id reach the query through the pipe path too."""
+    data = _copy(source, "csv", sql="SELECT $user_id AS u, $workspace_id AS w")
+    assert data == b"u,w\r\nalice,w1\r\n"
