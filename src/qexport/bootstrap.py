@@ -26,17 +26,23 @@ def object_store(settings: Settings) -> ObjectStore:
     )
 
 
-def source_from_url(name: str, url: str) -> Source:
+def source_from_url(name: str, url: str, settings: Settings) -> Source:
     parsed = urlparse(url)
     if parsed.scheme == "duckdb":
-        return DuckDBSource(name, Path(unquote(parsed.path)))
+        return DuckDBSource(
+            name, Path(unquote(parsed.path)), memory_limit=settings.duckdb_memory_limit
+        )
     raise ValueError(f"unsupported source URL for {name!r}: {url!r} (expected duckdb:///path)")
 
 
 def sources(settings: Settings) -> dict[str, Source]:
-    found: dict[str, Source] = {DEMO_SOURCE: DuckDBSource(DEMO_SOURCE, settings.demo_database)}
+    found: dict[str, Source] = {
+        DEMO_SOURCE: DuckDBSource(
+            DEMO_SOURCE, settings.demo_database, memory_limit=settings.duckdb_memory_limit
+        )
+    }
     for name, url in settings.sources.items():
-        found[name] = source_from_url(name, url)
+        found[name] = source_from_url(name, url, settings)
     return found
 
 

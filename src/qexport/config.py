@@ -42,6 +42,7 @@ class Settings:
     public_base_url: str = "http://127.0.0.1:8000"
     smtp_url: str = field(default="", repr=False)
     s3_endpoint_url: str = ""
+    duckdb_memory_limit: str = "256MB"
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -83,6 +84,7 @@ class Settings:
                 "PUBLIC_BASE_URL",
                 "SMTP_URL",
                 "S3_ENDPOINT_URL",
+                "DUCKDB_MEMORY_LIMIT",
             ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = v

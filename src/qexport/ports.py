@@ -120,7 +120,10 @@ class Upload(Protocol):
 
     key: str
 
-    def upload_part(self, number: int, data: bytes) -> None: ...
+    def upload_part(self, number: int, data: bytes | bytearray | memoryview) -> None:
+        """Store part `number`; `data` is only valid during the call (copy to keep it)."""
+        ...
+
     def complete(self, *, rows: int, sha256: str) -> StoredObject:
         """Atomic create-if-absent; raises ObjectExistsError when the key is taken."""
         ...

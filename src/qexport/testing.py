@@ -289,7 +289,7 @@ class _InMemoryUpload:
         self._store = store
         self.parts: dict[int, bytes] = {}
 
-    def upload_part(self, number: int, data: bytes) -> None:
+    def upload_part(self, number: int, data: bytes | bytearray | memoryview) -> None:
         self.parts[number] = bytes(data)
 
     def complete(self, *, rows: int, sha256: str) -> StoredObject:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import threading
@@ -33,14 +34,26 @@ SANDBOX_CONFIG: dict[str, Any] = {
 }
 
 
-def connect_sandboxed(path: Path, pipe_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
+_MEMORY = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
+DEFAULT_MEMORY_LIMIT = "256MB"
+
+
+def connect_sandboxed(
+    path: Path, pipe_dir: Path | None = None, *, memory_limit: str = DEFAULT_MEMORY_LIMIT
+) -> duckdb.DuckDBPyConnection:
     """Open `path` read-only inside the sandbox, with the configuration locked.
 
     `pipe_dir`, a private directory of this process, is the one place COPY may write: the
     named pipes of duckdb_copy. User SQL cannot use it (a query is a single SELECT).
     """
+    if not _MEMORY.match(memory_limit):
+        raise ValueError(f"invalid DuckDB memory limit {memory_limit!r} (examples: 256MB, 2GB)")
     con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG)
     try:
+        # DuckDB caches table blocks up to its limit (80% of RAM by default): unbounded, a
+        # worker's memory grew with the table it read (850 MiB for 10M rows, 490 for 1M).
+        # Bounded, larger sorts and joins spill to disk instead.
+        con.execute(f"SET memory_limit = '{memory_limit}'")
         if pipe_dir is not None:
             con.execute("SET allowed_directories = $dirs", {"dirs": [f"{pipe_dir}/"]})
         con.execute("SET enable_external_access = false")
@@ -56,10 +69,18 @@ def connect_sandboxed(path: Path, pipe_dir: Path | None = None) -> duckdb.DuckDB
 class DuckDBSource:
     """A Source over a DuckDB file; connects on first use, one cursor per export."""
 
-    def __init__(self, name: str, path: Path, *, batch_rows: int = BATCH_ROWS) -> None:
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        *,
+        batch_rows: int = BATCH_ROWS,
+        memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    ) -> None:
         self.name = name
         self.path = path
         self.batch_rows = batch_rows
+        self.memory_limit = memory_limit
         self._lock = threading.Lock()
         self._connection: duckdb.DuckDBPyConnection | None = None
         self._pipe_dir: Path | None = None
@@ -153,7 +174,9 @@ class DuckDBSource:
             if self._connection is None:
                 try:
                     self._pipe_dir = Path(tempfile.mkdtemp(prefix="qexport-pipes-"))
-                    self._connection = connect_sandboxed(self.path, self._pipe_dir)
+                    self._connection = connect_sandboxed(
+                        self.path, self._pipe_dir, memory_limit=self.memory_limit
+                    )
                 except duckdb.Error as exc:
                     raise connect_error(self.name, exc) from exc
             return self._connection.cursor()

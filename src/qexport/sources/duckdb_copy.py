@@ -161,12 +161,22 @@ def copy_to_sink(
     return rows
 
 
+_SAMPLE_EVERY = 16
+
+
 def _line_counter(on_progress: Callable[[int], None]) -> Callable[[bytes], None]:
-    """Progress for text formats: lines written so far, less the header (approximate)."""
-    seen = [0]
+    """Progress for text formats: lines so far, estimated from every 16th chunk.
+
+    Counting every chunk's newlines cost 0.8 s of a 6 s export of 10M rows; progress is an
+    estimate anyway (the exact count comes from COPY), so one chunk in 16 is counted.
+    """
+    seen = {"chunks": 0, "sampled": 0, "lines": 0}
 
     def count(chunk: bytes) -> None:
-        seen[0] += chunk.count(b"\n")
-        on_progress(max(seen[0] - 1, 0))
+        if seen["chunks"] % _SAMPLE_EVERY == 0:
+            seen["sampled"] += 1
+            seen["lines"] += chunk.count(b"\n")
+        seen["chunks"] += 1
+        on_progress(max(seen["lines"] * seen["chunks"] // seen["sampled"] - 1, 0))
 
     return count

@@ -180,12 +180,15 @@ class Attempt:
         """Stream what `produce` writes into a new upload at the key; complete or abort it."""
         deps, record = self.deps, self.record
         upload = deps.objects.begin_upload(record.storage_key)
+        sink = PartSink(
+            upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes
+        )
         try:
-            sink = PartSink(
-                upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes
-            )
-            self.rows = produce(sink)
-            sha256 = sink.finish()
+            try:
+                self.rows = produce(sink)
+                sha256 = sink.finish()
+            finally:
+                sink.close()
             self.size = sink.size
             lease.check()
             try:
