@@ -123,7 +123,11 @@ def storage_lifecycle(ctx: typer.Context) -> None:
     if not isinstance(deps.objects, FilesystemObjectStore):
         fail("lifecycle rules apply to the filesystem store here")
     report = apply_filesystem_lifecycle(deps.objects, deps.clock.now(), deps.settings.retention)
-    out.print(report)
+    out.print(
+        f"deleted {report.objects_deleted} file(s) past retention + 1 day, removed"
+        f" {report.uploads_removed} incomplete upload(s) older than 1 day and"
+        f" {report.orphan_meta_removed} orphan metadata file(s)"
+    )
 
 
 # ---------------------------------------------------------------- worker

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -191,3 +192,17 @@ def test_wait_shows_the_settled_export(env: Env) -> None:
     env.run("queries", "add", "typo", "--sql", "SELEC 1")
     bad = env.run("exports", "create", "--query", "typo", "--format", "csv", "--wait", check=False)
     assert bad.returncode == 1
+
+
+def test_storage_lifecycle_deletes_files_past_retention(env: Env) -> None:
+    """`qexport storage lifecycle` removes a file older than retention + 1 day, keeps fresh ones."""
+    _add_orders(env)
+    old, fresh = env.create("orders", "csv"), env.create("orders", "csv")
+    _drain(env)
+    old_path = env.objects.local_path(env.record(old).storage_key)
+    stamp = time.time() - 9 * 86400  # retention is 7 days
+    os.utime(old_path, (stamp, stamp))
+    proc = env.run("storage", "lifecycle")
+    assert "deleted 1 file(s)" in proc.stdout
+    assert not old_path.exists()
+    assert env.objects.head(env.record(fresh).storage_key) is not None

@@ -84,6 +84,7 @@ class Attempt:
         self.shutdown = shutdown
         self.rows = 0
         self.size = 0
+        self.code: FailureCode | None = None
 
     def run(self) -> str:
         record, settings = self.record, self.deps.settings
@@ -114,7 +115,10 @@ class Attempt:
             log.info("attempt_stopped", reason="lease lost or export cancelled")
             return "lost"
         except ShutdownRequestedError:
-            self._release(token, 0.0, FailureCode.INTERNAL, "the worker shut down mid-export")
+            # Handed back, not failed: if workers keep stopping, it ends attempts_exhausted.
+            self._release(
+                token, 0.0, FailureCode.ATTEMPTS_EXHAUSTED, "the worker shut down mid-export"
+            )
             return "handed_back"
         except QExportError as exc:
             return self._settle_error(token, exc)
@@ -245,8 +249,6 @@ class Attempt:
             self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail
         )
         return "failed" if ok else "lost"
-
-    code: FailureCode | None = None
 
 
 def run_attempt(deps: Deps, record: ExportRecord, shutdown: threading.Event, worker_id: str) -> str:
