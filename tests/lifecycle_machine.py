@@ -8,7 +8,6 @@ DESIGN table, and checks the three invariants after every step. Subclasses pick 
 from __future__ import annotations
 
 import hashlib
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -17,8 +16,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import FailureCode, ObjectExistsError
-from qexport.ports import MetadataStore, NewExport
+from qexport.ports import MetadataStore
 from qexport.testing import FrozenClock, InMemoryObjectStore
+from tests.factories import new_export
 
 LEASE = 30.0
 
@@ -71,24 +71,8 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @rule(target=exports)
     def request(self) -> str:
-        export_id = str(uuid.uuid4())
-        key = f"exports/w/{export_id}/out.csv"
-        self.store.insert_export(
-            NewExport(
-                id=export_id,
-                workspace_id="w",
-                requested_by="u",
-                subject_type="query",
-                subject_id="q",
-                subject_name="q",
-                format="csv",
-                parameters={},
-                options={},
-                filename="out.csv",
-                storage_key=key,
-                created_at=self.clock.now(),
-            )
-        )
+        record = self.store.insert_export(new_export(self.clock.now()))
+        export_id, key = record.id, record.storage_key
         self.model[export_id] = Model(key=key)
         return export_id
 

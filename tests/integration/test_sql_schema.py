@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -11,31 +10,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from qexport.domain.exports import Result
-from qexport.ports import NewExport
 from qexport.store.sql import SqlMetadataStore
 from qexport.store.tables import exports, metadata
 from qexport.testing import FrozenClock
+from tests.factories import new_export
 
 
 def _request(store: SqlMetadataStore, clock: FrozenClock) -> str:
-    export_id = str(uuid.uuid4())
-    store.insert_export(
-        NewExport(
-            id=export_id,
-            workspace_id="w",
-            requested_by="u",
-            subject_type="query",
-            subject_id="q",
-            subject_name="q",
-            format="csv",
-            parameters={},
-            options={},
-            filename="q.csv",
-            storage_key=f"exports/w/{export_id}/q.csv",
-            created_at=clock.now(),
-        )
-    )
-    return export_id
+    return store.insert_export(new_export(clock.now())).id
 
 
 def test_migrations_create_exactly_the_declared_schema(sqlite_store: SqlMetadataStore) -> None:

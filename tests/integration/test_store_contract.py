@@ -14,31 +14,16 @@ import pytest
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
-from qexport.ports import MetadataStore, NewExport
+from qexport.ports import MetadataStore
 from qexport.testing import FrozenClock
+from tests.factories import new_export
 
 LEASE = 30.0
 RESULT = Result(size_bytes=123, row_count=7, sha256="ab" * 32)
 
 
 def request(store: MetadataStore, clock: FrozenClock, workspace: str = "w1") -> ExportRecord:
-    export_id = str(uuid.uuid4())
-    return store.insert_export(
-        NewExport(
-            id=export_id,
-            workspace_id=workspace,
-            requested_by="alice",
-            subject_type="query",
-            subject_id="q1",
-            subject_name="orders",
-            format="csv",
-            parameters={"since": "2024-01-01"},
-            options={"neutralize_formulas": True},
-            filename="orders.csv",
-            storage_key=f"exports/{workspace}/{export_id}/orders.csv",
-            created_at=clock.now(),
-        )
-    )
+    return store.insert_export(new_export(clock.now(), workspace))
 
 
 def claim(
