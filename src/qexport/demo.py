@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -140,7 +141,7 @@ def _print_results(deps: Deps, records: list[ExportRecord], console: Console) ->
     for r in records:
         path = ""
         if isinstance(deps.objects, FilesystemObjectStore) and r.status.value == "succeeded":
-            path = str(deps.objects.local_path(r.storage_key))
+            path = _display_path(deps.objects.local_path(r.storage_key))
         status = effective_status(r, now)
         if r.failure_code:
             status += f" ({r.failure_code.value}: {r.failure_detail})"
@@ -152,6 +153,14 @@ def _print_results(deps: Deps, records: list[ExportRecord], console: Console) ->
             path,
         )
     console.print(table)
+
+
+def _display_path(path: Path) -> str:
+    """Relative to the current directory when it is below it: shorter to read and copy."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _print_next_steps(deps: Deps, records: list[ExportRecord], console: Console) -> None:

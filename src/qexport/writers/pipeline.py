@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 R = TypeVar("R")
 
-TASK_ROWS = 65_536
+# 32Ki rows per task: a 1M-row xlsx export peaked at 580 MiB RSS, against 702 MiB with 64Ki,
+# at the same speed.
+TASK_ROWS = 32_768
 TASK_BYTES = 8 * 1024 * 1024
 # Wide results get fewer rows per task, so a task's text (a cell costs tens of bytes of
 # markup in JSON or XLSX) stays far below the 2 GiB that 32-bit string offsets allow.
