@@ -420,9 +420,13 @@ def exports_download(
             shutil.copyfileobj(stream, sys.stdout.buffer)
             return
         tmp = output.with_name(f".{output.name}.part")
-        with tmp.open("wb") as fh:
-            shutil.copyfileobj(stream, fh, 1024 * 1024)
-        tmp.replace(output)
+        try:
+            with tmp.open("wb") as fh:
+                shutil.copyfileobj(stream, fh, 1024 * 1024)
+            tmp.replace(output)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     err.print(f"wrote {output} ({_human_size(record.size_bytes)}, sha256 {record.sha256})")
 
 

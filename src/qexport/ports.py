@@ -157,11 +157,18 @@ class Source(Protocol):
     name: str
 
     def execute(
-        self, sql: str, parameters: dict[str, Any], requester: Requester, *, timeout_seconds: float
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> ResultStream:
         """Run `sql` read-only with bound parameters and the requester context.
 
-        Raises QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
+        `on_interrupt` receives, before the statement starts, a function that stops it from
+        any thread. Raises QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
         """
         ...
 
@@ -184,8 +191,12 @@ class NativeCopySource(Source, Protocol):
         timeout_seconds: float,
         max_rows: int,
         on_progress: Callable[[int], None] | None = None,
+        on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> int:
-        """Write the result as `fmt` into `sink`, same contract as the writers; return rows."""
+        """Write the result as `fmt` into `sink`, same contract as the writers; return rows.
+
+        `on_interrupt` receives a function that stops the running statement from any thread.
+        """
         ...
 
 

@@ -15,7 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
 from qexport.domain.exports import UNSETTLED, ExportRecord, Result, Status
-from qexport.domain.failures import FailureCode, NotFoundError, ObjectExistsError, bounded_detail
+from qexport.domain.failures import (
+    FailureCode,
+    InvalidRequestError,
+    NotFoundError,
+    ObjectExistsError,
+    bounded_detail,
+)
 from qexport.domain.queries import Query
 from qexport.ports import NewExport, StoredObject
 
@@ -238,7 +244,9 @@ class InMemoryMetadataStore:
     def add_query(self, query: Query) -> Query:
         with self._lock:
             if self._live_query(query.workspace_id, query.name) is not None:
-                raise ValueError(f"a query named {query.name!r} already exists")
+                raise InvalidRequestError(
+                    f"a query named {query.name!r} already exists", field="name"
+                )
             self._queries[query.id] = query
         return query
 

@@ -58,6 +58,8 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> DuckDBSource:
     )
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", VALUES)
     con.execute("CREATE TABLE big AS SELECT i FROM range(3000000) r(i)")
+    con.execute("CREATE TYPE mood AS ENUM ('=SUM(1)', 'ok')")
+    con.execute("CREATE TABLE moods AS SELECT unnest(['=SUM(1)', 'ok'])::mood AS m")
     con.close()
     return DuckDBSource("data", path)
 
@@ -176,3 +178,9 @@ def test_the_requester_context_is_bound(source: DuckDBSource) -> None:
     """$user_id and $workspace_id reach the query through the pipe path too."""
     data = _copy(source, "csv", sql="SELECT $user_id AS u, $workspace_id AS w")
     assert data == b"u,w\r\nalice,w1\r\n"
+
+
+def test_enum_strings_are_neutralised_too(source: DuckDBSource) -> None:
+    """An ENUM is text in the file, so its formula-looking values are neutralised as well."""
+    data = _copy(source, "csv", sql="SELECT m FROM moods ORDER BY m")
+    assert data == b"m\r\n'=SUM(1)\r\nok\r\n"

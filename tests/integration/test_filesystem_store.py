@@ -324,3 +324,21 @@ def test_lifecycle_removes_orphan_metadata_only(store: FilesystemObjectStore) ->
     assert store.incomplete_uploads("exports/demo/exp-2/f.csv") == []
     assert len(os.listdir(store.layout.meta_root)) == 1
     assert store.head(KEY) is not None
+
+
+def test_a_failure_after_publishing_keeps_the_objects_metadata(
+    store: FilesystemObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If syncing the directory fails after the link, the published object keeps its
+    metadata, so the next attempt can adopt it instead of finding the key locked."""
+    import qexport.storage.filesystem as filesystem
+
+    def broken_fsync_dir(_path: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(filesystem, "fsync_dir", broken_fsync_dir)
+    upload = store.begin_upload(KEY)
+    upload.upload_part(1, b"a,b\r\n")
+    with pytest.raises(StorageUnavailableError):
+        upload.complete(rows=0, sha256=hashlib.sha256(b"a,b\r\n").hexdigest())
+    assert store.head(KEY) == StoredObject(KEY, 5, 0, hashlib.sha256(b"a,b\r\n").hexdigest())

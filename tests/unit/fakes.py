@@ -49,7 +49,13 @@ class FakeSource:
         self.streams: list[TableStream] = []
 
     def execute(
-        self, sql: str, parameters: dict[str, Any], requester: Requester, *, timeout_seconds: float
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> TableStream:
         self.calls.append((sql, parameters, requester))
         if self.error is not None and self.fail_at_batch is None:

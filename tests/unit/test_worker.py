@@ -13,6 +13,7 @@ from qexport.config import Settings
 from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import (
     FailureCode,
+    MetadataUnavailableError,
     QueryInvalidError,
     QueryTimeoutError,
     SourceUnavailableError,
@@ -316,3 +317,45 @@ def test_shutdown_hands_a_running_export_back() -> None:
     assert handed.lease_expires_at <= deps.clock.now()
     assert deps.objects.incomplete_uploads(record.storage_key) == []
     assert worker.outcomes == {"handed_back": 1}
+
+
+def test_a_file_stored_by_a_dead_attempt_is_adopted_even_past_the_attempt_cap() -> None:
+    """The work is done: the last attempt adopts the file instead of giving up."""
+    deps = make_deps(FakeSource())
+    clock = deps.clock
+    assert isinstance(clock, FrozenClock)
+    record = request(deps)
+    for _ in range(3):
+        assert deps.store.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        clock.advance(31)
+    upload = deps.objects.begin_upload(record.storage_key)
+    upload.upload_part(1, b"n\r\n1\r\n")
+    upload.complete(rows=1, sha256="e" * 64)
+    work(deps)
+    done = current(deps, record)
+    assert (done.status, done.attempt, done.row_count) == (Status.SUCCEEDED, 4, 1)
+
+
+def test_a_metadata_outage_while_settling_leaves_the_export_to_be_redelivered() -> None:
+    """If the record cannot be settled, it is not failed on a guess: the lease runs out and
+    the next attempt adopts the stored file."""
+    deps = make_deps(FakeSource())
+    clock = deps.clock
+    assert isinstance(clock, FrozenClock)
+    record = request(deps)
+    original = deps.store.succeed
+    calls = []
+
+    def flaky_succeed(*args: object, **kwargs: object) -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise MetadataUnavailableError("the metadata database is unavailable: locked")
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    deps.store.succeed = flaky_succeed  # type: ignore[method-assign]
+    work(deps)
+    assert current(deps, record).status is Status.RUNNING
+    clock.advance(31)
+    work(deps)
+    done = current(deps, record)
+    assert (done.status, done.attempt, done.row_count) == (Status.SUCCEEDED, 2, 1000)

@@ -84,6 +84,10 @@ class LeaseLostError(QExportError):
     """The attempt no longer holds the export: stop producing and abort the upload."""
 
 
+class MetadataUnavailableError(QExportError):
+    """The metadata database could not be reached or was locked: nothing was written."""
+
+
 class ObjectExistsError(QExportError):
     """A completed object is already stored at the key (create-if-absent lost the race)."""
 

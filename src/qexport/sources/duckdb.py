@@ -6,6 +6,7 @@ import re
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,7 @@ class DuckDBSource:
         timeout_seconds: float,
         max_rows: int,
         on_progress: Callable[[int], None] | None = None,
+        on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> int:
         """Write the result as `fmt` with DuckDB's own writer into `sink`; return the rows."""
         Deadline.validate(timeout_seconds)
@@ -106,6 +108,8 @@ class DuckDBSource:
         try:
             statement = single_select(cursor, sql)
             values = bound_values(set(statement.named_parameters), parameters, requester)
+            if on_interrupt is not None:
+                on_interrupt(cursor.interrupt)
             deadline = Deadline(timeout_seconds, cursor.interrupt)
             try:
                 assert self._pipe_dir is not None  # made with the connection
@@ -135,6 +139,7 @@ class DuckDBSource:
         requester: Requester,
         *,
         timeout_seconds: float,
+        on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> DuckDBResultStream:
         """Start `sql` with bound parameters; the rows arrive as the stream is read.
 
@@ -145,6 +150,9 @@ class DuckDBSource:
         try:
             statement = single_select(cursor, sql)
             values = bound_values(set(statement.named_parameters), parameters, requester)
+            if on_interrupt is not None:
+                # Before the statement starts: a blocking query runs inside the reader's set-up.
+                on_interrupt(cursor.interrupt)
         except BaseException:
             cursor.close()
             raise
@@ -174,6 +182,8 @@ class DuckDBSource:
             if self._connection is None:
                 try:
                     self._pipe_dir = Path(tempfile.mkdtemp(prefix="qexport-pipes-"))
+                    # Removed at exit too: the CLI and the worker never close their sources.
+                    weakref.finalize(self, shutil.rmtree, self._pipe_dir, ignore_errors=True)
                     self._connection = connect_sandboxed(
                         self.path, self._pipe_dir, memory_limit=self.memory_limit
                     )

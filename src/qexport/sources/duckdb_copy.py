@@ -51,23 +51,27 @@ def _looks_like_formula(text: str) -> bool:
     return text[:1] in ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
-def copy_query(sql: str, columns: Sequence[str], types: Sequence[str], *, neutralize: bool) -> str:
-    """The SELECT that COPY writes: the user's query, with string cells neutralised if asked."""
+def copy_query(
+    sql: str, columns: Sequence[str], types: Sequence[str], *, neutralize: bool, limit: int
+) -> str:
+    """The SELECT that COPY writes: the user's query, string cells neutralised if asked, and
+    cut at `limit` rows so that a result over the row limit stops early (measured: no cost)."""
     if not neutralize:
-        return sql
+        return f"SELECT * FROM (\n{sql}\n) AS qexport_result LIMIT {int(limit)}"
     exprs = []
     for name, type_name in zip(columns, types, strict=True):
         column = _ident(name)
         alias = _ident("'" + name if _looks_like_formula(name) else name)
-        if type_name == "VARCHAR":
+        if type_name == "VARCHAR" or type_name.startswith("ENUM("):
+            text = f"CAST({column} AS VARCHAR)"
             exprs.append(
-                f"CASE WHEN regexp_matches({column}, {_literal(_FORMULA_RE)})"
-                f" THEN '''' || {column} ELSE {column} END AS {alias}"
+                f"CASE WHEN regexp_matches({text}, {_literal(_FORMULA_RE)})"
+                f" THEN '''' || {text} ELSE {text} END AS {alias}"
             )
         else:
             exprs.append(f"{column} AS {alias}")
     # The user's text on lines of its own, so a trailing comment cannot swallow the ")".
-    return f"SELECT {', '.join(exprs)} FROM (\n{sql}\n) AS qexport_result"
+    return f"SELECT {', '.join(exprs)} FROM (\n{sql}\n) AS qexport_result LIMIT {int(limit)}"
 
 
 class _PipeReader:
@@ -133,6 +137,7 @@ def copy_to_sink(
         relation.columns,
         [str(t) for t in relation.types],
         neutralize=neutralize and fmt != "parquet",
+        limit=max_rows + 1,
     )
     fifo = fifo_dir / f"{uuid.uuid4().hex}.{fmt}"
     os.mkfifo(fifo, 0o600)

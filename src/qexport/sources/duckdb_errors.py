@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 
 from qexport.domain.failures import (
@@ -26,7 +28,11 @@ _QUERY_ERRORS: tuple[type[Exception], ...] = (
     duckdb.PermissionException,
     duckdb.NotImplementedException,
 )
-_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (duckdb.IOException,)
+# Out of memory is usually other exports crowding the same worker: worth another attempt.
+_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    duckdb.IOException,
+    duckdb.OutOfMemoryException,
+)
 
 # Once the rows stream through Arrow, DuckDB's errors surface as Arrow errors carrying only
 # DuckDB's message; its "<kind> Error:" prefix is all that is left to classify them by.
@@ -44,7 +50,19 @@ _QUERY_ERROR_PREFIXES = (
     "Permission Error",
     "Not implemented Error",
 )
-_UNAVAILABLE_PREFIXES = ("IO Error",)
+_UNAVAILABLE_PREFIXES = ("IO Error", "Out of Memory Error")
+# Errors about a value quote the value, which is row data: it must not reach failure_detail.
+_VALUE_ERROR_PREFIXES = ("Conversion Error", "Invalid Input Error", "Out of Range Error")
+_QUOTED = re.compile(r"'(?:[^']|'')*'")
+
+
+def _redact_values(message: str) -> str:
+    """Replace quoted literals in a value error with '…'; other errors quote only SQL."""
+    if message.startswith(_VALUE_ERROR_PREFIXES):
+        return _QUOTED.sub("'…'", message)
+    return message
+
+
 _INTERRUPT_PREFIX = "INTERRUPT Error"
 
 
@@ -54,7 +72,7 @@ def timeout_error(seconds: float) -> QueryTimeoutError:
 
 def translate_error(exc: BaseException, *, timed_out: bool, timeout_seconds: float) -> QExportError:
     """The qexport error for an exception raised while running or reading a statement."""
-    message = bounded_detail(str(exc))
+    message = _redact_values(bounded_detail(str(exc)))
     if isinstance(exc, QExportError):
         return exc
     if isinstance(exc, duckdb.InterruptException) or message.startswith(_INTERRUPT_PREFIX):

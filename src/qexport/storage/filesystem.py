@@ -125,7 +125,9 @@ class FilesystemUpload:
                 self._discard()
                 raise ObjectExistsError(f"an object is already stored at {self.key}") from exc
             except BaseException:
-                remove_quietly(meta_path)
+                # Once linked, the object is published and its metadata must stay.
+                if staged.stat().st_nlink == 1:
+                    remove_quietly(meta_path)
                 raise
         self._discard()
         return StoredObject(self.key, st.st_size, rows, sha256)

@@ -6,14 +6,21 @@ allowed from the record's current state (or the caller lost its lease) and nothi
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from qexport.domain.exports import ExportRecord, Result, Status
-from qexport.domain.failures import FailureCode, bounded_detail
+from qexport.domain.failures import (
+    FailureCode,
+    InvalidRequestError,
+    MetadataUnavailableError,
+    bounded_detail,
+)
 from qexport.domain.queries import Parameter, Query, Visibility
 from qexport.ports import NewExport
 from qexport.store.tables import exports, queries
@@ -94,6 +101,17 @@ class SqlMetadataStore:
     def engine(self) -> sa.Engine:
         return self._engine
 
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sa.Connection]:
+        """One transaction; database outages and lock timeouts become qexport errors."""
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            raise MetadataUnavailableError(
+                f"the metadata database is unavailable: {type(exc.orig).__name__}"
+            ) from exc
+
     # ------------------------------------------------------------ requests and reads
 
     def insert_export(self, new: NewExport) -> ExportRecord:
@@ -114,12 +132,12 @@ class SqlMetadataStore:
             "progress_rows": 0,
             "created_at": new.created_at,
         }
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             row = conn.execute(exports.insert().values(values).returning(exports)).one()
         return _to_record(row)
 
     def get_export(self, export_id: str) -> ExportRecord | None:
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             row = conn.execute(sa.select(exports).where(exports.c.id == export_id)).first()
         return _to_record(row) if row else None
 
@@ -137,14 +155,14 @@ class SqlMetadataStore:
         if status is not None:
             stmt = stmt.where(exports.c.status == status.value)
         stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             return [_to_record(r) for r in conn.execute(stmt)]
 
     def has_unsettled(self) -> bool:
         stmt = sa.select(sa.literal(1)).where(
             exports.c.status.in_([Status.QUEUED.value, Status.RUNNING.value])
         )
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             return conn.execute(stmt.limit(1)).first() is not None
 
     # ------------------------------------------------------------ the queue
@@ -156,7 +174,7 @@ class SqlMetadataStore:
             .order_by(exports.c.created_at, exports.c.id)
             .limit(1)
         )
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             row = conn.execute(stmt).first()
         return _to_record(row) if row else None
 
@@ -177,7 +195,7 @@ class SqlMetadataStore:
             )
             .returning(exports)
         )
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             row = conn.execute(stmt).first()
         return _to_record(row) if row else None
 
@@ -251,14 +269,19 @@ class SqlMetadataStore:
         )
 
     def _update(self, guard: sa.ColumnElement[bool], **values: Any) -> bool:
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             return conn.execute(exports.update().where(guard).values(**values)).rowcount == 1
 
     # ------------------------------------------------------------ saved queries
 
     def add_query(self, query: Query) -> Query:
-        with self._engine.begin() as conn:
-            conn.execute(queries.insert().values(**self._query_values(query)))
+        try:
+            with self._tx() as conn:
+                conn.execute(queries.insert().values(**self._query_values(query)))
+        except sa.exc.IntegrityError as exc:
+            raise InvalidRequestError(
+                f"a query named {query.name!r} already exists", field="name"
+            ) from exc
         return query
 
     def _query_values(self, query: Query) -> dict[str, Any]:
@@ -276,7 +299,7 @@ class SqlMetadataStore:
         }
 
     def get_query(self, query_id: str) -> Query | None:
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             row = conn.execute(sa.select(queries).where(queries.c.id == query_id)).first()
         return _to_query(row) if row else None
 
@@ -286,7 +309,7 @@ class SqlMetadataStore:
             queries.c.name == name,
             queries.c.deleted_at.is_(None),
         )
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             row = conn.execute(stmt).first()
         return _to_query(row) if row else None
 
@@ -296,7 +319,7 @@ class SqlMetadataStore:
             .where(queries.c.workspace_id == workspace_id, queries.c.deleted_at.is_(None))
             .order_by(queries.c.name)
         )
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             return [_to_query(r) for r in conn.execute(stmt)]
 
     def update_query(self, query: Query) -> bool:
@@ -304,12 +327,12 @@ class SqlMetadataStore:
         for fixed in ("id", "workspace_id", "created_at"):
             values.pop(fixed)
         guard = sa.and_(queries.c.id == query.id, queries.c.deleted_at.is_(None))
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             return conn.execute(queries.update().where(guard).values(**values)).rowcount == 1
 
     def delete_query(self, query_id: str) -> bool:
         guard = sa.and_(queries.c.id == query_id, queries.c.deleted_at.is_(None))
-        with self._engine.begin() as conn:
+        with self._tx() as conn:
             result = conn.execute(
                 queries.update().where(guard).values(deleted_at=sa.func.current_timestamp())
             )

@@ -12,7 +12,7 @@ from types import FrameType
 import structlog
 
 from qexport.domain.exports import Status
-from qexport.domain.failures import FailureCode
+from qexport.domain.failures import FailureCode, QExportError
 from qexport.domain.queries import can_read
 from qexport.worker.runner import Deps, run_attempt
 
@@ -93,12 +93,19 @@ class Worker:
                 worked = False
             if worked:
                 continue
-            if self.drain and not self.deps.store.has_unsettled():
+            if self.drain and self._drained():
                 self.stopping.set()
                 self._wake.set()
                 return
             self._wake.wait(poll)
             self._wake.clear()
+
+    def _drained(self) -> bool:
+        try:
+            return not self.deps.store.has_unsettled()
+        except QExportError:  # cannot tell now: keep polling rather than exit early
+            log.warning("drain_check_failed", exc_info=True)
+            return False
 
     def run_once(self) -> bool:
         """Claim and run at most one export; False when nothing was claimable."""

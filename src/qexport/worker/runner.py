@@ -19,6 +19,7 @@ from qexport.domain.failures import (
     InvalidRequestError,
     LeaseLostError,
     LimitExceededError,
+    MetadataUnavailableError,
     ObjectExistsError,
     QExportError,
     QueryInvalidError,
@@ -86,19 +87,10 @@ class Attempt:
         self.size = 0
         self.code: FailureCode | None = None
 
-    def run(self) -> str:
+    def run(self) -> str:  # noqa: PLR0911 - one return per way an attempt can end
         record, settings = self.record, self.deps.settings
         token = record.lease_token
         assert token is not None  # a claimed record always carries its lease token
-        if record.attempt > settings.max_attempts:
-            code = record.last_error_code or FailureCode.ATTEMPTS_EXHAUSTED
-            detail = (
-                f"gave up after {settings.max_attempts} attempts: {record.last_error_detail}"
-                if record.last_error_code
-                else f"gave up after {settings.max_attempts} attempts:"
-                " workers stopped before finishing"
-            )
-            return self._fail(token, code, detail)
         lease = Lease(
             self.deps.store,
             self.deps.clock,
@@ -109,18 +101,31 @@ class Attempt:
         )
         try:
             with lease:
-                stored = self._produce(lease)
+                # A file completed by an attempt that died before settling is adopted, even
+                # by an attempt past the cap: the work is done.
+                stored = self.deps.objects.head(record.storage_key)
+                if stored is not None:
+                    log.info("object_adopted", reason="completed by an earlier attempt")
+                elif record.attempt > settings.max_attempts:
+                    return self._give_up(token)
+                else:
+                    stored = self._produce(lease)
                 return self._succeed(token, stored)
         except LeaseLostError:
-            log.info("attempt_stopped", reason="lease lost or export cancelled")
-            return "lost"
+            return self._stopped()
         except ShutdownRequestedError:
-            # Handed back, not failed: if workers keep stopping, it ends attempts_exhausted.
-            self._release(
-                token, 0.0, FailureCode.ATTEMPTS_EXHAUSTED, "the worker shut down mid-export"
-            )
-            return "handed_back"
+            return self._hand_back(token)
+        except MetadataUnavailableError:
+            # Nothing is settled on a guess: the lease runs out and the export is redelivered
+            # (adopting the stored file if there is one).
+            log.warning("metadata_unavailable", exc_info=True)
+            return "interrupted"
         except QExportError as exc:
+            # An interrupted statement surfaces as the source's error: say why it stopped.
+            if lease.lost:
+                return self._stopped()
+            if self.shutdown.is_set():
+                return self._hand_back(token)
             return self._settle_error(token, exc)
         except Exception:
             log.exception("attempt_crashed")
@@ -128,12 +133,23 @@ class Attempt:
                 token, FailureCode.INTERNAL, "an unexpected error occurred (see the worker logs)"
             )
 
+    def _give_up(self, token: str) -> str:
+        record, settings = self.record, self.deps.settings
+        code = record.last_error_code or FailureCode.ATTEMPTS_EXHAUSTED
+        reason = record.last_error_detail or "workers stopped before finishing"
+        return self._fail(token, code, f"gave up after {settings.max_attempts} attempts: {reason}")
+
+    def _stopped(self) -> str:
+        log.info("attempt_stopped", reason="lease lost or export cancelled")
+        return "lost"
+
+    def _hand_back(self, token: str) -> str:
+        # Handed back, not failed: if workers keep stopping, it ends attempts_exhausted.
+        self._release(token, 0.0, FailureCode.ATTEMPTS_EXHAUSTED, "the worker shut down mid-export")
+        return "handed_back"
+
     def _produce(self, lease: Lease) -> StoredObject:
         deps, record = self.deps, self.record
-        existing = deps.objects.head(record.storage_key)
-        if existing is not None:
-            log.info("object_adopted", reason="completed by an earlier attempt")
-            return existing
         query = deps.store.get_query(record.subject_id)
         if not can_read(record.requester, query):
             raise AccessLostError("the requester may no longer read this query, or it was deleted")
@@ -166,10 +182,17 @@ class Attempt:
                     timeout_seconds=timeout,
                     max_rows=deps.settings.max_rows,
                     on_progress=progress,
+                    on_interrupt=lease.on_stop,
                 )
 
             return self._store(lease, native)
-        stream = source.execute(query.sql, values, record.requester, timeout_seconds=timeout)
+        stream = source.execute(
+            query.sql,
+            values,
+            record.requester,
+            timeout_seconds=timeout,
+            on_interrupt=lease.on_stop,
+        )
 
         def encode(sink: PartSink) -> int:
             batches = _counted(iter(stream), lease, deps.settings.max_rows)
@@ -184,10 +207,10 @@ class Attempt:
         """Stream what `produce` writes into a new upload at the key; complete or abort it."""
         deps, record = self.deps, self.record
         upload = deps.objects.begin_upload(record.storage_key)
-        sink = PartSink(
-            upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes
-        )
         try:
+            sink = PartSink(
+                upload, lease, part_size=deps.settings.part_size, max_bytes=deps.settings.max_bytes
+            )
             try:
                 self.rows = produce(sink)
                 sha256 = sink.finish()
@@ -233,21 +256,28 @@ class Attempt:
 
     def _release(self, token: str, delay: float, code: FailureCode, detail: str) -> None:
         deps = self.deps
-        deps.store.release_with_backoff(
-            self.record.id,
-            token,
-            now=deps.clock.now(),
-            delay_seconds=delay,
-            code=code,
-            detail=detail,
-        )
         self.code = code
+        try:
+            deps.store.release_with_backoff(
+                self.record.id,
+                token,
+                now=deps.clock.now(),
+                delay_seconds=delay,
+                code=code,
+                detail=detail,
+            )
+        except MetadataUnavailableError:  # the lease runs out instead: the same redelivery
+            log.warning("release_failed", exc_info=True)
 
     def _fail(self, token: str, code: FailureCode, detail: str) -> str:
         self.code = code
-        ok = self.deps.store.fail(
-            self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail
-        )
+        try:
+            ok = self.deps.store.fail(
+                self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail
+            )
+        except MetadataUnavailableError:  # not settled: redelivered when the lease runs out
+            log.warning("settle_failed", exc_info=True)
+            return "interrupted"
         return "failed" if ok else "lost"
 
 

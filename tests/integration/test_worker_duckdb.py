@@ -1,0 +1,82 @@
+"""A worker on a real DuckDB source: cancelling stops a statement that is still running."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from qexport.clock import SystemClock
+from qexport.config import Settings
+from qexport.domain.exports import Requester, Status
+from qexport.domain.failures import FailureCode
+from qexport.domain.queries import Query
+from qexport.services.requests import request_export
+from qexport.sources.duckdb import DuckDBSource
+from qexport.testing import InMemoryMetadataStore, InMemoryObjectStore
+from qexport.worker.loop import Worker
+from qexport.worker.runner import Deps
+
+ALICE = Requester("alice", "w1")
+# Minutes of work for DuckDB, and no row before it is all done.
+SLOW_SQL = "SELECT count(*) AS n FROM range(100000000000) a"
+
+
+@pytest.fixture
+def deps(tmp_path: Path) -> Deps:
+    path = tmp_path / "data.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE people (email VARCHAR)")
+    con.execute("INSERT INTO people VALUES ('alice@secret.example')")
+    con.close()
+    store = InMemoryMetadataStore()
+    for name, sql in (("slow", SLOW_SQL), ("bad_cast", "SELECT email::INTEGER FROM people")):
+        store.add_query(Query(str(uuid.uuid4()), "w1", name, sql, "data"))
+    return Deps(
+        store=store,
+        objects=InMemoryObjectStore(),
+        sources={"data": DuckDBSource("data", path)},
+        clock=SystemClock(),
+        settings=Settings(data_dir=tmp_path, lease_seconds=0.6, statement_timeout_seconds=120),
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+def test_cancel_interrupts_a_running_statement(deps: Deps, fmt: str) -> None:
+    """Cancelled while DuckDB is still computing: the attempt ends within seconds, not at
+    the 120 s statement timeout, and the worker is free again."""
+    record = request_export(deps.store, deps.clock, ALICE, query_ref="slow", fmt=fmt)
+    worker = Worker(deps, worker_id="w")
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (worker.run_once(), done.set()))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while deps.store.get_export(record.id).status is not Status.RUNNING:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # well into the statement
+    deps.store.cancel(record.id, now=deps.clock.now())
+    assert done.wait(15), "the attempt kept running after the cancel"
+    thread.join()
+    final = deps.store.get_export(record.id)
+    assert final is not None
+    assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
+    assert deps.objects.incomplete_uploads(record.storage_key) == []
+    assert worker.outcomes == {"lost": 1}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_failure_details_carry_no_row_data(deps: Deps, fmt: str) -> None:
+    """A conversion error names the problem but not the value from the row."""
+    record = request_export(deps.store, deps.clock, ALICE, query_ref="bad_cast", fmt=fmt)
+    Worker(deps, worker_id="w").run_once()
+    final = deps.store.get_export(record.id)
+    assert final is not None
+    assert final.failure_code is FailureCode.QUERY_INVALID
+    assert final.failure_detail is not None
+    assert "Conversion Error" in final.failure_detail
+    assert "secret" not in final.failure_detail
