@@ -12,6 +12,7 @@ import pytest
 
 from qexport.domain.failures import NotFoundError, ObjectExistsError, StorageUnavailableError
 from qexport.ports import StoredObject
+from qexport.storage import filesystem
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.storage.lifecycle import LifecycleReport, apply_filesystem_lifecycle
 
@@ -331,7 +332,6 @@ def test_a_failure_after_publishing_keeps_the_objects_metadata(
 ) -> None:
     """If syncing the directory fails after the link, the published object keeps its
     metadata, so the next attempt can adopt it instead of finding the key locked."""
-    import qexport.storage.filesystem as filesystem
 
     def broken_fsync_dir(_path: Path) -> None:
         raise OSError(5, "Input/output error")
