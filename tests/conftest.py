@@ -13,9 +13,12 @@ from qexport.ports import MetadataStore
 from qexport.store.engine import create_engine, migrate
 from qexport.store.sql import SqlMetadataStore
 from qexport.testing import FrozenClock, InMemoryMetadataStore
+from tests.pg import pg_template, pg_url, postgresql_store
+
+__all__ = ["pg_template", "pg_url", "postgresql_store"]  # fixtures for every test module
 
 IN_CI = bool(os.environ.get("CI"))
-STORE_BACKENDS = ["memory", "sqlite"]
+STORE_BACKENDS = ["memory", "sqlite", "postgresql"]
 
 
 @pytest.fixture(scope="session")

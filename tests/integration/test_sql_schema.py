@@ -16,37 +16,43 @@ from qexport.testing import FrozenClock
 from tests.factories import new_export
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
+    """The SQL store on each database it supports."""
+    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
+
+
 def _request(store: SqlMetadataStore, clock: FrozenClock) -> str:
     return store.insert_export(new_export(clock.now())).id
 
 
-def test_migrations_create_exactly_the_declared_schema(sqlite_store: SqlMetadataStore) -> None:
+def test_migrations_create_exactly_the_declared_schema(sql_store: SqlMetadataStore) -> None:
     """`qexport db upgrade` yields the schema of tables.py, with nothing missing or extra."""
-    with sqlite_store.engine.connect() as conn:
+    with sql_store.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
 
 
 def test_database_refuses_a_succeeded_record_without_its_result(
-    sqlite_store: SqlMetadataStore, clock: FrozenClock
+    sql_store: SqlMetadataStore, clock: FrozenClock
 ) -> None:
     """Invariant 2 is a CHECK constraint: succeeded without sha256 and size cannot be written."""
-    export_id = _request(sqlite_store, clock)
-    claimed = sqlite_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
+    export_id = _request(sql_store, clock)
+    claimed = sql_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
     assert claimed is not None
-    with pytest.raises(sa.exc.IntegrityError), sqlite_store.engine.begin() as conn:
+    with pytest.raises(sa.exc.IntegrityError), sql_store.engine.begin() as conn:
         conn.execute(exports.update().where(exports.c.id == export_id).values(status="succeeded"))
 
 
 def test_database_refuses_any_update_of_a_settled_record(
-    sqlite_store: SqlMetadataStore, clock: FrozenClock
+    sql_store: SqlMetadataStore, clock: FrozenClock
 ) -> None:
     """Invariant 1 is a trigger: even a raw UPDATE of a settled row is aborted."""
-    export_id = _request(sqlite_store, clock)
-    claimed = sqlite_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
+    export_id = _request(sql_store, clock)
+    claimed = sql_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
     assert claimed is not None
     assert claimed.lease_token is not None
-    sqlite_store.succeed(
+    sql_store.succeed(
         export_id,
         claimed.lease_token,
         now=clock.now(),
@@ -56,6 +62,6 @@ def test_database_refuses_any_update_of_a_settled_record(
     for values in ({"status": "running"}, {"status": "queued", "attempt": 0}, {"progress_rows": 5}):
         with (
             pytest.raises(sa.exc.DatabaseError, match="settled export is immutable"),
-            sqlite_store.engine.begin() as conn,
+            sql_store.engine.begin() as conn,
         ):
             conn.execute(exports.update().where(exports.c.id == export_id).values(**values))
