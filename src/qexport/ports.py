@@ -46,6 +46,18 @@ class NewExport:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class ClaimResult:
+    """What `claim_next` did: claimed one export, refused one before it ran, or neither."""
+
+    claimed: ExportRecord | None = None
+    refused: ExportRecord | None = None
+
+
+# Decides whether a queued export may start: None to claim it, or the reason it may not.
+Admission = Callable[["ExportRecord", "Query | None"], "str | None"]
+
+
 class MetadataStore(Protocol):
     """Exports (which are also the queue) and saved queries.
 
@@ -67,6 +79,17 @@ class MetadataStore(Protocol):
     def has_unsettled(self) -> bool: ...
 
     # the queue
+    def claim_next(
+        self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
+    ) -> ClaimResult:
+        """Claim the oldest claimable export, in one transaction that locks it.
+
+        A queued export is first shown to `admit` with its query (None if missing); if
+        refused it settles queued -> failed/access_lost instead. Concurrent callers never
+        take the same export (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: one writer).
+        """
+        ...
+
     def next_claimable(self, now: datetime) -> ExportRecord | None: ...
     def claim(
         self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float

@@ -23,7 +23,7 @@ from qexport.domain.failures import (
     bounded_detail,
 )
 from qexport.domain.queries import Query
-from qexport.ports import NewExport, StoredObject
+from qexport.ports import Admission, ClaimResult, NewExport, StoredObject
 
 
 class FrozenClock:
@@ -43,7 +43,7 @@ class InMemoryMetadataStore:
     def __init__(self) -> None:
         self._exports: dict[str, ExportRecord] = {}
         self._queries: dict[str, Query] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # claim_next claims while holding it
 
     def insert_export(self, new: NewExport) -> ExportRecord:
         with self._lock:
@@ -106,6 +106,32 @@ class InMemoryMetadataStore:
             and record.lease_expires_at is not None
             and record.lease_expires_at < now
         )
+
+    def claim_next(
+        self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
+    ) -> ClaimResult:
+        with self._lock:
+            candidates = [r for r in self._exports.values() if self._is_claimable(r, now)]
+            candidate = min(candidates, key=lambda r: (r.created_at, r.id), default=None)
+            if candidate is None:
+                return ClaimResult()
+            if candidate.status is Status.QUEUED:
+                refusal = admit(candidate, self._queries.get(candidate.subject_id))
+                if refusal is not None:
+                    refused = replace(
+                        candidate,
+                        status=Status.FAILED,
+                        failure_code=FailureCode.ACCESS_LOST,
+                        failure_detail=bounded_detail(refusal) or "access_lost",
+                        completed_at=now,
+                    )
+                    self._exports[candidate.id] = refused
+                    return ClaimResult(refused=refused)
+            return ClaimResult(
+                claimed=self.claim(
+                    candidate.id, worker_id=worker_id, now=now, lease_seconds=lease_seconds
+                )
+            )
 
     def next_claimable(self, now: datetime) -> ExportRecord | None:
         with self._lock:

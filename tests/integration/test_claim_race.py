@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from qexport.domain.exports import ExportRecord
 from qexport.ports import MetadataStore
 from tests.factories import new_export
 
@@ -20,7 +21,10 @@ def sql_store(request: pytest.FixtureRequest) -> MetadataStore:
     return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
 
 
-def test_concurrent_claimers_take_each_export_exactly_once(sql_store: MetadataStore) -> None:
+@pytest.mark.parametrize("how", ["claim_next", "peek_then_claim"])
+def test_concurrent_claimers_take_each_export_exactly_once(
+    sql_store: MetadataStore, how: str
+) -> None:
     """8 threads claim from 500 queued exports until none is left: 500 claims, no export
     claimed twice, every one running on its first attempt."""
     now = datetime.now(UTC)
@@ -30,10 +34,24 @@ def test_concurrent_claimers_take_each_export_exactly_once(sql_store: MetadataSt
     lock = threading.Lock()
     errors: list[BaseException] = []
 
+    def claim_one(name: str) -> tuple[bool, ExportRecord | None]:
+        """(anything left?, what this claimer got)"""
+        if how == "claim_next":
+            result = sql_store.claim_next(
+                worker_id=name, now=now, lease_seconds=600, admit=lambda _e, _q: None
+            )
+            return result.claimed is not None, result.claimed
+        candidate = sql_store.next_claimable(now)
+        if candidate is None:
+            return False, None
+        return True, sql_store.claim(candidate.id, worker_id=name, now=now, lease_seconds=600)
+
     def claimer(name: str) -> None:
         try:
-            while (candidate := sql_store.next_claimable(now)) is not None:
-                record = sql_store.claim(candidate.id, worker_id=name, now=now, lease_seconds=600)
+            while True:
+                more, record = claim_one(name)
+                if not more:
+                    return
                 if record is not None:
                     assert record.attempt == 1
                     with lock:

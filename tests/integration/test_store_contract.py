@@ -7,6 +7,7 @@ where configured); these tests must hold unchanged on each.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -349,3 +350,65 @@ def test_update_query_changes_visibility(store: MetadataStore) -> None:
     changed = Query(**{**query.__dict__, "members": frozenset({"bob"}), "sql": "select 2"})
     assert store.update_query(changed)
     assert store.get_query(query.id) == changed
+
+
+def _admit_all(_export: ExportRecord, _query: Query | None) -> str | None:
+    return None
+
+
+def test_claim_next_takes_the_oldest_and_then_nothing(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """claim_next claims in request order and returns nothing once all are taken."""
+    first = request(store, clock)
+    clock.advance(1)
+    second = request(store, clock)
+    now = clock.now()
+    got = [
+        store.claim_next(worker_id="w", now=now, lease_seconds=LEASE, admit=_admit_all).claimed
+        for _ in range(3)
+    ]
+    assert [r.id if r else None for r in got] == [first.id, second.id, None]
+    assert all(r.status is Status.RUNNING and r.attempt == 1 for r in got if r)
+
+
+def test_claim_next_refuses_a_queued_export_its_check_rejects(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """A refused export goes queued -> failed/access_lost, with the query handed to the check."""
+    query = make_query()
+    store.add_query(query)
+    record = store.insert_export(replace(new_export(clock.now()), subject_id=query.id))
+    seen: list[Query | None] = []
+
+    def refuse(_export: ExportRecord, q: Query | None) -> str | None:
+        seen.append(q)
+        return "the requester may no longer read this query"
+
+    result = store.claim_next(worker_id="w", now=clock.now(), lease_seconds=LEASE, admit=refuse)
+    assert result.claimed is None
+    assert result.refused is not None
+    assert result.refused.id == record.id
+    failed = store.get_export(record.id)
+    assert failed is not None
+    assert (failed.status, failed.failure_code, failed.attempt) == (
+        Status.FAILED,
+        FailureCode.ACCESS_LOST,
+        0,
+    )
+    assert seen == [query]
+
+
+def test_claim_next_redelivers_without_the_pre_run_check(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """An expired lease is redelivered; the admission check is only for queued exports."""
+    running = claim(store, clock, request(store, clock))
+    clock.advance(LEASE + 1)
+
+    def refuse(_export: ExportRecord, _query: Query | None) -> str | None:
+        raise AssertionError("a redelivery is not a pre-run check")
+
+    result = store.claim_next(worker_id="w2", now=clock.now(), lease_seconds=LEASE, admit=refuse)
+    assert result.claimed is not None
+    assert (result.claimed.id, result.claimed.attempt) == (running.id, 2)

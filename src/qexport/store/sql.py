@@ -22,7 +22,7 @@ from qexport.domain.failures import (
     bounded_detail,
 )
 from qexport.domain.queries import Parameter, Query, Visibility
-from qexport.ports import NewExport
+from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.tables import exports, queries
 
 
@@ -39,6 +39,15 @@ def _fenced(export_id: str, token: str) -> sa.ColumnElement[bool]:
         exports.c.status == Status.RUNNING.value,
         exports.c.lease_token == token,
     )
+
+
+def _failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
+    return {
+        "status": Status.FAILED.value,
+        "failure_code": code.value,
+        "failure_detail": bounded_detail(detail) or code.value,
+        "completed_at": now,
+    }
 
 
 def _to_record(row: sa.Row[Any]) -> ExportRecord:
@@ -181,6 +190,13 @@ class SqlMetadataStore:
     def claim(
         self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float
     ) -> ExportRecord | None:
+        with self._tx() as conn:
+            return self._claim_in(conn, export_id, worker_id, now, lease_seconds)
+
+    @staticmethod
+    def _claim_in(
+        conn: sa.Connection, export_id: str, worker_id: str, now: datetime, lease_seconds: float
+    ) -> ExportRecord | None:
         stmt = (
             exports.update()
             .where(exports.c.id == export_id, _claimable(now))
@@ -195,9 +211,44 @@ class SqlMetadataStore:
             )
             .returning(exports)
         )
-        with self._tx() as conn:
-            row = conn.execute(stmt).first()
+        row = conn.execute(stmt).first()
         return _to_record(row) if row else None
+
+    def claim_next(
+        self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
+    ) -> ClaimResult:
+        oldest = (
+            sa.select(exports)
+            .where(_claimable(now))
+            .order_by(exports.c.created_at, exports.c.id)
+            .limit(1)
+        )
+        with self._tx() as conn:
+            if conn.dialect.name == "postgresql":
+                # Concurrent workers skip the rows others hold instead of queueing behind them.
+                oldest = oldest.with_for_update(skip_locked=True)
+            row = conn.execute(oldest).first()
+            if row is None:
+                return ClaimResult()
+            candidate = _to_record(row)
+            if candidate.status is Status.QUEUED:
+                query_row = conn.execute(
+                    sa.select(queries).where(queries.c.id == candidate.subject_id)
+                ).first()
+                refusal = admit(candidate, _to_query(query_row) if query_row else None)
+                if refusal is not None:
+                    guard = sa.and_(
+                        exports.c.id == candidate.id, exports.c.status == Status.QUEUED.value
+                    )
+                    refused = conn.execute(
+                        exports.update()
+                        .where(guard)
+                        .values(**_failed_values(now, FailureCode.ACCESS_LOST, refusal))
+                        .returning(exports)
+                    ).first()
+                    return ClaimResult(refused=_to_record(refused) if refused else None)
+            claimed = self._claim_in(conn, candidate.id, worker_id, now, lease_seconds)
+            return ClaimResult(claimed=claimed)
 
     def heartbeat(
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
@@ -260,13 +311,7 @@ class SqlMetadataStore:
     def _settle_failed(
         self, guard: sa.ColumnElement[bool], now: datetime, code: FailureCode, detail: str
     ) -> bool:
-        return self._update(
-            guard,
-            status=Status.FAILED.value,
-            failure_code=code.value,
-            failure_detail=bounded_detail(detail) or code.value,
-            completed_at=now,
-        )
+        return self._update(guard, **_failed_values(now, code, detail))
 
     def _update(self, guard: sa.ColumnElement[bool], **values: Any) -> bool:
         with self._tx() as conn:

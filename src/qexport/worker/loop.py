@@ -11,12 +11,19 @@ from types import FrameType
 
 import structlog
 
-from qexport.domain.exports import Status
-from qexport.domain.failures import FailureCode, QExportError
-from qexport.domain.queries import can_read
+from qexport.domain.exports import ExportRecord
+from qexport.domain.failures import QExportError
+from qexport.domain.queries import Query, can_read
 from qexport.worker.runner import Deps, run_attempt
 
 log = structlog.get_logger()
+
+
+def _admit(export: ExportRecord, query: Query | None) -> str | None:
+    """The pre-run check: an export whose query is gone or unreadable never starts."""
+    if can_read(export.requester, query):
+        return None
+    return "the requester may no longer read this query, or it was deleted"
 
 
 def new_worker_id() -> str:
@@ -110,29 +117,18 @@ class Worker:
     def run_once(self) -> bool:
         """Claim and run at most one export; False when nothing was claimable."""
         deps = self.deps
-        candidate = deps.store.next_claimable(deps.clock.now())
-        if candidate is None:
-            return False
-        if candidate.status is Status.QUEUED:
-            # Pre-run check: an export whose subject is gone or unreadable never starts.
-            query = deps.store.get_query(candidate.subject_id)
-            if not can_read(candidate.requester, query):
-                deps.store.fail_before_run(
-                    candidate.id,
-                    now=deps.clock.now(),
-                    code=FailureCode.ACCESS_LOST,
-                    detail="the requester may no longer read this query, or it was deleted",
-                )
-                log.info("export_refused", export_id=candidate.id, code="access_lost")
-                return True
-        claimed = deps.store.claim(
-            candidate.id,
+        result = deps.store.claim_next(
             worker_id=self.worker_id,
             now=deps.clock.now(),
             lease_seconds=deps.settings.lease_seconds,
+            admit=_admit,
         )
+        if result.refused is not None:
+            log.info("export_refused", export_id=result.refused.id, code="access_lost")
+            return True
+        claimed = result.claimed
         if claimed is None:
-            return True  # another worker won the race; look again at once
+            return False
         log.info(
             "export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id
         )
