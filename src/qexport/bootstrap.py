@@ -21,8 +21,15 @@ def object_store(settings: Settings) -> ObjectStore:
     url = urlparse(settings.storage_url)
     if url.scheme == "file":
         return FilesystemObjectStore(Path(unquote(url.path)))
+    if url.scheme == "s3":
+        from qexport.storage.s3 import S3ObjectStore  # boto3 loads only when S3 is used
+
+        return S3ObjectStore.from_url(
+            settings.storage_url, endpoint_url=settings.s3_endpoint_url or None
+        )
     raise ValueError(
-        f"unsupported QEXPORT_STORAGE_URL {settings.storage_url!r} (expected file:///path)"
+        f"unsupported QEXPORT_STORAGE_URL {settings.storage_url!r}"
+        " (expected file:///path or s3://bucket/prefix)"
     )
 
 

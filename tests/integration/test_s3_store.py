@@ -1,0 +1,319 @@
+"""The S3 object store against moto's S3 server: multipart, create-if-absent, errors, lifecycle."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import urllib.request
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import EndpointConnectionError
+
+from qexport.domain.failures import (
+    NotFoundError,
+    ObjectExistsError,
+    QExportError,
+    StorageUnavailableError,
+)
+from qexport.ports import StoredObject
+from qexport.storage import s3
+from qexport.storage.s3 import S3ObjectStore
+from qexport.storage.s3_lifecycle import apply_lifecycle, check_lifecycle, lifecycle_rules
+
+# The moto server and per-test bucket fixtures (a plugin, so fixture arguments shadow nothing).
+pytest_plugins = ["tests.s3server"]
+
+KEY = "exports/demo/exp-1/orders.csv"
+MIB = 1024 * 1024
+PART = 8 * MIB
+
+
+def _parts(count: int, tail: bytes) -> list[bytes]:
+    """`count` distinct 8 MiB parts and a tail: misplaced or truncated parts change the bytes."""
+    return [bytes([65 + number]) * (PART - 1) + b"\n" for number in range(count)] + [tail]
+
+
+def _upload(store: S3ObjectStore, parts: list[bytes], rows: int, key: str = KEY) -> StoredObject:
+    upload = store.begin_upload(key)
+    buffer = bytearray()
+    for number, data in enumerate(parts, start=1):
+        # The caller reuses one buffer for every part: the store must copy what it keeps.
+        buffer[:] = data
+        upload.upload_part(number, buffer)
+    buffer[:] = b"X" * len(buffer)
+    return upload.complete(rows=rows, sha256=hashlib.sha256(b"".join(parts)).hexdigest())
+
+
+def _read(store: S3ObjectStore, key: str = KEY) -> bytes:
+    with store.open(key) as stream:
+        return stream.read()
+
+
+def test_multipart_upload_reads_back_byte_exact_with_its_metadata(
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three 8 MiB parts and a tail are joined in order; head reports size, rows and sha256."""
+    # Copy the staged object to the key in 8 MiB ranges, so that several ranges are stitched.
+    monkeypatch.setattr(s3, "COPY_PART_BYTES", PART)
+    parts = _parts(3, b"tail,row\n")
+    data = b"".join(parts)
+
+    stored = _upload(s3_store, parts, rows=42)
+
+    expected = StoredObject(KEY, len(data), 42, hashlib.sha256(data).hexdigest())
+    assert stored == expected
+    assert s3_store.head(KEY) == expected
+    assert _read(s3_store) == data
+    assert s3_store.incomplete_uploads(KEY) == []
+    listed = s3_store.client.list_objects_v2(Bucket=s3_store.bucket).get("Contents", [])
+    assert [item.get("Key") for item in listed] == [f"tenant/{KEY}"]  # the staged copy is gone
+
+
+def test_single_part_upload_is_stored_with_its_metadata(s3_store: S3ObjectStore) -> None:
+    """An export of one part is stored whole, with its metadata, and nothing staged."""
+    stored = _upload(s3_store, [b"id\n1\n"], rows=1)
+
+    assert stored.size_bytes == 5
+    assert s3_store.head(KEY) == stored
+    assert _read(s3_store) == b"id\n1\n"
+    assert s3_store.incomplete_uploads(KEY) == []
+
+
+def test_empty_upload_stores_an_empty_object(s3_store: S3ObjectStore) -> None:
+    """An upload with no part completes as an empty object with rows 0."""
+    stored = s3_store.begin_upload(KEY).complete(rows=0, sha256=hashlib.sha256().hexdigest())
+
+    assert stored == StoredObject(KEY, 0, 0, hashlib.sha256().hexdigest())
+    assert s3_store.head(KEY) == stored
+    assert _read(s3_store) == b""
+
+
+@pytest.mark.parametrize("part_count", [1, 2], ids=["put", "multipart"])
+def test_second_completion_at_a_taken_key_raises_and_leaves_the_first(
+    s3_store: S3ObjectStore, part_count: int
+) -> None:
+    """Create-if-absent: the loser gets ObjectExistsError and is aborted; the first stays."""
+    first = _upload(s3_store, [b"first\n"], rows=1)
+    second = s3_store.begin_upload(KEY)
+    for number in range(1, part_count + 1):
+        second.upload_part(number, b"S" * PART)
+
+    with pytest.raises(ObjectExistsError):
+        second.complete(rows=99, sha256="0" * 64)
+
+    assert s3_store.head(KEY) == first
+    assert _read(s3_store) == b"first\n"
+    assert s3_store.incomplete_uploads(KEY) == []
+    second.abort()  # the caller aborts after any error: harmless now
+
+
+def test_racing_uploads_complete_exactly_one(s3_store: S3ObjectStore) -> None:
+    """Two attempts completing the same key at the same moment: one wins, one gets the error."""
+    uploads = [s3_store.begin_upload(KEY) for _ in range(2)]
+    for index, upload in enumerate(uploads):
+        upload.upload_part(1, bytes([65 + index]) * PART)
+        upload.upload_part(2, b"tail")
+    start = threading.Barrier(2)
+    outcomes: dict[int, StoredObject | Exception] = {}
+
+    def complete(index: int) -> None:
+        start.wait()
+        try:
+            outcomes[index] = uploads[index].complete(rows=index, sha256=str(index) * 64)
+        except ObjectExistsError as exc:
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=complete, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    winners = [value for value in outcomes.values() if isinstance(value, StoredObject)]
+    losers = [value for value in outcomes.values() if isinstance(value, ObjectExistsError)]
+    assert (len(winners), len(losers)) == (1, 1)
+    assert s3_store.head(KEY) == winners[0]
+    assert _read(s3_store)[:1] == bytes([65 + winners[0].rows])
+    assert s3_store.incomplete_uploads(KEY) == []
+
+
+def test_abort_leaves_no_incomplete_upload(s3_store: S3ObjectStore) -> None:
+    """An aborted upload is gone from the bucket, abort is idempotent, and no object appears."""
+    upload = s3_store.begin_upload(KEY)
+    upload.upload_part(1, b"a" * PART)
+    upload.upload_part(2, b"b" * PART)
+    assert s3_store.incomplete_uploads(KEY) == [upload.upload_id]
+
+    upload.abort()
+    upload.abort()
+
+    assert s3_store.incomplete_uploads(KEY) == []
+    assert s3_store.head(KEY) is None
+    with pytest.raises(ValueError, match="already finished"):
+        upload.upload_part(3, b"c")
+
+
+def test_missing_key_heads_to_none_and_refuses_to_open(s3_store: S3ObjectStore) -> None:
+    """head of a missing key is None; open raises NotFoundError; delete is quiet."""
+    assert s3_store.head(KEY) is None
+    with pytest.raises(NotFoundError):
+        s3_store.open(KEY)
+    s3_store.delete(KEY)
+
+
+def test_delete_removes_the_object(s3_store: S3ObjectStore) -> None:
+    """A deleted object is gone for head and open."""
+    _upload(s3_store, [b"x\n"], rows=1)
+
+    s3_store.delete(KEY)
+
+    assert s3_store.head(KEY) is None
+
+
+def test_presigned_url_downloads_the_bytes_as_an_attachment(s3_store: S3ObjectStore) -> None:
+    """The presigned GET serves the object with Content-Disposition naming the file."""
+    _upload(s3_store, [b"id,name\n1,a\n"], rows=1)
+
+    url = s3_store.presigned_url(KEY, "orders 2030.csv")
+
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (the moto server)
+        body = response.read()
+        disposition = response.headers["Content-Disposition"]
+    assert body == b"id,name\n1,a\n"
+    assert disposition.startswith('attachment; filename="orders 2030.csv"')
+
+
+def test_missing_bucket_is_reported_by_name(moto_endpoint: str, aws_env: None) -> None:
+    """Every operation on a bucket that does not exist says which bucket, as a storage error."""
+    store = S3ObjectStore("no-such-bucket-here", endpoint_url=moto_endpoint)
+
+    with pytest.raises(StorageUnavailableError, match="bucket 'no-such-bucket-here' does not"):
+        store.check_bucket()
+    with pytest.raises(StorageUnavailableError, match="bucket 'no-such-bucket-here' does not"):
+        store.begin_upload(KEY).complete(rows=0, sha256="0" * 64)
+    with pytest.raises(StorageUnavailableError, match="bucket 'no-such-bucket-here' does not"):
+        store.incomplete_uploads(KEY)
+
+
+def test_unreachable_endpoint_is_a_retryable_storage_error(aws_env: None) -> None:
+    """A connection refused becomes StorageUnavailableError, whose code is retryable."""
+    config = Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=1)
+    # Port 9 (discard) on loopback: nothing listens there in a test environment.
+    client = boto3.client("s3", endpoint_url="http://127.0.0.1:9", config=config)
+    store = S3ObjectStore("bucket-x", client=client)
+
+    with pytest.raises(StorageUnavailableError) as raised:
+        store.head(KEY)
+    assert raised.value.code.retryable
+
+
+def test_constructor_connects_nothing_and_from_url_reads_the_prefix() -> None:
+    """from_url splits bucket and prefix; no client exists before the first call."""
+    store = S3ObjectStore.from_url("s3://my-bucket/some/prefix/", endpoint_url="http://x")
+
+    assert (store.bucket, store.prefix, store.endpoint_url) == (
+        "my-bucket",
+        "some/prefix/",
+        "http://x",
+    )
+    assert store._client is None
+    assert store.object_key(KEY) == f"some/prefix/{KEY}"
+    with pytest.raises(ValueError, match="may not start with a dot"):
+        store.begin_upload(".staging/x")
+
+
+def test_lifecycle_applied_is_in_sync_and_a_changed_retention_is_drift(
+    s3_store: S3ObjectStore,
+) -> None:
+    """After apply, check finds nothing; with another retention it names the expiry rule."""
+    rules = lifecycle_rules(timedelta(days=7, hours=1), s3_store.prefix)["Rules"]
+    assert rules[0]["Expiration"]["Days"] == 9  # 7 days 1 hour + 1 day, rounded up
+
+    apply_lifecycle(s3_store, timedelta(days=7))
+
+    assert check_lifecycle(s3_store, timedelta(days=7)) == []
+    drift = check_lifecycle(s3_store, timedelta(days=30))
+    assert len(drift) == 1
+    assert "expire-exports" in drift[0]
+    assert "after 8 days, expected" in drift[0]
+
+
+def test_lifecycle_check_reports_every_rule_missing_on_a_bare_bucket(
+    s3_store: S3ObjectStore,
+) -> None:
+    """A bucket without lifecycle configuration drifts by every rule."""
+    assert len(check_lifecycle(s3_store, timedelta(days=7))) == 3
+
+
+def test_unexpected_refusal_is_an_internal_error(s3_store: S3ObjectStore) -> None:
+    """A request S3 refuses (a part under 5 MiB before the last) is a non-retryable error."""
+    with pytest.raises(ValueError, match="part numbers"):
+        s3_store.begin_upload(KEY).upload_part(0, b"x")
+    upload = s3_store.begin_upload(KEY)
+    upload.upload_part(1, b"too small")
+    upload.upload_part(2, b"tail")
+
+    with pytest.raises(QExportError, match=r"S3 refused it \(EntityTooSmall\)") as raised:
+        upload.complete(rows=0, sha256="0" * 64)
+    assert not raised.value.code.retryable
+    upload.abort()
+    assert s3_store.incomplete_uploads(KEY) == []
+
+
+def test_parts_in_flight_are_bounded_by_max_parallel_parts(
+    moto_endpoint: str, s3_bucket: str
+) -> None:
+    """With max_parallel_parts=2, never more than two parts are being sent at once."""
+    store = S3ObjectStore(s3_bucket, endpoint_url=moto_endpoint, max_parallel_parts=2)
+    send = store.client.upload_part
+    lock = threading.Lock()
+    in_flight, most = 0, 0
+
+    def slow_send(**kwargs: Any) -> Any:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        try:
+            time.sleep(0.05)
+            return send(**kwargs)
+        finally:
+            with lock:
+                in_flight -= 1
+
+    store.client.upload_part = slow_send  # type: ignore[method-assign]
+    parts = _parts(5, b"")
+    stored = _upload(store, parts, rows=5)
+
+    assert most == 2
+    assert stored.size_bytes == 5 * PART
+    assert _read(store) == b"".join(parts)
+
+
+def test_failed_part_surfaces_as_storage_error_and_abort_cleans_up(
+    s3_store: S3ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part that cannot be sent fails the upload with a retryable error; abort leaves nothing."""
+    send = s3_store.client.upload_part
+
+    def failing_send(**kwargs: Any) -> Any:
+        if kwargs["PartNumber"] == 2:
+            raise EndpointConnectionError(endpoint_url="http://s3.invalid")
+        return send(**kwargs)
+
+    monkeypatch.setattr(s3_store.client, "upload_part", failing_send)
+    upload = s3_store.begin_upload(KEY)
+    upload.upload_part(1, b"a" * PART)
+    upload.upload_part(2, b"b" * PART)
+
+    with pytest.raises(StorageUnavailableError, match="could not upload a part"):
+        upload.complete(rows=2, sha256="0" * 64)
+    upload.abort()
+
+    assert s3_store.incomplete_uploads(KEY) == []
+    assert s3_store.head(KEY) is None
