@@ -103,13 +103,10 @@ class DuckDBSource:
         on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> int:
         """Write the result as `fmt` with DuckDB's own writer into `sink`; return the rows."""
-        Deadline.validate(timeout_seconds)
-        cursor = self._cursor()
+        cursor, statement, values = self._prepare(
+            sql, parameters, requester, timeout_seconds, on_interrupt
+        )
         try:
-            statement = single_select(cursor, sql)
-            values = bound_values(set(statement.named_parameters), parameters, requester)
-            if on_interrupt is not None:
-                on_interrupt(cursor.interrupt)
             deadline = Deadline(timeout_seconds, cursor.interrupt)
             try:
                 assert self._pipe_dir is not None  # made with the connection
@@ -145,17 +142,9 @@ class DuckDBSource:
 
         `timeout_seconds` covers running and reading the statement; 0 means no limit.
         """
-        Deadline.validate(timeout_seconds)
-        cursor = self._cursor()
-        try:
-            statement = single_select(cursor, sql)
-            values = bound_values(set(statement.named_parameters), parameters, requester)
-            if on_interrupt is not None:
-                # Before the statement starts: a blocking query runs inside the reader's set-up.
-                on_interrupt(cursor.interrupt)
-        except BaseException:
-            cursor.close()
-            raise
+        cursor, statement, values = self._prepare(
+            sql, parameters, requester, timeout_seconds, on_interrupt
+        )
         deadline = Deadline(timeout_seconds, cursor.interrupt)
         try:
             relation = cursor.sql(statement, params=values or None)
@@ -166,6 +155,28 @@ class DuckDBSource:
             cursor.close()
             raise deadline.error_for(exc) from exc
         return DuckDBResultStream(reader, cursor, deadline)
+
+    def _prepare(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        timeout_seconds: float,
+        on_interrupt: Callable[[Callable[[], None]], None] | None,
+    ) -> tuple[duckdb.DuckDBPyConnection, Any, dict[str, Any]]:
+        """A cursor, the checked statement and its bound values; the interrupt handed out
+        before anything runs (a blocking query runs inside the Arrow reader's set-up)."""
+        Deadline.validate(timeout_seconds)
+        cursor = self._cursor()
+        try:
+            statement = single_select(cursor, sql)
+            values = bound_values(set(statement.named_parameters), parameters, requester)
+            if on_interrupt is not None:
+                on_interrupt(cursor.interrupt)
+        except BaseException:
+            cursor.close()
+            raise
+        return cursor, statement, values
 
     def close(self) -> None:
         """Close the shared connection (streams still open keep their own cursors)."""
