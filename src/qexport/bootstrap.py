@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -11,6 +12,7 @@ from qexport.ports import Clock, ObjectStore, Source
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.engine import create_engine, migrate
+from qexport.store.notify import PgListener
 from qexport.store.sql import SqlMetadataStore
 from qexport.worker.runner import Deps
 
@@ -53,13 +55,20 @@ def sources(settings: Settings) -> dict[str, Source]:
     return found
 
 
+def listener(settings: Settings, on_notify: Callable[[], None]) -> PgListener | None:
+    """A LISTEN connection for worker wake-ups, on PostgreSQL when notifications are on."""
+    if not settings.pg_notify or not settings.database_url.startswith(("postgresql", "postgres")):
+        return None
+    return PgListener(settings.database_url, on_notify)
+
+
 def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Deps:
     """Wire the adapters; with `upgrade`, bring the metadata database to the newest schema."""
     engine = create_engine(settings.database_url)
     if upgrade:
         migrate(engine)
     return Deps(
-        store=SqlMetadataStore(engine),
+        store=SqlMetadataStore(engine, notify=settings.pg_notify),
         objects=object_store(settings),
         sources=sources(settings),
         clock=clock or SystemClock(),

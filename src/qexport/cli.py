@@ -143,9 +143,17 @@ def worker(
     from qexport.worker.loop import Worker
 
     configure_logging(level=logging.INFO)
-    w = Worker(state(ctx).deps(), concurrency=concurrency, drain=drain)
+    st = state(ctx)
+    w = Worker(st.deps(), concurrency=concurrency, drain=drain)
     w.install_signal_handlers()
-    w.run()
+    wakeups = bootstrap.listener(st.settings, w.wake)
+    if wakeups is not None:
+        wakeups.start()
+    try:
+        w.run()
+    finally:
+        if wakeups is not None:
+            wakeups.stop()
 
 
 # ---------------------------------------------------------------- queries

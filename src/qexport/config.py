@@ -22,6 +22,15 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
+def _parse_bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false, got {text!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("qexport-data")
@@ -43,6 +52,7 @@ class Settings:
     smtp_url: str = field(default="", repr=False)
     s3_endpoint_url: str = ""
     duckdb_memory_limit: str = "256MB"
+    pg_notify: bool = True
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -88,6 +98,8 @@ class Settings:
             ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = v
+            if (v := get("PG_NOTIFY")) is not None:
+                values["pg_notify"] = _parse_bool("QEXPORT_PG_NOTIFY", v)
             if (v := get("RETENTION")) is not None:
                 values["retention"] = parse_duration(v)
             for name in (

@@ -23,6 +23,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Parameter, Query, Visibility
 from qexport.ports import Admission, ClaimResult, NewExport
+from qexport.store.notify import notify_claimable
 from qexport.store.tables import exports, queries
 
 
@@ -103,8 +104,10 @@ def _to_query(row: sa.Row[Any]) -> Query:
 class SqlMetadataStore:
     """MetadataStore over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
         self._engine = engine
+        # Wake-ups by NOTIFY on PostgreSQL (see store/notify.py); polling covers the rest.
+        self._notify = notify and engine.dialect.name == "postgresql"
 
     @property
     def engine(self) -> sa.Engine:
@@ -143,6 +146,8 @@ class SqlMetadataStore:
         }
         with self._tx() as conn:
             row = conn.execute(exports.insert().values(values).returning(exports)).one()
+            if self._notify:
+                notify_claimable(conn, new.id)
         return _to_record(row)
 
     def get_export(self, export_id: str) -> ExportRecord | None:
@@ -269,12 +274,17 @@ class SqlMetadataStore:
         code: FailureCode,
         detail: str,
     ) -> bool:
-        return self._update(
+        released = self._update(
             _fenced(export_id, token),
             lease_expires_at=now + timedelta(seconds=delay_seconds),
             last_error_code=code.value,
             last_error_detail=bounded_detail(detail),
         )
+        if released and self._notify and delay_seconds <= 0:
+            # Handed back for immediate redelivery: wake a worker now, not at its next poll.
+            with self._tx() as conn:
+                notify_claimable(conn, export_id)
+        return released
 
     def succeed(
         self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime

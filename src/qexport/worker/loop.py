@@ -50,6 +50,10 @@ class Worker:
 
     # ---------------------------------------------------------------- control
 
+    def wake(self) -> None:
+        """Look for work now instead of at the next poll (a NOTIFY arrived)."""
+        self._wake.set()
+
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
