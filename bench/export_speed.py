@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--xlsx-rows", type=int, default=1_000_000)
     parser.add_argument("--dir", type=Path, default=Path("bench/results"))
-    parser.add_argument("--repeat", type=int, default=3, help="best of N for csv and parquet")
+    parser.add_argument("--repeat", type=int, default=5, help="best of N for csv and parquet")
     args = parser.parse_args()
     data_dir = args.dir.absolute()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -144,15 +144,14 @@ def main() -> None:
     results: dict[str, object] = {"rows": args.rows, "xlsx_rows": args.xlsx_rows}
 
     for fmt, options in (("csv", "FORMAT csv, HEADER"), ("parquet", "FORMAT parquet")):
-        # Best of `--repeat` for both sides: this machine's timings vary by +-10% run to run.
-        anchor = min(
-            duckdb_copy(db, ORDERS_SQL, data_dir / f"anchor.{fmt}", options)
-            for _ in range(args.repeat)
-        )
-        ours = min(
-            (qexport_export(data_dir, "all_orders", fmt) for _ in range(args.repeat)),
-            key=lambda run: run.seconds,
-        )
+        # Best of `--repeat` for both sides, taken in turns so that the machine's drift (disk
+        # write-back, other load; +-10% here) falls on both alike.
+        anchors, runs = [], []
+        for _ in range(args.repeat):
+            anchors.append(duckdb_copy(db, ORDERS_SQL, data_dir / f"anchor.{fmt}", options))
+            runs.append(qexport_export(data_dir, "all_orders", fmt))
+        anchor = min(anchors)
+        ours = min(runs, key=lambda run: run.seconds)
         ratio = anchor / ours.seconds
         print(
             f"{fmt:8} duckdb COPY {anchor:6.2f} s | qexport {ours.seconds:6.2f} s "
