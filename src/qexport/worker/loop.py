@@ -54,9 +54,11 @@ class Worker:
         """Look for work now instead of at the next poll (a NOTIFY arrived)."""
         self._wake.set()
 
-    def install_signal_handlers(self) -> None:
+    def install_signal_handlers(self, *, sigint: bool = True) -> None:
+        """SIGTERM (and SIGINT unless a supervisor forwards it): stop; a second one: hand back."""
         signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
+        if sigint:
+            signal.signal(signal.SIGINT, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.stopping.is_set():

@@ -1,0 +1,67 @@
+"""`qexport worker --processes P`: several worker processes under one supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from qexport.domain.exports import Status
+from tests.e2e.conftest import Env, wait_for
+from tests.e2e.test_worker_faults import BIG_SQL, FAST_LEASE
+
+
+def _children(pid: int) -> set[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return {int(p) for p in path.read_text().split()} if path.exists() else set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_processes_drain_the_queue_each_with_its_own_id(env: Env) -> None:
+    env.add_query("few", "SELECT * FROM customers LIMIT 50")
+    ids = [env.request("few", fmt) for fmt in ("csv", "tsv", "jsonl", "parquet", "xlsx") * 4]
+    supervisor = env.start_worker("--processes", "2", "--drain", QEXPORT_POLL_SECONDS="0.05")
+    assert supervisor.wait(timeout=120) == 0
+    records = [env.record(i) for i in ids]
+    assert {r.status for r in records} == {Status.SUCCEEDED}
+    assert all(r.worker_id for r in records)
+    log = (env.data_dir / "worker-0.log").read_text()
+    # Every record names the worker process that produced it, and that id is in the logs.
+    for worker_id in {r.worker_id for r in records}:
+        assert worker_id is not None
+        assert worker_id in log
+    assert log.count("worker_started") == 2
+
+
+def test_sigterm_stops_every_process_and_a_killed_one_is_replaced(env: Env) -> None:
+    env.add_query("big", BIG_SQL)
+    export_id = env.request("big", "xlsx")
+    supervisor = env.start_worker("--processes", "2", **FAST_LEASE)
+    first = wait_for(lambda: len(_children(supervisor.pid)) == 2 and _children(supervisor.pid))
+    wait_for(lambda: env.record(export_id).progress_rows > 0, timeout=60)
+    holder = env.record(export_id).worker_id
+    assert holder is not None
+    # SIGKILL the child that holds the export: the supervisor starts a new one, and the export
+    # is redelivered (lease expiry) and completes.
+    victim = next(pid for pid in first if f"-{pid}-" in holder)
+    os.kill(victim, signal.SIGKILL)
+    replaced = lambda: victim not in (now := _children(supervisor.pid)) and len(now) == 2  # noqa: E731
+    wait_for(replaced)
+    wait_for(lambda: env.record(export_id).status is Status.SUCCEEDED, timeout=180)
+    done = env.record(export_id)
+    assert done.attempt == 2
+    assert done.worker_id != holder
+    assert supervisor.poll() is None
+
+    children = _children(supervisor.pid)
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=60) == 0
+    assert not any(_alive(pid) for pid in children)
+    assert "worker_stopped" in (env.data_dir / "worker-0.log").read_text()
