@@ -62,6 +62,15 @@ def listener(settings: Settings, on_notify: Callable[[], None]) -> PgListener | 
     return PgListener(settings.database_url, on_notify)
 
 
+def check_ready(deps: Deps) -> None:
+    """Start-up checks that fail with a clear reason: the metadata database answers and the
+    object store is usable (on S3, the bucket exists and the credentials may use it)."""
+    deps.store.has_unsettled()
+    check_bucket = getattr(deps.objects, "check_bucket", None)
+    if check_bucket is not None:
+        check_bucket()
+
+
 def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Deps:
     """Wire the adapters; with `upgrade`, bring the metadata database to the newest schema."""
     engine = create_engine(settings.database_url)

@@ -23,7 +23,12 @@ from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, Visibility, parse_param_spec
 from qexport.logs import configure_logging
-from qexport.services.exports import cancel_export, get_visible_export, open_download
+from qexport.services.exports import (
+    cancel_export,
+    downloadable,
+    get_visible_export,
+    open_download,
+)
 from qexport.services.requests import request_export
 from qexport.services.views import export_view
 from qexport.worker.runner import Deps
@@ -114,14 +119,66 @@ def db_upgrade(ctx: typer.Context) -> None:
 
 
 @storage_app.command("lifecycle")
-def storage_lifecycle(ctx: typer.Context) -> None:
-    """Apply the retention rules: delete files past retention + 1 day and stale uploads."""
+def storage_lifecycle(
+    ctx: typer.Context,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Write the rules (S3) or run the sweep (filesystem).")
+    ] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Report drift from the rules; exit 1 if any.")
+    ] = False,
+) -> None:
+    """The retention rules: files expire retention + 1 day after completion, uploads left
+    incomplete are dropped after 1 day. On S3 they are bucket lifecycle rules (`--apply`
+    writes them, `--check` compares); on the filesystem store this command is the sweeper
+    (run it from cron), and it is what runs when no option is given there."""
+    from qexport.storage.filesystem import FilesystemObjectStore
+
+    if apply and check:
+        fail("choose one of --apply and --check", 2)
+    deps = state(ctx).deps()
+    retention = deps.settings.retention
+    try:
+        if isinstance(deps.objects, FilesystemObjectStore):
+            _filesystem_lifecycle(deps, check=check)
+            return
+        from qexport.storage.s3 import S3ObjectStore
+        from qexport.storage.s3_lifecycle import apply_lifecycle, check_lifecycle, expiry_days
+
+        if not isinstance(deps.objects, S3ObjectStore):
+            fail(f"no lifecycle rules for {type(deps.objects).__name__}")
+        store = deps.objects
+        where = f"s3://{store.bucket}/{store.prefix}"
+        if apply:
+            apply_lifecycle(store, retention)
+            out.print(
+                f"{where}: rules written (exports expire after {expiry_days(retention)} days,"
+                " incomplete uploads are aborted after 1 day)"
+            )
+            return
+        if not check:
+            fail("on S3, choose --apply (write the bucket rules) or --check (report drift)", 2)
+        drift = check_lifecycle(store, retention)
+        for line in drift:
+            out.print(f"{where}: {line}", highlight=False)
+        if drift:
+            raise typer.Exit(1)
+        out.print(f"{where}: lifecycle rules in place")
+    except QExportError as exc:
+        fail(str(exc))
+
+
+def _filesystem_lifecycle(deps: Deps, *, check: bool) -> None:
     from qexport.storage.filesystem import FilesystemObjectStore
     from qexport.storage.lifecycle import apply_filesystem_lifecycle
 
-    deps = state(ctx).deps()
-    if not isinstance(deps.objects, FilesystemObjectStore):
-        fail("lifecycle rules apply to the filesystem store here")
+    assert isinstance(deps.objects, FilesystemObjectStore)
+    if check:
+        out.print(
+            "the filesystem store keeps no rules to drift from:"
+            " run `qexport storage lifecycle --apply` daily to apply them"
+        )
+        return
     report = apply_filesystem_lifecycle(deps.objects, deps.clock.now(), deps.settings.retention)
     out.print(
         f"deleted {report.objects_deleted} file(s) past retention + 1 day, removed"
@@ -136,17 +193,57 @@ def storage_lifecycle(ctx: typer.Context) -> None:
 @app.command()
 def worker(
     ctx: typer.Context,
-    concurrency: Annotated[int, typer.Option(min=1, help="Exports produced at once.")] = 1,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Exports produced at once by each process.")
+    ] = 1,
+    processes: Annotated[
+        int, typer.Option(min=1, help="Worker processes, kept running by this one.")
+    ] = 1,
     drain: Annotated[bool, typer.Option(help="Exit once nothing is queued or running.")] = False,
 ) -> None:
     """Claim queued exports and produce their files until stopped (SIGTERM/SIGINT)."""
+    configure_logging(level=logging.INFO)
+    settings = state(ctx).settings
+    _check_worker_start(settings)
+    if processes == 1:
+        _run_worker(settings, concurrency, drain, supervised=False)
+        return
+    from qexport.worker.processes import Supervisor
+
+    supervisor = Supervisor(
+        lambda _index: _run_worker(settings, concurrency, drain, supervised=True),
+        processes,
+        drain=drain,
+    )
+    supervisor.install_signal_handlers()
+    raise typer.Exit(supervisor.run())
+
+
+def _check_worker_start(settings: Settings) -> None:
+    """Refuse to start on a configuration that cannot work, with one clear line, instead of
+    claiming exports only to fail them (or crash-looping under a process manager)."""
+    import sqlalchemy.exc
+
+    try:
+        deps = bootstrap.build(settings)
+        bootstrap.check_ready(deps)
+    except (QExportError, ValueError) as exc:
+        fail(f"worker cannot start: {exc}", 3)
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        fail(f"worker cannot start: the metadata database is unavailable: {reason}", 3)
+    from qexport.store.sql import SqlMetadataStore
+
+    if isinstance(deps.store, SqlMetadataStore):  # the supervisor forks next: close, not inherit
+        deps.store.engine.dispose()
+
+
+def _run_worker(settings: Settings, concurrency: int, drain: bool, *, supervised: bool) -> None:
     from qexport.worker.loop import Worker
 
-    configure_logging(level=logging.INFO)
-    st = state(ctx)
-    w = Worker(st.deps(), concurrency=concurrency, drain=drain)
-    w.install_signal_handlers()
-    wakeups = bootstrap.listener(st.settings, w.wake)
+    w = Worker(bootstrap.build(settings, upgrade=False), concurrency=concurrency, drain=drain)
+    w.install_signal_handlers(sigint=not supervised)
+    wakeups = bootstrap.listener(settings, w.wake)
     if wakeups is not None:
         wakeups.start()
     try:
@@ -406,17 +503,40 @@ def exports_wait(
         raise typer.Exit(1)
 
 
+def _print_download_link(deps: Deps, requester: Requester, export_id: str) -> None:
+    from qexport.storage.s3 import S3ObjectStore
+
+    if not isinstance(deps.objects, S3ObjectStore):
+        fail("download links need S3 storage; use --output with the filesystem store", 2)
+    try:
+        record = downloadable(deps.store, deps.clock, requester, export_id)
+        link = deps.objects.presigned_url(record.storage_key, record.filename)
+    except QExportError as exc:
+        fail(str(exc))
+    out.print(link, highlight=False, soft_wrap=True)
+    err.print(f"valid for {deps.objects.presign_seconds} s ({_human_size(record.size_bytes)})")
+
+
 @exports_app.command("download")
 def exports_download(
     ctx: typer.Context,
     export_id: str,
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="Where to write the file ('-' for stdout).")
-    ],
+        Path | None,
+        typer.Option("-o", "--output", help="Where to write the file ('-' for stdout)."),
+    ] = None,
+    url: Annotated[
+        bool, typer.Option("--url", help="Print a short-lived download link instead (S3).")
+    ] = False,
 ) -> None:
     """Download the file of a succeeded export (refused once it has expired)."""
     st = state(ctx)
     deps = st.deps()
+    if url:
+        _print_download_link(deps, st.requester, export_id)
+        return
+    if output is None:
+        fail("give --output PATH (or '-' for stdout), or --url for a download link", 2)
     try:
         record, stream = open_download(
             deps.store, deps.objects, deps.clock, st.requester, export_id

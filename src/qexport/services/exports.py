@@ -56,10 +56,10 @@ def cancel_export(
     return cancelled
 
 
-def open_download(
-    store: MetadataStore, objects: ObjectStore, clock: Clock, requester: Requester, export_id: str
-) -> tuple[ExportRecord, BinaryIO]:
-    """The file of a succeeded, unexpired export that the requester may still read."""
+def downloadable(
+    store: MetadataStore, clock: Clock, requester: Requester, export_id: str
+) -> ExportRecord:
+    """The record of a succeeded, unexpired export that the requester may still read."""
     record = get_visible_export(store, requester, export_id)
     status = effective_status(record, clock.now())
     if status in (Status.QUEUED, Status.RUNNING):
@@ -72,4 +72,12 @@ def open_download(
         raise ExpiredError(f"export {export_id} expired at {record.expires_at:%Y-%m-%d %H:%M} UTC")
     if not can_read(requester, store.get_query(record.subject_id)):
         raise AccessLostError("you may no longer read the query this export was made from")
+    return record
+
+
+def open_download(
+    store: MetadataStore, objects: ObjectStore, clock: Clock, requester: Requester, export_id: str
+) -> tuple[ExportRecord, BinaryIO]:
+    """The file of a succeeded, unexpired export that the requester may still read."""
+    record = downloadable(store, clock, requester, export_id)
     return record, objects.open(record.storage_key)
