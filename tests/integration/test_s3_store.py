@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from qexport.domain.failures import (
     NotFoundError,
@@ -198,6 +198,65 @@ def test_missing_bucket_is_reported_by_name(moto_endpoint: str, aws_env: None) -
         store.begin_upload(KEY).complete(rows=0, sha256="0" * 64)
     with pytest.raises(StorageUnavailableError, match="bucket 'no-such-bucket-here' does not"):
         store.incomplete_uploads(KEY)
+
+
+def test_check_bucket_passes_for_an_existing_bucket(s3_store: S3ObjectStore) -> None:
+    """The start-up check is quiet when the bucket is there and usable."""
+    s3_store.check_bucket()
+
+
+def test_upload_aborted_behind_the_attempts_back_is_a_retryable_storage_error(
+    s3_store: S3ObjectStore,
+) -> None:
+    """An upload that vanished (aborted by another attempt or a lifecycle rule) fails the
+    attempt with a retryable error, so the export is tried again rather than failed."""
+    upload = s3_store.begin_upload(KEY)
+    upload.upload_part(1, b"a" * PART)
+    upload.upload_part(2, b"tail")
+    client, bucket = s3_store.client, s3_store.bucket
+    staging = s3_store.staging_prefix(KEY)
+    (begun,) = client.list_multipart_uploads(Bucket=bucket, Prefix=staging)["Uploads"]
+    where = {"Bucket": bucket, "Key": begun["Key"], "UploadId": begun["UploadId"]}
+    for _ in range(100):  # the parts are sent in the background: let both arrive first
+        if len(client.list_parts(**where).get("Parts", [])) == 2:
+            break
+        time.sleep(0.05)
+    client.abort_multipart_upload(**where)
+
+    # S3 answers 404 NoSuchUpload; moto 5.2.5 answers 500. Both must mean "try again".
+    with pytest.raises(StorageUnavailableError) as raised:
+        upload.complete(rows=1, sha256="0" * 64)
+    assert raised.value.code.retryable
+    upload.abort()  # the upload is gone already: nothing to do, nothing queued for later
+    assert s3_store.cleanup.pending == []
+    assert s3_store.incomplete_uploads(KEY) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "retryable"),
+    [
+        (404, "NoSuchUpload", True),
+        (503, "SlowDown", True),
+        (429, "TooManyRequests", True),
+        (409, "OperationAborted", True),
+        (400, "RequestTimeout", True),
+        (500, "InternalError", True),
+        (400, "EntityTooSmall", False),
+    ],
+)
+def test_s3_refusals_are_retryable_only_when_a_later_try_can_succeed(
+    status: int, code: str, retryable: bool
+) -> None:
+    """Throttling, 5xx, timeouts and a vanished upload are retryable; a malformed request is not."""
+    refusal = ClientError(
+        {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "UploadPart"
+    )
+
+    with pytest.raises(QExportError) as raised, s3.s3_errors("store", "bucket-x", KEY):
+        raise refusal
+
+    assert raised.value.code.retryable is retryable
+    assert raised.value.__cause__ is refusal
 
 
 def test_unreachable_endpoint_is_a_retryable_storage_error(aws_env: None) -> None:

@@ -19,6 +19,14 @@ that carries the metadata and `If-None-Match: *`, which S3 (since 2024-08) and m
 A 412 PreconditionFailed (the key is taken) or a 409 ConditionalRequestConflict (another
 completion is in flight) aborts this upload and raises ObjectExistsError. Keys starting with a
 dot are refused by `validate_key`, so staging keys never meet object keys.
+
+Faults. Every request has a connect and a read timeout (a stalled connection fails that try
+instead of holding the attempt) and is retried by botocore's standard retry mode: throttling
+(503 SlowDown), 5xx, connection errors and timeouts, with jittered exponential backoff and
+`retry_attempts` tries in all. What still fails is a StorageUnavailableError, retryable: the
+attempt is released and the export redelivered later (`QEXPORT_MAX_ATTEMPTS` bounds that).
+An upload that fails is aborted; an abort that S3 refuses because it is unavailable is handed
+to `DeferredCleanup`, so that the attempt settles without waiting for S3 to come back.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from qexport.domain.failures import (
 )
 from qexport.ports import StoredObject
 from qexport.storage.keys import validate_key
+from qexport.storage.s3_cleanup import DeferredCleanup, Leftover
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -61,6 +70,15 @@ COPY_PART_BYTES = 512 * 1024 * 1024
 _READ_BYTES = 1024 * 1024
 _TAKEN = {"PreconditionFailed", "ConditionalRequestConflict"}
 _MISSING = {"404", "NoSuchKey", "NotFound"}
+_GONE = {"NoSuchUpload", "NoSuchBucket", "404", "NoSuchKey"}  # nothing left to clean up
+# Refusals that another try, later, can turn into a success (besides 5xx and 429).
+_TRANSIENT = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "OperationAborted",
+}
 _DENIED = {
     "403",
     "AccessDenied",
@@ -84,8 +102,12 @@ def _translate(exc: ClientError, action: str, bucket: str, key: str) -> QExportE
         return StorageUnavailableError(
             f"access denied to bucket {bucket!r} ({code}): check the credentials and the policy"
         )
-    if status >= 500 or code in {"SlowDown", "Throttling", "RequestTimeout"}:
+    if status >= 500 or status == 429 or code in _TRANSIENT:
         return StorageUnavailableError(f"could not {action} {key}: S3 {code or status}")
+    if code == "NoSuchUpload":
+        # Aborted by another attempt or a lifecycle rule, or completed by a request whose
+        # answer was lost: a new attempt starts over, or adopts the object if it was stored.
+        return StorageUnavailableError(f"could not {action} {key}: the upload no longer exists")
     # Any other 4xx is a request this adapter should never have made.
     return QExportError(f"could not {action} {key}: S3 refused it ({code or status})")
 
@@ -196,25 +218,31 @@ class S3Upload:
         return StoredObject(self.key, size, rows, sha256)
 
     def abort(self) -> None:
-        """Drop everything this upload created. Idempotent, harmless after complete."""
+        """Drop everything this upload created. Idempotent, harmless after complete.
+
+        Never raises: it runs while the caller's own error propagates, and that error is the
+        one to report. What S3 cannot remove now is retried in the background.
+        """
         if self._done and self._nothing_left():
             return
         self._done = True
         self._held = None
-        self._shutdown_pool()
         try:
-            if self.upload_id is not None and not self._staged:
-                self._abort_multipart(self._staging_key, self.upload_id)
-                self.upload_id = None
-            if self._staged:
-                self._delete_staged()
-            if self._final_upload_id is not None:
-                self._abort_multipart(self._final_key, self._final_upload_id)
-                self._final_upload_id = None
-        except QExportError:
-            # What is left is removed by the bucket's lifecycle rules; the caller's own error
-            # (abort runs while one propagates) matters more than this one.
-            log.warning("upload_abort_failed", key=self.key, exc_info=True)
+            # Parts still being sent finish (or fail) first: an abort that overtakes a part
+            # upload can leave that part stored.
+            self._shutdown_pool()
+        except Exception:
+            log.warning("upload_parts_not_stopped", key=self.key, exc_info=True)
+        leftovers: list[Leftover] = []
+        if self.upload_id is not None:
+            leftovers.append(Leftover(self._staging_key, self.upload_id))
+        if self._staged:
+            leftovers.append(Leftover(self._staging_key))
+        if self._final_upload_id is not None:
+            leftovers.append(Leftover(self._final_key, self._final_upload_id))
+        self.upload_id, self._staged, self._final_upload_id = None, False, None
+        for leftover in leftovers:
+            self._store.clean_up(leftover)
 
     # ------------------------------------------------------------ parts
 
@@ -282,6 +310,9 @@ class S3Upload:
             {"PartNumber": number, "ETag": self._etags[number].result()}
             for number in sorted(self._etags)
         ]
+        # Counted as staged from the moment it is asked for: a completion whose answer was
+        # lost (a timeout, a reset) may have stored the object, and abort must delete it.
+        self._staged = True
         with s3_errors("complete the staged upload of", self._bucket, self.key):
             done = self._client.complete_multipart_upload(
                 Bucket=self._bucket,
@@ -289,7 +320,7 @@ class S3Upload:
                 UploadId=self.upload_id,
                 MultipartUpload={"Parts": parts},
             )
-        self._staged = True
+        self.upload_id = None
         return done["ETag"]
 
     def _copy_to_final(self, size: int, etag: str, metadata: dict[str, str]) -> None:
@@ -347,35 +378,22 @@ class S3Upload:
 
     # ------------------------------------------------------------ clean-up
 
-    def _delete_staged(self) -> None:
-        with s3_errors("delete the staged copy of", self._bucket, self.key):
-            self._client.delete_object(Bucket=self._bucket, Key=self._staging_key)
-        self._staged = False
-
     def _discard_staged(self) -> None:
         """After publishing: a staged copy left behind is only clutter, so do not fail for it."""
-        try:
-            self._delete_staged()
-        except QExportError:
-            log.warning("staged_copy_not_deleted", key=self.key, exc_info=True)
-
-    def _abort_multipart(self, key: str, upload_id: str) -> None:
-        try:
-            with s3_errors("abort the upload to", self._bucket, self.key):
-                self._client.abort_multipart_upload(
-                    Bucket=self._bucket, Key=key, UploadId=upload_id
-                )
-        except QExportError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, ClientError) and error_code(cause) == "NoSuchUpload"):
-                raise
+        self._staged = False
+        self._store.clean_up(Leftover(self._staging_key))
 
     def _nothing_left(self) -> bool:
         return not self._staged and self._final_upload_id is None and self.upload_id is None
 
 
 class S3ObjectStore:
-    """ObjectStore on an S3 bucket (or an S3-compatible server through `endpoint_url`)."""
+    """ObjectStore on an S3 bucket (or an S3-compatible server through `endpoint_url`).
+
+    Each request gets `connect_timeout` and `read_timeout` seconds (per socket operation) and
+    `retry_attempts` tries; a clean-up S3 refused is retried every `cleanup_retry_seconds`
+    at first, then less and less often (at most every `cleanup_retry_max_seconds`).
+    """
 
     def __init__(
         self,
@@ -386,16 +404,31 @@ class S3ObjectStore:
         client: S3Client | None = None,
         max_parallel_parts: int = 4,
         presign_seconds: int = 300,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 60.0,
+        retry_attempts: int = 5,
+        cleanup_retry_seconds: float = 5.0,
+        cleanup_retry_max_seconds: float = 300.0,
     ) -> None:
         if not bucket:
             raise ValueError("an S3 bucket name is required")
         if max_parallel_parts < 1:
             raise ValueError("max_parallel_parts must be at least 1")
+        if retry_attempts < 1:
+            raise ValueError("retry_attempts must be at least 1")
         self.bucket = bucket
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.endpoint_url = endpoint_url
         self.max_parallel_parts = max_parallel_parts
         self.presign_seconds = presign_seconds
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.retry_attempts = retry_attempts
+        self.cleanup = DeferredCleanup(
+            self._remove_leftover,
+            first_delay=cleanup_retry_seconds,
+            max_delay=cleanup_retry_max_seconds,
+        )
         self._client = client
         self._client_lock = threading.Lock()
 
@@ -430,9 +463,14 @@ class S3ObjectStore:
 
     def _new_client(self) -> S3Client:
         config = Config(
-            retries={"mode": "standard", "max_attempts": 5},
-            connect_timeout=5,
-            read_timeout=60,
+            # Standard mode: throttling, 5xx, connection errors and timeouts are retried with
+            # jittered exponential backoff, within a client-wide retry budget (during an
+            # outage the budget runs out and requests fail at once instead of piling up).
+            # Adaptive mode would also slow every request of the process after one throttled
+            # prefix, and exports write under many prefixes.
+            retries={"mode": "standard", "total_max_attempts": self.retry_attempts},
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
             max_pool_connections=max(10, 2 * self.max_parallel_parts),
             # S3-compatible servers (MinIO, moto) rarely resolve virtual-hosted bucket names.
             s3={"addressing_style": "path"} if self.endpoint_url else None,
@@ -510,6 +548,35 @@ class S3ObjectStore:
                 ExpiresIn=self.presign_seconds,
             )
 
+    def clean_up(self, leftover: Leftover) -> None:
+        """Abort an upload or delete a staged copy; if S3 is unavailable, retry it later."""
+        try:
+            self._remove_leftover(leftover)
+        except QExportError as exc:
+            if exc.code.retryable:
+                self.cleanup.defer(leftover)
+            else:  # e.g. no permission to abort: the lifecycle rules remain
+                log.warning(
+                    "cleanup_failed", key=leftover.key, upload_id=leftover.upload_id, error=str(exc)
+                )
+        except Exception:  # never raised over the error that made the caller clean up
+            log.exception("cleanup_failed", key=leftover.key, upload_id=leftover.upload_id)
+
+    def _remove_leftover(self, leftover: Leftover) -> None:
+        try:
+            if leftover.upload_id is None:
+                with s3_errors("delete the staged copy", self.bucket, leftover.key):
+                    self.client.delete_object(Bucket=self.bucket, Key=leftover.key)
+            else:
+                with s3_errors("abort the upload to", self.bucket, leftover.key):
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=leftover.key, UploadId=leftover.upload_id
+                    )
+        except QExportError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, ClientError) and error_code(cause) in _GONE):
+                raise
+
     def check_bucket(self) -> None:
         """Fail fast at start-up when the bucket is missing or not ours to use."""
         try:
@@ -518,6 +585,6 @@ class S3ObjectStore:
             code = error_code(exc)
             if code in {"404", "NoSuchBucket"}:
                 raise StorageUnavailableError(f"bucket {self.bucket!r} does not exist") from exc
-            raise _translate(exc, "use bucket", self.bucket, self.bucket) from exc
+            raise _translate(exc, "reach bucket", self.bucket, repr(self.bucket)) from exc
         except BotoCoreError as exc:
             raise StorageUnavailableError(f"could not reach bucket {self.bucket!r}: {exc}") from exc
