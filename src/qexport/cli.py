@@ -510,11 +510,15 @@ def _print_download_link(deps: Deps, requester: Requester, export_id: str) -> No
         fail("download links need S3 storage; use --output with the filesystem store", 2)
     try:
         record = downloadable(deps.store, deps.clock, requester, export_id)
-        link = deps.objects.presigned_url(record.storage_key, record.filename)
+        assert record.expires_at is not None
+        left = (record.expires_at - deps.clock.now()).total_seconds()
+        # Never valid past the export's own expiry: the link dies with the file.
+        valid = max(1, min(deps.objects.presign_seconds, int(left)))
+        link = deps.objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
     except QExportError as exc:
         fail(str(exc))
     out.print(link, highlight=False, soft_wrap=True)
-    err.print(f"valid for {deps.objects.presign_seconds} s ({_human_size(record.size_bytes)})")
+    err.print(f"valid for {valid} s ({_human_size(record.size_bytes)})")
 
 
 @exports_app.command("download")

@@ -6,9 +6,11 @@ import hashlib
 import os
 import signal
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import boto3
 import psycopg
@@ -72,6 +74,14 @@ def _assert_stored(env: Env, record: ExportRecord, endpoint: str, bucket: str) -
 def _incomplete_uploads(endpoint: str, bucket: str) -> list[str]:
     found = _s3(endpoint).list_multipart_uploads(Bucket=bucket)  # type: ignore[attr-defined]
     return [upload["Key"] for upload in found.get("Uploads", [])]
+
+
+def _valid_seconds(link: str) -> float:
+    """How long a presigned GET stays valid (SigV4 `X-Amz-Expires`, or SigV2 `Expires`)."""
+    query = parse_qs(urlparse(link).query)
+    if "X-Amz-Expires" in query:
+        return float(query["X-Amz-Expires"][0])
+    return float(query["Expires"][0]) - time.time()
 
 
 def test_four_processes_drain_200_exports_of_mixed_formats(
@@ -177,6 +187,12 @@ def test_s3_lifecycle_rules_download_links_and_a_missing_bucket(
     record = cluster.record(export_id)
     assert hashlib.sha256(body).hexdigest() == record.sha256
     assert record.filename in disposition
+    assert 290 <= _valid_seconds(link) <= 300
+    # A link never outlives its file: with 90 s left, it is valid for at most 90 s.
+    short = cluster.request("few", "csv")
+    assert cluster.start_worker("--drain", QEXPORT_RETENTION="90s").wait(timeout=120) == 0
+    short_link = cluster.run("exports", "download", short, "--url").stdout.strip()
+    assert 0 < _valid_seconds(short_link) <= 90
 
     missing = Env(cluster.data_dir, extra={**cluster.extra, "QEXPORT_STORAGE_URL": "s3://absent"})
     proc = missing.run("worker", check=False, timeout=60)

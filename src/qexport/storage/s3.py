@@ -535,8 +535,12 @@ class S3ObjectStore:
                     )
         return found
 
-    def presigned_url(self, key: str, filename: str) -> str:
-        """A GET URL valid `presign_seconds`, downloading as an attachment named `filename`."""
+    def presigned_url(self, key: str, filename: str, *, max_seconds: float | None = None) -> str:
+        """A GET URL valid `presign_seconds` (or less: `max_seconds`, the time the file has
+        left before it expires), downloading as an attachment named `filename`."""
+        seconds = self.presign_seconds
+        if max_seconds is not None:
+            seconds = max(1, min(seconds, int(max_seconds)))
         with s3_errors("sign a download of", self.bucket, key):
             return self.client.generate_presigned_url(
                 "get_object",
