@@ -41,7 +41,15 @@ def source_from_url(name: str, url: str, settings: Settings) -> Source:
         return DuckDBSource(
             name, Path(unquote(parsed.path)), memory_limit=settings.duckdb_memory_limit
         )
-    raise ValueError(f"unsupported source URL for {name!r}: {url!r} (expected duckdb:///path)")
+    if parsed.scheme in ("postgresql", "postgres"):
+        from qexport.sources.postgres import PostgresSource
+
+        return PostgresSource(name, url)
+    # Only the scheme is echoed: the URL may hold a password.
+    raise ValueError(
+        f"unsupported source URL scheme {parsed.scheme!r} for {name!r}"
+        " (expected duckdb:///path or postgresql://user@host/database)"
+    )
 
 
 def sources(settings: Settings) -> dict[str, Source]:

@@ -1,0 +1,196 @@
+"""The PostgreSQL source: each export on its own connection, in a read-only transaction.
+
+Every run: connect, `BEGIN TRANSACTION READ ONLY`, `SET LOCAL statement_timeout`, the requester
+context as `qexport.user_id` and `qexport.workspace_id` (for row-level security policies:
+`USING (owner = current_setting('qexport.user_id'))`), then one `COPY (query) TO STDOUT`:
+as csv/tsv straight into the export's file (formula-looking text neutralised in SQL), or as
+csv parsed into the Arrow batches of the other formats (postgres_arrow.py). Nothing is held
+in memory beyond a batch.
+Queries name parameters like DuckDB queries (`$customer_id`, `$user_id`, `$workspace_id`);
+see postgres_statements.py for how their values are bound.
+
+The source URL is a libpq URL (`postgresql://user:password@host:5432/db?sslmode=require`);
+it never appears in a failure detail or a log line. Give the source a role that may only read
+what exports should read: the read-only transaction refuses writes, not reading functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from qexport.domain.failures import LimitExceededError
+from qexport.sources.postgres_arrow import CsvBatches
+from qexport.sources.postgres_copy import CopyOut, crlf_lines
+from qexport.sources.postgres_errors import scrub
+from qexport.sources.postgres_session import Session, validate_timeout, wrapped
+from qexport.sources.postgres_stream import PostgresResultStream
+from qexport.sources.postgres_types import csv_select, positional_names
+
+if TYPE_CHECKING:
+    from qexport.domain.exports import Requester
+    from qexport.ports import Sink
+
+# Of csv text per Arrow batch: some 40,000 rows of a typical ten-column result.
+BATCH_BYTES = 4 * 1024 * 1024
+NATIVE_FORMATS = frozenset({"csv", "tsv"})
+_COPY_OPTIONS = {
+    "csv": "FORMAT csv, HEADER true",
+    "tsv": "FORMAT csv, HEADER true, DELIMITER E'\\t'",
+}
+
+# Connection options qexport needs, whatever the URL says.
+_REQUIRED_OPTIONS: dict[str, Any] = {"autocommit": True, "client_encoding": "utf8"}
+# Defaults the URL may override: a dead host or network must not hang an export for hours.
+_DEFAULT_OPTIONS: dict[str, Any] = {
+    "application_name": "qexport",
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
+OnInterrupt = Callable[[Callable[[], None]], None]
+
+
+class PostgresSource:
+    """A Source over a PostgreSQL database, named by a libpq URL; nothing connects until used."""
+
+    native_formats = NATIVE_FORMATS
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        batch_bytes: int = BATCH_BYTES,
+    ) -> None:
+        self.name = name
+        self.batch_bytes = batch_bytes
+        self._url = url
+        try:
+            given = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise ValueError(
+                f"invalid PostgreSQL URL for source {name!r}: {scrub(str(exc), [url])}"
+            ) from None
+        self._secrets = tuple(s for s in (url, str(given.get("password") or "")) if s)
+        self._options = {
+            **{k: v for k, v in _DEFAULT_OPTIONS.items() if k not in given},
+            **_REQUIRED_OPTIONS,
+        }
+
+    def __repr__(self) -> str:
+        return f"PostgresSource(name={self.name!r})"
+
+    def execute(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        on_interrupt: OnInterrupt | None = None,
+    ) -> PostgresResultStream:
+        """Start `sql` with bound parameters; the rows arrive as the stream is read.
+
+        `timeout_seconds` covers running and reading the statement; 0 means no limit.
+        """
+        session, query = self._start(sql, parameters, requester, timeout_seconds, on_interrupt)
+        exits = contextlib.ExitStack()
+        try:
+            parser = CsvBatches(session.describe(query))
+            statement = wrapped(query, positional_names(len(parser.schema)), limit=None)
+            session.start_statement()
+            cursor = exits.enter_context(session.conn.cursor())
+            exits.enter_context(cursor.copy(f"COPY ({statement}) TO STDOUT (FORMAT csv)"))
+        except BaseException as exc:
+            session.close()
+            with contextlib.suppress(psycopg.Error):
+                exits.close()
+            if isinstance(exc, psycopg.Error):
+                raise session.error_for(exc) from exc
+            raise
+        return PostgresResultStream(session, parser, exits, batch_bytes=self.batch_bytes)
+
+    def copy(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        fmt: str,
+        neutralize_formulas: bool,
+        sink: Sink,
+        timeout_seconds: float,
+        max_rows: int,
+        on_progress: Callable[[int], None] | None = None,
+        on_interrupt: OnInterrupt | None = None,
+    ) -> int:
+        """Write the result as csv or tsv with PostgreSQL's own COPY into `sink`; return rows."""
+        options = _COPY_OPTIONS[fmt]
+        session, query = self._start(sql, parameters, requester, timeout_seconds, on_interrupt)
+        try:
+            columns = session.describe(query)
+            select = csv_select(columns, neutralize=neutralize_formulas)
+            # Cut at max_rows + 1: a result over the row limit stops early.
+            statement = wrapped(query, select, limit=max_rows + 1)
+            session.start_statement()
+            with (
+                session.conn.cursor() as cursor,
+                cursor.copy(f"COPY ({statement}) TO STDOUT ({options})"),
+            ):
+                reader = CopyOut(session.conn)
+                rows = _stream_text(reader, sink, crlf=fmt == "csv", on_progress=on_progress)
+        except psycopg.Error as exc:
+            raise session.error_for(exc) from exc
+        finally:
+            session.close()
+        if rows > max_rows:
+            raise LimitExceededError(f"the result has more than {max_rows:,} rows (the row limit)")
+        return rows
+
+    def _start(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        timeout_seconds: float,
+        on_interrupt: OnInterrupt | None,
+    ) -> tuple[Session, str]:
+        """An open session and the query with its values; the interrupt handed out first."""
+        validate_timeout(timeout_seconds)
+        session = Session(
+            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
+        )
+        if on_interrupt is not None:
+            on_interrupt(session.interrupt)
+        try:
+            session.open(requester)
+            query = session.render(sql, parameters, requester)
+        except BaseException:
+            session.close()
+            raise
+        return session, query
+
+
+def _stream_text(
+    reader: CopyOut,
+    sink: Sink,
+    *,
+    crlf: bool,
+    on_progress: Callable[[int], None] | None,
+) -> int:
+    """Copy the COPY's text into `sink`; return the data rows (the header is not one)."""
+    lines = 0
+    for chunk, count in reader.chunks():
+        sink.write(crlf_lines(chunk, count) if crlf else chunk)
+        lines += count
+        if on_progress is not None:
+            on_progress(max(lines - 1, 0))
+    return max(lines - 1, 0) if reader.rows_reported is None else reader.rows_reported

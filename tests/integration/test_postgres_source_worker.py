@@ -1,0 +1,70 @@
+"""A worker on a real PostgreSQL source: cancelling an export stops its statement on the server."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from qexport.clock import SystemClock
+from qexport.config import Settings
+from qexport.domain.exports import Status
+from qexport.domain.failures import FailureCode
+from qexport.domain.queries import Query
+from qexport.services.requests import request_export
+from qexport.testing import InMemoryMetadataStore, InMemoryObjectStore
+from qexport.worker.loop import Worker
+from qexport.worker.runner import Deps
+from tests.integration.test_postgres_source import ALICE, Database, database
+
+__all__ = ["database"]  # the module's fixture, shared with test_postgres_source
+
+SLOW = "SELECT pg_sleep(600) AS slept"
+
+
+def _running(database: Database) -> int:
+    return int(
+        database.scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND state = 'active' AND query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()"
+        )
+    )
+
+
+@pytest.fixture
+def deps(database: Database, tmp_path: Path) -> Deps:
+    store = InMemoryMetadataStore()
+    store.add_query(Query(str(uuid.uuid4()), ALICE.workspace_id, "slow", SLOW, "warehouse"))
+    return Deps(
+        store=store,
+        objects=InMemoryObjectStore(),
+        sources={"warehouse": database.source()},
+        clock=SystemClock(),
+        settings=Settings(data_dir=tmp_path, lease_seconds=0.6, statement_timeout_seconds=0),
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_cancel_stops_the_statement_on_the_server(deps: Deps, database: Database, fmt: str) -> None:
+    """Cancelled while PostgreSQL runs a ten-minute statement (no statement timeout): the
+    attempt ends, the export is failed/cancelled, and the server no longer runs it."""
+    record = request_export(deps.store, deps.clock, ALICE, query_ref="slow", fmt=fmt)
+    worker = Worker(deps, worker_id="w")
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (worker.run_once(), done.set()), daemon=True)
+    thread.start()
+    while _running(database) == 0:
+        assert not done.is_set(), deps.store.get_export(record.id)
+        time.sleep(0.05)
+    deps.store.cancel(record.id, now=deps.clock.now())
+    assert done.wait(60), "the attempt kept running after the cancel"
+    thread.join()
+    final = deps.store.get_export(record.id)
+    assert final is not None
+    assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
+    assert deps.objects.incomplete_uploads(record.storage_key) == []
+    assert worker.outcomes == {"lost": 1}
+    assert _running(database) == 0
