@@ -34,7 +34,8 @@ def _parse_bool(name: str, text: str) -> bool:
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("qexport-data")
-    database_url: str = ""
+    # URLs may carry passwords: kept out of repr (and so out of logs and tracebacks).
+    database_url: str = field(default="", repr=False)
     storage_url: str = ""
     retention: timedelta = timedelta(days=7)
     lease_seconds: float = 30.0
@@ -53,7 +54,7 @@ class Settings:
     s3_endpoint_url: str = ""
     duckdb_memory_limit: str = "256MB"
     pg_notify: bool = True
-    sources: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.database_url:

@@ -56,3 +56,13 @@ def test_secrets_are_masked_in_repr() -> None:
     settings = Settings(secret_key="s3cr3t", smtp_url="smtp://user:pw@mail")  # noqa: S106 - a fake
     assert "s3cr3t" not in repr(settings)
     assert "pw@mail" not in repr(settings)
+
+
+def test_settings_never_show_passwords_in_their_repr() -> None:
+    settings = Settings(
+        database_url="postgresql://qexport:db-secret@db/qexport",
+        sources={"warehouse": "postgresql://reader:source-secret@wh/dw"},
+    )
+    shown = repr(settings)
+    assert "db-secret" not in shown
+    assert "source-secret" not in shown
