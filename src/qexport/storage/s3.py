@@ -549,7 +549,7 @@ class S3ObjectStore:
                     "Key": self.object_key(key),
                     "ResponseContentDisposition": content_disposition(filename),
                 },
-                ExpiresIn=self.presign_seconds,
+                ExpiresIn=seconds,
             )
 
     def clean_up(self, leftover: Leftover) -> None:
