@@ -52,6 +52,8 @@ class ClaimResult:
 
     claimed: ExportRecord | None = None
     refused: ExportRecord | None = None
+    # The claimed export's query as read in the claiming transaction (None: not found).
+    query: Query | None = None
 
 
 # Decides whether a queued export may start: None to claim it, or the reason it may not.

@@ -130,7 +130,8 @@ class InMemoryMetadataStore:
             return ClaimResult(
                 claimed=self.claim(
                     candidate.id, worker_id=worker_id, now=now, lease_seconds=lease_seconds
-                )
+                ),
+                query=self._queries.get(candidate.subject_id),
             )
 
     def next_claimable(self, now: datetime) -> ExportRecord | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import select
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ from sqlalchemy import event
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _SQLITE_BUSY_MS = 30_000
+# A pooled PostgreSQL connection idle for longer than this is pinged before it is used.
+_PING_AFTER_IDLE_SECONDS = 1.0
 
 
 def create_engine(url: str) -> sa.Engine:
@@ -21,7 +25,51 @@ def create_engine(url: str) -> sa.Engine:
         return _sqlite_engine(parsed)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "postgresql":
+        return _postgres_engine(parsed)
     return sa.create_engine(parsed, pool_pre_ping=True)
+
+
+def _postgres_engine(url: sa.URL) -> sa.Engine:
+    """Pooled connections are checked before use, but only those that may have died.
+
+    A ping before every transaction (pool_pre_ping) was one more round trip per transaction,
+    about 0.1 ms of CPU each and two per export. A connection is pinged only when it sat idle in
+    the pool for over a second, or when the server wrote to it while it sat there: a backend
+    that is terminated, or a server that shuts down, says so before closing the socket.
+    """
+    engine = sa.create_engine(url)
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None:  # connected just now
+            return
+        idle = time.monotonic() - idle_since
+        if idle < _PING_AFTER_IDLE_SECONDS and not _has_input(dbapi_connection):
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool then discards this connection and checks out another.
+            raise sa.exc.DisconnectionError(f"pooled connection is dead: {exc}") from exc
+
+    return engine
+
+
+def _has_input(dbapi_connection: Any) -> bool:
+    """Whether the server sent something to an idle connection (usually: it is closing)."""
+    try:
+        fd = dbapi_connection.fileno()
+    except Exception:  # closed or broken: let the ping find out
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def _sqlite_engine(url: sa.URL) -> sa.Engine:

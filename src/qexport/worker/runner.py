@@ -25,7 +25,7 @@ from qexport.domain.failures import (
     QueryInvalidError,
     SourceUnavailableError,
 )
-from qexport.domain.queries import bind_parameters, can_read
+from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.ports import (
     Clock,
     MetadataStore,
@@ -79,9 +79,16 @@ def _counted(
 class Attempt:
     """Runs one claimed record to a settled (or released) state. Never raises."""
 
-    def __init__(self, deps: Deps, record: ExportRecord, shutdown: threading.Event) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        record: ExportRecord,
+        shutdown: threading.Event,
+        query: Query | None = None,
+    ) -> None:
         self.deps = deps
         self.record = record
+        self.query = query  # as the claim read it; None: read it here
         self.shutdown = shutdown
         self.rows = 0
         self.size = 0
@@ -150,7 +157,7 @@ class Attempt:
 
     def _produce(self, lease: Lease) -> StoredObject:
         deps, record = self.deps, self.record
-        query = deps.store.get_query(record.subject_id)
+        query = self.query if self.query is not None else deps.store.get_query(record.subject_id)
         if not can_read(record.requester, query):
             raise AccessLostError("the requester may no longer read this query, or it was deleted")
         assert query is not None  # can_read refused a missing query above
@@ -281,13 +288,22 @@ class Attempt:
         return "failed" if ok else "lost"
 
 
-def run_attempt(deps: Deps, record: ExportRecord, shutdown: threading.Event, worker_id: str) -> str:
-    """Run one attempt with its log context bound; emit the one canonical line for it."""
+def run_attempt(
+    deps: Deps,
+    record: ExportRecord,
+    shutdown: threading.Event,
+    worker_id: str,
+    *,
+    query: Query | None = None,
+) -> str:
+    """Run one attempt with its log context bound; emit the one canonical line for it.
+
+    `query`: the export's query as the claim read it, if it did."""
     started = time.monotonic()
     with structlog.contextvars.bound_contextvars(
         export_id=record.id, attempt=record.attempt, worker=worker_id
     ):
-        attempt = Attempt(deps, record, shutdown)
+        attempt = Attempt(deps, record, shutdown, query)
         outcome = attempt.run()
         log.info(
             "attempt_finished",
