@@ -40,7 +40,6 @@ from qexport.storage.fs_layout import (
     new_upload_id,
     prune_empty_dirs,
     remove_quietly,
-    write_file_durably,
 )
 from qexport.storage.keys import validate_key
 
@@ -181,7 +180,10 @@ class FilesystemObjectStore:
         record = {"key": key, "started_at": self.clock.now().isoformat()}
         with _storage_errors("begin an upload to", key):
             directory.mkdir(parents=True)
-            write_file_durably(directory / UPLOAD_FILE, json.dumps(record).encode())
+            # Not fsynced: the record only names the upload for `incomplete_uploads` and the
+            # sweeper, and one lost in a crash leaves a directory the sweeper removes by its
+            # mtime. Writing it durably (two fsyncs) took 0.75 ms instead of 0.1 ms per export.
+            (directory / UPLOAD_FILE).write_bytes(json.dumps(record).encode())
         return FilesystemUpload(self.layout, key, upload_id, self.clock)
 
     def head(self, key: str) -> StoredObject | None:

@@ -5,6 +5,11 @@ producing the bytes (DuckDB, a writer's encoder) and storing them overlap. At mo
 `_IN_FLIGHT` full parts wait for the uploader, so memory stays at a few parts whatever the
 file size. Measured on a 10M-row csv export: hashing and storing on the writer's thread
 made the export 1.3 s slower than the same work handed to this thread.
+
+A file that fits in one part (most exports) starts no thread and is stored on the writer's
+thread at `finish`, in a buffer that grew with the data; only once a file spans parts are
+buffers made at part size up front. Measured on tiny csv exports: each fresh 8 MiB buffer
+cost 5 ms of page faults (there were two per export), the thread start and join 0.3 ms.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class PartSink:
         self._lease = lease
         self._part_size = part_size
         self._max_bytes = max_bytes
-        self._buffer = bytearray(part_size)
+        self._buffer = bytearray()  # the first part's grows; the next ones are made whole
         self._filled = 0
         self._hash = hashlib.sha256()
         self._next_part = 1
@@ -38,11 +43,8 @@ class PartSink:
         self._error: BaseException | None = None
         self._closed = False
         self.size = 0
-        context = contextvars.copy_context()  # keep the attempt's log bindings
-        self._thread = threading.Thread(
-            target=context.run, args=(self._store_parts,), name="qexport-upload", daemon=True
-        )
-        self._thread.start()
+        self._context = contextvars.copy_context()  # keep the attempt's log bindings
+        self._thread: threading.Thread | None = None  # started with the first full part
 
     def write(self, data: bytes | bytearray | memoryview, /) -> int:
         n = len(data)
@@ -53,7 +55,7 @@ class PartSink:
             raise LimitExceededError(
                 f"the file grew past the byte limit of {self._max_bytes:,} bytes"
             )
-        # Copied once, into a part-sized buffer made up front: no re-allocation as it grows.
+        # Copied once, into the part's buffer (assigning past its end extends it).
         view = memoryview(data).cast("B")
         while view:
             take = min(len(view), self._part_size - self._filled)
@@ -64,15 +66,24 @@ class PartSink:
                 self._hand_over()
         return n
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, *, last: bool = False) -> None:
         self._lease.check()
         if self._error is not None:
             raise self._error
         part = memoryview(self._buffer)[: self._filled]
+        # The file spans parts: the next buffer is made at part size at once, not grown.
+        self._buffer = bytearray() if last else bytearray(self._part_size)
+        self._filled = 0
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._context.run,
+                args=(self._store_parts,),
+                name="qexport-upload",
+                daemon=True,
+            )
+            self._thread.start()
         self._parts.put((self._next_part, part))
         self._next_part += 1
-        self._buffer = bytearray(self._part_size)
-        self._filled = 0
 
     def _store_parts(self) -> None:
         while (item := self._parts.get()) is not _DONE:
@@ -87,8 +98,15 @@ class PartSink:
 
     def finish(self) -> str:
         """Upload what is buffered (also for an empty file); return the hex sha256."""
-        if self._filled or self._next_part == 1:
-            self._hand_over()
+        if self._thread is None:  # the whole file is one part: no uploader to hand it to
+            self._lease.check()
+            self._closed = True
+            part = memoryview(self._buffer)[: self._filled]
+            self._hash.update(part)
+            self._upload.upload_part(1, part)
+            return self._hash.hexdigest()
+        if self._filled:
+            self._hand_over(last=True)
         self.close()
         if self._error is not None:
             raise self._error
@@ -98,5 +116,6 @@ class PartSink:
         """Stop the uploader thread (idempotent); call before aborting the upload."""
         if not self._closed:
             self._closed = True
-            self._parts.put(_DONE)
-            self._thread.join()
+            if self._thread is not None:
+                self._parts.put(_DONE)
+                self._thread.join()
