@@ -14,6 +14,7 @@ from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.engine import create_engine, migrate
 from qexport.store.notify import PgListener
 from qexport.store.sql import SqlMetadataStore
+from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path
 from qexport.worker.runner import Deps
 
 DEMO_SOURCE = "demo"
@@ -63,8 +64,14 @@ def sources(settings: Settings) -> dict[str, Source]:
     return found
 
 
-def listener(settings: Settings, on_notify: Callable[[], None]) -> PgListener | None:
-    """A LISTEN connection for worker wake-ups, on PostgreSQL when notifications are on."""
+def listener(
+    settings: Settings, on_notify: Callable[[], None]
+) -> PgListener | SqliteChangeWatcher | None:
+    """What wakes an idle worker before its next poll: a LISTEN connection on PostgreSQL (when
+    notifications are on), a watch for other processes' commits on a SQLite file."""
+    path = sqlite_path(settings.database_url)
+    if path is not None:
+        return SqliteChangeWatcher(path, on_notify)
     if not settings.pg_notify or not settings.database_url.startswith(("postgresql", "postgres")):
         return None
     return PgListener(settings.database_url, on_notify)

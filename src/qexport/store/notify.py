@@ -20,9 +20,12 @@ _RECONNECT_SECONDS = 2.0
 log = structlog.get_logger()
 
 
+_NOTIFY = sa.text("SELECT pg_notify(:channel, :id)")
+
+
 def notify_claimable(conn: sa.Connection, export_id: str) -> None:
     """Inside the transaction that made the export claimable: delivered only on commit."""
-    conn.execute(sa.text("SELECT pg_notify(:channel, :id)"), {"channel": CHANNEL, "id": export_id})
+    conn.execute(_NOTIFY, {"channel": CHANNEL, "id": export_id})
 
 
 class PgListener:

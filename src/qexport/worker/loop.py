@@ -15,6 +15,7 @@ from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, can_read
 from qexport.worker.runner import Deps, run_attempt
+from qexport.worker.wakeups import Wakeups
 
 log = structlog.get_logger()
 
@@ -44,15 +45,16 @@ class Worker:
         self.worker_id = worker_id or new_worker_id()
         self.stopping = threading.Event()  # no new claims
         self.interrupt = threading.Event()  # running attempts hand their export back
-        self._wake = threading.Event()
+        self._wakeups = Wakeups(concurrency)
         self.outcomes: dict[str, int] = {}
         self._outcomes_lock = threading.Lock()
 
     # ---------------------------------------------------------------- control
 
     def wake(self) -> None:
-        """Look for work now instead of at the next poll (a NOTIFY arrived)."""
-        self._wake.set()
+        """Send one idle slot to look for work now instead of at its next poll (a NOTIFY
+        arrived, or the SQLite database changed)."""
+        self._wakeups.wake_one()
 
     def install_signal_handlers(self, *, sigint: bool = True) -> None:
         """SIGTERM (and SIGINT unless a supervisor forwards it): stop; a second one: hand back."""
@@ -74,7 +76,7 @@ class Worker:
         )
         log.info("worker_stopping", grace_s=grace)
         self.stopping.set()
-        self._wake.set()
+        self._wakeups.release_all()
         timer = threading.Timer(grace, self.interrupt.set)
         timer.daemon = True
         timer.start()
@@ -108,10 +110,9 @@ class Worker:
                 continue
             if self.drain and self._drained():
                 self.stopping.set()
-                self._wake.set()
+                self._wakeups.release_all()
                 return
-            self._wake.wait(poll)
-            self._wake.clear()
+            self._wakeups.wait(poll)
 
     def _drained(self) -> bool:
         try:
@@ -138,7 +139,7 @@ class Worker:
         log.info(
             "export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id
         )
-        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id)
+        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id, query=result.query)
         with self._outcomes_lock:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         return True
