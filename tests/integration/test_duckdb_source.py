@@ -338,3 +338,38 @@ def test_a_negative_timeout_is_a_programming_error(source: DuckDBSource) -> None
     """timeout_seconds must be >= 0 (0 means no limit)."""
     with pytest.raises(ValueError, match="timeout_seconds"):
         source.execute("SELECT 1", {}, REQUESTER, timeout_seconds=-1)
+
+
+def _replace_database(path: Path, label: str) -> None:
+    """Build a new database beside `path` and move it into place, as the demo rebuild does."""
+    building = path.with_name(f".{path.name}.building")
+    con = duckdb.connect(str(building))
+    con.execute("CREATE TABLE items AS SELECT 1 AS id, $label AS name", {"label": label})
+    con.close()
+    building.replace(path)
+
+
+def test_a_replaced_database_file_is_read_by_the_next_export(
+    source: DuckDBSource, db_path: Path
+) -> None:
+    """The source keeps its database open between exports, yet a file moved into place is what
+    the next export reads, once no export still reads the old file; the old one is read to
+    its end by the export that had started on it."""
+    assert len(_rows(source, "SELECT * FROM items")) == 4
+    reading = source.execute(
+        "SELECT name FROM items ORDER BY id", {}, REQUESTER, timeout_seconds=30
+    )
+
+    _replace_database(db_path, "new")
+    # An export still reads the old file: the next one does too (DuckDB would hand out the
+    # instance open on that path), and the old export finishes on it.
+    assert len(_rows(source, "SELECT * FROM items")) == 4
+    assert pa.Table.from_batches(list(reading), schema=reading.schema).num_rows == 4
+    reading.close()
+
+    assert _rows(source, "SELECT name FROM items") == [{"name": "new"}]
+    assert _rows(source, "SELECT current_setting('lock_configuration') AS locked") == [
+        {"locked": True}
+    ]
+    _replace_database(db_path, "newer")
+    assert _rows(source, "SELECT name FROM items") == [{"name": "newer"}]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,8 +69,36 @@ def connect_sandboxed(
     return con
 
 
+# What identifies the file a connection has open: (st_dev, st_ino, st_size, st_mtime_ns).
+FileIdentity = tuple[int, int, int, int]
+
+
+def _identity(path: Path) -> FileIdentity | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class _Opened:
+    """The database file as opened once: its sandboxed connection, and the cursors on it."""
+
+    connection: duckdb.DuckDBPyConnection
+    identity: FileIdentity | None
+    cursors: int = 0
+
+
 class DuckDBSource:
-    """A Source over a DuckDB file; connects on first use, one cursor per export."""
+    """A Source over a DuckDB file; opened once per process, one cursor per export.
+
+    The file is opened (and sandboxed) on first use and kept open, since exports only read it;
+    each export takes a cursor on it. When the file is replaced (the demo database rebuilt,
+    a new version moved into place), the next export opens the new file, as soon as no export
+    still reads the old one: until then DuckDB would hand out the instance already open on the
+    path.
+    """
 
     def __init__(
         self,
@@ -83,7 +113,7 @@ class DuckDBSource:
         self.batch_rows = batch_rows
         self.memory_limit = memory_limit
         self._lock = threading.Lock()
-        self._connection: duckdb.DuckDBPyConnection | None = None
+        self._opened: _Opened | None = None
         self._pipe_dir: Path | None = None
 
     native_formats = NATIVE_FORMATS
@@ -103,7 +133,7 @@ class DuckDBSource:
         on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> int:
         """Write the result as `fmt` with DuckDB's own writer into `sink`; return the rows."""
-        cursor, statement, values = self._prepare(
+        cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, on_interrupt
         )
         try:
@@ -128,6 +158,7 @@ class DuckDBSource:
                 deadline.cancel()
         finally:
             cursor.close()
+            release()
 
     def execute(
         self,
@@ -142,7 +173,7 @@ class DuckDBSource:
 
         `timeout_seconds` covers running and reading the statement; 0 means no limit.
         """
-        cursor, statement, values = self._prepare(
+        cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, on_interrupt
         )
         deadline = Deadline(timeout_seconds, cursor.interrupt)
@@ -153,8 +184,9 @@ class DuckDBSource:
         except Exception as exc:
             deadline.cancel()
             cursor.close()
+            release()
             raise deadline.error_for(exc) from exc
-        return DuckDBResultStream(reader, cursor, deadline)
+        return DuckDBResultStream(reader, cursor, deadline, on_close=release)
 
     def _prepare(
         self,
@@ -163,11 +195,12 @@ class DuckDBSource:
         requester: Requester,
         timeout_seconds: float,
         on_interrupt: Callable[[Callable[[], None]], None] | None,
-    ) -> tuple[duckdb.DuckDBPyConnection, Any, dict[str, Any]]:
-        """A cursor, the checked statement and its bound values; the interrupt handed out
-        before anything runs (a blocking query runs inside the Arrow reader's set-up)."""
+    ) -> tuple[duckdb.DuckDBPyConnection, Any, dict[str, Any], Callable[[], None]]:
+        """A cursor, the checked statement, its bound values, and what to call once the cursor
+        is closed; the interrupt handed out before anything runs (a blocking query runs inside
+        the Arrow reader's set-up)."""
         Deadline.validate(timeout_seconds)
-        cursor = self._cursor()
+        cursor, release = self._cursor()
         try:
             statement = single_select(cursor, sql)
             values = bound_values(set(statement.named_parameters), parameters, requester)
@@ -175,29 +208,48 @@ class DuckDBSource:
                 on_interrupt(cursor.interrupt)
         except BaseException:
             cursor.close()
+            release()
             raise
-        return cursor, statement, values
+        return cursor, statement, values, release
 
     def close(self) -> None:
         """Close the shared connection (streams still open keep their own cursors)."""
         with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+            if self._opened is not None:
+                self._opened.connection.close()
+                self._opened = None
             if self._pipe_dir is not None:
                 shutil.rmtree(self._pipe_dir, ignore_errors=True)
                 self._pipe_dir = None
 
-    def _cursor(self) -> duckdb.DuckDBPyConnection:
+    def _cursor(self) -> tuple[duckdb.DuckDBPyConnection, Callable[[], None]]:
+        """A cursor on the file as it is now, and what to call once it is closed."""
+        identity = _identity(self.path)  # a stat per export: microseconds
         with self._lock:
-            if self._connection is None:
-                try:
-                    self._pipe_dir = Path(tempfile.mkdtemp(prefix="qexport-pipes-"))
-                    # Removed at exit too: the CLI and the worker never close their sources.
-                    weakref.finalize(self, shutil.rmtree, self._pipe_dir, ignore_errors=True)
-                    self._connection = connect_sandboxed(
-                        self.path, self._pipe_dir, memory_limit=self.memory_limit
-                    )
-                except duckdb.Error as exc:
-                    raise connect_error(self.name, exc) from exc
-            return self._connection.cursor()
+            opened = self._opened
+            if (
+                opened is not None
+                and opened.cursors == 0
+                and identity not in (None, opened.identity)
+            ):
+                opened.connection.close()  # replaced, and nobody reads the old file any more
+                self._opened = opened = None
+            if opened is None:
+                opened = self._opened = _Opened(self._connect(), identity)
+            cursor = opened.connection.cursor()
+            opened.cursors += 1
+        return cursor, functools.partial(self._release, opened)
+
+    def _release(self, opened: _Opened) -> None:
+        with self._lock:
+            opened.cursors -= 1
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        try:
+            if self._pipe_dir is None:
+                self._pipe_dir = Path(tempfile.mkdtemp(prefix="qexport-pipes-"))
+                # Removed at exit too: the CLI and the worker never close their sources.
+                weakref.finalize(self, shutil.rmtree, self._pipe_dir, ignore_errors=True)
+            return connect_sandboxed(self.path, self._pipe_dir, memory_limit=self.memory_limit)
+        except duckdb.Error as exc:
+            raise connect_error(self.name, exc) from exc
