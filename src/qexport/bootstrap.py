@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from qexport.clock import SystemClock
@@ -11,11 +12,15 @@ from qexport.config import Settings
 from qexport.ports import Clock, ObjectStore, Source
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
+from qexport.store.accounts import SqlAccountStore
 from qexport.store.engine import create_engine, migrate
 from qexport.store.notify import PgListener
 from qexport.store.sql import SqlMetadataStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path
 from qexport.worker.runner import Deps
+
+if TYPE_CHECKING:
+    from qexport.api.context import ApiContext
 
 DEMO_SOURCE = "demo"
 
@@ -84,6 +89,20 @@ def check_ready(deps: Deps) -> None:
     check_bucket = getattr(deps.objects, "check_bucket", None)
     if check_bucket is not None:
         check_bucket()
+
+
+def api_context(settings: Settings, deps: Deps) -> ApiContext:
+    """What the HTTP API needs, over the same adapters as the worker."""
+    from qexport.api.context import ApiContext
+
+    assert isinstance(deps.store, SqlMetadataStore)
+    return ApiContext(
+        store=deps.store,
+        accounts=SqlAccountStore(deps.store.engine),
+        objects=deps.objects,
+        clock=deps.clock,
+        settings=settings,
+    )
 
 
 def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Deps:

@@ -14,7 +14,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
-from qexport.domain.exports import UNSETTLED, ExportRecord, Result, Status
+from qexport.domain.accounts import Standing
+from qexport.domain.exports import (
+    UNSETTLED,
+    EventKind,
+    ExportEvent,
+    ExportRecord,
+    Result,
+    Status,
+)
 from qexport.domain.failures import (
     FailureCode,
     InvalidRequestError,
@@ -40,10 +48,32 @@ class FrozenClock:
 class InMemoryMetadataStore:
     """The MetadataStore contract on a dict, guarded by one lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, standing: Callable[[str, str], Standing] | None = None) -> None:
         self._exports: dict[str, ExportRecord] = {}
         self._queries: dict[str, Query] = {}
+        self._events: list[ExportEvent] = []
+        # (workspace id, user id) -> the requester's standing; default: no accounts.
+        self._standing = standing or (lambda _workspace, _user: Standing())
         self._lock = threading.RLock()  # claim_next claims while holding it
+
+    def _event(self, record: ExportRecord, kind: EventKind, now: datetime) -> None:
+        released = kind is EventKind.RELEASED
+        self._events.append(
+            ExportEvent(
+                export_id=record.id,
+                at=now,
+                kind=kind,
+                status=record.status,
+                attempt=record.attempt,
+                worker_id=record.worker_id,
+                code=record.last_error_code if released else record.failure_code,
+                detail=record.last_error_detail if released else record.failure_detail,
+            )
+        )
+
+    def list_events(self, export_id: str) -> list[ExportEvent]:
+        with self._lock:
+            return [e for e in self._events if e.export_id == export_id]
 
     def insert_export(self, new: NewExport) -> ExportRecord:
         with self._lock:
@@ -68,6 +98,7 @@ class InMemoryMetadataStore:
                 created_at=new.created_at,
             )
             self._exports[new.id] = record
+            self._event(record, EventKind.REQUESTED, new.created_at)
             return record
 
     def get_export(self, export_id: str) -> ExportRecord | None:
@@ -81,6 +112,7 @@ class InMemoryMetadataStore:
         requested_by: str | None = None,
         status: Status | None = None,
         limit: int = 50,
+        before: tuple[datetime, str] | None = None,
     ) -> list[ExportRecord]:
         with self._lock:
             rows = [
@@ -89,9 +121,20 @@ class InMemoryMetadataStore:
                 if r.workspace_id == workspace_id
                 and (requested_by is None or r.requested_by == requested_by)
                 and (status is None or r.status is status)
+                and (before is None or (r.created_at, r.id) < before)
             ]
         rows.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return rows[:limit]
+
+    def count_unsettled(self, *, workspace_id: str, requested_by: str) -> int:
+        with self._lock:
+            return sum(
+                1
+                for r in self._exports.values()
+                if r.status in UNSETTLED
+                and r.workspace_id == workspace_id
+                and r.requested_by == requested_by
+            )
 
     def has_unsettled(self) -> bool:
         with self._lock:
@@ -116,7 +159,8 @@ class InMemoryMetadataStore:
             if candidate is None:
                 return ClaimResult()
             if candidate.status is Status.QUEUED:
-                refusal = admit(candidate, self._queries.get(candidate.subject_id))
+                standing = self._standing(candidate.workspace_id, candidate.requested_by)
+                refusal = admit(candidate, self._queries.get(candidate.subject_id), standing)
                 if refusal is not None:
                     refused = replace(
                         candidate,
@@ -126,6 +170,7 @@ class InMemoryMetadataStore:
                         completed_at=now,
                     )
                     self._exports[candidate.id] = refused
+                    self._event(refused, EventKind.REFUSED, now)
                     return ClaimResult(refused=refused)
             return ClaimResult(
                 claimed=self.claim(
@@ -140,7 +185,11 @@ class InMemoryMetadataStore:
         return min(candidates, key=lambda r: (r.created_at, r.id), default=None)
 
     def _write(
-        self, export_id: str, guard: Callable[[ExportRecord], bool], **changes: Any
+        self,
+        export_id: str,
+        guard: Callable[[ExportRecord], bool],
+        event: tuple[EventKind, datetime] | None = None,
+        **changes: Any,
     ) -> ExportRecord | None:
         with self._lock:
             record = self._exports.get(export_id)
@@ -148,6 +197,8 @@ class InMemoryMetadataStore:
                 return None
             updated = replace(record, **changes)
             self._exports[export_id] = updated
+            if event is not None:
+                self._event(updated, *event)
             return updated
 
     def claim(
@@ -168,6 +219,8 @@ class InMemoryMetadataStore:
                 progress_rows=0,
             )
             self._exports[export_id] = updated
+            kind = EventKind.CLAIMED if updated.attempt == 1 else EventKind.REDELIVERED
+            self._event(updated, kind, now)
             return updated
 
     @staticmethod
@@ -201,6 +254,7 @@ class InMemoryMetadataStore:
             self._write(
                 export_id,
                 self._fence(token),
+                (EventKind.RELEASED, now),
                 lease_expires_at=now + timedelta(seconds=delay_seconds),
                 last_error_code=code,
                 last_error_detail=bounded_detail(detail),
@@ -215,6 +269,7 @@ class InMemoryMetadataStore:
             self._write(
                 export_id,
                 self._fence(token),
+                (EventKind.SUCCEEDED, now),
                 status=Status.SUCCEEDED,
                 size_bytes=result.size_bytes,
                 row_count=result.row_count,
@@ -233,11 +288,13 @@ class InMemoryMetadataStore:
         now: datetime,
         code: FailureCode,
         detail: str,
+        kind: EventKind = EventKind.FAILED,
     ) -> bool:
         return (
             self._write(
                 export_id,
                 guard,
+                (kind, now),
                 status=Status.FAILED,
                 failure_code=code,
                 failure_detail=bounded_detail(detail) or code.value,
@@ -255,7 +312,7 @@ class InMemoryMetadataStore:
         self, export_id: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool:
         return self._settle_failed(
-            export_id, lambda r: r.status is Status.QUEUED, now, code, detail
+            export_id, lambda r: r.status is Status.QUEUED, now, code, detail, EventKind.REFUSED
         )
 
     def cancel(self, export_id: str, *, now: datetime) -> bool:
@@ -265,6 +322,7 @@ class InMemoryMetadataStore:
             now,
             FailureCode.CANCELLED,
             "cancelled by the requester",
+            EventKind.CANCELLED,
         )
 
     # saved queries

@@ -38,7 +38,7 @@ def test_concurrent_claimers_take_each_export_exactly_once(
         """(anything left?, what this claimer got)"""
         if how == "claim_next":
             result = sql_store.claim_next(
-                worker_id=name, now=now, lease_seconds=600, admit=lambda _e, _q: None
+                worker_id=name, now=now, lease_seconds=600, admit=lambda _e, _q, _s: None
             )
             return result.claimed is not None, result.claimed
         candidate = sql_store.next_claimable(now)

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from qexport.domain.accounts import Standing
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
@@ -352,7 +353,7 @@ def test_update_query_changes_visibility(store: MetadataStore) -> None:
     assert store.get_query(query.id) == changed
 
 
-def _admit_all(_export: ExportRecord, _query: Query | None) -> str | None:
+def _admit_all(_export: ExportRecord, _query: Query | None, _standing: Standing) -> str | None:
     return None
 
 
@@ -381,7 +382,7 @@ def test_claim_next_refuses_a_queued_export_its_check_rejects(
     record = store.insert_export(replace(new_export(clock.now()), subject_id=query.id))
     seen: list[Query | None] = []
 
-    def refuse(_export: ExportRecord, q: Query | None) -> str | None:
+    def refuse(_export: ExportRecord, q: Query | None, _standing: Standing) -> str | None:
         seen.append(q)
         return "the requester may no longer read this query"
 
@@ -406,7 +407,7 @@ def test_claim_next_redelivers_without_the_pre_run_check(
     running = claim(store, clock, request(store, clock))
     clock.advance(LEASE + 1)
 
-    def refuse(_export: ExportRecord, _query: Query | None) -> str | None:
+    def refuse(_export: ExportRecord, _query: Query | None, _standing: Standing) -> str | None:
         raise AssertionError("a redelivery is not a pre-run check")
 
     result = store.claim_next(worker_id="w2", now=clock.now(), lease_seconds=LEASE, admit=refuse)

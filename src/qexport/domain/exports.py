@@ -106,6 +106,31 @@ def storage_key(workspace_id: str, export_id: str, filename: str) -> str:
     return f"exports/{workspace}/{export_id}/{filename}"
 
 
+class EventKind(StrEnum):
+    """What happened to an export; one event per transition of the lifecycle."""
+
+    REQUESTED = "requested"  # -> queued
+    CLAIMED = "claimed"  # queued -> running
+    REDELIVERED = "redelivered"  # running -> running, a new attempt
+    RELEASED = "released"  # running, handed back with a backoff after a transient failure
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REFUSED = "refused"  # queued -> failed by the pre-run check
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class ExportEvent:
+    export_id: str
+    at: datetime
+    kind: EventKind
+    status: Status
+    attempt: int
+    worker_id: str | None = None
+    code: FailureCode | None = None
+    detail: str | None = None
+
+
 @dataclass(frozen=True)
 class Result:
     """What a finished attempt produced: it describes the object stored at the key."""

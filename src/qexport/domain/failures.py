@@ -108,3 +108,19 @@ class NotFoundError(QExportError):
 
 class ConflictError(QExportError):
     """The transition is not allowed from the record's current state."""
+
+
+class UnauthorizedError(QExportError):
+    """No valid credentials: a missing, malformed, tampered or revoked token."""
+
+
+class ForbiddenError(QExportError):
+    """Authenticated, but the role does not allow this action."""
+
+
+class TooManyRequestsError(QExportError):
+    """A per-requester limit was reached; try again after `retry_after` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -14,7 +14,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from qexport.domain.exports import ExportRecord, Result, Status
+from qexport.domain.accounts import Role, Standing
+from qexport.domain.exports import EventKind, ExportEvent, ExportRecord, Result, Status
 from qexport.domain.failures import (
     FailureCode,
     InvalidRequestError,
@@ -24,7 +25,15 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, Visibility
 from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.notify import notify_claimable
-from qexport.store.tables import UNSETTLED, UTCDateTime, exports, queries
+from qexport.store.tables import (
+    UNSETTLED,
+    UTCDateTime,
+    export_events,
+    exports,
+    memberships,
+    queries,
+    workspaces,
+)
 
 # Implied by the rest of the claimable condition; written out, as the index has it, so that
 # both databases scan ix_exports_unsettled (SQLite only uses a partial index whose condition
@@ -61,6 +70,21 @@ _UPDATE_QUEUED = exports.update().where(
 _UPDATE_UNSETTLED = exports.update().where(
     exports.c.id == _ID, exports.c.status.in_([Status.QUEUED.value, Status.RUNNING.value])
 )
+# What a transition's event is made of, read back from the row the transition wrote.
+_EVENT_COLUMNS = (
+    exports.c.id,
+    exports.c.status,
+    exports.c.attempt,
+    exports.c.worker_id,
+    exports.c.failure_code,
+    exports.c.failure_detail,
+    exports.c.last_error_code,
+    exports.c.last_error_detail,
+)
+_FENCED_TRANSITION = _UPDATE_FENCED.returning(*_EVENT_COLUMNS)
+_QUEUED_TRANSITION = _UPDATE_QUEUED.returning(*_EVENT_COLUMNS)
+_UNSETTLED_TRANSITION = _UPDATE_UNSETTLED.returning(*_EVENT_COLUMNS)
+_INSERT_EVENT = export_events.insert()
 _REFUSE = _UPDATE_QUEUED.returning(exports)
 _CLAIM = (
     exports.update()
@@ -97,11 +121,23 @@ _CANDIDATE = (
 
 
 def _with_query(candidate: sa.Select[Any]) -> sa.Select[Any]:
-    """The one candidate, then its query: the join reads one row, whatever the queue holds."""
+    """The one candidate, then its query and its requester's standing in the workspace: the
+    joins read one row each, whatever the queue holds."""
     found = candidate.subquery("candidate")
     query_columns = (queries.c[key].label(_CLAIM_QUERY_PREFIX + key) for key in _QUERY_KEYS)
-    return sa.select(found, *query_columns).select_from(
+    member = sa.and_(
+        memberships.c.workspace_id == found.c.workspace_id,
+        memberships.c.user_id == found.c.requested_by,
+    )
+    return sa.select(
+        found,
+        *query_columns,
+        workspaces.c.id.label("standing_workspace"),
+        memberships.c.role.label("standing_role"),
+    ).select_from(
         found.outerjoin(queries, queries.c.id == found.c.subject_id)
+        .outerjoin(workspaces, workspaces.c.id == found.c.workspace_id)
+        .outerjoin(memberships, member)
     )
 
 
@@ -118,6 +154,28 @@ def _failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, A
         "failure_detail": bounded_detail(detail) or code.value,
         "completed_at": now,
     }
+
+
+def _record_event(conn: sa.Connection, row: sa.Row[Any], kind: EventKind, now: datetime) -> None:
+    """Append the event of the transition that just wrote `row`, in its transaction."""
+    m = row._mapping
+    if kind is EventKind.RELEASED:
+        code, detail = m["last_error_code"], m["last_error_detail"]
+    else:
+        code, detail = m["failure_code"], m["failure_detail"]
+    conn.execute(
+        _INSERT_EVENT,
+        {
+            "export_id": m["id"],
+            "at": now,
+            "kind": kind.value,
+            "status": m["status"],
+            "attempt": m["attempt"],
+            "worker_id": m["worker_id"],
+            "code": code,
+            "detail": detail,
+        },
+    )
 
 
 def _to_record(row: sa.Row[Any]) -> ExportRecord:
@@ -215,6 +273,7 @@ class SqlMetadataStore:
         }
         with self._tx() as conn:
             row = conn.execute(_INSERT, values).one()
+            _record_event(conn, row, EventKind.REQUESTED, new.created_at)
             if self._notify:
                 notify_claimable(conn, new.id)
         return _to_record(row)
@@ -231,15 +290,33 @@ class SqlMetadataStore:
         requested_by: str | None = None,
         status: Status | None = None,
         limit: int = 50,
+        before: tuple[datetime, str] | None = None,
     ) -> list[ExportRecord]:
         stmt = sa.select(exports).where(exports.c.workspace_id == workspace_id)
         if requested_by is not None:
             stmt = stmt.where(exports.c.requested_by == requested_by)
         if status is not None:
             stmt = stmt.where(exports.c.status == status.value)
+        if before is not None:
+            created_at, export_id = before
+            stmt = stmt.where(
+                sa.or_(
+                    exports.c.created_at < created_at,
+                    sa.and_(exports.c.created_at == created_at, exports.c.id < export_id),
+                )
+            )
         stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
         with self._tx() as conn:
             return [_to_record(r) for r in conn.execute(stmt)]
+
+    def count_unsettled(self, *, workspace_id: str, requested_by: str) -> int:
+        stmt = sa.select(sa.func.count()).where(
+            _UNSETTLED,
+            exports.c.workspace_id == workspace_id,
+            exports.c.requested_by == requested_by,
+        )
+        with self._tx() as conn:
+            return int(conn.execute(stmt).scalar_one())
 
     def has_unsettled(self) -> bool:
         stmt = sa.select(sa.literal(1)).where(
@@ -279,7 +356,12 @@ class SqlMetadataStore:
             "worker_id": worker_id,
         }
         row = conn.execute(_CLAIM, params).first()
-        return _to_record(row) if row else None
+        if row is None:
+            return None
+        record = _to_record(row)
+        kind = EventKind.CLAIMED if record.attempt == 1 else EventKind.REDELIVERED
+        _record_event(conn, row, kind, now)
+        return record
 
     def claim_next(
         self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
@@ -292,10 +374,16 @@ class SqlMetadataStore:
             candidate = _to_record(row)
             query = _to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
             if candidate.status is Status.QUEUED:
-                refusal = admit(candidate, query)
+                standing = Standing(
+                    registered=row.standing_workspace is not None,
+                    role=Role(row.standing_role) if row.standing_role else None,
+                )
+                refusal = admit(candidate, query, standing)
                 if refusal is not None:
                     values = _failed_values(now, FailureCode.ACCESS_LOST, refusal)
                     refused = conn.execute(_REFUSE, {"export_id_": candidate.id, **values}).first()
+                    if refused is not None:
+                        _record_event(conn, refused, EventKind.REFUSED, now)
                     return ClaimResult(refused=_to_record(refused) if refused else None)
             claimed = self._claim_in(conn, candidate.id, worker_id, now, lease_seconds)
             return ClaimResult(claimed=claimed, query=query if claimed else None)
@@ -321,8 +409,10 @@ class SqlMetadataStore:
         code: FailureCode,
         detail: str,
     ) -> bool:
-        released = self._update(
-            _UPDATE_FENCED,
+        released = self._transition(
+            _FENCED_TRANSITION,
+            EventKind.RELEASED,
+            now,
             export_id_=export_id,
             token_=token,
             lease_expires_at=now + timedelta(seconds=delay_seconds),
@@ -338,8 +428,10 @@ class SqlMetadataStore:
     def succeed(
         self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
     ) -> bool:
-        return self._update(
-            _UPDATE_FENCED,
+        return self._transition(
+            _FENCED_TRANSITION,
+            EventKind.SUCCEEDED,
+            now,
             export_id_=export_id,
             token_=token,
             status=Status.SUCCEEDED.value,
@@ -355,23 +447,63 @@ class SqlMetadataStore:
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool:
         values = _failed_values(now, code, detail)
-        return self._update(_UPDATE_FENCED, export_id_=export_id, token_=token, **values)
+        return self._transition(
+            _FENCED_TRANSITION, EventKind.FAILED, now, export_id_=export_id, token_=token, **values
+        )
 
     def fail_before_run(
         self, export_id: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool:
-        return self._update(
-            _UPDATE_QUEUED, export_id_=export_id, **_failed_values(now, code, detail)
+        return self._transition(
+            _QUEUED_TRANSITION,
+            EventKind.REFUSED,
+            now,
+            export_id_=export_id,
+            **_failed_values(now, code, detail),
         )
 
     def cancel(self, export_id: str, *, now: datetime) -> bool:
         values = _failed_values(now, FailureCode.CANCELLED, "cancelled by the requester")
-        return self._update(_UPDATE_UNSETTLED, export_id_=export_id, **values)
+        return self._transition(
+            _UNSETTLED_TRANSITION, EventKind.CANCELLED, now, export_id_=export_id, **values
+        )
 
     def _update(self, guarded: sa.Update, **params: Any) -> bool:
         """One guarded UPDATE; `params` fill the guard's parameters and the columns to set."""
         with self._tx() as conn:
             return conn.execute(guarded, params).rowcount == 1
+
+    def _transition(
+        self, guarded: sa.UpdateBase, kind: EventKind, now: datetime, **params: Any
+    ) -> bool:
+        """A guarded UPDATE and, when it matched, its event, in one transaction."""
+        with self._tx() as conn:
+            row = conn.execute(guarded, params).first()
+            if row is None:
+                return False
+            _record_event(conn, row, kind, now)
+            return True
+
+    def list_events(self, export_id: str) -> list[ExportEvent]:
+        stmt = (
+            sa.select(export_events)
+            .where(export_events.c.export_id == export_id)
+            .order_by(export_events.c.id)
+        )
+        with self._tx() as conn:
+            return [
+                ExportEvent(
+                    export_id=r.export_id,
+                    at=r.at,
+                    kind=EventKind(r.kind),
+                    status=Status(r.status),
+                    attempt=r.attempt,
+                    worker_id=r.worker_id,
+                    code=FailureCode(r.code) if r.code else None,
+                    detail=r.detail,
+                )
+                for r in conn.execute(stmt)
+            ]
 
     # ------------------------------------------------------------ saved queries
 

@@ -145,6 +145,110 @@ sa.Index(
     "ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at
 )
 
+# ---------------------------------------------------------------- accounts
+
+# A workspace's id is its name (a slug): queries and exports carry it as `workspace_id`.
+workspaces = sa.Table(
+    "workspaces",
+    metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("email", sa.String(255), nullable=False, unique=True),
+    sa.Column("password_hash", sa.String(200)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+memberships = sa.Table(
+    "memberships",
+    metadata,
+    sa.Column("workspace_id", sa.String(200), sa.ForeignKey("workspaces.id"), primary_key=True),
+    sa.Column("user_id", sa.String(200), sa.ForeignKey("users.id"), primary_key=True),
+    sa.Column("role", sa.String(20), nullable=False),
+    sa.CheckConstraint("role IN ('viewer', 'editor', 'admin')", name="role"),
+)
+
+# Only a SHA-256 of each token's random secret is stored; the id is the token's public part.
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("user_id", sa.String(200), sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("workspace_id", sa.String(200), sa.ForeignKey("workspaces.id"), nullable=False),
+    sa.Column("secret_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("last_used_at", UTCDateTime),
+    sa.Column("revoked_at", UTCDateTime),
+)
+
+links = sa.Table(
+    "links",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("export_id", sa.String(36), sa.ForeignKey("exports.id"), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime),
+)
+
+# Data sources registered with `qexport sources add`, next to those of QEXPORT_SOURCE_*.
+sources = sa.Table(
+    "sources",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+# Every transition of an export, written in the transition's own transaction; append-only.
+export_events = sa.Table(
+    "export_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("export_id", sa.String(36), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("worker_id", sa.String(200)),
+    sa.Column("code", sa.String(40)),
+    sa.Column("detail", sa.String(500)),
+)
+sa.Index("ix_export_events_export_id", export_events.c.export_id, export_events.c.id)
+
+EVENTS_APPEND_ONLY_SQLITE = (
+    """
+CREATE TRIGGER export_events_no_update BEFORE UPDATE ON export_events
+BEGIN
+    SELECT RAISE(ABORT, 'export events are append-only');
+END
+""",
+    """
+CREATE TRIGGER export_events_no_delete BEFORE DELETE ON export_events
+BEGIN
+    SELECT RAISE(ABORT, 'export events are append-only');
+END
+""",
+)
+EVENTS_APPEND_ONLY_POSTGRESQL = (
+    """
+CREATE FUNCTION export_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'export events are append-only' USING ERRCODE = 'check_violation';
+END $$
+""",
+    """
+CREATE TRIGGER export_events_append_only BEFORE UPDATE OR DELETE ON export_events
+FOR EACH ROW EXECUTE FUNCTION export_events_append_only()
+""",
+)
+
 # Invariant 1 backed by the database itself: any UPDATE of a settled row is refused.
 SETTLED_IMMUTABLE_SQLITE = """
 CREATE TRIGGER exports_settled_immutable BEFORE UPDATE ON exports

@@ -11,6 +11,7 @@ from types import FrameType
 
 import structlog
 
+from qexport.domain.accounts import Standing
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, can_read
@@ -20,9 +21,10 @@ from qexport.worker.wakeups import Wakeups
 log = structlog.get_logger()
 
 
-def _admit(export: ExportRecord, query: Query | None) -> str | None:
-    """The pre-run check: an export whose query is gone or unreadable never starts."""
-    if can_read(export.requester, query):
+def _admit(export: ExportRecord, query: Query | None, standing: Standing) -> str | None:
+    """The pre-run check: an export whose query is gone or unreadable, or whose requester
+    left the workspace, never starts."""
+    if standing.member and can_read(export.requester, query):
         return None
     return "the requester may no longer read this query, or it was deleted"
 

@@ -1,0 +1,27 @@
+"""The application factory: routers, error handlers and limits over one ApiContext."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from qexport import __version__
+from qexport.api import errors, exports, health, links, public, queries
+from qexport.api.context import ApiContext
+from qexport.api.limits import BodySizeLimit
+
+
+def create_app(context: ApiContext) -> FastAPI:
+    app = FastAPI(
+        title="qexport",
+        version=__version__,
+        description="Saved SQL queries turned into files people can download.",
+    )
+    app.state.context = context
+    errors.install(app)
+    app.add_middleware(BodySizeLimit)
+    app.include_router(health.router)
+    app.include_router(queries.router, prefix="/api/v1")
+    app.include_router(exports.router, prefix="/api/v1")
+    app.include_router(links.router, prefix="/api/v1")
+    app.include_router(public.router)
+    return app

@@ -1,0 +1,7 @@
+"""exports routes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,7 @@
+"""health routes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,7 @@
+"""queries routes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,164 @@
+"""Users, workspaces, roles, API tokens and public links: who may do what. Pure, no I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from qexport.domain.exports import Requester
+
+
+class Role(StrEnum):
+    """A member's role in a workspace; each includes the rights of the one before."""
+
+    VIEWER = "viewer"  # read visible queries, request exports, see and download their own
+    EDITOR = "editor"  # and create, change and delete queries
+    ADMIN = "admin"  # and see every export of the workspace
+
+
+_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.ADMIN: 2}
+
+
+def at_least(role: Role, minimum: Role) -> bool:
+    return _RANK[role] >= _RANK[minimum]
+
+
+@dataclass(frozen=True)
+class User:
+    id: str
+    email: str
+    created_at: datetime
+    password_hash: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Membership:
+    workspace_id: str
+    user_id: str
+    role: Role
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What the store knows of a requester in a workspace when an export is about to run.
+
+    A workspace without accounts (`registered` False) belongs to the local command line,
+    whose requester is whoever runs it; in a registered one the requester must be a member.
+    """
+
+    registered: bool = False
+    role: Role | None = None
+
+    @property
+    def member(self) -> bool:
+        return not self.registered or self.role is not None
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller of the HTTP API: a user acting in one workspace."""
+
+    user_id: str
+    email: str
+    workspace_id: str
+    role: Role
+    token_id: str
+
+    @property
+    def requester(self) -> Requester:
+        return Requester(self.user_id, self.workspace_id)
+
+    @property
+    def can_write_queries(self) -> bool:
+        return at_least(self.role, Role.EDITOR)
+
+    @property
+    def sees_workspace(self) -> bool:
+        """Admins see every export of the workspace; others only their own."""
+        return self.role is Role.ADMIN
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    id: str
+    user_id: str
+    workspace_id: str
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+    secret_hash: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A public delivery link to one export; valid while the export is and until revoked."""
+
+    id: str
+    export_id: str
+    created_by: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+# ---------------------------------------------------------------- secrets
+
+TOKEN_PREFIX = "qx_"  # noqa: S105 - a prefix that marks qexport tokens, not a secret
+_TOKEN = re.compile(r"^qx_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+_LINK_TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
+
+
+def new_secret() -> str:
+    """256 random bits, URL-safe (43 characters)."""
+    return secrets.token_urlsafe(32)
+
+
+def hash_secret(secret: str) -> str:
+    """SHA-256 of a 256-bit random secret: only this is stored. (A slow password hash adds
+    nothing against guessing 2^256 values and would cost every request tens of ms.)"""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_api_token() -> tuple[str, str, str]:
+    """(token id, the token as shown once to its owner, the hash to store)."""
+    token_id = secrets.token_hex(8)
+    secret = new_secret()
+    return token_id, f"{TOKEN_PREFIX}{token_id}_{secret}", hash_secret(secret)
+
+
+def parse_api_token(token: str) -> tuple[str, str] | None:
+    """(token id, secret) of a well-formed token; None for anything else."""
+    match = _TOKEN.match(token)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def secret_matches(secret: str, stored_hash: str) -> bool:
+    """Constant-time comparison of a presented secret with a stored hash."""
+    return hmac.compare_digest(hash_secret(secret), stored_hash)
+
+
+def valid_link_token(token: str) -> bool:
+    return bool(_LINK_TOKEN.match(token))
+
+
+_WORKSPACE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,190}$")
+
+
+def check_workspace_id(workspace_id: str) -> str:
+    if not _WORKSPACE.match(workspace_id):
+        raise ValueError(
+            f"invalid workspace {workspace_id!r}: use 1-63 lowercase letters, digits, - or _"
+        )
+    return workspace_id
+
+
+def normalize_email(email: str) -> str:
+    email = email.strip().lower()
+    if not _EMAIL.match(email):
+        raise ValueError(f"invalid email address {email!r}")
+    return email

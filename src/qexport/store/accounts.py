@@ -1,0 +1,241 @@
+"""Accounts, API tokens, public links and registered sources on SQLAlchemy Core."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from qexport.domain.accounts import ApiToken, Link, Membership, Role, User
+from qexport.domain.failures import InvalidRequestError, MetadataUnavailableError
+from qexport.store.tables import api_tokens, links, memberships, sources, users, workspaces
+
+# A token's last-used time is written at most this often, so that a busy client does not
+# turn every read into a write (on SQLite, a write takes the database lock).
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _user(row: sa.Row[Any]) -> User:
+    return User(row.id, row.email, row.created_at, row.password_hash)
+
+
+def _token(row: sa.Row[Any]) -> ApiToken:
+    return ApiToken(
+        id=row.id,
+        user_id=row.user_id,
+        workspace_id=row.workspace_id,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+        secret_hash=row.secret_hash,
+    )
+
+
+def _link(row: sa.Row[Any]) -> Link:
+    return Link(row.id, row.export_id, row.created_by, row.created_at, row.revoked_at)
+
+
+class SqlAccountStore:
+    """Workspaces, users and their roles, API tokens, public links and registered sources."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sa.Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            raise MetadataUnavailableError(
+                f"the metadata database is unavailable: {type(exc.orig).__name__}"
+            ) from exc
+
+    # ------------------------------------------------------------ workspaces and users
+
+    def ensure_workspace(self, workspace_id: str, *, now: datetime) -> bool:
+        """Create the workspace unless it exists; True when it was created."""
+        with self._tx() as conn:
+            if conn.execute(
+                sa.select(workspaces.c.id).where(workspaces.c.id == workspace_id)
+            ).first():
+                return False
+            conn.execute(workspaces.insert().values(id=workspace_id, created_at=now))
+            return True
+
+    def workspace_exists(self, workspace_id: str) -> bool:
+        with self._tx() as conn:
+            stmt = sa.select(workspaces.c.id).where(workspaces.c.id == workspace_id)
+            return conn.execute(stmt).first() is not None
+
+    def create_user(
+        self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
+    ) -> User:
+        user = User(user_id or str(uuid.uuid4()), email, now, password_hash)
+        try:
+            with self._tx() as conn:
+                conn.execute(
+                    users.insert().values(
+                        id=user.id, email=email, password_hash=password_hash, created_at=now
+                    )
+                )
+        except sa.exc.IntegrityError as exc:
+            raise InvalidRequestError(f"a user {email!r} already exists", field="email") from exc
+        return user
+
+    def get_user(self, user_id: str) -> User | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(users).where(users.c.id == user_id)).first()
+        return _user(row) if row else None
+
+    def find_user(self, email: str) -> User | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(users).where(users.c.email == email)).first()
+        return _user(row) if row else None
+
+    def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
+        """Make the user a member of the workspace with `role` (or change their role)."""
+        key = sa.and_(memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id)
+        with self._tx() as conn:
+            if conn.execute(memberships.update().where(key).values(role=role.value)).rowcount:
+                return
+            conn.execute(
+                memberships.insert().values(
+                    workspace_id=workspace_id, user_id=user_id, role=role.value
+                )
+            )
+
+    def remove_member(self, workspace_id: str, user_id: str) -> bool:
+        key = sa.and_(memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id)
+        with self._tx() as conn:
+            return conn.execute(memberships.delete().where(key)).rowcount == 1
+
+    def role_of(self, workspace_id: str, user_id: str) -> Role | None:
+        stmt = sa.select(memberships.c.role).where(
+            memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id
+        )
+        with self._tx() as conn:
+            role = conn.execute(stmt).scalar()
+        return Role(role) if role else None
+
+    def memberships_of(self, user_id: str) -> list[Membership]:
+        stmt = (
+            sa.select(memberships)
+            .where(memberships.c.user_id == user_id)
+            .order_by(memberships.c.workspace_id)
+        )
+        with self._tx() as conn:
+            return [Membership(r.workspace_id, r.user_id, Role(r.role)) for r in conn.execute(stmt)]
+
+    def members(self, workspace_id: str) -> list[Membership]:
+        stmt = (
+            sa.select(memberships)
+            .where(memberships.c.workspace_id == workspace_id)
+            .order_by(memberships.c.user_id)
+        )
+        with self._tx() as conn:
+            return [Membership(r.workspace_id, r.user_id, Role(r.role)) for r in conn.execute(stmt)]
+
+    # ------------------------------------------------------------ API tokens
+
+    def add_token(
+        self, *, token_id: str, user_id: str, workspace_id: str, secret_hash: str, now: datetime
+    ) -> ApiToken:
+        token = ApiToken(token_id, user_id, workspace_id, now, secret_hash=secret_hash)
+        with self._tx() as conn:
+            conn.execute(
+                api_tokens.insert().values(
+                    id=token_id,
+                    user_id=user_id,
+                    workspace_id=workspace_id,
+                    secret_hash=secret_hash,
+                    created_at=now,
+                )
+            )
+        return token
+
+    def get_token(self, token_id: str) -> ApiToken | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(api_tokens).where(api_tokens.c.id == token_id)).first()
+        return _token(row) if row else None
+
+    def list_tokens(self, user_id: str) -> list[ApiToken]:
+        stmt = (
+            sa.select(api_tokens)
+            .where(api_tokens.c.user_id == user_id)
+            .order_by(api_tokens.c.created_at)
+        )
+        with self._tx() as conn:
+            return [_token(r) for r in conn.execute(stmt)]
+
+    def touch_token(self, token_id: str, *, now: datetime) -> None:
+        """Record a use, unless one was recorded within LAST_USED_RESOLUTION."""
+        stale = sa.or_(
+            api_tokens.c.last_used_at.is_(None),
+            api_tokens.c.last_used_at < now - LAST_USED_RESOLUTION,
+        )
+        with self._tx() as conn:
+            conn.execute(
+                api_tokens.update()
+                .where(api_tokens.c.id == token_id, stale)
+                .values(last_used_at=now)
+            )
+
+    def revoke_token(self, token_id: str, *, now: datetime) -> bool:
+        live = sa.and_(api_tokens.c.id == token_id, api_tokens.c.revoked_at.is_(None))
+        with self._tx() as conn:
+            return (
+                conn.execute(api_tokens.update().where(live).values(revoked_at=now)).rowcount == 1
+            )
+
+    # ------------------------------------------------------------ public links
+
+    def add_link(self, *, export_id: str, created_by: str, token_hash: str, now: datetime) -> Link:
+        link = Link(str(uuid.uuid4()), export_id, created_by, now)
+        with self._tx() as conn:
+            conn.execute(
+                links.insert().values(
+                    id=link.id,
+                    export_id=export_id,
+                    token_hash=token_hash,
+                    created_by=created_by,
+                    created_at=now,
+                )
+            )
+        return link
+
+    def get_link(self, link_id: str) -> Link | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(links).where(links.c.id == link_id)).first()
+        return _link(row) if row else None
+
+    def find_link(self, token_hash: str) -> Link | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(links).where(links.c.token_hash == token_hash)).first()
+        return _link(row) if row else None
+
+    def revoke_link(self, link_id: str, *, now: datetime) -> bool:
+        live = sa.and_(links.c.id == link_id, links.c.revoked_at.is_(None))
+        with self._tx() as conn:
+            return conn.execute(links.update().where(live).values(revoked_at=now)).rowcount == 1
+
+    # ------------------------------------------------------------ registered sources
+
+    def add_source(self, name: str, url: str, *, now: datetime) -> None:
+        try:
+            with self._tx() as conn:
+                conn.execute(sources.insert().values(name=name, url=url, created_at=now))
+        except sa.exc.IntegrityError as exc:
+            raise InvalidRequestError(
+                f"a source named {name!r} already exists", field="name"
+            ) from exc
+
+    def registered_sources(self) -> dict[str, str]:
+        with self._tx() as conn:
+            return {
+                r.name: r.url for r in conn.execute(sa.select(sources).order_by(sources.c.name))
+            }

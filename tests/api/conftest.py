@@ -1,0 +1,135 @@
+"""An API over real adapters (SQLite, a folder, DuckDB) in a temporary directory.
+
+`api.member(...)` makes accounts and returns their tokens; `api.drain()` runs a worker in
+this process until nothing is queued or running.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from fastapi.testclient import TestClient
+
+from qexport import bootstrap
+from qexport.api.app import create_app
+from qexport.api.context import ApiContext
+from qexport.config import Settings
+from qexport.domain.accounts import Role, new_api_token
+from qexport.domain.queries import Parameter, ParamType, Query, Visibility
+from qexport.testing import FrozenClock
+from qexport.worker.loop import Worker
+from qexport.worker.runner import Deps
+
+SOURCE = "shop"
+
+
+def _source_database(path: Path) -> None:
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "CREATE TABLE orders AS SELECT i AS id, 'customer ' || (i % 7) AS customer,"
+            " (i * 1.25)::DECIMAL(10, 2) AS amount, DATE '2024-01-01' + (i % 30)::INTEGER AS day"
+            " FROM range(1, 101) t(i)"
+        )
+
+
+@pytest.fixture(scope="session")
+def source_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("source") / "shop.duckdb"
+    _source_database(path)
+    return path
+
+
+@dataclass
+class Api:
+    client: TestClient
+    context: ApiContext
+    deps: Deps
+    clock: FrozenClock
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def member(self, email: str, role: Role | str, workspace: str = "acme") -> str:
+        """Create (or reuse) the user, give them `role` in `workspace`; return a new token."""
+        accounts, now = self.context.accounts, self.clock.now()
+        accounts.ensure_workspace(workspace, now=now)
+        user = accounts.find_user(email) or accounts.create_user(email, password_hash=None, now=now)
+        accounts.set_role(workspace, user.id, Role(role))
+        token_id, token, secret_hash = new_api_token()
+        accounts.add_token(
+            token_id=token_id,
+            user_id=user.id,
+            workspace_id=workspace,
+            secret_hash=secret_hash,
+            now=now,
+        )
+        self.tokens[email] = token
+        return token
+
+    def user_id(self, email: str) -> str:
+        user = self.context.accounts.find_user(email)
+        assert user is not None
+        return user.id
+
+    def headers(self, email_or_token: str) -> dict[str, str]:
+        token = self.tokens.get(email_or_token, email_or_token)
+        return {"Authorization": f"Bearer {token}"}
+
+    def add_query(
+        self,
+        name: str = "orders",
+        *,
+        workspace: str = "acme",
+        sql: str = "SELECT * FROM orders WHERE day >= $since ORDER BY id",
+        parameters: tuple[Parameter, ...] = (
+            Parameter("since", ParamType.DATE, required=False, default="2024-01-01"),
+        ),
+        visibility: Visibility = Visibility.WORKSPACE,
+        members: frozenset[str] = frozenset(),
+        owner: str | None = None,
+    ) -> Query:
+        query = Query(
+            id=f"q-{name}-{workspace}",
+            workspace_id=workspace,
+            name=name,
+            sql=sql,
+            source=SOURCE,
+            parameters=parameters,
+            visibility=visibility,
+            members=members,
+            owner=owner,
+        )
+        return self.deps.store.add_query(query)
+
+    def drain(self) -> dict[str, int]:
+        return Worker(self.deps, drain=True).run()
+
+    def get(self, path: str, who: str, **kwargs: Any) -> Any:
+        return self.client.get(path, headers=self.headers(who), **kwargs)
+
+    def post(self, path: str, who: str, **kwargs: Any) -> Any:
+        return self.client.post(path, headers=self.headers(who), **kwargs)
+
+    def delete(self, path: str, who: str, **kwargs: Any) -> Any:
+        return self.client.delete(path, headers=self.headers(who), **kwargs)
+
+
+@pytest.fixture
+def api(tmp_path: Path, source_template: Path) -> Iterator[Api]:
+    source = tmp_path / "shop.duckdb"
+    shutil.copy(source_template, source)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        sources={SOURCE: f"duckdb://{source}"},
+        lease_seconds=30,
+    )
+    settings.data_dir.mkdir()
+    clock = FrozenClock()
+    deps = bootstrap.build(settings, clock=clock)
+    context = bootstrap.api_context(settings, deps)
+    with TestClient(create_app(context), raise_server_exceptions=False) as client:
+        yield Api(client, context, deps, clock)
