@@ -11,6 +11,8 @@ from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.ports import Clock, ObjectStore, Source
 from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
+from qexport.sources.registry import SourceRegistry
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.engine import create_engine, migrate
@@ -21,8 +23,6 @@ from qexport.worker.runner import Deps
 
 if TYPE_CHECKING:
     from qexport.api.context import ApiContext
-
-DEMO_SOURCE = "demo"
 
 
 def object_store(settings: Settings) -> ObjectStore:
@@ -59,6 +59,7 @@ def source_from_url(name: str, url: str, settings: Settings) -> Source:
 
 
 def sources(settings: Settings) -> dict[str, Source]:
+    """The configured sources: the built-in demo and those of QEXPORT_SOURCE_*."""
     found: dict[str, Source] = {
         DEMO_SOURCE: DuckDBSource(
             DEMO_SOURCE, settings.demo_database, memory_limit=settings.duckdb_memory_limit
@@ -67,6 +68,15 @@ def sources(settings: Settings) -> dict[str, Source]:
     for name, url in settings.sources.items():
         found[name] = source_from_url(name, url, settings)
     return found
+
+
+def source_registry(settings: Settings, accounts: SqlAccountStore) -> SourceRegistry:
+    """The configured sources, then those registered in the database (looked up on a miss)."""
+    return SourceRegistry(
+        sources(settings),
+        accounts.registered_sources,
+        lambda name, url: source_from_url(name, url, settings),
+    )
 
 
 def listener(
@@ -113,7 +123,7 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
     return Deps(
         store=SqlMetadataStore(engine, notify=settings.pg_notify),
         objects=object_store(settings),
-        sources=sources(settings),
+        sources=source_registry(settings, SqlAccountStore(engine)),
         clock=clock or SystemClock(),
         settings=settings,
     )

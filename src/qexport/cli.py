@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
 
 import typer
 from rich.console import Console
@@ -18,8 +21,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from qexport import bootstrap
+from qexport.cli_admin import sources_app, tokens_app, users_app
 from qexport.config import Settings
-from qexport.domain.exports import ExportRecord, Requester, effective_status
+from qexport.domain.exports import EXPIRED, ExportRecord, Requester
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, Visibility, parse_param_spec
 from qexport.logs import configure_logging
@@ -33,26 +37,40 @@ from qexport.services.requests import request_export
 from qexport.services.views import export_view
 from qexport.worker.runner import Deps
 
+if TYPE_CHECKING:
+    from qexport.client import QExportClient
+
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Turn saved SQL queries into files."
 )
 db_app = typer.Typer(no_args_is_help=True, help="The metadata database.")
 storage_app = typer.Typer(no_args_is_help=True, help="The object store.")
 queries_app = typer.Typer(no_args_is_help=True, help="Saved queries.")
-exports_app = typer.Typer(no_args_is_help=True, help="Request, watch and download exports.")
+exports_app = typer.Typer(
+    no_args_is_help=True,
+    help="Request, watch and download exports: in the local database, or on a server when"
+    " QEXPORT_URL and QEXPORT_TOKEN (qexport --url URL --token TOKEN exports ...) are set.",
+)
 app.add_typer(db_app, name="db")
 app.add_typer(storage_app, name="storage")
 app.add_typer(queries_app, name="queries")
 app.add_typer(exports_app, name="exports")
+app.add_typer(users_app, name="users")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(sources_app, name="sources")
 
 out = Console()
 err = Console(stderr=True)
+DEMO_HOST = "127.0.0.1"
 
 
 @dataclass
 class State:
     settings: Settings
     requester: Requester
+    # Both set: the `exports` commands talk to that server instead of the local database.
+    url: str | None = None
+    token: str | None = None
     _deps: Deps | None = None
 
     def deps(self) -> Deps:
@@ -62,7 +80,7 @@ class State:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -84,6 +102,20 @@ def main_options(
     workspace: Annotated[
         str, typer.Option(envvar="QEXPORT_WORKSPACE", help="Requester workspace id.")
     ] = "demo",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="QEXPORT_URL",
+            help="A qexport server: with --token, the `exports` commands talk to it instead"
+            " of the local database.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="QEXPORT_TOKEN", help="API token for --url (`qexport tokens create EMAIL`)."
+        ),
+    ] = None,
 ) -> None:
     # Client commands print results, not logs; the worker turns its logs up (see `worker`).
     configure_logging(level=logging.WARNING)
@@ -96,7 +128,7 @@ def main_options(
             settings = Settings(**{**settings.__dict__, "database_url": "", "storage_url": ""})
     except ValueError as exc:
         fail(str(exc), 2)
-    ctx.obj = State(settings, Requester(user, workspace))
+    ctx.obj = State(settings, Requester(user, workspace), url=url, token=token)
 
 
 def state(ctx: typer.Context) -> State:
@@ -222,20 +254,27 @@ def worker(
 def _check_worker_start(settings: Settings) -> None:
     """Refuse to start on a configuration that cannot work, with one clear line, instead of
     claiming exports only to fail them (or crash-looping under a process manager)."""
+    deps = _build_checked(settings, "worker")
+    from qexport.store.sql import SqlMetadataStore
+
+    if isinstance(deps.store, SqlMetadataStore):  # the supervisor forks next: close, not inherit
+        deps.store.engine.dispose()
+
+
+def _build_checked(settings: Settings, what: str) -> Deps:
+    """The adapters, migrated and checked (database answers, object store usable); exit 3
+    with one line saying why otherwise."""
     import sqlalchemy.exc
 
     try:
         deps = bootstrap.build(settings)
         bootstrap.check_ready(deps)
     except (QExportError, ValueError) as exc:
-        fail(f"worker cannot start: {exc}", 3)
+        fail(f"{what} cannot start: {exc}", 3)
     except sqlalchemy.exc.SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        fail(f"worker cannot start: the metadata database is unavailable: {reason}", 3)
-    from qexport.store.sql import SqlMetadataStore
-
-    if isinstance(deps.store, SqlMetadataStore):  # the supervisor forks next: close, not inherit
-        deps.store.engine.dispose()
+        fail(f"{what} cannot start: the metadata database is unavailable: {reason}", 3)
+    return deps
 
 
 def _run_worker(settings: Settings, concurrency: int, drain: bool, *, supervised: bool) -> None:
@@ -251,6 +290,32 @@ def _run_worker(settings: Settings, concurrency: int, drain: bool, *, supervised
     finally:
         if wakeups is not None:
             wakeups.stop()
+
+
+# ---------------------------------------------------------------- serve
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve the HTTP API until SIGTERM/SIGINT; /healthz, /readyz and /metrics need no token
+    (protect /metrics at the proxy if its counts are private)."""
+    import structlog
+
+    from qexport.api.app import create_app
+    from qexport.api.server import local_url, run_server, with_public_url
+
+    configure_logging(level=logging.INFO)
+    settings = with_public_url(state(ctx).settings, host, port)
+    deps = _build_checked(settings, "server")
+    application = create_app(bootstrap.api_context(settings, deps))
+    structlog.get_logger().info("server_starting", url=local_url(host, port))
+    run_server(application, host, port)
 
 
 # ---------------------------------------------------------------- queries
@@ -352,8 +417,40 @@ def _parse_kv(pairs: list[str]) -> dict[str, str]:
     return values
 
 
+def _remote(ctx: typer.Context) -> QExportClient | None:
+    """The server client when QEXPORT_URL and QEXPORT_TOKEN (or --url, --token) are set."""
+    st = state(ctx)
+    if not st.url and not st.token:
+        return None
+    if not (st.url and st.token):
+        fail("talking to a server needs both QEXPORT_URL and QEXPORT_TOKEN (--url, --token)", 2)
+    from qexport.client import QExportClient
+
+    return QExportClient(st.url, st.token)
+
+
+@contextlib.contextmanager
+def _server_errors(client_error_code: int = 1) -> Iterator[None]:
+    """A server's refusal as one line with its code; `client_error_code` for 4xx answers."""
+    from qexport.client import ApiError
+
+    try:
+        yield
+    except ApiError as exc:
+        fail(str(exc), client_error_code if 400 <= exc.status < 500 else 1)
+
+
+SETTLED_VIEWS = frozenset({"succeeded", "failed", EXPIRED})
+# A server is asked less often than the local database: other clients share it.
+REMOTE_POLL_SECONDS = 0.5
+
+
 def _print_export(record: ExportRecord, deps: Deps, as_json: bool) -> None:
-    view = export_view(record, deps.clock.now())
+    _print_view(export_view(record, deps.clock.now()), as_json)
+
+
+def _print_view(view: dict[str, Any], as_json: bool) -> None:
+    """An export as the API shows it (DESIGN section 5): as JSON, or as a two-column table."""
     if as_json:
         print(json.dumps(view, indent=2))
         return
@@ -392,8 +489,28 @@ def exports_create(
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
 ) -> None:
     """Request an export; bad input is refused and nothing is recorded."""
+    parameters = _parse_kv(param or [])
+    client = _remote(ctx)
+    if client is not None:
+        with client:
+            with _server_errors(client_error_code=2):
+                view = client.create_export(
+                    client.resolve_query(query), fmt, parameters, neutralize_formulas=neutralize
+                )
+            if wait:
+                export_id = view["id"]
+                with _server_errors():
+                    view = _wait(
+                        lambda: client.get_export(export_id),
+                        export_id,
+                        quiet=as_json,
+                        interval=REMOTE_POLL_SECONDS,
+                    )
+        _print_created(view, wait=wait, as_json=as_json)
+        return
     st = state(ctx)
     deps = st.deps()
+    _check_local_requester(deps, st.requester)
     try:
         record = request_export(
             deps.store,
@@ -401,18 +518,41 @@ def exports_create(
             st.requester,
             query_ref=query,
             fmt=fmt,
-            parameters=_parse_kv(param or []),
+            parameters=parameters,
             neutralize_formulas=neutralize,
         )
     except QExportError as exc:
         fail(str(exc), 2)
+    view = export_view(record, deps.clock.now())
     if wait:
-        record = _wait(deps, st.requester, record.id, quiet=as_json)
+        view = _wait(_local_view(deps, st.requester, record.id), record.id, quiet=as_json)
+    _print_created(view, wait=wait, as_json=as_json)
+
+
+def _check_local_requester(deps: Deps, requester: Requester) -> None:
+    """In a workspace that has accounts, the local requester must be one of its members: an
+    export requested for anyone else would only fail `access_lost` before it runs."""
+    from qexport.store.accounts import SqlAccountStore
+    from qexport.store.sql import SqlMetadataStore
+
+    if not isinstance(deps.store, SqlMetadataStore):
+        return
+    accounts = SqlAccountStore(deps.store.engine)
+    workspace, user = requester.workspace_id, requester.user_id
+    if accounts.workspace_exists(workspace) and accounts.role_of(workspace, user) is None:
+        fail(
+            f"user {user!r} is not a member of workspace {workspace!r}, which has accounts;"
+            f" pass --user with a member's id (qexport users list --workspace {workspace})",
+            2,
+        )
+
+
+def _print_created(view: dict[str, Any], *, wait: bool, as_json: bool) -> None:
     if as_json:
-        _print_export(record, deps, True)
+        _print_view(view, True)
     else:
-        out.print(f"export {record.id} {effective_status(record, deps.clock.now())}")
-    if wait and record.status.value == "failed":
+        out.print(f"export {view['id']} {view['status']}")
+    if wait and view["status"] == "failed":
         raise typer.Exit(1)
 
 
@@ -421,6 +561,11 @@ def exports_get(
     ctx: typer.Context, export_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Show one export."""
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            _print_view(client.get_export(export_id), as_json)
+        return
     st = state(ctx)
     deps = st.deps()
     try:
@@ -436,35 +581,55 @@ def exports_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
 ) -> None:
-    """List your exports, newest first."""
+    """List your exports, newest first (on a server, an admin sees the workspace's)."""
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            page = client.list_exports(limit=limit)
+        _print_list(page, as_json)
+        return
     st = state(ctx)
     deps = st.deps()
     records = deps.store.list_exports(
         workspace_id=st.requester.workspace_id, requested_by=st.requester.user_id, limit=limit
     )
     now = deps.clock.now()
+    _print_list({"items": [export_view(r, now) for r in records], "next_cursor": None}, as_json)
+
+
+def _print_list(page: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(
-            json.dumps(
-                {"items": [export_view(r, now) for r in records], "next_cursor": None}, indent=2
-            )
-        )
+        print(json.dumps(page, indent=2))
         return
     table = Table("id", "status", "query", "format", "rows", "size", "created")
-    for r in records:
+    for view in page["items"]:
+        created = datetime.fromisoformat(view["created_at"].replace("Z", "+00:00"))
         table.add_row(
-            r.id,
-            effective_status(r, now),
-            r.subject_name,
-            r.format,
-            f"{r.row_count:,}" if r.row_count is not None else "",
-            _human_size(r.size_bytes),
-            f"{r.created_at:%Y-%m-%d %H:%M:%S}",
+            view["id"],
+            view["status"],
+            view["subject"]["name"],
+            view["format"],
+            f"{view['row_count']:,}" if view["row_count"] is not None else "",
+            _human_size(view["size_bytes"]),
+            f"{created:%Y-%m-%d %H:%M:%S}",
         )
     out.print(table)
 
 
-def _wait(deps: Deps, requester: Requester, export_id: str, *, quiet: bool = False) -> ExportRecord:
+def _local_view(deps: Deps, requester: Requester, export_id: str) -> Callable[[], dict[str, Any]]:
+    return lambda: export_view(
+        get_visible_export(deps.store, requester, export_id), deps.clock.now()
+    )
+
+
+def _wait(
+    fetch: Callable[[], dict[str, Any]],
+    export_id: str,
+    *,
+    quiet: bool = False,
+    interval: float = 0.2,
+) -> dict[str, Any]:
+    """Poll `fetch` (the export as the API shows it) with a progress bar until it settles."""
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -476,15 +641,15 @@ def _wait(deps: Deps, requester: Requester, export_id: str, *, quiet: bool = Fal
     ) as progress:
         task = progress.add_task(export_id[:8], total=None, rows=0)
         while True:
-            record = get_visible_export(deps.store, requester, export_id)
+            view = fetch()
             progress.update(
                 task,
-                rows=record.progress_rows,
-                description=f"{export_id[:8]} {record.status.value}",
+                rows=view["progress"]["rows"],
+                description=f"{export_id[:8]} {view['status']}",
             )
-            if record.settled:
-                return record
-            time.sleep(0.2)
+            if view["status"] in SETTLED_VIEWS:
+                return view
+            time.sleep(interval)
 
 
 @exports_app.command("wait")
@@ -492,14 +657,24 @@ def exports_wait(
     ctx: typer.Context, export_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Wait until the export settles; exit 1 if it failed."""
-    st = state(ctx)
-    deps = st.deps()
-    try:
-        record = _wait(deps, st.requester, export_id, quiet=as_json)
-    except QExportError as exc:
-        fail(str(exc))
-    _print_export(record, deps, as_json)
-    if record.status.value == "failed":
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            view = _wait(
+                lambda: client.get_export(export_id),
+                export_id,
+                quiet=as_json,
+                interval=REMOTE_POLL_SECONDS,
+            )
+    else:
+        st = state(ctx)
+        deps = st.deps()
+        try:
+            view = _wait(_local_view(deps, st.requester, export_id), export_id, quiet=as_json)
+        except QExportError as exc:
+            fail(str(exc))
+    _print_view(view, as_json)
+    if view["status"] == "failed":
         raise typer.Exit(1)
 
 
@@ -533,7 +708,13 @@ def exports_download(
         bool, typer.Option("--url", help="Print a short-lived download link instead (S3).")
     ] = False,
 ) -> None:
-    """Download the file of a succeeded export (refused once it has expired)."""
+    """Download the file of a succeeded export (refused once it has expired); from a server,
+    the file is checked against the export's sha256."""
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            _remote_download(client, export_id, output, link=url)
+        return
     st = state(ctx)
     deps = st.deps()
     if url:
@@ -551,20 +732,57 @@ def exports_download(
         if str(output) == "-":
             shutil.copyfileobj(stream, sys.stdout.buffer)
             return
-        tmp = output.with_name(f".{output.name}.part")
-        try:
-            with tmp.open("wb") as fh:
-                shutil.copyfileobj(stream, fh, 1024 * 1024)
-            tmp.replace(output)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    err.print(f"wrote {output} ({_human_size(record.size_bytes)}, sha256 {record.sha256})")
+        with _replacing(output) as fh:
+            shutil.copyfileobj(stream, fh, 1024 * 1024)
+    err.print(
+        f"wrote {output} ({_human_size(record.size_bytes)}, sha256 {record.sha256})", soft_wrap=True
+    )
+
+
+@contextlib.contextmanager
+def _replacing(output: Path) -> Iterator[BinaryIO]:
+    """Write next to `output`, then rename over it: a failed download leaves nothing behind."""
+    tmp = output.with_name(f".{output.name}.part")
+    try:
+        with tmp.open("wb") as fh:
+            yield fh
+        tmp.replace(output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _remote_download(
+    client: QExportClient, export_id: str, output: Path | None, *, link: bool
+) -> None:
+    if link:
+        location = client.file_location(export_id)
+        if location is None:
+            fail("this server serves files itself: use --output PATH", 2)
+        out.print(location, highlight=False, soft_wrap=True)
+        return
+    if output is None:
+        fail("give --output PATH (or '-' for stdout), or --url for a download link", 2)
+    if str(output) == "-":
+        client.download(export_id, sys.stdout.buffer)
+        return
+    with _replacing(output) as fh:
+        view = client.download(export_id, fh)
+    err.print(
+        f"wrote {output} ({_human_size(view['size_bytes'])}, sha256 {view['sha256']})",
+        soft_wrap=True,
+    )
 
 
 @exports_app.command("cancel")
 def exports_cancel(ctx: typer.Context, export_id: str) -> None:
     """Cancel a queued or running export."""
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            view = client.cancel_export(export_id)
+        out.print(f"export {view['id']} cancelled")
+        return
     st = state(ctx)
     deps = st.deps()
     try:
@@ -594,11 +812,31 @@ def demo(
     rows: Annotated[
         int, typer.Option(min=1, help="Orders in the generated demo dataset.")
     ] = 1_000_000,
+    serve_api: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="Then serve the API on 127.0.0.1 with a worker until Ctrl-C, printing its URL"
+            " and a token.",
+        ),
+    ] = False,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port for --serve.")] = 8000,
 ) -> None:
     """Everything on the embedded default: data, queries, a worker, one export per format."""
-    from qexport.demo import run_demo
+    from qexport.demo import run_demo, serve_demo
 
-    raise typer.Exit(run_demo(state(ctx).deps(), state(ctx).requester, rows=rows, console=out))
+    st = state(ctx)
+    if serve_api:
+        from qexport.api.server import with_public_url
+
+        st.settings = with_public_url(st.settings, DEMO_HOST, port)
+    code = run_demo(st.deps(), st.requester, rows=rows, console=out)
+    if serve_api:
+        try:
+            serve_demo(st.deps(), st.requester, host=DEMO_HOST, port=port, console=out)
+        except QExportError as exc:
+            fail(str(exc))
+    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -54,6 +54,8 @@ class Settings:
     s3_endpoint_url: str = ""
     duckdb_memory_limit: str = "256MB"
     pg_notify: bool = True
+    # Queued or running exports one requester may have at once (the API answers 429 beyond).
+    max_unsettled_per_user: int = 20
     sources: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +69,8 @@ class Settings:
             raise ValueError("QEXPORT_MAX_ATTEMPTS must be at least 1")
         if self.lease_seconds <= 0:
             raise ValueError("QEXPORT_LEASE_SECONDS must be positive")
+        if self.max_unsettled_per_user < 1:
+            raise ValueError("QEXPORT_MAX_UNSETTLED_PER_USER must be at least 1")
 
     @property
     def demo_database(self) -> Path:
@@ -113,7 +117,13 @@ class Settings:
             ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = float(v)
-            for name in ("MAX_ATTEMPTS", "MAX_ROWS", "MAX_BYTES", "PART_SIZE"):
+            for name in (
+                "MAX_ATTEMPTS",
+                "MAX_ROWS",
+                "MAX_BYTES",
+                "PART_SIZE",
+                "MAX_UNSETTLED_PER_USER",
+            ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = int(v)
             values["sources"] = {

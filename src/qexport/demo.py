@@ -11,9 +11,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from qexport import bootstrap
 from qexport.bootstrap import DEMO_SOURCE
+from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.queries import Parameter, ParamType, Query
+from qexport.ports import AccountStore, Clock
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
@@ -176,3 +179,66 @@ def _print_next_steps(deps: Deps, records: list[ExportRecord], console: Console)
         f"Files are kept for {deps.settings.retention.days} days, then refused as expired.",
         soft_wrap=True,
     )
+
+
+# ---------------------------------------------------------------- demo --serve
+
+
+def demo_token(accounts: AccountStore, clock: Clock, requester: Requester) -> str:
+    """Make the demo's requester an admin of its workspace (once; `<user id>@example.com`)
+    and return a new API token for them, so that the API shows the demo's exports."""
+    now = clock.now()
+    accounts.ensure_workspace(requester.workspace_id, now=now)
+    user = accounts.get_user(requester.user_id) or accounts.create_user(
+        f"{requester.user_id}@example.com",
+        password_hash=None,
+        now=now,
+        user_id=requester.user_id,
+    )
+    accounts.set_role(requester.workspace_id, user.id, Role.ADMIN)
+    token_id, token, secret_hash = new_api_token()
+    accounts.add_token(
+        token_id=token_id,
+        user_id=user.id,
+        workspace_id=requester.workspace_id,
+        secret_hash=secret_hash,
+        now=now,
+    )
+    return token
+
+
+def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, console: Console) -> None:
+    """Serve the API with a worker in this process until Ctrl-C (or SIGTERM)."""
+    from qexport.api.app import create_app
+    from qexport.api.server import local_url, run_server
+
+    context = bootstrap.api_context(deps.settings, deps)
+    token = demo_token(context.accounts, deps.clock, requester)
+    url = local_url(host, port)
+    user = context.accounts.get_user(requester.user_id)
+    console.print(
+        f"\nServing the API at {url} (interactive docs: {url}/docs)\n"
+        f"Token for {user.email if user else requester.user_id}"
+        f" (admin of workspace {requester.workspace_id!r}):\n"
+        f"  {token}\n"
+        "Try:\n"
+        f"  curl -H 'Authorization: Bearer {token}' {url}/api/v1/exports\n"
+        f"  QEXPORT_URL={url} QEXPORT_TOKEN={token} .venv/bin/qexport exports list\n"
+        "Press Ctrl-C to stop.",
+        soft_wrap=True,
+        highlight=False,
+    )
+    worker = Worker(deps, concurrency=2)
+    thread = threading.Thread(target=worker.run, name="demo-worker", daemon=True)
+    thread.start()
+    wakeups = bootstrap.listener(deps.settings, worker.wake)
+    if wakeups is not None:
+        wakeups.start()
+    try:
+        run_server(create_app(context), host, port)
+    finally:
+        if wakeups is not None:
+            wakeups.stop()
+        worker.stop(grace_seconds=5)
+        thread.join()
+    console.print("Stopped.")

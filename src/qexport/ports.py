@@ -80,8 +80,13 @@ class MetadataStore(Protocol):
         status: Status | None = None,
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
+        expired_at: tuple[bool, datetime] | None = None,
     ) -> list[ExportRecord]:
-        """Newest first; `before` (created_at, id) continues after that export."""
+        """Newest first; `before` (created_at, id) continues after that export.
+
+        `expired_at` (expired, now) keeps only exports whose expiry has (True) or has not
+        (False, incl. those without one) passed at `now`.
+        """
         ...
 
     def count_unsettled(self, *, workspace_id: str, requested_by: str) -> int: ...

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
-from qexport.domain.accounts import Standing
+from qexport.domain.accounts import ApiToken, Link, Membership, Role, Standing, User
 from qexport.domain.exports import (
     UNSETTLED,
     EventKind,
@@ -32,6 +32,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Query
 from qexport.ports import Admission, ClaimResult, NewExport, StoredObject
+from qexport.store.accounts import LAST_USED_RESOLUTION
 
 
 class FrozenClock:
@@ -43,6 +44,10 @@ class FrozenClock:
 
     def advance(self, seconds: float) -> None:
         self._now += timedelta(seconds=seconds)
+
+
+def _expired(record: ExportRecord, now: datetime) -> bool:
+    return record.expires_at is not None and record.expires_at <= now
 
 
 class InMemoryMetadataStore:
@@ -113,6 +118,7 @@ class InMemoryMetadataStore:
         status: Status | None = None,
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
+        expired_at: tuple[bool, datetime] | None = None,
     ) -> list[ExportRecord]:
         with self._lock:
             rows = [
@@ -122,6 +128,7 @@ class InMemoryMetadataStore:
                 and (requested_by is None or r.requested_by == requested_by)
                 and (status is None or r.status is status)
                 and (before is None or (r.created_at, r.id) < before)
+                and (expired_at is None or _expired(r, expired_at[1]) is expired_at[0])
             ]
         rows.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return rows[:limit]
@@ -433,3 +440,150 @@ class InMemoryObjectStore:
     def incomplete_uploads(self, key: str) -> Sequence[str]:
         with self.lock:
             return [u.upload_id for u in self.uploads.values() if u.key == key]
+
+
+class InMemoryAccountStore:
+    """The AccountStore contract on dicts, guarded by one lock.
+
+    `standing` plugs it into an InMemoryMetadataStore, whose pre-run check then sees the
+    same members: `InMemoryMetadataStore(standing=accounts.standing)`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workspaces: dict[str, datetime] = {}
+        self._users: dict[str, User] = {}
+        self._roles: dict[tuple[str, str], Role] = {}  # (workspace id, user id) -> role
+        self._tokens: dict[str, ApiToken] = {}
+        self._links: dict[str, tuple[Link, str]] = {}  # id -> (link, token hash)
+        self._sources: dict[str, str] = {}
+
+    def standing(self, workspace_id: str, user_id: str) -> Standing:
+        with self._lock:
+            registered = workspace_id in self._workspaces
+            return Standing(registered, self._roles.get((workspace_id, user_id)))
+
+    # workspaces and users
+    def ensure_workspace(self, workspace_id: str, *, now: datetime) -> bool:
+        with self._lock:
+            if workspace_id in self._workspaces:
+                return False
+            self._workspaces[workspace_id] = now
+            return True
+
+    def workspace_exists(self, workspace_id: str) -> bool:
+        with self._lock:
+            return workspace_id in self._workspaces
+
+    def create_user(
+        self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
+    ) -> User:
+        user = User(user_id or str(uuid.uuid4()), email, now, password_hash)
+        with self._lock:
+            if user.id in self._users or any(u.email == email for u in self._users.values()):
+                raise InvalidRequestError(f"a user {email!r} already exists", field="email")
+            self._users[user.id] = user
+        return user
+
+    def get_user(self, user_id: str) -> User | None:
+        with self._lock:
+            return self._users.get(user_id)
+
+    def find_user(self, email: str) -> User | None:
+        with self._lock:
+            return next((u for u in self._users.values() if u.email == email), None)
+
+    def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
+        with self._lock:
+            self._roles[workspace_id, user_id] = role
+
+    def remove_member(self, workspace_id: str, user_id: str) -> bool:
+        with self._lock:
+            return self._roles.pop((workspace_id, user_id), None) is not None
+
+    def role_of(self, workspace_id: str, user_id: str) -> Role | None:
+        with self._lock:
+            return self._roles.get((workspace_id, user_id))
+
+    def memberships_of(self, user_id: str) -> list[Membership]:
+        with self._lock:
+            found = [Membership(w, u, r) for (w, u), r in self._roles.items() if u == user_id]
+        return sorted(found, key=lambda m: m.workspace_id)
+
+    def members(self, workspace_id: str) -> list[Membership]:
+        with self._lock:
+            found = [Membership(w, u, r) for (w, u), r in self._roles.items() if w == workspace_id]
+        return sorted(found, key=lambda m: m.user_id)
+
+    # API tokens
+    def add_token(
+        self, *, token_id: str, user_id: str, workspace_id: str, secret_hash: str, now: datetime
+    ) -> ApiToken:
+        token = ApiToken(token_id, user_id, workspace_id, now, secret_hash=secret_hash)
+        with self._lock:
+            if token_id in self._tokens:
+                raise ValueError(f"duplicate token id {token_id!r}")
+            self._tokens[token_id] = token
+        return token
+
+    def get_token(self, token_id: str) -> ApiToken | None:
+        with self._lock:
+            return self._tokens.get(token_id)
+
+    def list_tokens(self, user_id: str) -> list[ApiToken]:
+        with self._lock:
+            found = [t for t in self._tokens.values() if t.user_id == user_id]
+        return sorted(found, key=lambda t: t.created_at)
+
+    def touch_token(self, token_id: str, *, now: datetime) -> None:
+        with self._lock:
+            token = self._tokens.get(token_id)
+            if token is None:
+                return
+            if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+                self._tokens[token_id] = replace(token, last_used_at=now)
+
+    def revoke_token(self, token_id: str, *, now: datetime) -> bool:
+        with self._lock:
+            token = self._tokens.get(token_id)
+            if token is None or token.revoked_at is not None:
+                return False
+            self._tokens[token_id] = replace(token, revoked_at=now)
+            return True
+
+    # public links
+    def add_link(self, *, export_id: str, created_by: str, token_hash: str, now: datetime) -> Link:
+        link = Link(str(uuid.uuid4()), export_id, created_by, now)
+        with self._lock:
+            if any(h == token_hash for _, h in self._links.values()):
+                raise ValueError("duplicate link token")
+            self._links[link.id] = (link, token_hash)
+        return link
+
+    def get_link(self, link_id: str) -> Link | None:
+        with self._lock:
+            entry = self._links.get(link_id)
+        return entry[0] if entry else None
+
+    def find_link(self, token_hash: str) -> Link | None:
+        with self._lock:
+            return next((link for link, h in self._links.values() if h == token_hash), None)
+
+    def revoke_link(self, link_id: str, *, now: datetime) -> bool:
+        with self._lock:
+            entry = self._links.get(link_id)
+            if entry is None or entry[0].revoked_at is not None:
+                return False
+            self._links[link_id] = (replace(entry[0], revoked_at=now), entry[1])
+            return True
+
+    # registered sources
+    def add_source(self, name: str, url: str, *, now: datetime) -> None:
+        with self._lock:
+            if name in self._sources:
+                raise InvalidRequestError(f"a source named {name!r} already exists", field="name")
+            self._sources[name] = url
+
+    def registered_sources(self) -> dict[str, str]:
+        with self._lock:
+            return dict(sorted(self._sources.items()))

@@ -21,7 +21,7 @@ def current_principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
-        raise UnauthorizedError("missing bearer token")
+        raise UnauthorizedError("invalid token")  # the same answer for every refusal
     principal = authenticate(context.accounts, context.clock, credentials.credentials)
     request.state.principal = principal
     return principal

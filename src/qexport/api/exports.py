@@ -1,7 +1,188 @@
-"""exports routes."""
+"""/api/v1/exports: request, read, list, download, cancel, and the events of an export.
+
+A member sees their own exports and an admin every export of the workspace; anything else
+answers 404 exactly like an id that was never issued.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Literal
 
-router = APIRouter()
+from fastapi import APIRouter, Query, Response
+
+from qexport.api.auth import Context, CurrentPrincipal
+from qexport.api.download import (
+    DownloadConditions,
+    file_response,
+    file_responses,
+    presigned_redirect,
+)
+from qexport.api.pagination import MAX_CURSOR_CHARS, decode_cursor, encode_cursor
+from qexport.api.schemas import (
+    Export,
+    ExportEventItem,
+    ExportEventList,
+    ExportList,
+    ExportRequest,
+    problem_responses,
+)
+from qexport.domain.exports import ExportRecord
+from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.services.exports import (
+    cancel_export,
+    downloadable,
+    get_visible_export,
+    list_visible_events,
+    list_visible_exports,
+)
+from qexport.services.requests import request_export
+from qexport.services.views import export_view
+from qexport.writers.registry import get_writer
+
+router = APIRouter(tags=["exports"])
+
+MAX_PAGE = 200
+
+
+def _view(record: ExportRecord, context: Context) -> Export:
+    return Export.model_validate(export_view(record, context.clock.now()))
+
+
+@router.post(
+    "/exports",
+    status_code=202,
+    response_model=Export,
+    responses={
+        202: {
+            "description": "Recorded and queued.",
+            "headers": {"Location": {"schema": {"type": "string"}}},
+        },
+        **problem_responses(400, 401, 404, 413, 422, 429, 503),
+    },
+)
+def create_export(
+    body: ExportRequest, principal: CurrentPrincipal, context: Context, response: Response
+) -> Export:
+    """Request an export of a query the caller may read; it is queued at once."""
+    if (body.query_id is None) == (body.report_id is None):
+        raise InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
+    if body.query_id is None:
+        get_writer(body.format)  # a bad format is reported before the subject, as for queries
+        raise NotFoundError(f"no report {body.report_id!r} that you can read")
+    record = request_export(
+        context.store,
+        context.clock,
+        principal.requester,
+        query_ref=body.query_id,
+        fmt=body.format,
+        parameters=body.parameters,
+        neutralize_formulas=body.options.neutralize_formulas,
+        match_name=False,
+        max_unsettled=context.settings.max_unsettled_per_user,
+    )
+    response.headers["Location"] = f"/api/v1/exports/{record.id}"
+    return _view(record, context)
+
+
+@router.get("/exports", response_model=ExportList, responses=problem_responses(401, 422, 503))
+def list_exports(
+    principal: CurrentPrincipal,
+    context: Context,
+    status: Literal["queued", "running", "succeeded", "failed", "expired"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> ExportList:
+    """The caller's exports (an admin's: the workspace's), newest first."""
+    records = list_visible_exports(
+        context.store,
+        context.clock,
+        principal.requester,
+        whole_workspace=principal.sees_workspace,
+        status=status,
+        limit=limit + 1,
+        before=decode_cursor(cursor) if cursor is not None else None,
+    )
+    page = records[:limit]
+    more = len(records) > limit
+    return ExportList(
+        items=[_view(record, context) for record in page],
+        next_cursor=encode_cursor(page[-1]) if more else None,
+    )
+
+
+@router.get(
+    "/exports/{export_id}", response_model=Export, responses=problem_responses(401, 404, 503)
+)
+def get_export(export_id: str, principal: CurrentPrincipal, context: Context) -> Export:
+    """One export, with its effective status."""
+    record = get_visible_export(
+        context.store, principal.requester, export_id, whole_workspace=principal.sees_workspace
+    )
+    return _view(record, context)
+
+
+@router.get(
+    "/exports/{export_id}/file",
+    response_class=Response,
+    responses={**file_responses(), **problem_responses(401, 403, 404, 409, 410, 503)},
+)
+def get_export_file(
+    export_id: str,
+    principal: CurrentPrincipal,
+    context: Context,
+    conditions: DownloadConditions,
+) -> Response:
+    """The file while it may be downloaded (Range and If-None-Match honoured), or a
+    redirect to a short-lived presigned URL on S3."""
+    record = downloadable(
+        context.store,
+        context.clock,
+        principal.requester,
+        export_id,
+        whole_workspace=principal.sees_workspace,
+    )
+    redirect = presigned_redirect(context.objects, record, context.clock.now())
+    return redirect or file_response(context.objects, record, conditions)
+
+
+@router.post(
+    "/exports/{export_id}/cancel",
+    response_model=Export,
+    responses=problem_responses(401, 404, 409, 503),
+)
+def cancel(export_id: str, principal: CurrentPrincipal, context: Context) -> Export:
+    """Settle a queued or running export as failed/cancelled; a settled one is 409."""
+    record = cancel_export(
+        context.store,
+        context.clock,
+        principal.requester,
+        export_id,
+        whole_workspace=principal.sees_workspace,
+    )
+    return _view(record, context)
+
+
+@router.get(
+    "/exports/{export_id}/events",
+    response_model=ExportEventList,
+    responses=problem_responses(401, 404, 503),
+)
+def list_events(export_id: str, principal: CurrentPrincipal, context: Context) -> ExportEventList:
+    """Every transition of the export, oldest first, with its time, attempt and worker."""
+    events = list_visible_events(
+        context.store, principal.requester, export_id, whole_workspace=principal.sees_workspace
+    )
+    return ExportEventList(
+        items=[
+            ExportEventItem(
+                at=event.at,
+                kind=event.kind,
+                status=event.status,
+                attempt=event.attempt,
+                worker_id=event.worker_id,
+                code=event.code,
+                detail=event.detail,
+            )
+            for event in events
+        ]
+    )

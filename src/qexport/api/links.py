@@ -1,7 +1,50 @@
-"""links routes."""
+"""Public delivery links: created for a downloadable export, revoked by their creator or
+a workspace admin. The link itself is served by `api.public`."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
-router = APIRouter()
+from qexport.api.auth import Context, CurrentPrincipal
+from qexport.api.schemas import CreatedLink, problem_responses
+from qexport.services.links import create_link, revoke_link
+
+router = APIRouter(tags=["links"])
+
+
+@router.post(
+    "/exports/{export_id}/links",
+    status_code=201,
+    response_model=CreatedLink,
+    responses=problem_responses(401, 403, 404, 409, 410, 503),
+)
+def create(export_id: str, principal: CurrentPrincipal, context: Context) -> CreatedLink:
+    """A public URL for an export the caller could download now; it expires with the file.
+
+    The same refusals as the file: 409 not ready or failed, 410 expired, 403 access lost.
+    """
+    created = create_link(
+        context.store,
+        context.accounts,
+        context.clock,
+        principal,
+        export_id,
+        base_url=context.settings.public_base_url,
+    )
+    return CreatedLink(id=created.link.id, url=created.url, expires_at=created.expires_at)
+
+
+@router.delete(
+    "/links/{link_id}",
+    status_code=204,
+    response_class=Response,
+    responses={
+        204: {"description": "Revoked (again, if it already was)."},
+        **problem_responses(401, 404, 503),
+    },
+)
+def revoke(link_id: str, principal: CurrentPrincipal, context: Context) -> Response:
+    """Revoke a link; revoking a revoked link is 204 again. Links of others (unless the
+    caller is a workspace admin) answer 404 like missing ones."""
+    revoke_link(context.store, context.accounts, context.clock, principal, link_id)
+    return Response(status_code=204)

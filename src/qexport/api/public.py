@@ -1,7 +1,82 @@
-"""public routes."""
+"""GET /p/{token}: a public delivery link, without authentication.
+
+A valid link streams the file (or redirects to a short-lived presigned URL on S3); any
+other link gets the same small page: 410 once it was revoked or expired, 404 if unknown.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
+from starlette.convertors import PathConvertor, register_url_convertor
 
-router = APIRouter()
+from qexport.api.auth import Context
+from qexport.api.download import (
+    DownloadConditions,
+    file_response,
+    file_responses,
+    presigned_redirect,
+)
+from qexport.api.schemas import problem_responses
+from qexport.services.links import LinkGoneError, LinkUnknownError, resolve_public_link
+
+router = APIRouter(tags=["public"])
+
+
+class _AnyText(PathConvertor):
+    """Everything after /p/, slashes and line breaks included (`path` stops at a newline),
+    so that no public URL falls through to the API's JSON 404."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("anytext", _AnyText())
+
+INVALID_LINK_PAGE = (
+    b"<!doctype html>\n"
+    b'<html lang="en"><head><meta charset="utf-8">'
+    b'<meta name="robots" content="noindex"><title>Link not valid</title></head>\n'
+    b"<body><h1>This link is not valid</h1>"
+    b"<p>Ask the person who shared it for a new one.</p></body></html>\n"
+)
+# The token is in the URL: keep it out of Referer headers and search engines.
+_PUBLIC_HEADERS = {"X-Robots-Tag": "noindex", "Referrer-Policy": "no-referrer"}
+_PAGE = {"text/html": {"schema": {"type": "string"}}}
+
+
+def invalid_link(status: int) -> Response:
+    """The one invalid-link page: the same bytes whatever made the link invalid."""
+    return Response(
+        INVALID_LINK_PAGE,
+        status_code=status,
+        media_type="text/html; charset=utf-8",
+        headers={**_PUBLIC_HEADERS, "Cache-Control": "no-store"},
+    )
+
+
+@router.get(
+    "/p/{token:anytext}",
+    response_class=Response,
+    responses={
+        **file_responses(),
+        404: {"description": "The invalid-link page: unknown link.", "content": _PAGE},
+        410: {"description": "The invalid-link page: revoked or expired.", "content": _PAGE},
+        **problem_responses(503),
+    },
+)
+def download_public(
+    token: str,
+    context: Context,
+    conditions: DownloadConditions,
+) -> Response:
+    """The shared file while the link is valid; otherwise the invalid-link page."""
+    try:
+        record = resolve_public_link(context.store, context.accounts, context.clock, token)
+    except LinkUnknownError:
+        return invalid_link(404)
+    except LinkGoneError:
+        return invalid_link(410)
+    redirect = presigned_redirect(context.objects, record, context.clock.now())
+    if redirect is not None:
+        redirect.headers.update(_PUBLIC_HEADERS)
+        return redirect
+    return file_response(context.objects, record, conditions, extra_headers=_PUBLIC_HEADERS)

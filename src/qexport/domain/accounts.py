@@ -150,7 +150,7 @@ _EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,190}$")
 
 
 def check_workspace_id(workspace_id: str) -> str:
-    if not _WORKSPACE.match(workspace_id):
+    if not _WORKSPACE.fullmatch(workspace_id):
         raise ValueError(
             f"invalid workspace {workspace_id!r}: use 1-63 lowercase letters, digits, - or _"
         )
@@ -159,6 +159,6 @@ def check_workspace_id(workspace_id: str) -> str:
 
 def normalize_email(email: str) -> str:
     email = email.strip().lower()
-    if not _EMAIL.match(email):
+    if not _EMAIL.fullmatch(email):
         raise ValueError(f"invalid email address {email!r}")
     return email

@@ -1,10 +1,22 @@
-"""Reading, cancelling and downloading exports, with the same visibility rule everywhere."""
+"""Reading, cancelling and downloading exports, with the same visibility rule everywhere.
+
+A requester sees their own exports; with `whole_workspace` (an admin) every export of their
+workspace. Anything else looks missing, exactly like an id that was never issued.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import BinaryIO
 
-from qexport.domain.exports import EXPIRED, ExportRecord, Requester, Status, effective_status
+from qexport.domain.exports import (
+    EXPIRED,
+    ExportEvent,
+    ExportRecord,
+    Requester,
+    Status,
+    effective_status,
+)
 from qexport.domain.failures import (
     AccessLostError,
     ConflictError,
@@ -13,6 +25,9 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import can_read
 from qexport.ports import Clock, MetadataStore, ObjectStore
+
+# Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
+MAX_EXPORT_ID_CHARS = 64
 
 
 class NotReadyError(ConflictError):
@@ -27,23 +42,68 @@ class ExpiredError(QExportError):
     """The file was available but has expired."""
 
 
-def get_visible_export(store: MetadataStore, requester: Requester, export_id: str) -> ExportRecord:
+def get_visible_export(
+    store: MetadataStore, requester: Requester, export_id: str, *, whole_workspace: bool = False
+) -> ExportRecord:
     """The export if the requester may see it; someone else's export looks missing."""
-    record = store.get_export(export_id)
+    record = store.get_export(export_id) if len(export_id) <= MAX_EXPORT_ID_CHARS else None
     if (
         record is None
         or record.workspace_id != requester.workspace_id
-        or record.requested_by != requester.user_id
+        or (record.requested_by != requester.user_id and not whole_workspace)
     ):
         raise NotFoundError(f"no export {export_id!r}")
     return record
 
 
+def list_visible_exports(
+    store: MetadataStore,
+    clock: Clock,
+    requester: Requester,
+    *,
+    whole_workspace: bool = False,
+    status: str | None = None,
+    limit: int = 50,
+    before: tuple[datetime, str] | None = None,
+) -> list[ExportRecord]:
+    """The exports the requester may see, newest first, by effective status (`expired` too;
+    `succeeded` then means not expired)."""
+    stored: Status | None = None
+    expired_at: tuple[bool, datetime] | None = None
+    if status == EXPIRED:
+        stored, expired_at = Status.SUCCEEDED, (True, clock.now())
+    elif status is not None:
+        stored = Status(status)
+        if stored is Status.SUCCEEDED:
+            expired_at = (False, clock.now())
+    return store.list_exports(
+        workspace_id=requester.workspace_id,
+        requested_by=None if whole_workspace else requester.user_id,
+        status=stored,
+        limit=limit,
+        before=before,
+        expired_at=expired_at,
+    )
+
+
+def list_visible_events(
+    store: MetadataStore, requester: Requester, export_id: str, *, whole_workspace: bool = False
+) -> list[ExportEvent]:
+    """Every transition of an export the requester may see, oldest first."""
+    record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
+    return store.list_events(record.id)
+
+
 def cancel_export(
-    store: MetadataStore, clock: Clock, requester: Requester, export_id: str
+    store: MetadataStore,
+    clock: Clock,
+    requester: Requester,
+    export_id: str,
+    *,
+    whole_workspace: bool = False,
 ) -> ExportRecord:
     """Settle an unsettled export as failed/cancelled; a settled one is a conflict."""
-    record = get_visible_export(store, requester, export_id)
+    record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
     if not store.cancel(record.id, now=clock.now()):
         current = store.get_export(record.id)
         status = effective_status(current, clock.now()) if current else "missing"
@@ -57,10 +117,15 @@ def cancel_export(
 
 
 def downloadable(
-    store: MetadataStore, clock: Clock, requester: Requester, export_id: str
+    store: MetadataStore,
+    clock: Clock,
+    requester: Requester,
+    export_id: str,
+    *,
+    whole_workspace: bool = False,
 ) -> ExportRecord:
     """The record of a succeeded, unexpired export that the requester may still read."""
-    record = get_visible_export(store, requester, export_id)
+    record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
     status = effective_status(record, clock.now())
     if status in (Status.QUEUED, Status.RUNNING):
         raise NotReadyError(f"export {export_id} is {status}; the file is not ready yet")

@@ -6,18 +6,25 @@ import uuid
 from typing import Any
 
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
-from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.failures import InvalidRequestError, NotFoundError, TooManyRequestsError
 from qexport.domain.queries import Query, bind_parameters, can_read, to_json_value
 from qexport.ports import Clock, MetadataStore, NewExport
 from qexport.writers.registry import get_writer
 
 SUBJECT_QUERY = "query"
+MAX_PARAMETERS = 64  # far more than any query declares; bounds the work a request can ask for
+MAX_REF_CHARS = 200  # the longest query id or name worth a lookup
+# How long a requester at the cap is asked to wait: exports usually settle within that.
+CAP_RETRY_AFTER_SECONDS = 30
 
 
-def find_readable_query(store: MetadataStore, requester: Requester, ref: str) -> Query:
-    """A query by id or by name that the requester may read; NotFoundError otherwise."""
-    query = store.get_query(ref)
-    if query is None or query.deleted:
+def find_readable_query(
+    store: MetadataStore, requester: Requester, ref: str, *, match_name: bool = True
+) -> Query:
+    """A query by id (or, with `match_name`, by name) that the requester may read;
+    NotFoundError otherwise, whether it is missing or unreadable."""
+    query = store.get_query(ref) if len(ref) <= MAX_REF_CHARS else None
+    if (query is None or query.deleted) and match_name and len(ref) <= MAX_REF_CHARS:
         query = store.find_query(requester.workspace_id, ref)
     if query is None or not can_read(requester, query):
         raise NotFoundError(f"no query {ref!r} that you can read")
@@ -33,13 +40,23 @@ def request_export(
     fmt: str,
     parameters: dict[str, Any] | None = None,
     neutralize_formulas: bool = True,
+    match_name: bool = True,
+    max_unsettled: int | None = None,
 ) -> ExportRecord:
-    """Validate the request and record it as queued; bad input records nothing."""
+    """Validate the request and record it as queued; bad input records nothing.
+
+    With `max_unsettled`, a requester who already has that many queued or running exports
+    is refused (TooManyRequestsError); concurrent requests may overshoot it by a few.
+    """
     writer = get_writer(fmt)
-    query = find_readable_query(store, requester, query_ref)
-    values = bind_parameters(query, parameters or {})
+    query = find_readable_query(store, requester, query_ref, match_name=match_name)
+    values = _bind(query, parameters or {})
     if not isinstance(neutralize_formulas, bool):
-        raise InvalidRequestError("neutralize_formulas must be true or false", field="options")
+        raise InvalidRequestError(
+            "neutralize_formulas must be true or false", field="options.neutralize_formulas"
+        )
+    if max_unsettled is not None:
+        _check_cap(store, requester, max_unsettled)
     export_id = str(uuid.uuid4())
     filename = safe_filename(query.name, writer.extension)
     return store.insert_export(
@@ -58,3 +75,28 @@ def request_export(
             created_at=clock.now(),
         )
     )
+
+
+def _bind(query: Query, parameters: dict[str, Any]) -> dict[str, Any]:
+    """Typed parameter values; errors name the field as `parameters.<name>`."""
+    if len(parameters) > MAX_PARAMETERS:
+        raise InvalidRequestError(
+            f"at most {MAX_PARAMETERS} parameters may be given", field="parameters"
+        )
+    try:
+        return bind_parameters(query, parameters)
+    except InvalidRequestError as exc:
+        field = f"parameters.{exc.field}" if exc.field else "parameters"
+        raise InvalidRequestError(str(exc), field=field) from None
+
+
+def _check_cap(store: MetadataStore, requester: Requester, cap: int) -> None:
+    unsettled = store.count_unsettled(
+        workspace_id=requester.workspace_id, requested_by=requester.user_id
+    )
+    if unsettled >= cap:
+        raise TooManyRequestsError(
+            f"you already have {unsettled} exports queued or running (at most {cap});"
+            " wait for some to finish or cancel them",
+            retry_after=CAP_RETRY_AFTER_SECONDS,
+        )

@@ -291,6 +291,7 @@ class SqlMetadataStore:
         status: Status | None = None,
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
+        expired_at: tuple[bool, datetime] | None = None,
     ) -> list[ExportRecord]:
         stmt = sa.select(exports).where(exports.c.workspace_id == workspace_id)
         if requested_by is not None:
@@ -305,6 +306,10 @@ class SqlMetadataStore:
                     sa.and_(exports.c.created_at == created_at, exports.c.id < export_id),
                 )
             )
+        if expired_at is not None:
+            expired, now = expired_at
+            past = sa.and_(exports.c.expires_at.is_not(None), exports.c.expires_at <= now)
+            stmt = stmt.where(past if expired else sa.not_(past))
         stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
         with self._tx() as conn:
             return [_to_record(r) for r in conn.execute(stmt)]
@@ -560,8 +565,13 @@ class SqlMetadataStore:
         for fixed in ("id", "workspace_id", "created_at"):
             values.pop(fixed)
         guard = sa.and_(queries.c.id == query.id, queries.c.deleted_at.is_(None))
-        with self._tx() as conn:
-            return conn.execute(queries.update().where(guard).values(**values)).rowcount == 1
+        try:
+            with self._tx() as conn:
+                return conn.execute(queries.update().where(guard).values(**values)).rowcount == 1
+        except sa.exc.IntegrityError as exc:
+            raise InvalidRequestError(
+                f"a query named {query.name!r} already exists", field="name"
+            ) from exc
 
     def delete_query(self, query_id: str) -> bool:
         guard = sa.and_(queries.c.id == query_id, queries.c.deleted_at.is_(None))

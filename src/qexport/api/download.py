@@ -1,0 +1,212 @@
+"""Sending an export's file over HTTP: streamed with its validators and byte ranges, or a
+redirect to a short-lived presigned URL when the object store can sign one (S3)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, BinaryIO, Protocol, runtime_checkable
+from urllib.parse import quote
+
+from fastapi import Depends, Header
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
+
+from qexport.api.errors import problem
+from qexport.api.schemas import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA
+from qexport.domain.exports import ExportRecord
+from qexport.ports import ObjectStore
+from qexport.writers.registry import FORMATS, get_writer
+
+CHUNK_BYTES = 256 * 1024
+# A single range `bytes=first-last`, `bytes=first-` or `bytes=-suffix`; longer numbers than
+# any file size are treated as malformed.
+_RANGE = re.compile(r"bytes=(\d{0,18})-(\d{0,18})")
+
+
+@runtime_checkable
+class Presigner(Protocol):
+    """An object store that can sign a time-limited GET URL (S3ObjectStore)."""
+
+    presign_seconds: int
+
+    def presigned_url(self, key: str, filename: str, *, max_seconds: float | None = None) -> str:
+        """A GET URL valid at most `max_seconds`, downloading as `filename`."""
+        ...
+
+
+class RangeNotSatisfiableError(Exception):
+    """The range starts at or beyond the end of the file."""
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """What the client asked for beyond the file: a byte range, and validators."""
+
+    range: str | None = None
+    if_none_match: str | None = None
+    if_range: str | None = None
+
+
+def _conditions(
+    range_: Annotated[str | None, Header(alias="Range")] = None,
+    if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None,
+    if_range: Annotated[str | None, Header(alias="If-Range")] = None,
+) -> Conditions:
+    return Conditions(range_, if_none_match, if_range)
+
+
+# A route's parameter: the request headers that shape a download (documented in OpenAPI).
+DownloadConditions = Annotated[Conditions, Depends(_conditions)]
+
+
+def content_disposition(filename: str) -> str:
+    """`attachment` with an ASCII fallback name and the exact name in RFC 5987 form."""
+    fallback = "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
+def etag_of(record: ExportRecord) -> str:
+    return f'"{record.sha256}"'
+
+
+def requested_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(first, last) byte of a single range to send, or None to send the whole file.
+
+    Malformed and multi-range headers are ignored, as RFC 9110 allows; a range that starts
+    past the end raises RangeNotSatisfiableError.
+    """
+    match = _RANGE.fullmatch(header.strip()) if header else None
+    if match is None or match.groups() == ("", ""):
+        return None
+    first, last = match.groups()
+    if not first:  # the last `last` bytes
+        if int(last) == 0 or size == 0:
+            raise RangeNotSatisfiableError
+        return max(0, size - int(last)), size - 1
+    start = int(first)
+    if last and int(last) < start:
+        return None
+    if start >= size:
+        raise RangeNotSatisfiableError
+    return start, min(int(last), size - 1) if last else size - 1
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    """Weak comparison, as If-None-Match uses (RFC 9110 13.1.2)."""
+    tags = [tag.strip().removeprefix("W/") for tag in header.split(",")]
+    return "*" in tags or etag in tags
+
+
+def presigned_redirect(
+    objects: ObjectStore, record: ExportRecord, now: datetime
+) -> Response | None:
+    """307 to a signed URL that never outlives the export; None if the store cannot sign."""
+    if not isinstance(objects, Presigner):
+        return None
+    assert record.expires_at is not None  # only succeeded records are sent
+    left = (record.expires_at - now).total_seconds()
+    valid = max(1, min(objects.presign_seconds, int(left)))
+    url = objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
+    return RedirectResponse(url, status_code=307, headers={"Cache-Control": "no-store"})
+
+
+def _chunks(stream: BinaryIO, start: int, length: int) -> Iterator[bytes]:
+    try:
+        if start and stream.seekable():
+            stream.seek(start)
+        elif start:  # a stream that cannot seek: read past the bytes before the range
+            skip = start
+            while skip > 0 and (data := stream.read(min(CHUNK_BYTES, skip))):
+                skip -= len(data)
+        remaining = length
+        while remaining > 0 and (data := stream.read(min(CHUNK_BYTES, remaining))):
+            remaining -= len(data)
+            yield data
+    finally:
+        stream.close()
+
+
+def file_response(
+    objects: ObjectStore,
+    record: ExportRecord,
+    conditions: Conditions,
+    *,
+    extra_headers: Mapping[str, str] | None = None,
+) -> Response:
+    """The file of a succeeded export: 200, 206 for a single range, 304 when the client's
+    copy is current, 416 for a range past the end."""
+    assert record.size_bytes is not None  # a succeeded record describes its object
+    size, etag = record.size_bytes, etag_of(record)
+    headers = {
+        "ETag": etag,
+        "Accept-Ranges": "bytes",
+        "Content-Disposition": content_disposition(record.filename),
+        # Browsers may keep a copy but must ask again before using it (it may have expired
+        # or its link been revoked); shared caches must not keep it.
+        "Cache-Control": "private, no-cache",
+        "X-Content-Type-Options": "nosniff",
+        **(extra_headers or {}),
+    }
+    if conditions.if_none_match is not None and _etag_matches(conditions.if_none_match, etag):
+        return Response(status_code=304, headers=headers)
+    if_range = conditions.if_range
+    try:
+        chosen = (
+            requested_range(conditions.range, size)
+            if if_range is None or if_range.strip() == etag
+            else None
+        )
+    except RangeNotSatisfiableError:
+        response = problem(416, "range_not_satisfiable", f"the file has {size} bytes")
+        response.headers.update({**headers, "Content-Range": f"bytes */{size}"})
+        return response
+    start, end = chosen if chosen else (0, size - 1)
+    length = end - start + 1  # 0 for an empty file (end is -1)
+    stream = objects.open(record.storage_key)  # errors here are still problem documents
+    headers["Content-Length"] = str(length)
+    if chosen:
+        headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    return StreamingResponse(
+        _chunks(stream, start, length),
+        status_code=206 if chosen else 200,
+        media_type=get_writer(record.format).media_type,
+        headers=headers,
+    )
+
+
+# ---------------------------------------------------------------- OpenAPI
+
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_STRING = {"schema": {"type": "string"}}
+
+
+def _file_content() -> dict[str, Any]:
+    return {get_writer(fmt).media_type: _BINARY for fmt in FORMATS}
+
+
+def file_responses() -> dict[int | str, dict[str, Any]]:
+    """The success side of a file download, for `responses=` in a route."""
+    header = {
+        name: {"schema": {"type": "string"}}
+        for name in ("ETag", "Content-Disposition", "Content-Length", "Accept-Ranges")
+    }
+    return {
+        200: {"description": "The file.", "content": _file_content(), "headers": header},
+        206: {
+            "description": "The requested byte range of the file.",
+            "content": _file_content(),
+            "headers": {**header, "Content-Range": _STRING},
+        },
+        304: {"description": "The copy the client has (If-None-Match) is current."},
+        307: {
+            "description": "A short-lived presigned URL to download from (S3 object stores).",
+            "headers": {"Location": _STRING},
+        },
+        416: {
+            "description": "The requested range starts past the end of the file.",
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA}},
+            "headers": {"Content-Range": _STRING},
+        },
+    }

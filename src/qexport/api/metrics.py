@@ -1,0 +1,130 @@
+"""`GET /metrics`: Prometheus text, computed from the metadata database at each scrape.
+
+Every API and worker process shares that database, so whichever process is scraped reports
+the whole system, and a restart loses nothing. Like `/healthz` it needs no token: it shows
+counts only, never ids, names or people; where that matters, protect it at the proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from qexport.api.auth import Context
+from qexport.api.errors import PROBLEM
+from qexport.domain.failures import FailureCode, MetadataUnavailableError
+from qexport.store.stats import (
+    ATTEMPT_ENDS,
+    ATTEMPT_EVENTS_LIMIT,
+    ATTEMPT_WINDOW,
+    DURATION_BUCKETS,
+    Durations,
+    ExportStats,
+    read_stats,
+)
+
+router = APIRouter()
+
+_WINDOW_HOURS = int(ATTEMPT_WINDOW.total_seconds() // 3600)
+
+
+class ExportStatsCollector(Collector):
+    """A Collector over the figures of one scrape (read before, so that a database outage is
+    a 503 and not a truncated page)."""
+
+    def __init__(self, stats: ExportStats, oldest_age_seconds: float) -> None:
+        self.stats = stats
+        self.oldest_age_seconds = oldest_age_seconds
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats
+        exports = GaugeMetricFamily(
+            "qexport_exports",
+            "Exports by status; expired = succeeded and past its expiry.",
+            labels=["status"],
+        )
+        for status, count in s.by_status.items():
+            exports.add_metric([status], count)
+        yield exports
+
+        failures = CounterMetricFamily(
+            "qexport_export_failures", "Failed exports by failure code.", labels=["code"]
+        )
+        for code in FailureCode:
+            failures.add_metric([code.value], s.failures.get(code.value, 0))
+        yield failures
+
+        yield CounterMetricFamily(
+            "qexport_rows_written",
+            "Rows written by succeeded exports (expired ones included).",
+            value=s.rows_written,
+        )
+        yield CounterMetricFamily(
+            "qexport_bytes_written",
+            "Bytes stored by succeeded exports (expired ones included).",
+            value=s.bytes_written,
+        )
+        yield self._durations()
+        yield GaugeMetricFamily(
+            "qexport_queue_depth",
+            "Exports a worker could claim now: queued, or running with an expired lease.",
+            value=s.queue_depth,
+        )
+        yield GaugeMetricFamily(
+            "qexport_oldest_queued_age_seconds",
+            "Age of the oldest export still queued; 0 when none is.",
+            value=self.oldest_age_seconds,
+        )
+
+    def _durations(self) -> Metric:
+        family = GaugeHistogramMetricFamily(
+            "qexport_attempt_duration_seconds",
+            "Duration of worker attempts, from claim or redelivery to the attempt's success,"
+            " failure, release for a retry or cancellation (outcome), over attempts started in"
+            f" the last {_WINDOW_HOURS} h among the last {ATTEMPT_EVENTS_LIMIT} export events;"
+            " a window, so the buckets can go down.",
+            labels=["outcome"],
+        )
+        none = Durations(tuple((bound, 0) for bound in DURATION_BUCKETS), 0, 0.0)
+        for outcome in ATTEMPT_ENDS:
+            found = self.stats.attempts.get(outcome, none)
+            buckets = [(repr(float(bound)), count) for bound, count in found.buckets]
+            family.add_metric([outcome], [*buckets, ("+Inf", found.count)], found.sum_seconds)
+        return family
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics, computed from the metadata database (no token needed)",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The Prometheus text exposition format.",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        503: {
+            "description": "The metadata database is unavailable.",
+            "content": {PROBLEM: {"schema": {"type": "object"}}},
+        },
+    },
+)
+def metrics(context: Context) -> Response:
+    engine = getattr(context.store, "engine", None)
+    if not isinstance(engine, sa.Engine):
+        raise MetadataUnavailableError("metrics need the SQL metadata store")
+    now = context.clock.now()
+    stats = read_stats(engine, now)
+    age = (now - stats.oldest_queued_at).total_seconds() if stats.oldest_queued_at else 0.0
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExportStatsCollector(stats, max(age, 0.0)))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,230 @@
+"""The JSON the exports and links routes take and give (DESIGN section 5), and the problem
+document every error is; /openapi.json is generated from these models."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    WithJsonSchema,
+)
+
+from qexport.domain.exports import EventKind, Status
+from qexport.domain.failures import FailureCode
+from qexport.domain.queries import MAX_PARAMETER_CHARS
+from qexport.services.requests import MAX_PARAMETERS, MAX_REF_CHARS
+from qexport.writers.registry import FORMATS
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+_INT64 = 2**63
+
+
+# ---------------------------------------------------------------- problem documents
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document; `code` is the stable, machine-readable reason."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    code: str
+    detail: str | None = None
+    field: str | None = Field(None, description="The request member at fault (422).")
+    errors: list[dict[str, str]] | None = Field(None, description="Every invalid member (422).")
+
+
+# Inlined in each response (not a $ref): FastAPI files a response `model` under
+# application/json, and these documents are application/problem+json.
+PROBLEM_SCHEMA: dict[str, Any] = Problem.model_json_schema()
+
+_RETRY_AFTER = {
+    "description": "Seconds to wait before asking again.",
+    "schema": {"type": "integer"},
+}
+
+_WHY: dict[int, tuple[str, dict[str, Any]]] = {
+    400: ("The request body could not be read (e.g. not UTF-8).", {}),
+    401: (
+        "Missing, malformed or revoked token.",
+        {"WWW-Authenticate": {"schema": {"type": "string"}}},
+    ),
+    403: ("The caller may no longer read the query (code access_lost) or lacks the role.", {}),
+    404: ("Not found, or not visible to the caller: the two look the same.", {}),
+    409: (
+        "Not in a state that allows this (code not_ready while queued or running, with"
+        " Retry-After; export_failed; conflict).",
+        {"Retry-After": _RETRY_AFTER},
+    ),
+    410: ("The file has expired.", {}),
+    413: ("The request body is too large.", {}),
+    416: ("The requested byte range lies beyond the end of the file.", {}),
+    422: ("Invalid request; `field` names the member at fault.", {}),
+    429: ("Too many exports queued or running for this requester.", {"Retry-After": _RETRY_AFTER}),
+    503: ("The metadata database or the object store is unavailable.", {}),
+}
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for error statuses, each an application/problem+json.
+
+    422 is always included: any route's validation errors are problem documents (without
+    it FastAPI would document its own application/json 422 on routes with parameters).
+    """
+    found: dict[int | str, dict[str, Any]] = {}
+    for status in sorted({*statuses, 422}):
+        description, headers = _WHY[status]
+        entry: dict[str, Any] = {
+            "description": description,
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA}},
+        }
+        if headers:
+            entry["headers"] = headers
+        found[status] = entry
+    return found
+
+
+# ---------------------------------------------------------------- requests
+
+
+def _scalar(value: Any) -> Any:
+    """JSON scalars only, of bounded size: what a typed query parameter can take."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise ValueError("integers must fit in 64 bits")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("numbers must be finite")
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_PARAMETER_CHARS:
+            raise ValueError(f"at most {MAX_PARAMETER_CHARS} characters")
+        return value
+    raise ValueError("a parameter value is a string, number, boolean or null")
+
+
+ParameterValue = Annotated[
+    Any,
+    AfterValidator(_scalar),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": MAX_PARAMETER_CHARS},
+                {"type": "number"},
+                {"type": "boolean"},
+                {"type": "null"},
+            ]
+        }
+    ),
+]
+ParameterName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+Ref = Annotated[str, StringConstraints(min_length=1, max_length=MAX_REF_CHARS)]
+
+
+class ExportOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    neutralize_formulas: StrictBool = Field(
+        True, description="Prefix formula-looking text cells in spreadsheet formats."
+    )
+
+
+class ExportRequest(BaseModel):
+    """Exactly one of `query_id` and `report_id`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: Ref | None = None
+    report_id: Ref | None = None
+    # Checked against the registry (422 with field "format"); the enum documents the choice.
+    format: str = Field(max_length=20, json_schema_extra={"enum": list(FORMATS)})
+    parameters: dict[ParameterName, ParameterValue] = Field(
+        default_factory=dict, max_length=MAX_PARAMETERS
+    )
+    options: ExportOptions = ExportOptions(neutralize_formulas=True)
+
+
+# ---------------------------------------------------------------- responses
+
+ExportStatus = Literal["queued", "running", "succeeded", "failed", "expired"]
+
+
+class ExportSubject(BaseModel):
+    type: str
+    id: str
+    name: str
+
+
+class ExportProgress(BaseModel):
+    rows: int
+
+
+class ExportFailure(BaseModel):
+    code: FailureCode
+    detail: str | None
+
+
+class Export(BaseModel):
+    """An export; `status` is `expired` once a succeeded file is past `expires_at`."""
+
+    id: str
+    status: ExportStatus
+    subject: ExportSubject
+    format: str
+    parameters: dict[str, Any]
+    filename: str
+    requested_by: str
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    expires_at: datetime | None
+    size_bytes: int | None
+    row_count: int | None
+    sha256: str | None
+    attempts: int
+    progress: ExportProgress
+    failure: ExportFailure | None
+
+
+class ExportList(BaseModel):
+    items: list[Export]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null at the end."
+    )
+
+
+class ExportEventItem(BaseModel):
+    """One transition of an export, as written in the transition's own transaction."""
+
+    at: datetime
+    kind: EventKind
+    status: Status
+    attempt: int
+    worker_id: str | None
+    code: FailureCode | None
+    detail: str | None
+
+
+class ExportEventList(BaseModel):
+    items: list[ExportEventItem]
+
+
+class CreatedLink(BaseModel):
+    """A public delivery link; the token in `url` is shown only this once."""
+
+    id: str
+    url: str
+    expires_at: datetime

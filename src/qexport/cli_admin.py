@@ -1,0 +1,253 @@
+"""`qexport users|tokens|sources`: administering accounts and data sources.
+
+Whoever can reach the metadata database administers it; these commands act without a token.
+Bad input exits 2 with one line on stderr; tokens and passwords are never printed back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.table import Table
+
+from qexport.config import Settings
+from qexport.domain.accounts import ApiToken
+from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
+from qexport.ports import AccountStore, Clock
+from qexport.services import accounts as service
+from qexport.sources.registry import DEMO_SOURCE, configured_names, masked_url
+
+users_app = typer.Typer(no_args_is_help=True, help="Users and their roles in workspaces.")
+tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (Authorization: Bearer).")
+sources_app = typer.Typer(no_args_is_help=True, help="Data sources that queries name.")
+
+BAD_INPUT = 2
+
+
+@dataclass(frozen=True)
+class Admin:
+    accounts: AccountStore
+    clock: Clock
+    settings: Settings
+
+
+def _admin(ctx: typer.Context) -> Admin:
+    # Imported here: cli.py imports this module to register its commands.
+    from qexport.cli import state
+    from qexport.store.accounts import SqlAccountStore
+    from qexport.store.sql import SqlMetadataStore
+
+    st = state(ctx)
+    deps = st.deps()
+    assert isinstance(deps.store, SqlMetadataStore)
+    return Admin(SqlAccountStore(deps.store.engine), deps.clock, st.settings)
+
+
+def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
+    from qexport.cli import fail
+
+    fail(message, code)
+
+
+def _print(renderable: Any) -> None:
+    from qexport.cli import out
+
+    out.print(renderable)
+
+
+def _note(message: str) -> None:
+    """Say what happened on stderr, so that stdout carries only the result."""
+    from qexport.cli import err
+
+    err.print(message, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """Bad input (exit 2) and other failures (exit 1) as one line on stderr."""
+    try:
+        yield
+    except (InvalidRequestError, NotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    except QExportError as exc:
+        _fail(str(exc), 1)
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds").replace("+00:00", "Z") if value else ""
+
+
+# ---------------------------------------------------------------- users
+
+
+def _read_password() -> str:
+    # One line: the line ending is not part of the password, anything else is.
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        _fail("--password-stdin read an empty password")
+    return password
+
+
+@users_app.command("create")
+def users_create(
+    ctx: typer.Context,
+    email: str,
+    workspace: Annotated[str, typer.Option(help="Workspace (created if absent).")],
+    role: Annotated[str, typer.Option(help="viewer, editor or admin.")],
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read a password from stdin (one line).")
+    ] = False,
+) -> None:
+    """Make EMAIL a member of a workspace with a role, creating the user if needed; print the
+    user id."""
+    password = _read_password() if password_stdin else None
+    admin = _admin(ctx)
+    with _refusals():
+        added = service.add_user(
+            admin.accounts, admin.clock, email, workspace=workspace, role=role, password=password
+        )
+    user = added.user
+    verb = "created user" if added.new_user else "user"
+    where = f"new workspace {workspace!r}" if added.new_workspace else f"workspace {workspace!r}"
+    _note(f"{verb} {user.email} is {role} in {where}")
+    print(user.id)
+
+
+@users_app.command("list")
+def users_list(
+    ctx: typer.Context,
+    workspace: Annotated[
+        str | None, typer.Option(help="Workspace (default: the requester's, --workspace).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List a workspace's members and their roles."""
+    from qexport.cli import state
+
+    admin = _admin(ctx)
+    name = workspace or state(ctx).requester.workspace_id
+    with _refusals():
+        members = service.list_members(admin.accounts, name)
+    rows = [
+        {"id": user.id, "email": user.email, "role": m.role.value, "workspace": m.workspace_id}
+        for user, m in members
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("email", "role", "id", title=f"workspace {name}")
+    for row in rows:
+        table.add_row(row["email"], row["role"], row["id"])
+    _print(table)
+
+
+# ---------------------------------------------------------------- tokens
+
+
+@tokens_app.command("create")
+def tokens_create(
+    ctx: typer.Context,
+    email: str,
+    workspace: Annotated[
+        str | None, typer.Option(help="Workspace (default: the user's only one).")
+    ] = None,
+) -> None:
+    """Create an API token for EMAIL and print only the token (it is shown once)."""
+    admin = _admin(ctx)
+    with _refusals():
+        issued = service.issue_token(admin.accounts, admin.clock, email, workspace=workspace)
+    record = issued.record
+    _note(f"token {record.id} for {email.strip().lower()} in workspace {record.workspace_id}")
+    print(issued.token)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(ctx: typer.Context, token_id: str) -> None:
+    """Revoke a token by its id (shown by `tokens list`); it stops working at once."""
+    admin = _admin(ctx)
+    with _refusals():
+        revoked = service.revoke_token(admin.accounts, admin.clock, token_id)
+    shown = service.token_id_of(token_id)
+    _note(f"revoked token {shown}" if revoked else f"token {shown} was already revoked")
+
+
+def _token_row(token: ApiToken) -> dict[str, str | None]:
+    return {
+        "id": token.id,
+        "workspace": token.workspace_id,
+        "created_at": _iso(token.created_at),
+        "last_used_at": _iso(token.last_used_at) or None,
+        "revoked_at": _iso(token.revoked_at) or None,
+    }
+
+
+@tokens_app.command("list")
+def tokens_list(
+    ctx: typer.Context, email: str, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """List a user's tokens (ids and times; the tokens themselves are not stored)."""
+    admin = _admin(ctx)
+    with _refusals():
+        rows = [_token_row(t) for t in service.list_tokens(admin.accounts, email)]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("id", "workspace", "created", "last used", "revoked", box=None)
+    for row in rows:
+        # Minutes are enough on screen (the JSON has seconds): the table fits 80 columns.
+        table.add_row(*((row[k] or "")[:16].replace("T", " ") for k in row))
+    _print(table)
+
+
+# ---------------------------------------------------------------- sources
+
+
+@sources_app.command("add")
+def sources_add(ctx: typer.Context, name: str, url: str) -> None:
+    """Register a data source: duckdb:///absolute/path.duckdb or postgresql://user@host/db.
+
+    Workers already running find it at their next export that names it.
+    """
+    from qexport import bootstrap
+
+    admin = _admin(ctx)
+    with _refusals():
+        service.check_source_url(url)
+        bootstrap.source_from_url(name, url, admin.settings)  # what a worker will build
+        service.add_source(
+            admin.accounts, admin.clock, name, url, configured=configured_names(admin.settings)
+        )
+    _note(f"registered source {name} ({masked_url(url)})")
+
+
+@sources_app.command("list")
+def sources_list(
+    ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """List the data sources, configured and registered (passwords masked)."""
+    admin = _admin(ctx)
+    settings = admin.settings
+    demo_url = f"duckdb://{settings.demo_database.absolute()}"
+    rows = [{"name": DEMO_SOURCE, "url": demo_url, "origin": "built-in"}]
+    rows += [{"name": n, "url": u, "origin": "configured"} for n, u in settings.sources.items()]
+    with _refusals():
+        rows += [
+            {"name": n, "url": u, "origin": "registered"}
+            for n, u in admin.accounts.registered_sources().items()
+        ]
+    for row in rows:
+        row["url"] = masked_url(row["url"])
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("name", "url", "origin")
+    for row in rows:
+        table.add_row(row["name"], row["url"], row["origin"])
+    _print(table)

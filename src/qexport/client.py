@@ -1,0 +1,205 @@
+"""The CLI's HTTP client for a qexport server: the /api/v1 exports endpoints (DESIGN section 5).
+
+Every failure becomes an ApiError carrying the problem document's `code`, so the CLI prints
+one line whatever went wrong: a refused request, a dead server, a corrupted download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, BinaryIO
+from urllib.parse import quote
+
+import httpx2
+
+from qexport import __version__
+
+API_PREFIX = "/api/v1"
+# Requests are small and answered at once; a download may wait on a slow disk or network.
+TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+CHUNK_BYTES = 1024 * 1024
+# The most exports the server gives in one page.
+PAGE_LIMIT = 200
+# `exports create --query NAME` looks through at most this many pages of the query list.
+MAX_QUERY_PAGES = 20
+
+
+class ApiError(Exception):
+    """A problem document from the server, or a failure to talk to it, as one line."""
+
+    def __init__(self, status: int, code: str, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.detail} ({self.code})"
+
+
+def _problem(response: httpx2.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("code"), str):
+        detail = str(body.get("detail") or body.get("title") or response.reason_phrase)
+        field = body.get("field")
+        return ApiError(
+            response.status_code,
+            body["code"],
+            " ".join(detail.split()),
+            field=field if isinstance(field, str) else None,
+        )
+    return ApiError(
+        response.status_code,
+        f"http_{response.status_code}",
+        f"the server answered {response.status_code} {response.reason_phrase}",
+    )
+
+
+def _path_segment(value: str) -> str:
+    """An id as one path segment: `../x` or `a/b` cannot reach another route."""
+    return quote(value, safe="")
+
+
+class QExportClient:
+    """One server, one token. Use as a context manager (or call `close`)."""
+
+    def __init__(
+        self, url: str, token: str, *, transport: httpx2.BaseTransport | None = None
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx2.Client(
+            base_url=self.url + API_PREFIX,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": f"qexport/{__version__}"},
+            timeout=TIMEOUT,
+            transport=transport,
+        )
+
+    def __enter__(self) -> QExportClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx2.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx2.HTTPError as exc:
+            raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise _problem(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        body = self._request(method, path, **kwargs).json()
+        if not isinstance(body, dict):
+            raise ApiError(0, "bad_response", f"unexpected answer from {self.url}{path}")
+        return body
+
+    # ------------------------------------------------------------ exports
+
+    def resolve_query(self, ref: str) -> str:
+        """The id of the query named `ref` among those the caller can read; `ref` itself when
+        none has that name (it is then taken as an id) or the server lists no queries."""
+        params: dict[str, str] = {}
+        for _ in range(MAX_QUERY_PAGES):
+            try:
+                page = self._json("GET", "/queries", params=params)
+            except ApiError as exc:
+                if exc.status in (404, 405):  # a server without the queries API
+                    return ref
+                raise
+            for item in page.get("items", []):
+                if isinstance(item, dict) and item.get("name") == ref and "id" in item:
+                    return str(item["id"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+            params = {"cursor": str(cursor)}
+        return ref
+
+    def create_export(
+        self,
+        query_id: str,
+        fmt: str,
+        parameters: dict[str, Any],
+        *,
+        neutralize_formulas: bool = True,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"query_id": query_id, "format": fmt, "parameters": parameters}
+        if not neutralize_formulas:
+            body["options"] = {"neutralize_formulas": False}
+        return self._json("POST", "/exports", json=body)
+
+    def get_export(self, export_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/exports/{_path_segment(export_id)}")
+
+    def list_exports(self, *, limit: int = 50, status: str | None = None) -> dict[str, Any]:
+        """Up to `limit` exports, newest first, over as many pages as that takes; the
+        `next_cursor` continues after the last one."""
+        items: list[Any] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, str | int] = {"limit": min(PAGE_LIMIT, limit - len(items))}
+            if status:
+                params["status"] = status
+            if cursor:
+                params["cursor"] = cursor
+            page = self._json("GET", "/exports", params=params)
+            items.extend(page.get("items", []))
+            cursor = page.get("next_cursor") or None
+            if cursor is None or len(items) >= limit:
+                return {"items": items[:limit], "next_cursor": cursor}
+
+    def cancel_export(self, export_id: str) -> dict[str, Any]:
+        return self._json("POST", f"/exports/{_path_segment(export_id)}/cancel")
+
+    def file_location(self, export_id: str) -> str | None:
+        """Where the server sends downloads of the file (a presigned URL on S3); None when
+        it serves the bytes itself."""
+        path = f"/exports/{_path_segment(export_id)}/file"
+        try:
+            with self._http.stream("GET", path, follow_redirects=False) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _problem(response)
+                if response.is_redirect:
+                    return response.headers.get("Location")
+                return None
+        except httpx2.HTTPError as exc:
+            raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from exc
+
+    def download(self, export_id: str, sink: BinaryIO) -> dict[str, Any]:
+        """Stream the file into `sink` and check it against the export's sha256; returns the
+        export. A file that does not match raises ApiError `checksum_mismatch`."""
+        export = self.get_export(export_id)
+        digest = hashlib.sha256()
+        size = 0
+        path = f"/exports/{_path_segment(export_id)}/file"
+        try:
+            # A redirect to S3 is followed; httpx drops the token when it leaves this origin.
+            with self._http.stream("GET", path, follow_redirects=True) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _problem(response)
+                for chunk in response.iter_bytes(CHUNK_BYTES):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    sink.write(chunk)
+        except httpx2.HTTPError as exc:
+            raise ApiError(0, "unreachable", f"download from {self.url} broke off: {exc}") from exc
+        expected = export.get("sha256")
+        if digest.hexdigest() != expected or size != export.get("size_bytes"):
+            raise ApiError(
+                0,
+                "checksum_mismatch",
+                f"the downloaded file ({size} bytes, sha256 {digest.hexdigest()}) does not match"
+                f" export {export_id} ({export.get('size_bytes')} bytes, sha256 {expected})",
+            )
+        return export

@@ -1,0 +1,247 @@
+"""Administering accounts: users and their roles, API tokens, registered data sources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from urllib.parse import unquote, urlsplit
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from qexport.domain.accounts import (
+    ApiToken,
+    Membership,
+    Role,
+    User,
+    check_workspace_id,
+    new_api_token,
+    normalize_email,
+    parse_api_token,
+)
+from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.ports import AccountStore, Clock
+
+MAX_PASSWORD_CHARS = 1024  # argon2 takes any length; a bound keeps hashing cheap to refuse
+_SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_TOKEN_ID = re.compile(r"[0-9a-f]{16}")
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+_hasher = PasswordHasher()
+
+
+# ---------------------------------------------------------------- passwords
+
+
+def hash_password(password: str) -> str:
+    """An argon2id hash of the password (with its own salt and parameters)."""
+    if not password or len(password) > MAX_PASSWORD_CHARS:
+        raise InvalidRequestError(
+            f"a password must have 1 to {MAX_PASSWORD_CHARS} characters", field="password"
+        )
+    return _hasher.hash(password)
+
+
+def password_matches(password_hash: str | None, password: str) -> bool:
+    """Whether `password` is the one hashed; False for a user without a password."""
+    if password_hash is None:
+        return False
+    try:
+        return _hasher.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+# ---------------------------------------------------------------- users
+
+
+def _email(email: str) -> str:
+    try:
+        return normalize_email(email)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), field="email") from None
+
+
+def _workspace(workspace_id: str) -> str:
+    # isprintable: the domain's pattern ends in `$`, which lets a final newline through.
+    if not workspace_id.isprintable():
+        raise InvalidRequestError(f"invalid workspace {workspace_id!r}", field="workspace")
+    try:
+        return check_workspace_id(workspace_id)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), field="workspace") from None
+
+
+def _role(role: str) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        choices = ", ".join(r.value for r in Role)
+        raise InvalidRequestError(
+            f"unknown role {role!r} (choose from {choices})", field="role"
+        ) from None
+
+
+@dataclass(frozen=True)
+class UserAdded:
+    """What `add_user` did: the user, and whether the user and the workspace are new."""
+
+    user: User
+    new_user: bool
+    new_workspace: bool
+
+
+def add_user(
+    accounts: AccountStore,
+    clock: Clock,
+    email: str,
+    *,
+    workspace: str,
+    role: str,
+    password: str | None = None,
+) -> UserAdded:
+    """Make `email` a member of `workspace` with `role`, creating the user and the workspace
+    when absent. A password can only be given to a new user; it is stored as an argon2 hash."""
+    email, workspace, member_role = _email(email), _workspace(workspace), _role(role)
+    existing = accounts.find_user(email)
+    if existing is not None and password is not None:
+        raise InvalidRequestError(
+            f"a user {email!r} already exists; a password can only be set for a new user",
+            field="password",
+        )
+    password_hash = hash_password(password) if password is not None else None
+    now = clock.now()
+    new_workspace = accounts.ensure_workspace(workspace, now=now)
+    user = existing or accounts.create_user(email, password_hash=password_hash, now=now)
+    accounts.set_role(workspace, user.id, member_role)
+    return UserAdded(user, existing is None, new_workspace)
+
+
+def find_user(accounts: AccountStore, email: str) -> User:
+    user = accounts.find_user(_email(email))
+    if user is None:
+        raise NotFoundError(f"no user {email.strip().lower()!r}")
+    return user
+
+
+def list_members(accounts: AccountStore, workspace: str) -> list[tuple[User, Membership]]:
+    """The workspace's members with their roles, by email."""
+    if not accounts.workspace_exists(_workspace(workspace)):
+        raise NotFoundError(f"no workspace {workspace!r}")
+    found = []
+    for membership in accounts.members(workspace):
+        user = accounts.get_user(membership.user_id)
+        if user is not None:
+            found.append((user, membership))
+    return sorted(found, key=lambda pair: pair[0].email)
+
+
+# ---------------------------------------------------------------- API tokens
+
+
+@dataclass(frozen=True)
+class TokenIssued:
+    """A new token: its record, and the token itself, shown once and never stored."""
+
+    record: ApiToken
+    token: str = field(repr=False)  # a credential: never in a repr or a log
+
+
+def issue_token(
+    accounts: AccountStore, clock: Clock, email: str, *, workspace: str | None = None
+) -> TokenIssued:
+    """A new API token for the user in `workspace` (default: the user's only workspace)."""
+    user = find_user(accounts, email)
+    workspaces = [m.workspace_id for m in accounts.memberships_of(user.id)]
+    if workspace is None:
+        if len(workspaces) != 1:
+            listed = ", ".join(workspaces) if workspaces else "none"
+            raise InvalidRequestError(
+                f"{user.email} is a member of {len(workspaces)} workspaces ({listed});"
+                " choose one with --workspace",
+                field="workspace",
+            )
+        workspace = workspaces[0]
+    elif _workspace(workspace) not in workspaces:
+        raise InvalidRequestError(
+            f"{user.email} is not a member of workspace {workspace!r}", field="workspace"
+        )
+    token_id, token, secret_hash = new_api_token()
+    record = accounts.add_token(
+        token_id=token_id,
+        user_id=user.id,
+        workspace_id=workspace,
+        secret_hash=secret_hash,
+        now=clock.now(),
+    )
+    return TokenIssued(record, token)
+
+
+def token_id_of(token_ref: str) -> str:
+    """The id of a token given by its id or as the whole token."""
+    parsed = parse_api_token(token_ref.strip())
+    return parsed[0] if parsed else token_ref.strip()
+
+
+def revoke_token(accounts: AccountStore, clock: Clock, token_ref: str) -> bool:
+    """Revoke a token given by its id (or the whole token); False if it already was."""
+    token_id = token_id_of(token_ref)
+    # An id is 16 hex digits; anything else cannot name a token (and is not echoed whole,
+    # in case it is a mistyped secret).
+    if not _TOKEN_ID.fullmatch(token_id) or accounts.get_token(token_id) is None:
+        raise NotFoundError(f"no token {token_id[:16]!r}")
+    return accounts.revoke_token(token_id, now=clock.now())
+
+
+def list_tokens(accounts: AccountStore, email: str) -> list[ApiToken]:
+    return accounts.list_tokens(find_user(accounts, email).id)
+
+
+# ---------------------------------------------------------------- data sources
+
+
+def check_source_url(url: str) -> None:
+    """Refuse a URL that names no usable source. Messages never repeat the URL (it may hold
+    a password)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is what validates it
+    except ValueError:
+        raise InvalidRequestError("the source URL cannot be parsed", field="url") from None
+    if parts.scheme == "duckdb":
+        path = unquote(parts.path)
+        if parts.netloc or not PurePosixPath(path).is_absolute() or path.endswith("/"):
+            raise InvalidRequestError(
+                "a DuckDB source URL names an absolute file: duckdb:///absolute/path.duckdb",
+                field="url",
+            )
+        return
+    if parts.scheme in _POSTGRES_SCHEMES:
+        if not parts.netloc and "host=" not in parts.query:
+            raise InvalidRequestError(
+                "a PostgreSQL source URL names a server: postgresql://user@host/database",
+                field="url",
+            )
+        return
+    raise InvalidRequestError(
+        f"unsupported source URL scheme {parts.scheme!r}"
+        " (expected duckdb:///absolute/path.duckdb or postgresql://user@host/database)",
+        field="url",
+    )
+
+
+def add_source(
+    accounts: AccountStore, clock: Clock, name: str, url: str, *, configured: Collection[str]
+) -> None:
+    """Register a data source by name; configured and registered names cannot be reused."""
+    if not _SOURCE_NAME.fullmatch(name):
+        raise InvalidRequestError(
+            f"invalid source name {name!r}: use 1-63 lowercase letters, digits, - or _",
+            field="name",
+        )
+    if name in configured:
+        raise InvalidRequestError(f"a source named {name!r} is already configured", field="name")
+    check_source_url(url)
+    accounts.add_source(name, url, now=clock.now())

@@ -1,0 +1,101 @@
+"""Public delivery links: a random token that downloads one export while it stays valid.
+
+Only the token's hash is stored. A link works while the export is succeeded and unexpired,
+the link is not revoked, and its creator is still a member who may read the query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from qexport.domain.accounts import Link, Principal, hash_secret, new_secret, valid_link_token
+from qexport.domain.exports import ExportRecord, Requester, is_downloadable
+from qexport.domain.failures import NotFoundError, QExportError
+from qexport.domain.queries import can_read
+from qexport.ports import AccountStore, Clock, MetadataStore
+from qexport.services.exports import downloadable
+
+MAX_LINK_ID_CHARS = 64  # link ids are UUIDs; anything much longer is not worth a lookup
+
+
+class LinkGoneError(QExportError):
+    """The link existed but no longer works: revoked, expired, or its creator lost access."""
+
+
+class LinkUnknownError(NotFoundError):
+    """No link has this token (or the token is malformed)."""
+
+
+@dataclass(frozen=True)
+class CreatedLink:
+    """A new link: the token is in `url` and is shown only this once."""
+
+    link: Link
+    url: str
+    expires_at: datetime
+
+
+def public_url(base_url: str, token: str) -> str:
+    return f"{base_url.rstrip('/')}/p/{token}"
+
+
+def create_link(
+    store: MetadataStore,
+    accounts: AccountStore,
+    clock: Clock,
+    principal: Principal,
+    export_id: str,
+    *,
+    base_url: str,
+) -> CreatedLink:
+    """A link to an export the caller could download now; it expires with the export."""
+    record = downloadable(
+        store, clock, principal.requester, export_id, whole_workspace=principal.sees_workspace
+    )
+    assert record.expires_at is not None  # a succeeded record has one
+    token = new_secret()
+    link = accounts.add_link(
+        export_id=record.id,
+        created_by=principal.user_id,
+        token_hash=hash_secret(token),
+        now=clock.now(),
+    )
+    return CreatedLink(link, public_url(base_url, token), record.expires_at)
+
+
+def revoke_link(
+    store: MetadataStore, accounts: AccountStore, clock: Clock, principal: Principal, link_id: str
+) -> None:
+    """Revoke a link of the caller's (or, for an admin, of the workspace's).
+
+    Revoking an already revoked link succeeds again; someone else's link looks missing.
+    """
+    link = accounts.get_link(link_id) if len(link_id) <= MAX_LINK_ID_CHARS else None
+    record = store.get_export(link.export_id) if link else None
+    if (
+        link is None
+        or record is None
+        or record.workspace_id != principal.workspace_id
+        or (link.created_by != principal.user_id and not principal.sees_workspace)
+    ):
+        raise NotFoundError(f"no link {link_id!r}")
+    accounts.revoke_link(link.id, now=clock.now())
+
+
+def resolve_public_link(
+    store: MetadataStore, accounts: AccountStore, clock: Clock, token: str
+) -> ExportRecord:
+    """The export a public token downloads; LinkUnknownError or LinkGoneError otherwise."""
+    link = accounts.find_link(hash_secret(token)) if valid_link_token(token) else None
+    record = store.get_export(link.export_id) if link else None
+    if link is None or record is None:
+        raise LinkUnknownError("unknown link")
+    if link.revoked_at is not None or not is_downloadable(record, clock.now()):
+        raise LinkGoneError("the link was revoked or its file expired")
+    creator = Requester(link.created_by, record.workspace_id)
+    if accounts.role_of(record.workspace_id, link.created_by) is None or not can_read(
+        creator, store.get_query(record.subject_id)
+    ):
+        raise LinkGoneError("the link's creator may no longer read the query")
+    return record

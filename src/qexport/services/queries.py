@@ -1,0 +1,234 @@
+"""Saved queries through the API: written by editors and admins, read as `can_read` allows.
+
+A query the caller cannot read answers exactly like a missing one (NotFoundError), so that
+nobody learns that a query they may not see exists.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from qexport.domain.accounts import Principal
+from qexport.domain.failures import ForbiddenError, InvalidRequestError, NotFoundError
+from qexport.domain.queries import Parameter, Query, Visibility, bind_parameters, can_read
+from qexport.ports import AccountStore, MetadataStore
+
+MAX_NAME_CHARS = 200
+MAX_SQL_CHARS = 50_000
+MAX_PARAMETERS = 50
+MAX_MEMBERS = 1000
+MAX_ID_CHARS = 200  # ids are UUIDs; longer refs are not worth a lookup
+_INT64 = 2**63
+# The same words for a missing query and one the caller may not read, whatever the id.
+NO_SUCH_QUERY = "no query with this id that you can read"
+PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# Control, format (bidi overrides, zero-width), surrogate, private-use characters, and line
+# or paragraph separators: nothing a person means to put in a name.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+@dataclass(frozen=True)
+class QueryDraft:
+    """Everything a caller writes of a query; the id, workspace and owner are not theirs."""
+
+    name: str
+    sql: str
+    source: str
+    parameters: tuple[Parameter, ...] = ()
+    visibility: Visibility = Visibility.WORKSPACE
+    members: frozenset[str] = frozenset()
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _encodable(text: str) -> bool:
+    """No lone surrogates (JSON allows them; UTF-8, and so every database, does not) nor NUL."""
+    return "\x00" not in text and not any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def _check_name(name: str) -> None:
+    if not 1 <= len(name) <= MAX_NAME_CHARS:
+        raise InvalidRequestError(f"a name has 1 to {MAX_NAME_CHARS} characters", field="name")
+    if any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in name):
+        raise InvalidRequestError("a name cannot contain control characters", field="name")
+    if name != name.strip():
+        raise InvalidRequestError("a name cannot start or end with spaces", field="name")
+
+
+def _check_sql(sql: str) -> None:
+    if not sql.strip():
+        raise InvalidRequestError("the SQL is empty", field="sql")
+    if len(sql) > MAX_SQL_CHARS:
+        raise InvalidRequestError(
+            f"the SQL is longer than {MAX_SQL_CHARS:,} characters", field="sql"
+        )
+    if not _encodable(sql):
+        raise InvalidRequestError("the SQL contains a NUL or an unpaired surrogate", field="sql")
+
+
+def _check_parameter(index: int, param: Parameter, seen: set[str]) -> None:
+    where = f"parameters.{index}"
+    if not PARAMETER_NAME.fullmatch(param.name):
+        raise InvalidRequestError(
+            f"parameter name {param.name!r} is not an identifier"
+            " (a letter or _, then letters, digits or _; at most 63)",
+            field=f"{where}.name",
+        )
+    if param.name in seen:
+        raise InvalidRequestError(f"parameter {param.name!r} is declared twice", field=where)
+    seen.add(param.name)
+    if param.default is None:
+        return
+    if param.required:
+        raise InvalidRequestError(
+            f"parameter {param.name!r} has a default, so it cannot be required",
+            field=f"{where}.required",
+        )
+    if isinstance(param.default, str) and not _encodable(param.default):
+        raise InvalidRequestError(
+            "the default contains a NUL or an unpaired surrogate", field=f"{where}.default"
+        )
+    # The default is coerced exactly as a request's value would be.
+    probe = Query("", "", "", "", "", parameters=(param,))
+    try:
+        value = bind_parameters(probe, {})[param.name]
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"invalid default: {exc}", field=f"{where}.default") from None
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        raise InvalidRequestError(
+            "an integer default must fit in 64 bits", field=f"{where}.default"
+        )
+
+
+def check_draft(draft: QueryDraft, *, sources: Collection[str], members: Collection[str]) -> None:
+    """Refuse a draft naming an unknown source or non-members, or with bad parameters."""
+    _check_name(draft.name)
+    _check_sql(draft.sql)
+    if draft.source not in sources:
+        known = ", ".join(sorted(sources))
+        raise InvalidRequestError(
+            f"unknown source {draft.source!r} (known: {known})", field="source"
+        )
+    if len(draft.parameters) > MAX_PARAMETERS:
+        raise InvalidRequestError(
+            f"a query has at most {MAX_PARAMETERS} parameters", field="parameters"
+        )
+    seen: set[str] = set()
+    for index, param in enumerate(draft.parameters):
+        _check_parameter(index, param, seen)
+    if draft.visibility is Visibility.WORKSPACE and draft.members:
+        raise InvalidRequestError(
+            'members are listed only with "visibility": "members"', field="members"
+        )
+    if len(draft.members) > MAX_MEMBERS:
+        raise InvalidRequestError(f"at most {MAX_MEMBERS} members", field="members")
+    strangers = sorted(draft.members - set(members))
+    if strangers:
+        raise InvalidRequestError(
+            f"{strangers[0]!r} is not a member of the workspace", field="members"
+        )
+
+
+def _writer(principal: Principal) -> None:
+    if not principal.can_write_queries:
+        raise ForbiddenError("only editors and admins may create, change or delete queries")
+
+
+def _workspace_members(accounts: AccountStore, principal: Principal) -> set[str]:
+    return {m.user_id for m in accounts.members(principal.workspace_id)}
+
+
+# ---------------------------------------------------------------- use cases
+
+
+def list_readable_queries(store: MetadataStore, principal: Principal) -> list[Query]:
+    """The workspace's live queries that the caller may read, by name."""
+    return [
+        q for q in store.list_queries(principal.workspace_id) if can_read(principal.requester, q)
+    ]
+
+
+def get_readable_query(store: MetadataStore, principal: Principal, query_id: str) -> Query:
+    """The query if the caller may read it; NotFoundError, as for a missing one, otherwise."""
+    query = (
+        store.get_query(query_id)
+        if len(query_id) <= MAX_ID_CHARS and _encodable(query_id)
+        else None
+    )
+    if query is None or not can_read(principal.requester, query):
+        raise NotFoundError(NO_SUCH_QUERY)
+    return query
+
+
+def create_query(
+    store: MetadataStore,
+    accounts: AccountStore,
+    principal: Principal,
+    draft: QueryDraft,
+    *,
+    sources: Collection[str],
+) -> Query:
+    """Save a new query owned by the caller (an editor or admin)."""
+    _writer(principal)
+    check_draft(draft, sources=sources, members=_workspace_members(accounts, principal))
+    # The store refuses a name taken by a live query of the workspace (field "name").
+    return store.add_query(
+        Query(
+            id=str(uuid.uuid4()),
+            workspace_id=principal.workspace_id,
+            name=draft.name,
+            sql=draft.sql,
+            source=draft.source,
+            parameters=draft.parameters,
+            visibility=draft.visibility,
+            members=draft.members,
+            owner=principal.user_id,
+        )
+    )
+
+
+def replace_query(
+    store: MetadataStore,
+    accounts: AccountStore,
+    principal: Principal,
+    query_id: str,
+    draft: QueryDraft,
+    *,
+    sources: Collection[str],
+) -> Query:
+    """Replace a readable query's name, SQL, source, parameters and visibility; the owner stays.
+
+    Exports already requested keep their parameters; they run with the query as it is then.
+    """
+    _writer(principal)
+    current = get_readable_query(store, principal, query_id)
+    check_draft(draft, sources=sources, members=_workspace_members(accounts, principal))
+    if draft.name != current.name:
+        taken = store.find_query(principal.workspace_id, draft.name)
+        if taken is not None and taken.id != current.id:
+            raise InvalidRequestError(f"a query named {draft.name!r} already exists", field="name")
+    updated = replace(
+        current,
+        name=draft.name,
+        sql=draft.sql,
+        source=draft.source,
+        parameters=draft.parameters,
+        visibility=draft.visibility,
+        members=draft.members,
+    )
+    if not store.update_query(updated):  # deleted in the meantime
+        raise NotFoundError(NO_SUCH_QUERY)
+    return updated
+
+
+def delete_query(store: MetadataStore, principal: Principal, query_id: str) -> None:
+    """Delete a readable query; its unsettled exports then fail access_lost before they run."""
+    _writer(principal)
+    query = get_readable_query(store, principal, query_id)
+    if not store.delete_query(query.id):
+        raise NotFoundError(NO_SUCH_QUERY)

@@ -1,0 +1,157 @@
+"""What `/metrics` reports, read from the metadata database at scrape time.
+
+Every API and worker process writes to the same database, so any one process can report the
+whole system. A scrape runs three aggregate statements, on SQLite and PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from qexport.domain.exports import EXPIRED, EventKind, Status
+from qexport.domain.failures import MetadataUnavailableError
+from qexport.store.tables import UNSETTLED, UTCDateTime, export_events, exports
+
+# Attempt durations are read from the newest events only: the events table grows forever,
+# and the PRIMARY KEY range keeps the read bounded whatever its size.
+ATTEMPT_WINDOW = timedelta(hours=24)
+ATTEMPT_EVENTS_LIMIT = 100_000
+DURATION_BUCKETS = (0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0)
+
+EFFECTIVE_STATUSES = (*(s.value for s in Status), EXPIRED)
+_STARTS = (EventKind.CLAIMED.value, EventKind.REDELIVERED.value)
+ATTEMPT_ENDS = (
+    EventKind.SUCCEEDED.value,
+    EventKind.FAILED.value,
+    EventKind.RELEASED.value,
+    EventKind.CANCELLED.value,
+)
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Finished attempts of one outcome: cumulative counts per upper bound, count, sum."""
+
+    buckets: tuple[tuple[float, int], ...]
+    count: int
+    sum_seconds: float
+
+
+@dataclass(frozen=True)
+class ExportStats:
+    by_status: dict[str, int]  # every effective status, expired included
+    failures: dict[str, int]  # failure code -> failed exports
+    rows_written: int  # over succeeded exports, expired ones included
+    bytes_written: int
+    queue_depth: int  # claimable now: queued, or running with an expired lease
+    oldest_queued_at: datetime | None
+    attempts: dict[str, Durations]  # outcome (how the attempt ended) -> durations
+
+
+def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:
+    """The figures of one scrape, read in one transaction."""
+    try:
+        with engine.begin() as conn:
+            by_status, failures, rows, size = _exports(conn, now)
+            depth, oldest = _queue(conn, now)
+            attempts = _attempts(conn, now)
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        raise MetadataUnavailableError(
+            f"the metadata database is unavailable: {type(exc.orig).__name__}"
+        ) from exc
+    return ExportStats(by_status, failures, rows, size, depth, oldest, attempts)
+
+
+def _exports(conn: sa.Connection, now: datetime) -> tuple[dict[str, int], dict[str, int], int, int]:
+    expired = sa.and_(exports.c.status == Status.SUCCEEDED.value, exports.c.expires_at <= now)
+    # Grouped in an outer query: PostgreSQL does not see a CASE with a bound parameter in
+    # GROUP BY as the same expression as the one selected.
+    inner = sa.select(
+        sa.case((expired, EXPIRED), else_=exports.c.status).label("status"),
+        exports.c.failure_code,
+        exports.c.row_count,
+        exports.c.size_bytes,
+    ).subquery()
+    stmt = sa.select(
+        inner.c.status,
+        inner.c.failure_code,
+        sa.func.count(),
+        sa.func.coalesce(sa.func.sum(inner.c.row_count), 0),
+        sa.func.coalesce(sa.func.sum(inner.c.size_bytes), 0),
+    ).group_by(inner.c.status, inner.c.failure_code)
+    by_status = dict.fromkeys(EFFECTIVE_STATUSES, 0)
+    failures: dict[str, int] = {}
+    rows = size = 0
+    for status, code, count, row_sum, byte_sum in conn.execute(stmt):
+        by_status[status] = by_status.get(status, 0) + int(count)
+        if code is not None and status == Status.FAILED.value:
+            failures[code] = failures.get(code, 0) + int(count)
+        if status in (Status.SUCCEEDED.value, EXPIRED):
+            rows += int(row_sum)
+            size += int(byte_sum)
+    return by_status, failures, rows, size
+
+
+def _queue(conn: sa.Connection, now: datetime) -> tuple[int, datetime | None]:
+    queued = exports.c.status == Status.QUEUED.value
+    claimable = sa.or_(
+        queued,
+        sa.and_(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at < now),
+    )
+    stmt = sa.select(
+        sa.func.count(sa.case((claimable, 1))),
+        sa.func.min(sa.case((queued, exports.c.created_at)), type_=UTCDateTime()),
+    ).where(sa.text(f"exports.{UNSETTLED}"))  # as ix_exports_unsettled states it
+    depth, oldest = conn.execute(stmt).one()
+    return int(depth), oldest
+
+
+def _seconds_between(conn: sa.Connection, start: Any, end: Any) -> sa.ColumnElement[Any]:
+    if conn.dialect.name == "sqlite":
+        # Timestamps are ISO text there; julianday() is a double of ~2.5e6 days, good to
+        # ~50 microseconds: rounded to the millisecond.
+        return sa.func.round((sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0, 3)
+    return sa.extract("epoch", end - start)
+
+
+def _attempts(conn: sa.Connection, now: datetime) -> dict[str, Durations]:
+    start, end, later = (export_events.alias(name) for name in ("s", "e", "later"))
+    next_end = (
+        sa.select(sa.func.min(later.c.id))
+        .where(
+            later.c.export_id == start.c.export_id,
+            later.c.attempt == start.c.attempt,
+            later.c.id > start.c.id,
+            later.c.kind.in_(ATTEMPT_ENDS),
+        )
+        .scalar_subquery()
+    )
+    newest = sa.select(sa.func.coalesce(sa.func.max(export_events.c.id), 0)).scalar_subquery()
+    pairs = (
+        sa.select(
+            end.c.kind.label("outcome"),
+            _seconds_between(conn, start.c.at, end.c.at).label("seconds"),
+        )
+        .select_from(start.join(end, end.c.id == next_end))
+        .where(
+            start.c.kind.in_(_STARTS),
+            start.c.id > newest - ATTEMPT_EVENTS_LIMIT,
+            start.c.at >= now - ATTEMPT_WINDOW,
+        )
+        .subquery()
+    )
+    stmt = sa.select(
+        pairs.c.outcome,
+        sa.func.count(),
+        sa.func.coalesce(sa.func.sum(pairs.c.seconds), 0.0),
+        *(sa.func.count(sa.case((pairs.c.seconds <= bound, 1))) for bound in DURATION_BUCKETS),
+    ).group_by(pairs.c.outcome)
+    found: dict[str, Durations] = {}
+    for outcome, count, total, *cumulative in conn.execute(stmt):
+        buckets = tuple(zip(DURATION_BUCKETS, (int(c) for c in cumulative), strict=True))
+        found[outcome] = Durations(buckets, int(count), float(total))
+    return found

@@ -1,0 +1,283 @@
+"""`qexport users|tokens|sources` as an administrator runs them, and the API accepting what
+they create."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from fastapi.testclient import TestClient
+
+from qexport import bootstrap
+from qexport.api.app import create_app
+from qexport.config import Settings
+from qexport.domain.exports import Status
+from qexport.store.accounts import SqlAccountStore
+from tests.e2e.conftest import Env, wait_for
+
+TOKEN = re.compile(r"^qx_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$")
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+PASSWORD = "hunter2-but-longer"  # noqa: S105 - a test password, given on stdin
+
+
+@pytest.fixture
+def client(env: Env) -> Iterator[TestClient]:
+    """The HTTP API in this process, over the data dir the CLI writes."""
+    settings = Settings(data_dir=env.data_dir)
+    deps = bootstrap.build(settings, upgrade=False)
+    with TestClient(create_app(bootstrap.api_context(settings, deps))) as api:
+        yield api
+
+
+def _run_with_stdin(
+    env: Env, stdin: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`env.run`, with `stdin` piped in (for --password-stdin)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "qexport", *args],
+        env=env.environ,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert not check or proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _accounts(env: Env) -> SqlAccountStore:
+    return SqlAccountStore(env.store.engine)
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_users_create_prints_the_user_id_only(env: Env) -> None:
+    """stdout is the user id; adding the same email elsewhere keeps the id and adds the role;
+    `users list` shows members with their roles."""
+    first = env.run("users", "create", "Ann@Acme.test", "--workspace", "acme", "--role", "editor")
+    user_id = first.stdout.strip()
+    assert UUID.match(user_id)
+    assert "ann@acme.test" in first.stderr
+    again = env.run("users", "create", "ann@acme.test", "--workspace", "beta", "--role", "admin")
+    assert again.stdout.strip() == user_id
+    env.run("users", "create", "bob@acme.test", "--workspace", "acme", "--role", "viewer")
+    listed = json.loads(env.run("users", "list", "--workspace", "acme", "--json").stdout)
+    assert [(m["email"], m["role"]) for m in listed] == [
+        ("ann@acme.test", "editor"),
+        ("bob@acme.test", "viewer"),
+    ]
+    assert listed[0]["id"] == user_id
+
+
+def test_a_password_from_stdin_is_stored_as_an_argon2_hash(env: Env) -> None:
+    """--password-stdin reads one line; only its argon2id hash is stored, never printed."""
+    proc = _run_with_stdin(
+        env,
+        f"{PASSWORD}\n",
+        "users",
+        "create",
+        "ann@acme.test",
+        "--workspace",
+        "acme",
+        "--role",
+        "viewer",
+        "--password-stdin",
+    )
+    assert PASSWORD not in proc.stdout + proc.stderr
+    user = _accounts(env).find_user("ann@acme.test")
+    assert user is not None
+    assert user.password_hash is not None
+    assert user.password_hash.startswith("$argon2id$")
+    assert PASSWORD not in user.password_hash
+
+
+def test_a_cli_token_is_accepted_by_the_api_until_revoked(env: Env, client: TestClient) -> None:
+    """`tokens create` prints the token and nothing else; the API accepts it and records its
+    use; after `tokens revoke` the same token gets 401."""
+    env.run("users", "create", "ann@acme.test", "--workspace", "acme", "--role", "editor")
+    proc = env.run("tokens", "create", "ann@acme.test")
+    token = proc.stdout.strip()
+    assert proc.stdout == f"{token}\n"
+    assert TOKEN.match(token)
+    assert token not in proc.stderr
+
+    response = client.get("/api/v1/queries", headers=_bearer(token))
+    assert response.status_code == 200
+    assert response.json() == {"items": []}
+    [listed] = json.loads(env.run("tokens", "list", "ann@acme.test", "--json").stdout)
+    assert listed["id"] == token.split("_")[1]
+    assert listed["workspace"] == "acme"
+    assert listed["last_used_at"] is not None
+    assert listed["revoked_at"] is None
+    assert token not in json.dumps(listed)
+
+    revoked = env.run("tokens", "revoke", listed["id"])
+    assert f"revoked token {listed['id']}" in revoked.stderr
+    response = client.get("/api/v1/queries", headers=_bearer(token))
+    assert response.status_code == 401
+    [listed] = json.loads(env.run("tokens", "list", "ann@acme.test", "--json").stdout)
+    assert listed["revoked_at"] is not None
+    assert "already revoked" in env.run("tokens", "revoke", listed["id"]).stderr
+
+
+def test_a_token_names_its_workspace_when_the_user_has_several(
+    env: Env, client: TestClient
+) -> None:
+    """With two memberships `tokens create` needs --workspace; the token acts in that one."""
+    env.run("users", "create", "ann@acme.test", "--workspace", "acme", "--role", "viewer")
+    env.run("users", "create", "ann@acme.test", "--workspace", "beta", "--role", "editor")
+    ambiguous = env.run("tokens", "create", "ann@acme.test", check=False)
+    assert ambiguous.returncode == 2
+    assert ambiguous.stdout == ""
+    assert "choose one with --workspace" in ambiguous.stderr
+    token = env.run("tokens", "create", "ann@acme.test", "--workspace", "beta").stdout.strip()
+    body = {"name": "mine", "sql": "SELECT 1", "source": "demo"}
+    response = client.post("/api/v1/queries", headers=_bearer(token), json=body)
+    assert response.status_code == 201  # an editor in beta (a viewer in acme)
+    assert env.store.find_query("beta", "mine") is not None
+
+
+# (arguments, what the one line on stderr says); run as ann, a viewer in acme.
+BAD_INPUT: list[tuple[list[str], str]] = [
+    (
+        ["users", "create", "not-an-email", "--workspace", "acme", "--role", "viewer"],
+        "invalid email address",
+    ),
+    (
+        ["users", "create", "ann@acme.test", "--workspace", "Acme Corp", "--role", "viewer"],
+        "invalid workspace",
+    ),
+    (
+        ["users", "create", "ann@acme.test", "--workspace", "acme", "--role", "owner"],
+        "unknown role 'owner'",
+    ),
+    (["users", "list", "--workspace", "nowhere"], "no workspace 'nowhere'"),
+    (["tokens", "create", "nobody@acme.test"], "no user 'nobody@acme.test'"),
+    (
+        ["tokens", "create", "ann@acme.test", "--workspace", "beta"],
+        "not a member of workspace 'beta'",
+    ),
+    (["tokens", "revoke", "0123456789abcdef"], "no token '0123456789abcdef'"),
+    (["tokens", "list", "nobody@acme.test"], "no user"),
+    (["sources", "add", "shop", "duckdb://relative/shop.duckdb"], "absolute"),
+    (["sources", "add", "shop", "shop.duckdb"], "unsupported source URL scheme"),
+    (["sources", "add", "shop", "mysql://root:hunter2@db/shop"], "unsupported source URL"),
+    (["sources", "add", "shop", "postgresql://u:hunter2@db:99999/x"], "cannot be parsed"),
+    (["sources", "add", "Shop!", "duckdb:///data/shop.duckdb"], "invalid source name"),
+    (["sources", "add", "demo", "duckdb:///data/shop.duckdb"], "already configured"),
+]
+
+
+def test_bad_input_exits_2_with_one_line(env: Env) -> None:
+    """Each case: exit 2, one line on stderr naming the problem, nothing on stdout, no
+    password echoed, and nothing written. (One data dir for all: each command takes a
+    second to start.)"""
+    env.run("users", "create", "ann@acme.test", "--workspace", "acme", "--role", "viewer")
+    for args, message in BAD_INPUT:
+        proc = env.run(*args, check=False)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stdout == "", args
+        assert len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+        assert "hunter2" not in proc.stderr
+    accounts = _accounts(env)
+    assert accounts.registered_sources() == {}
+    assert [m.workspace_id for m in accounts.memberships_of(_user_id(env))] == ["acme"]
+    assert accounts.find_user("not-an-email") is None
+    assert accounts.list_tokens(_user_id(env)) == []
+
+
+def _user_id(env: Env) -> str:
+    user = _accounts(env).find_user("ann@acme.test")
+    assert user is not None
+    return user.id
+
+
+def test_an_empty_password_on_stdin_is_refused(env: Env) -> None:
+    """--password-stdin with nothing to read creates no user."""
+    proc = _run_with_stdin(
+        env,
+        "\n",
+        "users",
+        "create",
+        "ann@acme.test",
+        "--workspace",
+        "acme",
+        "--role",
+        "viewer",
+        "--password-stdin",
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "empty password" in proc.stderr
+    assert _accounts(env).find_user("ann@acme.test") is None
+
+
+def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
+    """`sources add` and `sources list` never print a password; a name is registered once."""
+    added = env.run("sources", "add", "crm", "postgresql://reader:hunter2@db.internal/crm")
+    assert "hunter2" not in added.stdout + added.stderr
+    env.run("sources", "add", "shop", "duckdb:///srv/data/shop.duckdb")
+    taken = env.run("sources", "add", "shop", "duckdb:///srv/other.duckdb", check=False)
+    assert taken.returncode == 2
+    assert "already exists" in taken.stderr
+    listed = json.loads(env.run("sources", "list", "--json").stdout)
+    assert listed == [
+        {"name": "demo", "url": f"duckdb://{env.data_dir / 'demo.duckdb'}", "origin": "built-in"},
+        {"name": "crm", "url": "postgresql://reader:***@db.internal/crm", "origin": "registered"},
+        {"name": "shop", "url": "duckdb:///srv/data/shop.duckdb", "origin": "registered"},
+    ]
+    table = env.run("sources", "list").stdout
+    assert "hunter2" not in table
+    assert "reader:***@db.internal" in table
+
+
+def test_a_running_worker_finds_a_source_registered_after_it_started(
+    env: Env, tmp_path: Path
+) -> None:
+    """The worker starts first; then a source is registered and a query on it saved; the
+    worker's next export reads that source."""
+    shop = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(shop)) as con:
+        con.execute("CREATE TABLE items AS SELECT i AS id FROM range(1, 43) t(i)")
+    env.start_worker(QEXPORT_POLL_SECONDS="0.1")
+    env.run("sources", "add", "shop", f"duckdb://{shop}")
+    env.run("queries", "add", "items", "--source", "shop", "--sql", "SELECT id FROM items")
+    export_id = env.request("items", "csv")
+    record = wait_for(lambda: env.record(export_id).settled and env.record(export_id))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    assert record.row_count == 42
+
+
+def test_a_local_requester_outside_a_workspace_with_accounts_is_refused_up_front(
+    env: Env, tmp_path: Path
+) -> None:
+    """Once a workspace has accounts, a local export for someone who is not a member is
+    refused with one line and nothing recorded; a member's user id is accepted."""
+    shop = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(shop)) as con:
+        con.execute("CREATE TABLE items AS SELECT i AS id FROM range(1, 4) t(i)")
+    env.run("sources", "add", "shop", f"duckdb://{shop}")
+    env.run("queries", "add", "items", "--source", "shop", "--sql", "SELECT id FROM items")
+    user_id = env.run(
+        "users", "create", "ana@example.com", "--workspace", "demo", "--role", "viewer"
+    ).stdout.strip()
+
+    refused = env.run("exports", "create", "--query", "items", "--format", "csv", check=False)
+    assert refused.returncode == 2
+    assert "not a member of workspace 'demo'" in refused.stderr
+    assert env.json("exports", "list")["items"] == []
+
+    accepted = env.run(
+        "--user", user_id, "exports", "create", "--query", "items", "--format", "csv"
+    )
+    assert accepted.stdout.startswith("export ")

@@ -1,0 +1,145 @@
+"""The CLI's `exports` commands against a running `qexport serve`, through QEXPORT_URL and
+QEXPORT_TOKEN (or --url and --token): same output as locally, errors as one line with the
+problem's code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Env
+from tests.e2e.test_serve import SMALL_ORDERS, N, free_port, new_token, start_server
+
+
+@pytest.fixture
+def client(env: Env, tmp_path: Path) -> Env:
+    """A CLI whose own data dir is empty and unused: everything comes from the server."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    url, _ = start_server(env)
+    token = new_token(env, "ann@example.com")
+    return Env(tmp_path / "client", {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})
+
+
+def _json(cli: Env, *args: str) -> Any:
+    return json.loads(cli.run(*args, "--json").stdout)
+
+
+def test_request_wait_list_get_and_download_through_the_server(
+    env: Env, client: Env, tmp_path: Path
+) -> None:
+    """A query named on the command line is found on the server; the export is waited for,
+    listed, shown and downloaded (checked against its sha256), and the client's own data dir
+    is never created."""
+    env.start_worker()
+    created = _json(client, "exports", "create", "--query", "small_orders", "--format", "csv",
+                    "--param", "n=250")  # fmt: skip
+    assert created["status"] == "queued"
+    assert created["subject"]["name"] == "small_orders"
+    done = _json(client, "exports", "wait", created["id"])
+    assert done["status"] == "succeeded"
+    assert done["row_count"] == 250
+    assert [i["id"] for i in _json(client, "exports", "list")["items"]] == [created["id"]]
+    assert _json(client, "exports", "get", created["id"]) == done
+    table = client.run("exports", "get", created["id"]).stdout
+    assert "succeeded" in table
+    assert "query small_orders" in table
+
+    out = tmp_path / "orders.csv"
+    proc = client.run("exports", "download", created["id"], "-o", str(out))
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == done["sha256"]
+    assert f"sha256 {done['sha256']}" in proc.stderr
+    piped = client.run("exports", "download", created["id"], "-o", "-").stdout
+    assert len(piped.splitlines()) == 251
+    assert not client.data_dir.exists()
+
+
+def test_create_by_query_id_and_wait_in_one_command(env: Env, client: Env) -> None:
+    """`--query` also takes the query's id; `--wait` prints the settled export."""
+    env.start_worker()
+    query = env.store.find_query("demo", "small_orders")
+    assert query is not None
+    done = _json(client, "exports", "create", "--query", query.id, "--format", "jsonl", "--wait")
+    assert done["status"] == "succeeded"
+    assert done["row_count"] == 100
+
+
+def test_cancel_through_the_server(client: Env) -> None:
+    """A queued export (no worker runs) is cancelled; cancelling it again is refused with the
+    conflict code."""
+    created = _json(client, "exports", "create", "--query", "small_orders", "--format", "csv")
+    proc = client.run("exports", "cancel", created["id"])
+    assert proc.stdout.strip() == f"export {created['id']} cancelled"
+    assert _json(client, "exports", "get", created["id"])["failure"]["code"] == "cancelled"
+    again = client.run("exports", "cancel", created["id"], check=False)
+    assert again.returncode == 1
+    assert "(conflict)" in again.stderr
+
+
+MISSING = "00000000-0000-0000-0000-000000000000"
+REFUSALS = [
+    (["create", "--query", "small_orders", "--format", "docx"], 2, "invalid_request"),
+    (["create", "--query", "small_orders", "--format", "csv", "--param", "n=ten"], 2,
+     "invalid_request"),
+    (["create", "--query", "nope", "--format", "csv"], 2, "not_found"),
+    (["get", MISSING], 1, "not_found"),
+    (["get", "../../queries"], 1, "not_found"),
+    (["wait", MISSING], 1, "not_found"),
+    (["download", MISSING, "-o", "x.csv"], 1, "not_found"),
+]  # fmt: skip
+
+
+def test_refusals_are_one_line_with_the_code(client: Env) -> None:
+    """The server's problem document is printed as one line ending with its code, and the
+    exit code says whether the request itself was at fault (2) or not (1)."""
+    for args, exit_code, code in REFUSALS:
+        proc = client.run("exports", *args, check=False)
+        assert proc.returncode == exit_code, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, (args, proc.stderr)
+        assert lines[0].startswith("error: "), args
+        assert lines[0].endswith(f"({code})"), (args, lines[0])
+
+
+def test_a_download_that_is_not_ready_is_refused(client: Env, tmp_path: Path) -> None:
+    """A queued export's file: 409 not_ready, and no file is left behind."""
+    created = _json(client, "exports", "create", "--query", "small_orders", "--format", "csv")
+    out = tmp_path / "early.csv"
+    proc = client.run("exports", "download", created["id"], "-o", str(out), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().endswith("(not_ready)")
+    assert not out.exists()
+    assert list(tmp_path.glob(".early.csv*")) == []
+
+
+def test_a_bad_token_or_a_missing_server(client: Env) -> None:
+    """A malformed token gets unauthorized; a server that is not there is named as
+    unreachable; a URL without a token is a usage error."""
+    url = client.extra["QEXPORT_URL"]
+    bad = Env(client.data_dir, {"QEXPORT_URL": url, "QEXPORT_TOKEN": "qx_" + "0" * 16 + "_x"})
+    proc = bad.run("exports", "list", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().endswith("(unauthorized)")
+
+    gone = f"http://127.0.0.1:{free_port()}"
+    down = Env(client.data_dir, {**client.extra, "QEXPORT_URL": gone})
+    proc = down.run("exports", "list", check=False)
+    assert proc.returncode == 1
+    assert f"cannot reach {gone}" in proc.stderr
+    assert proc.stderr.strip().endswith("(unreachable)")
+
+    half = Env(client.data_dir, {"QEXPORT_URL": url})
+    proc = half.run("exports", "list", check=False)
+    assert proc.returncode == 2
+    assert "QEXPORT_TOKEN" in proc.stderr
+
+
+def test_url_and_token_options(client: Env) -> None:
+    """--url and --token on the command line do what the variables do."""
+    url, token = client.extra["QEXPORT_URL"], client.extra["QEXPORT_TOKEN"]
+    plain = Env(client.data_dir)
+    proc = plain.run("--url", url, "--token", token, "exports", "list", "--json")
+    assert json.loads(proc.stdout) == {"items": [], "next_cursor": None}

@@ -1,0 +1,206 @@
+"""`qexport serve` and `qexport demo --serve` as subprocesses, used over HTTP like curl would."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from qexport.domain.queries import Parameter, ParamType
+from tests.e2e.conftest import Env, wait_for
+
+SMALL_ORDERS = "SELECT order_id, total FROM orders WHERE order_id <= $n ORDER BY order_id"
+N = Parameter("n", ParamType.INTEGER, required=False, default="100")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx2.get(url, timeout=2).status_code == 200
+    except httpx2.TransportError:
+        return False
+
+
+def start_server(env: Env) -> tuple[str, subprocess.Popen[bytes]]:
+    """`qexport serve` on a free port of this machine, on the env's data dir, answering."""
+    port = free_port()
+    log_path = env.data_dir / f"serve-{port}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qexport", "serve", "--port", str(port)],
+            env=env.environ,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    env.procs.append(proc)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"qexport serve exited {proc.returncode}: {log_path.read_text()}")
+        return _answers(f"{url}/healthz")
+
+    wait_for(up, timeout=60, interval=0.1)
+    return url, proc
+
+
+def new_token(env: Env, email: str, role: str = "editor") -> str:
+    """An account in workspace `demo` (the e2e requester's) and a token for it, by the CLI."""
+    env.run("users", "create", email, "--workspace", "demo", "--role", role)
+    return env.run("tokens", "create", email).stdout.strip()
+
+
+def settled(api: httpx2.Client, location: str) -> dict[str, Any]:
+    """Poll an export (as a client would) until it succeeded or failed."""
+
+    def poll() -> dict[str, Any] | None:
+        export: dict[str, Any] = api.get(location).json()
+        return export if export["status"] in ("succeeded", "failed") else None
+
+    found: dict[str, Any] = wait_for(poll, timeout=120, interval=0.1)
+    return found
+
+
+def test_serve_answers_health_readiness_and_openapi(env: Env) -> None:
+    """The server answers the operations endpoints without a token, publishes its OpenAPI
+    schema, logs one line with its URL, and exits 0 on SIGTERM."""
+    url, proc = start_server(env)
+    assert httpx2.get(f"{url}/healthz").json() == {"status": "ok"}
+    ready = httpx2.get(f"{url}/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"database": "ok", "storage": "ok"}
+    schema = httpx2.get(f"{url}/openapi.json").json()
+    assert "/api/v1/exports" in schema["paths"]
+    metrics = httpx2.get(f"{url}/metrics")
+    assert 'qexport_exports{status="queued"} 0.0' in metrics.text
+    assert httpx2.get(f"{url}/api/v1/exports").status_code == 401
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    log = next(env.data_dir.glob("serve-*.log")).read_text()
+    assert url in log
+
+
+def test_a_curl_session_with_a_worker(env: Env) -> None:
+    """Create a token, request an export, poll until it succeeded, download it and check its
+    sha256, share it through a public link fetched without a token."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    env.start_worker()
+    url, _ = start_server(env)
+    token = new_token(env, "ann@example.com")
+    with httpx2.Client(base_url=url, headers=bearer(token), timeout=30) as api:
+        _session(api, url)
+
+
+def _session(api: httpx2.Client, url: str) -> None:
+    queries = api.get("/api/v1/queries").json()["items"]
+    query_id = next(q["id"] for q in queries if q["name"] == "small_orders")
+    created = api.post(
+        "/api/v1/exports",
+        json={"query_id": query_id, "format": "csv", "parameters": {"n": 500}},
+    )
+    assert created.status_code == 202, created.text
+    location = created.headers["Location"]
+    export = settled(api, location)
+    assert export["status"] == "succeeded", export
+    assert export["row_count"] == 500
+
+    file = api.get(f"{location}/file")
+    assert file.status_code == 200
+    assert hashlib.sha256(file.content).hexdigest() == export["sha256"]
+    assert "small_orders.csv" in file.headers["Content-Disposition"]
+
+    link = api.post(f"{location}/links")
+    assert link.status_code == 201, link.text
+    assert link.json()["url"].startswith(f"{url}/p/")
+    public = httpx2.get(link.json()["url"], timeout=30)  # no token
+    assert public.status_code == 200
+    assert public.content == file.content
+    assert 'qexport_exports{status="succeeded"} 1.0' in httpx2.get(f"{url}/metrics").text
+
+
+class _Output:
+    """A subprocess's stdout, read line by line on a thread (so that reads never block)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for raw in stream:
+            self.lines.append(raw.decode(errors="replace"))
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def join(self) -> None:
+        self._thread.join(timeout=30)
+
+
+def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
+    """`demo --serve` runs the demo exports, then serves them: the printed URL and token list
+    the demo's five exports, a new request is produced by its in-process worker, and SIGINT
+    stops it cleanly (exit 0)."""
+    data_dir = tmp_path / "data"
+    port = free_port()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qexport", "demo", "--serve", "--rows", "2000", "--port", str(port)],
+        env={**environ, "QEXPORT_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    output = _Output(proc.stdout)
+    try:
+        found = wait_for(
+            lambda: re.search(r"(http://127\.0\.0\.1:\d+).*?\s(qx_\S+)", output.text, re.S),
+            timeout=240,
+            interval=0.2,
+        )
+        url, token = found.group(1), found.group(2)
+        assert url == f"http://127.0.0.1:{port}"
+        assert "demo@example.com" in output.text
+        wait_for(lambda: _answers(f"{url}/healthz"), timeout=60, interval=0.1)
+        with httpx2.Client(base_url=url, headers=bearer(token), timeout=30) as api:
+            items = api.get("/api/v1/exports").json()["items"]
+            formats = sorted(i["format"] for i in items)
+            assert formats == ["csv", "jsonl", "parquet", "tsv", "xlsx"]
+            assert {i["status"] for i in items} == {"succeeded"}
+            body = {"query_id": items[0]["subject"]["id"], "format": "jsonl"}
+            created = api.post("/api/v1/exports", json=body)
+            assert created.status_code == 202, created.text
+            location = created.headers["Location"]
+            assert settled(api, location)["status"] == "succeeded"
+            file = api.get(f"{location}/file")
+            assert len(file.content.splitlines()) == 2000
+
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        output.join()
+        assert "Stopped." in output.text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        output.join()
+        assert proc.stdout is not None
+        proc.stdout.close()

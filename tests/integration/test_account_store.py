@@ -1,0 +1,301 @@
+"""The AccountStore contract: workspaces, users, roles, tokens, links and sources, on every
+backend (in memory, SQLite, and PostgreSQL where configured), so the fake cannot drift."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+import pytest
+
+from qexport.domain.accounts import Role, Standing, hash_secret, new_api_token, parse_api_token
+from qexport.domain.exports import ExportRecord, Status
+from qexport.domain.failures import FailureCode, InvalidRequestError
+from qexport.domain.queries import Query
+from qexport.ports import AccountStore, MetadataStore, NewExport
+from qexport.store.accounts import LAST_USED_RESOLUTION, SqlAccountStore
+from qexport.store.sql import SqlMetadataStore
+from qexport.testing import FrozenClock, InMemoryAccountStore, InMemoryMetadataStore
+from tests.factories import new_export
+
+STAND_IN_HASH = "$argon2id$v=19$stand-in"  # opaque to the store
+
+
+@dataclass
+class Backend:
+    accounts: AccountStore
+    store: MetadataStore
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Accounts and exports on one backend (links refer to exports; claims read members)."""
+    if request.param == "memory":
+        accounts = InMemoryAccountStore()
+        yield Backend(accounts, InMemoryMetadataStore(standing=accounts.standing))
+        return
+    store = request.getfixturevalue(f"{request.param}_store")
+    assert isinstance(store, SqlMetadataStore)
+    yield Backend(SqlAccountStore(store.engine), store)
+
+
+@pytest.fixture
+def account_store(backend: Backend) -> AccountStore:
+    return backend.accounts
+
+
+def _secret(token: str) -> str:
+    """The token's random part (which may itself contain `_`)."""
+    parsed = parse_api_token(token)
+    assert parsed is not None
+    return parsed[1]
+
+
+def _member(
+    accounts: AccountStore, clock: FrozenClock, email: str, workspace: str, role: Role
+) -> str:
+    accounts.ensure_workspace(workspace, now=clock.now())
+    user = accounts.find_user(email) or accounts.create_user(
+        email, password_hash=None, now=clock.now()
+    )
+    accounts.set_role(workspace, user.id, role)
+    return user.id
+
+
+# ---------------------------------------------------------------- workspaces and users
+
+
+def test_a_workspace_is_created_once(account_store: AccountStore, clock: FrozenClock) -> None:
+    """ensure_workspace says whether it created the workspace; a second call changes nothing."""
+    assert not account_store.workspace_exists("acme")
+    assert account_store.ensure_workspace("acme", now=clock.now()) is True
+    assert account_store.ensure_workspace("acme", now=clock.now()) is False
+    assert account_store.workspace_exists("acme")
+
+
+def test_users_are_found_by_id_and_email(account_store: AccountStore, clock: FrozenClock) -> None:
+    """A created user reads back whole, password hash included, by id and by email."""
+    user = account_store.create_user("ann@acme.test", password_hash=STAND_IN_HASH, now=clock.now())
+    assert account_store.get_user(user.id) == user
+    assert account_store.find_user("ann@acme.test") == user
+    assert user.password_hash == STAND_IN_HASH
+    assert user.created_at == clock.now()
+    assert account_store.get_user("nobody") is None
+    assert account_store.find_user("nobody@acme.test") is None
+
+
+def test_a_chosen_user_id_is_kept(account_store: AccountStore, clock: FrozenClock) -> None:
+    """create_user takes an id when given one (the local CLI user keeps its name)."""
+    user = account_store.create_user(
+        "alice@acme.test", password_hash=None, now=clock.now(), user_id="alice"
+    )
+    assert user.id == "alice"
+    assert account_store.get_user("alice") == user
+
+
+def test_an_email_is_taken_once(account_store: AccountStore, clock: FrozenClock) -> None:
+    """A second user with the same email is refused (field "email"); the first is unchanged."""
+    first = account_store.create_user("ann@acme.test", password_hash=None, now=clock.now())
+    with pytest.raises(InvalidRequestError) as refused:
+        account_store.create_user("ann@acme.test", password_hash=STAND_IN_HASH, now=clock.now())
+    assert refused.value.field == "email"
+    assert account_store.find_user("ann@acme.test") == first
+
+
+def test_roles_are_given_changed_and_removed(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """set_role adds a membership or changes its role; remove_member ends it, once."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.VIEWER)
+    assert account_store.role_of("acme", ann) is Role.VIEWER
+    account_store.set_role("acme", ann, Role.ADMIN)
+    assert account_store.role_of("acme", ann) is Role.ADMIN
+    assert account_store.remove_member("acme", ann) is True
+    assert account_store.remove_member("acme", ann) is False
+    assert account_store.role_of("acme", ann) is None
+
+
+def test_memberships_and_members_are_listed_in_order(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """A user's memberships by workspace; a workspace's members by user id."""
+    ann = _member(account_store, clock, "ann@acme.test", "zeta", Role.EDITOR)
+    _member(account_store, clock, "ann@acme.test", "acme", Role.VIEWER)
+    bob = _member(account_store, clock, "bob@acme.test", "acme", Role.ADMIN)
+    assert [(m.workspace_id, m.role) for m in account_store.memberships_of(ann)] == [
+        ("acme", Role.VIEWER),
+        ("zeta", Role.EDITOR),
+    ]
+    members = account_store.members("acme")
+    assert [m.user_id for m in members] == sorted([ann, bob])
+    assert {m.user_id: m.role for m in members} == {ann: Role.VIEWER, bob: Role.ADMIN}
+    assert account_store.members("nowhere") == []
+
+
+# ---------------------------------------------------------------- API tokens
+
+
+def _token(
+    accounts: AccountStore, clock: FrozenClock, user_id: str, workspace: str = "acme"
+) -> str:
+    token_id, _token_text, secret_hash = new_api_token()
+    accounts.add_token(
+        token_id=token_id,
+        user_id=user_id,
+        workspace_id=workspace,
+        secret_hash=secret_hash,
+        now=clock.now(),
+    )
+    return token_id
+
+
+def test_a_token_reads_back_with_its_hash(account_store: AccountStore, clock: FrozenClock) -> None:
+    """A token is stored with its owner, workspace, time and secret hash; unknown ids are None."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.EDITOR)
+    token_id, token, secret_hash = new_api_token()
+    account_store.add_token(
+        token_id=token_id,
+        user_id=ann,
+        workspace_id="acme",
+        secret_hash=secret_hash,
+        now=clock.now(),
+    )
+    stored = account_store.get_token(token_id)
+    assert stored is not None
+    assert (stored.user_id, stored.workspace_id, stored.created_at) == (ann, "acme", clock.now())
+    assert stored.secret_hash == secret_hash == hash_secret(_secret(token))
+    assert stored.last_used_at is None
+    assert stored.revoked_at is None
+    assert account_store.get_token("0000000000000000") is None
+
+
+def test_a_users_tokens_are_listed_oldest_first(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """list_tokens gives only that user's tokens, in creation order."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.EDITOR)
+    bob = _member(account_store, clock, "bob@acme.test", "acme", Role.EDITOR)
+    first = _token(account_store, clock, ann)
+    clock.advance(1)
+    _token(account_store, clock, bob)
+    clock.advance(1)
+    second = _token(account_store, clock, ann)
+    assert [t.id for t in account_store.list_tokens(ann)] == [first, second]
+    assert account_store.list_tokens("nobody") == []
+
+
+def test_last_use_is_recorded_at_most_once_a_minute(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """touch_token records the time of use, then not again within LAST_USED_RESOLUTION."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.EDITOR)
+    token_id = _token(account_store, clock, ann)
+    first_use = clock.now()
+    account_store.touch_token(token_id, now=first_use)
+    clock.advance(LAST_USED_RESOLUTION.total_seconds() / 2)
+    account_store.touch_token(token_id, now=clock.now())
+    assert _last_used(account_store, token_id) == first_use
+    clock.advance(LAST_USED_RESOLUTION.total_seconds())
+    account_store.touch_token(token_id, now=clock.now())
+    assert _last_used(account_store, token_id) == clock.now()
+
+
+def _last_used(accounts: AccountStore, token_id: str) -> object:
+    token = accounts.get_token(token_id)
+    assert token is not None
+    return token.last_used_at
+
+
+def test_a_token_is_revoked_once(account_store: AccountStore, clock: FrozenClock) -> None:
+    """revoke_token stamps the time once; again, or for an unknown id, it returns False."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.EDITOR)
+    token_id = _token(account_store, clock, ann)
+    assert account_store.revoke_token(token_id, now=clock.now()) is True
+    revoked_at = clock.now()
+    clock.advance(60)
+    assert account_store.revoke_token(token_id, now=clock.now()) is False
+    assert account_store.revoke_token("0000000000000000", now=clock.now()) is False
+    token = account_store.get_token(token_id)
+    assert token is not None
+    assert token.revoked_at == revoked_at
+
+
+# ---------------------------------------------------------------- public links
+
+
+def test_links_are_found_by_id_and_hash_and_revoked_once(
+    backend: Backend, clock: FrozenClock
+) -> None:
+    """A link reads back by id and by its token's hash; it is revoked once."""
+    export = backend.store.insert_export(new_export(clock.now(), "acme"))
+    link = backend.accounts.add_link(
+        export_id=export.id, created_by="ann", token_hash=hash_secret("s1"), now=clock.now()
+    )
+    assert backend.accounts.get_link(link.id) == link
+    assert backend.accounts.find_link(hash_secret("s1")) == link
+    assert backend.accounts.find_link(hash_secret("s2")) is None
+    assert (link.export_id, link.created_by, link.revoked_at) == (export.id, "ann", None)
+    assert backend.accounts.revoke_link(link.id, now=clock.now()) is True
+    assert backend.accounts.revoke_link(link.id, now=clock.now()) is False
+    assert backend.accounts.revoke_link("nope", now=clock.now()) is False
+    revoked = backend.accounts.get_link(link.id)
+    assert revoked is not None
+    assert revoked.revoked_at == clock.now()
+
+
+# ---------------------------------------------------------------- registered sources
+
+
+def test_sources_are_registered_once_by_name(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """Registered sources list by name; a taken name is refused (field "name") and kept."""
+    account_store.add_source("shop", "duckdb:///data/shop.duckdb", now=clock.now())
+    account_store.add_source("crm", "postgresql://reader@db/crm", now=clock.now())
+    with pytest.raises(InvalidRequestError) as refused:
+        account_store.add_source("shop", "duckdb:///elsewhere.duckdb", now=clock.now())
+    assert refused.value.field == "name"
+    assert account_store.registered_sources() == {
+        "crm": "postgresql://reader@db/crm",
+        "shop": "duckdb:///data/shop.duckdb",
+    }
+    assert list(account_store.registered_sources()) == ["crm", "shop"]
+
+
+# ---------------------------------------------------------------- standing, as claims see it
+
+
+def test_a_removed_member_s_queued_export_is_refused(backend: Backend, clock: FrozenClock) -> None:
+    """The pre-run check reads memberships from the same store: once its requester leaves a
+    registered workspace, a queued export settles failed/access_lost instead of running."""
+    accounts, store = backend.accounts, backend.store
+    _member(accounts, clock, "alice@acme.test", "acme", Role.VIEWER)
+    user = accounts.find_user("alice@acme.test")
+    assert user is not None
+    store.add_query(Query("q1", "acme", "orders", "SELECT 1", "demo"))
+    kept = store.insert_export(_requested_by(new_export(clock.now(), "acme"), user.id))
+    result = store.claim_next(worker_id="w", now=clock.now(), lease_seconds=30, admit=_admit)
+    assert result.claimed is not None
+    assert result.claimed.id == kept.id
+
+    clock.advance(1)
+    refused = store.insert_export(_requested_by(new_export(clock.now(), "acme"), user.id))
+    accounts.remove_member("acme", user.id)
+    result = store.claim_next(
+        worker_id="w", now=clock.now() + timedelta(seconds=1), lease_seconds=30, admit=_admit
+    )
+    assert result.refused is not None
+    assert result.refused.id == refused.id
+    record = store.get_export(refused.id)
+    assert record is not None
+    assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.ACCESS_LOST)
+
+
+def _requested_by(new: NewExport, user_id: str) -> NewExport:
+    return replace(new, requested_by=user_id)
+
+
+def _admit(_record: ExportRecord, query: Query | None, standing: Standing) -> str | None:
+    """The worker's rule, reduced to what the store supplies: a query and a member."""
+    return None if query is not None and standing.member else "not a member"

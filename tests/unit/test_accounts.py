@@ -1,0 +1,408 @@
+"""Accounts on the in-memory fakes: who a token authenticates, how users, tokens and sources
+are administered, and how a worker finds a source registered after it started."""
+
+from __future__ import annotations
+
+import pytest
+
+from qexport.domain.accounts import Role, hash_secret, parse_api_token
+from qexport.domain.failures import InvalidRequestError, NotFoundError, UnauthorizedError
+from qexport.ports import Source
+from qexport.services import accounts as service
+from qexport.services.auth import authenticate
+from qexport.sources.registry import SourceRegistry, masked_url
+from qexport.store.accounts import LAST_USED_RESOLUTION
+from qexport.testing import FrozenClock, InMemoryAccountStore
+from tests.unit.fakes import FakeSource
+
+WORDS = "correct horse"  # a password, for the tests that set one
+
+
+@pytest.fixture
+def accounts() -> InMemoryAccountStore:
+    return InMemoryAccountStore()
+
+
+def _secret(token: str) -> str:
+    """The token's random part (which may itself contain `_`)."""
+    parsed = parse_api_token(token)
+    assert parsed is not None
+    return parsed[1]
+
+
+def _token(accounts: InMemoryAccountStore, clock: FrozenClock, email: str, role: str) -> str:
+    service.add_user(accounts, clock, email, workspace="acme", role=role)
+    return service.issue_token(accounts, clock, email).token
+
+
+# ---------------------------------------------------------------- authenticate
+
+
+def test_a_valid_token_is_its_user_in_its_workspace(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """The principal carries the user, the token's workspace, the current role and the token."""
+    token = _token(accounts, clock, "ann@acme.test", "editor")
+    principal = authenticate(accounts, clock, token)
+    user = accounts.find_user("ann@acme.test")
+    assert user is not None
+    assert (principal.user_id, principal.email) == (user.id, "ann@acme.test")
+    assert (principal.workspace_id, principal.role) == ("acme", Role.EDITOR)
+    assert principal.token_id == token.split("_")[1]
+    assert principal.can_write_queries
+    assert not principal.sees_workspace
+
+
+def test_a_token_use_is_recorded(accounts: InMemoryAccountStore, clock: FrozenClock) -> None:
+    """Each authentication records the token's last use (at most once a minute)."""
+    token = _token(accounts, clock, "ann@acme.test", "viewer")
+    clock.advance(5)
+    principal = authenticate(accounts, clock, token)
+    stored = accounts.get_token(principal.token_id)
+    assert stored is not None
+    assert stored.last_used_at == clock.now()
+    clock.advance(LAST_USED_RESOLUTION.total_seconds() + 1)
+    authenticate(accounts, clock, token)
+    stored = accounts.get_token(principal.token_id)
+    assert stored is not None
+    assert stored.last_used_at == clock.now()
+
+
+def test_a_role_change_applies_to_existing_tokens(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """The role is read at each request: a promotion or demotion needs no new token."""
+    token = _token(accounts, clock, "ann@acme.test", "viewer")
+    service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="admin")
+    assert authenticate(accounts, clock, token).role is Role.ADMIN
+
+
+def _tampered(token: str) -> str:
+    last = token[-1]
+    return token[:-1] + ("A" if last != "A" else "B")
+
+
+@pytest.mark.parametrize(
+    "case", ["malformed", "empty", "unknown id", "tampered", "revoked", "removed member"]
+)
+def test_bad_tokens_are_refused_alike(
+    accounts: InMemoryAccountStore, clock: FrozenClock, case: str
+) -> None:
+    """Every refusal is the same UnauthorizedError("invalid token"): nothing says which part
+    was wrong, or whether the token or its user exists."""
+    token = _token(accounts, clock, "ann@acme.test", "admin")
+    user = accounts.find_user("ann@acme.test")
+    assert user is not None
+    presented = {
+        "malformed": "not-a-token",
+        "empty": "",
+        "unknown id": "qx_0123456789abcdef_" + _secret(token),
+        "tampered": _tampered(token),
+    }.get(case, token)
+    if case == "revoked":
+        assert service.revoke_token(accounts, clock, token)
+    if case == "removed member":
+        accounts.remove_member("acme", user.id)
+    with pytest.raises(UnauthorizedError) as refused:
+        authenticate(accounts, clock, presented)
+    assert str(refused.value) == "invalid token"
+
+
+def test_a_token_works_only_in_its_own_workspace(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """A member of two workspaces gets one principal per token, each in the token's workspace."""
+    service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    service.add_user(accounts, clock, "ann@acme.test", workspace="beta", role="admin")
+    acme = service.issue_token(accounts, clock, "ann@acme.test", workspace="acme").token
+    beta = service.issue_token(accounts, clock, "ann@acme.test", workspace="beta").token
+    assert authenticate(accounts, clock, acme).workspace_id == "acme"
+    assert authenticate(accounts, clock, acme).role is Role.VIEWER
+    assert authenticate(accounts, clock, beta).role is Role.ADMIN
+
+
+# ---------------------------------------------------------------- users
+
+
+def test_adding_a_user_creates_the_workspace_and_the_membership(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """The email is normalised; the workspace and user are created and the role given."""
+    added = service.add_user(accounts, clock, " Ann@ACME.test ", workspace="acme", role="editor")
+    assert added.new_user
+    assert added.new_workspace
+    assert added.user.email == "ann@acme.test"
+    assert accounts.workspace_exists("acme")
+    assert accounts.role_of("acme", added.user.id) is Role.EDITOR
+
+
+def test_a_password_is_stored_as_an_argon2_hash(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Only an argon2id hash is kept; it verifies the password and nothing else."""
+    added = service.add_user(
+        accounts, clock, "ann@acme.test", workspace="acme", role="viewer", password=WORDS
+    )
+    stored = added.user.password_hash
+    assert stored is not None
+    assert stored.startswith("$argon2id$")
+    assert WORDS not in stored
+    assert service.password_matches(stored, WORDS)
+    assert not service.password_matches(stored, WORDS[:-1])
+    assert not service.password_matches(None, WORDS)
+    assert not service.password_matches("not a hash", WORDS)
+
+
+def test_an_existing_user_is_given_a_role_in_another_workspace(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Adding a known email again keeps the user and adds the membership."""
+    first = service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    again = service.add_user(accounts, clock, "ann@acme.test", workspace="beta", role="admin")
+    assert not again.new_user
+    assert again.user == first.user
+    assert [(m.workspace_id, m.role) for m in accounts.memberships_of(first.user.id)] == [
+        ("acme", Role.VIEWER),
+        ("beta", Role.ADMIN),
+    ]
+
+
+def test_a_password_for_an_existing_user_is_refused_and_nothing_changes(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """A password cannot be set on an existing user this way; no membership is added."""
+    first = service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    with pytest.raises(InvalidRequestError) as refused:
+        service.add_user(
+            accounts, clock, "ann@acme.test", workspace="beta", role="admin", password=WORDS
+        )
+    assert refused.value.field == "password"
+    assert not accounts.workspace_exists("beta")
+    assert len(accounts.memberships_of(first.user.id)) == 1
+
+
+@pytest.mark.parametrize(
+    ("email", "workspace", "role", "field"),
+    [
+        ("not-an-email", "acme", "viewer", "email"),
+        ("a@b@c", "acme", "viewer", "email"),
+        ("ann@acme.test", "Acme", "viewer", "workspace"),
+        ("ann@acme.test", "../etc", "viewer", "workspace"),
+        ("ann@acme.test", "", "viewer", "workspace"),
+        ("ann@acme.test", "acme\n", "viewer", "workspace"),
+        ("ann@acme.test", "acme", "owner", "role"),
+        ("ann@acme.test", "acme", "", "role"),
+    ],
+)
+def test_bad_user_input_is_refused_before_anything_is_written(
+    accounts: InMemoryAccountStore,
+    clock: FrozenClock,
+    email: str,
+    workspace: str,
+    role: str,
+    field: str,
+) -> None:
+    """Each bad value names its field; no workspace or user is created."""
+    with pytest.raises(InvalidRequestError) as refused:
+        service.add_user(accounts, clock, email, workspace=workspace, role=role)
+    assert refused.value.field == field
+    assert accounts.find_user("ann@acme.test") is None
+    assert not accounts.workspace_exists("acme")
+
+
+def test_an_empty_password_is_refused(accounts: InMemoryAccountStore, clock: FrozenClock) -> None:
+    """An empty password is not a password."""
+    with pytest.raises(InvalidRequestError):
+        service.add_user(
+            accounts, clock, "ann@acme.test", workspace="acme", role="viewer", password=""
+        )
+    assert accounts.find_user("ann@acme.test") is None
+
+
+def test_members_are_listed_by_email(accounts: InMemoryAccountStore, clock: FrozenClock) -> None:
+    """list_members pairs each member with their role; an unknown workspace is not found."""
+    service.add_user(accounts, clock, "zoe@acme.test", workspace="acme", role="admin")
+    service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    service.add_user(accounts, clock, "bob@beta.test", workspace="beta", role="viewer")
+    listed = [(u.email, m.role) for u, m in service.list_members(accounts, "acme")]
+    assert listed == [("ann@acme.test", Role.VIEWER), ("zoe@acme.test", Role.ADMIN)]
+    with pytest.raises(NotFoundError):
+        service.list_members(accounts, "gamma")
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def test_a_token_defaults_to_the_users_only_workspace(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """With one membership the workspace is implied; the token is shown once, not stored."""
+    service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    issued = service.issue_token(accounts, clock, "ANN@acme.test")
+    assert issued.record.workspace_id == "acme"
+    assert issued.token.startswith(f"qx_{issued.record.id}_")
+    assert issued.token not in repr(issued)
+    stored = accounts.get_token(issued.record.id)
+    assert stored is not None
+    assert stored.secret_hash == hash_secret(_secret(issued.token))
+
+
+def test_a_token_needs_a_workspace_choice_when_it_is_ambiguous(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Several memberships need --workspace; a workspace the user is not in is refused."""
+    service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    service.add_user(accounts, clock, "ann@acme.test", workspace="beta", role="viewer")
+    service.add_user(accounts, clock, "bob@gamma.test", workspace="gamma", role="viewer")
+    with pytest.raises(InvalidRequestError, match=r"2 workspaces \(acme, beta\)"):
+        service.issue_token(accounts, clock, "ann@acme.test")
+    with pytest.raises(InvalidRequestError, match="not a member of workspace 'gamma'"):
+        service.issue_token(accounts, clock, "ann@acme.test", workspace="gamma")
+    assert service.issue_token(accounts, clock, "ann@acme.test", workspace="beta")
+    assert len(service.list_tokens(accounts, "ann@acme.test")) == 1
+
+
+def test_a_token_for_a_user_without_workspace_or_unknown_is_refused(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """No membership: refused; an unknown email: not found."""
+    service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    user = accounts.find_user("ann@acme.test")
+    assert user is not None
+    accounts.remove_member("acme", user.id)
+    with pytest.raises(InvalidRequestError, match="0 workspaces"):
+        service.issue_token(accounts, clock, "ann@acme.test")
+    with pytest.raises(NotFoundError):
+        service.issue_token(accounts, clock, "nobody@acme.test")
+
+
+def test_a_token_is_revoked_by_id_or_whole(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Revoking by id or by the token itself works once; then it says it already was."""
+    by_id = _token(accounts, clock, "ann@acme.test", "viewer")
+    whole = service.issue_token(accounts, clock, "ann@acme.test").token
+    assert service.revoke_token(accounts, clock, by_id.split("_")[1]) is True
+    assert service.revoke_token(accounts, clock, whole) is True
+    assert service.revoke_token(accounts, clock, whole) is False
+    assert all(t.revoked_at == clock.now() for t in service.list_tokens(accounts, "ann@acme.test"))
+
+
+@pytest.mark.parametrize("ref", ["nope", "0123456789abcdef", "", "qx_" + "x" * 60])
+def test_revoking_an_unknown_token_is_not_found(
+    accounts: InMemoryAccountStore, clock: FrozenClock, ref: str
+) -> None:
+    """An unknown or malformed id is not found, and the error repeats at most 16 characters."""
+    with pytest.raises(NotFoundError) as refused:
+        service.revoke_token(accounts, clock, ref)
+    assert len(str(refused.value)) <= len("no token ''") + 16
+
+
+# ---------------------------------------------------------------- sources
+
+
+def test_a_source_is_registered(accounts: InMemoryAccountStore, clock: FrozenClock) -> None:
+    """A valid name and URL are stored as given."""
+    service.add_source(accounts, clock, "shop", "duckdb:///data/shop.duckdb", configured={"demo"})
+    service.add_source(accounts, clock, "crm", "postgresql://u:pw@db/crm", configured={"demo"})
+    assert accounts.registered_sources() == {
+        "crm": "postgresql://u:pw@db/crm",
+        "shop": "duckdb:///data/shop.duckdb",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "url", "field"),
+    [
+        ("demo", "duckdb:///data/x.duckdb", "name"),
+        ("Shop", "duckdb:///data/x.duckdb", "name"),
+        ("../shop", "duckdb:///data/x.duckdb", "name"),
+        ("", "duckdb:///data/x.duckdb", "name"),
+        ("shop\n", "duckdb:///data/x.duckdb", "name"),
+        ("shop", "duckdb://data/x.duckdb", "url"),
+        ("shop", "duckdb:relative.duckdb", "url"),
+        ("shop", "duckdb:///", "url"),
+        ("shop", "mysql://u:hunter2@db/x", "url"),
+        ("shop", "postgresql:db", "url"),
+        ("shop", "postgresql://u:hunter2@db:99999/x", "url"),
+        ("shop", "/data/x.duckdb", "url"),
+    ],
+)
+def test_bad_sources_are_refused_without_echoing_passwords(
+    accounts: InMemoryAccountStore, clock: FrozenClock, name: str, url: str, field: str
+) -> None:
+    """Bad names and URLs name their field; no message repeats a password."""
+    with pytest.raises(InvalidRequestError) as refused:
+        service.add_source(accounts, clock, name, url, configured={"demo"})
+    assert refused.value.field == field
+    assert "hunter2" not in str(refused.value)
+    assert accounts.registered_sources() == {}
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:hunter2@db:5432/crm", "postgresql://u:***@db:5432/crm"),
+        ("postgresql://:hunter2@db/crm", "postgresql://:***@db/crm"),
+        ("postgresql://u@db/crm?password=hunter2&sslmode=require", None),
+        ("postgresql://u@db/crm", "postgresql://u@db/crm"),
+        ("duckdb:///data/shop.duckdb", "duckdb:///data/shop.duckdb"),
+        ("postgresql://u:hunter2@db:99999/crm", None),
+    ],
+)
+def test_masked_urls_hide_passwords_only(url: str, shown: str | None) -> None:
+    """The password goes, wherever it is; everything else stays readable."""
+    masked = masked_url(url)
+    assert "hunter2" not in masked
+    if shown is not None:
+        assert masked == shown
+
+
+# ---------------------------------------------------------------- the registry
+
+
+class _Builds:
+    """Builds fake sources and counts how often (a source is built once per process)."""
+
+    def __init__(self) -> None:
+        self.built: list[str] = []
+
+    def __call__(self, name: str, url: str) -> Source:
+        if not url.startswith("duckdb:///"):
+            raise ValueError("unsupported")
+        self.built.append(name)
+        source = FakeSource()
+        source.name = name
+        return source
+
+
+def test_a_source_registered_later_is_found_at_the_next_lookup(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """A worker's registry built before `sources add` finds the new source on a miss, and
+    builds it only once."""
+    demo = FakeSource()
+    builds = _Builds()
+    registry = SourceRegistry({"demo": demo}, accounts.registered_sources, builds)
+    assert "shop" not in registry
+    assert registry.get("shop") is None
+    service.add_source(accounts, clock, "shop", "duckdb:///data/shop.duckdb", configured={"demo"})
+    assert "shop" in registry
+    shop = registry["shop"]
+    assert shop.name == "shop"
+    assert registry["shop"] is shop
+    assert registry["demo"] is demo
+    assert builds.built == ["shop"]
+    assert list(registry) == ["demo", "shop"]
+    assert len(registry) == 2
+
+
+def test_an_unknown_or_unusable_source_is_missing(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """An unknown name, or a registered URL that no longer builds, is simply not there."""
+    accounts.add_source("broken", "ftp://nowhere", now=clock.now())  # edited behind our back
+    registry = SourceRegistry({}, accounts.registered_sources, _Builds())
+    with pytest.raises(KeyError):
+        registry["nowhere"]
+    assert registry.get("broken") is None
