@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from qexport.domain.accounts import ApiToken, Link, Membership, Role, User
-from qexport.domain.failures import InvalidRequestError, MetadataUnavailableError
+from qexport.domain.failures import InvalidRequestError
+from qexport.store.engine import transaction
 from qexport.store.tables import api_tokens, links, memberships, sources, users, workspaces
 
 # A token's last-used time is written at most this often, so that a busy client does not
@@ -45,15 +45,8 @@ class SqlAccountStore:
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
 
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[sa.Connection]:
-        try:
-            with self._engine.begin() as conn:
-                yield conn
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-            raise MetadataUnavailableError(
-                f"the metadata database is unavailable: {type(exc.orig).__name__}"
-            ) from exc
+    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return transaction(self._engine)
 
     # ------------------------------------------------------------ workspaces and users
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import select
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,24 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 
+from qexport.domain.failures import MetadataUnavailableError
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 _SQLITE_BUSY_MS = 30_000
 # A pooled PostgreSQL connection idle for longer than this is pinged before it is used.
 _PING_AFTER_IDLE_SECONDS = 1.0
+
+
+@contextlib.contextmanager
+def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One transaction; database outages and lock timeouts become MetadataUnavailableError."""
+    try:
+        with engine.begin() as conn:
+            yield conn
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        raise MetadataUnavailableError(
+            f"the metadata database is unavailable: {type(exc.orig).__name__}"
+        ) from exc
 
 
 def create_engine(url: str) -> sa.Engine:

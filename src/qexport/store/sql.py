@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,11 +18,11 @@ from qexport.domain.exports import EventKind, ExportEvent, ExportRecord, Result,
 from qexport.domain.failures import (
     FailureCode,
     InvalidRequestError,
-    MetadataUnavailableError,
     bounded_detail,
 )
 from qexport.domain.queries import Parameter, Query, Visibility
 from qexport.ports import Admission, ClaimResult, NewExport
+from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.tables import (
     UNSETTLED,
@@ -240,16 +239,8 @@ class SqlMetadataStore:
     def engine(self) -> sa.Engine:
         return self._engine
 
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[sa.Connection]:
-        """One transaction; database outages and lock timeouts become qexport errors."""
-        try:
-            with self._engine.begin() as conn:
-                yield conn
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-            raise MetadataUnavailableError(
-                f"the metadata database is unavailable: {type(exc.orig).__name__}"
-            ) from exc
+    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return transaction(self._engine)
 
     # ------------------------------------------------------------ requests and reads
 
