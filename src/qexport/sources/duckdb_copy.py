@@ -81,7 +81,7 @@ class _PipeReader:
         self,
         fifo: Path,
         sink: Sink,
-        on_chunk: Callable[[bytes], None] | None,
+        on_chunk: Callable[[memoryview], None] | None,
         stop: Callable[[], None],
     ) -> None:
         # Opened here, non-blocking, so that opening the keep-alive writer below cannot block;
@@ -99,8 +99,12 @@ class _PipeReader:
         self._thread.start()
 
     def _run(self) -> None:
+        # One buffer read into again and again: a fresh 1 MiB bytes per read cost page faults.
+        buffer = bytearray(_CHUNK)
+        view = memoryview(buffer)
         try:
-            while chunk := os.read(self._fd, _CHUNK):
+            while n := os.readv(self._fd, [buffer]):
+                chunk = view[:n]
                 self._sink.write(chunk)
                 if self._on_chunk is not None:
                     self._on_chunk(chunk)
@@ -169,7 +173,7 @@ def copy_to_sink(
 _SAMPLE_EVERY = 16
 
 
-def _line_counter(on_progress: Callable[[int], None]) -> Callable[[bytes], None]:
+def _line_counter(on_progress: Callable[[int], None]) -> Callable[[memoryview], None]:
     """Progress for text formats: lines so far, estimated from every 16th chunk.
 
     Counting every chunk's newlines cost 0.8 s of a 6 s export of 10M rows; progress is an
@@ -177,10 +181,10 @@ def _line_counter(on_progress: Callable[[int], None]) -> Callable[[bytes], None]
     """
     seen = {"chunks": 0, "sampled": 0, "lines": 0}
 
-    def count(chunk: bytes) -> None:
+    def count(chunk: memoryview) -> None:
         if seen["chunks"] % _SAMPLE_EVERY == 0:
             seen["sampled"] += 1
-            seen["lines"] += chunk.count(b"\n")
+            seen["lines"] += bytes(chunk).count(b"\n")
         seen["chunks"] += 1
         on_progress(max(seen["lines"] * seen["chunks"] // seen["sampled"] - 1, 0))
 

@@ -10,6 +10,8 @@ A file that fits in one part (most exports) starts no thread and is stored on th
 thread at `finish`, in a buffer that grew with the data; only once a file spans parts are
 buffers made at part size up front. Measured on tiny csv exports: each fresh 8 MiB buffer
 cost 5 ms of page faults (there were two per export), the thread start and join 0.3 ms.
+So a stored part's buffer goes back to the writer to be filled again: a large file uses at
+most `_IN_FLIGHT + 2` buffers instead of one per part (10M orders as parquet: 27 parts).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class PartSink:
         self._hash = hashlib.sha256()
         self._next_part = 1
         self._parts: queue.Queue[tuple[int, memoryview] | None] = queue.Queue(_IN_FLIGHT)
+        self._spare: queue.SimpleQueue[bytearray] = queue.SimpleQueue()  # stored parts' buffers
         self._error: BaseException | None = None
         self._closed = False
         self.size = 0
@@ -71,8 +74,9 @@ class PartSink:
         if self._error is not None:
             raise self._error
         part = memoryview(self._buffer)[: self._filled]
-        # The file spans parts: the next buffer is made at part size at once, not grown.
-        self._buffer = bytearray() if last else bytearray(self._part_size)
+        # The file spans parts: the next buffer is a stored part's, or made at part size at
+        # once, not grown.
+        self._buffer = bytearray() if last else self._empty_buffer()
         self._filled = 0
         if self._thread is None:
             self._thread = threading.Thread(
@@ -85,6 +89,12 @@ class PartSink:
         self._parts.put((self._next_part, part))
         self._next_part += 1
 
+    def _empty_buffer(self) -> bytearray:
+        try:
+            return self._spare.get_nowait()
+        except queue.Empty:
+            return bytearray(self._part_size)
+
     def _store_parts(self) -> None:
         while (item := self._parts.get()) is not _DONE:
             if self._error is not None:
@@ -95,6 +105,12 @@ class PartSink:
                 self._upload.upload_part(number, data)
             except BaseException as exc:
                 self._error = exc
+            else:
+                # upload_part keeps no reference past the call (the Upload contract).
+                buffer = data.obj
+                data.release()
+                if isinstance(buffer, bytearray) and len(buffer) == self._part_size:
+                    self._spare.put(buffer)
 
     def finish(self) -> str:
         """Upload what is buffered (also for an empty file); return the hex sha256."""
