@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from qexport.domain.exports import ExportEvent, ExportRecord, Requester, Result, Status
     from qexport.domain.failures import FailureCode
     from qexport.domain.queries import Query
+    from qexport.domain.reports import Report, ReportSubject
 
 
 class Clock(Protocol):
@@ -53,13 +54,14 @@ class ClaimResult:
 
     claimed: ExportRecord | None = None
     refused: ExportRecord | None = None
-    # The claimed export's query as read in the claiming transaction (None: not found).
-    query: Query | None = None
+    # The claimed export's query (or report with its queries) as read in the claiming
+    # transaction (None: not found).
+    query: Query | ReportSubject | None = None
 
 
 # Decides whether a queued export may start, from its query (None: missing) and its
 # requester's standing in the workspace: None to claim it, or the reason it may not.
-Admission = Callable[["ExportRecord", "Query | None", "Standing"], "str | None"]
+Admission = Callable[["ExportRecord", "Query | ReportSubject | None", "Standing"], "str | None"]
 
 
 class MetadataStore(Protocol):
@@ -143,6 +145,13 @@ class MetadataStore(Protocol):
     def list_queries(self, workspace_id: str) -> list[Query]: ...
     def update_query(self, query: Query) -> bool: ...
     def delete_query(self, query_id: str) -> bool: ...
+
+    # reports (a name is not unique; a deleted report stays readable by id, marked deleted)
+    def add_report(self, report: Report) -> Report: ...
+    def get_report(self, report_id: str) -> Report | None: ...
+    def list_reports(self, workspace_id: str) -> list[Report]: ...
+    def update_report(self, report: Report) -> bool: ...
+    def delete_report(self, report_id: str) -> bool: ...
 
 
 # ---------------------------------------------------------------- accounts

@@ -31,6 +31,7 @@ from qexport.domain.failures import (
     bounded_detail,
 )
 from qexport.domain.queries import Query
+from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
 from qexport.ports import Admission, ClaimResult, NewExport, StoredObject
 from qexport.store.accounts import LAST_USED_RESOLUTION
 
@@ -56,6 +57,7 @@ class InMemoryMetadataStore:
     def __init__(self, standing: Callable[[str, str], Standing] | None = None) -> None:
         self._exports: dict[str, ExportRecord] = {}
         self._queries: dict[str, Query] = {}
+        self._reports: dict[str, Report] = {}
         self._events: list[ExportEvent] = []
         # (workspace id, user id) -> the requester's standing; default: no accounts.
         self._standing = standing or (lambda _workspace, _user: Standing())
@@ -167,7 +169,7 @@ class InMemoryMetadataStore:
                 return ClaimResult()
             if candidate.status is Status.QUEUED:
                 standing = self._standing(candidate.workspace_id, candidate.requested_by)
-                refusal = admit(candidate, self._queries.get(candidate.subject_id), standing)
+                refusal = admit(candidate, self._subject(candidate), standing)
                 if refusal is not None:
                     refused = replace(
                         candidate,
@@ -183,8 +185,17 @@ class InMemoryMetadataStore:
                 claimed=self.claim(
                     candidate.id, worker_id=worker_id, now=now, lease_seconds=lease_seconds
                 ),
-                query=self._queries.get(candidate.subject_id),
+                query=self._subject(candidate),
             )
+
+    def _subject(self, record: ExportRecord) -> Query | ReportSubject | None:
+        if record.subject_type != SUBJECT_REPORT:
+            return self._queries.get(record.subject_id)
+        report = self._reports.get(record.subject_id)
+        if report is None:
+            return ReportSubject(None)
+        ids = {s.query_id for s in report.sections}
+        return ReportSubject(report, {query_id: self._queries.get(query_id) for query_id in ids})
 
     def next_claimable(self, now: datetime) -> ExportRecord | None:
         with self._lock:
@@ -379,6 +390,43 @@ class InMemoryMetadataStore:
             if current is None or current.deleted:
                 return False
             self._queries[query_id] = replace(current, deleted=True)
+            return True
+
+    # reports
+    def add_report(self, report: Report) -> Report:
+        with self._lock:
+            if report.id in self._reports:
+                raise ValueError("duplicate report id")
+            self._reports[report.id] = report
+        return report
+
+    def get_report(self, report_id: str) -> Report | None:
+        with self._lock:
+            return self._reports.get(report_id)
+
+    def list_reports(self, workspace_id: str) -> list[Report]:
+        with self._lock:
+            live = [
+                r
+                for r in self._reports.values()
+                if r.workspace_id == workspace_id and not r.deleted
+            ]
+        return sorted(live, key=lambda r: (r.title, r.id))
+
+    def update_report(self, report: Report) -> bool:
+        with self._lock:
+            current = self._reports.get(report.id)
+            if current is None or current.deleted:
+                return False
+            self._reports[report.id] = replace(report, workspace_id=current.workspace_id)
+            return True
+
+    def delete_report(self, report_id: str) -> bool:
+        with self._lock:
+            current = self._reports.get(report_id)
+            if current is None or current.deleted:
+                return False
+            self._reports[report_id] = replace(current, deleted=True)
             return True
 
 

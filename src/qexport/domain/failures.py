@@ -76,6 +76,10 @@ class StorageUnavailableError(QExportError):
     code = FailureCode.STORAGE_UNAVAILABLE
 
 
+class RenderFailedError(QExportError):
+    code = FailureCode.RENDER_FAILED
+
+
 class CancelledError(QExportError):
     code = FailureCode.CANCELLED
 

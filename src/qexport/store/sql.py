@@ -21,6 +21,7 @@ from qexport.domain.failures import (
     bounded_detail,
 )
 from qexport.domain.queries import Parameter, Query, Visibility
+from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject, Section
 from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
@@ -31,6 +32,7 @@ from qexport.store.tables import (
     exports,
     memberships,
     queries,
+    reports,
     workspaces,
 )
 
@@ -227,6 +229,31 @@ def _to_query(row: sa.Row[Any], prefix: str = "") -> Query:
     )
 
 
+def _to_report(row: sa.Row[Any]) -> Report:
+    return Report(
+        id=row.id,
+        workspace_id=row.workspace_id,
+        title=row.title,
+        description=row.description,
+        sections=tuple(Section.from_json(s) for s in row.sections),
+        visibility=Visibility(row.visibility),
+        members=frozenset(row.members),
+        owner=row.owner,
+        deleted=row.deleted_at is not None,
+    )
+
+
+def _report_values(report: Report) -> dict[str, Any]:
+    return {
+        "title": report.title,
+        "description": report.description,
+        "sections": [s.to_json() for s in report.sections],
+        "visibility": report.visibility.value,
+        "members": sorted(report.members),
+        "owner": report.owner,
+    }
+
+
 class SqlMetadataStore:
     """MetadataStore over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
 
@@ -368,7 +395,11 @@ class SqlMetadataStore:
             if row is None:
                 return ClaimResult()
             candidate = _to_record(row)
-            query = _to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
+            query: Query | ReportSubject | None
+            if candidate.subject_type == SUBJECT_REPORT:
+                query = self._report_subject(conn, candidate.subject_id)
+            else:
+                query = _to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
             if candidate.status is Status.QUEUED:
                 standing = Standing(
                     registered=row.standing_workspace is not None,
@@ -383,6 +414,22 @@ class SqlMetadataStore:
                     return ClaimResult(refused=_to_record(refused) if refused else None)
             claimed = self._claim_in(conn, candidate.id, worker_id, now, lease_seconds)
             return ClaimResult(claimed=claimed, query=query if claimed else None)
+
+    @staticmethod
+    def _report_subject(conn: sa.Connection, report_id: str) -> ReportSubject:
+        """A report and its sections' queries, read in the claiming transaction."""
+        row = conn.execute(sa.select(reports).where(reports.c.id == report_id)).first()
+        if row is None:
+            return ReportSubject(None)
+        report = _to_report(row)
+        ids = sorted({s.query_id for s in report.sections})
+        found = {
+            q.id: q
+            for q in (
+                _to_query(r) for r in conn.execute(sa.select(queries).where(queries.c.id.in_(ids)))
+            )
+        }
+        return ReportSubject(report, {query_id: found.get(query_id) for query_id in ids})
 
     def heartbeat(
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
@@ -569,5 +616,46 @@ class SqlMetadataStore:
         with self._tx() as conn:
             result = conn.execute(
                 queries.update().where(guard).values(deleted_at=sa.func.current_timestamp())
+            )
+            return result.rowcount == 1
+
+    # ------------------------------------------------------------ reports
+
+    def add_report(self, report: Report) -> Report:
+        values = {
+            "id": report.id,
+            "workspace_id": report.workspace_id,
+            "created_at": sa.func.current_timestamp(),
+            **_report_values(report),
+        }
+        with self._tx() as conn:
+            conn.execute(reports.insert().values(**values))
+        return report
+
+    def get_report(self, report_id: str) -> Report | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(reports).where(reports.c.id == report_id)).first()
+        return _to_report(row) if row else None
+
+    def list_reports(self, workspace_id: str) -> list[Report]:
+        stmt = (
+            sa.select(reports)
+            .where(reports.c.workspace_id == workspace_id, reports.c.deleted_at.is_(None))
+            .order_by(reports.c.title, reports.c.id)
+        )
+        with self._tx() as conn:
+            return [_to_report(r) for r in conn.execute(stmt)]
+
+    def update_report(self, report: Report) -> bool:
+        guard = sa.and_(reports.c.id == report.id, reports.c.deleted_at.is_(None))
+        with self._tx() as conn:
+            result = conn.execute(reports.update().where(guard).values(**_report_values(report)))
+            return result.rowcount == 1
+
+    def delete_report(self, report_id: str) -> bool:
+        guard = sa.and_(reports.c.id == report_id, reports.c.deleted_at.is_(None))
+        with self._tx() as conn:
+            result = conn.execute(
+                reports.update().where(guard).values(deleted_at=sa.func.current_timestamp())
             )
             return result.rowcount == 1

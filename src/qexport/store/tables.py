@@ -74,6 +74,23 @@ sa.Index(
     postgresql_where=queries.c.deleted_at.is_(None),
 )
 
+reports = sa.Table(
+    "reports",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("workspace_id", sa.String(200), nullable=False),
+    sa.Column("title", sa.String(200), nullable=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("sections", sa.JSON, nullable=False),
+    sa.Column("visibility", sa.String(20), nullable=False),
+    sa.Column("members", sa.JSON, nullable=False),
+    sa.Column("owner", sa.String(200)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("deleted_at", UTCDateTime),
+    sa.CheckConstraint("visibility IN ('workspace', 'members')", name="visibility"),
+)
+sa.Index("ix_reports_workspace_id", reports.c.workspace_id)
+
 _SUCCEEDED_COMPLETE = (
     "status <> 'succeeded' OR (size_bytes IS NOT NULL AND row_count IS NOT NULL"
     " AND sha256 IS NOT NULL AND completed_at IS NOT NULL AND expires_at IS NOT NULL"
@@ -153,6 +170,8 @@ workspaces = sa.Table(
     metadata,
     sa.Column("id", sa.String(200), primary_key=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
+    # IANA name; reports show their generation time in it.
+    sa.Column("timezone", sa.String(64), nullable=False, server_default="UTC"),
 )
 
 users = sa.Table(

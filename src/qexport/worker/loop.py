@@ -15,16 +15,23 @@ from qexport.domain.accounts import Standing
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, can_read
+from qexport.domain.reports import ReportSubject
 from qexport.worker.runner import Deps, run_attempt
 from qexport.worker.wakeups import Wakeups
 
 log = structlog.get_logger()
 
 
-def _admit(export: ExportRecord, query: Query | None, standing: Standing) -> str | None:
-    """The pre-run check: an export whose query is gone or unreadable, or whose requester
-    left the workspace, never starts."""
-    if standing.member and can_read(export.requester, query):
+def _admit(
+    export: ExportRecord, subject: Query | ReportSubject | None, standing: Standing
+) -> str | None:
+    """The pre-run check: an export whose query or report (or any query in it) is gone or
+    unreadable, or whose requester left the workspace, never starts."""
+    if not standing.member:
+        return "the requester is no longer a member of the workspace"
+    if isinstance(subject, ReportSubject):
+        return subject.refusal(export.requester)
+    if can_read(export.requester, subject):
         return None
     return "the requester may no longer read this query, or it was deleted"
 

@@ -26,6 +26,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.domain.queries import Query, bind_parameters, can_read
+from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.ports import (
     Clock,
     MetadataStore,
@@ -84,7 +85,7 @@ class Attempt:
         deps: Deps,
         record: ExportRecord,
         shutdown: threading.Event,
-        query: Query | None = None,
+        query: Query | ReportSubject | None = None,
     ) -> None:
         self.deps = deps
         self.record = record
@@ -157,7 +158,11 @@ class Attempt:
 
     def _produce(self, lease: Lease) -> StoredObject:
         deps, record = self.deps, self.record
+        if record.subject_type == SUBJECT_REPORT:
+            return self._produce_report(lease)
         query = self.query if self.query is not None else deps.store.get_query(record.subject_id)
+        if isinstance(query, ReportSubject):
+            raise TypeError("a query export was claimed with a report")
         if not can_read(record.requester, query):
             raise AccessLostError("the requester may no longer read this query, or it was deleted")
         assert query is not None  # can_read refused a missing query above
@@ -209,6 +214,20 @@ class Attempt:
             return self._store(lease, encode)
         finally:
             stream.close()
+
+    def _produce_report(self, lease: Lease) -> StoredObject:
+        """A report export: the pre-render check again, then every section rendered into one
+        document in the upload."""
+        from qexport.reports.run import load_subject, produce_report
+
+        deps, record = self.deps, self.record
+        subject = self.query if isinstance(self.query, ReportSubject) else None
+        if subject is None:
+            subject = load_subject(deps.store, record.subject_id)
+        refusal = subject.refusal(record.requester)
+        if refusal is not None:
+            raise AccessLostError(refusal)
+        return self._store(lease, lambda sink: produce_report(deps, record, subject, lease, sink))
 
     def _store(self, lease: Lease, produce: Callable[[PartSink], int]) -> StoredObject:
         """Stream what `produce` writes into a new upload at the key; complete or abort it."""
@@ -294,7 +313,7 @@ def run_attempt(
     shutdown: threading.Event,
     worker_id: str,
     *,
-    query: Query | None = None,
+    query: Query | ReportSubject | None = None,
 ) -> str:
     """Run one attempt with its log context bound; emit the one canonical line for it.
 

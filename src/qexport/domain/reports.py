@@ -1,0 +1,131 @@
+"""Reports: a titled document of sections, each a saved query's result as a table or chart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from qexport.domain.exports import Requester
+from qexport.domain.failures import InvalidRequestError
+from qexport.domain.queries import Query, Visibility, bind_parameters, can_read
+
+SUBJECT_REPORT = "report"
+REPORT_FORMATS = frozenset({"pdf", "xlsx", "html"})
+MAX_SECTIONS = 50
+DEFAULT_ROW_CAP = 1_000
+MAX_ROW_CAP = 100_000
+
+
+class Display(StrEnum):
+    TABLE = "table"
+    BAR = "bar"  # first column: labels; the numeric columns after it: one series each
+    LINE = "line"
+
+
+@dataclass(frozen=True)
+class Section:
+    heading: str
+    query_id: str
+    # Values fixed by the report; the query's other parameters come from the export request.
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    display: Display = Display.TABLE
+    row_cap: int = DEFAULT_ROW_CAP
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "heading": self.heading,
+            "query_id": self.query_id,
+            "parameters": dict(self.parameters),
+            "display": self.display.value,
+            "row_cap": self.row_cap,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Section:
+        return cls(
+            heading=data["heading"],
+            query_id=data["query_id"],
+            parameters=dict(data.get("parameters") or {}),
+            display=Display(data.get("display", Display.TABLE.value)),
+            row_cap=int(data.get("row_cap", DEFAULT_ROW_CAP)),
+        )
+
+
+@dataclass(frozen=True)
+class Report:
+    id: str
+    workspace_id: str
+    title: str
+    description: str = ""
+    sections: tuple[Section, ...] = ()
+    visibility: Visibility = Visibility.WORKSPACE
+    members: frozenset[str] = field(default_factory=frozenset)
+    owner: str | None = None
+    deleted: bool = False
+
+
+def can_read_report(requester: Requester, report: Report | None) -> bool:
+    """The same rule as for queries: live, in the requester's workspace, visible to them."""
+    if report is None or report.deleted or report.workspace_id != requester.workspace_id:
+        return False
+    if report.visibility is Visibility.WORKSPACE:
+        return True
+    return requester.user_id in report.members or requester.user_id == report.owner
+
+
+@dataclass(frozen=True)
+class ReportSubject:
+    """A report with its sections' queries (None where a query is missing), as read together
+    when an export of it is claimed."""
+
+    report: Report | None
+    queries: Mapping[str, Query | None] = field(default_factory=dict)
+
+    def refusal(self, requester: Requester) -> str | None:
+        """The pre-render check: None when the requester may still read the report and every
+        query in it; otherwise why not (the export then fails access_lost, nothing rendered)."""
+        if not can_read_report(requester, self.report):
+            return "the requester may no longer read this report, or it was deleted"
+        assert self.report is not None
+        for section in self.report.sections:
+            if not can_read(requester, self.queries.get(section.query_id)):
+                return (
+                    f"the requester may no longer read the query of section"
+                    f" {section.heading!r}, or it was deleted"
+                )
+        return None
+
+
+def section_parameters(
+    section: Section, query: Query, requested: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Typed values for one section: the report's fixed values, then the request's values for
+    the query's other parameters, then the query's defaults."""
+    declared = {p.name for p in query.parameters}
+    passed = {k: v for k, v in requested.items() if k in declared and k not in section.parameters}
+    return bind_parameters(query, {**passed, **section.parameters})
+
+
+def bind_report_parameters(
+    report: Report, queries: Mapping[str, Query], requested: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Validate an export request's parameters against the report: each must be a parameter
+    of some section's query that the report does not fix. Returns them unchanged."""
+    open_names = {
+        p.name
+        for section in report.sections
+        for p in queries[section.query_id].parameters
+        if p.name not in section.parameters
+    }
+    unknown = sorted(set(requested) - open_names)
+    if unknown:
+        raise InvalidRequestError(
+            f"unknown parameter {unknown[0]!r} for report {report.title!r}"
+            f" (accepted: {', '.join(sorted(open_names)) or 'none'})",
+            field=f"parameters.{unknown[0]}",
+        )
+    for section in report.sections:
+        section_parameters(section, queries[section.query_id], requested)
+    return dict(requested)
