@@ -11,7 +11,7 @@ from alembic.migration import MigrationContext
 
 from qexport.domain.exports import Result
 from qexport.store.sql import SqlMetadataStore
-from qexport.store.tables import exports, metadata
+from qexport.store.tables import export_events, exports, metadata
 from qexport.testing import FrozenClock
 from tests.factories import new_export
 
@@ -65,3 +65,33 @@ def test_database_refuses_any_update_of_a_settled_record(
             sql_store.engine.begin() as conn,
         ):
             conn.execute(exports.update().where(exports.c.id == export_id).values(**values))
+
+
+def test_export_events_are_written_with_each_transition_and_never_changed(
+    sql_store: SqlMetadataStore, clock: FrozenClock
+) -> None:
+    """Each transition appends its event in its own transaction; the database refuses any
+    UPDATE or DELETE of an event, so the history cannot be rewritten."""
+    export_id = _request(sql_store, clock)
+    claimed = sql_store.claim(export_id, worker_id="w1", now=clock.now(), lease_seconds=30)
+    assert claimed is not None
+    assert claimed.lease_token is not None
+    clock.advance(5)
+    result = Result(size_bytes=3, row_count=1, sha256="0" * 64)
+    assert sql_store.succeed(
+        export_id, claimed.lease_token, now=clock.now(), result=result, expires_at=clock.now()
+    )
+    events = sql_store.list_events(export_id)
+    assert [(e.kind.value, e.status.value, e.attempt, e.worker_id) for e in events] == [
+        ("requested", "queued", 0, None),
+        ("claimed", "running", 1, "w1"),
+        ("succeeded", "succeeded", 1, "w1"),
+    ]
+    assert events[2].at - events[1].at == timedelta(seconds=5)
+    for statement in (
+        export_events.update().values(kind="failed"),
+        export_events.delete(),
+    ):
+        with pytest.raises(sa.exc.DatabaseError), sql_store.engine.begin() as conn:
+            conn.execute(statement.where(export_events.c.export_id == export_id))
+    assert len(sql_store.list_events(export_id)) == 3
