@@ -22,6 +22,8 @@ from rich.table import Table
 
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
+from qexport.cli_reports import reports_app
+from qexport.cli_workspaces import workspaces_app
 from qexport.config import Settings
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester
 from qexport.domain.failures import QExportError
@@ -33,7 +35,7 @@ from qexport.services.exports import (
     get_visible_export,
     open_download,
 )
-from qexport.services.requests import request_export
+from qexport.services.requests import request_export, request_report_export
 from qexport.services.views import export_view
 from qexport.worker.runner import Deps
 
@@ -58,6 +60,8 @@ app.add_typer(exports_app, name="exports")
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(sources_app, name="sources")
+app.add_typer(reports_app, name="reports")
+app.add_typer(workspaces_app, name="workspaces")
 
 out = Console()
 err = Console(stderr=True)
@@ -479,8 +483,16 @@ def _print_view(view: dict[str, Any], as_json: bool) -> None:
 @exports_app.command("create")
 def exports_create(
     ctx: typer.Context,
-    query: Annotated[str, typer.Option(help="Query name or id.")],
-    fmt: Annotated[str, typer.Option("--format", help="csv, tsv, jsonl, parquet or xlsx.")],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", help="csv, tsv, jsonl, parquet or xlsx; a report: pdf, xlsx or html."
+        ),
+    ],
+    query: Annotated[str | None, typer.Option(help="Query name or id.")] = None,
+    report: Annotated[
+        str | None, typer.Option(help="Report title or id, instead of --query (local only).")
+    ] = None,
     param: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
     neutralize: Annotated[
         bool, typer.Option(help="Neutralise formula-looking strings in csv/tsv/xlsx.")
@@ -490,8 +502,13 @@ def exports_create(
 ) -> None:
     """Request an export; bad input is refused and nothing is recorded."""
     parameters = _parse_kv(param or [])
+    if (query is None) == (report is None):
+        fail("give exactly one of --query and --report", 2)
     client = _remote(ctx)
+    if client is not None and report is not None:
+        fail("--report uses the local database; on a server, POST /api/v1/exports a report_id", 2)
     if client is not None:
+        assert query is not None
         with client:
             with _server_errors(client_error_code=2):
                 view = client.create_export(
@@ -512,15 +529,28 @@ def exports_create(
     deps = st.deps()
     _check_local_requester(deps, st.requester)
     try:
-        record = request_export(
-            deps.store,
-            deps.clock,
-            st.requester,
-            query_ref=query,
-            fmt=fmt,
-            parameters=parameters,
-            neutralize_formulas=neutralize,
-        )
+        if report is not None:
+            record = request_report_export(
+                deps.store,
+                deps.clock,
+                st.requester,
+                report_ref=report,
+                fmt=fmt,
+                parameters=dict(parameters),
+                neutralize_formulas=neutralize,
+                match_title=True,
+            )
+        else:
+            assert query is not None
+            record = request_export(
+                deps.store,
+                deps.clock,
+                st.requester,
+                query_ref=query,
+                fmt=fmt,
+                parameters=parameters,
+                neutralize_formulas=neutralize,
+            )
     except QExportError as exc:
         fail(str(exc), 2)
     view = export_view(record, deps.clock.now())

@@ -38,7 +38,7 @@ class Admin:
     settings: Settings
 
 
-def _admin(ctx: typer.Context) -> Admin:
+def admin_context(ctx: typer.Context) -> Admin:
     # Imported here: cli.py imports this module to register its commands.
     from qexport.cli import state
     from qexport.store.accounts import SqlAccountStore
@@ -50,7 +50,7 @@ def _admin(ctx: typer.Context) -> Admin:
     return Admin(SqlAccountStore(deps.store.engine), deps.clock, st.settings)
 
 
-def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
+def fail_input(message: str, code: int = BAD_INPUT) -> NoReturn:
     from qexport.cli import fail
 
     fail(message, code)
@@ -62,7 +62,7 @@ def _print(renderable: Any) -> None:
     out.print(renderable)
 
 
-def _note(message: str) -> None:
+def note(message: str) -> None:
     """Say what happened on stderr, so that stdout carries only the result."""
     from qexport.cli import err
 
@@ -75,9 +75,9 @@ def _refusals() -> Iterator[None]:
     try:
         yield
     except (InvalidRequestError, NotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail_input(str(exc))
     except QExportError as exc:
-        _fail(str(exc), 1)
+        fail_input(str(exc), 1)
 
 
 def _iso(value: datetime | None) -> str:
@@ -91,7 +91,7 @@ def _read_password() -> str:
     # One line: the line ending is not part of the password, anything else is.
     password = sys.stdin.readline().rstrip("\r\n")
     if not password:
-        _fail("--password-stdin read an empty password")
+        fail_input("--password-stdin read an empty password")
     return password
 
 
@@ -108,7 +108,7 @@ def users_create(
     """Make EMAIL a member of a workspace with a role, creating the user if needed; print the
     user id."""
     password = _read_password() if password_stdin else None
-    admin = _admin(ctx)
+    admin = admin_context(ctx)
     with _refusals():
         added = service.add_user(
             admin.accounts, admin.clock, email, workspace=workspace, role=role, password=password
@@ -116,7 +116,7 @@ def users_create(
     user = added.user
     verb = "created user" if added.new_user else "user"
     where = f"new workspace {workspace!r}" if added.new_workspace else f"workspace {workspace!r}"
-    _note(f"{verb} {user.email} is {role} in {where}")
+    note(f"{verb} {user.email} is {role} in {where}")
     print(user.id)
 
 
@@ -131,7 +131,7 @@ def users_list(
     """List a workspace's members and their roles."""
     from qexport.cli import state
 
-    admin = _admin(ctx)
+    admin = admin_context(ctx)
     name = workspace or state(ctx).requester.workspace_id
     with _refusals():
         members = service.list_members(admin.accounts, name)
@@ -160,22 +160,22 @@ def tokens_create(
     ] = None,
 ) -> None:
     """Create an API token for EMAIL and print only the token (it is shown once)."""
-    admin = _admin(ctx)
+    admin = admin_context(ctx)
     with _refusals():
         issued = service.issue_token(admin.accounts, admin.clock, email, workspace=workspace)
     record = issued.record
-    _note(f"token {record.id} for {email.strip().lower()} in workspace {record.workspace_id}")
+    note(f"token {record.id} for {email.strip().lower()} in workspace {record.workspace_id}")
     print(issued.token)
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(ctx: typer.Context, token_id: str) -> None:
     """Revoke a token by its id (shown by `tokens list`); it stops working at once."""
-    admin = _admin(ctx)
+    admin = admin_context(ctx)
     with _refusals():
         revoked = service.revoke_token(admin.accounts, admin.clock, token_id)
     shown = service.token_id_of(token_id)
-    _note(f"revoked token {shown}" if revoked else f"token {shown} was already revoked")
+    note(f"revoked token {shown}" if revoked else f"token {shown} was already revoked")
 
 
 def _token_row(token: ApiToken) -> dict[str, str | None]:
@@ -193,7 +193,7 @@ def tokens_list(
     ctx: typer.Context, email: str, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List a user's tokens (ids and times; the tokens themselves are not stored)."""
-    admin = _admin(ctx)
+    admin = admin_context(ctx)
     with _refusals():
         rows = [_token_row(t) for t in service.list_tokens(admin.accounts, email)]
     if as_json:
@@ -217,14 +217,14 @@ def sources_add(ctx: typer.Context, name: str, url: str) -> None:
     """
     from qexport import bootstrap
 
-    admin = _admin(ctx)
+    admin = admin_context(ctx)
     with _refusals():
         service.check_source_url(url)
         bootstrap.source_from_url(name, url, admin.settings)  # what a worker will build
         service.add_source(
             admin.accounts, admin.clock, name, url, configured=configured_names(admin.settings)
         )
-    _note(f"registered source {name} ({masked_url(url)})")
+    note(f"registered source {name} ({masked_url(url)})")
 
 
 @sources_app.command("list")
@@ -232,7 +232,7 @@ def sources_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the data sources, configured and registered (passwords masked)."""
-    admin = _admin(ctx)
+    admin = admin_context(ctx)
     settings = admin.settings
     demo_url = f"duckdb://{settings.demo_database.absolute()}"
     rows = [{"name": DEMO_SOURCE, "url": demo_url, "origin": "built-in"}]

@@ -16,8 +16,9 @@ from qexport.bootstrap import DEMO_SOURCE
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.queries import Parameter, ParamType, Query
+from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Report, Section
 from qexport.ports import AccountStore, Clock
-from qexport.services.requests import request_export
+from qexport.services.requests import request_export, request_report_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.worker.loop import Worker
@@ -87,12 +88,36 @@ def register_demo_queries(deps: Deps, requester: Requester) -> list[Query]:
     return saved
 
 
+DEMO_REPORT_TITLE = "Demo sales report"
+
+
+def register_demo_report(deps: Deps, requester: Requester, queries: list[Query]) -> Report:
+    """Save the sample report (a table and a chart over the demo queries), once."""
+    for report in deps.store.list_reports(requester.workspace_id):
+        if report.title == DEMO_REPORT_TITLE and not report.deleted:
+            return report
+    by_name = {q.name: q for q in queries}
+    return deps.store.add_report(
+        Report(
+            id=str(uuid.uuid4()),
+            workspace_id=requester.workspace_id,
+            title=DEMO_REPORT_TITLE,
+            description="Revenue per month and the first orders, from the demo dataset.",
+            sections=(
+                Section("Revenue per month", by_name["revenue_by_month"].id, display=Display.LINE),
+                Section("First orders", by_name["orders"].id, row_cap=500),
+            ),
+            owner=requester.user_id,
+        )
+    )
+
+
 def run_demo(deps: Deps, requester: Requester, *, rows: int, console: Console) -> int:
     """Build data, register queries, run a worker, export every format; 0 when all succeed."""
     started = time.monotonic()
     with console.status(f"Building the demo dataset ({rows:,} orders)..."):
         build_demo_database(deps.settings.demo_database, orders=rows)
-    register_demo_queries(deps, requester)
+    report = register_demo_report(deps, requester, register_demo_queries(deps, requester))
     console.print(f"[green]✓[/] demo data in {deps.settings.demo_database}, queries saved")
 
     worker = Worker(deps, concurrency=2)
@@ -101,6 +126,9 @@ def run_demo(deps: Deps, requester: Requester, *, rows: int, console: Console) -
     records = [
         request_export(deps.store, deps.clock, requester, query_ref="orders", fmt=fmt)
         for fmt in FORMATS
+    ] + [
+        request_report_export(deps.store, deps.clock, requester, report_ref=report.id, fmt=fmt)
+        for fmt in sorted(REPORT_FORMATS)
     ]
     try:
         records = _watch(deps, records, rows, console)
@@ -126,7 +154,12 @@ def _watch(
         console=console,
     ) as progress:
         tasks = {
-            r.id: progress.add_task(r.format, total=total_rows, status="queued") for r in records
+            r.id: progress.add_task(
+                r.format if r.subject_type != SUBJECT_REPORT else f"report {r.format}",
+                total=total_rows,
+                status="queued",
+            )
+            for r in records
         }
         while True:
             current = [deps.store.get_export(r.id) or r for r in records]
@@ -149,7 +182,7 @@ def _print_results(deps: Deps, records: list[ExportRecord], console: Console) ->
         if r.failure_code:
             status += f" ({r.failure_code.value}: {r.failure_detail})"
         table.add_row(
-            r.format,
+            r.format if r.subject_type != SUBJECT_REPORT else f"report {r.format}",
             status,
             f"{r.row_count:,}" if r.row_count is not None else "",
             f"{(r.size_bytes or 0) / 1024 / 1024:,.1f} MiB" if r.size_bytes is not None else "",

@@ -500,6 +500,7 @@ class InMemoryAccountStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._workspaces: dict[str, datetime] = {}
+        self._timezones: dict[str, str] = {}  # set ones only; the rest are UTC
         self._users: dict[str, User] = {}
         self._roles: dict[tuple[str, str], Role] = {}  # (workspace id, user id) -> role
         self._tokens: dict[str, ApiToken] = {}
@@ -522,6 +523,17 @@ class InMemoryAccountStore:
     def workspace_exists(self, workspace_id: str) -> bool:
         with self._lock:
             return workspace_id in self._workspaces
+
+    def workspace_timezone(self, workspace_id: str) -> str:
+        with self._lock:
+            return self._timezones.get(workspace_id, "UTC")
+
+    def set_workspace_timezone(self, workspace_id: str, zone: str) -> bool:
+        with self._lock:
+            if workspace_id not in self._workspaces:
+                return False
+            self._timezones[workspace_id] = zone
+            return True
 
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None

@@ -70,7 +70,7 @@ CASES: list[tuple[str, str, str, Any, int]] = [
         "export: unknown report",
         "post",
         "/api/v1/exports",
-        {"report_id": "r1", "format": "csv"},
+        {"report_id": "r1", "format": "pdf"},
         404,
     ),
     ("export: extra member", "post", "/api/v1/exports", _with(EXPORT, sql="DROP TABLE x"), 422),

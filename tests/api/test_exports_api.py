@@ -107,7 +107,7 @@ def test_bad_requests_name_the_offending_field(api: Api) -> None:
 
 def test_a_query_the_caller_cannot_read_is_404_like_a_missing_one(api: Api) -> None:
     """Missing, deleted, another workspace's, or members-only without the caller: the same
-    404 (only the echoed id differs); reports do not exist yet."""
+    404 (only the echoed id differs); a missing report is a 404 too."""
     api.member(ALICE, "viewer")
     api.member(BOB, "viewer")
     deleted = api.add_query("gone")
@@ -121,7 +121,7 @@ def test_a_query_the_caller_cannot_read_is_404_like_a_missing_one(api: Api) -> N
         response = api.post("/api/v1/exports", ALICE, json={"query_id": query_id, "format": "csv"})
         bodies.add(_problem(response, 404, "not_found")["detail"].replace(query_id, "ID"))
     assert len(bodies) == 1
-    report = api.post("/api/v1/exports", ALICE, json={"report_id": "r1", "format": "csv"})
+    report = api.post("/api/v1/exports", ALICE, json={"report_id": "r1", "format": "pdf"})
     _problem(report, 404, "not_found")
     allowed = api.post("/api/v1/exports", BOB, json={"query_id": private.id, "format": "csv"})
     assert allowed.status_code == 202

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from qexport import __version__
-from qexport.api import errors, exports, health, links, public, queries
+from qexport.api import errors, exports, health, links, public, queries, reports
 from qexport.api.context import ApiContext
 from qexport.api.limits import BodySizeLimit
 
@@ -21,6 +21,7 @@ def create_app(context: ApiContext) -> FastAPI:
     app.add_middleware(BodySizeLimit)
     app.include_router(health.router)
     app.include_router(queries.router, prefix="/api/v1")
+    app.include_router(reports.router, prefix="/api/v1")
     app.include_router(exports.router, prefix="/api/v1")
     app.include_router(links.router, prefix="/api/v1")
     app.include_router(public.router)

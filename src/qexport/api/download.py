@@ -171,9 +171,20 @@ def file_response(
     return StreamingResponse(
         _chunks(stream, start, length),
         status_code=206 if chosen else 200,
-        media_type=get_writer(record.format).media_type,
+        media_type=media_type(record.format),
         headers=headers,
     )
+
+
+# Report documents in the formats no tabular writer makes (xlsx is both).
+REPORT_MEDIA_TYPES = {"pdf": "application/pdf", "html": "text/html; charset=utf-8"}
+
+
+def media_type(fmt: str) -> str:
+    """The Content-Type of a file of format `fmt`, a query's or a report's."""
+    if fmt in REPORT_MEDIA_TYPES:
+        return REPORT_MEDIA_TYPES[fmt]
+    return get_writer(fmt).media_type
 
 
 # ---------------------------------------------------------------- OpenAPI
@@ -183,7 +194,7 @@ _STRING = {"schema": {"type": "string"}}
 
 
 def _file_content() -> dict[str, Any]:
-    return {get_writer(fmt).media_type: _BINARY for fmt in FORMATS}
+    return {media_type(fmt): _BINARY for fmt in (*FORMATS, *REPORT_MEDIA_TYPES)}
 
 
 def file_responses() -> dict[int | str, dict[str, Any]]:

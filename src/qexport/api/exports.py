@@ -27,7 +27,7 @@ from qexport.api.schemas import (
     problem_responses,
 )
 from qexport.domain.exports import ExportRecord
-from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.failures import InvalidRequestError
 from qexport.services.exports import (
     cancel_export,
     downloadable,
@@ -35,9 +35,8 @@ from qexport.services.exports import (
     list_visible_events,
     list_visible_exports,
 )
-from qexport.services.requests import request_export
+from qexport.services.requests import request_export, request_report_export
 from qexport.services.views import export_view
-from qexport.writers.registry import get_writer
 
 router = APIRouter(tags=["exports"])
 
@@ -63,12 +62,24 @@ def _view(record: ExportRecord, context: Context) -> Export:
 def create_export(
     body: ExportRequest, principal: CurrentPrincipal, context: Context, response: Response
 ) -> Export:
-    """Request an export of a query the caller may read; it is queued at once."""
+    """Request an export of a query or report the caller may read; it is queued at once.
+    Reports take the formats pdf, xlsx and html; queries the tabular formats."""
     if (body.query_id is None) == (body.report_id is None):
         raise InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
-    if body.query_id is None:
-        get_writer(body.format)  # a bad format is reported before the subject, as for queries
-        raise NotFoundError(f"no report {body.report_id!r} that you can read")
+    if body.report_id is not None:
+        record = request_report_export(
+            context.store,
+            context.clock,
+            principal.requester,
+            report_ref=body.report_id,
+            fmt=body.format,
+            parameters=body.parameters,
+            neutralize_formulas=body.options.neutralize_formulas,
+            max_unsettled=context.settings.max_unsettled_per_user,
+        )
+        response.headers["Location"] = f"/api/v1/exports/{record.id}"
+        return _view(record, context)
+    assert body.query_id is not None
     record = request_export(
         context.store,
         context.clock,

@@ -20,6 +20,7 @@ from pydantic import (
 from qexport.domain.exports import EventKind, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import MAX_PARAMETER_CHARS
+from qexport.domain.reports import REPORT_FORMATS
 from qexport.services.requests import MAX_PARAMETERS, MAX_REF_CHARS
 from qexport.writers.registry import FORMATS
 
@@ -142,6 +143,10 @@ class ExportOptions(BaseModel):
     )
 
 
+# The query formats, then the formats only a report takes.
+ANY_FORMAT: tuple[str, ...] = (*FORMATS, *sorted(REPORT_FORMATS - set(FORMATS)))
+
+
 class ExportRequest(BaseModel):
     """Exactly one of `query_id` and `report_id`."""
 
@@ -150,7 +155,11 @@ class ExportRequest(BaseModel):
     query_id: Ref | None = None
     report_id: Ref | None = None
     # Checked against the registry (422 with field "format"); the enum documents the choice.
-    format: str = Field(max_length=20, json_schema_extra={"enum": list(FORMATS)})
+    format: str = Field(
+        max_length=20,
+        description="Queries: csv, tsv, jsonl, parquet, xlsx; reports: pdf, xlsx, html",
+        json_schema_extra={"enum": list(ANY_FORMAT)},
+    )
     parameters: dict[ParameterName, ParameterValue] = Field(
         default_factory=dict, max_length=MAX_PARAMETERS
     )

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from qexport.domain.failures import RenderFailedError
+import structlog
+
+from qexport.domain.failures import QExportError, RenderFailedError
 from qexport.domain.reports import ReportSubject
+from qexport.reports.context import requester_label, workspace_zone
+from qexport.reports.model import DocumentInfo
+from qexport.reports.registry import DOCUMENTS, start_document
+from qexport.reports.sections import read_section
 
 if TYPE_CHECKING:
     from qexport.domain.exports import ExportRecord
     from qexport.ports import MetadataStore, Sink
     from qexport.worker.lease import Lease
     from qexport.worker.runner import Deps
+
+log = structlog.get_logger()
+T = TypeVar("T")
 
 
 def load_subject(store: MetadataStore, report_id: str) -> ReportSubject:
@@ -26,5 +36,51 @@ def load_subject(store: MetadataStore, report_id: str) -> ReportSubject:
 def produce_report(
     deps: Deps, record: ExportRecord, subject: ReportSubject, lease: Lease, sink: Sink
 ) -> int:
-    """Render `subject` as `record.format` into `sink`; return the total row count."""
-    raise RenderFailedError("reports cannot be rendered yet")
+    """Render `subject` as `record.format` into `sink`; return the total row count.
+
+    A section's query error keeps its own code (query_timeout, query_invalid...); anything
+    else going wrong in the renderer settles the export render_failed."""
+    report = subject.report
+    if report is None:  # the pre-render check refuses this before we get here
+        raise RenderFailedError("the report is missing")
+    if record.format not in DOCUMENTS:
+        raise RenderFailedError(f"reports cannot be rendered as {record.format!r}")
+    info = DocumentInfo(
+        title=report.title,
+        description=report.description,
+        requester=requester_label(deps.store, record.requested_by),
+        generated_at=deps.clock.now().astimezone(workspace_zone(deps.store, record.workspace_id)),
+    )
+    document = _rendering(
+        "the title block", record.format, lambda: start_document(record.format, info, sink)
+    )
+    try:
+        total = 0
+        for section in report.sections:
+            lease.check()
+            query = subject.queries.get(section.query_id)
+            if query is None:  # the pre-render check refuses this before we get here
+                raise RenderFailedError(f"the query of section {section.heading!r} is missing")
+            data = read_section(deps, record, section, query, lease, total)
+            total += len(data.rows)
+            lease.progress_rows = total
+            _rendering(f"section {section.heading!r}", record.format, document.add, data)
+        _rendering("the end of the document", record.format, document.finish)
+    finally:
+        document.close()
+    return total
+
+
+def _rendering(what: str, fmt: str, step: Callable[..., T], *args: Any) -> T:
+    """Run a renderer step; its own errors pass, anything else becomes render_failed.
+
+    The detail names the failure's type, not its message, which may quote row data."""
+    try:
+        return step(*args)
+    except QExportError:
+        raise
+    except Exception as exc:
+        log.warning("report_render_failed", part=what, error=type(exc).__name__)
+        raise RenderFailedError(
+            f"the {fmt.upper()} renderer could not render {what} ({type(exc).__name__})"
+        ) from exc

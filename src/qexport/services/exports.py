@@ -23,8 +23,8 @@ from qexport.domain.failures import (
     NotFoundError,
     QExportError,
 )
-from qexport.domain.queries import can_read
 from qexport.ports import Clock, MetadataStore, ObjectStore
+from qexport.services.reports import may_read_subject
 
 # Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
 MAX_EXPORT_ID_CHARS = 64
@@ -135,8 +135,8 @@ def downloadable(
     if status == EXPIRED:
         assert record.expires_at is not None
         raise ExpiredError(f"export {export_id} expired at {record.expires_at:%Y-%m-%d %H:%M} UTC")
-    if not can_read(requester, store.get_query(record.subject_id)):
-        raise AccessLostError("you may no longer read the query this export was made from")
+    if not may_read_subject(store, requester, record):
+        raise AccessLostError("you may no longer read what this export was made from")
     return record
 
 

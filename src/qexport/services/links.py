@@ -12,9 +12,9 @@ from datetime import datetime
 from qexport.domain.accounts import Link, Principal, hash_secret, new_secret, valid_link_token
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import NotFoundError, QExportError
-from qexport.domain.queries import can_read
 from qexport.ports import AccountStore, Clock, MetadataStore
 from qexport.services.exports import downloadable
+from qexport.services.reports import may_read_subject
 
 MAX_LINK_ID_CHARS = 64  # link ids are UUIDs; anything much longer is not worth a lookup
 
@@ -94,8 +94,8 @@ def resolve_public_link(
     if link.revoked_at is not None or not is_downloadable(record, clock.now()):
         raise LinkGoneError("the link was revoked or its file expired")
     creator = Requester(link.created_by, record.workspace_id)
-    if accounts.role_of(record.workspace_id, link.created_by) is None or not can_read(
-        creator, store.get_query(record.subject_id)
+    if accounts.role_of(record.workspace_id, link.created_by) is None or not may_read_subject(
+        store, creator, record
     ):
-        raise LinkGoneError("the link's creator may no longer read the query")
+        raise LinkGoneError("the link's creator may no longer read what the export was made from")
     return record

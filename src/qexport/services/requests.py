@@ -8,7 +8,9 @@ from typing import Any
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
 from qexport.domain.failures import InvalidRequestError, NotFoundError, TooManyRequestsError
 from qexport.domain.queries import Query, bind_parameters, can_read, to_json_value
+from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, bind_report_parameters
 from qexport.ports import Clock, MetadataStore, NewExport
+from qexport.services.reports import find_readable_report, report_queries
 from qexport.writers.registry import get_writer
 
 SUBJECT_QUERY = "query"
@@ -69,6 +71,69 @@ def request_export(
             subject_name=query.name,
             format=fmt,
             parameters={k: to_json_value(v) for k, v in values.items()},
+            options={"neutralize_formulas": neutralize_formulas},
+            filename=filename,
+            storage_key=storage_key(requester.workspace_id, export_id, filename),
+            created_at=clock.now(),
+        )
+    )
+
+
+def request_report_export(
+    store: MetadataStore,
+    clock: Clock,
+    requester: Requester,
+    *,
+    report_ref: str,
+    fmt: str,
+    parameters: dict[str, Any] | None = None,
+    neutralize_formulas: bool = True,
+    match_title: bool = False,
+    max_unsettled: int | None = None,
+) -> ExportRecord:
+    """Validate a report export request and record it as queued; bad input records nothing.
+
+    A report the requester cannot read, or with a query they cannot read, is NotFoundError.
+    """
+    if fmt not in REPORT_FORMATS:
+        raise InvalidRequestError(
+            f"unknown report format {fmt!r}; valid formats: {', '.join(sorted(REPORT_FORMATS))}",
+            field="format",
+        )
+    report = find_readable_report(store, requester, report_ref, match_title=match_title)
+    queries = report_queries(store, requester, report)
+    requested = parameters or {}
+    if len(requested) > MAX_PARAMETERS:
+        raise InvalidRequestError(
+            f"at most {MAX_PARAMETERS} parameters may be given", field="parameters"
+        )
+    try:
+        values = bind_report_parameters(report, queries, requested)
+    except InvalidRequestError as exc:
+        field = exc.field or "parameters"
+        if field != "parameters" and not field.startswith(
+            "parameters."
+        ):  # a section's query named its bare parameter
+            field = f"parameters.{field}"
+        raise InvalidRequestError(str(exc), field=field) from None
+    if not isinstance(neutralize_formulas, bool):
+        raise InvalidRequestError(
+            "neutralize_formulas must be true or false", field="options.neutralize_formulas"
+        )
+    if max_unsettled is not None:
+        _check_cap(store, requester, max_unsettled)
+    export_id = str(uuid.uuid4())
+    filename = safe_filename(report.title, fmt)
+    return store.insert_export(
+        NewExport(
+            id=export_id,
+            workspace_id=requester.workspace_id,
+            requested_by=requester.user_id,
+            subject_type=SUBJECT_REPORT,
+            subject_id=report.id,
+            subject_name=report.title,
+            format=fmt,
+            parameters=values,
             options={"neutralize_formulas": neutralize_formulas},
             filename=filename,
             storage_key=storage_key(requester.workspace_id, export_id, filename),

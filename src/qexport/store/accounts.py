@@ -65,6 +65,19 @@ class SqlAccountStore:
             stmt = sa.select(workspaces.c.id).where(workspaces.c.id == workspace_id)
             return conn.execute(stmt).first() is not None
 
+    def workspace_timezone(self, workspace_id: str) -> str:
+        with self._tx() as conn:
+            stmt = sa.select(workspaces.c.timezone).where(workspaces.c.id == workspace_id)
+            zone = conn.execute(stmt).scalar_one_or_none()
+        return zone or "UTC"
+
+    def set_workspace_timezone(self, workspace_id: str, zone: str) -> bool:
+        with self._tx() as conn:
+            result = conn.execute(
+                workspaces.update().where(workspaces.c.id == workspace_id).values(timezone=zone)
+            )
+            return result.rowcount == 1
+
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
     ) -> User:

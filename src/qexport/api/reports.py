@@ -1,0 +1,193 @@
+"""`/api/v1/reports`: reports of several queries, written by editors and admins, read as
+visibility allows (the same rule as for queries)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from qexport.api.auth import Context, CurrentPrincipal
+from qexport.api.schemas import ParameterName, ParameterValue, problem_responses
+from qexport.domain.queries import Visibility
+from qexport.domain.reports import (
+    DEFAULT_ROW_CAP,
+    MAX_ROW_CAP,
+    MAX_SECTIONS,
+    Display,
+    Report,
+    Section,
+)
+from qexport.services import reports as service
+from qexport.services.requests import MAX_PARAMETERS
+
+router = APIRouter(prefix="/reports", tags=["reports"])
+
+DisplayName = Literal["table", "bar", "line"]
+
+
+class SectionSpec(BaseModel):
+    """One section: a query's result shown as a table or a chart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    heading: str = Field(min_length=1, max_length=service.MAX_HEADING_CHARS)
+    query_id: str = Field(min_length=1, max_length=service.MAX_ID_CHARS)
+    parameters: dict[ParameterName, ParameterValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PARAMETERS,
+        description="Values fixed by the report; the query's other parameters come from the"
+        " export request (or their defaults)",
+    )
+    display: DisplayName = Field(
+        default="table",
+        description='"bar" and "line": the first column labels, each numeric column a series',
+    )
+    row_cap: int = Field(
+        default=DEFAULT_ROW_CAP, ge=1, le=MAX_ROW_CAP, description="Rows shown at most"
+    )
+
+    def section(self) -> Section:
+        return Section(
+            heading=self.heading,
+            query_id=self.query_id,
+            parameters=dict(self.parameters),
+            display=Display(self.display),
+            row_cap=self.row_cap,
+        )
+
+
+class ReportWrite(BaseModel):
+    """A report as written: created with POST, replaced whole with PUT."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1, max_length=service.MAX_TITLE_CHARS, examples=["monthly sales"])
+    description: str = Field(default="", max_length=service.MAX_DESCRIPTION_CHARS)
+    sections: list[SectionSpec] = Field(min_length=1, max_length=MAX_SECTIONS)
+    visibility: Literal["workspace", "members"] = Field(
+        default="workspace",
+        description='"workspace": every member reads it; "members": only `members` and its owner',
+    )
+    members: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list,
+        max_length=service.MAX_MEMBERS,
+        description='User ids of workspace members, with "visibility": "members"',
+    )
+
+    def draft(self) -> service.ReportDraft:
+        return service.ReportDraft(
+            title=self.title,
+            description=self.description,
+            sections=tuple(s.section() for s in self.sections),
+            visibility=Visibility(self.visibility),
+            members=frozenset(self.members),
+        )
+
+
+class SectionView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    heading: str
+    query_id: str
+    parameters: dict[str, ParameterValue]
+    display: DisplayName
+    row_cap: int
+
+
+class ReportView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    title: str
+    description: str
+    sections: list[SectionView]
+    visibility: Literal["workspace", "members"]
+    members: list[str] = Field(description="Who reads it besides its owner, when not everyone")
+    owner: str | None
+
+    @classmethod
+    def of(cls, report: Report) -> ReportView:
+        return cls(
+            id=report.id,
+            title=report.title,
+            description=report.description,
+            sections=[SectionView.model_validate(s.to_json()) for s in report.sections],
+            visibility=report.visibility.value,
+            members=sorted(report.members),
+            owner=report.owner,
+        )
+
+
+class ReportList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[ReportView]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=ReportView,
+    responses=problem_responses(400, 401, 403, 413, 422, 503),
+    summary="Save a report (editors and admins)",
+)
+def create_report(
+    body: ReportWrite,
+    principal: CurrentPrincipal,
+    context: Context,
+    request: Request,
+    response: Response,
+) -> ReportView:
+    report = service.create_report(context.store, context.accounts, principal, body.draft())
+    response.headers["Location"] = request.app.url_path_for("read_report", report_id=report.id)
+    return ReportView.of(report)
+
+
+@router.get(
+    "",
+    response_model=ReportList,
+    responses=problem_responses(401, 503),
+    summary="The reports you can read",
+)
+def list_reports(principal: CurrentPrincipal, context: Context) -> ReportList:
+    found = service.list_readable_reports(context.store, principal)
+    return ReportList(items=[ReportView.of(r) for r in found])
+
+
+@router.get(
+    "/{report_id}",
+    response_model=ReportView,
+    responses=problem_responses(401, 404, 503),
+    summary="One report (404 when missing or not visible to you)",
+)
+def read_report(report_id: str, principal: CurrentPrincipal, context: Context) -> ReportView:
+    return ReportView.of(service.get_readable_report(context.store, principal, report_id))
+
+
+@router.put(
+    "/{report_id}",
+    response_model=ReportView,
+    responses=problem_responses(400, 401, 403, 404, 413, 422, 503),
+    summary="Replace a report whole (editors and admins); its owner stays",
+)
+def replace_report(
+    report_id: str, body: ReportWrite, principal: CurrentPrincipal, context: Context
+) -> ReportView:
+    report = service.replace_report(
+        context.store, context.accounts, principal, report_id, body.draft()
+    )
+    return ReportView.of(report)
+
+
+@router.delete(
+    "/{report_id}",
+    status_code=204,
+    response_class=Response,
+    responses=problem_responses(401, 403, 404, 503),
+    summary="Delete a report (editors and admins); its unsettled exports fail access_lost",
+)
+def delete_report(report_id: str, principal: CurrentPrincipal, context: Context) -> Response:
+    service.delete_report(context.store, principal, report_id)
+    return Response(status_code=204)

@@ -1,0 +1,186 @@
+"""`qexport reports add|list`: reports in the local metadata database.
+
+A section is given as `--section 'HEADING|QUERY|DISPLAY[|ROW_CAP]'` (QUERY: a query's name
+or id; DISPLAY: table, bar or line), in document order. A value the report fixes for a
+section's query is `--param 'N:NAME=VALUE'`, N counting sections from 1; parameters not fixed
+are given when an export is requested. Bad input exits 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.table import Table
+
+from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.queries import Visibility
+from qexport.domain.reports import DEFAULT_ROW_CAP, Display, Report, Section
+from qexport.services.reports import ReportDraft, add_report
+from qexport.services.requests import find_readable_query
+
+if TYPE_CHECKING:
+    from qexport.domain.exports import Requester
+    from qexport.worker.runner import Deps
+
+reports_app = typer.Typer(
+    no_args_is_help=True, help="Reports: titled documents of several queries' results."
+)
+
+BAD_INPUT = 2
+SECTION_HELP = "HEADING|QUERY|DISPLAY[|ROW_CAP], in order; DISPLAY: table, bar or line."
+PARAM_HELP = "N:NAME=VALUE: a value fixed for section N's query (sections count from 1)."
+_SECTION_FIELD = re.compile(r"^sections\.(\d+)(.*)$")
+
+
+def _fail(message: str) -> NoReturn:
+    from qexport.cli import fail
+
+    fail(message, BAD_INPUT)
+
+
+def _parse_section(spec: str) -> Section:
+    parts = spec.split("|")
+    if not 3 <= len(parts) <= 4:
+        _fail(f"--section expects HEADING|QUERY|DISPLAY[|ROW_CAP], got {spec!r}")
+    heading, query, display = (p.strip() for p in parts[:3])
+    try:
+        shown = Display(display)
+    except ValueError:
+        _fail(f"unknown display {display!r} in {spec!r} (choose from table, bar, line)")
+    row_cap = DEFAULT_ROW_CAP
+    if len(parts) == 4:
+        try:
+            row_cap = int(parts[3])
+        except ValueError:
+            _fail(f"the row cap in {spec!r} is not a whole number")
+    return Section(heading=heading, query_id=query, display=shown, row_cap=row_cap)
+
+
+def _parse_fixed(specs: list[str], count: int) -> dict[int, dict[str, str]]:
+    """`N:NAME=VALUE` pairs by section index (from 0)."""
+    fixed: dict[int, dict[str, str]] = {}
+    for spec in specs:
+        number, colon, rest = spec.partition(":")
+        name, equals, value = rest.partition("=")
+        if not (colon and equals and name.strip()) or not number.strip().isdigit():
+            _fail(f"--param expects N:NAME=VALUE, got {spec!r}")
+        index = int(number) - 1
+        if not 0 <= index < count:
+            _fail(f"--param {spec!r} names section {number}; there are sections 1 to {count}")
+        fixed.setdefault(index, {})[name.strip()] = value
+    return fixed
+
+
+def _resolve(deps: Deps, requester: Requester, sections: list[Section]) -> list[Section]:
+    """Sections naming their queries by id, looked up by name or id as the requester reads."""
+    resolved = []
+    for number, section in enumerate(sections, start=1):
+        try:
+            query = find_readable_query(deps.store, requester, section.query_id)
+        except NotFoundError:
+            _fail(f"section {number}: no query {section.query_id!r} that you can read")
+        resolved.append(
+            Section(section.heading, query.id, section.parameters, section.display, section.row_cap)
+        )
+    return resolved
+
+
+def _human_field(field: str | None) -> str:
+    """`sections.0.parameters.since` -> `section 1 parameters.since`, as the user counts."""
+    if not field:
+        return ""
+    found = _SECTION_FIELD.match(field)
+    if found is None:
+        return f"{field}: "
+    return f"section {int(found[1]) + 1}{found[2].replace('.', ' ', 1)}: "
+
+
+def _workspace_members(deps: Deps, requester: Requester, listed: frozenset[str]) -> set[str]:
+    """Who may be listed: the workspace's members where it has accounts, else anyone."""
+    from qexport.store.accounts import SqlAccountStore
+    from qexport.store.sql import SqlMetadataStore
+
+    if not isinstance(deps.store, SqlMetadataStore):
+        return set(listed)
+    accounts = SqlAccountStore(deps.store.engine)
+    if not accounts.workspace_exists(requester.workspace_id):
+        return set(listed)
+    return {m.user_id for m in accounts.members(requester.workspace_id)}
+
+
+@reports_app.command("add")
+def reports_add(
+    ctx: typer.Context,
+    title: str,
+    section: Annotated[list[str], typer.Option(help=SECTION_HELP)],
+    description: Annotated[str, typer.Option(help="Shown under the title.")] = "",
+    param: Annotated[list[str] | None, typer.Option(help=PARAM_HELP)] = None,
+    visible_to: Annotated[
+        list[str] | None,
+        typer.Option(help="Restrict to these users (default: the whole workspace)."),
+    ] = None,
+) -> None:
+    """Save a report, e.g. `qexport reports add Sales --section 'Orders|orders|table'
+    --section 'Big ones|orders|bar|20' --param 2:since=2024-01-15`."""
+    from qexport.cli import out, state
+
+    st = state(ctx)
+    deps = st.deps()
+    parsed = [_parse_section(spec) for spec in section]
+    fixed = _parse_fixed(param or [], len(parsed))
+    sections = [
+        Section(s.heading, s.query_id, fixed.get(i, {}), s.display, s.row_cap)
+        for i, s in enumerate(_resolve(deps, st.requester, parsed))
+    ]
+    members = frozenset(visible_to or ())
+    draft = ReportDraft(
+        title=title,
+        description=description,
+        sections=tuple(sections),
+        visibility=Visibility.MEMBERS if members else Visibility.WORKSPACE,
+        members=members,
+    )
+    try:
+        report = add_report(
+            deps.store,
+            st.requester,
+            draft,
+            members=_workspace_members(deps, st.requester, members),
+        )
+    except InvalidRequestError as exc:
+        _fail(f"{_human_field(exc.field)}{exc}")
+    out.print(f"saved report {title!r} ({report.id})")
+
+
+def _report_json(report: Report) -> dict[str, Any]:
+    return {
+        "id": report.id,
+        "title": report.title,
+        "description": report.description,
+        "sections": [s.to_json() for s in report.sections],
+        "visibility": report.visibility.value,
+        "members": sorted(report.members),
+        "owner": report.owner,
+    }
+
+
+@reports_app.command("list")
+def reports_list(
+    ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """List the workspace's reports."""
+    from qexport.cli import out, state
+
+    st = state(ctx)
+    found = st.deps().store.list_reports(st.requester.workspace_id)
+    if as_json:
+        print(json.dumps([_report_json(r) for r in found], indent=2))
+        return
+    table = Table("title", "sections", "visibility", "id")
+    for report in found:
+        headings = ", ".join(f"{s.heading} ({s.display.value})" for s in report.sections)
+        table.add_row(report.title, headings, report.visibility.value, report.id)
+    out.print(table)

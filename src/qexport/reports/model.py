@@ -1,0 +1,91 @@
+"""What a renderer is given: the document's title block and each section's rows, read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from qexport.domain.reports import Display
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """The title block: the report's title and description, who asked and when."""
+
+    title: str
+    description: str
+    requester: str
+    generated_at: dt.datetime  # in the workspace's time zone
+
+    @property
+    def generated_label(self) -> str:
+        return self.generated_at.strftime("%Y-%m-%d %H:%M %Z").strip()
+
+
+@dataclass(frozen=True)
+class SectionData:
+    """One section's result as read: at most its row cap, one tuple of Python values a row."""
+
+    heading: str
+    display: Display
+    columns: tuple[str, ...]
+    types: tuple[pa.DataType, ...]
+    rows: Sequence[tuple[Any, ...]]
+    truncated: bool  # the query had more rows than the section's row cap
+
+    def numeric_columns(self) -> list[int]:
+        """Indexes of the columns a chart plots: the numeric ones after the label column."""
+        return [i for i in range(1, len(self.types)) if is_numeric(self.types[i])]
+
+
+def is_numeric(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype)) or bool(
+        pa.types.is_decimal(dtype)
+    )
+
+
+def as_text(value: Any) -> str:  # noqa: PLR0911 - one return per kind of value
+    """A value as a table cell shows it in PDF and HTML."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float | decimal.Decimal):
+        return f"{value:,.2f}" if abs(float(value)) < 1e15 else f"{value:.6g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ", timespec="seconds")
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def as_number(value: Any) -> float | None:
+    """A chart value: None where the cell is empty or not a finite number."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+class DocumentWriter(Protocol):
+    """A document being written into the sink, one section at a time."""
+
+    def add(self, section: SectionData) -> None: ...
+    def finish(self) -> None:
+        """Write what remains of the document into the sink."""
+        ...
+
+    def close(self) -> None:
+        """Release temporary files; called whether or not the document was finished."""
+        ...

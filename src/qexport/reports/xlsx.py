@@ -1,0 +1,165 @@
+"""XLSX with XlsxWriter: a "Report" sheet, then one sheet per section with typed cells.
+
+Strings are always written with write_string, so no cell value ever becomes a formula (or a
+link, or a number) in the workbook. XlsxWriter needs a seekable file, so the workbook is
+written in constant-memory mode to a file in a private temporary directory, then copied into
+the sink; memory stays at one row whatever the row count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+import math
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import xlsxwriter
+from xlsxwriter.worksheet import Worksheet
+
+from qexport.domain.reports import Display
+from qexport.ports import Sink
+from qexport.reports.model import DocumentInfo, SectionData
+
+MAX_SHEET_NAME = 31
+_BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\\x00-\x1f]")
+_RESERVED = {"history"}  # Excel refuses a sheet of this name
+_EXACT_INT = 2**53  # larger integers would lose digits as Excel numbers: kept as text
+_COPY_CHUNK = 1024 * 1024
+_WIDTH_SAMPLE = 100  # rows looked at to size the columns
+
+
+def sheet_name(heading: str, taken: set[str]) -> str:
+    """A valid, unique (case-insensitively) sheet name of at most 31 characters."""
+    base = _BAD_SHEET_CHARS.sub("-", heading).strip().strip("'").strip() or "Section"
+    base = base[:MAX_SHEET_NAME]
+    name, n = base, 1
+    while name.lower() in taken or name.lower() in _RESERVED:
+        n += 1
+        suffix = f" ({n})"
+        name = base[: MAX_SHEET_NAME - len(suffix)] + suffix
+    taken.add(name.lower())
+    return name
+
+
+class XlsxDocument:
+    def __init__(self, info: DocumentInfo, sink: Sink) -> None:
+        self._sink = sink
+        self._dir = Path(tempfile.mkdtemp(prefix="qexport-report-"))  # mode 0700: private
+        self._path = self._dir / "report.xlsx"
+        self._book = xlsxwriter.Workbook(
+            str(self._path),
+            {
+                "constant_memory": True,
+                "tmpdir": str(self._dir),
+                "strings_to_formulas": False,
+                "strings_to_urls": False,
+                "strings_to_numbers": False,
+                "default_date_format": "yyyy-mm-dd",
+            },
+        )
+        self._bold = self._book.add_format({"bold": True})
+        self._date = self._book.add_format({"num_format": "yyyy-mm-dd"})
+        self._datetime = self._book.add_format({"num_format": "yyyy-mm-dd hh:mm:ss"})
+        self._time = self._book.add_format({"num_format": "hh:mm:ss"})
+        self._taken: set[str] = {"report"}
+        self._closed = False
+        front = self._book.add_worksheet("Report")
+        front.set_column(0, 0, 14)
+        front.set_column(1, 1, 60)
+        for row, (label, value) in enumerate(
+            (
+                ("Title", info.title),
+                ("Description", info.description),
+                ("Requested by", info.requester),
+                ("Generated", info.generated_label),
+            )
+        ):
+            front.write_string(row, 0, label, self._bold)
+            front.write_string(row, 1, value)
+
+    def add(self, section: SectionData) -> None:
+        sheet = self._book.add_worksheet(sheet_name(section.heading, self._taken))
+        for col, name in enumerate(section.columns):
+            sheet.write_string(0, col, name, self._bold)
+            sheet.set_column(col, col, _width(section, col))
+        sheet.freeze_panes(1, 0)
+        for r, row in enumerate(section.rows, start=1):
+            for c, value in enumerate(row):
+                self._cell(sheet, r, c, value)
+        if section.display is not Display.TABLE and section.rows:
+            self._chart(sheet, section)
+
+    def _cell(self, sheet: Worksheet, row: int, col: int, value: Any) -> None:  # noqa: PLR0912 - one branch per type
+        if value is None:
+            return
+        if isinstance(value, bool):
+            sheet.write_boolean(row, col, value)
+        elif isinstance(value, int):
+            if abs(value) <= _EXACT_INT:
+                sheet.write_number(row, col, value)
+            else:
+                sheet.write_string(row, col, str(value))
+        elif isinstance(value, float | decimal.Decimal):
+            number = float(value)
+            if math.isfinite(number):
+                sheet.write_number(row, col, number)
+            else:
+                sheet.write_string(row, col, str(value))
+        elif isinstance(value, dt.datetime):
+            if value.tzinfo is not None:  # Excel has no time zones: shown in UTC
+                value = value.astimezone(dt.UTC).replace(tzinfo=None)
+            sheet.write_datetime(row, col, value, self._datetime)
+        elif isinstance(value, dt.date):
+            sheet.write_datetime(row, col, value, self._date)
+        elif isinstance(value, dt.time):
+            sheet.write_datetime(row, col, value.replace(tzinfo=None), self._time)
+        elif isinstance(value, bytes):
+            sheet.write_string(row, col, value.hex())
+        else:
+            sheet.write_string(row, col, str(value))
+
+    def _chart(self, sheet: Worksheet, section: SectionData) -> None:
+        """A native Excel chart of the sheet's own cells, to the right of the data."""
+        numeric = section.numeric_columns()
+        if not numeric:
+            return
+        chart = self._book.add_chart(
+            {"type": "column" if section.display is Display.BAR else "line"}
+        )
+        last = len(section.rows)
+        for col in numeric:
+            chart.add_series(
+                {
+                    "name": [sheet.name, 0, col],
+                    "categories": [sheet.name, 1, 0, last, 0],
+                    "values": [sheet.name, 1, col, last, col],
+                }
+            )
+        chart.set_title({"name": section.heading[:255]})
+        chart.set_size({"width": 720, "height": 360})
+        sheet.insert_chart(1, len(section.columns) + 1, chart)
+
+    def finish(self) -> None:
+        self._closed = True
+        self._book.close()
+        with self._path.open("rb") as fh:
+            while chunk := fh.read(_COPY_CHUNK):
+                self._sink.write(chunk)
+
+    def close(self) -> None:
+        if not self._closed:  # abandoned: close the workbook's own temp files, then drop all
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._book.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _width(section: SectionData, col: int) -> float:
+    """A column width from the header and the first rows (Excel units ~ characters)."""
+    sample = [len(str(row[col])) for row in section.rows[:_WIDTH_SAMPLE] if row[col] is not None]
+    return float(min(max([len(section.columns[col]), 10, *sample]) + 2, 60))

@@ -1,0 +1,286 @@
+"""Reports through the API and the CLI: written by editors and admins, read as
+`can_read_report` allows, each section naming a query the writer may read.
+
+A report the caller cannot read answers exactly like a missing one (NotFoundError); a section
+naming a query the writer cannot read is refused with the same words as a missing query.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from qexport.domain.accounts import Principal
+from qexport.domain.exports import ExportRecord, Requester
+from qexport.domain.failures import ForbiddenError, InvalidRequestError, NotFoundError
+from qexport.domain.queries import Query, Visibility, bind_parameters, can_read
+from qexport.domain.reports import (
+    MAX_ROW_CAP,
+    MAX_SECTIONS,
+    SUBJECT_REPORT,
+    Report,
+    ReportSubject,
+    Section,
+    can_read_report,
+)
+from qexport.ports import AccountStore, MetadataStore
+
+MAX_TITLE_CHARS = 200
+MAX_HEADING_CHARS = 200
+MAX_DESCRIPTION_CHARS = 5_000
+MAX_MEMBERS = 1000
+MAX_ID_CHARS = 200  # ids are UUIDs; longer refs are not worth a lookup
+NO_SUCH_REPORT = "no report with this id that you can read"
+NO_SUCH_QUERY = "no query with this id that you can read"
+# As for query names: control, format (bidi overrides, zero-width), surrogate, private-use
+# characters and line or paragraph separators are nothing a person means to put in a title.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+@dataclass(frozen=True)
+class ReportDraft:
+    """Everything a caller writes of a report; the id, workspace and owner are not theirs."""
+
+    title: str
+    description: str = ""
+    sections: tuple[Section, ...] = ()
+    visibility: Visibility = Visibility.WORKSPACE
+    members: frozenset[str] = frozenset()
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _encodable(text: str) -> bool:
+    """No lone surrogates (UTF-8, and so every database, refuses them) nor NUL."""
+    return "\x00" not in text and not any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def _check_label(text: str, *, what: str, limit: int, field: str) -> None:
+    if not 1 <= len(text) <= limit:
+        raise InvalidRequestError(f"a {what} has 1 to {limit} characters", field=field)
+    if any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in text):
+        raise InvalidRequestError(f"a {what} cannot contain control characters", field=field)
+    if text != text.strip():
+        raise InvalidRequestError(f"a {what} cannot start or end with spaces", field=field)
+
+
+def _check_fixed_parameters(where: str, section: Section, query: Query) -> None:
+    """Fixed values must name the query's parameters and coerce to their types; the others
+    may come from the export request, so a missing required one is no error here."""
+    declared = {p.name: p for p in query.parameters}
+    for name, value in section.parameters.items():
+        field = f"{where}.parameters.{name}"
+        if name not in declared:
+            accepted = ", ".join(declared) or "none"
+            raise InvalidRequestError(
+                f"the query has no parameter {name!r} (declared: {accepted})", field=field
+            )
+        if value is None:
+            raise InvalidRequestError(
+                f"a fixed value for {name!r} cannot be null; leave it out to take it from"
+                " the export request",
+                field=field,
+            )
+        if isinstance(value, str) and not _encodable(value):
+            raise InvalidRequestError(
+                "the value contains a NUL or an unpaired surrogate", field=field
+            )
+        probe = replace(query, parameters=(declared[name],))
+        try:
+            bind_parameters(probe, {name: value})
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(str(exc), field=field) from None
+
+
+def _check_section(
+    index: int, section: Section, store: MetadataStore, requester: Requester
+) -> None:
+    where = f"sections.{index}"
+    _check_label(section.heading, what="heading", limit=MAX_HEADING_CHARS, field=f"{where}.heading")
+    query = (
+        store.get_query(section.query_id)
+        if len(section.query_id) <= MAX_ID_CHARS and _encodable(section.query_id)
+        else None
+    )
+    if query is None or not can_read(requester, query):
+        raise InvalidRequestError(NO_SUCH_QUERY, field=f"{where}.query_id")
+    _check_fixed_parameters(where, section, query)
+    if not 1 <= section.row_cap <= MAX_ROW_CAP:
+        raise InvalidRequestError(f"a row cap is 1 to {MAX_ROW_CAP:,}", field=f"{where}.row_cap")
+
+
+def check_draft(
+    draft: ReportDraft, store: MetadataStore, requester: Requester, *, members: Collection[str]
+) -> None:
+    """Refuse a draft with a bad title or section, a query the writer cannot read, or
+    members from outside the workspace."""
+    _check_label(draft.title, what="title", limit=MAX_TITLE_CHARS, field="title")
+    if len(draft.description) > MAX_DESCRIPTION_CHARS or not _encodable(draft.description):
+        raise InvalidRequestError(
+            f"a description has at most {MAX_DESCRIPTION_CHARS:,} characters, no NUL",
+            field="description",
+        )
+    if not 1 <= len(draft.sections) <= MAX_SECTIONS:
+        raise InvalidRequestError(f"a report has 1 to {MAX_SECTIONS} sections", field="sections")
+    for index, section in enumerate(draft.sections):
+        _check_section(index, section, store, requester)
+    if draft.visibility is Visibility.WORKSPACE and draft.members:
+        raise InvalidRequestError(
+            'members are listed only with "visibility": "members"', field="members"
+        )
+    if len(draft.members) > MAX_MEMBERS:
+        raise InvalidRequestError(f"at most {MAX_MEMBERS} members", field="members")
+    strangers = sorted(draft.members - set(members))
+    if strangers:
+        raise InvalidRequestError(
+            f"{strangers[0]!r} is not a member of the workspace", field="members"
+        )
+
+
+def _writer(principal: Principal) -> None:
+    if not principal.can_write_queries:
+        raise ForbiddenError("only editors and admins may create, change or delete reports")
+
+
+def _workspace_members(accounts: AccountStore, principal: Principal) -> set[str]:
+    return {m.user_id for m in accounts.members(principal.workspace_id)}
+
+
+# ---------------------------------------------------------------- lookups
+
+
+def find_readable_report(
+    store: MetadataStore, requester: Requester, ref: str, *, match_title: bool = False
+) -> Report:
+    """A report by id (or, with `match_title`, by its title when exactly one readable report
+    has it) that the requester may read; NotFoundError otherwise."""
+    ok = len(ref) <= MAX_ID_CHARS and _encodable(ref)
+    report = store.get_report(ref) if ok else None
+    if can_read_report(requester, report):
+        assert report is not None
+        return report
+    if match_title and ok:
+        titled = [
+            r
+            for r in store.list_reports(requester.workspace_id)
+            if r.title == ref and can_read_report(requester, r)
+        ]
+        if len(titled) == 1:
+            return titled[0]
+        if len(titled) > 1:
+            raise InvalidRequestError(
+                f"{len(titled)} reports are titled {ref!r}; give one's id", field="report_id"
+            )
+        raise NotFoundError(f"no report {ref[:80]!r} that you can read")
+    raise NotFoundError(NO_SUCH_REPORT)
+
+
+def report_queries(store: MetadataStore, requester: Requester, report: Report) -> dict[str, Query]:
+    """The report's queries; NotFoundError, as for the report itself, if the requester cannot
+    read one of them (an export of it would only fail access_lost)."""
+    found: dict[str, Query] = {}
+    for query_id in dict.fromkeys(s.query_id for s in report.sections):
+        query = store.get_query(query_id)
+        if query is None or not can_read(requester, query):
+            raise NotFoundError(NO_SUCH_REPORT)
+        found[query_id] = query
+    return found
+
+
+# ---------------------------------------------------------------- use cases
+
+
+def may_read_subject(store: MetadataStore, requester: Requester, record: ExportRecord) -> bool:
+    """Whether the requester may still read what the export was made from: its query, or its
+    report and every query in it (the pre-render check's rule, applied to downloads)."""
+    if record.subject_type != SUBJECT_REPORT:
+        return can_read(requester, store.get_query(record.subject_id))
+    report = store.get_report(record.subject_id)
+    if report is None:
+        return False
+    ids = {s.query_id for s in report.sections}
+    subject = ReportSubject(report, {query_id: store.get_query(query_id) for query_id in ids})
+    return subject.refusal(requester) is None
+
+
+def list_readable_reports(store: MetadataStore, principal: Principal) -> list[Report]:
+    """The workspace's live reports that the caller may read, by title."""
+    return [
+        r
+        for r in store.list_reports(principal.workspace_id)
+        if can_read_report(principal.requester, r)
+    ]
+
+
+def get_readable_report(store: MetadataStore, principal: Principal, report_id: str) -> Report:
+    """The report if the caller may read it; NotFoundError, as for a missing one, otherwise."""
+    return find_readable_report(store, principal.requester, report_id)
+
+
+def create_report(
+    store: MetadataStore, accounts: AccountStore, principal: Principal, draft: ReportDraft
+) -> Report:
+    """Save a new report owned by the caller (an editor or admin)."""
+    _writer(principal)
+    return add_report(
+        store, principal.requester, draft, members=_workspace_members(accounts, principal)
+    )
+
+
+def add_report(
+    store: MetadataStore,
+    requester: Requester,
+    draft: ReportDraft,
+    *,
+    members: Collection[str],
+) -> Report:
+    """Check and save a report owned by `requester` (the CLI's entry, which has no roles)."""
+    check_draft(draft, store, requester, members=members)
+    return store.add_report(
+        Report(
+            id=str(uuid.uuid4()),
+            workspace_id=requester.workspace_id,
+            title=draft.title,
+            description=draft.description,
+            sections=draft.sections,
+            visibility=draft.visibility,
+            members=draft.members,
+            owner=requester.user_id,
+        )
+    )
+
+
+def replace_report(
+    store: MetadataStore,
+    accounts: AccountStore,
+    principal: Principal,
+    report_id: str,
+    draft: ReportDraft,
+) -> Report:
+    """Replace a readable report whole; the owner stays. Exports already requested run with
+    the report as it is when they are claimed."""
+    _writer(principal)
+    current = get_readable_report(store, principal, report_id)
+    check_draft(draft, store, principal.requester, members=_workspace_members(accounts, principal))
+    updated = replace(
+        current,
+        title=draft.title,
+        description=draft.description,
+        sections=draft.sections,
+        visibility=draft.visibility,
+        members=draft.members,
+    )
+    if not store.update_report(updated):  # deleted in the meantime
+        raise NotFoundError(NO_SUCH_REPORT)
+    return updated
+
+
+def delete_report(store: MetadataStore, principal: Principal, report_id: str) -> None:
+    """Delete a readable report; its unsettled exports then fail access_lost before they run."""
+    _writer(principal)
+    report = get_readable_report(store, principal, report_id)
+    if not store.delete_report(report.id):
+        raise NotFoundError(NO_SUCH_REPORT)

@@ -1,0 +1,213 @@
+"""Report documents read back: PDF text and pages, XLSX cells and types, HTML safety."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import duckdb
+import openpyxl
+import pypdf
+import pytest
+import sqlalchemy as sa
+
+from qexport.domain.exports import Status
+from qexport.domain.reports import Display
+from qexport.store.sql import SqlMetadataStore
+from qexport.store.tables import workspaces
+from tests.integration.report_env import ALICE, WORKSPACE, ReportEnv, make_env, section
+
+ORDERS_SQL = "SELECT id, customer, amount, day, paid FROM orders ORDER BY id"
+DAILY_SQL = "SELECT day, amount, id FROM orders ORDER BY id LIMIT 20"
+
+
+@pytest.fixture
+def env(sqlite_store: SqlMetadataStore, tmp_path: Path) -> ReportEnv:
+    return make_env(sqlite_store, tmp_path)
+
+
+def _pdf_pages(data: bytes) -> list[str]:
+    return [page.extract_text() for page in pypdf.PdfReader(io.BytesIO(data)).pages]
+
+
+def test_pdf_has_title_block_headings_cells_page_numbers_and_repeated_header(
+    env: ReportEnv,
+) -> None:
+    """The PDF shows the title, the requester's email and the time in the workspace's zone,
+    every heading and cell value, "page N of M" on each page, and a table that spans pages
+    starts each page with its header row."""
+    with env.store.engine.begin() as conn:
+        conn.execute(sa.update(workspaces).values(timezone="Asia/Tokyo"))
+    orders = env.add_query("orders", ORDERS_SQL)
+    daily = env.add_query("daily", DAILY_SQL)
+    report = env.add_report(
+        "Sales <review> & more",
+        section("Every order", orders),
+        section("Amount per day", daily, Display.BAR),
+        section("Trend", daily, Display.LINE),
+        description="Numbers for the board",
+    )
+    record = env.run(env.request(report, "pdf"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    assert record.row_count == 120 + 20 + 20
+    pages = _pdf_pages(env.file(record))
+    text = "\n".join(pages)
+    assert "Sales <review> & more" in text
+    assert "Numbers for the board" in text
+    assert "alice@example.com" in text
+    assert re.search(r"generated \d{4}-\d\d-\d\d \d\d:\d\d JST", text)
+    for heading in ("Every order", "Amount per day", "Trend"):
+        assert heading in text
+    # Cell values: ids, amounts with two decimals, dates, booleans; a name Helvetica cannot
+    # draw in full shows '?' for the missing character.
+    for value in ("120", "300.00", "2025-05-01", "true", "false", "Zoë & Co ?"):
+        assert value in text, value
+    assert len(pages) >= 3
+    for n, page in enumerate(pages, start=1):
+        assert re.search(rf"page {n} of\s*{len(pages)}", page), page[:80]
+    assert "Every order" not in pages[1]  # the table continues on page 2...
+    assert re.search(r"id\s+customer\s+amount\s+day\s+paid", pages[1])  # ...under its header
+
+
+def test_pdf_pages_render_to_png(env: ReportEnv, tmp_path: Path) -> None:
+    """Every page of the PDF renders with poppler's pdftoppm (required when CI is set)."""
+    if shutil.which("pdftoppm") is None:
+        if os.environ.get("CI"):
+            pytest.fail("pdftoppm (poppler-utils) is required in CI")
+        pytest.skip("pdftoppm (poppler-utils) is not installed: PDF pages not rasterised")
+    orders = env.add_query("orders", ORDERS_SQL)
+    daily = env.add_query("daily", DAILY_SQL)
+    report = env.add_report(
+        "Render", section("Orders", orders), section("Bars", daily, Display.BAR)
+    )
+    record = env.run(env.request(report, "pdf"))
+    path = tmp_path / "report.pdf"
+    path.write_bytes(env.file(record))
+    result = subprocess.run(
+        ["pdftoppm", "-r", "40", "-png", str(path), str(tmp_path / "page")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no syntax errors reported while rendering
+    pngs = sorted(tmp_path.glob("page-*.png"))
+    assert len(pngs) == len(pypdf.PdfReader(path).pages)
+    assert all(p.read_bytes().startswith(b"\x89PNG") and p.stat().st_size > 1000 for p in pngs)
+
+
+def test_xlsx_cells_match_the_query_results(env: ReportEnv, tmp_path: Path) -> None:
+    """One sheet per section after a "Report" sheet; every cell equals the query's value
+    with its type (numbers, dates, booleans, text never turned into a formula); the header
+    row is frozen; headings become valid unique sheet names."""
+    orders = env.add_query("orders", ORDERS_SQL)
+    daily = env.add_query("daily", DAILY_SQL)
+    report = env.add_report(
+        "Workbook",
+        section("Orders: all/every [1]", orders),
+        section("Orders: all/every [1]", daily, Display.BAR, row_cap=7),
+    )
+    with duckdb.connect(str(tmp_path / "shop.duckdb"), read_only=True) as con:
+        expected = con.execute(ORDERS_SQL).fetchall()
+    record = env.run(env.request(report, "xlsx"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    book = openpyxl.load_workbook(io.BytesIO(env.file(record)))
+    assert book.sheetnames == ["Report", "Orders- all-every -1-", "Orders- all-every -1- (2)"]
+    front = book["Report"]
+    assert (front["A1"].value, front["B1"].value) == ("Title", "Workbook")
+    assert front["B3"].value == "alice@example.com"
+    sheet = book["Orders- all-every -1-"]
+    assert sheet.freeze_panes == "A2"
+    rows = list(sheet.iter_rows(values_only=True))
+    assert rows[0] == ("id", "customer", "amount", "day", "paid")
+    assert len(rows) == 1 + len(expected)
+    for got, want in zip(rows[1:], expected, strict=True):
+        assert got[0] == want[0]
+        assert isinstance(got[0], int)
+        assert got[1] == want[1]
+        assert isinstance(got[1], str)
+        assert got[2] == want[2]
+        assert isinstance(got[2], int | float)
+        assert got[3] == dt.datetime.combine(want[3], dt.time())  # an Excel date
+        assert got[4] is want[4]
+    for row in sheet.iter_rows(min_row=2):
+        assert row[1].data_type == "s"  # '=HYPERLINK(...)' stays text, never a formula
+        assert row[3].number_format == "yyyy-mm-dd"
+    capped = list(book["Orders- all-every -1- (2)"].iter_rows(values_only=True))
+    assert len(capped) == 1 + 7  # the section's row cap
+
+
+class _Collector(HTMLParser):
+    """Every tag with its attributes, and the text inside <td> cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.cells: list[str] = []
+        self._in_td = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_td = tag == "td"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._in_td = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_td:
+            self.cells.append(data)
+
+
+def test_html_is_self_contained_and_escapes_values(env: ReportEnv) -> None:
+    """The HTML loads nothing external (no script, link, external image or url()), tables
+    have a <thead>, charts are inline SVG, and a value like <script>alert(1)</script> is
+    text in a cell, not markup."""
+    orders = env.add_query("orders", ORDERS_SQL)
+    daily = env.add_query("daily", DAILY_SQL)
+    report = env.add_report(
+        "<img src=x onerror=alert(1)>",
+        section("Orders", orders),
+        section("Per day", daily, Display.BAR),
+        section("Trend", daily, Display.LINE),
+    )
+    record = env.run(env.request(report, "html"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    page = env.file(record).decode("utf-8")
+    parser = _Collector()
+    parser.feed(page)
+    tags = [tag for tag, _ in parser.tags]
+    assert "script" not in tags
+    assert "link" not in tags
+    assert "iframe" not in tags
+    assert "img" not in tags  # the title's markup was escaped too
+    for _, attrs in parser.tags:
+        for name, value in attrs.items():
+            assert not name.startswith("on"), name
+            assert not (value or "").startswith(("http:", "https:", "//")), value
+    assert "url(" not in page
+    assert "@import" not in page
+    assert tags.count("table") == 1
+    assert tags.count("thead") == 1
+    assert tags.count("svg") == 2
+    assert tags.count("rect") >= 20
+    assert "polyline" in tags
+    assert "<script>alert(1)</script>" in parser.cells
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "Zoë & Co ✓" in parser.cells  # HTML keeps every character
+
+
+def test_generation_time_defaults_to_utc(env: ReportEnv) -> None:
+    """A workspace that sets no time zone gets the generation time in UTC."""
+    orders = env.add_query("orders", "SELECT id FROM orders ORDER BY id LIMIT 3")
+    report = env.add_report("Small", section("Ids", orders))
+    record = env.run(env.request(report, "pdf"))
+    assert re.search(r"generated [\d: -]+ UTC", "\n".join(_pdf_pages(env.file(record))))
+    assert ALICE.workspace_id == WORKSPACE
