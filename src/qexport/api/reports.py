@@ -20,6 +20,7 @@ from qexport.domain.reports import (
     Section,
 )
 from qexport.services import reports as service
+from qexport.services.queries import MAX_MEMBERS
 from qexport.services.requests import MAX_PARAMETERS
 
 router = APIRouter(prefix="/reports", tags=["reports"])
@@ -72,7 +73,7 @@ class ReportWrite(BaseModel):
     )
     members: list[Annotated[str, Field(max_length=200)]] = Field(
         default_factory=list,
-        max_length=service.MAX_MEMBERS,
+        max_length=MAX_MEMBERS,
         description='User ids of workspace members, with "visibility": "members"',
     )
 

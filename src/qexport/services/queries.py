@@ -121,13 +121,20 @@ def check_draft(draft: QueryDraft, *, sources: Collection[str], members: Collect
     seen: set[str] = set()
     for index, param in enumerate(draft.parameters):
         _check_parameter(index, param, seen)
-    if draft.visibility is Visibility.WORKSPACE and draft.members:
+    check_visibility(draft.visibility, draft.members, members)
+
+
+def check_visibility(
+    visibility: Visibility, listed: Collection[str], members: Collection[str]
+) -> None:
+    """Who may read a query or a report: the workspace, or listed members of it."""
+    if visibility is Visibility.WORKSPACE and listed:
         raise InvalidRequestError(
             'members are listed only with "visibility": "members"', field="members"
         )
-    if len(draft.members) > MAX_MEMBERS:
+    if len(listed) > MAX_MEMBERS:
         raise InvalidRequestError(f"at most {MAX_MEMBERS} members", field="members")
-    strangers = sorted(draft.members - set(members))
+    strangers = sorted(set(listed) - set(members))
     if strangers:
         raise InvalidRequestError(
             f"{strangers[0]!r} is not a member of the workspace", field="members"
@@ -139,7 +146,8 @@ def _writer(principal: Principal) -> None:
         raise ForbiddenError("only editors and admins may create, change or delete queries")
 
 
-def _workspace_members(accounts: AccountStore, principal: Principal) -> set[str]:
+def workspace_members(accounts: AccountStore, principal: Principal) -> set[str]:
+    """The user ids of the caller's workspace."""
     return {m.user_id for m in accounts.members(principal.workspace_id)}
 
 
@@ -175,7 +183,7 @@ def create_query(
 ) -> Query:
     """Save a new query owned by the caller (an editor or admin)."""
     _writer(principal)
-    check_draft(draft, sources=sources, members=_workspace_members(accounts, principal))
+    check_draft(draft, sources=sources, members=workspace_members(accounts, principal))
     # The store refuses a name taken by a live query of the workspace (field "name").
     return store.add_query(
         Query(
@@ -207,7 +215,7 @@ def replace_query(
     """
     _writer(principal)
     current = get_readable_query(store, principal, query_id)
-    check_draft(draft, sources=sources, members=_workspace_members(accounts, principal))
+    check_draft(draft, sources=sources, members=workspace_members(accounts, principal))
     if draft.name != current.name:
         taken = store.find_query(principal.workspace_id, draft.name)
         if taken is not None and taken.id != current.id:

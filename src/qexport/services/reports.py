@@ -26,11 +26,11 @@ from qexport.domain.reports import (
     can_read_report,
 )
 from qexport.ports import AccountStore, MetadataStore
+from qexport.services.queries import check_visibility, workspace_members
 
 MAX_TITLE_CHARS = 200
 MAX_HEADING_CHARS = 200
 MAX_DESCRIPTION_CHARS = 5_000
-MAX_MEMBERS = 1000
 MAX_ID_CHARS = 200  # ids are UUIDs; longer refs are not worth a lookup
 NO_SUCH_REPORT = "no report with this id that you can read"
 NO_SUCH_QUERY = "no query with this id that you can read"
@@ -127,26 +127,12 @@ def check_draft(
         raise InvalidRequestError(f"a report has 1 to {MAX_SECTIONS} sections", field="sections")
     for index, section in enumerate(draft.sections):
         _check_section(index, section, store, requester)
-    if draft.visibility is Visibility.WORKSPACE and draft.members:
-        raise InvalidRequestError(
-            'members are listed only with "visibility": "members"', field="members"
-        )
-    if len(draft.members) > MAX_MEMBERS:
-        raise InvalidRequestError(f"at most {MAX_MEMBERS} members", field="members")
-    strangers = sorted(draft.members - set(members))
-    if strangers:
-        raise InvalidRequestError(
-            f"{strangers[0]!r} is not a member of the workspace", field="members"
-        )
+    check_visibility(draft.visibility, draft.members, members)
 
 
 def _writer(principal: Principal) -> None:
     if not principal.can_write_queries:
         raise ForbiddenError("only editors and admins may create, change or delete reports")
-
-
-def _workspace_members(accounts: AccountStore, principal: Principal) -> set[str]:
-    return {m.user_id for m in accounts.members(principal.workspace_id)}
 
 
 # ---------------------------------------------------------------- lookups
@@ -226,7 +212,7 @@ def create_report(
     """Save a new report owned by the caller (an editor or admin)."""
     _writer(principal)
     return add_report(
-        store, principal.requester, draft, members=_workspace_members(accounts, principal)
+        store, principal.requester, draft, members=workspace_members(accounts, principal)
     )
 
 
@@ -264,7 +250,7 @@ def replace_report(
     the report as it is when they are claimed."""
     _writer(principal)
     current = get_readable_report(store, principal, report_id)
-    check_draft(draft, store, principal.requester, members=_workspace_members(accounts, principal))
+    check_draft(draft, store, principal.requester, members=workspace_members(accounts, principal))
     updated = replace(
         current,
         title=draft.title,
