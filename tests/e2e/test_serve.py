@@ -183,9 +183,11 @@ def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
         with httpx2.Client(base_url=url, headers=bearer(token), timeout=30) as api:
             items = api.get("/api/v1/exports").json()["items"]
             formats = sorted(i["format"] for i in items)
-            assert formats == ["csv", "jsonl", "parquet", "tsv", "xlsx"]
+            # orders in every format, and the sample report as pdf, xlsx and html
+            assert formats == ["csv", "html", "jsonl", "parquet", "pdf", "tsv", "xlsx", "xlsx"]
             assert {i["status"] for i in items} == {"succeeded"}
-            body = {"query_id": items[0]["subject"]["id"], "format": "jsonl"}
+            orders = next(i for i in items if i["subject"]["type"] == "query")
+            body = {"query_id": orders["subject"]["id"], "format": "jsonl"}
             created = api.post("/api/v1/exports", json=body)
             assert created.status_code == 202, created.text
             location = created.headers["Location"]
