@@ -16,6 +16,7 @@ import pytest
 from qexport.domain.exports import Requester
 from qexport.domain.failures import LimitExceededError, QueryInvalidError, QueryTimeoutError
 from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb_copy import has_order_by
 
 ALICE = Requester("alice", "w1")
 VALUES = [
@@ -143,6 +144,28 @@ def test_parquet_keeps_the_order_by_of_a_large_result(source: DuckDBSource) -> N
     assert keys == sorted(keys)
     unordered = pq.read_table(io.BytesIO(_copy(source, "parquet", sql="SELECT i FROM big")))
     assert sorted(unordered.column("i").to_pylist()) == list(range(3_000_000))
+
+
+@pytest.mark.parametrize(
+    ("sql", "ordered"),
+    [
+        ("SELECT * FROM t", False),
+        ("SELECT * FROM t WHERE n = $n", False),
+        ("SELECT n, count(*) FROM t GROUP BY n", False),
+        ("SELECT row_number() OVER (ORDER BY id) AS r FROM t", False),
+        ("SELECT * FROM t ORDER BY id", True),
+        ("SELECT * FROM (SELECT * FROM t ORDER BY id) AS s", True),
+        ("WITH s AS (SELECT * FROM t ORDER BY 1 LIMIT 3) SELECT * FROM s", True),
+        ("SELECT string_agg(s ORDER BY id) FROM t", True),
+        ("SELECT * FROM t -- ORDER BY id", False),
+        ("SELECT 'ORDER BY' AS words", False),
+    ],
+)
+def test_order_by_is_found_wherever_it_is(sql: str, ordered: bool) -> None:
+    """Parquet keeps row order exactly when the statement has an ORDER BY anywhere; comments
+    and strings that merely say ORDER BY do not count."""
+    with duckdb.connect() as con:
+        assert has_order_by(con, sql) is ordered
 
 
 def test_a_failing_sink_stops_the_copy(source: DuckDBSource) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import threading
 import uuid
@@ -37,6 +38,40 @@ _FORMULA_RE = "^[-=+@\t\r\n]"
 _CHUNK = 1024 * 1024
 _PIPE_BYTES = 1024 * 1024
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def has_order_by(cursor: duckdb.DuckDBPyConnection, sql: str) -> bool:
+    """Whether an ORDER BY appears anywhere in the statement (in a subquery, a CTE or an
+    aggregate too), from DuckDB's own parse; True when in doubt."""
+    try:
+        row = cursor.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchone()
+        tree = json.loads(row[0]) if row else {"error": True}
+    except (duckdb.Error, ValueError):
+        return True
+    return bool(tree.get("error", True)) or _orders_anything(tree)
+
+
+def _orders_anything(node: object) -> bool:
+    """An ORDER_MODIFIER with at least one ordering (aggregates carry an empty one)."""
+    if isinstance(node, dict):
+        if node.get("type") == "ORDER_MODIFIER" and node.get("orders"):
+            return True
+        return any(_orders_anything(value) for value in node.values())
+    if isinstance(node, list):
+        return any(_orders_anything(item) for item in node)
+    return False
+
+
+def _copy_options(cursor: duckdb.DuckDBPyConnection, fmt: str, sql: str) -> str:
+    """A parquet file of a statement with no ORDER BY at all has no row order to keep: DuckDB
+    may then write row groups as its threads finish them instead of holding them back in
+    order, which under the worker's 256 MB limit made the export 10-15% slower (10M orders:
+    1.52 s instead of 1.36 s for the bare COPY). With any ORDER BY the order is kept: DuckDB
+    reorders even a sorted result when told not to preserve order."""
+    options = _COPY_OPTIONS[fmt]
+    if fmt == "parquet" and not has_order_by(cursor, sql):
+        options += ", PRESERVE_ORDER false"
+    return options
 
 
 def _ident(name: str) -> str:
@@ -143,6 +178,7 @@ def copy_to_sink(
         neutralize=neutralize and fmt != "parquet",
         limit=max_rows + 1,
     )
+    options = _copy_options(cursor, fmt, statement.query)
     fifo = fifo_dir / f"{uuid.uuid4().hex}.{fmt}"
     os.mkfifo(fifo, 0o600)
     try:
@@ -152,7 +188,7 @@ def copy_to_sink(
         rows = 0
         try:
             result = cursor.execute(
-                f"COPY ({select}) TO {_literal(str(fifo))} ({_COPY_OPTIONS[fmt]})", values or None
+                f"COPY ({select}) TO {_literal(str(fifo))} ({options})", values or None
             ).fetchone()
             rows = int(result[0]) if result else 0
         except duckdb.Error as exc:
