@@ -505,15 +505,18 @@ def exports_create(
     if (query is None) == (report is None):
         fail("give exactly one of --query and --report", 2)
     client = _remote(ctx)
-    if client is not None and report is not None:
-        fail("--report uses the local database; on a server, POST /api/v1/exports a report_id", 2)
     if client is not None:
-        assert query is not None
         with client:
             with _server_errors(client_error_code=2):
-                view = client.create_export(
-                    client.resolve_query(query), fmt, parameters, neutralize_formulas=neutralize
-                )
+                if report is not None:
+                    view = client.create_export(
+                        client.resolve_report(report), fmt, parameters, subject="report"
+                    )
+                else:
+                    assert query is not None
+                    view = client.create_export(
+                        client.resolve_query(query), fmt, parameters, neutralize_formulas=neutralize
+                    )
             if wait:
                 export_id = view["id"]
                 with _server_errors():

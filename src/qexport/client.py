@@ -107,16 +107,23 @@ class QExportClient:
     def resolve_query(self, ref: str) -> str:
         """The id of the query named `ref` among those the caller can read; `ref` itself when
         none has that name (it is then taken as an id) or the server lists no queries."""
+        return self._resolve("/queries", "name", ref)
+
+    def resolve_report(self, ref: str) -> str:
+        """The id of the report titled `ref` among those the caller can read, else `ref`."""
+        return self._resolve("/reports", "title", ref)
+
+    def _resolve(self, path: str, label: str, ref: str) -> str:
         params: dict[str, str] = {}
         for _ in range(MAX_QUERY_PAGES):
             try:
-                page = self._json("GET", "/queries", params=params)
+                page = self._json("GET", path, params=params)
             except ApiError as exc:
-                if exc.status in (404, 405):  # a server without the queries API
+                if exc.status in (404, 405):  # a server without that API
                     return ref
                 raise
             for item in page.get("items", []):
-                if isinstance(item, dict) and item.get("name") == ref and "id" in item:
+                if isinstance(item, dict) and item.get(label) == ref and "id" in item:
                     return str(item["id"])
             cursor = page.get("next_cursor")
             if not cursor:
@@ -126,13 +133,19 @@ class QExportClient:
 
     def create_export(
         self,
-        query_id: str,
+        subject_id: str,
         fmt: str,
         parameters: dict[str, Any],
         *,
         neutralize_formulas: bool = True,
+        subject: str = "query",
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"query_id": query_id, "format": fmt, "parameters": parameters}
+        """Request an export of a query (`subject` "query") or a report ("report")."""
+        body: dict[str, Any] = {
+            f"{subject}_id": subject_id,
+            "format": fmt,
+            "parameters": parameters,
+        }
         if not neutralize_formulas:
             body["options"] = {"neutralize_formulas": False}
         return self._json("POST", "/exports", json=body)

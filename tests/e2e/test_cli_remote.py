@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from qexport.domain.reports import Report, Section
 from tests.e2e.conftest import Env
 from tests.e2e.test_serve import SMALL_ORDERS, N, free_port, new_token, start_server
 
@@ -143,3 +145,31 @@ def test_url_and_token_options(client: Env) -> None:
     plain = Env(client.data_dir)
     proc = plain.run("--url", url, "--token", token, "exports", "list", "--json")
     assert json.loads(proc.stdout) == {"items": [], "next_cursor": None}
+
+
+def test_a_report_by_title_through_the_server(env: Env, client: Env, tmp_path: Path) -> None:
+    """`exports create --report TITLE` finds the report on the server and requests it; the
+    document is waited for and downloaded like any export."""
+    query = env.store.find_query("demo", "small_orders")
+    assert query is not None
+    env.store.add_report(
+        Report(
+            id=str(uuid.uuid4()),
+            workspace_id="demo",
+            title="Small report",
+            sections=(Section("First orders", query.id, {"n": "7"}),),
+        )
+    )
+    env.start_worker()
+    done = _json(client, "exports", "create", "--report", "Small report", "--format", "html",
+                 "--wait")  # fmt: skip
+    assert done["status"] == "succeeded"
+    assert done["subject"] == {
+        "type": "report",
+        "id": done["subject"]["id"],
+        "name": "Small report",
+    }
+    assert done["row_count"] == 7
+    out = tmp_path / "report.html"
+    client.run("exports", "download", done["id"], "-o", str(out))
+    assert "First orders" in out.read_text()
