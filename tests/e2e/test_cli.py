@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,9 @@ def test_row_limit_fails_limit_exceeded_and_stores_nothing(env: Env) -> None:
 def test_export_json_follows_the_contract_and_expires(env: Env, tmp_path: Path) -> None:
     """`--json` prints the DESIGN fields; after the retention the status reads `expired`
     and the download is refused."""
-    env.extra["QEXPORT_RETENTION"] = "3s"
+    # Long enough that the CLI calls before the expiry finish in time on a loaded
+    # machine; the test then sleeps only until the recorded expiry.
+    env.extra["QEXPORT_RETENTION"] = "15s"
     _add_orders(env)
     export_id = env.create("orders", "jsonl", "n=10")
     _drain(env)
@@ -154,7 +157,8 @@ def test_export_json_follows_the_contract_and_expires(env: Env, tmp_path: Path) 
     env.run("exports", "download", export_id, "-o", str(out))
     assert len(out.read_text().splitlines()) == 10
     assert hashlib.sha256(out.read_bytes()).hexdigest() == view["sha256"]
-    time.sleep(3.2)
+    expires_at = datetime.fromisoformat(view["expires_at"])
+    time.sleep(max(0.0, (expires_at - datetime.now(UTC)).total_seconds()) + 0.2)
     assert env.get(export_id)["status"] == "expired"
     assert env.record(export_id).status is Status.SUCCEEDED
     listed = env.json("exports", "list")["items"]
