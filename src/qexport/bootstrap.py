@@ -15,8 +15,10 @@ from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414
 from qexport.sources.registry import SourceRegistry
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine, migrate
 from qexport.store.notify import PgListener
+from qexport.store.schedules import SqlScheduleStore
 from qexport.store.sql import SqlMetadataStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path
 from qexport.worker.runner import Deps
@@ -112,7 +114,19 @@ def api_context(settings: Settings, deps: Deps) -> ApiContext:
         objects=deps.objects,
         clock=deps.clock,
         settings=settings,
+        schedules=schedule_store(deps),
+        deliveries=delivery_store(deps),
     )
+
+
+def schedule_store(deps: Deps) -> SqlScheduleStore:
+    assert isinstance(deps.store, SqlMetadataStore)
+    return SqlScheduleStore(deps.store.engine, notify=deps.settings.pg_notify)
+
+
+def delivery_store(deps: Deps) -> SqlDeliveryStore:
+    assert isinstance(deps.store, SqlMetadataStore)
+    return SqlDeliveryStore(deps.store.engine)
 
 
 def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Deps:

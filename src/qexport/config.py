@@ -57,6 +57,15 @@ class Settings:
     # Queued or running exports one requester may have at once (the API answers 429 beyond).
     max_unsettled_per_user: int = 20
     sources: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Schedules and deliveries.
+    schedule_grace: timedelta = timedelta(minutes=1)  # a due time older than this was missed
+    scheduler_poll_seconds: float = 1.0
+    delivery_max_attempts: int = 5
+    delivery_retry_base_seconds: float = 30.0
+    delivery_retry_max_seconds: float = 3600.0
+    delivery_timeout_seconds: float = 30.0
+    # Files up to this size are attached to delivery emails; 0: links only.
+    email_attachment_max_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -71,6 +80,10 @@ class Settings:
             raise ValueError("QEXPORT_LEASE_SECONDS must be positive")
         if self.max_unsettled_per_user < 1:
             raise ValueError("QEXPORT_MAX_UNSETTLED_PER_USER must be at least 1")
+        if self.delivery_max_attempts < 1:
+            raise ValueError("QEXPORT_DELIVERY_MAX_ATTEMPTS must be at least 1")
+        if self.email_attachment_max_bytes < 0:
+            raise ValueError("QEXPORT_EMAIL_ATTACHMENT_MAX_BYTES must not be negative")
 
     @property
     def demo_database(self) -> Path:
@@ -105,8 +118,9 @@ class Settings:
                     values[name.lower()] = v
             if (v := get("PG_NOTIFY")) is not None:
                 values["pg_notify"] = _parse_bool("QEXPORT_PG_NOTIFY", v)
-            if (v := get("RETENTION")) is not None:
-                values["retention"] = parse_duration(v)
+            for name in ("RETENTION", "SCHEDULE_GRACE"):
+                if (v := get(name)) is not None:
+                    values[name.lower()] = parse_duration(v)
             for name in (
                 "LEASE_SECONDS",
                 "STATEMENT_TIMEOUT_SECONDS",
@@ -114,6 +128,10 @@ class Settings:
                 "RETRY_BASE_SECONDS",
                 "RETRY_MAX_SECONDS",
                 "SHUTDOWN_GRACE_SECONDS",
+                "SCHEDULER_POLL_SECONDS",
+                "DELIVERY_RETRY_BASE_SECONDS",
+                "DELIVERY_RETRY_MAX_SECONDS",
+                "DELIVERY_TIMEOUT_SECONDS",
             ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = float(v)
@@ -123,6 +141,8 @@ class Settings:
                 "MAX_BYTES",
                 "PART_SIZE",
                 "MAX_UNSETTLED_PER_USER",
+                "DELIVERY_MAX_ATTEMPTS",
+                "EMAIL_ATTACHMENT_MAX_BYTES",
             ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = int(v)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from qexport.domain.failures import FailureCode
     from qexport.domain.queries import Query
     from qexport.domain.reports import Report, ReportSubject
+    from qexport.domain.schedules import Delivery, NewDelivery, Outcome, Schedule
 
 
 class Clock(Protocol):
@@ -72,7 +73,10 @@ class MetadataStore(Protocol):
     """
 
     # requests and reads
-    def insert_export(self, new: NewExport) -> ExportRecord: ...
+    def insert_export(self, new: NewExport, deliveries: Sequence[NewDelivery] = ()) -> ExportRecord:
+        """Record and queue the export, with its deliveries, in one transaction."""
+        ...
+
     def get_export(self, export_id: str) -> ExportRecord | None: ...
     def list_exports(
         self,
@@ -152,6 +156,69 @@ class MetadataStore(Protocol):
     def list_reports(self, workspace_id: str) -> list[Report]: ...
     def update_report(self, report: Report) -> bool: ...
     def delete_report(self, report_id: str) -> bool: ...
+
+
+# ---------------------------------------------------------------- schedules and deliveries
+
+
+class ScheduleStore(Protocol):
+    """Schedules, and the one transaction that fires a due time."""
+
+    def add_schedule(self, schedule: Schedule) -> Schedule: ...
+    def get_schedule(self, schedule_id: str) -> Schedule | None: ...
+    def list_schedules(self, workspace_id: str) -> list[Schedule]: ...
+    def update_schedule(self, schedule: Schedule) -> bool:
+        """Replace a live schedule's settings (and its next due time)."""
+        ...
+
+    def delete_schedule(self, schedule_id: str, *, now: datetime) -> bool: ...
+    def due_schedules(self, now: datetime, *, limit: int = 100) -> list[Schedule]:
+        """Enabled live schedules whose next due time has come, oldest first."""
+        ...
+
+    def advance(self, schedule_id: str, *, expected: datetime, next_due_at: datetime) -> bool:
+        """Move the next due time on without firing; False if another scheduler moved it."""
+        ...
+
+    def fire(
+        self,
+        schedule_id: str,
+        *,
+        due_at: datetime,
+        new: NewExport,
+        deliveries: Sequence[NewDelivery],
+        expected: datetime | None = None,
+        next_due_at: datetime | None = None,
+    ) -> ExportRecord | None:
+        """In ONE transaction: move the next due time from `expected` to `next_due_at` (when
+        given), record the run (schedule, due_at), the export and its deliveries. None, with
+        nothing written, when another scheduler already did it for this due time."""
+        ...
+
+    def instance_secret(self, name: str, generate: Callable[[], str], *, now: datetime) -> str:
+        """A secret shared by every process of this installation, generated on first use."""
+        ...
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    delivery: Delivery
+    export: ExportRecord
+
+
+class DeliveryStore(Protocol):
+    """Deliveries: claimed once their export has settled; every write fenced by the lease."""
+
+    def claim_delivery(self, *, now: datetime, lease_seconds: float) -> ClaimedDelivery | None: ...
+    def mark_sent(
+        self, delivery_id: str, token: str, *, now: datetime, outcome: Outcome
+    ) -> bool: ...
+    def release_delivery(
+        self, delivery_id: str, token: str, *, retry_at: datetime, error: str
+    ) -> bool: ...
+    def mark_failed(self, delivery_id: str, token: str, *, now: datetime, error: str) -> bool: ...
+    def list_deliveries(self, export_id: str) -> list[Delivery]: ...
+    def has_unsent(self) -> bool: ...
 
 
 # ---------------------------------------------------------------- accounts

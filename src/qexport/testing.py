@@ -32,6 +32,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
+from qexport.domain.schedules import NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport, StoredObject
 from qexport.store.accounts import LAST_USED_RESOLUTION
 
@@ -59,6 +60,8 @@ class InMemoryMetadataStore:
         self._queries: dict[str, Query] = {}
         self._reports: dict[str, Report] = {}
         self._events: list[ExportEvent] = []
+        # (export id, delivery) as recorded with each export
+        self.deliveries: list[tuple[str, NewDelivery]] = []
         # (workspace id, user id) -> the requester's standing; default: no accounts.
         self._standing = standing or (lambda _workspace, _user: Standing())
         self._lock = threading.RLock()  # claim_next claims while holding it
@@ -82,7 +85,7 @@ class InMemoryMetadataStore:
         with self._lock:
             return [e for e in self._events if e.export_id == export_id]
 
-    def insert_export(self, new: NewExport) -> ExportRecord:
+    def insert_export(self, new: NewExport, deliveries: Sequence[NewDelivery] = ()) -> ExportRecord:
         with self._lock:
             if new.id in self._exports or any(
                 r.storage_key == new.storage_key for r in self._exports.values()
@@ -106,6 +109,7 @@ class InMemoryMetadataStore:
             )
             self._exports[new.id] = record
             self._event(record, EventKind.REQUESTED, new.created_at)
+            self.deliveries.extend((new.id, d) for d in deliveries)
             return record
 
     def get_export(self, export_id: str) -> ExportRecord | None:

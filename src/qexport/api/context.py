@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from qexport.config import Settings
-from qexport.ports import AccountStore, Clock, MetadataStore, ObjectStore
+from qexport.ports import (
+    AccountStore,
+    Clock,
+    DeliveryStore,
+    MetadataStore,
+    ObjectStore,
+    ScheduleStore,
+)
 
 
 @dataclass(frozen=True)
@@ -17,6 +24,8 @@ class ApiContext:
     objects: ObjectStore
     clock: Clock
     settings: Settings
+    schedules: ScheduleStore
+    deliveries: DeliveryStore
 
 
 def get_context(request: Request) -> ApiContext:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
 from qexport.domain.failures import InvalidRequestError, NotFoundError, TooManyRequestsError
 from qexport.domain.queries import Query, bind_parameters, can_read, to_json_value
-from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, bind_report_parameters
+from qexport.domain.reports import (
+    REPORT_FORMATS,
+    SUBJECT_REPORT,
+    Report,
+    bind_report_parameters,
+)
+from qexport.domain.schedules import NewDelivery, Recipient
 from qexport.ports import Clock, MetadataStore, NewExport
 from qexport.services.reports import find_readable_report, report_queries
 from qexport.writers.registry import get_writer
@@ -44,39 +52,27 @@ def request_export(
     neutralize_formulas: bool = True,
     match_name: bool = True,
     max_unsettled: int | None = None,
+    notify: Sequence[Recipient] = (),
 ) -> ExportRecord:
-    """Validate the request and record it as queued; bad input records nothing.
+    """Validate the request and record it as queued (with a delivery per `notify` recipient,
+    in the same transaction); bad input records nothing.
 
     With `max_unsettled`, a requester who already has that many queued or running exports
     is refused (TooManyRequestsError); concurrent requests may overshoot it by a few.
     """
-    writer = get_writer(fmt)
+    get_writer(fmt)  # an unknown format is refused before anything is read
     query = find_readable_query(store, requester, query_ref, match_name=match_name)
-    values = _bind(query, parameters or {})
+    values = bind_query_values(query, parameters or {})
     if not isinstance(neutralize_formulas, bool):
         raise InvalidRequestError(
             "neutralize_formulas must be true or false", field="options.neutralize_formulas"
         )
     if max_unsettled is not None:
         _check_cap(store, requester, max_unsettled)
-    export_id = str(uuid.uuid4())
-    filename = safe_filename(query.name, writer.extension)
-    return store.insert_export(
-        NewExport(
-            id=export_id,
-            workspace_id=requester.workspace_id,
-            requested_by=requester.user_id,
-            subject_type=SUBJECT_QUERY,
-            subject_id=query.id,
-            subject_name=query.name,
-            format=fmt,
-            parameters={k: to_json_value(v) for k, v in values.items()},
-            options={"neutralize_formulas": neutralize_formulas},
-            filename=filename,
-            storage_key=storage_key(requester.workspace_id, export_id, filename),
-            created_at=clock.now(),
-        )
+    new = query_export(
+        requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
+    return store.insert_export(new, new_deliveries(notify))
 
 
 def request_report_export(
@@ -90,6 +86,7 @@ def request_report_export(
     neutralize_formulas: bool = True,
     match_title: bool = False,
     max_unsettled: int | None = None,
+    notify: Sequence[Recipient] = (),
 ) -> ExportRecord:
     """Validate a report export request and record it as queued; bad input records nothing.
 
@@ -122,27 +119,76 @@ def request_report_export(
         )
     if max_unsettled is not None:
         _check_cap(store, requester, max_unsettled)
+    new = report_export(
+        requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
+    )
+    return store.insert_export(new, new_deliveries(notify))
+
+
+def query_export(
+    requester: Requester,
+    query: Query,
+    fmt: str,
+    values: dict[str, Any],
+    *,
+    neutralize_formulas: bool,
+    now: datetime,
+) -> NewExport:
+    """The record of an export of `query` with already bound parameter values."""
     export_id = str(uuid.uuid4())
-    filename = safe_filename(report.title, fmt)
-    return store.insert_export(
-        NewExport(
-            id=export_id,
-            workspace_id=requester.workspace_id,
-            requested_by=requester.user_id,
-            subject_type=SUBJECT_REPORT,
-            subject_id=report.id,
-            subject_name=report.title,
-            format=fmt,
-            parameters=values,
-            options={"neutralize_formulas": neutralize_formulas},
-            filename=filename,
-            storage_key=storage_key(requester.workspace_id, export_id, filename),
-            created_at=clock.now(),
-        )
+    filename = safe_filename(query.name, get_writer(fmt).extension)
+    return NewExport(
+        id=export_id,
+        workspace_id=requester.workspace_id,
+        requested_by=requester.user_id,
+        subject_type=SUBJECT_QUERY,
+        subject_id=query.id,
+        subject_name=query.name,
+        format=fmt,
+        parameters={k: to_json_value(v) for k, v in values.items()},
+        options={"neutralize_formulas": neutralize_formulas},
+        filename=filename,
+        storage_key=storage_key(requester.workspace_id, export_id, filename),
+        created_at=now,
     )
 
 
-def _bind(query: Query, parameters: dict[str, Any]) -> dict[str, Any]:
+def report_export(
+    requester: Requester,
+    report: Report,
+    fmt: str,
+    values: dict[str, Any],
+    *,
+    neutralize_formulas: bool,
+    now: datetime,
+) -> NewExport:
+    """The record of an export of `report` with already bound parameter values."""
+    export_id = str(uuid.uuid4())
+    filename = safe_filename(report.title, fmt)
+    return NewExport(
+        id=export_id,
+        workspace_id=requester.workspace_id,
+        requested_by=requester.user_id,
+        subject_type=SUBJECT_REPORT,
+        subject_id=report.id,
+        subject_name=report.title,
+        format=fmt,
+        parameters=values,
+        options={"neutralize_formulas": neutralize_formulas},
+        filename=filename,
+        storage_key=storage_key(requester.workspace_id, export_id, filename),
+        created_at=now,
+    )
+
+
+def new_deliveries(
+    recipients: Sequence[Recipient], schedule_id: str | None = None
+) -> list[NewDelivery]:
+    """One delivery per recipient, each with its own idempotency key."""
+    return [NewDelivery(str(uuid.uuid4()), r, schedule_id) for r in recipients]
+
+
+def bind_query_values(query: Query, parameters: dict[str, Any]) -> dict[str, Any]:
     """Typed parameter values; errors name the field as `parameters.<name>`."""
     if len(parameters) > MAX_PARAMETERS:
         raise InvalidRequestError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,12 +23,14 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Parameter, Query, Visibility
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject, Section
+from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.tables import (
     UNSETTLED,
     UTCDateTime,
+    deliveries,
     export_events,
     exports,
     memberships,
@@ -254,6 +257,51 @@ def _report_values(report: Report) -> dict[str, Any]:
     }
 
 
+def insert_export_in(
+    conn: sa.Connection, new: NewExport, new_deliveries: Sequence[NewDelivery], *, notify: bool
+) -> ExportRecord:
+    """Insert a queued export, its `requested` event and its waiting deliveries."""
+    values = {
+        "id": new.id,
+        "workspace_id": new.workspace_id,
+        "requested_by": new.requested_by,
+        "subject_type": new.subject_type,
+        "subject_id": new.subject_id,
+        "subject_name": new.subject_name,
+        "format": new.format,
+        "parameters": new.parameters,
+        "options": new.options,
+        "filename": new.filename,
+        "storage_key": new.storage_key,
+        "status": Status.QUEUED.value,
+        "attempt": 0,
+        "progress_rows": 0,
+        "created_at": new.created_at,
+    }
+    row = conn.execute(_INSERT, values).one()
+    _record_event(conn, row, EventKind.REQUESTED, new.created_at)
+    if new_deliveries:
+        conn.execute(
+            deliveries.insert(),
+            [
+                {
+                    "id": d.id,
+                    "export_id": new.id,
+                    "schedule_id": d.schedule_id,
+                    "channel": d.recipient.channel.value,
+                    "target": d.recipient.target,
+                    "status": DeliveryStatus.WAITING.value,
+                    "attempt": 0,
+                    "created_at": new.created_at,
+                }
+                for d in new_deliveries
+            ],
+        )
+    if notify:
+        notify_claimable(conn, new.id)
+    return _to_record(row)
+
+
 class SqlMetadataStore:
     """MetadataStore over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
 
@@ -271,30 +319,9 @@ class SqlMetadataStore:
 
     # ------------------------------------------------------------ requests and reads
 
-    def insert_export(self, new: NewExport) -> ExportRecord:
-        values = {
-            "id": new.id,
-            "workspace_id": new.workspace_id,
-            "requested_by": new.requested_by,
-            "subject_type": new.subject_type,
-            "subject_id": new.subject_id,
-            "subject_name": new.subject_name,
-            "format": new.format,
-            "parameters": new.parameters,
-            "options": new.options,
-            "filename": new.filename,
-            "storage_key": new.storage_key,
-            "status": Status.QUEUED.value,
-            "attempt": 0,
-            "progress_rows": 0,
-            "created_at": new.created_at,
-        }
+    def insert_export(self, new: NewExport, deliveries: Sequence[NewDelivery] = ()) -> ExportRecord:
         with self._tx() as conn:
-            row = conn.execute(_INSERT, values).one()
-            _record_event(conn, row, EventKind.REQUESTED, new.created_at)
-            if self._notify:
-                notify_claimable(conn, new.id)
-        return _to_record(row)
+            return insert_export_in(conn, new, deliveries, notify=self._notify)
 
     def get_export(self, export_id: str) -> ExportRecord | None:
         with self._tx() as conn:

@@ -1,0 +1,253 @@
+"""Schedules (an export on a cron timetable) and deliveries (who hears about an export).
+
+Pure: cron arithmetic in the schedule's IANA time zone, the decision of what one scheduler
+tick fires, recipients and the delivery lifecycle (waiting -> sending -> sent | failed).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from qexport.domain.failures import InvalidRequestError
+
+MAX_RECIPIENTS = 50
+MAX_URL_CHARS = 2000
+MAX_CRON_CHARS = 200
+_EMAIL = re.compile(r"^[^@\s<>,;\"]{1,64}@[A-Za-z0-9.-]{1,189}\.[A-Za-z0-9-]{1,63}$")
+
+
+class Missed(StrEnum):
+    """What a schedule does about due times that passed while no scheduler ran."""
+
+    ONCE = "once"  # fire one export for all of them
+    SKIP = "skip"  # fire none; wait for the next due time
+
+
+class Channel(StrEnum):
+    EMAIL = "email"
+    WEBHOOK = "webhook"
+
+
+@dataclass(frozen=True)
+class Recipient:
+    channel: Channel
+    target: str  # an email address or a webhook URL
+
+    def to_json(self) -> dict[str, str]:
+        return {self.channel.value: self.target}
+
+
+def parse_recipient(data: Any, field_name: str = "recipients") -> Recipient:
+    """`{"email": ADDRESS}` or `{"webhook": URL}`; InvalidRequestError naming the field."""
+    if not isinstance(data, dict) or len(data) != 1:
+        raise InvalidRequestError(
+            'a recipient is {"email": ADDRESS} or {"webhook": URL}', field=field_name
+        )
+    ((key, value),) = data.items()
+    if key not in (Channel.EMAIL, Channel.WEBHOOK) or not isinstance(value, str):
+        raise InvalidRequestError(
+            'a recipient is {"email": ADDRESS} or {"webhook": URL}', field=field_name
+        )
+    if key == Channel.EMAIL:
+        address = value.strip()
+        if len(address) > 254 or not _EMAIL.match(address):
+            raise InvalidRequestError(
+                f"{address[:80]!r} is not an email address", field=f"{field_name}.email"
+            )
+        return Recipient(Channel.EMAIL, address)
+    return Recipient(Channel.WEBHOOK, _check_webhook_url(value, f"{field_name}.webhook"))
+
+
+def _check_webhook_url(url: str, field_name: str) -> str:
+    url = url.strip()
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidRequestError(
+            f"a webhook URL has at most {MAX_URL_CHARS} characters", field=field_name
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequestError(
+            f"{url[:80]!r} is not an http(s) URL with a host", field=field_name
+        )
+    if parts.username or parts.password:
+        raise InvalidRequestError(
+            "a webhook URL may not carry a user name or password", field=field_name
+        )
+    return url
+
+
+def parse_recipients(data: Any, field_name: str = "recipients") -> tuple[Recipient, ...]:
+    """A list of recipients, duplicates removed (each recipient hears once per export)."""
+    if not isinstance(data, list):
+        raise InvalidRequestError("recipients must be a list", field=field_name)
+    if len(data) > MAX_RECIPIENTS:
+        raise InvalidRequestError(
+            f"at most {MAX_RECIPIENTS} recipients may be given", field=field_name
+        )
+    found: dict[tuple[Channel, str], Recipient] = {}
+    for index, item in enumerate(data):
+        recipient = parse_recipient(item, f"{field_name}[{index}]")
+        found.setdefault((recipient.channel, recipient.target.lower()), recipient)
+    return tuple(found.values())
+
+
+# ---------------------------------------------------------------- timetable
+
+
+def check_timezone(name: Any, field_name: str = "timezone") -> ZoneInfo:
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise InvalidRequestError(
+            "timezone must be an IANA name such as Europe/Berlin", field=field_name
+        )
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidRequestError(
+            f"unknown time zone {name[:64]!r} (expected an IANA name such as Europe/Berlin)",
+            field=field_name,
+        ) from None
+
+
+def check_cron(expression: Any, field_name: str = "cron") -> str:
+    """A 5-field cron expression (minute hour day-of-month month day-of-week)."""
+    if not isinstance(expression, str) or len(expression) > MAX_CRON_CHARS:
+        raise InvalidRequestError("cron must be a 5-field cron expression", field=field_name)
+    normalized = " ".join(expression.split())
+    if len(normalized.split(" ")) != 5:
+        raise InvalidRequestError(
+            f"cron {normalized[:80]!r} must have 5 fields: minute hour day-of-month month"
+            " day-of-week (e.g. '0 8 * * 1' for Mondays at 08:00)",
+            field=field_name,
+        )
+    try:
+        CronSim(normalized, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        raise InvalidRequestError(
+            f"invalid cron {normalized[:80]!r}: {exc}", field=field_name
+        ) from None
+    return normalized
+
+
+def next_due(cron: str, timezone: str, after: datetime) -> datetime:
+    """The first due time strictly after `after`, in UTC.
+
+    Evaluated on the wall clock of `timezone` with Debian cron's rules across daylight-saving
+    changes: a time skipped when clocks go forward fires right after the change, a time that
+    occurs twice when clocks go back fires once.
+    """
+    local = after.astimezone(ZoneInfo(timezone))
+    return next(iter(CronSim(cron, local))).astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What one scheduler tick does for a schedule: fire an export for `due_at` (or nothing),
+    then wait for `next_due_at`."""
+
+    due_at: datetime | None
+    next_due_at: datetime
+
+
+def plan_tick(
+    *,
+    cron: str,
+    timezone: str,
+    missed: Missed,
+    next_due_at: datetime,
+    now: datetime,
+    grace: timedelta,
+) -> Tick | None:
+    """None while the schedule is not due; otherwise at most ONE due time to fire.
+
+    A due time up to `grace` old is on time and fires. Older ones were missed (no scheduler
+    ran): they collapse into one export (`once`) or none (`skip`), and the timetable resumes
+    after `now`, so that a long outage never releases a storm of exports.
+    """
+    if next_due_at > now:
+        return None
+    if next_due_at >= now - grace:
+        return Tick(next_due_at, next_due(cron, timezone, next_due_at))
+    recent = next_due(cron, timezone, now - grace - timedelta(microseconds=1))
+    if recent <= now:  # an on-time due time: it fires and stands for the missed ones
+        return Tick(recent, next_due(cron, timezone, recent))
+    return Tick(next_due_at if missed is Missed.ONCE else None, recent)
+
+
+# ---------------------------------------------------------------- schedules
+
+
+@dataclass(frozen=True)
+class Schedule:
+    id: str
+    workspace_id: str
+    owner: str  # whose rights the exports run with
+    subject_type: str  # "query" or "report"
+    subject_id: str
+    format: str
+    parameters: dict[str, Any]
+    cron: str
+    timezone: str
+    recipients: tuple[Recipient, ...]
+    missed: Missed = Missed.ONCE
+    enabled: bool = True
+    next_due_at: datetime | None = None
+    created_at: datetime | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    deleted: bool = False
+
+
+# ---------------------------------------------------------------- deliveries
+
+
+class DeliveryStatus(StrEnum):
+    WAITING = "waiting"  # for its export to settle, or for its next attempt
+    SENDING = "sending"  # claimed by a sender (leased)
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class Outcome(StrEnum):
+    """What a delivery told its recipient."""
+
+    FILE = "file"  # the export succeeded: its link (and maybe the file)
+    FAILURE = "failure"  # the export failed: the code and the reason
+    EXPIRED = "expired"  # the file expired before it could be delivered
+
+
+@dataclass(frozen=True)
+class NewDelivery:
+    id: str  # also the idempotency key the recipient sees
+    recipient: Recipient
+    schedule_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: str
+    export_id: str
+    recipient: Recipient
+    status: DeliveryStatus
+    attempt: int
+    created_at: datetime
+    schedule_id: str | None = None
+    next_attempt_at: datetime | None = None
+    lease_token: str | None = None
+    lease_expires_at: datetime | None = None
+    sent_at: datetime | None = None
+    outcome: Outcome | None = None
+    last_error: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.id

@@ -1,0 +1,109 @@
+"""Firing schedules: one scheduler tick, and "run now".
+
+A fired due time becomes an export and one waiting delivery per recipient, written in one
+transaction keyed by (schedule, due time). Access is not checked here: the export runs with
+the owner's rights and the worker's pre-run check refuses it (`access_lost`) if the owner
+may no longer read the subject, so the recipients hear about it instead of nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from qexport.domain.exports import ExportRecord, Requester
+from qexport.domain.queries import Query
+from qexport.domain.reports import SUBJECT_REPORT, Report
+from qexport.domain.schedules import Schedule, plan_tick
+from qexport.ports import Clock, MetadataStore, NewExport, ScheduleStore
+from qexport.services.requests import new_deliveries, query_export, report_export
+
+
+def schedule_export(store: MetadataStore, schedule: Schedule, now: datetime) -> NewExport:
+    """The export a schedule asks for, with its owner as the requester."""
+    requester = Requester(schedule.owner, schedule.workspace_id)
+    neutralize = bool(schedule.options.get("neutralize_formulas", True))
+    values = dict(schedule.parameters)
+    if schedule.subject_type == SUBJECT_REPORT:
+        report = store.get_report(schedule.subject_id) or Report(
+            id=schedule.subject_id, workspace_id=schedule.workspace_id, title="deleted report"
+        )
+        return report_export(
+            requester, report, schedule.format, values, neutralize_formulas=neutralize, now=now
+        )
+    query = store.get_query(schedule.subject_id) or Query(
+        id=schedule.subject_id,
+        workspace_id=schedule.workspace_id,
+        name="deleted query",
+        sql="",
+        source="",
+    )
+    return query_export(
+        requester, query, schedule.format, values, neutralize_formulas=neutralize, now=now
+    )
+
+
+def run_now(
+    store: MetadataStore, schedules: ScheduleStore, clock: Clock, schedule: Schedule
+) -> ExportRecord:
+    """Fire a schedule at once, outside its timetable (which is left as it is)."""
+    now = clock.now()
+    record = schedules.fire(
+        schedule.id,
+        due_at=now,
+        new=schedule_export(store, schedule, now),
+        deliveries=new_deliveries(schedule.recipients, schedule.id),
+    )
+    if record is None:  # only if the very same instant was fired already
+        raise RuntimeError("the schedule was fired at this instant already; try again")
+    return record
+
+
+@dataclass(frozen=True)
+class TickResult:
+    fired: list[ExportRecord]
+    skipped: int  # schedules whose missed due times were skipped
+
+
+def tick(
+    store: MetadataStore,
+    schedules: ScheduleStore,
+    clock: Clock,
+    *,
+    grace: timedelta,
+    limit: int = 100,
+) -> TickResult:
+    """Fire every due schedule at most once. Safe to run in any number of processes at once:
+    a due time that another scheduler fired first is left alone."""
+    now = clock.now()
+    fired: list[ExportRecord] = []
+    skipped = 0
+    for schedule in schedules.due_schedules(now, limit=limit):
+        assert schedule.next_due_at is not None  # stored schedules always have one
+        plan = plan_tick(
+            cron=schedule.cron,
+            timezone=schedule.timezone,
+            missed=schedule.missed,
+            next_due_at=schedule.next_due_at,
+            now=now,
+            grace=grace,
+        )
+        if plan is None:
+            continue
+        if plan.due_at is None:
+            if schedules.advance(
+                schedule.id, expected=schedule.next_due_at, next_due_at=plan.next_due_at
+            ):
+                skipped += 1
+            continue
+        record = schedules.fire(
+            schedule.id,
+            due_at=plan.due_at,
+            new=schedule_export(store, schedule, now),
+            deliveries=new_deliveries(schedule.recipients, schedule.id),
+            expected=schedule.next_due_at,
+            next_due_at=plan.next_due_at,
+        )
+        if record is not None:
+            fired.append(record)
+    return TickResult(fired, skipped)

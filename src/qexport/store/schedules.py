@@ -1,0 +1,187 @@
+"""Schedules on SQLAlchemy Core, and firing a due time in one idempotent transaction."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from qexport.domain.exports import ExportRecord
+from qexport.domain.schedules import Missed, NewDelivery, Schedule, parse_recipient
+from qexport.ports import NewExport
+from qexport.store.engine import transaction
+from qexport.store.sql import insert_export_in
+from qexport.store.tables import instance_secrets, schedule_runs, schedules
+
+_LIVE = schedules.c.deleted_at.is_(None)
+
+
+def _to_schedule(row: sa.Row[Any]) -> Schedule:
+    return Schedule(
+        id=row.id,
+        workspace_id=row.workspace_id,
+        owner=row.owner,
+        subject_type=row.subject_type,
+        subject_id=row.subject_id,
+        format=row.format,
+        parameters=row.parameters,
+        options=row.options,
+        cron=row.cron,
+        timezone=row.timezone,
+        recipients=tuple(parse_recipient(r) for r in row.recipients),
+        missed=Missed(row.missed),
+        enabled=row.enabled,
+        next_due_at=row.next_due_at,
+        created_at=row.created_at,
+        deleted=row.deleted_at is not None,
+    )
+
+
+def _values(schedule: Schedule) -> dict[str, Any]:
+    if schedule.next_due_at is None:
+        raise ValueError("a stored schedule has a next due time")
+    return {
+        "owner": schedule.owner,
+        "subject_type": schedule.subject_type,
+        "subject_id": schedule.subject_id,
+        "format": schedule.format,
+        "parameters": schedule.parameters,
+        "options": schedule.options,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "recipients": [r.to_json() for r in schedule.recipients],
+        "missed": schedule.missed.value,
+        "enabled": schedule.enabled,
+        "next_due_at": schedule.next_due_at,
+    }
+
+
+class SqlScheduleStore:
+    """ScheduleStore over the metadata database's engine."""
+
+    def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
+        self._engine = engine
+        self._notify = notify and engine.dialect.name == "postgresql"
+
+    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return transaction(self._engine)
+
+    def add_schedule(self, schedule: Schedule) -> Schedule:
+        values = {
+            "id": schedule.id,
+            "workspace_id": schedule.workspace_id,
+            "created_at": schedule.created_at,
+            **_values(schedule),
+        }
+        with self._tx() as conn:
+            conn.execute(schedules.insert().values(**values))
+        return schedule
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(schedules).where(schedules.c.id == schedule_id)).first()
+        return _to_schedule(row) if row else None
+
+    def list_schedules(self, workspace_id: str) -> list[Schedule]:
+        stmt = (
+            sa.select(schedules)
+            .where(schedules.c.workspace_id == workspace_id, _LIVE)
+            .order_by(schedules.c.created_at, schedules.c.id)
+        )
+        with self._tx() as conn:
+            return [_to_schedule(r) for r in conn.execute(stmt)]
+
+    def update_schedule(self, schedule: Schedule) -> bool:
+        stmt = schedules.update().where(schedules.c.id == schedule.id, _LIVE)
+        with self._tx() as conn:
+            return conn.execute(stmt.values(**_values(schedule))).rowcount == 1
+
+    def delete_schedule(self, schedule_id: str, *, now: datetime) -> bool:
+        stmt = schedules.update().where(schedules.c.id == schedule_id, _LIVE)
+        with self._tx() as conn:
+            return conn.execute(stmt.values(deleted_at=now)).rowcount == 1
+
+    def due_schedules(self, now: datetime, *, limit: int = 100) -> list[Schedule]:
+        stmt = (
+            sa.select(schedules)
+            .where(schedules.c.next_due_at <= now, schedules.c.enabled.is_(True), _LIVE)
+            .order_by(schedules.c.next_due_at, schedules.c.id)
+            .limit(limit)
+        )
+        with self._tx() as conn:
+            return [_to_schedule(r) for r in conn.execute(stmt)]
+
+    def advance(self, schedule_id: str, *, expected: datetime, next_due_at: datetime) -> bool:
+        with self._tx() as conn:
+            return self._advance_in(conn, schedule_id, expected, next_due_at)
+
+    @staticmethod
+    def _advance_in(
+        conn: sa.Connection, schedule_id: str, expected: datetime, next_due_at: datetime
+    ) -> bool:
+        stmt = (
+            schedules.update()
+            .where(
+                schedules.c.id == schedule_id,
+                schedules.c.next_due_at == expected,
+                schedules.c.enabled.is_(True),
+                _LIVE,
+            )
+            .values(next_due_at=next_due_at)
+        )
+        return conn.execute(stmt).rowcount == 1
+
+    def fire(
+        self,
+        schedule_id: str,
+        *,
+        due_at: datetime,
+        new: NewExport,
+        deliveries: Sequence[NewDelivery],
+        expected: datetime | None = None,
+        next_due_at: datetime | None = None,
+    ) -> ExportRecord | None:
+        try:
+            with self._tx() as conn:
+                # First the guarded move of the timetable: on PostgreSQL it locks the schedule,
+                # so a concurrent scheduler waits here, then finds the guard no longer matches.
+                if (
+                    expected is not None
+                    and next_due_at is not None
+                    and not self._advance_in(conn, schedule_id, expected, next_due_at)
+                ):
+                    return None
+                record = insert_export_in(conn, new, deliveries, notify=self._notify)
+                # The run refers to the export; a second run of this due time is refused here
+                # and takes the export and its deliveries with it as the transaction rolls back.
+                conn.execute(
+                    schedule_runs.insert().values(
+                        schedule_id=schedule_id,
+                        due_at=due_at,
+                        export_id=new.id,
+                        created_at=new.created_at,
+                    )
+                )
+                return record
+        except sa.exc.IntegrityError:
+            return None  # the (schedule, due time) was fired already: nothing was written
+
+    def instance_secret(self, name: str, generate: Callable[[], str], *, now: datetime) -> str:
+        with contextlib.suppress(sa.exc.IntegrityError), self._tx() as conn:
+            found = conn.execute(
+                sa.select(instance_secrets.c.value).where(instance_secrets.c.name == name)
+            ).scalar()
+            if found is not None:
+                return str(found)
+            conn.execute(
+                instance_secrets.insert().values(name=name, value=generate(), created_at=now)
+            )
+        with self._tx() as conn:
+            return str(
+                conn.execute(
+                    sa.select(instance_secrets.c.value).where(instance_secrets.c.name == name)
+                ).scalar_one()
+            )

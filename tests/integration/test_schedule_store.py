@@ -1,0 +1,198 @@
+"""The schedule and delivery stores on SQLite and PostgreSQL: firing a due time is one
+idempotent transaction, and deliveries follow waiting -> sending -> sent | failed, fenced."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from qexport.domain.exports import Result
+from qexport.domain.failures import FailureCode
+from qexport.domain.schedules import (
+    Channel,
+    DeliveryStatus,
+    Missed,
+    NewDelivery,
+    Outcome,
+    Recipient,
+    Schedule,
+)
+from qexport.store.deliveries import SqlDeliveryStore
+from qexport.store.schedules import SqlScheduleStore
+from qexport.store.sql import SqlMetadataStore
+from tests.factories import new_export
+
+NOW = datetime(2026, 3, 2, 7, 0, tzinfo=UTC)
+LEASE = 30.0
+ALICE = Recipient(Channel.EMAIL, "alice@example.com")
+HOOK = Recipient(Channel.WEBHOOK, "https://hooks.example.com/qexport")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
+    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def schedules(sql_store: SqlMetadataStore) -> SqlScheduleStore:
+    return SqlScheduleStore(sql_store.engine)
+
+
+@pytest.fixture
+def deliveries(sql_store: SqlMetadataStore) -> SqlDeliveryStore:
+    return SqlDeliveryStore(sql_store.engine)
+
+
+def _schedule(**changes: object) -> Schedule:
+    schedule = Schedule(
+        id=str(uuid.uuid4()),
+        workspace_id="w1",
+        owner="alice",
+        subject_type="query",
+        subject_id="q1",
+        format="csv",
+        parameters={"since": "2024-01-01"},
+        cron="0 8 * * 1",
+        timezone="Europe/Berlin",
+        recipients=(ALICE, HOOK),
+        missed=Missed.SKIP,
+        next_due_at=NOW,
+        created_at=NOW - timedelta(days=1),
+    )
+    return replace(schedule, **changes)  # type: ignore[arg-type]
+
+
+def _deliveries(schedule_id: str | None = None) -> list[NewDelivery]:
+    return [NewDelivery(str(uuid.uuid4()), r, schedule_id) for r in (ALICE, HOOK)]
+
+
+def test_a_schedule_reads_back_whole_and_deletes_softly(schedules: SqlScheduleStore) -> None:
+    """Every field survives the round trip; a deleted schedule is listed no more and is no
+    longer due, but still reads by id, marked deleted."""
+    schedule = schedules.add_schedule(_schedule())
+    assert schedules.get_schedule(schedule.id) == schedule
+    assert schedules.list_schedules("w1") == [schedule]
+    assert schedules.due_schedules(NOW) == [schedule]
+    assert schedules.delete_schedule(schedule.id, now=NOW)
+    assert schedules.list_schedules("w1") == []
+    assert schedules.due_schedules(NOW) == []
+    assert schedules.get_schedule(schedule.id).deleted  # type: ignore[union-attr]
+
+
+def test_firing_a_due_time_twice_records_one_export(
+    sql_store: SqlMetadataStore, schedules: SqlScheduleStore, deliveries: SqlDeliveryStore
+) -> None:
+    """The second scheduler to fire the same due time writes nothing: not the export, not
+    its deliveries, not the move of the timetable."""
+    schedule = schedules.add_schedule(_schedule())
+    later = NOW + timedelta(days=7)
+    first = schedules.fire(
+        schedule.id,
+        due_at=NOW,
+        new=new_export(NOW),
+        deliveries=_deliveries(schedule.id),
+        expected=NOW,
+        next_due_at=later,
+    )
+    assert first is not None
+    # A scheduler that read the schedule before the move: its guard no longer matches.
+    assert (
+        schedules.fire(
+            schedule.id,
+            due_at=NOW,
+            new=new_export(NOW),
+            deliveries=_deliveries(schedule.id),
+            expected=NOW,
+            next_due_at=later,
+        )
+        is None
+    )
+    # Without the guard (run-now racing a tick at the same instant) the run key refuses it.
+    assert (
+        schedules.fire(
+            schedule.id, due_at=NOW, new=new_export(NOW), deliveries=_deliveries(schedule.id)
+        )
+        is None
+    )
+    assert len(sql_store.list_exports(workspace_id="w1")) == 1
+    assert [d.recipient for d in deliveries.list_deliveries(first.id)] == [ALICE, HOOK]
+    assert schedules.get_schedule(schedule.id).next_due_at == later  # type: ignore[union-attr]
+
+
+def test_deliveries_wait_for_their_export_then_go_out_once(
+    sql_store: SqlMetadataStore, deliveries: SqlDeliveryStore
+) -> None:
+    """Nothing is claimable while the export is unsettled; then each delivery is claimed by
+    one sender, and only the lease holder may settle it."""
+    record = sql_store.insert_export(new_export(NOW), _deliveries())
+    assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
+    claimed = sql_store.claim(record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
+    assert claimed is not None
+    assert claimed.lease_token is not None
+    result = Result(size_bytes=10, row_count=2, sha256="a" * 64)
+    assert sql_store.succeed(
+        record.id, claimed.lease_token, now=NOW, result=result, expires_at=NOW + timedelta(days=7)
+    )
+    first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
+    second = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
+    assert first is not None
+    assert second is not None
+    assert first.delivery.id != second.delivery.id
+    assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
+    assert first.export.row_count == 2
+    assert first.delivery.status is DeliveryStatus.SENDING
+    assert first.delivery.attempt == 1
+    assert not deliveries.mark_sent(
+        first.delivery.id, "not-the-lease", now=NOW, outcome=Outcome.FILE
+    )
+    token = first.delivery.lease_token
+    assert token is not None
+    assert deliveries.mark_sent(first.delivery.id, token, now=NOW, outcome=Outcome.FILE)
+    assert not deliveries.mark_failed(first.delivery.id, token, now=NOW, error="late")
+    # The other is retried later, then claimed again by whoever comes after its retry time.
+    token2 = second.delivery.lease_token
+    assert token2 is not None
+    retry_at = NOW + timedelta(seconds=60)
+    assert deliveries.release_delivery(second.delivery.id, token2, retry_at=retry_at, error="503")
+    assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
+    again = deliveries.claim_delivery(now=retry_at, lease_seconds=LEASE)
+    assert again is not None
+    assert again.delivery.attempt == 2
+    assert again.delivery.last_error == "503"
+    by_id = {d.id: d for d in deliveries.list_deliveries(record.id)}
+    assert by_id[first.delivery.id].status is DeliveryStatus.SENT
+    assert by_id[first.delivery.id].outcome is Outcome.FILE
+
+
+def test_a_sender_that_died_has_its_delivery_taken_over(
+    sql_store: SqlMetadataStore, deliveries: SqlDeliveryStore
+) -> None:
+    """A delivery left `sending` past its lease is claimed again with a new lease; the dead
+    sender's token no longer settles it. A failed export's deliveries go out too."""
+    record = sql_store.insert_export(new_export(NOW), _deliveries()[:1])
+    assert sql_store.fail_before_run(record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x")
+    first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
+    assert first is not None
+    assert first.export.failure_code is FailureCode.ACCESS_LOST
+    later = NOW + timedelta(seconds=LEASE + 1)
+    taken = deliveries.claim_delivery(now=later, lease_seconds=LEASE)
+    assert taken is not None
+    assert taken.delivery.attempt == 2
+    assert first.delivery.lease_token is not None
+    assert not deliveries.mark_sent(
+        first.delivery.id, first.delivery.lease_token, now=later, outcome=Outcome.FAILURE
+    )
+    assert taken.delivery.lease_token is not None
+    assert deliveries.mark_failed(
+        taken.delivery.id, taken.delivery.lease_token, now=later, error="mailbox unknown"
+    )
+    assert not deliveries.has_unsent()
+
+
+def test_instance_secret_is_generated_once(schedules: SqlScheduleStore) -> None:
+    """Every caller gets the value the first one stored."""
+    first = schedules.instance_secret("webhook", lambda: "one", now=NOW)
+    assert schedules.instance_secret("webhook", lambda: "two", now=NOW) == first == "one"
