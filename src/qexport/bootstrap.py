@@ -25,6 +25,7 @@ from qexport.worker.runner import Deps
 
 if TYPE_CHECKING:
     from qexport.api.context import ApiContext
+    from qexport.deliveries.dispatch import DeliveryDispatcher
 
 
 def object_store(settings: Settings) -> ObjectStore:
@@ -140,4 +141,20 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
         sources=source_registry(settings, SqlAccountStore(engine)),
         clock=clock or SystemClock(),
         settings=settings,
+    )
+
+
+def dispatcher(settings: Settings, deps: Deps) -> DeliveryDispatcher:
+    """The delivery sender over the metadata database (email only when QEXPORT_SMTP_URL is set)."""
+    from qexport.deliveries.dispatch import DeliveryDispatcher  # httpx2 loads only when sending
+
+    assert isinstance(deps.store, SqlMetadataStore)
+    return DeliveryDispatcher(
+        deps.store,
+        delivery_store(deps),
+        schedule_store(deps),
+        SqlAccountStore(deps.store.engine),
+        deps.objects,
+        deps.clock,
+        settings,
     )

@@ -1,0 +1,1 @@
+"""Deliveries: telling recipients about a settled export, by email (SMTP) and webhook."""

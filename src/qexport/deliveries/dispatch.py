@@ -1,0 +1,207 @@
+"""The dispatcher: claims deliveries of settled exports and sends each one on its own.
+
+Each delivery is leased, sent, then marked with a write fenced by its lease. A sender that
+dies after sending leaves the lease to expire and the delivery is sent again with the same
+idempotency key (at least once underneath, once as seen by a receiver that drops repeats).
+One recipient's failure never touches another's delivery.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import structlog
+
+from qexport.config import Settings
+from qexport.deliveries.content import (
+    Notice,
+    email_message,
+    outcome_of,
+    webhook_body,
+)
+from qexport.deliveries.email import SmtpSender
+from qexport.deliveries.errors import DeliveryError
+from qexport.deliveries.signing import link_token, master_secret, signature_header, workspace_key
+from qexport.deliveries.webhook import WebhookSender
+from qexport.domain.accounts import hash_secret
+from qexport.domain.exports import ExportRecord
+from qexport.domain.schedules import Channel, Delivery, Outcome
+from qexport.ports import (
+    AccountStore,
+    ClaimedDelivery,
+    Clock,
+    DeliveryStore,
+    MetadataStore,
+    ObjectStore,
+    ScheduleStore,
+)
+from qexport.services.links import public_url
+
+log = structlog.get_logger()
+
+
+def retry_delay(attempt: int, settings: Settings) -> float:
+    """Backoff before the next attempt: base * 2^(attempt-1), capped, +-20% jitter."""
+    base = settings.delivery_retry_base_seconds * 2 ** max(attempt - 1, 0)
+    delay = min(base, settings.delivery_retry_max_seconds)
+    return float(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter, not security
+
+
+class DeliveryDispatcher:
+    def __init__(
+        self,
+        store: MetadataStore,
+        deliveries: DeliveryStore,
+        schedules: ScheduleStore,
+        accounts: AccountStore,
+        objects: ObjectStore,
+        clock: Clock,
+        settings: Settings,
+        *,
+        email: SmtpSender | None = None,
+        webhook: WebhookSender | None = None,
+    ) -> None:
+        self._store = store
+        self._deliveries = deliveries
+        self._schedules = schedules
+        self._accounts = accounts
+        self._objects = objects
+        self._clock = clock
+        self._settings = settings
+        if email is None and settings.smtp_url:
+            email = SmtpSender(settings.smtp_url, timeout=settings.delivery_timeout_seconds)
+        self._email = email
+        self._webhook = webhook or WebhookSender(timeout=settings.delivery_timeout_seconds)
+        self._master: str | None = None
+
+    def close(self) -> None:
+        self._webhook.close()
+
+    def run_once(self, limit: int = 100) -> int:
+        """Handle claimable deliveries until none is left or `limit` were handled."""
+        handled = 0
+        while handled < limit:
+            claimed = self._deliveries.claim_delivery(
+                now=self._clock.now(), lease_seconds=self._settings.lease_seconds
+            )
+            if claimed is None:
+                break
+            self.handle(claimed)
+            handled += 1
+        return handled
+
+    def handle(self, claimed: ClaimedDelivery) -> None:
+        """One attempt at one delivery; no sending error escapes (a store error does)."""
+        delivery, export = claimed.delivery, claimed.export
+        limit = self._settings.delivery_max_attempts
+        if delivery.attempt > limit:  # earlier senders died holding it
+            reason = _gave_up(limit)
+            if delivery.last_error:
+                reason += f": {delivery.last_error}"
+            self._fail(delivery, reason)
+            return
+        try:
+            outcome = self._send(delivery, export)
+        except DeliveryError as exc:
+            self._failed_attempt(delivery, str(exc), permanent=exc.permanent)
+        except Exception as exc:
+            log.exception("delivery_crashed", **_fields(delivery), error=type(exc).__name__)
+            self._failed_attempt(
+                delivery, f"internal error ({type(exc).__name__})", permanent=False
+            )
+        else:
+            if self._deliveries.mark_sent(
+                delivery.id, _token(delivery), now=self._clock.now(), outcome=outcome
+            ):
+                log.info("delivery_sent", **_fields(delivery), outcome=outcome.value)
+            else:  # the lease expired meanwhile and another sender took it over
+                log.warning("delivery_lease_lost", **_fields(delivery))
+
+    def _send(self, delivery: Delivery, export: ExportRecord) -> Outcome:
+        now = self._clock.now()
+        outcome = outcome_of(export, now)
+        notice = Notice(delivery, export, outcome, self._link(delivery, export, outcome))
+        if delivery.recipient.channel is Channel.EMAIL:
+            if self._email is None:
+                raise DeliveryError(
+                    "email is not configured (set QEXPORT_SMTP_URL)", permanent=True
+                )
+            message = email_message(notice, attachment=self._attachment(export, outcome))
+            self._email.send(message, delivery.recipient.target)
+        else:
+            body = webhook_body(notice)
+            key = workspace_key(self._master_secret(), export.workspace_id)
+            self._webhook.send(
+                delivery.recipient.target,
+                body,
+                delivery_id=delivery.id,
+                signature=signature_header(key, int(now.timestamp()), body),
+            )
+        return outcome
+
+    def _master_secret(self) -> str:
+        if self._master is None:  # read once: it never changes while the process runs
+            self._master = master_secret(self._settings, self._schedules, self._clock)
+        return self._master
+
+    def _link(self, delivery: Delivery, export: ExportRecord, outcome: Outcome) -> str | None:
+        """The delivery's public link, made on its first attempt and reused by the others."""
+        if outcome is not Outcome.FILE:
+            return None
+        token = link_token(self._master_secret(), delivery.id)
+        token_hash = hash_secret(token)
+        if self._accounts.find_link(token_hash) is None:
+            self._accounts.add_link(
+                export_id=export.id,
+                created_by=export.requested_by,
+                token_hash=token_hash,
+                now=self._clock.now(),
+            )
+        return public_url(self._settings.public_base_url, token)
+
+    def _attachment(self, export: ExportRecord, outcome: Outcome) -> bytes | None:
+        size = export.size_bytes or 0
+        if outcome is not Outcome.FILE or not 0 < size <= self._settings.email_attachment_max_bytes:
+            return None
+        with self._objects.open(export.storage_key) as stream:
+            return stream.read()
+
+    def _failed_attempt(self, delivery: Delivery, error: str, *, permanent: bool) -> None:
+        limit = self._settings.delivery_max_attempts
+        if permanent:
+            self._fail(delivery, error)
+        elif delivery.attempt < limit:
+            delay = retry_delay(delivery.attempt, self._settings)
+            retry_at = self._clock.now() + timedelta(seconds=delay)
+            self._deliveries.release_delivery(
+                delivery.id, _token(delivery), retry_at=retry_at, error=error
+            )
+            log.info("delivery_retrying", **_fields(delivery), delay_seconds=round(delay, 1))
+        else:
+            self._fail(delivery, f"{_gave_up(limit)}: {error}")
+
+    def _fail(self, delivery: Delivery, error: str) -> None:
+        self._deliveries.mark_failed(
+            delivery.id, _token(delivery), now=self._clock.now(), error=error
+        )
+        log.warning("delivery_failed", **_fields(delivery), error=error)
+
+
+def _gave_up(attempts: int) -> str:
+    return f"gave up after {attempts} attempt{'' if attempts == 1 else 's'}"
+
+
+def _token(delivery: Delivery) -> str:
+    assert delivery.lease_token is not None  # a claimed delivery is leased
+    return delivery.lease_token
+
+
+def _fields(delivery: Delivery) -> dict[str, object]:
+    # The address or URL stays out of logs: it may be personal data or hold a secret.
+    return {
+        "delivery_id": delivery.id,
+        "export_id": delivery.export_id,
+        "channel": delivery.recipient.channel.value,
+        "attempt": delivery.attempt,
+    }

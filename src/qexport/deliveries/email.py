@@ -1,0 +1,126 @@
+"""Sending email over SMTP, configured by one URL (`QEXPORT_SMTP_URL`).
+
+    smtp://[user:pass@]host[:port][?from=ADDR]            plain, port 25
+    smtp+starttls://[user:pass@]host[:port][?from=ADDR]   STARTTLS required, port 587
+    smtps://[user:pass@]host[:port][?from=ADDR]           implicit TLS, port 465
+
+TLS certificates are always verified. smtplib, socket and ssl errors are translated here,
+once, into DeliveryError: 5xx replies are permanent, everything else is retried.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from qexport.deliveries.errors import DeliveryError
+
+DEFAULT_FROM = "qexport@localhost"
+_PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}
+
+
+@dataclass(frozen=True)
+class SmtpConfig:
+    scheme: str
+    host: str
+    port: int
+    sender: str = DEFAULT_FROM
+    username: str = ""
+    password: str = field(default="", repr=False)
+
+
+def parse_smtp_url(url: str) -> SmtpConfig:
+    """The parts of an SMTP URL; ValueError (without the password) when it is malformed."""
+    parts = urlsplit(url)
+    if parts.scheme not in _PORTS:
+        raise ValueError(
+            f"unsupported QEXPORT_SMTP_URL scheme {parts.scheme!r}"
+            " (expected smtp://, smtp+starttls:// or smtps://)"
+        )
+    try:
+        port = parts.port or _PORTS[parts.scheme]
+    except ValueError:
+        raise ValueError("QEXPORT_SMTP_URL has an invalid port") from None
+    if not parts.hostname:
+        raise ValueError("QEXPORT_SMTP_URL has no host")
+    sender = parse_qs(parts.query).get("from", [DEFAULT_FROM])[0]
+    return SmtpConfig(
+        scheme=parts.scheme,
+        host=parts.hostname,
+        port=port,
+        sender=sender,
+        username=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+    )
+
+
+class SmtpSender:
+    """Sends one message to one recipient per connection (deliveries are independent)."""
+
+    def __init__(self, url: str, *, timeout: float) -> None:
+        self.config = parse_smtp_url(url)
+        self.timeout = timeout
+
+    @property
+    def sender(self) -> str:
+        return self.config.sender
+
+    def send(self, message: EmailMessage, recipient: str) -> None:
+        """Hand `message` to the SMTP server for `recipient`; DeliveryError when it was not."""
+        if "From" not in message:
+            message["From"] = self.sender
+        where = f"{self.config.host}:{self.config.port}"
+        try:
+            with self._connect() as smtp:
+                if self.config.username:
+                    smtp.login(self.config.username, self.config.password)
+                smtp.send_message(message, from_addr=self.sender, to_addrs=[recipient])
+        except smtplib.SMTPRecipientsRefused as exc:
+            code, reply = exc.recipients.get(recipient, (450, b"refused"))
+            raise _refused(code, reply, "the SMTP server refused the recipient") from exc
+        except smtplib.SMTPResponseException as exc:
+            raise _refused(exc.smtp_code, exc.smtp_error, "the SMTP server answered") from exc
+        except smtplib.SMTPNotSupportedError as exc:
+            raise DeliveryError(
+                f"the SMTP server at {where} does not support {_feature(exc)}", permanent=True
+            ) from exc
+        except ssl.SSLCertVerificationError as exc:
+            raise DeliveryError(
+                f"the TLS certificate of the SMTP server at {where} is not trusted:"
+                f" {exc.verify_message}",
+                permanent=False,
+            ) from exc
+        except (smtplib.SMTPException, OSError) as exc:  # socket errors, timeouts, TLS errors
+            reason = "did not answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise DeliveryError(
+                f"could not reach the SMTP server at {where}: {reason or type(exc).__name__}",
+                permanent=False,
+            ) from exc
+
+    def _connect(self) -> smtplib.SMTP:
+        config = self.config
+        if config.scheme == "smtps":
+            return smtplib.SMTP_SSL(
+                config.host, config.port, timeout=self.timeout, context=ssl.create_default_context()
+            )
+        smtp = smtplib.SMTP(config.host, config.port, timeout=self.timeout)
+        try:
+            if config.scheme == "smtp+starttls":
+                smtp.starttls(context=ssl.create_default_context())
+        except BaseException:
+            smtp.close()
+            raise
+        return smtp
+
+
+def _refused(code: int, reply: bytes | str, what: str) -> DeliveryError:
+    text = reply.decode(errors="replace") if isinstance(reply, bytes) else reply
+    return DeliveryError(f"{what}: {code} {text}".strip(), permanent=500 <= code < 600)
+
+
+def _feature(exc: smtplib.SMTPNotSupportedError) -> str:
+    text = str(exc).upper()
+    return "STARTTLS" if "STARTTLS" in text else "AUTH" if "AUTH" in text else "an extension"

@@ -1,0 +1,70 @@
+"""Exports with recipients over the `api` fixture, the real receivers and a dispatcher.
+
+`deliveries.export(...)` requests an export with recipients and lets a worker settle it;
+`deliveries.dispatcher(**settings)` sends whatever is due, as the scheduler process does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlparse
+
+from qexport import bootstrap
+from qexport.config import Settings
+from qexport.deliveries.dispatch import DeliveryDispatcher
+from qexport.domain.exports import ExportRecord, Requester
+from qexport.domain.schedules import Delivery, parse_recipients
+from qexport.services.requests import request_export
+from tests.api.conftest import Api
+from tests.receivers import SmtpServer, WebhookReceiver
+
+ALICE = "alice@acme.test"
+LINK = re.compile(r"https?://\S+/p/[A-Za-z0-9_-]{43}")
+
+
+@dataclass
+class Deliveries:
+    api: Api
+    smtp: SmtpServer
+    hooks: WebhookReceiver
+    opened: list[DeliveryDispatcher] = field(default_factory=list)
+
+    def settings(self, **changes: Any) -> Settings:
+        return replace(self.api.deps.settings, **{"smtp_url": self.smtp.url, **changes})
+
+    def dispatcher(self, **changes: Any) -> DeliveryDispatcher:
+        dispatcher = bootstrap.dispatcher(self.settings(**changes), self.api.deps)
+        self.opened.append(dispatcher)
+        return dispatcher
+
+    def export(self, *recipients: dict[str, str], query: str = "q-orders-acme") -> ExportRecord:
+        """An export of `query` for Alice with `recipients`, settled by a worker."""
+        record = request_export(
+            self.api.deps.store,
+            self.api.clock,
+            Requester(self.api.user_id(ALICE), "acme"),
+            query_ref=query,
+            fmt="csv",
+            notify=parse_recipients(list(recipients)),
+        )
+        self.api.drain()
+        settled = self.api.deps.store.get_export(record.id)
+        assert settled is not None
+        assert settled.settled
+        return settled
+
+    def of(self, export_id: str) -> dict[str, Delivery]:
+        """The export's deliveries by target (address or URL)."""
+        found = self.api.context.deliveries.list_deliveries(export_id)
+        return {d.recipient.target: d for d in found}
+
+    def file(self, export_id: str) -> bytes:
+        response = self.api.get(f"/api/v1/exports/{export_id}/file", ALICE)
+        assert response.status_code == 200, response.text
+        return bytes(response.content)
+
+    def open_link(self, url: str) -> Any:
+        """Fetch a public link as anyone would: without credentials."""
+        return self.api.client.get(urlparse(url).path, follow_redirects=False)
