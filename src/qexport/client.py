@@ -139,8 +139,10 @@ class QExportClient:
         *,
         neutralize_formulas: bool = True,
         subject: str = "query",
+        notify: list[dict[str, str]] | None = None,
     ) -> dict[str, Any]:
-        """Request an export of a query (`subject` "query") or a report ("report")."""
+        """Request an export of a query (`subject` "query") or a report ("report"); each
+        `notify` recipient (`{"email": A}` or `{"webhook": URL}`) hears once it settles."""
         body: dict[str, Any] = {
             f"{subject}_id": subject_id,
             "format": fmt,
@@ -148,6 +150,8 @@ class QExportClient:
         }
         if not neutralize_formulas:
             body["options"] = {"neutralize_formulas": False}
+        if notify:
+            body["notify"] = notify
         return self._json("POST", "/exports", json=body)
 
     def get_export(self, export_id: str) -> dict[str, Any]:
@@ -216,3 +220,24 @@ class QExportClient:
                 f" export {export_id} ({export.get('size_bytes')} bytes, sha256 {expected})",
             )
         return export
+
+    # ------------------------------------------------------------ schedules
+
+    def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Save a schedule (the POST /schedules body); returns it."""
+        return self._json("POST", "/schedules", json=body)
+
+    def list_schedules(self) -> dict[str, Any]:
+        return self._json("GET", "/schedules")
+
+    def update_schedule(self, schedule_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change the given settings of a schedule (`{"enabled": False}` pauses it)."""
+        return self._json("PATCH", f"/schedules/{_path_segment(schedule_id)}", json=changes)
+
+    def run_schedule(self, schedule_id: str) -> dict[str, Any]:
+        """Fire a schedule now; returns the export."""
+        return self._json("POST", f"/schedules/{_path_segment(schedule_id)}/run")
+
+    def signing_key(self) -> dict[str, Any]:
+        """The workspace's webhook signing key (workspace admins)."""
+        return self._json("GET", "/schedules/signing-key")

@@ -15,6 +15,8 @@ CALLER = "editor@acme.test"
 ORDERS = "q-orders-acme"  # the id conftest's add_query() gives the "orders" query
 EXPORT = {"query_id": ORDERS, "format": "csv"}
 QUERY = {"name": "daily", "sql": "SELECT 1 AS one", "source": "shop", "parameters": []}
+SCHEDULE = {"query_id": ORDERS, "format": "csv", "cron": "0 8 * * 1"}
+UNKNOWN_SCHEDULE = "/api/v1/schedules/00000000-0000-0000-0000-000000000000"
 
 
 def _b64(text: str) -> str:
@@ -152,6 +154,20 @@ CASES: list[tuple[str, str, str, Any, int]] = [
         _with(EXPORT, options={"execute_formulas": True}),
         422,
     ),
+    (
+        "export: notify with a bad address",
+        "post",
+        "/api/v1/exports",
+        _with(EXPORT, notify=[{"email": "nobody"}]),
+        422,
+    ),
+    (
+        "export: notify by carrier pigeon",
+        "post",
+        "/api/v1/exports",
+        _with(EXPORT, notify=[{"pigeon": "loft 3"}]),
+        422,
+    ),
     # GET /exports: filters and cursors
     ("list: unknown status", "get", "/api/v1/exports?status=done", None, 422),
     ("list: limit zero", "get", "/api/v1/exports?limit=0", None, 422),
@@ -176,6 +192,125 @@ CASES: list[tuple[str, str, str, Any, int]] = [
     ),
     ("links: unknown export", "post", "/api/v1/exports/nope/links", None, 404),
     ("links: revoke unknown link", "delete", "/api/v1/links/nope", None, 404),
+    ("deliveries: unknown export", "get", "/api/v1/exports/nope/deliveries", None, 404),
+    # POST /schedules
+    ("schedule: empty object", "post", "/api/v1/schedules", {}, 422),
+    ("schedule: no cron", "post", "/api/v1/schedules", _without(SCHEDULE, "cron"), 422),
+    ("schedule: 4-field cron", "post", "/api/v1/schedules", _with(SCHEDULE, cron="0 8 * *"), 422),
+    (
+        "schedule: hour 25 in cron",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, cron="0 25 * * *"),
+        422,
+    ),
+    ("schedule: cron as words", "post", "/api/v1/schedules", _with(SCHEDULE, cron="weekly"), 422),
+    (
+        "schedule: unknown time zone",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, timezone="Mars/Olympus_Mons"),
+        422,
+    ),
+    (
+        "schedule: time zone path trick",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, timezone="../../etc/passwd"),
+        422,
+    ),
+    (
+        "schedule: bad email",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, recipients=[{"email": "ops at example.com"}]),
+        422,
+    ),
+    (
+        "schedule: non-http webhook",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, recipients=[{"webhook": "ftp://files.example.com/in"}]),
+        422,
+    ),
+    (
+        "schedule: webhook with a password",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, recipients=[{"webhook": "https://u:p@hooks.example.com/"}]),
+        422,
+    ),
+    (
+        "schedule: recipient with two channels",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, recipients=[{"email": "a@example.com", "webhook": "https://h.test/"}]),
+        422,
+    ),
+    (
+        "schedule: too many recipients",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, recipients=[{"email": f"u{i}@example.com"} for i in range(51)]),
+        422,
+    ),
+    (
+        "schedule: query and report",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, report_id="r1"),
+        422,
+    ),
+    (
+        "schedule: no subject",
+        "post",
+        "/api/v1/schedules",
+        _without(SCHEDULE, "query_id"),
+        422,
+    ),
+    (
+        "schedule: unknown missed value",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, missed="all"),
+        422,
+    ),
+    (
+        "schedule: csv of a report",
+        "post",
+        "/api/v1/schedules",
+        {"report_id": "r1", "format": "csv", "cron": "0 8 * * 1"},
+        422,
+    ),
+    ("schedule: pdf of a query", "post", "/api/v1/schedules", _with(SCHEDULE, format="pdf"), 422),
+    (
+        "schedule: unknown query",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, query_id="nope"),
+        404,
+    ),
+    (
+        "schedule: unknown parameter",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, parameters={"until": "2024-01-01"}),
+        422,
+    ),
+    (
+        "schedule: enabled not a boolean",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, enabled="yes"),
+        422,
+    ),
+    ("schedule: extra member", "post", "/api/v1/schedules", _with(SCHEDULE, owner="x"), 422),
+    ("schedule: get unknown", "get", UNKNOWN_SCHEDULE, None, 404),
+    ("schedule: get path trick", "get", "/api/v1/schedules/..%2Fsigning-key", None, 404),
+    ("schedule: patch unknown", "patch", UNKNOWN_SCHEDULE, {"enabled": False}, 404),
+    ("schedule: delete unknown", "delete", UNKNOWN_SCHEDULE, None, 404),
+    ("schedule: run unknown", "post", f"{UNKNOWN_SCHEDULE}/run", None, 404),
+    ("schedule: signing key as editor", "get", "/api/v1/schedules/signing-key", None, 403),
     # POST /queries
     ("query: empty name", "post", "/api/v1/queries", _with(QUERY, name=""), 422),
     (
@@ -259,7 +394,7 @@ def test_bad_input_gets_a_problem_document(
     ready: Api, method: str, path: str, body: Any, status: int
 ) -> None:
     """The documented 4xx status with an application/problem+json body and its code; no
-    export or query is recorded."""
+    export, query or schedule is recorded."""
     kwargs: dict[str, Any] = {}
     if isinstance(body, bytes):
         kwargs = {"content": body, "headers": {"Content-Type": "application/json"}}
@@ -275,6 +410,7 @@ def test_bad_input_gets_a_problem_document(
     assert problem["code"] != "internal"
     assert ready.deps.store.list_exports(workspace_id="acme") == []
     assert [q.name for q in ready.deps.store.list_queries("acme")] == ["orders"]
+    assert ready.context.schedules.list_schedules("acme") == []
 
 
 def test_there_are_at_least_forty_cases() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from qexport import __version__
-from qexport.api import errors, exports, health, links, public, queries, reports
+from qexport.api import errors, exports, health, links, public, queries, reports, schedules
 from qexport.api.context import ApiContext
 from qexport.api.limits import BodySizeLimit
 
@@ -24,5 +24,6 @@ def create_app(context: ApiContext) -> FastAPI:
     app.include_router(reports.router, prefix="/api/v1")
     app.include_router(exports.router, prefix="/api/v1")
     app.include_router(links.router, prefix="/api/v1")
+    app.include_router(schedules.router, prefix="/api/v1")
     app.include_router(public.router)
     return app

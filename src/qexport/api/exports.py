@@ -28,6 +28,7 @@ from qexport.api.schemas import (
 )
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError
+from qexport.domain.schedules import parse_recipients
 from qexport.services.exports import (
     cancel_export,
     downloadable,
@@ -66,6 +67,7 @@ def create_export(
     Reports take the formats pdf, xlsx and html; queries the tabular formats."""
     if (body.query_id is None) == (body.report_id is None):
         raise InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
+    notify = parse_recipients([r.model_dump() for r in body.notify], "notify")
     if body.report_id is not None:
         record = request_report_export(
             context.store,
@@ -76,6 +78,7 @@ def create_export(
             parameters=body.parameters,
             neutralize_formulas=body.options.neutralize_formulas,
             max_unsettled=context.settings.max_unsettled_per_user,
+            notify=notify,
         )
         response.headers["Location"] = f"/api/v1/exports/{record.id}"
         return _view(record, context)
@@ -90,6 +93,7 @@ def create_export(
         neutralize_formulas=body.options.neutralize_formulas,
         match_name=False,
         max_unsettled=context.settings.max_unsettled_per_user,
+        notify=notify,
     )
     response.headers["Location"] = f"/api/v1/exports/{record.id}"
     return _view(record, context)

@@ -1,5 +1,5 @@
-"""The JSON the exports and links routes take and give (DESIGN section 5), and the problem
-document every error is; /openapi.json is generated from these models."""
+"""The JSON the exports, links and schedules routes take and give (DESIGN section 5), and
+the problem document every error is; /openapi.json is generated from these models."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from qexport.domain.exports import EventKind, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import MAX_PARAMETER_CHARS
 from qexport.domain.reports import REPORT_FORMATS
+from qexport.domain.schedules import MAX_CRON_CHARS, MAX_RECIPIENTS, MAX_URL_CHARS
 from qexport.services.requests import MAX_PARAMETERS, MAX_REF_CHARS
 from qexport.writers.registry import FORMATS
 
@@ -147,6 +149,29 @@ class ExportOptions(BaseModel):
 ANY_FORMAT: tuple[str, ...] = (*FORMATS, *sorted(REPORT_FORMATS - set(FORMATS)))
 
 
+class EmailRecipient(BaseModel):
+    """A mail to this address: the file's public link (and maybe the file), or why it failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    email: str = Field(max_length=254, examples=["ops@example.com"])
+
+
+class WebhookRecipient(BaseModel):
+    """A signed JSON POST to this URL (headers X-QExport-Signature and X-QExport-Delivery)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    webhook: str = Field(
+        max_length=MAX_URL_CHARS,
+        description="An http(s) URL without user name or password",
+        examples=["https://hooks.example.com/qexport"],
+    )
+
+
+Recipient = EmailRecipient | WebhookRecipient
+
+
 class ExportRequest(BaseModel):
     """Exactly one of `query_id` and `report_id`."""
 
@@ -164,6 +189,11 @@ class ExportRequest(BaseModel):
         default_factory=dict, max_length=MAX_PARAMETERS
     )
     options: ExportOptions = ExportOptions(neutralize_formulas=True)
+    notify: list[Recipient] = Field(
+        default_factory=list,
+        max_length=MAX_RECIPIENTS,
+        description="Who hears once the export settles, each recipient once",
+    )
 
 
 # ---------------------------------------------------------------- responses
@@ -237,3 +267,132 @@ class CreatedLink(BaseModel):
     id: str
     url: str
     expires_at: datetime
+
+
+# ---------------------------------------------------------------- schedules and deliveries
+
+MissedChoice = Literal["once", "skip"]
+Cron = Annotated[str, StringConstraints(max_length=MAX_CRON_CHARS)]
+TimeZoneName = Annotated[str, StringConstraints(max_length=64)]
+FormatName = Annotated[str, StringConstraints(max_length=20)]
+_CRON_HELP = (
+    "5 fields (minute hour day-of-month month day-of-week) on the wall clock of `timezone`;"
+    " a time skipped by a daylight-saving change fires right after it, a repeated one once"
+)
+_TIMEZONE_HELP = "An IANA time zone; by default the workspace's (else UTC)"
+_MISSED_HELP = 'After downtime: "once" fires one export for all the due times missed, "skip" none'
+_FORMAT_HELP = "Queries: csv, tsv, jsonl, parquet, xlsx; reports: pdf, xlsx, html"
+
+
+class ScheduleRequest(BaseModel):
+    """A new schedule: exactly one of `query_id` and `report_id`. Its exports run with the
+    rights of its owner, the caller."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: Ref | None = None
+    report_id: Ref | None = None
+    format: str = Field(
+        max_length=20, description=_FORMAT_HELP, json_schema_extra={"enum": list(ANY_FORMAT)}
+    )
+    parameters: dict[ParameterName, ParameterValue] = Field(
+        default_factory=dict, max_length=MAX_PARAMETERS
+    )
+    cron: str = Field(max_length=MAX_CRON_CHARS, description=_CRON_HELP, examples=["0 8 * * 1"])
+    timezone: TimeZoneName | None = Field(
+        None, description=_TIMEZONE_HELP, examples=["Europe/Berlin"]
+    )
+    recipients: list[Recipient] = Field(default_factory=list, max_length=MAX_RECIPIENTS)
+    missed: MissedChoice = Field("once", description=_MISSED_HELP)
+    enabled: StrictBool = True
+    options: ExportOptions = ExportOptions(neutralize_formulas=True)
+
+
+def _without_defaults(schema: dict[str, Any]) -> None:
+    """A member left out of a change keeps its value: no default to document."""
+    for member in schema.get("properties", {}).values():
+        member.pop("default", None)
+
+
+class ScheduleChange(BaseModel):
+    """The settings to change; members left out keep their value. A `query_id` replaces a
+    report and a `report_id` a query; a null `timezone` means the workspace's."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_without_defaults)
+
+    query_id: Ref | SkipJsonSchema[None] = None
+    report_id: Ref | SkipJsonSchema[None] = None
+    format: FormatName | SkipJsonSchema[None] = Field(
+        None, description=_FORMAT_HELP, json_schema_extra={"enum": list(ANY_FORMAT)}
+    )
+    parameters: dict[ParameterName, ParameterValue] | SkipJsonSchema[None] = Field(
+        None, max_length=MAX_PARAMETERS
+    )
+    cron: Cron | SkipJsonSchema[None] = Field(
+        None, description=_CRON_HELP, examples=["30 7 * * 1-5"]
+    )
+    timezone: TimeZoneName | None = Field(
+        None, description=_TIMEZONE_HELP, examples=["America/New_York"]
+    )
+    recipients: list[Recipient] | SkipJsonSchema[None] = Field(None, max_length=MAX_RECIPIENTS)
+    missed: MissedChoice | SkipJsonSchema[None] = Field(None, description=_MISSED_HELP)
+    enabled: StrictBool | SkipJsonSchema[None] = Field(
+        None, description="false pauses the schedule; true resumes it from now on"
+    )
+    options: ExportOptions | SkipJsonSchema[None] = None
+
+
+class Schedule(BaseModel):
+    """A schedule; exactly one of `query_id` and `report_id` is set."""
+
+    id: str
+    query_id: str | None
+    report_id: str | None
+    format: str
+    parameters: dict[str, Any]
+    cron: str = Field(examples=["0 8 * * 1"])
+    timezone: str = Field(examples=["Europe/Berlin"])
+    recipients: list[Recipient]
+    missed: MissedChoice
+    enabled: bool
+    options: ExportOptions
+    owner: str = Field(description="Whose rights its exports run with: its creator")
+    next_run_at: datetime | None = Field(description="The next due time (UTC); null when paused")
+    created_at: datetime
+
+
+class ScheduleList(BaseModel):
+    items: list[Schedule]
+
+
+DeliveryStatusName = Literal["waiting", "sending", "sent", "failed"]
+OutcomeName = Literal["file", "failure", "expired"]
+
+
+class Delivery(BaseModel):
+    """One recipient's delivery of an export; `id` is the idempotency key it is sent with."""
+
+    id: str
+    recipient: Recipient
+    status: DeliveryStatusName = Field(
+        description="waiting (for the export, or for the next attempt), sending, sent, failed"
+    )
+    attempts: int
+    outcome: OutcomeName | None = Field(
+        description="What the recipient was told: the file, the failure, or that it expired"
+    )
+    last_error: str | None
+    sent_at: datetime | None
+    created_at: datetime
+
+
+class DeliveryList(BaseModel):
+    items: list[Delivery]
+
+
+class SigningKey(BaseModel):
+    """The key webhook receivers verify `X-QExport-Signature` with: hex HMAC-SHA256 over
+    `t + "." + body`, keyed with this string's UTF-8 bytes."""
+
+    workspace: str
+    key: str

@@ -92,27 +92,10 @@ def request_report_export(
 
     A report the requester cannot read, or with a query they cannot read, is NotFoundError.
     """
-    if fmt not in REPORT_FORMATS:
-        raise InvalidRequestError(
-            f"unknown report format {fmt!r}; valid formats: {', '.join(sorted(REPORT_FORMATS))}",
-            field="format",
-        )
-    report = find_readable_report(store, requester, report_ref, match_title=match_title)
-    queries = report_queries(store, requester, report)
-    requested = parameters or {}
-    if len(requested) > MAX_PARAMETERS:
-        raise InvalidRequestError(
-            f"at most {MAX_PARAMETERS} parameters may be given", field="parameters"
-        )
-    try:
-        values = bind_report_parameters(report, queries, requested)
-    except InvalidRequestError as exc:
-        field = exc.field or "parameters"
-        if field != "parameters" and not field.startswith(
-            "parameters."
-        ):  # a section's query named its bare parameter
-            field = f"parameters.{field}"
-        raise InvalidRequestError(str(exc), field=field) from None
+    check_report_format(fmt)
+    report, values = bind_report_request(
+        store, requester, report_ref, parameters or {}, match_title=match_title
+    )
     if not isinstance(neutralize_formulas, bool):
         raise InvalidRequestError(
             "neutralize_formulas must be true or false", field="options.neutralize_formulas"
@@ -123,6 +106,42 @@ def request_report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
     return store.insert_export(new, new_deliveries(notify))
+
+
+def check_report_format(fmt: str) -> None:
+    if fmt not in REPORT_FORMATS:
+        raise InvalidRequestError(
+            f"unknown report format {fmt!r}; valid formats: {', '.join(sorted(REPORT_FORMATS))}",
+            field="format",
+        )
+
+
+def bind_report_request(
+    store: MetadataStore,
+    requester: Requester,
+    report_ref: str,
+    parameters: dict[str, Any],
+    *,
+    match_title: bool = False,
+) -> tuple[Report, dict[str, Any]]:
+    """A report the requester may read (with every query in it) and the request's parameter
+    values bound to it; errors name the field as `parameters.<name>`."""
+    report = find_readable_report(store, requester, report_ref, match_title=match_title)
+    queries = report_queries(store, requester, report)
+    if len(parameters) > MAX_PARAMETERS:
+        raise InvalidRequestError(
+            f"at most {MAX_PARAMETERS} parameters may be given", field="parameters"
+        )
+    try:
+        values = bind_report_parameters(report, queries, parameters)
+    except InvalidRequestError as exc:
+        field = exc.field or "parameters"
+        if field != "parameters" and not field.startswith(
+            "parameters."
+        ):  # a section's query named its bare parameter
+            field = f"parameters.{field}"
+        raise InvalidRequestError(str(exc), field=field) from None
+    return report, values
 
 
 def query_export(

@@ -1,0 +1,219 @@
+"""/api/v1/schedules: exports on a cron timetable and who hears about them; and
+/api/v1/exports/{id}/deliveries: how far each recipient's delivery got.
+
+Every member reads the schedules of their workspace (those whose subject they may read);
+editors and admins create them; only a schedule's owner or a workspace admin changes, pauses,
+resumes, deletes or runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from qexport.api.auth import Context, CurrentPrincipal
+from qexport.api.schemas import (
+    Delivery,
+    DeliveryList,
+    Export,
+    ScheduleChange,
+    ScheduleList,
+    ScheduleRequest,
+    SigningKey,
+    problem_responses,
+)
+from qexport.api.schemas import Schedule as ScheduleView
+from qexport.deliveries.signing import signing_key as workspace_key
+from qexport.domain.failures import InvalidRequestError
+from qexport.domain.schedules import Schedule
+from qexport.services import schedules as service
+from qexport.services.views import export_view
+
+router = APIRouter(tags=["schedules"])
+
+# Members of a change that cannot be null (a null timezone means the workspace's; a null id
+# names no subject, the other id does).
+_NULLABLE = frozenset({"timezone", "query_id", "report_id"})
+
+
+def _view(schedule: Schedule) -> ScheduleView:
+    return ScheduleView.model_validate(service.schedule_view(schedule))
+
+
+@router.get(
+    "/schedules/signing-key",
+    response_model=SigningKey,
+    responses=problem_responses(401, 403, 503),
+    summary="The workspace's webhook signing key (workspace admins)",
+)
+def signing_key(principal: CurrentPrincipal, context: Context) -> SigningKey:
+    service.require_admin(service.Actor.of(principal))
+    key = workspace_key(context.settings, context.schedules, context.clock, principal.workspace_id)
+    return SigningKey(workspace=principal.workspace_id, key=key)
+
+
+@router.post(
+    "/schedules",
+    status_code=201,
+    response_model=ScheduleView,
+    responses={
+        201: {
+            "description": "Saved; the first export is due at `next_run_at`.",
+            "headers": {"Location": {"schema": {"type": "string"}}},
+        },
+        **problem_responses(400, 401, 403, 404, 413, 422, 503),
+    },
+    summary="Save a schedule (editors and admins)",
+)
+def create_schedule(
+    body: ScheduleRequest,
+    principal: CurrentPrincipal,
+    context: Context,
+    request: Request,
+    response: Response,
+) -> ScheduleView:
+    """Validated like an export request: a subject the caller cannot read is 404; a bad
+    format, parameter, cron, time zone or recipient is 422 naming the field."""
+    draft = service.ScheduleDraft(
+        query_id=body.query_id,
+        report_id=body.report_id,
+        format=body.format,
+        parameters=body.parameters,
+        cron=body.cron,
+        timezone=body.timezone,
+        recipients=[r.model_dump() for r in body.recipients],
+        missed=body.missed,
+        enabled=body.enabled,
+        neutralize_formulas=body.options.neutralize_formulas,
+    )
+    schedule = service.create_schedule(
+        context.store,
+        context.schedules,
+        context.accounts,
+        context.clock,
+        service.Actor.of(principal),
+        draft,
+    )
+    response.headers["Location"] = request.app.url_path_for(
+        "read_schedule", schedule_id=schedule.id
+    )
+    return _view(schedule)
+
+
+@router.get(
+    "/schedules",
+    response_model=ScheduleList,
+    responses=problem_responses(401, 503),
+    summary="The workspace's schedules you can see",
+)
+def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleList:
+    found = service.list_visible_schedules(
+        context.store, context.schedules, service.Actor.of(principal)
+    )
+    return ScheduleList(items=[_view(s) for s in found])
+
+
+@router.get(
+    "/schedules/{schedule_id}",
+    response_model=ScheduleView,
+    responses=problem_responses(401, 404, 503),
+    summary="One schedule (404 when missing, deleted or not visible to you)",
+)
+def read_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> ScheduleView:
+    return _view(
+        service.get_visible_schedule(
+            context.store, context.schedules, service.Actor.of(principal), schedule_id
+        )
+    )
+
+
+@router.patch(
+    "/schedules/{schedule_id}",
+    response_model=ScheduleView,
+    responses=problem_responses(400, 401, 403, 404, 413, 422, 503),
+    summary="Change some settings (its owner or a workspace admin)",
+)
+def change_schedule(
+    schedule_id: str, body: ScheduleChange, principal: CurrentPrincipal, context: Context
+) -> ScheduleView:
+    """`{"enabled": false}` pauses, `{"enabled": true}` resumes from now on (due times that
+    passed while paused never fire); a new cron or time zone also counts from now."""
+    changes: dict[str, Any] = {}
+    for name in sorted(body.model_fields_set):
+        value = getattr(body, name)
+        if value is None and name not in _NULLABLE:
+            raise InvalidRequestError(f"{name} cannot be null", field=name)
+        if name == "options":
+            changes["neutralize_formulas"] = value.neutralize_formulas
+        elif name == "recipients":
+            changes[name] = [r.model_dump() for r in value]
+        elif value is not None or name == "timezone":
+            changes[name] = value
+    schedule = service.update_schedule(
+        context.store,
+        context.schedules,
+        context.accounts,
+        context.clock,
+        service.Actor.of(principal),
+        schedule_id,
+        changes,
+    )
+    return _view(schedule)
+
+
+@router.delete(
+    "/schedules/{schedule_id}",
+    status_code=204,
+    response_class=Response,
+    responses=problem_responses(401, 403, 404, 503),
+    summary="Delete a schedule (its owner or a workspace admin); its exports stay",
+)
+def delete_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Response:
+    service.delete_schedule(
+        context.store, context.schedules, context.clock, service.Actor.of(principal), schedule_id
+    )
+    return Response(status_code=204)
+
+
+@router.post(
+    "/schedules/{schedule_id}/run",
+    status_code=202,
+    response_model=Export,
+    responses={
+        202: {
+            "description": "The export is recorded and queued, with a delivery per recipient.",
+            "headers": {"Location": {"schema": {"type": "string"}}},
+        },
+        **problem_responses(401, 403, 404, 409, 503),
+    },
+    summary="Fire a schedule now (its owner or a workspace admin)",
+)
+def run_schedule(
+    schedule_id: str, principal: CurrentPrincipal, context: Context, response: Response
+) -> Export:
+    """An export outside the timetable, with the owner's rights, whether or not the schedule
+    is paused; its timetable is left as it is."""
+    record = service.run_schedule(
+        context.store, context.schedules, context.clock, service.Actor.of(principal), schedule_id
+    )
+    response.headers["Location"] = f"/api/v1/exports/{record.id}"
+    return Export.model_validate(export_view(record, context.clock.now()))
+
+
+@router.get(
+    "/exports/{export_id}/deliveries",
+    response_model=DeliveryList,
+    responses=problem_responses(401, 404, 503),
+    tags=["exports"],
+    summary="Who hears about an export, and how far each delivery got",
+)
+def list_deliveries(export_id: str, principal: CurrentPrincipal, context: Context) -> DeliveryList:
+    found = service.list_visible_deliveries(
+        context.store,
+        context.deliveries,
+        principal.requester,
+        export_id,
+        whole_workspace=principal.sees_workspace,
+    )
+    return DeliveryList(items=[Delivery.model_validate(service.delivery_view(d)) for d in found])

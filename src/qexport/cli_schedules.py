@@ -1,0 +1,346 @@
+"""`qexport schedules add|list|pause|resume|run-now|signing-key`: exports on a cron timetable.
+
+Local (the metadata database, acting as --user in --workspace) or, with QEXPORT_URL and
+QEXPORT_TOKEN, through a server. Bad input exits 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.table import Table
+
+from qexport.domain.accounts import Role
+from qexport.domain.failures import InvalidRequestError, QExportError
+from qexport.domain.schedules import parse_recipients
+from qexport.services import schedules as service
+
+if TYPE_CHECKING:
+    from qexport.client import QExportClient
+    from qexport.domain.schedules import Recipient
+    from qexport.store.accounts import SqlAccountStore
+    from qexport.store.schedules import SqlScheduleStore
+    from qexport.worker.runner import Deps
+
+schedules_app = typer.Typer(
+    no_args_is_help=True,
+    help="Schedules: an export on a cron timetable, mailed or posted to its recipients. In the"
+    " local database, or on a server when QEXPORT_URL and QEXPORT_TOKEN are set.",
+)
+
+BAD_INPUT = 2
+FAILED = 1
+CRON_HELP = (
+    "5 fields: minute hour day-of-month month day-of-week, e.g. '0 8 * * 1' (Mondays 08:00)."
+)
+EMAIL_HELP = "Mail the export (its link) to this address; repeatable."
+WEBHOOK_HELP = "POST a signed JSON notice to this http(s) URL; repeatable."
+
+
+def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
+    from qexport.cli import fail
+
+    fail(message, code)
+
+
+def _refused(exc: QExportError, code: int = BAD_INPUT) -> NoReturn:
+    """One line naming the option at fault, e.g. `--cron: cron '0 8' must have 5 fields`."""
+    if isinstance(exc, InvalidRequestError):
+        _fail(f"{_option(exc.field)}: {exc}" if exc.field else str(exc), BAD_INPUT)
+    _fail(str(exc), code)
+
+
+def _option(field: str) -> str:
+    """The command-line option for an API field: `recipients[0].email` -> `--email`."""
+    name = field.rsplit(".", 1)[-1]
+    if field.startswith(("recipients", "notify")) and name in ("email", "webhook"):
+        return f"--{name}"
+    if field.startswith("parameters."):
+        return f"--param {field.removeprefix('parameters.')}"
+    if field in ("query_id", "report_id"):
+        return "SUBJECT"
+    return f"--{field.replace('_', '-')}" if "." not in field and "[" not in field else field
+
+
+def recipients_json(emails: list[str] | None, webhooks: list[str] | None) -> list[dict[str, str]]:
+    """`--email` and `--webhook` options as API recipients."""
+    return [{"email": e} for e in emails or ()] + [{"webhook": w} for w in webhooks or ()]
+
+
+def parse_notify(emails: list[str] | None, webhooks: list[str] | None) -> tuple[Recipient, ...]:
+    """`--email` and `--webhook` options as checked recipients; bad ones exit 2."""
+    try:
+        return parse_recipients(recipients_json(emails, webhooks), "notify")
+    except InvalidRequestError as exc:
+        _refused(exc)
+
+
+def _remote(ctx: typer.Context) -> QExportClient | None:
+    from qexport.cli import _remote as remote
+
+    return remote(ctx)
+
+
+def _local(ctx: typer.Context) -> tuple[Deps, service.Actor]:
+    """The local database and who acts in it: a member with their role in a workspace with
+    accounts; in one without, the command line administers its own workspace."""
+    from qexport.cli import _check_local_requester, state
+
+    st = state(ctx)
+    deps = st.deps()
+    _check_local_requester(deps, st.requester)
+    role = _accounts(deps).role_of(st.requester.workspace_id, st.requester.user_id)
+    return deps, service.Actor(st.requester, role or Role.ADMIN)
+
+
+def _accounts(deps: Deps) -> SqlAccountStore:
+    from qexport.store.accounts import SqlAccountStore
+    from qexport.store.sql import SqlMetadataStore
+
+    assert isinstance(deps.store, SqlMetadataStore)
+    return SqlAccountStore(deps.store.engine)
+
+
+def _print_schedule(view: dict[str, Any], as_json: bool) -> None:
+    from qexport.cli import out
+
+    if as_json:
+        print(json.dumps(view, indent=2))
+        return
+    table = Table(show_header=False, box=None)
+    subject = f"report {view['report_id']}" if view["report_id"] else f"query {view['query_id']}"
+    table.add_row("id", view["id"])
+    table.add_row("subject", subject)
+    for key in ("format", "cron", "timezone", "missed", "enabled", "owner", "next_run_at"):
+        table.add_row(key, "" if view[key] is None else str(view[key]))
+    if view["parameters"]:
+        table.add_row("parameters", json.dumps(view["parameters"]))
+    table.add_row("recipients", _recipients_text(view["recipients"]))
+    out.print(table)
+
+
+def _recipients_text(recipients: list[dict[str, str]]) -> str:
+    return ", ".join(f"{k} {v}" for r in recipients for k, v in r.items()) or "none"
+
+
+@schedules_app.command("add")
+def schedules_add(
+    ctx: typer.Context,
+    subject: Annotated[str, typer.Argument(help="Query name or id (with --report: a report).")],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", help="csv, tsv, jsonl, parquet or xlsx; a report: pdf, xlsx or html."
+        ),
+    ],
+    cron: Annotated[str, typer.Option(help=CRON_HELP)],
+    timezone: Annotated[
+        str | None,
+        typer.Option(help="IANA time zone, e.g. Europe/Berlin (default: the workspace's)."),
+    ] = None,
+    email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
+    webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,
+    param: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, repeatable.")] = None,
+    missed: Annotated[
+        str, typer.Option(help="After downtime: once (one export for all missed) or skip.")
+    ] = "once",
+    report: Annotated[bool, typer.Option("--report", help="SUBJECT is a report.")] = False,
+    disabled: Annotated[bool, typer.Option("--disabled", help="Save it paused.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+) -> None:
+    """Save a schedule, e.g. `qexport schedules add orders --format csv --cron '0 8 * * 1'
+    --timezone Europe/Berlin --email ops@example.com`."""
+    from qexport.cli import _parse_kv, _server_errors, out
+
+    parameters = _parse_kv(param or [])
+    recipients = recipients_json(email, webhook)
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors(client_error_code=BAD_INPUT):
+            subject_id = client.resolve_report(subject) if report else client.resolve_query(subject)
+            body: dict[str, Any] = {
+                "report_id" if report else "query_id": subject_id,
+                "format": fmt,
+                "parameters": parameters,
+                "cron": cron,
+                "recipients": recipients,
+                "missed": missed,
+                "enabled": not disabled,
+            }
+            if timezone is not None:
+                body["timezone"] = timezone
+            view = client.create_schedule(body)
+    else:
+        deps, actor = _local(ctx)
+        draft = service.ScheduleDraft(
+            query_id=None if report else subject,
+            report_id=subject if report else None,
+            format=fmt,
+            parameters=parameters,
+            cron=cron,
+            timezone=timezone,
+            recipients=recipients,
+            missed=missed,
+            enabled=not disabled,
+        )
+        try:
+            schedule = service.create_schedule(
+                deps.store,
+                _schedules(deps),
+                _accounts(deps),
+                deps.clock,
+                actor,
+                draft,
+                match_name=True,
+            )
+        except QExportError as exc:
+            _refused(exc)
+        view = service.schedule_view(schedule)
+    if as_json:
+        _print_schedule(view, True)
+    else:
+        next_run = view["next_run_at"] or "never (paused)"
+        out.print(
+            f"schedule {view['id']} saved; next run at {next_run}", highlight=False, soft_wrap=True
+        )
+
+
+def _schedules(deps: Deps) -> SqlScheduleStore:
+    from qexport import bootstrap
+
+    return bootstrap.schedule_store(deps)
+
+
+@schedules_app.command("list")
+def schedules_list(
+    ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """List the workspace's schedules you can see."""
+    from qexport.cli import _server_errors, out
+
+    client = _remote(ctx)
+    names: dict[str, str] = {}  # subject id -> its name, where known
+    if client is not None:
+        with client, _server_errors():
+            items = client.list_schedules()["items"]
+    else:
+        deps, actor = _local(ctx)
+        found = service.list_visible_schedules(deps.store, _schedules(deps), actor)
+        items = [service.schedule_view(s) for s in found]
+        names = {s.subject_id: _subject_name(deps, s.subject_type, s.subject_id) for s in found}
+    if as_json:
+        print(json.dumps({"items": items}, indent=2))
+        return
+    table = Table(box=None)
+    table.add_column("id", no_wrap=True, min_width=36)  # what pause, resume and run-now take
+    table.add_column("subject", no_wrap=True)
+    table.add_column("when")
+    table.add_column("next run (UTC)")
+    for view in items:
+        subject_id = view["query_id"] or view["report_id"]
+        subject = names.get(subject_id, subject_id)
+        next_run = view["next_run_at"]
+        table.add_row(
+            view["id"],
+            f"{subject} {view['format']}" if view["query_id"] else f"report {subject}",
+            f"{view['cron']} {view['timezone']}",
+            next_run.replace("T", " ")[:16] if next_run else "paused",
+        )
+    out.print(table)
+
+
+def _subject_name(deps: Deps, kind: str, subject_id: str) -> str:
+    found = deps.store.get_report(subject_id) if kind == "report" else None
+    if found is not None:
+        return found.title
+    query = deps.store.get_query(subject_id) if kind != "report" else None
+    return query.name if query is not None else subject_id
+
+
+def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict[str, Any]:
+    from qexport.cli import _server_errors
+
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            return client.update_schedule(schedule_id, {"enabled": enabled})
+    deps, actor = _local(ctx)
+    try:
+        schedule = service.set_enabled(
+            deps.store,
+            _schedules(deps),
+            _accounts(deps),
+            deps.clock,
+            actor,
+            schedule_id,
+            enabled=enabled,
+        )
+    except QExportError as exc:
+        _refused(exc, FAILED)
+    return service.schedule_view(schedule)
+
+
+@schedules_app.command("pause")
+def schedules_pause(ctx: typer.Context, schedule_id: str) -> None:
+    """Pause a schedule: nothing fires until it is resumed."""
+    from qexport.cli import out
+
+    view = _set_enabled(ctx, schedule_id, enabled=False)
+    out.print(f"schedule {view['id']} paused", highlight=False, soft_wrap=True)
+
+
+@schedules_app.command("resume")
+def schedules_resume(ctx: typer.Context, schedule_id: str) -> None:
+    """Resume a schedule from now on; due times that passed while paused never fire."""
+    from qexport.cli import out
+
+    view = _set_enabled(ctx, schedule_id, enabled=True)
+    out.print(
+        f"schedule {view['id']} resumed; next run at {view['next_run_at']}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@schedules_app.command("run-now")
+def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
+    """Fire a schedule now (paused or not) and print the export's id."""
+    from qexport.cli import _server_errors
+
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            export_id = client.run_schedule(schedule_id)["id"]
+    else:
+        deps, actor = _local(ctx)
+        try:
+            export_id = service.run_schedule(
+                deps.store, _schedules(deps), deps.clock, actor, schedule_id
+            ).id
+        except QExportError as exc:
+            _refused(exc, FAILED)
+    print(export_id)
+
+
+@schedules_app.command("signing-key")
+def schedules_signing_key(ctx: typer.Context) -> None:
+    """Print the workspace's webhook signing key (workspace admins): receivers verify
+    X-QExport-Signature with it."""
+    from qexport.cli import _server_errors
+
+    client = _remote(ctx)
+    if client is not None:
+        with client, _server_errors():
+            key = client.signing_key()["key"]
+    else:
+        from qexport.deliveries.signing import signing_key
+
+        deps, actor = _local(ctx)
+        try:
+            service.require_admin(actor)
+        except QExportError as exc:
+            _refused(exc, FAILED)
+        key = signing_key(deps.settings, _schedules(deps), deps.clock, actor.requester.workspace_id)
+    print(key)

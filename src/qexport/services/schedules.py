@@ -1,0 +1,418 @@
+"""Schedules through the API and the CLI: validated like an export request, read by every
+member, written by editors and admins, and managed only by their owner or a workspace admin.
+
+A schedule the caller may not see (another workspace, deleted, or of a subject they cannot
+read and do not own) answers exactly like a missing one (NotFoundError); one they see but may
+not manage is ForbiddenError.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from qexport.domain.accounts import Principal, Role, at_least
+from qexport.domain.exports import ExportRecord, Requester
+from qexport.domain.failures import (
+    ConflictError,
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+)
+from qexport.domain.queries import can_read, to_json_value
+from qexport.domain.reports import SUBJECT_REPORT, can_read_report
+from qexport.domain.schedules import (
+    Delivery,
+    Missed,
+    Schedule,
+    check_cron,
+    check_timezone,
+    next_due,
+    parse_recipients,
+)
+from qexport.ports import AccountStore, Clock, DeliveryStore, MetadataStore, ScheduleStore
+from qexport.services.exports import get_visible_export
+from qexport.services.requests import (
+    SUBJECT_QUERY,
+    bind_query_values,
+    bind_report_request,
+    check_report_format,
+    find_readable_query,
+)
+from qexport.services.scheduling import run_now
+from qexport.writers.registry import get_writer
+
+MAX_ID_CHARS = 64  # schedule ids are UUIDs; anything much longer is not worth a lookup
+NO_SUCH_SCHEDULE = "no schedule with this id that you can see"
+# Changing any of these re-checks the subject and binds the parameters again.
+_SUBJECT_FIELDS = frozenset({"query_id", "report_id", "format", "parameters"})
+_TIMETABLE_FIELDS = frozenset({"cron", "timezone"})
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts on schedules: a user in a workspace, with their role there."""
+
+    requester: Requester
+    role: Role
+
+    @classmethod
+    def of(cls, principal: Principal) -> Actor:
+        return cls(principal.requester, principal.role)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+
+@dataclass(frozen=True)
+class ScheduleDraft:
+    """Everything a caller writes of a schedule, as given; checked by `create_schedule` and
+    `update_schedule`. `recipients` are JSON: `{"email": ADDRESS}` or `{"webhook": URL}`."""
+
+    format: str
+    cron: str
+    query_id: str | None = None
+    report_id: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    timezone: str | None = None  # None: the workspace's time zone
+    recipients: Sequence[Any] = ()
+    missed: str = Missed.ONCE.value
+    enabled: bool = True
+    neutralize_formulas: bool = True
+
+
+@dataclass(frozen=True)
+class _Subject:
+    type: str
+    id: str
+    format: str
+    parameters: dict[str, Any]
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _writer(actor: Actor) -> None:
+    if not at_least(actor.role, Role.EDITOR):
+        raise ForbiddenError("only editors and admins may create schedules")
+
+
+def _manager(actor: Actor, schedule: Schedule) -> None:
+    if schedule.owner != actor.requester.user_id and not actor.is_admin:
+        raise ForbiddenError(
+            "only the schedule's owner or a workspace admin may change, pause, resume, delete"
+            " or run it"
+        )
+
+
+def _check_subject(
+    store: MetadataStore, requester: Requester, draft: ScheduleDraft, *, match_name: bool
+) -> _Subject:
+    """The subject the requester may read, the format valid for it and the parameters bound
+    exactly as an export request binds them."""
+    if (draft.query_id is None) == (draft.report_id is None):
+        raise InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
+    parameters = dict(draft.parameters)
+    if draft.report_id is not None:
+        check_report_format(draft.format)
+        report, values = bind_report_request(
+            store, requester, draft.report_id, parameters, match_title=match_name
+        )
+        return _Subject(SUBJECT_REPORT, report.id, draft.format, values)
+    assert draft.query_id is not None
+    get_writer(draft.format)
+    query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
+    values = bind_query_values(query, parameters)
+    return _Subject(
+        SUBJECT_QUERY, query.id, draft.format, {k: to_json_value(v) for k, v in values.items()}
+    )
+
+
+def _check_owner_reads(store: MetadataStore, schedule: Schedule, subject: _Subject) -> None:
+    """Exports run with the owner's rights: a subject only the changing admin may read would
+    only ever fail `access_lost`."""
+    owner = Requester(schedule.owner, schedule.workspace_id)
+    if not _reads_subject(store, owner, subject.type, subject.id):
+        field_name = "report_id" if subject.type == SUBJECT_REPORT else "query_id"
+        raise InvalidRequestError(
+            f"the schedule's owner cannot read this {subject.type}; its exports run with the"
+            " owner's rights",
+            field=field_name,
+        )
+
+
+def _reads_subject(store: MetadataStore, requester: Requester, kind: str, subject_id: str) -> bool:
+    if kind == SUBJECT_REPORT:
+        return can_read_report(requester, store.get_report(subject_id))
+    return can_read(requester, store.get_query(subject_id))
+
+
+def _check_flags(draft: ScheduleDraft) -> Missed:
+    if not isinstance(draft.enabled, bool):
+        raise InvalidRequestError("enabled must be true or false", field="enabled")
+    if not isinstance(draft.neutralize_formulas, bool):
+        raise InvalidRequestError(
+            "neutralize_formulas must be true or false", field="options.neutralize_formulas"
+        )
+    try:
+        return Missed(draft.missed)
+    except ValueError:
+        raise InvalidRequestError(
+            f"unknown choice {str(draft.missed)[:20]!r} for missed runs; choose once or skip",
+            field="missed",
+        ) from None
+
+
+def _timezone(accounts: AccountStore, workspace_id: str, given: str | None) -> str:
+    zone = given if given is not None else accounts.workspace_timezone(workspace_id)
+    check_timezone(zone)
+    return zone
+
+
+# ---------------------------------------------------------------- use cases
+
+
+def create_schedule(
+    store: MetadataStore,
+    schedules: ScheduleStore,
+    accounts: AccountStore,
+    clock: Clock,
+    actor: Actor,
+    draft: ScheduleDraft,
+    *,
+    match_name: bool = False,
+) -> Schedule:
+    """Check and save a schedule owned by the caller (an editor or admin); with `match_name`
+    the subject may also be named by its query name or report title (the CLI)."""
+    _writer(actor)
+    subject = _check_subject(store, actor.requester, draft, match_name=match_name)
+    cron = check_cron(draft.cron)
+    zone = _timezone(accounts, actor.requester.workspace_id, draft.timezone)
+    recipients = parse_recipients(list(draft.recipients))
+    missed = _check_flags(draft)
+    now = clock.now()
+    return schedules.add_schedule(
+        Schedule(
+            id=str(uuid.uuid4()),
+            workspace_id=actor.requester.workspace_id,
+            owner=actor.requester.user_id,
+            subject_type=subject.type,
+            subject_id=subject.id,
+            format=subject.format,
+            parameters=subject.parameters,
+            cron=cron,
+            timezone=zone,
+            recipients=recipients,
+            missed=missed,
+            enabled=draft.enabled,
+            next_due_at=next_due(cron, zone, now),
+            created_at=now,
+            options={"neutralize_formulas": draft.neutralize_formulas},
+        )
+    )
+
+
+def get_visible_schedule(
+    store: MetadataStore, schedules: ScheduleStore, actor: Actor, schedule_id: str
+) -> Schedule:
+    """A live schedule of the caller's workspace that they own, administer or whose subject
+    they may read; NotFoundError otherwise."""
+    schedule = schedules.get_schedule(schedule_id) if len(schedule_id) <= MAX_ID_CHARS else None
+    if schedule is None or not _sees(store, actor, schedule):
+        raise NotFoundError(NO_SUCH_SCHEDULE)
+    return schedule
+
+
+def _sees(store: MetadataStore, actor: Actor, schedule: Schedule) -> bool:
+    if schedule.deleted or schedule.workspace_id != actor.requester.workspace_id:
+        return False
+    if actor.is_admin or schedule.owner == actor.requester.user_id:
+        return True
+    return _reads_subject(store, actor.requester, schedule.subject_type, schedule.subject_id)
+
+
+def list_visible_schedules(
+    store: MetadataStore, schedules: ScheduleStore, actor: Actor
+) -> list[Schedule]:
+    """The workspace's live schedules the caller may see, oldest first."""
+    return [
+        s for s in schedules.list_schedules(actor.requester.workspace_id) if _sees(store, actor, s)
+    ]
+
+
+def draft_of(schedule: Schedule) -> ScheduleDraft:
+    """A schedule's settings as a draft, for changing some of them."""
+    is_report = schedule.subject_type == SUBJECT_REPORT
+    return ScheduleDraft(
+        format=schedule.format,
+        cron=schedule.cron,
+        query_id=None if is_report else schedule.subject_id,
+        report_id=schedule.subject_id if is_report else None,
+        parameters=dict(schedule.parameters),
+        timezone=schedule.timezone,
+        recipients=[r.to_json() for r in schedule.recipients],
+        missed=schedule.missed.value,
+        enabled=schedule.enabled,
+        neutralize_formulas=bool(schedule.options.get("neutralize_formulas", True)),
+    )
+
+
+def update_schedule(
+    store: MetadataStore,
+    schedules: ScheduleStore,
+    accounts: AccountStore,
+    clock: Clock,
+    actor: Actor,
+    schedule_id: str,
+    changes: Mapping[str, Any],
+) -> Schedule:
+    """Change the given settings (ScheduleDraft field names) of a schedule the caller owns or
+    administers; the owner never changes.
+
+    Naming a query replaces a report and the other way round. Changing the cron or time
+    zone, or resuming, moves the next run to the first due time after now: due times that
+    passed while a schedule was paused never fire.
+    """
+    current = get_visible_schedule(store, schedules, actor, schedule_id)
+    _manager(actor, current)
+    unknown = sorted(set(changes) - set(ScheduleDraft.__dataclass_fields__))
+    if unknown:
+        raise InvalidRequestError(f"unknown setting {unknown[0]!r}", field=unknown[0])
+    given = dict(changes)
+    if given.get("query_id") is not None and given.get("report_id") is None:
+        given["report_id"] = None
+    elif given.get("report_id") is not None and given.get("query_id") is None:
+        given["query_id"] = None
+    draft = replace(draft_of(current), **given)
+    updated = current
+    if _SUBJECT_FIELDS & set(given):
+        subject = _check_subject(store, actor.requester, draft, match_name=False)
+        _check_owner_reads(store, current, subject)
+        updated = replace(
+            updated,
+            subject_type=subject.type,
+            subject_id=subject.id,
+            format=subject.format,
+            parameters=subject.parameters,
+        )
+    cron = check_cron(draft.cron)
+    zone = _timezone(accounts, current.workspace_id, draft.timezone)
+    missed = _check_flags(draft)
+    updated = replace(
+        updated,
+        cron=cron,
+        timezone=zone,
+        recipients=parse_recipients(list(draft.recipients)),
+        missed=missed,
+        enabled=draft.enabled,
+        options={**current.options, "neutralize_formulas": draft.neutralize_formulas},
+    )
+    resumed = updated.enabled and not current.enabled
+    if resumed or (cron, zone) != (current.cron, current.timezone):
+        updated = replace(updated, next_due_at=next_due(cron, zone, clock.now()))
+    if not schedules.update_schedule(updated):  # deleted in the meantime
+        raise NotFoundError(NO_SUCH_SCHEDULE)
+    return updated
+
+
+def set_enabled(
+    store: MetadataStore,
+    schedules: ScheduleStore,
+    accounts: AccountStore,
+    clock: Clock,
+    actor: Actor,
+    schedule_id: str,
+    *,
+    enabled: bool,
+) -> Schedule:
+    """Pause (False) or resume (True) a schedule."""
+    return update_schedule(
+        store, schedules, accounts, clock, actor, schedule_id, {"enabled": enabled}
+    )
+
+
+def delete_schedule(
+    store: MetadataStore, schedules: ScheduleStore, clock: Clock, actor: Actor, schedule_id: str
+) -> None:
+    """Delete a schedule the caller owns or administers; exports it made stay as they are."""
+    schedule = get_visible_schedule(store, schedules, actor, schedule_id)
+    _manager(actor, schedule)
+    if not schedules.delete_schedule(schedule.id, now=clock.now()):
+        raise NotFoundError(NO_SUCH_SCHEDULE)
+
+
+def run_schedule(
+    store: MetadataStore, schedules: ScheduleStore, clock: Clock, actor: Actor, schedule_id: str
+) -> ExportRecord:
+    """Fire a schedule now (paused or not): an export with the owner's rights and a waiting
+    delivery per recipient. Its timetable is left as it is."""
+    schedule = get_visible_schedule(store, schedules, actor, schedule_id)
+    _manager(actor, schedule)
+    try:
+        return run_now(store, schedules, clock, schedule)
+    except RuntimeError as exc:
+        raise ConflictError(str(exc)) from None
+
+
+def list_visible_deliveries(
+    store: MetadataStore,
+    deliveries: DeliveryStore,
+    requester: Requester,
+    export_id: str,
+    *,
+    whole_workspace: bool = False,
+) -> list[Delivery]:
+    """The deliveries of an export the requester may see (NotFoundError otherwise)."""
+    record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
+    return deliveries.list_deliveries(record.id)
+
+
+def require_admin(actor: Actor) -> None:
+    if not actor.is_admin:
+        raise ForbiddenError("only workspace admins may read the webhook signing key")
+
+
+# ---------------------------------------------------------------- views
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def schedule_view(schedule: Schedule) -> dict[str, Any]:
+    """A schedule as JSON; `next_run_at` is null while it is paused."""
+    is_report = schedule.subject_type == SUBJECT_REPORT
+    return {
+        "id": schedule.id,
+        "query_id": None if is_report else schedule.subject_id,
+        "report_id": schedule.subject_id if is_report else None,
+        "format": schedule.format,
+        "parameters": schedule.parameters,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "recipients": [r.to_json() for r in schedule.recipients],
+        "missed": schedule.missed.value,
+        "enabled": schedule.enabled,
+        "options": {"neutralize_formulas": bool(schedule.options.get("neutralize_formulas", True))},
+        "owner": schedule.owner,
+        "next_run_at": _iso(schedule.next_due_at) if schedule.enabled else None,
+        "created_at": _iso(schedule.created_at),
+    }
+
+
+def delivery_view(delivery: Delivery) -> dict[str, Any]:
+    """A delivery as JSON: who it goes to and how far it got."""
+    return {
+        "id": delivery.id,
+        "recipient": delivery.recipient.to_json(),
+        "status": delivery.status.value,
+        "attempts": delivery.attempt,
+        "outcome": delivery.outcome.value if delivery.outcome else None,
+        "last_error": delivery.last_error,
+        "sent_at": _iso(delivery.sent_at),
+        "created_at": _iso(delivery.created_at),
+    }

@@ -1,0 +1,160 @@
+"""`qexport schedules` as a user runs it: locally on the metadata database, and through a
+server (QEXPORT_URL, QEXPORT_TOKEN). Bad input exits 2 with one line naming the option."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from qexport.store.deliveries import SqlDeliveryStore
+from tests.e2e.conftest import Env
+from tests.e2e.test_serve import SMALL_ORDERS, N, new_token, start_server
+
+
+def _json(cli: Env, *args: str) -> Any:
+    return json.loads(cli.run(*args, "--json").stdout)
+
+
+def _delivered_to(env: Env, export_id: str) -> list[tuple[str, str, str]]:
+    found = SqlDeliveryStore(env.store.engine).list_deliveries(export_id)
+    return sorted((d.recipient.channel.value, d.recipient.target, d.status.value) for d in found)
+
+
+def test_add_list_pause_resume_and_run_now_locally(env: Env) -> None:
+    """A schedule added by query name lists with its next run in its time zone; paused it has
+    none; resumed it has one again; run-now prints an export id whose export is the owner's,
+    with one waiting delivery per recipient."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    created = _json(env, "schedules", "add", "small_orders", "--format", "csv",
+                    "--cron", "0 8 * * 1", "--timezone", "Europe/Berlin",
+                    "--email", "ops@example.com", "--webhook", "https://hooks.example.com/in",
+                    "--param", "n=7", "--missed", "skip")  # fmt: skip
+    assert created["cron"] == "0 8 * * 1"
+    assert created["timezone"] == "Europe/Berlin"
+    assert created["parameters"] == {"n": 7}
+    assert created["missed"] == "skip"
+    assert created["owner"] == "alice"
+    assert created["next_run_at"].endswith(("T07:00:00Z", "T06:00:00Z"))  # 08:00 in Berlin
+    schedule_id = created["id"]
+
+    assert _json(env, "schedules", "list")["items"] == [created]
+    table = env.run("schedules", "list").stdout
+    assert "small_orders" in table
+    assert schedule_id in table
+
+    assert env.run("schedules", "pause", schedule_id).stdout.strip() == (
+        f"schedule {schedule_id} paused"
+    )
+    assert _json(env, "schedules", "list")["items"][0]["next_run_at"] is None
+    assert "paused" in env.run("schedules", "list").stdout
+    resumed = env.run("schedules", "resume", schedule_id).stdout
+    assert f"schedule {schedule_id} resumed; next run at 20" in resumed
+
+    export_id = env.run("schedules", "run-now", schedule_id).stdout.strip()
+    record = env.record(export_id)
+    assert (record.requested_by, record.subject_name, record.parameters) == (
+        "alice",
+        "small_orders",
+        {"n": 7},
+    )
+    assert _delivered_to(env, export_id) == [
+        ("email", "ops@example.com", "waiting"),
+        ("webhook", "https://hooks.example.com/in", "waiting"),
+    ]
+    assert len(env.run("schedules", "signing-key").stdout.strip()) == 64
+
+
+BAD_OPTIONS = [
+    (("--cron", "0 8 * *"), "--cron: cron '0 8 * *' must have 5 fields"),
+    (("--timezone", "Mars/Olympus"), "--timezone: unknown time zone 'Mars/Olympus'"),
+    (("--email", "ops at example.com"), "--email: 'ops at example.com' is not an email"),
+    (("--webhook", "ftp://example.com/in"), "--webhook: 'ftp://example.com/in' is not an"),
+    (("--missed", "all"), "--missed: unknown choice 'all' for missed runs"),
+    (("--param", "m=1"), "--param m: unknown parameter 'm'"),
+    (("--param", "n=many"), "--param n:"),
+    (("--format", "pdf"), "--format: unknown format 'pdf'"),
+    (("--report",), "--format: unknown report format 'csv'"),
+]
+
+
+def test_bad_input_exits_2_with_one_line(env: Env) -> None:
+    """Each bad option exits 2 with one line on stderr naming it, and nothing is saved."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    base = {"--format": "csv", "--cron": "0 8 * * 1"}
+    for args, message in BAD_OPTIONS:
+        options = [item for key, value in base.items() if key not in args for item in (key, value)]
+        proc = env.run("schedules", "add", "small_orders", *options, *args, check=False)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert message in proc.stderr
+    assert _json(env, "schedules", "list")["items"] == []
+
+
+def test_unknown_schedules_and_subjects_are_refused(env: Env) -> None:
+    """An unknown subject is bad input (2); pausing or running an unknown schedule fails (1);
+    each with one line; `exports create --email` with a bad address is 2 as well."""
+    proc = env.run("schedules", "add", "nope", "--format", "csv", "--cron", "0 8 * * 1",
+                   check=False)  # fmt: skip
+    assert (proc.returncode, proc.stderr.strip()) == (2, "error: no query 'nope' that you can read")
+    for command in ("pause", "resume", "run-now"):
+        proc = env.run("schedules", command, "0000", check=False)
+        assert proc.returncode == 1
+        assert proc.stderr.strip() == "error: no schedule with this id that you can see"
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    proc = env.run("exports", "create", "--query", "small_orders", "--format", "csv",
+                   "--email", "nobody", check=False)  # fmt: skip
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2,
+        "error: --email: 'nobody' is not an email address",
+    )
+
+
+def test_exports_create_with_email_and_webhook_notifies(env: Env) -> None:
+    """`exports create --email --webhook` records a waiting delivery per recipient."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    created = _json(env, "exports", "create", "--query", "small_orders", "--format", "csv",
+                    "--email", "me@example.com",
+                    "--webhook", "http://127.0.0.1:9/hook")  # fmt: skip
+    assert _delivered_to(env, created["id"]) == [
+        ("email", "me@example.com", "waiting"),
+        ("webhook", "http://127.0.0.1:9/hook", "waiting"),
+    ]
+
+
+def test_schedules_through_a_server(env: Env, tmp_path: Path) -> None:
+    """Through QEXPORT_URL and QEXPORT_TOKEN: add (by query name), list, pause, resume and
+    run-now as an editor; the signing key is refused to an editor (exit 1, one line) and
+    given to an admin; a bad cron exits 2 with the server's reason."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    url, _ = start_server(env)
+    editor = Env(
+        tmp_path / "ed", {"QEXPORT_URL": url, "QEXPORT_TOKEN": new_token(env, "ed@example.com")}
+    )
+    created = _json(editor, "schedules", "add", "small_orders", "--format", "jsonl",
+                    "--cron", "30 7 * * 1-5", "--timezone", "America/New_York",
+                    "--webhook", "https://hooks.example.com/q")  # fmt: skip
+    schedule_id = created["id"]
+    query = env.store.find_query("demo", "small_orders")
+    assert query is not None
+    assert created["query_id"] == query.id
+    assert [s["id"] for s in _json(editor, "schedules", "list")["items"]] == [schedule_id]
+    editor.run("schedules", "pause", schedule_id)
+    assert _json(editor, "schedules", "list")["items"][0]["next_run_at"] is None
+    editor.run("schedules", "resume", schedule_id)
+    export_id = editor.run("schedules", "run-now", schedule_id).stdout.strip()
+    assert _delivered_to(env, export_id) == [("webhook", "https://hooks.example.com/q", "waiting")]
+
+    refused = editor.run("schedules", "signing-key", check=False)
+    assert refused.returncode == 1
+    assert "(forbidden)" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    admin_token = new_token(env, "ad@example.com", "admin")
+    admin = Env(tmp_path / "ad", {"QEXPORT_URL": url, "QEXPORT_TOKEN": admin_token})
+    assert len(admin.run("schedules", "signing-key").stdout.strip()) == 64
+
+    bad = editor.run("schedules", "add", "small_orders", "--format", "csv", "--cron", "0 8",
+                     check=False)  # fmt: skip
+    assert bad.returncode == 2
+    assert "must have 5 fields" in bad.stderr
+    assert "(invalid_request)" in bad.stderr
