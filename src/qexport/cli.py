@@ -23,6 +23,7 @@ from rich.table import Table
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
 from qexport.cli_reports import reports_app
+from qexport.cli_schedules import EMAIL_HELP, WEBHOOK_HELP, parse_notify, schedules_app
 from qexport.cli_workspaces import workspaces_app
 from qexport.config import Settings
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester
@@ -61,6 +62,7 @@ app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(sources_app, name="sources")
 app.add_typer(reports_app, name="reports")
+app.add_typer(schedules_app, name="schedules")
 app.add_typer(workspaces_app, name="workspaces")
 
 out = Console()
@@ -296,6 +298,32 @@ def _run_worker(settings: Settings, concurrency: int, drain: bool, *, supervised
             wakeups.stop()
 
 
+@app.command()
+def scheduler(
+    ctx: typer.Context,
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
+) -> None:
+    """Fire due schedules and send deliveries until stopped (SIGTERM/SIGINT): each pass
+    creates the export and the deliveries of every due schedule, then sends the deliveries
+    whose export has settled (email, webhook), every QEXPORT_SCHEDULER_POLL_SECONDS. Any
+    number of schedulers may run at once: each due time still fires exactly one export, and
+    each recipient hears once."""
+    from qexport.scheduler import Scheduler
+
+    configure_logging(level=logging.INFO)
+    settings = state(ctx).settings
+    deps = _build_checked(settings, "scheduler")
+    dispatcher = bootstrap.dispatcher(settings, deps)
+    runner = Scheduler(deps, bootstrap.schedule_store(deps), dispatcher=dispatcher)
+    try:
+        if once:
+            raise typer.Exit(0 if runner.run_once().ok else 1)
+        runner.install_signal_handlers()
+        runner.run()
+    finally:
+        dispatcher.close()
+
+
 # ---------------------------------------------------------------- serve
 
 
@@ -499,23 +527,34 @@ def exports_create(
     ] = True,
     wait: Annotated[bool, typer.Option(help="Wait until the export settles.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
+    email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
+    webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,
 ) -> None:
     """Request an export; bad input is refused and nothing is recorded."""
     parameters = _parse_kv(param or [])
     if (query is None) == (report is None):
         fail("give exactly one of --query and --report", 2)
+    notify = parse_notify(email, webhook)
     client = _remote(ctx)
     if client is not None:
         with client:
             with _server_errors(client_error_code=2):
                 if report is not None:
                     view = client.create_export(
-                        client.resolve_report(report), fmt, parameters, subject="report"
+                        client.resolve_report(report),
+                        fmt,
+                        parameters,
+                        subject="report",
+                        notify=[r.to_json() for r in notify],
                     )
                 else:
                     assert query is not None
                     view = client.create_export(
-                        client.resolve_query(query), fmt, parameters, neutralize_formulas=neutralize
+                        client.resolve_query(query),
+                        fmt,
+                        parameters,
+                        neutralize_formulas=neutralize,
+                        notify=[r.to_json() for r in notify],
                     )
             if wait:
                 export_id = view["id"]
@@ -542,6 +581,7 @@ def exports_create(
                 parameters=dict(parameters),
                 neutralize_formulas=neutralize,
                 match_title=True,
+                notify=notify,
             )
         else:
             assert query is not None
@@ -553,6 +593,7 @@ def exports_create(
                 fmt=fmt,
                 parameters=parameters,
                 neutralize_formulas=neutralize,
+                notify=notify,
             )
     except QExportError as exc:
         fail(str(exc), 2)
@@ -855,20 +896,25 @@ def demo(
     ] = False,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port for --serve.")] = 8000,
 ) -> None:
-    """Everything on the embedded default: data, queries, a worker, one export per format."""
-    from qexport.demo import run_demo, serve_demo
+    """Everything on the embedded default: data, queries, a worker, one export per format, and
+    a weekly schedule fired once and delivered to a local webhook receiver."""
+    from qexport.demo import demo_receiver, run_demo, serve_demo
 
     st = state(ctx)
     if serve_api:
         from qexport.api.server import with_public_url
 
         st.settings = with_public_url(st.settings, DEMO_HOST, port)
-    code = run_demo(st.deps(), st.requester, rows=rows, console=out)
-    if serve_api:
-        try:
-            serve_demo(st.deps(), st.requester, host=DEMO_HOST, port=port, console=out)
-        except QExportError as exc:
-            fail(str(exc))
+    deps = st.deps()
+    # The receiver outlives the first part under --serve: the schedule still points at it.
+    with demo_receiver(deps, st.requester) as receiver:
+        code = run_demo(deps, st.requester, rows=rows, console=out, receiver=receiver)
+        if serve_api:
+            receiver.console = out
+            try:
+                serve_demo(deps, st.requester, host=DEMO_HOST, port=port, console=out)
+            except QExportError as exc:
+                fail(str(exc))
     raise typer.Exit(code)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 import uuid
@@ -13,12 +15,17 @@ from rich.table import Table
 
 from qexport import bootstrap
 from qexport.bootstrap import DEMO_SOURCE
+from qexport.deliveries.signing import signing_key
+from qexport.demo_schedule import DemoReceiver, delivery_line, register_demo_schedule
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Report, Section
+from qexport.domain.schedules import Schedule
 from qexport.ports import AccountStore, Clock
+from qexport.scheduler import Scheduler
 from qexport.services.requests import request_export, request_report_export
+from qexport.services.scheduling import run_now
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.worker.loop import Worker
@@ -112,38 +119,114 @@ def register_demo_report(deps: Deps, requester: Requester, queries: list[Query])
     )
 
 
-def run_demo(deps: Deps, requester: Requester, *, rows: int, console: Console) -> int:
-    """Build data, register queries, run a worker, export every format; 0 when all succeed."""
+DEMO_SCHEDULE_QUERY = "revenue_by_month"
+
+
+def demo_receiver(deps: Deps, requester: Requester) -> DemoReceiver:
+    """The demo's webhook receiver, verifying with the requester's workspace signing key."""
+    schedules = bootstrap.schedule_store(deps)
+    key = functools.cache(
+        lambda: signing_key(deps.settings, schedules, deps.clock, requester.workspace_id)
+    )
+    return DemoReceiver(key)
+
+
+def run_demo(
+    deps: Deps,
+    requester: Requester,
+    *,
+    rows: int,
+    console: Console,
+    receiver: DemoReceiver | None = None,
+) -> int:
+    """Build data, register queries and a schedule, run a worker, export every format, fire
+    the schedule and deliver it to a local webhook receiver; 0 when every export succeeds."""
     started = time.monotonic()
     with console.status(f"Building the demo dataset ({rows:,} orders)..."):
         build_demo_database(deps.settings.demo_database, orders=rows)
-    report = register_demo_report(deps, requester, register_demo_queries(deps, requester))
+    queries = register_demo_queries(deps, requester)
+    report = register_demo_report(deps, requester, queries)
     console.print(f"[green]✓[/] demo data in {deps.settings.demo_database}, queries saved")
 
-    worker = Worker(deps, concurrency=2)
-    thread = threading.Thread(target=worker.run, name="demo-worker", daemon=True)
-    thread.start()
-    records = [
-        request_export(deps.store, deps.clock, requester, query_ref="orders", fmt=fmt)
-        for fmt in FORMATS
-    ] + [
-        request_report_export(deps.store, deps.clock, requester, report_ref=report.id, fmt=fmt)
-        for fmt in sorted(REPORT_FORMATS)
-    ]
-    try:
-        records = _watch(deps, records, rows, console)
-    finally:
-        worker.stop(grace_seconds=5)
-        thread.join()
-    _print_results(deps, records, console)
+    with contextlib.ExitStack() as stack:
+        if receiver is None:
+            receiver = stack.enter_context(demo_receiver(deps, requester))
+        schedules = bootstrap.schedule_store(deps)
+        query = next(q for q in queries if q.name == DEMO_SCHEDULE_QUERY)
+        schedule = register_demo_schedule(schedules, deps.clock, requester, query, receiver.url)
+        records = [
+            request_export(deps.store, deps.clock, requester, query_ref="orders", fmt=fmt)
+            for fmt in FORMATS
+        ] + [
+            request_report_export(deps.store, deps.clock, requester, report_ref=report.id, fmt=fmt)
+            for fmt in sorted(REPORT_FORMATS)
+        ]
+        scheduled = run_now(deps.store, schedules, deps.clock, schedule)
+        labels = {r.id: _label(r) for r in records} | {scheduled.id: f"schedule {scheduled.format}"}
+        records = _produce(deps, [*records, scheduled], labels, rows, console)
+        _print_results(deps, records, labels, console)
+        _deliver(deps, schedule, scheduled, receiver, console)
     ok = all(r.status.value == "succeeded" for r in records)
     console.print(f"\nFinished in {time.monotonic() - started:.1f} s.")
     _print_next_steps(deps, records, console)
     return 0 if ok else 1
 
 
+def _label(record: ExportRecord) -> str:
+    if record.subject_type == SUBJECT_REPORT:
+        return f"report {record.format}"
+    return record.format
+
+
+def _produce(
+    deps: Deps,
+    records: list[ExportRecord],
+    labels: dict[str, str],
+    total_rows: int,
+    console: Console,
+) -> list[ExportRecord]:
+    """Run an in-process worker until every export settled; the settled records."""
+    worker = Worker(deps, concurrency=2)
+    thread = threading.Thread(target=worker.run, name="demo-worker", daemon=True)
+    thread.start()
+    try:
+        return _watch(deps, records, labels, total_rows, console)
+    finally:
+        worker.stop(grace_seconds=5)
+        thread.join()
+
+
+def _deliver(
+    deps: Deps,
+    schedule: Schedule,
+    export: ExportRecord,
+    receiver: DemoReceiver,
+    console: Console,
+) -> None:
+    """Send the scheduled export's deliveries once and print what became of each."""
+    subject = export.subject_name
+    try:
+        dispatcher = bootstrap.dispatcher(deps.settings, deps)
+        try:
+            dispatcher.run_once()
+        finally:
+            dispatcher.close()
+        sent = bootstrap.delivery_store(deps).list_deliveries(export.id)
+    except Exception as exc:  # the demo reports a delivery problem; it never dies of one
+        console.print(f"schedule {subject!r}: its deliveries could not be sent: {exc}")
+        return
+    for delivery in sent:
+        console.print(
+            delivery_line(schedule, subject, delivery, receiver), highlight=False, soft_wrap=True
+        )
+
+
 def _watch(
-    deps: Deps, records: list[ExportRecord], total_rows: int, console: Console
+    deps: Deps,
+    records: list[ExportRecord],
+    labels: dict[str, str],
+    total_rows: int,
+    console: Console,
 ) -> list[ExportRecord]:
     with Progress(
         TextColumn("{task.description:<8}"),
@@ -154,11 +237,7 @@ def _watch(
         console=console,
     ) as progress:
         tasks = {
-            r.id: progress.add_task(
-                r.format if r.subject_type != SUBJECT_REPORT else f"report {r.format}",
-                total=total_rows,
-                status="queued",
-            )
+            r.id: progress.add_task(labels[r.id], total=total_rows, status="queued")
             for r in records
         }
         while True:
@@ -170,7 +249,9 @@ def _watch(
             time.sleep(0.2)
 
 
-def _print_results(deps: Deps, records: list[ExportRecord], console: Console) -> None:
+def _print_results(
+    deps: Deps, records: list[ExportRecord], labels: dict[str, str], console: Console
+) -> None:
     now = deps.clock.now()
     table = Table("format", "status", "rows", "size", title="Exports")
     table.add_column("file", overflow="fold")
@@ -182,7 +263,7 @@ def _print_results(deps: Deps, records: list[ExportRecord], console: Console) ->
         if r.failure_code:
             status += f" ({r.failure_code.value}: {r.failure_detail})"
         table.add_row(
-            r.format if r.subject_type != SUBJECT_REPORT else f"report {r.format}",
+            labels[r.id],
             status,
             f"{r.row_count:,}" if r.row_count is not None else "",
             f"{(r.size_bytes or 0) / 1024 / 1024:,.1f} MiB" if r.size_bytes is not None else "",
@@ -209,6 +290,8 @@ def _print_next_steps(deps: Deps, records: list[ExportRecord], console: Console)
         "  .venv/bin/qexport exports create --query orders --format xlsx"
         " --param since=2025-01-01 --wait\n"
         "  .venv/bin/qexport queries list\n"
+        "  .venv/bin/qexport schedules list\n"
+        "  .venv/bin/qexport scheduler   # fires schedules and sends their deliveries\n"
         f"Files are kept for {deps.settings.retention.days} days, then refused as expired.",
         soft_wrap=True,
     )
@@ -241,7 +324,7 @@ def demo_token(accounts: AccountStore, clock: Clock, requester: Requester) -> st
 
 
 def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, console: Console) -> None:
-    """Serve the API with a worker in this process until Ctrl-C (or SIGTERM)."""
+    """Serve the API with a worker and a scheduler in this process until Ctrl-C (or SIGTERM)."""
     from qexport.api.app import create_app
     from qexport.api.server import local_url, run_server
 
@@ -256,6 +339,7 @@ def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, consol
         f"  {token}\n"
         "Try:\n"
         f"  curl -H 'Authorization: Bearer {token}' {url}/api/v1/exports\n"
+        f"  curl -H 'Authorization: Bearer {token}' {url}/api/v1/schedules\n"
         f"  QEXPORT_URL={url} QEXPORT_TOKEN={token} .venv/bin/qexport exports list\n"
         "Press Ctrl-C to stop.",
         soft_wrap=True,
@@ -267,11 +351,18 @@ def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, consol
     wakeups = bootstrap.listener(deps.settings, worker.wake)
     if wakeups is not None:
         wakeups.start()
+    dispatcher = bootstrap.dispatcher(deps.settings, deps)
+    scheduler = Scheduler(deps, context.schedules, dispatcher=dispatcher)
+    scheduling = threading.Thread(target=scheduler.run, name="demo-scheduler", daemon=True)
+    scheduling.start()
     try:
         run_server(create_app(context), host, port)
     finally:
+        scheduler.stop()
         if wakeups is not None:
             wakeups.stop()
         worker.stop(grace_seconds=5)
         thread.join()
+        scheduling.join()
+        dispatcher.close()
     console.print("Stopped.")

@@ -158,8 +158,9 @@ class _Output:
 
 def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
     """`demo --serve` runs the demo exports, then serves them: the printed URL and token list
-    the demo's five exports, a new request is produced by its in-process worker, and SIGINT
-    stops it cleanly (exit 0)."""
+    the demo's exports, a new request is produced by its in-process worker, the sample
+    schedule fired through the API is delivered by its in-process scheduler to the demo's
+    webhook receiver, and SIGINT stops it cleanly (exit 0)."""
     data_dir = tmp_path / "data"
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
@@ -183,10 +184,21 @@ def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
         with httpx2.Client(base_url=url, headers=bearer(token), timeout=30) as api:
             items = api.get("/api/v1/exports").json()["items"]
             formats = sorted(i["format"] for i in items)
-            # orders in every format, and the sample report as pdf, xlsx and html
-            assert formats == ["csv", "html", "jsonl", "parquet", "pdf", "tsv", "xlsx", "xlsx"]
+            # orders in every format, the sample report as pdf, xlsx and html, and the sample
+            # schedule's csv
+            assert formats == [
+                "csv",
+                "csv",
+                "html",
+                "jsonl",
+                "parquet",
+                "pdf",
+                "tsv",
+                "xlsx",
+                "xlsx",
+            ]
             assert {i["status"] for i in items} == {"succeeded"}
-            orders = next(i for i in items if i["subject"]["type"] == "query")
+            orders = next(i for i in items if i["subject"]["name"] == "orders")
             body = {"query_id": orders["subject"]["id"], "format": "jsonl"}
             created = api.post("/api/v1/exports", json=body)
             assert created.status_code == 202, created.text
@@ -194,6 +206,24 @@ def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
             assert settled(api, location)["status"] == "succeeded"
             file = api.get(f"{location}/file")
             assert len(file.content.splitlines()) == 2000
+
+            (schedule,) = api.get("/api/v1/schedules").json()["items"]
+            fired = api.post(f"/api/v1/schedules/{schedule['id']}/run")
+            assert fired.status_code == 202, fired.text
+            location = fired.headers["Location"]
+            assert settled(api, location)["status"] == "succeeded"
+            sent = wait_for(
+                lambda: [
+                    d
+                    for d in api.get(f"{location}/deliveries").json()["items"]
+                    if d["status"] == "sent"
+                ],
+                timeout=60,
+                interval=0.2,
+            )
+            assert f"webhook received: delivery {sent[0]['id']}, signature verified" in (
+                output.text
+            )
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0

@@ -11,12 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import structlog
+
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report
 from qexport.domain.schedules import Schedule, plan_tick
 from qexport.ports import Clock, MetadataStore, NewExport, ScheduleStore
 from qexport.services.requests import new_deliveries, query_export, report_export
+
+log = structlog.get_logger()
 
 
 def schedule_export(store: MetadataStore, schedule: Schedule, now: datetime) -> NewExport:
@@ -60,9 +64,20 @@ def run_now(
 
 
 @dataclass(frozen=True)
+class FiredRun:
+    schedule_id: str
+    due_at: datetime
+    export: ExportRecord
+
+
+@dataclass(frozen=True)
 class TickResult:
-    fired: list[ExportRecord]
+    runs: list[FiredRun]
     skipped: int  # schedules whose missed due times were skipped
+
+    @property
+    def fired(self) -> list[ExportRecord]:
+        return [run.export for run in self.runs]
 
 
 def tick(
@@ -76,7 +91,7 @@ def tick(
     """Fire every due schedule at most once. Safe to run in any number of processes at once:
     a due time that another scheduler fired first is left alone."""
     now = clock.now()
-    fired: list[ExportRecord] = []
+    runs: list[FiredRun] = []
     skipped = 0
     for schedule in schedules.due_schedules(now, limit=limit):
         assert schedule.next_due_at is not None  # stored schedules always have one
@@ -95,6 +110,12 @@ def tick(
                 schedule.id, expected=schedule.next_due_at, next_due_at=plan.next_due_at
             ):
                 skipped += 1
+                log.info(
+                    "schedule_skipped",
+                    schedule_id=schedule.id,
+                    missed_from=schedule.next_due_at.isoformat(),
+                    next_due_at=plan.next_due_at.isoformat(),
+                )
             continue
         record = schedules.fire(
             schedule.id,
@@ -105,5 +126,12 @@ def tick(
             next_due_at=plan.next_due_at,
         )
         if record is not None:
-            fired.append(record)
-    return TickResult(fired, skipped)
+            runs.append(FiredRun(schedule.id, plan.due_at, record))
+            log.info(
+                "schedule_fired",
+                schedule_id=schedule.id,
+                export_id=record.id,
+                due_at=plan.due_at.isoformat(),
+                deliveries=len(schedule.recipients),
+            )
+    return TickResult(runs, skipped)
