@@ -43,9 +43,7 @@ class Mail:
         return str(part.get_content())
 
     def attachments(self) -> list[tuple[str, bytes]]:
-        return [
-            (str(a.get_filename()), a.get_content()) for a in self.message.iter_attachments()
-        ]
+        return [(str(a.get_filename()), a.get_content()) for a in self.message.iter_attachments()]
 
 
 @dataclass
