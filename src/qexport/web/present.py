@@ -36,12 +36,15 @@ def human_size(size: int | None) -> str:
 
 
 def human_duration(delta: timedelta) -> str:
+    """The two largest units: `6 days, 23 hours`, `5 minutes`, `less than a minute`."""
     seconds = max(0, int(delta.total_seconds()))
+    parts: list[str] = []
     for unit, length in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= length:
-            count = seconds // length
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    return "less than a minute"
+        count, seconds = divmod(seconds, length)
+        if count or parts:
+            parts.append(f"{count} {unit}{'s' if count != 1 else ''}")
+    shown = [p for p in parts[:2] if not p.startswith("0 ")]
+    return ", ".join(shown) or "less than a minute"
 
 
 def when(value: datetime | None) -> str:
