@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,8 +45,11 @@ TIMEOUT_MS = 20_000
 class Site:
     """A server and a worker on a private data dir, with a member who has a password."""
 
-    def __init__(self, env: Env, url: str, token: str, artifacts: Path) -> None:
+    def __init__(
+        self, env: Env, url: str, token: str, artifacts: Path, worker: subprocess.Popen[bytes]
+    ) -> None:
         self.env, self.url, self.token, self.artifacts = env, url, token, artifacts
+        self.worker = worker
 
     def shot(self, page: Page, name: str) -> None:
         page.screenshot(path=str(self.artifacts / f"{name}.png"), full_page=True)
@@ -71,9 +75,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         password=PASSWORD,
     )
     token = env.run("tokens", "create", EMAIL).stdout.strip()
-    env.start_worker("--concurrency", "2")
+    worker = env.start_worker("--concurrency", "2")
     url, _ = start_server(env)
-    yield Site(env, url, token, artifacts)
+    yield Site(env, url, token, artifacts, worker)
     for proc in env.procs:
         if proc.poll() is None:
             proc.kill()
@@ -121,18 +125,25 @@ def _status(page: Page) -> object:
 
 
 def test_request_watch_and_download_a_csv(site: Site, page: Page) -> None:
-    """A csv export requested in the browser reaches succeeded on its page without a reload,
-    and the downloaded file has exactly the bytes of the API's download."""
+    """A csv export requested in the browser is seen queued, then reaches succeeded on its
+    page without a reload (announced to screen readers), and the downloaded file has exactly
+    the bytes of the API's download."""
     page.get_by_role("link", name="New export", exact=True).first.click()
     page.get_by_label("Query or report").select_option(label="small_orders")
     page.get_by_role("button", name="Show its options").click()
     page.get_by_label("n (integer)").fill("1500")
     site.shot(page, "new-export")
-    page.get_by_role("button", name="Request export").click()
+    site.worker.send_signal(signal.SIGSTOP)  # idle: it holds no lease; resumed below
+    try:
+        page.get_by_role("button", name="Request export").click()
+        expect(_status(page)).to_have_text("queued")
+        page.evaluate("window.notReloaded = true")
+    finally:
+        site.worker.send_signal(signal.SIGCONT)
     export_id = page.url.split("/exports/")[1].split("?")[0]
-    page.evaluate("window.notReloaded = true")
     expect(_status(page)).to_have_text("succeeded")
     assert page.evaluate("window.notReloaded === true"), "the page was reloaded"
+    expect(page.locator("#announcer")).to_have_text("small_orders: succeeded")
     expect(page.locator("#export .status")).to_contain_text("1,500 rows")
     expect(page.locator("#export")).to_contain_text(re.compile(r"expires in [67] days"))
     site.shot(page, "export-succeeded")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
@@ -18,8 +19,12 @@ from qexport.web.session import Session
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 FAILED = "The email or password is not right."
-# Checked when no user has the email, so that a wrong email takes as long as a wrong password.
-_DUMMY_HASH = hash_password("not a password anyone has")
+
+
+@cache
+def _dummy_hash() -> str:
+    """Checked when no user has the email, so a wrong email takes as long as a wrong password."""
+    return hash_password("not a password anyone has")
 
 
 def safe_next(target: str | None) -> str:
@@ -60,7 +65,7 @@ def sign_in(
         user = context.accounts.find_user(normalize_email(email))
     except ValueError:
         user = None
-    matches = password_matches(user.password_hash if user else _DUMMY_HASH, password)
+    matches = password_matches(user.password_hash if user else _dummy_hash(), password)
     workspaces = (
         sorted(m.workspace_id for m in context.accounts.memberships_of(user.id))
         if (user and matches)
