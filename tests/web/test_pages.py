@@ -188,3 +188,61 @@ def test_pages_are_not_in_the_openapi_schema(api: Api) -> None:
     assert not [
         p for p in paths if not p.startswith(("/api/", "/p/", "/healthz", "/readyz", "/metrics"))
     ]
+
+
+def test_a_report_is_requested_with_its_open_parameters(api: Api, browser: Browser) -> None:
+    """Choosing a report offers the report formats and an input per parameter its sections
+    leave open; the requested export runs to succeeded."""
+    add_person(api, "ann@example.com")
+    api.member("ann@example.com", "editor")
+    query = api.add_query()
+    created = api.post(
+        "/api/v1/reports",
+        "ann@example.com",
+        json={
+            "title": "Orders review",
+            "sections": [{"heading": "Orders", "query_id": query.id, "display": "table"}],
+        },
+    )
+    assert created.status_code == 201, created.text
+    subject = f"report:{created.json()['id']}"
+    browser.sign_in("ann@example.com")
+    html = browser.page(f"/exports/new?subject={subject}")
+    assert re.findall(r'<option value="(\w+)"', html) == ["html", "pdf", "xlsx"]
+    assert 'id="param-since" name="p.since" type="date"' in html
+    response = browser.client.post(
+        "/exports/new",
+        data={"csrf": csrf_of(html), "subject": subject, "format": "html", "p.since": "2024-01-20"},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303, response.text
+    api.drain()
+    page = browser.page(response.headers["location"])
+    assert ">succeeded<" in page
+    assert 'href="/exports/' in page
+    assert "Download Orders-review.html" in page
+
+
+def test_an_admin_sees_the_workspaces_exports_and_a_viewer_only_their_own(
+    api: Api, browser: Browser
+) -> None:
+    """The same rule as the API: an admin's list has every member's exports."""
+    add_person(api, "ann@example.com", "viewer")
+    add_person(api, "ada@example.com", "admin")
+    api.add_query()
+    browser.sign_in("ann@example.com")
+    export_id = _request_csv(browser)
+    admin = Browser(TestClient(api.client.app))
+    admin.sign_in("ada@example.com")
+    assert f'href="/exports/{export_id}"' in admin.page("/")
+    assert ">queued<" in admin.page(f"/exports/{export_id}")
+
+
+def test_sign_out_ends_the_session(api: Api, browser: Browser) -> None:
+    """After signing out (a form with its CSRF token), pages ask to sign in again."""
+    add_person(api, "ann@example.com")
+    browser.sign_in("ann@example.com")
+    token = csrf_of(browser.page("/"))
+    response = browser.client.post("/sign-out", data={"csrf": token}, follow_redirects=False)
+    assert response.headers["location"] == "/sign-in"
+    assert browser.client.get("/", follow_redirects=False).status_code == 303
