@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import Api
@@ -246,3 +247,20 @@ def test_sign_out_ends_the_session(api: Api, browser: Browser) -> None:
     response = browser.client.post("/sign-out", data={"csrf": token}, follow_redirects=False)
     assert response.headers["location"] == "/sign-in"
     assert browser.client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_an_unexpected_error_is_a_500_page_that_tells_nothing_more(
+    api: Api, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure inside a page is the 500 page in the site's style, without the error's text."""
+    add_person(api, "ann@example.com")
+    browser.sign_in("ann@example.com")
+
+    def broken(**_kwargs: object) -> None:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(api.context.store, "list_exports", broken)
+    response = browser.client.get("/", headers={"Accept": "text/html"})
+    assert response.status_code == 500
+    assert "Something went wrong" in response.text
+    assert "secret internals" not in response.text
