@@ -8,6 +8,7 @@ from qexport import __version__
 from qexport.api import errors, exports, health, links, public, queries, reports, schedules
 from qexport.api.context import ApiContext
 from qexport.api.limits import BodySizeLimit
+from qexport.web.app import install as install_web
 
 
 def create_app(context: ApiContext) -> FastAPI:
@@ -26,4 +27,5 @@ def create_app(context: ApiContext) -> FastAPI:
     app.include_router(links.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
     app.include_router(public.router)
+    install_web(app, context)
     return app

@@ -71,6 +71,14 @@ def problem(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM)
 
 
+def status_of(exc: QExportError) -> tuple[int, str] | None:
+    """The HTTP status and problem code of a qexport error; None for an unexpected one."""
+    for cls, status, code in _STATUS:
+        if isinstance(exc, cls):
+            return status, code
+    return None
+
+
 def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, QExportError)
     for cls, status, code in _STATUS:
@@ -115,7 +123,7 @@ def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+def http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 401: "unauthorized"}
     headers = dict(exc.headers or {})
@@ -127,7 +135,7 @@ def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+def unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
     log.exception("api.unexpected_error", error=type(exc).__name__)
     return problem(500, "internal", "an unexpected error occurred")
 
@@ -135,5 +143,5 @@ def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(QExportError, _qexport_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected_error)

@@ -34,9 +34,13 @@ register_url_convertor("anytext", _AnyText())
 INVALID_LINK_PAGE = (
     b"<!doctype html>\n"
     b'<html lang="en"><head><meta charset="utf-8">'
-    b'<meta name="robots" content="noindex"><title>Link not valid</title></head>\n'
-    b"<body><h1>This link is not valid</h1>"
-    b"<p>Ask the person who shared it for a new one.</p></body></html>\n"
+    b'<meta name="viewport" content="width=device-width, initial-scale=1">'
+    b'<meta name="robots" content="noindex"><title>Link not valid \xc2\xb7 qexport</title>'
+    b'<link rel="stylesheet" href="/static/app.css"></head>\n'
+    b'<body><header class="top"><span class="brand">qexport</span></header>'
+    b'<main id="main"><h1>This link is not valid</h1>'
+    b"<p>It may have been revoked, or the file it shared may have expired.</p>"
+    b"<p>Ask the person who shared it for a new one.</p></main></body></html>\n"
 )
 # The token is in the URL: keep it out of Referer headers and search engines.
 _PUBLIC_HEADERS = {"X-Robots-Tag": "noindex", "Referrer-Policy": "no-referrer"}

@@ -1,0 +1,22 @@
+"""Mount the web UI on the API's app: pages, static files and HTML error pages."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from qexport.api.context import ApiContext
+from qexport.deliveries.signing import master_secret
+from qexport.web import errors, pages_auth, pages_exports, pages_new
+from qexport.web.session import SessionKey
+
+
+def install(app: FastAPI, context: ApiContext) -> None:
+    app.state.session_key = SessionKey(
+        lambda: master_secret(context.settings, context.schedules, context.clock)
+    )
+    errors.install(app)
+    app.mount("/static", StaticFiles(packages=[("qexport.web", "static")]), name="static")
+    app.include_router(pages_auth.router)
+    app.include_router(pages_new.router)  # /exports/new before /exports/{export_id}
+    app.include_router(pages_exports.router)

@@ -1,0 +1,67 @@
+"""Who is signed in: the session cookie checked against the account store on each request,
+as the same Principal the API builds from a token."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Form, Request
+
+from qexport.api.context import ApiContext, get_context
+from qexport.domain.accounts import Principal
+from qexport.domain.failures import ForbiddenError, QExportError
+from qexport.web.session import COOKIE, Session, decode
+
+SESSION_TOKEN_ID = "session"  # noqa: S105 - marks a Principal from a session, not a secret
+
+
+class SignInRequiredError(QExportError):
+    """No valid session: the person is sent to the sign-in page."""
+
+
+def read_session(request: Request) -> Session | None:
+    context: ApiContext = request.app.state.context
+    return decode(request.cookies.get(COOKIE), request.app.state.session_key(), context.clock.now())
+
+
+def principal_of(context: ApiContext, session: Session | None) -> Principal | None:
+    """The member the session names, if they still are one."""
+    if session is None or session.user_id is None or session.workspace_id is None:
+        return None
+    user = context.accounts.get_user(session.user_id)
+    role = context.accounts.role_of(session.workspace_id, session.user_id)
+    if user is None or role is None:
+        return None
+    return Principal(user.id, user.email, session.workspace_id, role, SESSION_TOKEN_ID)
+
+
+def signed_in_session(request: Request) -> Session:
+    session = read_session(request)
+    principal = principal_of(request.app.state.context, session)
+    if session is None or principal is None:
+        raise SignInRequiredError("sign in first")
+    request.state.web_principal = principal
+    return session
+
+
+def current_principal(
+    request: Request, _session: Annotated[Session, Depends(signed_in_session)]
+) -> Principal:
+    principal: Principal = request.state.web_principal
+    return principal
+
+
+def checked_session(
+    session: Annotated[Session, Depends(signed_in_session)],
+    csrf: Annotated[str | None, Form()] = None,
+) -> Session:
+    """For every POST: the form's hidden `csrf` field must match the session's token."""
+    if not session.csrf_matches(csrf):
+        raise ForbiddenError("the form has expired or did not come from this site; try again")
+    return session
+
+
+SignedIn = Annotated[Session, Depends(signed_in_session)]
+CheckedForm = Annotated[Session, Depends(checked_session)]
+WebPrincipal = Annotated[Principal, Depends(current_principal)]
+Context = Annotated[ApiContext, Depends(get_context)]

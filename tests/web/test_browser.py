@@ -1,0 +1,239 @@
+"""The web UI in Debian's Chromium (headless, driven by Playwright) against `qexport serve`
+and a worker, both real subprocesses: what a person does, with a screenshot of each page."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from qexport.clock import SystemClock
+from qexport.domain.queries import Parameter, ParamType
+from qexport.services.accounts import add_user
+from qexport.sources.demo_data import build_demo_database
+from qexport.store.accounts import SqlAccountStore
+from tests.e2e.conftest import Env
+from tests.e2e.test_serve import bearer, start_server
+from tests.web.conftest import PASSWORD
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    if os.environ.get("CI"):
+        pytest.fail("Chromium (/usr/bin/chromium, Debian's chromium) is required in CI")
+    pytest.skip(
+        "Chromium is not installed at /usr/bin/chromium (apt-get install chromium):"
+        " browser tests skipped",
+        allow_module_level=True,
+    )
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+EMAIL = "ann@example.com"
+SMALL = "SELECT order_id, total FROM orders WHERE order_id <= $n ORDER BY order_id"
+# Hundreds of millions of rows with a hash each: runs far longer than any test waits.
+SLOW = "SELECT i, sha256(i::VARCHAR) AS h FROM range(500000000) t(i)"
+BAD_CAST = "SELECT 'not a number'::INTEGER AS n"
+TIMEOUT_MS = 20_000
+
+
+class Site:
+    """A server and a worker on a private data dir, with a member who has a password."""
+
+    def __init__(
+        self, env: Env, url: str, token: str, artifacts: Path, worker: subprocess.Popen[bytes]
+    ) -> None:
+        self.env, self.url, self.token, self.artifacts = env, url, token, artifacts
+        self.worker = worker
+
+    def shot(self, page: Page, name: str) -> None:
+        page.screenshot(path=str(self.artifacts / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    data_dir = tmp_path_factory.mktemp("web")
+    artifacts = Path(os.environ.get("QEXPORT_TEST_ARTIFACTS") or data_dir / "screenshots")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    build_demo_database(data_dir / "demo.duckdb", orders=2_000)
+    env = Env(data_dir)
+    env.run("db", "upgrade")
+    env.add_query("small_orders", SMALL, Parameter("n", ParamType.INTEGER, False, "100"))
+    env.add_query("every_number", SLOW)
+    env.add_query("bad_cast", BAD_CAST)
+    add_user(
+        SqlAccountStore(env.store.engine),
+        SystemClock(),
+        EMAIL,
+        workspace="demo",
+        role="editor",
+        password=PASSWORD,
+    )
+    token = env.run("tokens", "create", EMAIL).stdout.strip()
+    worker = env.start_worker("--concurrency", "2")
+    url, _ = start_server(env)
+    yield Site(env, url, token, artifacts, worker)
+    for proc in env.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(site: Site, chromium: Browser) -> Iterator[Page]:
+    """A fresh browser context, signed in as the member."""
+    context = chromium.new_context(base_url=site.url, viewport={"width": 1100, "height": 700})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    page.goto("/")
+    expect(page).to_have_url(f"{site.url}/sign-in?next=%2F")
+    site.shot(page, "sign-in")
+    page.get_by_label("Email").fill(EMAIL)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Exports")).to_be_visible()
+    yield page
+    context.close()
+
+
+def _request(page: Page, query: str, fmt: str = "csv") -> str:
+    """Request an export with the new-export form; the id from the page it lands on."""
+    page.get_by_role("link", name="New export", exact=True).first.click()
+    page.get_by_label("Query or report").select_option(label=query)
+    page.get_by_role("button", name="Show its options").click()
+    page.get_by_label("Format").select_option(fmt)
+    page.get_by_role("button", name="Request export").click()
+    expect(page.get_by_text("The export was requested.")).to_be_visible()
+    return page.url.split("/exports/")[1].split("?")[0]
+
+
+def _status(page: Page) -> object:
+    return page.locator("#export .status .badge")
+
+
+def test_request_watch_and_download_a_csv(site: Site, page: Page) -> None:
+    """A csv export requested in the browser is seen queued, then reaches succeeded on its
+    page without a reload (announced to screen readers), and the downloaded file has exactly
+    the bytes of the API's download."""
+    page.get_by_role("link", name="New export", exact=True).first.click()
+    page.get_by_label("Query or report").select_option(label="small_orders")
+    page.get_by_role("button", name="Show its options").click()
+    page.get_by_label("n (integer)").fill("1500")
+    site.shot(page, "new-export")
+    site.worker.send_signal(signal.SIGSTOP)  # idle: it holds no lease; resumed below
+    try:
+        page.get_by_role("button", name="Request export").click()
+        expect(_status(page)).to_have_text("queued")
+        page.evaluate("window.notReloaded = true")
+    finally:
+        site.worker.send_signal(signal.SIGCONT)
+    export_id = page.url.split("/exports/")[1].split("?")[0]
+    expect(_status(page)).to_have_text("succeeded")
+    assert page.evaluate("window.notReloaded === true"), "the page was reloaded"
+    expect(page.locator("#announcer")).to_have_text("small_orders: succeeded")
+    expect(page.locator("#export .status")).to_contain_text("1,500 rows")
+    expect(page.locator("#export")).to_contain_text(re.compile(r"expires in [67] days"))
+    site.shot(page, "export-succeeded")
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Download small_orders.csv").click()
+    downloaded = Path(download_info.value.path()).read_bytes()
+    api = httpx2.get(f"{site.url}/api/v1/exports/{export_id}/file", headers=bearer(site.token))
+    assert api.status_code == 200
+    assert downloaded == api.content
+    page.get_by_role("link", name="Exports", exact=True).click()
+    expect(page.locator(f"#export-{export_id}")).to_contain_text("succeeded")
+    site.shot(page, "exports")
+
+
+def test_a_public_link_opens_in_a_fresh_context_until_revoked(
+    site: Site, page: Page, chromium: Browser
+) -> None:
+    """The link shown once after creating it downloads the file without a session; once
+    revoked it opens the invalid-link page."""
+    _request(page, "small_orders")
+    expect(_status(page)).to_have_text("succeeded")
+    page.get_by_role("button", name="Create a public link").click()
+    url = page.get_by_label("Link", exact=True).input_value()
+    assert url.startswith(f"{site.url}/p/")
+    expect(page.get_by_role("button", name="Copy link")).to_be_visible()
+    site.shot(page, "public-link")
+    stranger = chromium.new_context()
+    try:
+        shared = stranger.request.get(url)
+        assert shared.status == 200
+        assert shared.body().startswith(b"order_id,total")
+        page.get_by_role("button", name="Revoke this link").click()
+        expect(page.get_by_text("The public link was revoked")).to_be_visible()
+        invalid = stranger.new_page()
+        response = invalid.goto(url)
+        assert response is not None
+        assert response.status == 410
+        expect(invalid.get_by_role("heading", name="This link is not valid")).to_be_visible()
+        site.shot(invalid, "invalid-link")
+    finally:
+        stranger.close()
+
+
+def test_cancel_a_long_export(site: Site, page: Page) -> None:
+    """A running export shows rows written as it goes and can be cancelled from its page."""
+    _request(page, "every_number")
+    expect(_status(page)).to_have_text("running")
+    expect(page.locator("#export progress")).to_be_visible()
+    site.shot(page, "export-running")
+    page.get_by_role("button", name="Cancel this export").click()
+    expect(page.get_by_text("The export was cancelled.").first).to_be_visible()
+    expect(_status(page)).to_have_text("failed")
+    expect(page.locator("#export .status")).to_contain_text("cancelled")
+    site.shot(page, "export-cancelled")
+
+
+def test_a_failed_export_shows_its_code_and_reason(site: Site, page: Page) -> None:
+    """A query that fails at run time settles failed with query_invalid and a readable reason,
+    shown without a reload; its history lists the attempt."""
+    _request(page, "bad_cast")
+    expect(_status(page)).to_have_text("failed")
+    status = page.locator("#export .status")
+    expect(status).to_contain_text("query_invalid")
+    expect(status).to_contain_text("The query could not run.")
+    expect(page.locator("#export table")).to_contain_text("query_invalid")
+    site.shot(page, "export-failed")
+
+
+def test_error_pages_and_keyboard_focus(site: Site, page: Page) -> None:
+    """An unknown export is the 404 page in the site's style; the sign-out button is reached
+    with the keyboard and shows a focus outline."""
+    page.goto("/")
+    site.shot(page, "exports-list")  # every export of the module's tests, for the README
+    response = page.goto("/exports/00000000-0000-0000-0000-000000000000")
+    assert response is not None
+    assert response.status == 404
+    expect(page.get_by_role("heading", name="Page not found")).to_be_visible()
+    site.shot(page, "not-found")
+    page.keyboard.press("Tab")  # the skip link
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline == "solid"
+    page.get_by_role("button", name="Sign out").focus()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{site.url}/sign-in")
+
+
+def test_chromium_is_debians(site: Site) -> None:
+    """The browser under test is the system's Chromium, not a downloaded one."""
+    version = subprocess.run(
+        [str(CHROMIUM), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "Chromium" in version
