@@ -17,7 +17,7 @@ from rich.table import Table
 
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
-from qexport.domain.reports import DEFAULT_ROW_CAP, Display, Report, Section
+from qexport.domain.reports import Report, Section, parse_fixed_spec, parse_section_spec
 from qexport.services.reports import ReportDraft, add_report
 from qexport.services.requests import find_readable_query
 
@@ -42,35 +42,21 @@ def _fail(message: str) -> NoReturn:
 
 
 def _parse_section(spec: str) -> Section:
-    parts = spec.split("|")
-    if not 3 <= len(parts) <= 4:
-        _fail(f"--section expects HEADING|QUERY|DISPLAY[|ROW_CAP], got {spec!r}")
-    heading, query, display = (p.strip() for p in parts[:3])
     try:
-        shown = Display(display)
-    except ValueError:
-        _fail(f"unknown display {display!r} in {spec!r} (choose from table, bar, line)")
-    row_cap = DEFAULT_ROW_CAP
-    if len(parts) == 4:
-        try:
-            row_cap = int(parts[3])
-        except ValueError:
-            _fail(f"the row cap in {spec!r} is not a whole number")
-    return Section(heading=heading, query_id=query, display=shown, row_cap=row_cap)
+        return parse_section_spec(spec)
+    except InvalidRequestError as exc:
+        _fail(f"--section {exc}")
 
 
 def _parse_fixed(specs: list[str], count: int) -> dict[int, dict[str, str]]:
     """`N:NAME=VALUE` pairs by section index (from 0)."""
     fixed: dict[int, dict[str, str]] = {}
     for spec in specs:
-        number, colon, rest = spec.partition(":")
-        name, equals, value = rest.partition("=")
-        if not (colon and equals and name.strip()) or not number.strip().isdigit():
-            _fail(f"--param expects N:NAME=VALUE, got {spec!r}")
-        index = int(number) - 1
-        if not 0 <= index < count:
-            _fail(f"--param {spec!r} names section {number}; there are sections 1 to {count}")
-        fixed.setdefault(index, {})[name.strip()] = value
+        try:
+            index, name, value = parse_fixed_spec(spec, count)
+        except InvalidRequestError as exc:
+            _fail(f"--param {exc}")
+        fixed.setdefault(index, {})[name] = value
     return fixed
 
 

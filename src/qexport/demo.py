@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import secrets
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Repo
 from qexport.domain.schedules import Schedule
 from qexport.ports import AccountStore, Clock
 from qexport.scheduler import Scheduler
+from qexport.services.accounts import hash_password
 from qexport.services.requests import request_export, request_report_export
 from qexport.services.scheduling import run_now
 from qexport.sources.demo_data import build_demo_database
@@ -323,6 +325,14 @@ def demo_token(accounts: AccountStore, clock: Clock, requester: Requester) -> st
     return token
 
 
+def demo_password(accounts: AccountStore, requester: Requester) -> str:
+    """A new random password for the demo's user (made by `demo_token`), so that a person can
+    sign in to the web pages; the one of an earlier run stops working."""
+    password = secrets.token_urlsafe(12)
+    accounts.set_password(requester.user_id, hash_password(password))
+    return password
+
+
 def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, console: Console) -> None:
     """Serve the API with a worker and a scheduler in this process until Ctrl-C (or SIGTERM)."""
     from qexport.api.app import create_app
@@ -330,12 +340,14 @@ def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, consol
 
     context = bootstrap.api_context(deps.settings, deps)
     token = demo_token(context.accounts, deps.clock, requester)
+    password = demo_password(context.accounts, requester)
     url = local_url(host, port)
     user = context.accounts.get_user(requester.user_id)
+    email = user.email if user else requester.user_id
     console.print(
         f"\nServing the API at {url} (interactive docs: {url}/docs)\n"
-        f"Token for {user.email if user else requester.user_id}"
-        f" (admin of workspace {requester.workspace_id!r}):\n"
+        f"Sign in at {url} as {email} with password {password}\n"
+        f"Token for {email} (admin of workspace {requester.workspace_id!r}):\n"
         f"  {token}\n"
         "Try:\n"
         f"  curl -H 'Authorization: Bearer {token}' {url}/api/v1/exports\n"

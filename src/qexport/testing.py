@@ -557,6 +557,14 @@ class InMemoryAccountStore:
         with self._lock:
             return next((u for u in self._users.values() if u.email == email), None)
 
+    def set_password(self, user_id: str, password_hash: str | None) -> bool:
+        with self._lock:
+            user = self._users.get(user_id)
+            if user is None:
+                return False
+            self._users[user_id] = replace(user, password_hash=password_hash)
+            return True
+
     def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
         with self._lock:
             self._roles[workspace_id, user_id] = role

@@ -156,11 +156,25 @@ class _Output:
         self._thread.join(timeout=30)
 
 
+def _sign_in_to_the_pages(url: str, email: str, password: str) -> None:
+    """Sign in through the sign-in page, as a person would, and land on the exports page."""
+    with httpx2.Client(base_url=url, timeout=30, follow_redirects=True) as browser:
+        form = browser.get("/sign-in", headers={"Accept": "text/html"}).text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf
+        data = {"email": email, "password": password, "csrf": csrf.group(1), "next": "/"}
+        landed = browser.post("/sign-in", data=data)
+        assert landed.status_code == 200
+        assert str(landed.url) == f"{url}/"
+        assert "<h1>Exports</h1>" in landed.text
+        assert f"{email} · demo (admin)" in landed.text
+
+
 def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
-    """`demo --serve` runs the demo exports, then serves them: the printed URL and token list
-    the demo's exports, a new request is produced by its in-process worker, the sample
-    schedule fired through the API is delivered by its in-process scheduler to the demo's
-    webhook receiver, and SIGINT stops it cleanly (exit 0)."""
+    """`demo --serve` runs the demo exports, then serves them: the printed password signs in to
+    the pages, the printed URL and token list the demo's exports, a new request is produced by
+    its in-process worker, the sample schedule fired through the API is delivered by its
+    in-process scheduler to the demo's webhook receiver, and SIGINT stops it cleanly (exit 0)."""
     data_dir = tmp_path / "data"
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
@@ -179,8 +193,10 @@ def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
         )
         url, token = found.group(1), found.group(2)
         assert url == f"http://127.0.0.1:{port}"
-        assert "demo@example.com" in output.text
+        password = re.search(r"as demo@example\.com with password (\S+)", output.text)
+        assert password, output.text
         wait_for(lambda: _answers(f"{url}/healthz"), timeout=60, interval=0.1)
+        _sign_in_to_the_pages(url, "demo@example.com", password.group(1))
         with httpx2.Client(base_url=url, headers=bearer(token), timeout=30) as api:
             items = api.get("/api/v1/exports").json()["items"]
             formats = sorted(i["format"] for i in items)

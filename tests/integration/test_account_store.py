@@ -74,6 +74,18 @@ def test_a_workspace_is_created_once(account_store: AccountStore, clock: FrozenC
     assert account_store.workspace_exists("acme")
 
 
+def test_a_password_hash_is_replaced(account_store: AccountStore, clock: FrozenClock) -> None:
+    """set_password replaces the user's hash (None removes it); an unknown user is False."""
+    user = account_store.create_user("ann@acme.test", password_hash=None, now=clock.now())
+    assert account_store.set_password(user.id, STAND_IN_HASH) is True
+    found = account_store.find_user("ann@acme.test")
+    assert found is not None
+    assert found.password_hash == STAND_IN_HASH
+    assert account_store.set_password(user.id, None) is True
+    assert account_store.get_user(user.id) == replace(user, password_hash=None)
+    assert account_store.set_password("nobody", STAND_IN_HASH) is False
+
+
 def test_users_are_found_by_id_and_email(account_store: AccountStore, clock: FrozenClock) -> None:
     """A created user reads back whole, password hash included, by id and by email."""
     user = account_store.create_user("ann@acme.test", password_hash=STAND_IN_HASH, now=clock.now())

@@ -145,11 +145,13 @@ def test_parameters_are_typed() -> None:
 
 
 def test_param_specs_from_the_command_line() -> None:
-    """`NAME:TYPE[=DEFAULT]`: a default makes it optional and must itself be valid."""
+    """`NAME:TYPE[=DEFAULT]`: a default makes it optional and must itself be valid; an empty
+    default makes it optional without one (how an edit form writes such a parameter back)."""
     assert parse_param_spec("since:date=2024-01-01") == Parameter(
         "since", ParamType.DATE, False, "2024-01-01"
     )
     assert parse_param_spec("n:integer") == Parameter("n", ParamType.INTEGER, True, None)
+    assert parse_param_spec("n:integer=") == Parameter("n", ParamType.INTEGER, False, None)
     with pytest.raises(InvalidRequestError, match="unknown parameter type 'float'"):
         parse_param_spec("x:float")
     with pytest.raises(InvalidRequestError, match="must be a integer"):

@@ -231,6 +231,71 @@ def test_error_pages_and_keyboard_focus(site: Site, page: Page) -> None:
     expect(page).to_have_url(f"{site.url}/sign-in")
 
 
+def _catalog(site: Site) -> tuple[str, str]:
+    """A report and a schedule of small_orders, made through the API; their ids."""
+    with httpx2.Client(base_url=site.url, headers=bearer(site.token), timeout=30) as api:
+        queries = api.get("/api/v1/queries").json()["items"]
+        query_id = next(q["id"] for q in queries if q["name"] == "small_orders")
+        section = {"heading": "First orders", "query_id": query_id, "display": "bar"}
+        report = api.post("/api/v1/reports", json={"title": "Review", "sections": [section]})
+        schedule = api.post(
+            "/api/v1/schedules",
+            json={
+                "query_id": query_id,
+                "format": "xlsx",
+                "cron": "0 8 * * 1",
+                "timezone": "Europe/Berlin",
+                "recipients": [{"email": "ops@example.com"}],
+            },
+        )
+        assert report.status_code == schedule.status_code == 201, schedule.text
+        return report.json()["id"], schedule.json()["id"]
+
+
+def test_browse_queries_reports_and_schedules(site: Site, page: Page) -> None:
+    """From the navigation: a query's page shows its SQL and its Export button opens the
+    new-export form for it; an editor saves a new query with the form; the schedules page
+    shows the next run in the schedule's zone, and its owner pauses it."""
+    report_id, schedule_id = _catalog(site)
+    page.get_by_role("link", name="Queries", exact=True).click()
+    expect(page.get_by_role("heading", name="Queries")).to_be_visible()
+    site.shot(page, "queries")
+    page.get_by_role("link", name="small_orders", exact=True).click()
+    expect(page.locator("pre.sql")).to_contain_text("WHERE order_id <= $n")
+    site.shot(page, "query")
+    page.get_by_role("link", name="Export", exact=True).click()
+    expect(page.get_by_label("Query or report")).to_have_value(re.compile(r"^query:"))
+    expect(page.get_by_label("n (integer)")).to_have_value("100")
+    page.get_by_role("link", name="Queries", exact=True).click()
+    page.get_by_role("link", name="New query").click()
+    page.get_by_label("Name").fill("first_orders")
+    page.get_by_label("Source").select_option(index=1)
+    page.get_by_label("SQL").fill("SELECT order_id FROM orders WHERE order_id <= $n")
+    page.get_by_label("Parameters").fill("n:integer=10")
+    site.shot(page, "query-form")
+    page.get_by_role("button", name="Save query").click()
+    expect(page.get_by_text("Saved.")).to_be_visible()
+    expect(page.get_by_role("heading", name="first_orders")).to_be_visible()
+    page.get_by_role("link", name="Reports", exact=True).click()
+    site.shot(page, "reports")
+    page.goto(f"/reports/{report_id}")
+    expect(page.get_by_role("cell", name="First orders")).to_be_visible()
+    site.shot(page, "report")
+    page.get_by_role("link", name="Schedules", exact=True).click()
+    row = page.locator(f"#schedule-{schedule_id}")
+    expect(row).to_contain_text(re.compile(r"08:00 CES?T"))
+    expect(row).to_contain_text("active")
+    site.shot(page, "schedules")
+    row.get_by_role("link", name="small_orders").click()
+    page.get_by_role("button", name="Pause").click()
+    expect(page.get_by_text("The schedule is paused")).to_be_visible()
+    expect(page.locator(".status")).to_contain_text("paused")
+    site.shot(page, "schedule")
+    page.get_by_role("link", name="Edit").click()
+    expect(page.get_by_label("Cron")).to_have_value("0 8 * * 1")
+    site.shot(page, "schedule-form")
+
+
 def test_chromium_is_debians(site: Site) -> None:
     """The browser under test is the system's Chromium, not a downloaded one."""
     version = subprocess.run(

@@ -159,7 +159,8 @@ def to_json_value(value: Any) -> Any:
 
 
 def parse_param_spec(spec: str) -> Parameter:
-    """`NAME:TYPE[=DEFAULT]` (CLI form). A default makes the parameter optional."""
+    """`NAME:TYPE[=DEFAULT]` (CLI form). A default makes the parameter optional; an empty
+    one (`NAME:TYPE=`) makes it optional with no default."""
     name, _, rest = spec.partition(":")
     type_text, has_default, default = rest.partition("=")
     name = name.strip()
@@ -173,6 +174,6 @@ def parse_param_spec(spec: str) -> Parameter:
             f"unknown parameter type {type_text!r} in {spec!r} (choose from {choices})"
         ) from None
     param = Parameter(name, ptype, required=not has_default, default=default or None)
-    if has_default:
+    if default:
         _coerce(param, default)
     return param

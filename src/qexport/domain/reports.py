@@ -129,3 +129,50 @@ def bind_report_parameters(
     for section in report.sections:
         section_parameters(section, queries[section.query_id], requested)
     return dict(requested)
+
+
+# ---------------------------------------------------------------- written forms
+
+
+def parse_section_spec(spec: str) -> Section:
+    """`HEADING|QUERY|DISPLAY[|ROW_CAP]` (the CLI's `--section`, the web form's lines); QUERY
+    is kept as written (a name or an id) for the caller to resolve. Messages read after the
+    place the spec came from: `--section expects ...`, `Line 2 has an unknown display ...`."""
+    parts = spec.split("|")
+    if not 3 <= len(parts) <= 4:
+        raise InvalidRequestError(
+            f"expects HEADING|QUERY|DISPLAY[|ROW_CAP], got {spec!r}", field="sections"
+        )
+    heading, query, display = (p.strip() for p in parts[:3])
+    try:
+        shown = Display(display)
+    except ValueError:
+        raise InvalidRequestError(
+            f"has an unknown display {display!r} (choose from table, bar, line)",
+            field="sections",
+        ) from None
+    row_cap = DEFAULT_ROW_CAP
+    if len(parts) == 4:
+        try:
+            row_cap = int(parts[3])
+        except ValueError:
+            raise InvalidRequestError(
+                f"has a row cap {parts[3].strip()!r} that is not a whole number", field="sections"
+            ) from None
+    return Section(heading=heading, query_id=query, display=shown, row_cap=row_cap)
+
+
+def parse_fixed_spec(spec: str, sections: int) -> tuple[int, str, str]:
+    """`N:NAME=VALUE`, a value fixed for section N's query (from 1): (index from 0, name,
+    value)."""
+    number, colon, rest = spec.partition(":")
+    name, equals, value = rest.partition("=")
+    if not (colon and equals and name.strip()) or not number.strip().isdigit():
+        raise InvalidRequestError(f"expects N:NAME=VALUE, got {spec!r}", field="sections")
+    index = int(number) - 1
+    if not 0 <= index < sections:
+        raise InvalidRequestError(
+            f"names section {number.strip()}; there are sections 1 to {sections}",
+            field="sections",
+        )
+    return index, name.strip(), value

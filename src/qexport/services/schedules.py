@@ -101,8 +101,13 @@ def _writer(actor: Actor) -> None:
         raise ForbiddenError("only editors and admins may create schedules")
 
 
+def may_manage(actor: Actor, schedule: Schedule) -> bool:
+    """Whether the actor may change, pause, resume, delete or run the schedule."""
+    return schedule.owner == actor.requester.user_id or actor.is_admin
+
+
 def _manager(actor: Actor, schedule: Schedule) -> None:
-    if schedule.owner != actor.requester.user_id and not actor.is_admin:
+    if not may_manage(actor, schedule):
         raise ForbiddenError(
             "only the schedule's owner or a workspace admin may change, pause, resume, delete"
             " or run it"

@@ -103,6 +103,11 @@ class SqlAccountStore:
             row = conn.execute(sa.select(users).where(users.c.email == email)).first()
         return _user(row) if row else None
 
+    def set_password(self, user_id: str, password_hash: str | None) -> bool:
+        with self._tx() as conn:
+            stmt = users.update().where(users.c.id == user_id).values(password_hash=password_hash)
+            return conn.execute(stmt).rowcount == 1
+
     def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
         """Make the user a member of the workspace with `role` (or change their role)."""
         key = sa.and_(memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id)

@@ -7,7 +7,15 @@ from fastapi.staticfiles import StaticFiles
 
 from qexport.api.context import ApiContext
 from qexport.deliveries.signing import master_secret
-from qexport.web import errors, pages_auth, pages_exports, pages_new
+from qexport.web import (
+    errors,
+    pages_auth,
+    pages_exports,
+    pages_new,
+    pages_queries,
+    pages_reports,
+    pages_schedules,
+)
 from qexport.web.session import SessionKey
 
 
@@ -20,3 +28,6 @@ def install(app: FastAPI, context: ApiContext) -> None:
     app.include_router(pages_auth.router)
     app.include_router(pages_new.router)  # /exports/new before /exports/{export_id}
     app.include_router(pages_exports.router)
+    app.include_router(pages_queries.router)
+    app.include_router(pages_reports.router)
+    app.include_router(pages_schedules.router)
