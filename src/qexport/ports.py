@@ -73,8 +73,19 @@ class MetadataStore(Protocol):
     """
 
     # requests and reads
-    def insert_export(self, new: NewExport, deliveries: Sequence[NewDelivery] = ()) -> ExportRecord:
-        """Record and queue the export, with its deliveries, in one transaction."""
+    def insert_export(
+        self,
+        new: NewExport,
+        deliveries: Sequence[NewDelivery] = (),
+        *,
+        max_unsettled: int | None = None,
+    ) -> ExportRecord:
+        """Record and queue the export, with its deliveries, in one transaction.
+
+        With `max_unsettled`, a requester who already has that many exports queued or
+        running is refused (TooManyRequestsError) in the same transaction: concurrent
+        requests cannot overshoot the cap.
+        """
         ...
 
     def get_export(self, export_id: str) -> ExportRecord | None: ...
@@ -95,7 +106,6 @@ class MetadataStore(Protocol):
         """
         ...
 
-    def count_unsettled(self, *, workspace_id: str, requested_by: str) -> int: ...
     def has_unsettled(self) -> bool: ...
     def list_events(self, export_id: str) -> list[ExportEvent]:
         """Every transition of the export, oldest first (written with the transition)."""

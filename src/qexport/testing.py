@@ -29,6 +29,7 @@ from qexport.domain.failures import (
     NotFoundError,
     ObjectExistsError,
     bounded_detail,
+    unsettled_cap_reached,
 )
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
@@ -85,8 +86,24 @@ class InMemoryMetadataStore:
         with self._lock:
             return [e for e in self._events if e.export_id == export_id]
 
-    def insert_export(self, new: NewExport, deliveries: Sequence[NewDelivery] = ()) -> ExportRecord:
+    def insert_export(
+        self,
+        new: NewExport,
+        deliveries: Sequence[NewDelivery] = (),
+        *,
+        max_unsettled: int | None = None,
+    ) -> ExportRecord:
         with self._lock:
+            if max_unsettled is not None:
+                unsettled = sum(
+                    1
+                    for r in self._exports.values()
+                    if r.status in UNSETTLED
+                    and r.workspace_id == new.workspace_id
+                    and r.requested_by == new.requested_by
+                )
+                if unsettled >= max_unsettled:
+                    raise unsettled_cap_reached(unsettled, max_unsettled)
             if new.id in self._exports or any(
                 r.storage_key == new.storage_key for r in self._exports.values()
             ):
@@ -138,16 +155,6 @@ class InMemoryMetadataStore:
             ]
         rows.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return rows[:limit]
-
-    def count_unsettled(self, *, workspace_id: str, requested_by: str) -> int:
-        with self._lock:
-            return sum(
-                1
-                for r in self._exports.values()
-                if r.status in UNSETTLED
-                and r.workspace_id == workspace_id
-                and r.requested_by == requested_by
-            )
 
     def has_unsettled(self) -> bool:
         with self._lock:

@@ -6,6 +6,7 @@ where configured); these tests must hold unchanged on each.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from dataclasses import replace
 from datetime import timedelta
@@ -14,7 +15,7 @@ import pytest
 
 from qexport.domain.accounts import Standing
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
-from qexport.domain.failures import FailureCode
+from qexport.domain.failures import FailureCode, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.ports import MetadataStore
 from qexport.testing import FrozenClock
@@ -413,3 +414,46 @@ def test_claim_next_redelivers_without_the_pre_run_check(
     result = store.claim_next(worker_id="w2", now=clock.now(), lease_seconds=LEASE, admit=refuse)
     assert result.claimed is not None
     assert (result.claimed.id, result.claimed.attempt) == (running.id, 2)
+
+
+def test_the_unsettled_cap_refuses_the_request_past_it(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """At the cap a request is refused and nothing is recorded; other requesters are not
+    held back, and a settled export makes room again."""
+    first = store.insert_export(new_export(clock.now()), max_unsettled=2)
+    store.insert_export(new_export(clock.now()), max_unsettled=2)
+    with pytest.raises(TooManyRequestsError) as refused:
+        store.insert_export(new_export(clock.now()), max_unsettled=2)
+    assert refused.value.retry_after > 0
+    assert "2 exports queued or running" in str(refused.value)
+    assert len(store.list_exports(workspace_id="w1", requested_by="alice")) == 2
+    store.insert_export(replace(new_export(clock.now()), requested_by="bob"), max_unsettled=2)
+    store.insert_export(new_export(clock.now(), workspace="w2"), max_unsettled=2)
+    assert store.cancel(first.id, now=clock.now())
+    store.insert_export(new_export(clock.now()), max_unsettled=2)
+
+
+def test_concurrent_requests_cannot_overshoot_the_cap(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """8 threads asking 5 times each with a cap of 10: exactly 10 are recorded."""
+    cap = 10
+    outcomes: list[str] = []
+
+    def ask() -> None:
+        for _ in range(5):
+            try:
+                store.insert_export(new_export(clock.now()), max_unsettled=cap)
+                outcomes.append("recorded")
+            except TooManyRequestsError:
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("recorded") == cap
+    assert outcomes.count("refused") == 40 - cap
+    assert len(store.list_exports(workspace_id="w1", requested_by="alice", limit=100)) == cap

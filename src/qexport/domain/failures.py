@@ -128,3 +128,16 @@ class TooManyRequestsError(QExportError):
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+# How long a requester at the cap is asked to wait: exports usually settle within that.
+CAP_RETRY_AFTER_SECONDS = 30
+
+
+def unsettled_cap_reached(unsettled: int, cap: int) -> TooManyRequestsError:
+    """The refusal of a request from someone who already has `cap` exports unsettled."""
+    return TooManyRequestsError(
+        f"you already have {unsettled} exports queued or running (at most {cap});"
+        " wait for some to finish or cancel them",
+        retry_after=CAP_RETRY_AFTER_SECONDS,
+    )

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
-from qexport.domain.failures import InvalidRequestError, NotFoundError, TooManyRequestsError
+from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Query, bind_parameters, can_read, to_json_value
 from qexport.domain.reports import (
     REPORT_FORMATS,
@@ -24,8 +24,6 @@ from qexport.writers.registry import get_writer
 SUBJECT_QUERY = "query"
 MAX_PARAMETERS = 64  # far more than any query declares; bounds the work a request can ask for
 MAX_REF_CHARS = 200  # the longest query id or name worth a lookup
-# How long a requester at the cap is asked to wait: exports usually settle within that.
-CAP_RETRY_AFTER_SECONDS = 30
 
 
 def find_readable_query(
@@ -58,7 +56,7 @@ def request_export(
     in the same transaction); bad input records nothing.
 
     With `max_unsettled`, a requester who already has that many queued or running exports
-    is refused (TooManyRequestsError); concurrent requests may overshoot it by a few.
+    is refused (TooManyRequestsError), checked in the inserting transaction.
     """
     get_writer(fmt)  # an unknown format is refused before anything is read
     query = find_readable_query(store, requester, query_ref, match_name=match_name)
@@ -67,12 +65,10 @@ def request_export(
         raise InvalidRequestError(
             "neutralize_formulas must be true or false", field="options.neutralize_formulas"
         )
-    if max_unsettled is not None:
-        _check_cap(store, requester, max_unsettled)
     new = query_export(
         requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    return store.insert_export(new, new_deliveries(notify))
+    return store.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
 
 
 def request_report_export(
@@ -100,12 +96,10 @@ def request_report_export(
         raise InvalidRequestError(
             "neutralize_formulas must be true or false", field="options.neutralize_formulas"
         )
-    if max_unsettled is not None:
-        _check_cap(store, requester, max_unsettled)
     new = report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    return store.insert_export(new, new_deliveries(notify))
+    return store.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
 
 
 def check_report_format(fmt: str) -> None:
@@ -218,15 +212,3 @@ def bind_query_values(query: Query, parameters: dict[str, Any]) -> dict[str, Any
     except InvalidRequestError as exc:
         field = f"parameters.{exc.field}" if exc.field else "parameters"
         raise InvalidRequestError(str(exc), field=field) from None
-
-
-def _check_cap(store: MetadataStore, requester: Requester, cap: int) -> None:
-    unsettled = store.count_unsettled(
-        workspace_id=requester.workspace_id, requested_by=requester.user_id
-    )
-    if unsettled >= cap:
-        raise TooManyRequestsError(
-            f"you already have {unsettled} exports queued or running (at most {cap});"
-            " wait for some to finish or cancel them",
-            retry_after=CAP_RETRY_AFTER_SECONDS,
-        )

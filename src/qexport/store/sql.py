@@ -20,6 +20,7 @@ from qexport.domain.failures import (
     FailureCode,
     InvalidRequestError,
     bounded_detail,
+    unsettled_cap_reached,
 )
 from qexport.domain.queries import Parameter, Query, Visibility
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject, Section
@@ -319,9 +320,36 @@ class SqlMetadataStore:
 
     # ------------------------------------------------------------ requests and reads
 
-    def insert_export(self, new: NewExport, deliveries: Sequence[NewDelivery] = ()) -> ExportRecord:
+    def insert_export(
+        self,
+        new: NewExport,
+        deliveries: Sequence[NewDelivery] = (),
+        *,
+        max_unsettled: int | None = None,
+    ) -> ExportRecord:
         with self._tx() as conn:
+            if max_unsettled is not None:
+                self._check_unsettled_cap(conn, new, max_unsettled)
             return insert_export_in(conn, new, deliveries, notify=self._notify)
+
+    def _check_unsettled_cap(self, conn: sa.Connection, new: NewExport, cap: int) -> None:
+        """Count the requester's unsettled exports inside the inserting transaction.
+
+        SQLite transactions begin IMMEDIATE, so writers are already serialised; on
+        PostgreSQL a transaction-scoped advisory lock per requester serialises the count
+        and the insert of concurrent requests from the same person.
+        """
+        if conn.dialect.name == "postgresql":
+            key = f"qexport.unsettled/{new.workspace_id}/{new.requested_by}"
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
+        stmt = sa.select(sa.func.count()).where(
+            _UNSETTLED,
+            exports.c.workspace_id == new.workspace_id,
+            exports.c.requested_by == new.requested_by,
+        )
+        unsettled = int(conn.execute(stmt).scalar_one())
+        if unsettled >= cap:
+            raise unsettled_cap_reached(unsettled, cap)
 
     def get_export(self, export_id: str) -> ExportRecord | None:
         with self._tx() as conn:
@@ -358,15 +386,6 @@ class SqlMetadataStore:
         stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
         with self._tx() as conn:
             return [_to_record(r) for r in conn.execute(stmt)]
-
-    def count_unsettled(self, *, workspace_id: str, requested_by: str) -> int:
-        stmt = sa.select(sa.func.count()).where(
-            _UNSETTLED,
-            exports.c.workspace_id == workspace_id,
-            exports.c.requested_by == requested_by,
-        )
-        with self._tx() as conn:
-            return int(conn.execute(stmt).scalar_one())
 
     def has_unsettled(self) -> bool:
         stmt = sa.select(sa.literal(1)).where(
