@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -90,19 +91,53 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _setting(name: str, help_text: str, secret: bool = False) -> Any:
+    """A global option whose value is read like its QEXPORT_<NAME> environment twin."""
+    return typer.Option(
+        f"--{name.lower().replace('_', '-')}",
+        envvar=f"QEXPORT_{name}",
+        help=help_text,
+        show_default=False,
+        show_envvar=not secret,
+    )
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
     data_dir: Annotated[
-        Path | None,
-        typer.Option(envvar="QEXPORT_DATA_DIR", help="Where the embedded default keeps its files."),
+        str | None, _setting("DATA_DIR", "Where the embedded default keeps its files.")
     ] = None,
-    database_url: Annotated[
-        str | None, typer.Option(envvar="QEXPORT_DATABASE_URL", help="Metadata database URL.")
-    ] = None,
+    database_url: Annotated[str | None, _setting("DATABASE_URL", "Metadata database URL.")] = None,
     storage_url: Annotated[
+        str | None, _setting("STORAGE_URL", "Object store URL (file:///path, s3://bucket/prefix).")
+    ] = None,
+    s3_endpoint_url: Annotated[
+        str | None, _setting("S3_ENDPOINT_URL", "S3 endpoint, for S3-compatible stores.")
+    ] = None,
+    retention: Annotated[
+        str | None, _setting("RETENTION", "How long files stay downloadable (e.g. 7d, 12h).")
+    ] = None,
+    lease_seconds: Annotated[
+        str | None, _setting("LEASE_SECONDS", "A worker's lease on an export, in seconds.")
+    ] = None,
+    max_attempts: Annotated[
+        str | None, _setting("MAX_ATTEMPTS", "Attempts before an export fails for good.")
+    ] = None,
+    secret_key: Annotated[
         str | None,
-        typer.Option(envvar="QEXPORT_STORAGE_URL", help="Object store URL (file:///path)."),
+        _setting(
+            "SECRET_KEY",
+            "Master secret for signing keys (prefer the QEXPORT_SECRET_KEY variable:"
+            " command lines are visible to other users).",
+            secret=True,
+        ),
+    ] = None,
+    public_base_url: Annotated[
+        str | None, _setting("PUBLIC_BASE_URL", "Base URL of public links.")
+    ] = None,
+    smtp_url: Annotated[
+        str | None, _setting("SMTP_URL", "SMTP server for email deliveries.", secret=True)
     ] = None,
     user: Annotated[str, typer.Option(envvar="QEXPORT_USER", help="Requester user id.")] = "demo",
     workspace: Annotated[
@@ -125,13 +160,22 @@ def main_options(
 ) -> None:
     # Client commands print results, not logs; the worker turns its logs up (see `worker`).
     configure_logging(level=logging.WARNING)
+    flags = {
+        "DATA_DIR": data_dir,
+        "DATABASE_URL": database_url,
+        "STORAGE_URL": storage_url,
+        "S3_ENDPOINT_URL": s3_endpoint_url,
+        "RETENTION": retention,
+        "LEASE_SECONDS": lease_seconds,
+        "MAX_ATTEMPTS": max_attempts,
+        "SECRET_KEY": secret_key,
+        "PUBLIC_BASE_URL": public_base_url,
+        "SMTP_URL": smtp_url,
+    }
+    # A flag wins over its variable; both are read, checked and reported by one parser.
+    env = {**os.environ, **{f"QEXPORT_{k}": v for k, v in flags.items() if v is not None}}
     try:
-        settings = Settings.from_env().with_overrides(
-            data_dir=data_dir, database_url=database_url, storage_url=storage_url
-        )
-        if data_dir is not None and database_url is None and storage_url is None:
-            # A data dir given on the command line also moves the defaults that live in it.
-            settings = Settings(**{**settings.__dict__, "database_url": "", "storage_url": ""})
+        settings = Settings.from_env(env)
     except ValueError as exc:
         fail(str(exc), 2)
     ctx.obj = State(settings, Requester(user, workspace), url=url, token=token)

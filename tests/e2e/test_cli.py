@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -210,3 +210,26 @@ def test_storage_lifecycle_deletes_files_past_retention(env: Env) -> None:
     assert "deleted 1 file(s)" in proc.stdout
     assert not old_path.exists()
     assert env.objects.head(env.record(fresh).storage_key) is not None
+
+
+def test_global_flags_win_over_their_environment_twins(env: Env) -> None:
+    """`--retention` set on the worker's command line wins over QEXPORT_RETENTION; a bad
+    flag value is refused with exit 2 and a message naming the setting."""
+    env.extra["QEXPORT_RETENTION"] = "7d"
+    _add_orders(env)
+    export_id = env.create("orders", "csv", "n=5")
+    env.run("--retention", "2h", "worker", "--drain")
+    view = env.get(export_id)
+    assert view["status"] == "succeeded"
+    lifetime = datetime.fromisoformat(view["expires_at"]) - datetime.fromisoformat(
+        view["completed_at"]
+    )
+    assert lifetime == timedelta(hours=2)
+    for flag, value, message in [
+        ("--retention", "soon", "invalid duration 'soon'"),
+        ("--max-attempts", "0", "QEXPORT_MAX_ATTEMPTS must be at least 1"),
+        ("--lease-seconds", "long", "could not convert string to float: 'long'"),
+    ]:
+        refused = env.run(flag, value, "exports", "list", check=False)
+        assert refused.returncode == 2, refused.stderr
+        assert message in refused.stderr
