@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
@@ -25,6 +26,8 @@ class World:
     caller: str
     # owner -> (succeeded export id, queued export id)
     exports: dict[str, tuple[str, str]]
+    # owner -> the email of the person who requested that owner's exports
+    people: dict[str, str]
 
 
 def _request(api: Api, who: str, query_id: str) -> str:
@@ -49,11 +52,27 @@ def _world(api: Api, role: str) -> World:
     succeeded = {owner: _request(api, who, query) for owner, (who, query) in people.items()}
     assert api.drain() == {"succeeded": 3}
     queued = {owner: _request(api, who, query) for owner, (who, query) in people.items()}
-    return World(api, "caller@acme.test", {o: (succeeded[o], queued[o]) for o in OWNERS})
+    return World(
+        api,
+        "caller@acme.test",
+        {o: (succeeded[o], queued[o]) for o in OWNERS},
+        {o: who for o, (who, _) in people.items()},
+    )
 
 
 def _sees(role: str, owner: str) -> bool:
     return owner == "own" or (owner == "member" and role == "admin")
+
+
+def _revoke_as(api: Api, caller: str, creator: str, export_id: str) -> tuple[int, int]:
+    """A fresh link made by `creator` on their export, then the caller's DELETE of it:
+    (the DELETE's status, the public link's status afterwards)."""
+    created = api.post(f"/api/v1/exports/{export_id}/links", creator)
+    assert created.status_code == 201, created.text
+    link = created.json()
+    revoked = api.delete(f"/api/v1/links/{link['id']}", caller).status_code
+    public = api.client.get(urlparse(link["url"]).path, follow_redirects=False).status_code
+    return revoked, public
 
 
 def _cells(world: World, role: str) -> list[tuple[str, str, int, int]]:
@@ -85,6 +104,11 @@ def _cells(world: World, role: str) -> list[tuple[str, str, int, int]]:
         ]
         for endpoint, call, allowed in checks:
             cells.append((endpoint, owner, allowed if visible else 404, call().status_code))
+        # The creator or a workspace admin may revoke a link; anyone else is told it does
+        # not exist, and the link keeps working.
+        revoked, public = _revoke_as(api, caller, world.people[owner], done)
+        cells.append(("DELETE link", owner, 204 if visible else 404, revoked))
+        cells.append(("GET /p/ after DELETE link", owner, 410 if visible else 200, public))
     return cells
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from qexport.domain.accounts import Role, hash_secret, parse_api_token
+from qexport.domain.accounts import (
+    Role,
+    check_workspace_id,
+    hash_secret,
+    new_secret,
+    normalize_email,
+    parse_api_token,
+    valid_link_token,
+)
 from qexport.domain.failures import InvalidRequestError, NotFoundError, UnauthorizedError
 from qexport.ports import Source
 from qexport.services import accounts as service
@@ -83,7 +91,16 @@ def _tampered(token: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "case", ["malformed", "empty", "unknown id", "tampered", "revoked", "removed member"]
+    "case",
+    [
+        "malformed",
+        "empty",
+        "unknown id",
+        "tampered",
+        "trailing newline",
+        "revoked",
+        "removed member",
+    ],
 )
 def test_bad_tokens_are_refused_alike(
     accounts: InMemoryAccountStore, clock: FrozenClock, case: str
@@ -98,6 +115,7 @@ def test_bad_tokens_are_refused_alike(
         "empty": "",
         "unknown id": "qx_0123456789abcdef_" + _secret(token),
         "tampered": _tampered(token),
+        "trailing newline": token + "\n",
     }.get(case, token)
     if case == "revoked":
         assert service.revoke_token(accounts, clock, token)
@@ -106,6 +124,37 @@ def test_bad_tokens_are_refused_alike(
     with pytest.raises(UnauthorizedError) as refused:
         authenticate(accounts, clock, presented)
     assert str(refused.value) == "invalid token"
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", " ", "\x00"])
+def test_a_token_or_link_token_with_anything_after_it_is_malformed(
+    accounts: InMemoryAccountStore, clock: FrozenClock, ending: str
+) -> None:
+    """A well-formed token followed by a newline (or anything else) is not a token, and a
+    public link token likewise is not a link token."""
+    token = _token(accounts, clock, "ann@acme.test", "viewer")
+    assert parse_api_token(token) is not None
+    assert parse_api_token(token + ending) is None
+    link_token = new_secret()
+    assert valid_link_token(link_token)
+    assert not valid_link_token(link_token + ending)
+
+
+@pytest.mark.parametrize("workspace", ["acme\n", "acme\r\n", "\nacme", "ac\nme"])
+def test_a_workspace_id_with_a_newline_is_refused(workspace: str) -> None:
+    """A newline anywhere in a workspace id, including at its end, makes it invalid."""
+    assert check_workspace_id("acme") == "acme"
+    with pytest.raises(ValueError, match="invalid workspace"):
+        check_workspace_id(workspace)
+
+
+def test_an_email_keeps_no_newline() -> None:
+    """Surrounding whitespace, a trailing newline included, is trimmed when an email is
+    normalised; a newline inside it is refused."""
+    assert normalize_email("Ann@acme.test\n") == "ann@acme.test"
+    for email in ("ann@acme.test\n\x00", "ann\n@acme.test", "ann@acme\n.test"):
+        with pytest.raises(ValueError, match="invalid email"):
+            normalize_email(email)
 
 
 def test_a_token_works_only_in_its_own_workspace(

@@ -21,32 +21,39 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+        if declared is not None:
+            # The server holds the body to its declared length, so checking that is enough.
+            if not declared.isdigit() or int(declared) > self.max_bytes:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
+            return
+        # A streamed body is read here, before the app: an error raised while the app reads
+        # it would be turned into a 400 by the framework's body parser.
+        buffered = await self._read_at_most(receive)
+        if buffered is None:
             await self._refuse(send)
             return
+
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _read_at_most(self, receive: Receive) -> list[Message] | None:
+        """The request's messages up to the end of its body; None once it passes the limit."""
+        messages: list[Message] = []
         received = 0
-        started = False
-
-        async def limited() -> Message:
-            nonlocal received
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLargeError
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited, tracking_send)
-        except _TooLargeError:
-            if not started:
-                await self._refuse(send)
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages  # a disconnect: the app sees it as it would have
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                return None
+            if not message.get("more_body", False):
+                return messages
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps(
@@ -69,7 +76,3 @@ class BodySizeLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLargeError(Exception):
-    pass

@@ -108,8 +108,9 @@ class Link:
 # ---------------------------------------------------------------- secrets
 
 TOKEN_PREFIX = "qx_"  # noqa: S105 - a prefix that marks qexport tokens, not a secret
-_TOKEN = re.compile(r"^qx_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
-_LINK_TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
+# Matched with fullmatch: `$` would also accept a trailing newline.
+_TOKEN = re.compile(r"qx_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+_LINK_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 def new_secret() -> str:
@@ -132,7 +133,7 @@ def new_api_token() -> tuple[str, str, str]:
 
 def parse_api_token(token: str) -> tuple[str, str] | None:
     """(token id, secret) of a well-formed token; None for anything else."""
-    match = _TOKEN.match(token)
+    match = _TOKEN.fullmatch(token)
     return (match.group(1), match.group(2)) if match else None
 
 
@@ -142,11 +143,11 @@ def secret_matches(secret: str, stored_hash: str) -> bool:
 
 
 def valid_link_token(token: str) -> bool:
-    return bool(_LINK_TOKEN.match(token))
+    return bool(_LINK_TOKEN.fullmatch(token))
 
 
-_WORKSPACE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-_EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,190}$")
+_WORKSPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+_EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]{1,190}")
 
 
 def check_workspace_id(workspace_id: str) -> str:
