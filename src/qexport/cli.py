@@ -2,47 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import shutil
-import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
+from qexport.cli_common import State, fail, out, state
+from qexport.cli_exports import exports_app
 from qexport.cli_reports import reports_app
-from qexport.cli_schedules import EMAIL_HELP, WEBHOOK_HELP, parse_notify, schedules_app
+from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
 from qexport.config import Settings
-from qexport.domain.exports import EXPIRED, ExportRecord, Requester
+from qexport.domain.exports import Requester
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, Visibility, parse_param_spec
 from qexport.logs import configure_logging
-from qexport.services.exports import (
-    cancel_export,
-    downloadable,
-    get_visible_export,
-    open_download,
-)
-from qexport.services.requests import request_export, request_report_export
-from qexport.services.views import export_view
 from qexport.worker.runner import Deps
-
-if TYPE_CHECKING:
-    from qexport.client import QExportClient
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Turn saved SQL queries into files."
@@ -50,11 +31,6 @@ app = typer.Typer(
 db_app = typer.Typer(no_args_is_help=True, help="The metadata database.")
 storage_app = typer.Typer(no_args_is_help=True, help="The object store.")
 queries_app = typer.Typer(no_args_is_help=True, help="Saved queries.")
-exports_app = typer.Typer(
-    no_args_is_help=True,
-    help="Request, watch and download exports: in the local database, or on a server when"
-    " QEXPORT_URL and QEXPORT_TOKEN (qexport --url URL --token TOKEN exports ...) are set.",
-)
 app.add_typer(db_app, name="db")
 app.add_typer(storage_app, name="storage")
 app.add_typer(queries_app, name="queries")
@@ -66,29 +42,7 @@ app.add_typer(reports_app, name="reports")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(workspaces_app, name="workspaces")
 
-out = Console()
-err = Console(stderr=True)
 DEMO_HOST = "127.0.0.1"
-
-
-@dataclass
-class State:
-    settings: Settings
-    requester: Requester
-    # Both set: the `exports` commands talk to that server instead of the local database.
-    url: str | None = None
-    token: str | None = None
-    _deps: Deps | None = None
-
-    def deps(self) -> Deps:
-        if self._deps is None:
-            self._deps = bootstrap.build(self.settings)
-        return self._deps
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def _setting(name: str, help_text: str, secret: bool = False) -> Any:
@@ -179,12 +133,6 @@ def main_options(
     except ValueError as exc:
         fail(str(exc), 2)
     ctx.obj = State(settings, Requester(user, workspace), url=url, token=token)
-
-
-def state(ctx: typer.Context) -> State:
-    obj = ctx.obj
-    assert isinstance(obj, State)
-    return obj
 
 
 # ---------------------------------------------------------------- db, storage
@@ -478,447 +426,6 @@ def _query_json(q: Query) -> dict[str, Any]:
         "parameters": [p.to_json() for p in q.parameters],
         "visibility": q.visibility.value,
     }
-
-
-# ---------------------------------------------------------------- exports
-
-
-def _parse_kv(pairs: list[str]) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            fail(f"--param expects KEY=VALUE, got {pair!r}", 2)
-        values[key] = value
-    return values
-
-
-def _remote(ctx: typer.Context) -> QExportClient | None:
-    """The server client when QEXPORT_URL and QEXPORT_TOKEN (or --url, --token) are set."""
-    st = state(ctx)
-    if not st.url and not st.token:
-        return None
-    if not (st.url and st.token):
-        fail("talking to a server needs both QEXPORT_URL and QEXPORT_TOKEN (--url, --token)", 2)
-    from qexport.client import QExportClient
-
-    return QExportClient(st.url, st.token)
-
-
-@contextlib.contextmanager
-def _server_errors(client_error_code: int = 1) -> Iterator[None]:
-    """A server's refusal as one line with its code; `client_error_code` for 4xx answers."""
-    from qexport.client import ApiError
-
-    try:
-        yield
-    except ApiError as exc:
-        fail(str(exc), client_error_code if 400 <= exc.status < 500 else 1)
-
-
-SETTLED_VIEWS = frozenset({"succeeded", "failed", EXPIRED})
-# A server is asked less often than the local database: other clients share it.
-REMOTE_POLL_SECONDS = 0.5
-
-
-def _print_export(record: ExportRecord, deps: Deps, as_json: bool) -> None:
-    _print_view(export_view(record, deps.clock.now()), as_json)
-
-
-def _print_view(view: dict[str, Any], as_json: bool) -> None:
-    """An export as the API shows it (DESIGN section 5): as JSON, or as a two-column table."""
-    if as_json:
-        print(json.dumps(view, indent=2))
-        return
-    table = Table(show_header=False, box=None)
-    for key in (
-        "id",
-        "status",
-        "format",
-        "filename",
-        "row_count",
-        "size_bytes",
-        "sha256",
-        "attempts",
-        "created_at",
-        "completed_at",
-        "expires_at",
-    ):
-        table.add_row(key, "" if view[key] is None else str(view[key]))
-    table.add_row("subject", f"{view['subject']['type']} {view['subject']['name']}")
-    table.add_row("progress", f"{view['progress']['rows']:,} rows")
-    if view["failure"]:
-        table.add_row("failure", f"{view['failure']['code']}: {view['failure']['detail']}")
-    out.print(table)
-
-
-@exports_app.command("create")
-def exports_create(
-    ctx: typer.Context,
-    fmt: Annotated[
-        str,
-        typer.Option(
-            "--format", help="csv, tsv, jsonl, parquet or xlsx; a report: pdf, xlsx or html."
-        ),
-    ],
-    query: Annotated[str | None, typer.Option(help="Query name or id.")] = None,
-    report: Annotated[
-        str | None, typer.Option(help="Report title or id, instead of --query (local only).")
-    ] = None,
-    param: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
-    neutralize: Annotated[
-        bool, typer.Option(help="Neutralise formula-looking strings in csv/tsv/xlsx.")
-    ] = True,
-    wait: Annotated[bool, typer.Option(help="Wait until the export settles.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
-    email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
-    webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,
-) -> None:
-    """Request an export; bad input is refused and nothing is recorded."""
-    parameters = _parse_kv(param or [])
-    if (query is None) == (report is None):
-        fail("give exactly one of --query and --report", 2)
-    notify = parse_notify(email, webhook)
-    client = _remote(ctx)
-    if client is not None:
-        with client:
-            with _server_errors(client_error_code=2):
-                if report is not None:
-                    view = client.create_export(
-                        client.resolve_report(report),
-                        fmt,
-                        parameters,
-                        subject="report",
-                        notify=[r.to_json() for r in notify],
-                    )
-                else:
-                    assert query is not None
-                    view = client.create_export(
-                        client.resolve_query(query),
-                        fmt,
-                        parameters,
-                        neutralize_formulas=neutralize,
-                        notify=[r.to_json() for r in notify],
-                    )
-            if wait:
-                export_id = view["id"]
-                with _server_errors():
-                    view = _wait(
-                        lambda: client.get_export(export_id),
-                        export_id,
-                        quiet=as_json,
-                        interval=REMOTE_POLL_SECONDS,
-                    )
-        _print_created(view, wait=wait, as_json=as_json)
-        return
-    st = state(ctx)
-    deps = st.deps()
-    _check_local_requester(deps, st.requester)
-    try:
-        if report is not None:
-            record = request_report_export(
-                deps.store,
-                deps.clock,
-                st.requester,
-                report_ref=report,
-                fmt=fmt,
-                parameters=dict(parameters),
-                neutralize_formulas=neutralize,
-                match_title=True,
-                notify=notify,
-            )
-        else:
-            assert query is not None
-            record = request_export(
-                deps.store,
-                deps.clock,
-                st.requester,
-                query_ref=query,
-                fmt=fmt,
-                parameters=parameters,
-                neutralize_formulas=neutralize,
-                notify=notify,
-            )
-    except QExportError as exc:
-        fail(str(exc), 2)
-    view = export_view(record, deps.clock.now())
-    if wait:
-        view = _wait(_local_view(deps, st.requester, record.id), record.id, quiet=as_json)
-    _print_created(view, wait=wait, as_json=as_json)
-
-
-def _check_local_requester(deps: Deps, requester: Requester) -> None:
-    """In a workspace that has accounts, the local requester must be one of its members: an
-    export requested for anyone else would only fail `access_lost` before it runs."""
-    from qexport.store.accounts import SqlAccountStore
-    from qexport.store.sql import SqlMetadataStore
-
-    if not isinstance(deps.store, SqlMetadataStore):
-        return
-    accounts = SqlAccountStore(deps.store.engine)
-    workspace, user = requester.workspace_id, requester.user_id
-    if accounts.workspace_exists(workspace) and accounts.role_of(workspace, user) is None:
-        fail(
-            f"user {user!r} is not a member of workspace {workspace!r}, which has accounts;"
-            f" pass --user with a member's id (qexport users list --workspace {workspace})",
-            2,
-        )
-
-
-def _print_created(view: dict[str, Any], *, wait: bool, as_json: bool) -> None:
-    if as_json:
-        _print_view(view, True)
-    else:
-        out.print(f"export {view['id']} {view['status']}")
-    if wait and view["status"] == "failed":
-        raise typer.Exit(1)
-
-
-@exports_app.command("get")
-def exports_get(
-    ctx: typer.Context, export_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
-) -> None:
-    """Show one export."""
-    client = _remote(ctx)
-    if client is not None:
-        with client, _server_errors():
-            _print_view(client.get_export(export_id), as_json)
-        return
-    st = state(ctx)
-    deps = st.deps()
-    try:
-        record = get_visible_export(deps.store, st.requester, export_id)
-    except QExportError as exc:
-        fail(str(exc))
-    _print_export(record, deps, as_json)
-
-
-@exports_app.command("list")
-def exports_list(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
-) -> None:
-    """List your exports, newest first (on a server, an admin sees the workspace's)."""
-    client = _remote(ctx)
-    if client is not None:
-        with client, _server_errors():
-            page = client.list_exports(limit=limit)
-        _print_list(page, as_json)
-        return
-    st = state(ctx)
-    deps = st.deps()
-    records = deps.store.list_exports(
-        workspace_id=st.requester.workspace_id, requested_by=st.requester.user_id, limit=limit
-    )
-    now = deps.clock.now()
-    _print_list({"items": [export_view(r, now) for r in records], "next_cursor": None}, as_json)
-
-
-def _print_list(page: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(page, indent=2))
-        return
-    table = Table("id", "status", "query", "format", "rows", "size", "created")
-    for view in page["items"]:
-        created = datetime.fromisoformat(view["created_at"].replace("Z", "+00:00"))
-        table.add_row(
-            view["id"],
-            view["status"],
-            view["subject"]["name"],
-            view["format"],
-            f"{view['row_count']:,}" if view["row_count"] is not None else "",
-            _human_size(view["size_bytes"]),
-            f"{created:%Y-%m-%d %H:%M:%S}",
-        )
-    out.print(table)
-
-
-def _local_view(deps: Deps, requester: Requester, export_id: str) -> Callable[[], dict[str, Any]]:
-    return lambda: export_view(
-        get_visible_export(deps.store, requester, export_id), deps.clock.now()
-    )
-
-
-def _wait(
-    fetch: Callable[[], dict[str, Any]],
-    export_id: str,
-    *,
-    quiet: bool = False,
-    interval: float = 0.2,
-) -> dict[str, Any]:
-    """Poll `fetch` (the export as the API shows it) with a progress bar until it settles."""
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[rows]:>12,} rows"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=quiet,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(export_id[:8], total=None, rows=0)
-        while True:
-            view = fetch()
-            progress.update(
-                task,
-                rows=view["progress"]["rows"],
-                description=f"{export_id[:8]} {view['status']}",
-            )
-            if view["status"] in SETTLED_VIEWS:
-                return view
-            time.sleep(interval)
-
-
-@exports_app.command("wait")
-def exports_wait(
-    ctx: typer.Context, export_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
-) -> None:
-    """Wait until the export settles; exit 1 if it failed."""
-    client = _remote(ctx)
-    if client is not None:
-        with client, _server_errors():
-            view = _wait(
-                lambda: client.get_export(export_id),
-                export_id,
-                quiet=as_json,
-                interval=REMOTE_POLL_SECONDS,
-            )
-    else:
-        st = state(ctx)
-        deps = st.deps()
-        try:
-            view = _wait(_local_view(deps, st.requester, export_id), export_id, quiet=as_json)
-        except QExportError as exc:
-            fail(str(exc))
-    _print_view(view, as_json)
-    if view["status"] == "failed":
-        raise typer.Exit(1)
-
-
-def _print_download_link(deps: Deps, requester: Requester, export_id: str) -> None:
-    from qexport.storage.s3 import S3ObjectStore
-
-    if not isinstance(deps.objects, S3ObjectStore):
-        fail("download links need S3 storage; use --output with the filesystem store", 2)
-    try:
-        record = downloadable(deps.store, deps.clock, requester, export_id)
-        assert record.expires_at is not None
-        left = (record.expires_at - deps.clock.now()).total_seconds()
-        # Never valid past the export's own expiry: the link dies with the file.
-        valid = max(1, min(deps.objects.presign_seconds, int(left)))
-        link = deps.objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
-    except QExportError as exc:
-        fail(str(exc))
-    out.print(link, highlight=False, soft_wrap=True)
-    err.print(f"valid for {valid} s ({_human_size(record.size_bytes)})")
-
-
-@exports_app.command("download")
-def exports_download(
-    ctx: typer.Context,
-    export_id: str,
-    output: Annotated[
-        Path | None,
-        typer.Option("-o", "--output", help="Where to write the file ('-' for stdout)."),
-    ] = None,
-    url: Annotated[
-        bool, typer.Option("--url", help="Print a short-lived download link instead (S3).")
-    ] = False,
-) -> None:
-    """Download the file of a succeeded export (refused once it has expired); from a server,
-    the file is checked against the export's sha256."""
-    client = _remote(ctx)
-    if client is not None:
-        with client, _server_errors():
-            _remote_download(client, export_id, output, link=url)
-        return
-    st = state(ctx)
-    deps = st.deps()
-    if url:
-        _print_download_link(deps, st.requester, export_id)
-        return
-    if output is None:
-        fail("give --output PATH (or '-' for stdout), or --url for a download link", 2)
-    try:
-        record, stream = open_download(
-            deps.store, deps.objects, deps.clock, st.requester, export_id
-        )
-    except QExportError as exc:
-        fail(str(exc))
-    with stream:
-        if str(output) == "-":
-            shutil.copyfileobj(stream, sys.stdout.buffer)
-            return
-        with _replacing(output) as fh:
-            shutil.copyfileobj(stream, fh, 1024 * 1024)
-    err.print(
-        f"wrote {output} ({_human_size(record.size_bytes)}, sha256 {record.sha256})", soft_wrap=True
-    )
-
-
-@contextlib.contextmanager
-def _replacing(output: Path) -> Iterator[BinaryIO]:
-    """Write next to `output`, then rename over it: a failed download leaves nothing behind."""
-    tmp = output.with_name(f".{output.name}.part")
-    try:
-        with tmp.open("wb") as fh:
-            yield fh
-        tmp.replace(output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _remote_download(
-    client: QExportClient, export_id: str, output: Path | None, *, link: bool
-) -> None:
-    if link:
-        location = client.file_location(export_id)
-        if location is None:
-            fail("this server serves files itself: use --output PATH", 2)
-        out.print(location, highlight=False, soft_wrap=True)
-        return
-    if output is None:
-        fail("give --output PATH (or '-' for stdout), or --url for a download link", 2)
-    if str(output) == "-":
-        client.download(export_id, sys.stdout.buffer)
-        return
-    with _replacing(output) as fh:
-        view = client.download(export_id, fh)
-    err.print(
-        f"wrote {output} ({_human_size(view['size_bytes'])}, sha256 {view['sha256']})",
-        soft_wrap=True,
-    )
-
-
-@exports_app.command("cancel")
-def exports_cancel(ctx: typer.Context, export_id: str) -> None:
-    """Cancel a queued or running export."""
-    client = _remote(ctx)
-    if client is not None:
-        with client, _server_errors():
-            view = client.cancel_export(export_id)
-        out.print(f"export {view['id']} cancelled")
-        return
-    st = state(ctx)
-    deps = st.deps()
-    try:
-        record = cancel_export(deps.store, deps.clock, st.requester, export_id)
-    except QExportError as exc:
-        fail(str(exc))
-    out.print(f"export {record.id} cancelled")
-
-
-def _human_size(size: int | None) -> str:
-    if size is None:
-        return ""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 # ---------------------------------------------------------------- demo

@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
+from qexport.cli_common import err, fail, out, state
 from qexport.config import Settings
 from qexport.domain.accounts import ApiToken
 from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
@@ -40,7 +41,6 @@ class Admin:
 
 def admin_context(ctx: typer.Context) -> Admin:
     # Imported here: cli.py imports this module to register its commands.
-    from qexport.cli import state
     from qexport.store.accounts import SqlAccountStore
     from qexport.store.sql import SqlMetadataStore
 
@@ -51,20 +51,17 @@ def admin_context(ctx: typer.Context) -> Admin:
 
 
 def fail_input(message: str, code: int = BAD_INPUT) -> NoReturn:
-    from qexport.cli import fail
 
     fail(message, code)
 
 
 def _print(renderable: Any) -> None:
-    from qexport.cli import out
 
     out.print(renderable)
 
 
 def note(message: str) -> None:
     """Say what happened on stderr, so that stdout carries only the result."""
-    from qexport.cli import err
 
     err.print(message, highlight=False, soft_wrap=True)
 
@@ -129,7 +126,6 @@ def users_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List a workspace's members and their roles."""
-    from qexport.cli import state
 
     admin = admin_context(ctx)
     name = workspace or state(ctx).requester.workspace_id

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
+from qexport.cli_common import fail, out, state
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import Report, Section, parse_fixed_spec, parse_section_spec
@@ -36,7 +37,6 @@ _SECTION_FIELD = re.compile(r"^sections\.(\d+)(.*)$")
 
 
 def _fail(message: str) -> NoReturn:
-    from qexport.cli import fail
 
     fail(message, BAD_INPUT)
 
@@ -111,7 +111,6 @@ def reports_add(
 ) -> None:
     """Save a report, e.g. `qexport reports add Sales --section 'Orders|orders|table'
     --section 'Big ones|orders|bar|20' --param 2:since=2024-01-15`."""
-    from qexport.cli import out, state
 
     st = state(ctx)
     deps = st.deps()
@@ -158,7 +157,6 @@ def reports_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the workspace's reports."""
-    from qexport.cli import out, state
 
     st = state(ctx)
     found = st.deps().store.list_reports(st.requester.workspace_id)

@@ -12,13 +12,22 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
+from qexport.cli_common import (
+    check_local_requester,
+    fail,
+    out,
+    parse_kv,
+    remote,
+    server_errors,
+    state,
+)
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
 from qexport.services import schedules as service
+from qexport.services.views import schedule_view
 
 if TYPE_CHECKING:
-    from qexport.client import QExportClient
     from qexport.domain.schedules import Recipient
     from qexport.store.accounts import SqlAccountStore
     from qexport.store.schedules import SqlScheduleStore
@@ -40,7 +49,6 @@ WEBHOOK_HELP = "POST a signed JSON notice to this http(s) URL; repeatable."
 
 
 def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
-    from qexport.cli import fail
 
     fail(message, code)
 
@@ -77,20 +85,13 @@ def parse_notify(emails: list[str] | None, webhooks: list[str] | None) -> tuple[
         _refused(exc)
 
 
-def _remote(ctx: typer.Context) -> QExportClient | None:
-    from qexport.cli import _remote as remote
-
-    return remote(ctx)
-
-
 def _local(ctx: typer.Context) -> tuple[Deps, service.Actor]:
     """The local database and who acts in it: a member with their role in a workspace with
     accounts; in one without, the command line administers its own workspace."""
-    from qexport.cli import _check_local_requester, state
 
     st = state(ctx)
     deps = st.deps()
-    _check_local_requester(deps, st.requester)
+    check_local_requester(deps, st.requester)
     role = _accounts(deps).role_of(st.requester.workspace_id, st.requester.user_id)
     return deps, service.Actor(st.requester, role or Role.ADMIN)
 
@@ -104,7 +105,6 @@ def _accounts(deps: Deps) -> SqlAccountStore:
 
 
 def _print_schedule(view: dict[str, Any], as_json: bool) -> None:
-    from qexport.cli import out
 
     if as_json:
         print(json.dumps(view, indent=2))
@@ -152,13 +152,12 @@ def schedules_add(
 ) -> None:
     """Save a schedule, e.g. `qexport schedules add orders --format csv --cron '0 8 * * 1'
     --timezone Europe/Berlin --email ops@example.com`."""
-    from qexport.cli import _parse_kv, _server_errors, out
 
-    parameters = _parse_kv(param or [])
+    parameters = parse_kv(param or [])
     recipients = recipients_json(email, webhook)
-    client = _remote(ctx)
+    client = remote(ctx)
     if client is not None:
-        with client, _server_errors(client_error_code=BAD_INPUT):
+        with client, server_errors(client_error_code=BAD_INPUT):
             subject_id = client.resolve_report(subject) if report else client.resolve_query(subject)
             body: dict[str, Any] = {
                 "report_id" if report else "query_id": subject_id,
@@ -197,7 +196,7 @@ def schedules_add(
             )
         except QExportError as exc:
             _refused(exc)
-        view = service.schedule_view(schedule)
+        view = schedule_view(schedule)
     if as_json:
         _print_schedule(view, True)
     else:
@@ -218,17 +217,16 @@ def schedules_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the workspace's schedules you can see."""
-    from qexport.cli import _server_errors, out
 
-    client = _remote(ctx)
+    client = remote(ctx)
     names: dict[str, str] = {}  # subject id -> its name, where known
     if client is not None:
-        with client, _server_errors():
+        with client, server_errors():
             items = client.list_schedules()["items"]
     else:
         deps, actor = _local(ctx)
         found = service.list_visible_schedules(deps.store, _schedules(deps), actor)
-        items = [service.schedule_view(s) for s in found]
+        items = [schedule_view(s) for s in found]
         names = {s.subject_id: _subject_name(deps, s.subject_type, s.subject_id) for s in found}
     if as_json:
         print(json.dumps({"items": items}, indent=2))
@@ -260,11 +258,10 @@ def _subject_name(deps: Deps, kind: str, subject_id: str) -> str:
 
 
 def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict[str, Any]:
-    from qexport.cli import _server_errors
 
-    client = _remote(ctx)
+    client = remote(ctx)
     if client is not None:
-        with client, _server_errors():
+        with client, server_errors():
             return client.update_schedule(schedule_id, {"enabled": enabled})
     deps, actor = _local(ctx)
     try:
@@ -279,13 +276,12 @@ def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict
         )
     except QExportError as exc:
         _refused(exc, FAILED)
-    return service.schedule_view(schedule)
+    return schedule_view(schedule)
 
 
 @schedules_app.command("pause")
 def schedules_pause(ctx: typer.Context, schedule_id: str) -> None:
     """Pause a schedule: nothing fires until it is resumed."""
-    from qexport.cli import out
 
     view = _set_enabled(ctx, schedule_id, enabled=False)
     out.print(f"schedule {view['id']} paused", highlight=False, soft_wrap=True)
@@ -294,7 +290,6 @@ def schedules_pause(ctx: typer.Context, schedule_id: str) -> None:
 @schedules_app.command("resume")
 def schedules_resume(ctx: typer.Context, schedule_id: str) -> None:
     """Resume a schedule from now on; due times that passed while paused never fire."""
-    from qexport.cli import out
 
     view = _set_enabled(ctx, schedule_id, enabled=True)
     out.print(
@@ -307,11 +302,10 @@ def schedules_resume(ctx: typer.Context, schedule_id: str) -> None:
 @schedules_app.command("run-now")
 def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
     """Fire a schedule now (paused or not) and print the export's id."""
-    from qexport.cli import _server_errors
 
-    client = _remote(ctx)
+    client = remote(ctx)
     if client is not None:
-        with client, _server_errors():
+        with client, server_errors():
             export_id = client.run_schedule(schedule_id)["id"]
     else:
         deps, actor = _local(ctx)
@@ -328,11 +322,10 @@ def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
 def schedules_signing_key(ctx: typer.Context) -> None:
     """Print the workspace's webhook signing key (workspace admins): receivers verify
     X-QExport-Signature with it."""
-    from qexport.cli import _server_errors
 
-    client = _remote(ctx)
+    client = remote(ctx)
     if client is not None:
-        with client, _server_errors():
+        with client, server_errors():
             key = client.signing_key()["key"]
     else:
         from qexport.deliveries.signing import signing_key

@@ -23,6 +23,7 @@ from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
+from qexport.humanize import human_size
 from qexport.ports import AccountStore, Clock
 from qexport.scheduler import Scheduler
 from qexport.services.accounts import hash_password
@@ -268,7 +269,7 @@ def _print_results(
             labels[r.id],
             status,
             f"{r.row_count:,}" if r.row_count is not None else "",
-            f"{(r.size_bytes or 0) / 1024 / 1024:,.1f} MiB" if r.size_bytes is not None else "",
+            human_size(r.size_bytes),
             path,
         )
     console.print(table)

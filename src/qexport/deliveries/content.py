@@ -16,6 +16,8 @@ from typing import Any
 
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.schedules import Delivery, Outcome
+from qexport.humanize import human_size
+from qexport.services.views import iso_time
 
 DELIVERY_HEADER = "X-QExport-Delivery"
 _STATUS = {Outcome.FILE: "succeeded", Outcome.FAILURE: "failed", Outcome.EXPIRED: "expired"}
@@ -39,24 +41,8 @@ def outcome_of(export: ExportRecord, now: datetime) -> Outcome:
     return Outcome.FILE
 
 
-def human_size(size: int) -> str:
-    """`840 bytes`, `3.4 KB`, `12.0 MB` (powers of 1000, as file managers show them)."""
-    if size < 1000:
-        return f"{size} byte" if size == 1 else f"{size} bytes"
-    value = float(size)
-    for unit in ("KB", "MB", "GB", "TB"):
-        value /= 1000
-        if value < 1000 or unit == "TB":
-            break
-    return f"{value:.1f} {unit}"
-
-
 def readable_time(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "unknown"
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
 def _subject_line(export: ExportRecord) -> str:
@@ -146,7 +132,7 @@ def webhook_payload(notice: Notice) -> dict[str, Any]:
         "rows": export.row_count if export.status is Status.SUCCEEDED else None,
         "size_bytes": export.size_bytes if export.status is Status.SUCCEEDED else None,
         "sha256": export.sha256 if export.status is Status.SUCCEEDED else None,
-        "expires_at": _iso(export.expires_at),
+        "expires_at": iso_time(export.expires_at),
         "link": notice.link if delivered else None,
         "failure": failure,
         "schedule_id": notice.delivery.schedule_id,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from qexport.domain.exports import ExportRecord, effective_status
+from qexport.humanize import human_size
 
 UNSETTLED = ("queued", "running")
 
@@ -22,17 +23,6 @@ REASONS = {
     "attempts_exhausted": "The export was tried too many times.",
     "internal": "Something went wrong on our side.",
 }
-
-
-def human_size(size: int | None) -> str:
-    if size is None:
-        return ""
-    value = float(size)
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{size} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} bytes"  # pragma: no cover - the loop returns
 
 
 def human_duration(delta: timedelta) -> str:

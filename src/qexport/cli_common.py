@@ -1,0 +1,100 @@
+"""What every CLI command group shares: the consoles, the per-invocation state, errors as one
+line with an exit status, and the client for a server when one is configured."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+from rich.console import Console
+
+from qexport import bootstrap
+from qexport.config import Settings
+from qexport.domain.exports import Requester
+from qexport.worker.runner import Deps
+
+if TYPE_CHECKING:
+    from qexport.client import QExportClient
+
+out = Console()
+err = Console(stderr=True)
+
+
+@dataclass
+class State:
+    settings: Settings
+    requester: Requester
+    # Both set: the `exports` commands talk to that server instead of the local database.
+    url: str | None = None
+    token: str | None = None
+    _deps: Deps | None = None
+
+    def deps(self) -> Deps:
+        if self._deps is None:
+            self._deps = bootstrap.build(self.settings)
+        return self._deps
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def state(ctx: typer.Context) -> State:
+    obj = ctx.obj
+    assert isinstance(obj, State)
+    return obj
+
+
+def parse_kv(pairs: list[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--param expects KEY=VALUE, got {pair!r}", 2)
+        values[key] = value
+    return values
+
+
+def remote(ctx: typer.Context) -> QExportClient | None:
+    """The server client when QEXPORT_URL and QEXPORT_TOKEN (or --url, --token) are set."""
+    st = state(ctx)
+    if not st.url and not st.token:
+        return None
+    if not (st.url and st.token):
+        fail("talking to a server needs both QEXPORT_URL and QEXPORT_TOKEN (--url, --token)", 2)
+    from qexport.client import QExportClient
+
+    return QExportClient(st.url, st.token)
+
+
+@contextlib.contextmanager
+def server_errors(client_error_code: int = 1) -> Iterator[None]:
+    """A server's refusal as one line with its code; `client_error_code` for 4xx answers."""
+    from qexport.client import ApiError
+
+    try:
+        yield
+    except ApiError as exc:
+        fail(str(exc), client_error_code if 400 <= exc.status < 500 else 1)
+
+
+def check_local_requester(deps: Deps, requester: Requester) -> None:
+    """In a workspace that has accounts, the local requester must be one of its members: an
+    export requested for anyone else would only fail `access_lost` before it runs."""
+    from qexport.store.accounts import SqlAccountStore
+    from qexport.store.sql import SqlMetadataStore
+
+    if not isinstance(deps.store, SqlMetadataStore):
+        return
+    accounts = SqlAccountStore(deps.store.engine)
+    workspace, user = requester.workspace_id, requester.user_id
+    if accounts.workspace_exists(workspace) and accounts.role_of(workspace, user) is None:
+        fail(
+            f"user {user!r} is not a member of workspace {workspace!r}, which has accounts;"
+            f" pass --user with a member's id (qexport users list --workspace {workspace})",
+            2,
+        )

@@ -1,0 +1,18 @@
+"""Sizes as people read them, the same in the CLI, the web pages and delivery emails."""
+
+from __future__ import annotations
+
+
+def human_size(size: int | None) -> str:
+    """`840 bytes`, `3.4 KB`, `12.0 MB` (powers of 1000, as file managers show them); `` for
+    no size."""
+    if size is None:
+        return ""
+    if size < 1000:
+        return f"{size} byte" if size == 1 else f"{size} bytes"
+    value = float(size)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            break
+    return f"{value:.1f} {unit}"
