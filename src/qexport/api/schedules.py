@@ -28,7 +28,7 @@ from qexport.deliveries.signing import signing_key as workspace_key
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.schedules import Schedule
 from qexport.services import schedules as service
-from qexport.services.views import export_view
+from qexport.services.views import delivery_view, export_view, schedule_view
 
 router = APIRouter(tags=["schedules"])
 
@@ -38,7 +38,7 @@ _NULLABLE = frozenset({"timezone", "query_id", "report_id"})
 
 
 def _view(schedule: Schedule) -> ScheduleView:
-    return ScheduleView.model_validate(service.schedule_view(schedule))
+    return ScheduleView.model_validate(schedule_view(schedule))
 
 
 @router.get(
@@ -216,4 +216,4 @@ def list_deliveries(export_id: str, principal: CurrentPrincipal, context: Contex
         export_id,
         whole_workspace=principal.sees_workspace,
     )
-    return DeliveryList(items=[Delivery.model_validate(service.delivery_view(d)) for d in found])
+    return DeliveryList(items=[Delivery.model_validate(delivery_view(d)) for d in found])

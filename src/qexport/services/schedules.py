@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 from qexport.domain.accounts import Principal, Role, at_least
@@ -379,45 +378,3 @@ def list_visible_deliveries(
 def require_admin(actor: Actor) -> None:
     if not actor.is_admin:
         raise ForbiddenError("only workspace admins may read the webhook signing key")
-
-
-# ---------------------------------------------------------------- views
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-def schedule_view(schedule: Schedule) -> dict[str, Any]:
-    """A schedule as JSON; `next_run_at` is null while it is paused."""
-    is_report = schedule.subject_type == SUBJECT_REPORT
-    return {
-        "id": schedule.id,
-        "query_id": None if is_report else schedule.subject_id,
-        "report_id": schedule.subject_id if is_report else None,
-        "format": schedule.format,
-        "parameters": schedule.parameters,
-        "cron": schedule.cron,
-        "timezone": schedule.timezone,
-        "recipients": [r.to_json() for r in schedule.recipients],
-        "missed": schedule.missed.value,
-        "enabled": schedule.enabled,
-        "options": {"neutralize_formulas": bool(schedule.options.get("neutralize_formulas", True))},
-        "owner": schedule.owner,
-        "next_run_at": _iso(schedule.next_due_at) if schedule.enabled else None,
-        "created_at": _iso(schedule.created_at),
-    }
-
-
-def delivery_view(delivery: Delivery) -> dict[str, Any]:
-    """A delivery as JSON: who it goes to and how far it got."""
-    return {
-        "id": delivery.id,
-        "recipient": delivery.recipient.to_json(),
-        "status": delivery.status.value,
-        "attempts": delivery.attempt,
-        "outcome": delivery.outcome.value if delivery.outcome else None,
-        "last_error": delivery.last_error,
-        "sent_at": _iso(delivery.sent_at),
-        "created_at": _iso(delivery.created_at),
-    }

@@ -1,4 +1,5 @@
-"""How an export is shown to people and programs (DESIGN section 5 field names)."""
+"""How exports, schedules and deliveries are shown to people and programs (DESIGN section 5
+field names)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from datetime import datetime
 from typing import Any
 
 from qexport.domain.exports import ExportRecord, effective_status
+from qexport.domain.reports import SUBJECT_REPORT
+from qexport.domain.schedules import Delivery, Schedule
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso_time(value: datetime | None) -> str | None:
+    """UTC instants as the API writes them: `2026-12-01T10:41:00Z`."""
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
@@ -26,10 +30,10 @@ def export_view(record: ExportRecord, now: datetime) -> dict[str, Any]:
         "parameters": record.parameters,
         "filename": record.filename,
         "requested_by": record.requested_by,
-        "created_at": _iso(record.created_at),
-        "started_at": _iso(record.started_at),
-        "completed_at": _iso(record.completed_at),
-        "expires_at": _iso(record.expires_at),
+        "created_at": iso_time(record.created_at),
+        "started_at": iso_time(record.started_at),
+        "completed_at": iso_time(record.completed_at),
+        "expires_at": iso_time(record.expires_at),
         "size_bytes": record.size_bytes,
         "row_count": record.row_count,
         "sha256": record.sha256,
@@ -40,4 +44,39 @@ def export_view(record: ExportRecord, now: datetime) -> dict[str, Any]:
             if record.failure_code
             else None
         ),
+    }
+
+
+def schedule_view(schedule: Schedule) -> dict[str, Any]:
+    """A schedule as JSON; `next_run_at` is null while it is paused."""
+    is_report = schedule.subject_type == SUBJECT_REPORT
+    return {
+        "id": schedule.id,
+        "query_id": None if is_report else schedule.subject_id,
+        "report_id": schedule.subject_id if is_report else None,
+        "format": schedule.format,
+        "parameters": schedule.parameters,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "recipients": [r.to_json() for r in schedule.recipients],
+        "missed": schedule.missed.value,
+        "enabled": schedule.enabled,
+        "options": {"neutralize_formulas": bool(schedule.options.get("neutralize_formulas", True))},
+        "owner": schedule.owner,
+        "next_run_at": iso_time(schedule.next_due_at) if schedule.enabled else None,
+        "created_at": iso_time(schedule.created_at),
+    }
+
+
+def delivery_view(delivery: Delivery) -> dict[str, Any]:
+    """A delivery as JSON: who it goes to and how far it got."""
+    return {
+        "id": delivery.id,
+        "recipient": delivery.recipient.to_json(),
+        "status": delivery.status.value,
+        "attempts": delivery.attempt,
+        "outcome": delivery.outcome.value if delivery.outcome else None,
+        "last_error": delivery.last_error,
+        "sent_at": iso_time(delivery.sent_at),
+        "created_at": iso_time(delivery.created_at),
     }
