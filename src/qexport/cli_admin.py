@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from qexport.cli_common import err, fail, out, state
+from qexport.cli_common import err, fail, fail_input, out, state
 from qexport.config import Settings
 from qexport.domain.accounts import ApiToken
 from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
@@ -28,8 +28,6 @@ from qexport.sources.registry import DEMO_SOURCE, configured_names, masked_url
 users_app = typer.Typer(no_args_is_help=True, help="Users and their roles in workspaces.")
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (Authorization: Bearer).")
 sources_app = typer.Typer(no_args_is_help=True, help="Data sources that queries name.")
-
-BAD_INPUT = 2
 
 
 @dataclass(frozen=True)
@@ -50,19 +48,8 @@ def admin_context(ctx: typer.Context) -> Admin:
     return Admin(SqlAccountStore(deps.store.engine), deps.clock, st.settings)
 
 
-def fail_input(message: str, code: int = BAD_INPUT) -> NoReturn:
-
-    fail(message, code)
-
-
-def _print(renderable: Any) -> None:
-
-    out.print(renderable)
-
-
 def note(message: str) -> None:
     """Say what happened on stderr, so that stdout carries only the result."""
-
     err.print(message, highlight=False, soft_wrap=True)
 
 
@@ -74,7 +61,7 @@ def _refusals() -> Iterator[None]:
     except (InvalidRequestError, NotFoundError, ValueError) as exc:
         fail_input(str(exc))
     except QExportError as exc:
-        fail_input(str(exc), 1)
+        fail(str(exc))
 
 
 def _iso(value: datetime | None) -> str:
@@ -126,7 +113,6 @@ def users_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List a workspace's members and their roles."""
-
     admin = admin_context(ctx)
     name = workspace or state(ctx).requester.workspace_id
     with _refusals():
@@ -141,7 +127,7 @@ def users_list(
     table = Table("email", "role", "id", title=f"workspace {name}")
     for row in rows:
         table.add_row(row["email"], row["role"], row["id"])
-    _print(table)
+    out.print(table)
 
 
 # ---------------------------------------------------------------- tokens
@@ -199,7 +185,7 @@ def tokens_list(
     for row in rows:
         # Minutes are enough on screen (the JSON has seconds): the table fits 80 columns.
         table.add_row(*((row[k] or "")[:16].replace("T", " ") for k in row))
-    _print(table)
+    out.print(table)
 
 
 # ---------------------------------------------------------------- sources
@@ -246,4 +232,4 @@ def sources_list(
     table = Table("name", "url", "origin")
     for row in rows:
         table.add_row(row["name"], row["url"], row["origin"])
-    _print(table)
+    out.print(table)

@@ -38,9 +38,17 @@ class State:
         return self._deps
 
 
+BAD_INPUT = 2  # the exit status for input refused before anything happened
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def fail_input(message: str) -> NoReturn:
+    """Refuse bad input: one line on stderr, exit status 2."""
+    fail(message, BAD_INPUT)
 
 
 def state(ctx: typer.Context) -> State:

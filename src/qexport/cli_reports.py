@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from qexport.cli_common import fail, out, state
+from qexport.cli_common import fail_input, out, state
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import Report, Section, parse_fixed_spec, parse_section_spec
@@ -30,22 +30,16 @@ reports_app = typer.Typer(
     no_args_is_help=True, help="Reports: titled documents of several queries' results."
 )
 
-BAD_INPUT = 2
 SECTION_HELP = "HEADING|QUERY|DISPLAY[|ROW_CAP], in order; DISPLAY: table, bar or line."
 PARAM_HELP = "N:NAME=VALUE: a value fixed for section N's query (sections count from 1)."
 _SECTION_FIELD = re.compile(r"^sections\.(\d+)(.*)$")
-
-
-def _fail(message: str) -> NoReturn:
-
-    fail(message, BAD_INPUT)
 
 
 def _parse_section(spec: str) -> Section:
     try:
         return parse_section_spec(spec)
     except InvalidRequestError as exc:
-        _fail(f"--section {exc}")
+        fail_input(f"--section {exc}")
 
 
 def _parse_fixed(specs: list[str], count: int) -> dict[int, dict[str, str]]:
@@ -55,7 +49,7 @@ def _parse_fixed(specs: list[str], count: int) -> dict[int, dict[str, str]]:
         try:
             index, name, value = parse_fixed_spec(spec, count)
         except InvalidRequestError as exc:
-            _fail(f"--param {exc}")
+            fail_input(f"--param {exc}")
         fixed.setdefault(index, {})[name] = value
     return fixed
 
@@ -67,7 +61,7 @@ def _resolve(deps: Deps, requester: Requester, sections: list[Section]) -> list[
         try:
             query = find_readable_query(deps.store, requester, section.query_id)
         except NotFoundError:
-            _fail(f"section {number}: no query {section.query_id!r} that you can read")
+            fail_input(f"section {number}: no query {section.query_id!r} that you can read")
         resolved.append(
             Section(section.heading, query.id, section.parameters, section.display, section.row_cap)
         )
@@ -111,7 +105,6 @@ def reports_add(
 ) -> None:
     """Save a report, e.g. `qexport reports add Sales --section 'Orders|orders|table'
     --section 'Big ones|orders|bar|20' --param 2:since=2024-01-15`."""
-
     st = state(ctx)
     deps = st.deps()
     parsed = [_parse_section(spec) for spec in section]
@@ -136,7 +129,7 @@ def reports_add(
             members=_workspace_members(deps, st.requester, members),
         )
     except InvalidRequestError as exc:
-        _fail(f"{_human_field(exc.field)}{exc}")
+        fail_input(f"{_human_field(exc.field)}{exc}")
     out.print(f"saved report {title!r} ({report.id})")
 
 
@@ -157,7 +150,6 @@ def reports_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the workspace's reports."""
-
     st = state(ctx)
     found = st.deps().store.list_reports(st.requester.workspace_id)
     if as_json:

@@ -13,8 +13,10 @@ import typer
 from rich.table import Table
 
 from qexport.cli_common import (
+    BAD_INPUT,
     check_local_requester,
     fail,
+    fail_input,
     out,
     parse_kv,
     remote,
@@ -39,7 +41,6 @@ schedules_app = typer.Typer(
     " local database, or on a server when QEXPORT_URL and QEXPORT_TOKEN are set.",
 )
 
-BAD_INPUT = 2
 FAILED = 1
 CRON_HELP = (
     "5 fields: minute hour day-of-month month day-of-week, e.g. '0 8 * * 1' (Mondays 08:00)."
@@ -48,16 +49,11 @@ EMAIL_HELP = "Mail the export (its link) to this address; repeatable."
 WEBHOOK_HELP = "POST a signed JSON notice to this http(s) URL; repeatable."
 
 
-def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
-
-    fail(message, code)
-
-
 def _refused(exc: QExportError, code: int = BAD_INPUT) -> NoReturn:
     """One line naming the option at fault, e.g. `--cron: cron '0 8' must have 5 fields`."""
     if isinstance(exc, InvalidRequestError):
-        _fail(f"{_option(exc.field)}: {exc}" if exc.field else str(exc), BAD_INPUT)
-    _fail(str(exc), code)
+        fail_input(f"{_option(exc.field)}: {exc}" if exc.field else str(exc))
+    fail(str(exc), code)
 
 
 def _option(field: str) -> str:
@@ -88,7 +84,6 @@ def parse_notify(emails: list[str] | None, webhooks: list[str] | None) -> tuple[
 def _local(ctx: typer.Context) -> tuple[Deps, service.Actor]:
     """The local database and who acts in it: a member with their role in a workspace with
     accounts; in one without, the command line administers its own workspace."""
-
     st = state(ctx)
     deps = st.deps()
     check_local_requester(deps, st.requester)
@@ -105,7 +100,6 @@ def _accounts(deps: Deps) -> SqlAccountStore:
 
 
 def _print_schedule(view: dict[str, Any], as_json: bool) -> None:
-
     if as_json:
         print(json.dumps(view, indent=2))
         return
@@ -152,7 +146,6 @@ def schedules_add(
 ) -> None:
     """Save a schedule, e.g. `qexport schedules add orders --format csv --cron '0 8 * * 1'
     --timezone Europe/Berlin --email ops@example.com`."""
-
     parameters = parse_kv(param or [])
     recipients = recipients_json(email, webhook)
     client = remote(ctx)
@@ -217,7 +210,6 @@ def schedules_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the workspace's schedules you can see."""
-
     client = remote(ctx)
     names: dict[str, str] = {}  # subject id -> its name, where known
     if client is not None:
@@ -258,7 +250,6 @@ def _subject_name(deps: Deps, kind: str, subject_id: str) -> str:
 
 
 def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict[str, Any]:
-
     client = remote(ctx)
     if client is not None:
         with client, server_errors():
@@ -282,7 +273,6 @@ def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict
 @schedules_app.command("pause")
 def schedules_pause(ctx: typer.Context, schedule_id: str) -> None:
     """Pause a schedule: nothing fires until it is resumed."""
-
     view = _set_enabled(ctx, schedule_id, enabled=False)
     out.print(f"schedule {view['id']} paused", highlight=False, soft_wrap=True)
 
@@ -290,7 +280,6 @@ def schedules_pause(ctx: typer.Context, schedule_id: str) -> None:
 @schedules_app.command("resume")
 def schedules_resume(ctx: typer.Context, schedule_id: str) -> None:
     """Resume a schedule from now on; due times that passed while paused never fire."""
-
     view = _set_enabled(ctx, schedule_id, enabled=True)
     out.print(
         f"schedule {view['id']} resumed; next run at {view['next_run_at']}",
@@ -302,7 +291,6 @@ def schedules_resume(ctx: typer.Context, schedule_id: str) -> None:
 @schedules_app.command("run-now")
 def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
     """Fire a schedule now (paused or not) and print the export's id."""
-
     client = remote(ctx)
     if client is not None:
         with client, server_errors():
@@ -322,7 +310,6 @@ def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
 def schedules_signing_key(ctx: typer.Context) -> None:
     """Print the workspace's webhook signing key (workspace admins): receivers verify
     X-QExport-Signature with it."""
-
     client = remote(ctx)
     if client is not None:
         with client, server_errors():

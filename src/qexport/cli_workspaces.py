@@ -7,7 +7,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 
-from qexport.cli_admin import admin_context, fail_input, note
+from qexport.cli_admin import admin_context, note
+from qexport.cli_common import fail_input
 
 workspaces_app = typer.Typer(no_args_is_help=True, help="Workspaces' settings.")
 
