@@ -66,6 +66,9 @@ class Settings:
     delivery_timeout_seconds: float = 30.0
     # Files up to this size are attached to delivery emails; 0: links only.
     email_attachment_max_bytes: int = 0
+    # Rows (every section's together) a PDF report may hold: ReportLab keeps the laid-out
+    # pages in memory until the file is saved, about 0.45 KiB a row.
+    report_pdf_max_rows: int = 100_000
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -84,6 +87,8 @@ class Settings:
             raise ValueError("QEXPORT_DELIVERY_MAX_ATTEMPTS must be at least 1")
         if self.email_attachment_max_bytes < 0:
             raise ValueError("QEXPORT_EMAIL_ATTACHMENT_MAX_BYTES must not be negative")
+        if self.report_pdf_max_rows < 1:
+            raise ValueError("QEXPORT_REPORT_PDF_MAX_ROWS must be at least 1")
 
     @property
     def demo_database(self) -> Path:
@@ -143,6 +148,7 @@ class Settings:
                 "MAX_UNSETTLED_PER_USER",
                 "DELIVERY_MAX_ATTEMPTS",
                 "EMAIL_ATTACHMENT_MAX_BYTES",
+                "REPORT_PDF_MAX_ROWS",
             ):
                 if (v := get(name)) is not None:
                     values[name.lower()] = int(v)

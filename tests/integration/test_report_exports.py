@@ -17,6 +17,9 @@ from qexport.config import Settings
 from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.reports import Display
+from qexport.reports.html import HtmlDocument
+from qexport.reports.pdf import PdfDocument
+from qexport.reports.xlsx import XlsxDocument
 from qexport.store.sql import SqlMetadataStore
 from tests.integration.report_env import ALICE, BOB, ReportEnv, make_env, section
 
@@ -92,16 +95,86 @@ def test_a_failing_section_settles_with_its_query_code(
         assert env.deps.objects.incomplete_uploads(record.storage_key) == []
 
 
-def test_a_chart_without_numbers_fails_render_failed(env: ReportEnv) -> None:
-    """A bar chart over a query with no numeric column settles render_failed with a reason a
-    person can act on, and stores nothing."""
-    names = env.add_query("names", "SELECT owner, customer FROM orders LIMIT 5")
-    report = env.add_report("Chart", section("Owners", names, Display.BAR))
-    record = env.run(env.request(report, "html"))
+@pytest.mark.parametrize("fmt", ["pdf", "xlsx", "html"])
+@pytest.mark.parametrize("rows", [5, 0])
+def test_a_chart_without_numbers_fails_render_failed(env: ReportEnv, fmt: str, rows: int) -> None:
+    """A bar chart over a query with no numeric column after the label column settles
+    render_failed in every format, with or without rows, naming the section; nothing stored."""
+    names = env.add_query(
+        f"names{rows}", f"SELECT amount, owner, customer FROM orders LIMIT {rows}"
+    )
+    table = env.add_query("ids", "SELECT id FROM orders LIMIT 3")
+    report = env.add_report(
+        "Chart", section("Fine", table), section("Owners by name", names, Display.BAR)
+    )
+    record = env.run(env.request(report, fmt))
     assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.RENDER_FAILED)
-    assert "no numeric column" in (record.failure_detail or "")
-    assert "Traceback" not in (record.failure_detail or "")
+    detail = record.failure_detail or ""
+    assert "'Owners by name'" in detail
+    assert "no numeric column" in detail
+    assert "Traceback" not in detail
     assert env.deps.objects.head(record.storage_key) is None
+    assert env.deps.objects.incomplete_uploads(record.storage_key) == []
+
+
+_WRITERS = {"pdf": PdfDocument, "xlsx": XlsxDocument, "html": HtmlDocument}
+
+
+@pytest.mark.parametrize("fmt", ["pdf", "xlsx", "html"])
+@pytest.mark.parametrize("step", ["add", "finish"])
+def test_an_unexpected_renderer_error_is_render_failed(
+    env: ReportEnv, monkeypatch: pytest.MonkeyPatch, fmt: str, step: str
+) -> None:
+    """A renderer that raises something unexpected (here ValueError, while adding a section
+    or finishing the document) settles render_failed: the detail names the format, the part
+    and the error's type, never its message (it may quote row data) nor a traceback; the
+    upload is aborted and nothing is stored."""
+
+    def broken(*args: object) -> None:
+        raise ValueError("row value alice-secret-42")
+
+    monkeypatch.setattr(_WRITERS[fmt], step, broken)
+    query = env.add_query("ids", "SELECT id, amount FROM orders LIMIT 3")
+    report = env.add_report("Broken renderer", section("Ids", query))
+    record = env.run(env.request(report, fmt))
+    assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.RENDER_FAILED)
+    detail = record.failure_detail or ""
+    part = "section 'Ids'" if step == "add" else "the end of the document"
+    assert f"the {fmt.upper()} renderer could not render {part} (ValueError)" in detail
+    assert "alice-secret-42" not in detail
+    assert "Traceback" not in detail
+    assert env.deps.objects.head(record.storage_key) is None
+    assert env.deps.objects.incomplete_uploads(record.storage_key) == []
+
+
+def test_a_pdf_over_its_row_limit_fails_limit_exceeded(env: ReportEnv) -> None:
+    """With QEXPORT_REPORT_PDF_MAX_ROWS at 50, a PDF of 30 + 30 rows fails limit_exceeded at
+    the second section, with a message naming the limit and what to do instead; nothing is
+    stored. 25 + 25 rows (exactly the limit) renders, and XLSX and HTML are not limited."""
+    env.deps = dataclasses.replace(
+        env.deps, settings=dataclasses.replace(env.deps.settings, report_pdf_max_rows=50)
+    )
+    query = env.add_query("ids", "SELECT id, amount FROM orders ORDER BY id")
+    over = env.add_report(
+        "Too long", section("First", query, row_cap=30), section("Second", query, row_cap=30)
+    )
+    record = env.run(env.request(over, "pdf"))
+    assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.LIMIT_EXCEEDED)
+    detail = record.failure_detail or ""
+    assert "'Second'" in detail
+    assert "at most 50 (QEXPORT_REPORT_PDF_MAX_ROWS)" in detail
+    assert "xlsx or html" in detail
+    assert "row_cap" in detail
+    assert env.deps.objects.head(record.storage_key) is None
+    assert env.deps.objects.incomplete_uploads(record.storage_key) == []
+    for fmt in ("xlsx", "html"):
+        other = env.run(env.request(over, fmt))
+        assert (other.status, other.row_count) == (Status.SUCCEEDED, 60), other.failure_detail
+    at_limit = env.add_report(
+        "Just fits", section("First", query, row_cap=25), section("Second", query, row_cap=25)
+    )
+    fits = env.run(env.request(at_limit, "pdf"))
+    assert (fits.status, fits.row_count) == (Status.SUCCEEDED, 50), fits.failure_detail
 
 
 def _peak(env: ReportEnv, sections: int, fmt: str) -> tuple[int, int]:
@@ -142,9 +215,40 @@ def test_memory_does_not_grow_with_the_number_of_sections(env: ReportEnv, fmt: s
     assert large < small * 2, (small, large)
 
 
+def test_pdf_memory_grows_by_the_page_not_by_the_section(
+    sqlite_store: SqlMetadataStore, tmp_path: Path
+) -> None:
+    """On a worker, a PDF of one 4,000-row table peaks about as high as one of 4 x 1,000 rows
+    (measured: 3.4 and 2.7 MiB; a table laid out as one splitting flowable peaked at 13 MiB):
+    tables are laid out a page at a time, and the laid-out pages cost ~0.5 KiB a row."""
+    env = make_env(sqlite_store, tmp_path, rows=4000)
+    env.deps = dataclasses.replace(
+        env.deps, settings=dataclasses.replace(env.deps.settings, part_size=256 * 1024)
+    )
+    query = env.add_query("wide", "SELECT id, customer, amount, day, paid, owner FROM orders")
+    warm = env.run(env.request(env.add_report("Warm", section("One", query, row_cap=10)), "pdf"))
+    assert warm.status is Status.SUCCEEDED, warm.failure_detail  # ReportLab imported, untraced
+    peaks = {}
+    for sections, rows in ((4, 1000), (1, 4000)):
+        report = env.add_report(
+            "Big", *(section(f"Part {i}", query, row_cap=rows) for i in range(sections))
+        )
+        record = env.request(report, "pdf")
+        tracemalloc.start()
+        try:
+            final = env.run(record)
+            _, peaks[sections] = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert (final.status, final.row_count) == (Status.SUCCEEDED, 4000), final.failure_detail
+    assert peaks[1] < 8 * 1024 * 1024, f"peak {peaks[1] / 2**20:.1f} MiB"
+    assert peaks[1] < peaks[4] * 1.6, peaks
+
+
 _PDF_SCRIPT = """
 import datetime as dt, resource, sys
 import pyarrow as pa
+from qexport.config import Settings
 from qexport.domain.reports import Display
 from qexport.reports.model import DocumentInfo, SectionData
 from qexport.reports.pdf import PdfDocument
@@ -155,32 +259,33 @@ class Null:
         self.size += len(data)
         return len(data)
 
-sections, rows = int(sys.argv[1]), int(sys.argv[2])
+rows = Settings().report_pdf_max_rows
 types = (pa.int64(), pa.string(), pa.float64(), pa.date32(), pa.bool_())
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 sink = Null()
-doc = PdfDocument(DocumentInfo("Big", "", "me", dt.datetime.now(dt.UTC)), sink)
-for s in range(sections):
-    data = [(i, f"customer {i}", i * 2.5, dt.date(2025, 1, 1), i % 2 == 0) for i in range(rows)]
-    doc.add(SectionData(f"Part {s}", Display.TABLE, ("id", "c", "a", "d", "p"), types, data, False))
+doc = PdfDocument(DocumentInfo("Big", "", "me", dt.datetime.now(dt.UTC)), sink, max_rows=rows)
+data = [(i, f"customer {i}", i * 2.5, dt.date(2025, 1, 1), i % 2 == 0) for i in range(rows)]
+doc.add(SectionData("Part", Display.TABLE, ("id", "c", "a", "d", "p"), types, data, False))
+del data
 doc.finish()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, sink.size)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, sink.size, rows)
 """
 
 
-def test_pdf_memory_is_bounded_by_the_document() -> None:
-    """A 20 x 1,000-row PDF (about 470 pages) grows the process by under 64 MiB:
-    rows are dropped once laid out; ReportLab keeps only the pages' content until it saves,
-    a few times the finished file."""
+def test_a_pdf_at_the_default_row_limit_stays_far_below_a_worker_budget() -> None:
+    """A PDF of QEXPORT_REPORT_PDF_MAX_ROWS' default (100,000 rows in one table, ~1,650 pages)
+    grows the process by under 128 MiB (measured: ~56 MiB, rows included): ReportLab keeps
+    the laid-out pages until it saves, ~0.5 KiB a row; one splitting table took 320 MiB."""
     result = subprocess.run(
-        [sys.executable, "-c", _PDF_SCRIPT, "20", "1000"],
+        [sys.executable, "-c", _PDF_SCRIPT],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=90,
         check=True,
     )
-    grown_kib, size = map(int, result.stdout.split())
-    assert size > 1_000_000
-    assert grown_kib < 64 * 1024, (
+    grown_kib, size, rows = map(int, result.stdout.split())
+    assert rows == 100_000
+    assert size > 4_000_000
+    assert grown_kib < 128 * 1024, (
         f"grew {grown_kib / 1024:.1f} MiB for a {size / 2**20:.1f} MiB file"
     )

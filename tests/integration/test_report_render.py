@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.exports import Status
+from qexport.domain.queries import Parameter, ParamType
 from qexport.domain.reports import Display
 from qexport.store.sql import SqlMetadataStore
 from qexport.store.tables import workspaces
@@ -75,6 +76,57 @@ def test_pdf_has_title_block_headings_cells_page_numbers_and_repeated_header(
     assert re.search(r"id\s+customer\s+amount\s+day\s+paid", pages[1])  # ...under its header
 
 
+CHART_SQL = (
+    "SELECT 'Week ' || id AS week, amount * 1000 AS \"Gross takings\","
+    ' id * 7 AS "Parcel count" FROM orders ORDER BY id LIMIT 6'
+)
+
+
+def test_pdf_charts_are_drawn_from_the_data(env: ReportEnv) -> None:
+    """A bar and a line chart each draw the query's categories on the x axis, its numeric
+    columns' names in the legend and the value axis up to the largest value (15,000): text
+    that only the charts can have put in the document, since no table shows these rows."""
+    weekly = env.add_query("weekly", CHART_SQL)
+    report = env.add_report(
+        "Charts", section("Takings", weekly, Display.BAR), section("Trend", weekly, Display.LINE)
+    )
+    record = env.run(env.request(report, "pdf"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    pages = _pdf_pages(env.file(record))
+    assert len(pages) == 1  # both charts on the first page
+    lines = [line.strip() for line in pages[0].splitlines()]
+    for label in (*(f"Week {i}" for i in range(1, 7)), "Gross takings", "Parcel count"):
+        assert lines.count(label) == 2, (label, lines)  # once in each chart
+    assert lines.count("15000") == 2  # the value axis's top tick (6 x 2.5 x 1,000)
+    assert lines.count("0") == 2
+
+
+def test_request_parameters_reach_the_sections_that_leave_them_open(env: ReportEnv) -> None:
+    """A section that leaves the query's parameter open runs with the value in the export
+    request (7, then 2 rows); a section that fixes it (3) keeps its own value whatever the
+    request says; the row count and the document's rows follow."""
+    upto = env.add_query(
+        "upto",
+        "SELECT id, amount FROM orders WHERE id <= $upto ORDER BY id",
+        [Parameter("upto", ParamType.INTEGER)],
+    )
+    report = env.add_report(
+        "Parameters",
+        section("Open", upto),
+        section("Fixed", upto, parameters={"upto": 3}),
+    )
+    for requested in (7, 2):
+        record = env.run(env.request(report, "xlsx", upto=requested))
+        assert record.status is Status.SUCCEEDED, record.failure_detail
+        assert record.row_count == requested + 3
+        book = openpyxl.load_workbook(io.BytesIO(env.file(record)))
+        ids = {
+            name: [row[0] for row in book[name].iter_rows(min_row=2, values_only=True)]
+            for name in ("Open", "Fixed")
+        }
+        assert ids == {"Open": list(range(1, requested + 1)), "Fixed": [1, 2, 3]}
+
+
 def test_pdf_pages_render_to_png(env: ReportEnv, tmp_path: Path) -> None:
     """Every page of the PDF renders with poppler's pdftoppm (required when CI is set)."""
     if shutil.which("pdftoppm") is None:
@@ -104,25 +156,34 @@ def test_pdf_pages_render_to_png(env: ReportEnv, tmp_path: Path) -> None:
 
 
 def test_xlsx_cells_match_the_query_results(env: ReportEnv, tmp_path: Path) -> None:
-    """One sheet per section after a "Report" sheet; every cell equals the query's value
-    with its type (numbers, dates, booleans, text never turned into a formula); the header
-    row is frozen; headings become valid unique sheet names."""
+    """One sheet per section and nothing else; the title, requester and generation time are
+    the workbook's document properties; every cell, in table and chart sections alike, equals
+    the query's value with its type (numbers, dates, booleans, text never turned into a
+    formula); the header row is frozen; headings become valid unique sheet names."""
     orders = env.add_query("orders", ORDERS_SQL)
     daily = env.add_query("daily", DAILY_SQL)
     report = env.add_report(
         "Workbook",
         section("Orders: all/every [1]", orders),
         section("Orders: all/every [1]", daily, Display.BAR, row_cap=7),
+        description="For the board",
     )
     with duckdb.connect(str(tmp_path / "shop.duckdb"), read_only=True) as con:
         expected = con.execute(ORDERS_SQL).fetchall()
+        expected_daily = con.execute(DAILY_SQL).fetchall()[:7]
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None)
     record = env.run(env.request(report, "xlsx"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
     book = openpyxl.load_workbook(io.BytesIO(env.file(record)))
-    assert book.sheetnames == ["Report", "Orders- all-every -1-", "Orders- all-every -1- (2)"]
-    front = book["Report"]
-    assert (front["A1"].value, front["B1"].value) == ("Title", "Workbook")
-    assert front["B3"].value == "alice@example.com"
+    assert book.sheetnames == ["Orders- all-every -1-", "Orders- all-every -1- (2)"]
+    props = book.properties
+    assert props.title == "Workbook"
+    assert props.creator == "alice@example.com"
+    assert props.description is not None
+    assert props.description.startswith("For the board\nRequested by alice@example.com")
+    assert re.search(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC$", props.description)
+    assert props.created is not None
+    assert before <= props.created <= dt.datetime.now(dt.UTC).replace(tzinfo=None)
     sheet = book["Orders- all-every -1-"]
     assert sheet.freeze_panes == "A2"
     rows = list(sheet.iter_rows(values_only=True))
@@ -140,36 +201,70 @@ def test_xlsx_cells_match_the_query_results(env: ReportEnv, tmp_path: Path) -> N
     for row in sheet.iter_rows(min_row=2):
         assert row[1].data_type == "s"  # '=HYPERLINK(...)' stays text, never a formula
         assert row[3].number_format == "yyyy-mm-dd"
-    capped = list(book["Orders- all-every -1- (2)"].iter_rows(values_only=True))
+    chart_sheet = book["Orders- all-every -1- (2)"]
+    assert chart_sheet.freeze_panes == "A2"
+    capped = list(chart_sheet.iter_rows(values_only=True))
+    assert capped[0] == ("day", "amount", "id")
     assert len(capped) == 1 + 7  # the section's row cap
+    for got, want in zip(capped[1:], expected_daily, strict=True):
+        assert got == (dt.datetime.combine(want[0], dt.time()), want[1], want[2])
+        assert isinstance(got[1], int | float)  # a number cell (5.0 reads back as 5)
+        assert isinstance(got[2], int)
+    for row in chart_sheet.iter_rows(min_row=2):
+        assert row[0].number_format == "yyyy-mm-dd"
+
+
+# Every element the HTML renderer writes; anything else (script, link, img, iframe, object,
+# embed, image, use, foreignObject...) could load or run something.
+_ALLOWED_TAGS = frozenset(
+    {
+        "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "p",
+        "section", "table", "thead", "tbody", "tr", "th", "td",
+        "svg", "line", "text", "rect", "polyline",
+    }
+)  # fmt: skip
+# Attributes that make a browser fetch or navigate somewhere.
+_LOADING_ATTRIBUTES = frozenset(
+    {
+        "src", "href", "xlink:href", "srcset", "data", "action", "poster", "formaction",
+        "background",
+    }
+)  # fmt: skip
 
 
 class _Collector(HTMLParser):
-    """Every tag with its attributes, and the text inside <td> cells."""
+    """Every tag with its attributes, the text inside <td> cells and inside <style>."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tags: list[tuple[str, dict[str, str | None]]] = []
         self.cells: list[str] = []
-        self._in_td = False
+        self.styles: list[str] = []
+        self._in: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append((tag, dict(attrs)))
-        self._in_td = tag == "td"
+        self._in = tag if tag in ("td", "style") else None
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
 
     def handle_endtag(self, tag: str) -> None:
-        if tag == "td":
-            self._in_td = False
+        if tag == self._in:
+            self._in = None
 
     def handle_data(self, data: str) -> None:
-        if self._in_td:
+        if self._in == "td":
             self.cells.append(data)
+        elif self._in == "style":
+            self.styles.append(data)
 
 
 def test_html_is_self_contained_and_escapes_values(env: ReportEnv) -> None:
-    """The HTML loads nothing external (no script, link, external image or url()), tables
-    have a <thead>, charts are inline SVG, and a value like <script>alert(1)</script> is
-    text in a cell, not markup."""
+    """The HTML holds only elements from a known set, no attribute that loads or links
+    anything (src, href, srcset, data...) nor an event handler, and no url() or @import in
+    its styles; tables have a <thead>, charts are inline SVG, and a value like
+    <script>alert(1)</script> is text in a cell, not markup."""
     orders = env.add_query("orders", ORDERS_SQL)
     daily = env.add_query("daily", DAILY_SQL)
     report = env.add_report(
@@ -183,17 +278,20 @@ def test_html_is_self_contained_and_escapes_values(env: ReportEnv) -> None:
     page = env.file(record).decode("utf-8")
     parser = _Collector()
     parser.feed(page)
+    parser.close()
     tags = [tag for tag, _ in parser.tags]
-    assert "script" not in tags
-    assert "link" not in tags
-    assert "iframe" not in tags
-    assert "img" not in tags  # the title's markup was escaped too
+    assert set(tags) <= _ALLOWED_TAGS, set(tags) - _ALLOWED_TAGS
+    styles = list(parser.styles)
     for _, attrs in parser.tags:
         for name, value in attrs.items():
+            assert name not in _LOADING_ATTRIBUTES, (name, value)
             assert not name.startswith("on"), name
-            assert not (value or "").startswith(("http:", "https:", "//")), value
-    assert "url(" not in page
-    assert "@import" not in page
+            if name == "style":
+                styles.append(value or "")
+    assert styles  # the inline stylesheet was seen
+    for style in styles:
+        assert "url(" not in style.lower()
+        assert "@import" not in style.lower()
     assert tags.count("table") == 1
     assert tags.count("thead") == 1
     assert tags.count("svg") == 2

@@ -3,8 +3,9 @@
 Sections are laid out as they arrive, and their rows dropped once on pages: platypus's own
 `build()` wants every flowable up front, so the document is driven through the same steps it
 takes (`_startBuild`, `handle_flowable`, `_endBuild`). ReportLab writes the file only when
-it is saved, so the laid-out pages stay in memory until `finish` (about the size of the
-file, uncompressed); the section rows do not.
+it is saved, so the laid-out pages stay in memory until `finish` (about 0.45 KiB per table
+row); the section rows do not. That is why a PDF holds at most `max_rows` rows
+(QEXPORT_REPORT_PDF_MAX_ROWS): the default, 100,000, grows a worker by about 60 MiB.
 
 "page N of M": M is not known while page N is drawn, so every page draws a reference to a
 form XObject that the canvas defines, with the page count, just before it saves.
@@ -26,6 +27,7 @@ from reportlab.platypus import (
     CondPageBreak,
     Flowable,
     Frame,
+    PageBreak,
     PageTemplate,
     Paragraph,
     Spacer,
@@ -33,6 +35,7 @@ from reportlab.platypus import (
     TableStyle,
 )
 
+from qexport.domain.failures import LimitExceededError
 from qexport.domain.reports import Display
 from qexport.ports import Sink
 from qexport.reports.model import DocumentInfo, SectionData, as_text, is_numeric
@@ -70,8 +73,10 @@ def _footer(canvas: Canvas, doc: BaseDocTemplate) -> None:
 
 
 class PdfDocument:
-    def __init__(self, info: DocumentInfo, sink: Sink) -> None:
+    def __init__(self, info: DocumentInfo, sink: Sink, *, max_rows: int) -> None:
         self._sink = sink
+        self._max_rows = max_rows
+        self._rows = 0
         self._out = io.BytesIO()
         self._doc = BaseDocTemplate(
             self._out,
@@ -115,34 +120,45 @@ class PdfDocument:
             self._doc.handle_flowable(flowables)
 
     def add(self, section: SectionData) -> None:
+        self._rows += len(section.rows)
+        if self._rows > self._max_rows:  # refused before any of the section is laid out
+            raise LimitExceededError(
+                f"section {section.heading!r} brings the PDF to {self._rows:,} rows; a PDF"
+                f" report holds at most {self._max_rows:,} (QEXPORT_REPORT_PDF_MAX_ROWS)."
+                " Export it as xlsx or html, or lower the sections' row_cap"
+            )
         # A heading starts a new page rather than end one: room for it and a few rows (or
         # the whole chart). keepWithNext would move a long table whole to the next page.
         room = 40 * mm if section.display is Display.TABLE else _CHART_HEIGHT + 25 * mm
-        story: list[Flowable] = [
-            CondPageBreak(room),
-            Spacer(1, 4 * mm),
-            Paragraph(pdf_markup(section.heading), self._heading),
-        ]
+        self._flow(
+            [
+                CondPageBreak(room),
+                Spacer(1, 4 * mm),
+                Paragraph(pdf_markup(section.heading), self._heading),
+            ]
+        )
         if section.display is Display.TABLE:
-            story.append(self._table(section))
+            self._table(section)
         elif section.rows:
-            story.append(chart_drawing(section, self._doc.width, _CHART_HEIGHT))
+            self._flow([chart_drawing(section, self._doc.width, _CHART_HEIGHT)])
         if not section.rows:
-            story.append(Paragraph("No rows.", self._note))
+            self._flow([Paragraph("No rows.", self._note)])
         elif section.truncated:
-            story.append(
-                Paragraph(f"Only the first {len(section.rows):,} rows are shown.", self._note)
+            self._flow(
+                [Paragraph(f"Only the first {len(section.rows):,} rows are shown.", self._note)]
             )
-        self._flow(story)
 
-    def _table(self, section: SectionData) -> Table:
+    def _table(self, section: SectionData) -> None:
+        """The rows as one Table per page, each under the header row.
+
+        Splitting one long Table across pages copies its remaining rows at every page (time
+        and memory grow with the square of the rows); a page's worth at a time does not."""
         columns = max(len(section.columns), 1)
         size = 8 if columns <= 8 else 6
         width = self._doc.width / columns
         chars = max(int(width / (size * 0.55)), 3)  # Helvetica's average glyph: ~0.5 em
         numeric = [is_numeric(t) for t in section.types]
-        data: list[list[Any]] = [[clip(pdf_text(name), chars) for name in section.columns]]
-        data.extend([clip(pdf_text(as_text(v)), chars) for v in row] for row in section.rows)
+        header = [clip(pdf_text(name), chars) for name in section.columns]
         style = [
             ("FONT", (0, 0), (-1, -1), FONT, size),
             ("FONT", (0, 0), (-1, 0), "Helvetica-Bold", size),
@@ -153,15 +169,43 @@ class PdfDocument:
             ("BOTTOMPADDING", (0, 0), (-1, -1), 1),
         ]
         style += [("ALIGN", (i, 1), (i, -1), "RIGHT") for i, num in enumerate(numeric) if num]
-        # Fixed row heights: the table need not measure every cell again at each page split.
-        return Table(
-            data,
-            colWidths=[width] * columns,
-            rowHeights=[size + 4] * len(data),
-            repeatRows=1,
-            style=TableStyle(style),
-            hAlign="LEFT",
-        )
+        row_height = size + 4  # fixed: a page's row count is known before laying it out
+        start = 0
+        fresh_page = False
+        while True:
+            fit = self._rows_fitting(row_height)
+            if fit < 1 and section.rows and not fresh_page:
+                self._flow([PageBreak()])
+                fresh_page = True
+                continue
+            fit, fresh_page = max(fit, 1), False  # a fresh page always takes a row
+            chunk = section.rows[start : start + fit]
+            data: list[list[Any]] = [header]
+            data.extend([clip(pdf_text(as_text(v)), chars) for v in row] for row in chunk)
+            self._flow(
+                [
+                    Table(
+                        data,
+                        colWidths=[width] * columns,
+                        rowHeights=[row_height] * len(data),
+                        repeatRows=1,  # the header again should the page's rows not fit after all
+                        style=TableStyle(style),
+                        hAlign="LEFT",
+                    )
+                ]
+            )
+            start += len(chunk)
+            if start >= len(section.rows):
+                return
+
+    def _rows_fitting(self, row_height: float) -> int:
+        """Rows that fit under a header row in what is left of the current page.
+
+        Read from the frame's cursor (`_y`) and bottom (`_y1p`): ReportLab has no public
+        accessor for the space left, and the document is driven through its internals anyway."""
+        self._doc.clean_hanging()  # a page break just flowed: begin the new page
+        frame = self._doc.frame
+        return int((frame._y - frame._y1p) // row_height) - 1
 
     def finish(self) -> None:
         self._doc._endBuild()

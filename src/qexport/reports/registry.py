@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from qexport.config import Settings
 from qexport.domain.failures import InvalidRequestError
 from qexport.ports import Sink
 from qexport.reports.html import HtmlDocument
@@ -11,16 +12,18 @@ from qexport.reports.model import DocumentInfo, DocumentWriter
 from qexport.reports.pdf import PdfDocument
 from qexport.reports.xlsx import XlsxDocument
 
-DocumentFactory = Callable[[DocumentInfo, Sink], DocumentWriter]
+DocumentFactory = Callable[[DocumentInfo, Sink, Settings], DocumentWriter]
 
 DOCUMENTS: dict[str, DocumentFactory] = {
-    "pdf": PdfDocument,
-    "xlsx": XlsxDocument,
-    "html": HtmlDocument,
+    "pdf": lambda info, sink, settings: PdfDocument(
+        info, sink, max_rows=settings.report_pdf_max_rows
+    ),
+    "xlsx": lambda info, sink, _settings: XlsxDocument(info, sink),
+    "html": lambda info, sink, _settings: HtmlDocument(info, sink),
 }
 
 
-def start_document(fmt: str, info: DocumentInfo, sink: Sink) -> DocumentWriter:
+def start_document(fmt: str, info: DocumentInfo, sink: Sink, settings: Settings) -> DocumentWriter:
     """A new document of format `fmt` writing into `sink`."""
     factory = DOCUMENTS.get(fmt)
     if factory is None:
@@ -28,4 +31,4 @@ def start_document(fmt: str, info: DocumentInfo, sink: Sink) -> DocumentWriter:
             f"unknown report format {fmt!r} (one of: {', '.join(sorted(DOCUMENTS))})",
             field="format",
         )
-    return factory(info, sink)
+    return factory(info, sink, settings)

@@ -52,7 +52,9 @@ def produce_report(
         generated_at=deps.clock.now().astimezone(workspace_zone(deps.store, record.workspace_id)),
     )
     document = _rendering(
-        "the title block", record.format, lambda: start_document(record.format, info, sink)
+        "the title block",
+        record.format,
+        lambda: start_document(record.format, info, sink, deps.settings),
     )
     try:
         total = 0

@@ -1,4 +1,5 @@
-"""XLSX with XlsxWriter: a "Report" sheet, then one sheet per section with typed cells.
+"""XLSX with XlsxWriter: one sheet per section with typed cells; the title block (title,
+requester, generation time) goes into the workbook's document properties.
 
 Strings are always written with write_string, so no cell value ever becomes a formula (or a
 link, or a number) in the workbook. XlsxWriter needs a seekable file, so the workbook is
@@ -27,6 +28,7 @@ from qexport.reports.model import DocumentInfo, SectionData
 
 MAX_SHEET_NAME = 31
 _BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\\x00-\x1f]")
+_XML_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # not allowed in XML
 _RESERVED = {"history"}  # Excel refuses a sheet of this name
 _EXACT_INT = 2**53  # larger integers would lose digits as Excel numbers: kept as text
 _COPY_CHUNK = 1024 * 1024
@@ -66,21 +68,20 @@ class XlsxDocument:
         self._date = self._book.add_format({"num_format": "yyyy-mm-dd"})
         self._datetime = self._book.add_format({"num_format": "yyyy-mm-dd hh:mm:ss"})
         self._time = self._book.add_format({"num_format": "hh:mm:ss"})
-        self._taken: set[str] = {"report"}
+        self._taken: set[str] = set()
         self._closed = False
-        front = self._book.add_worksheet("Report")
-        front.set_column(0, 0, 14)
-        front.set_column(1, 1, 60)
-        for row, (label, value) in enumerate(
-            (
-                ("Title", info.title),
-                ("Description", info.description),
-                ("Requested by", info.requester),
-                ("Generated", info.generated_label),
-            )
-        ):
-            front.write_string(row, 0, label, self._bold)
-            front.write_string(row, 1, value)
+        comments = f"Requested by {info.requester}, generated {info.generated_label}"
+        self._book.set_properties(
+            {
+                "title": _property_text(info.title),
+                "author": _property_text(info.requester),
+                "comments": _property_text(
+                    f"{info.description}\n{comments}" if info.description else comments
+                ),
+                # Stored as UTC (the comments keep the workspace's time zone).
+                "created": info.generated_at.astimezone(dt.UTC),
+            }
+        )
 
     def add(self, section: SectionData) -> None:
         sheet = self._book.add_worksheet(sheet_name(section.heading, self._taken))
@@ -163,3 +164,8 @@ def _width(section: SectionData, col: int) -> float:
     """A column width from the header and the first rows (Excel units ~ characters)."""
     sample = [len(str(row[col])) for row in section.rows[:_WIDTH_SAMPLE] if row[col] is not None]
     return float(min(max([len(section.columns[col]), 10, *sample]) + 2, 60))
+
+
+def _property_text(text: str) -> str:
+    """A document property's text without the control characters XML cannot hold."""
+    return _XML_CONTROL.sub("", text)
