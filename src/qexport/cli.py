@@ -13,7 +13,7 @@ from rich.table import Table
 
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
-from qexport.cli_common import State, fail, out, state
+from qexport.cli_common import State, fail, fail_input, out, state
 from qexport.cli_exports import exports_app
 from qexport.cli_reports import reports_app
 from qexport.cli_schedules import schedules_app
@@ -131,7 +131,7 @@ def main_options(
     try:
         settings = Settings.from_env(env)
     except ValueError as exc:
-        fail(str(exc), 2)
+        fail_input(str(exc))
     ctx.obj = State(settings, Requester(user, workspace), url=url, token=token)
 
 
@@ -165,7 +165,7 @@ def storage_lifecycle(
     from qexport.storage.filesystem import FilesystemObjectStore
 
     if apply and check:
-        fail("choose one of --apply and --check", 2)
+        fail_input("choose one of --apply and --check")
     deps = state(ctx).deps()
     retention = deps.settings.retention
     try:
@@ -187,7 +187,7 @@ def storage_lifecycle(
             )
             return
         if not check:
-            fail("on S3, choose --apply (write the bucket rules) or --check (report drift)", 2)
+            fail_input("on S3, choose --apply (write the bucket rules) or --check (report drift)")
         drift = check_lifecycle(store, retention)
         for line in drift:
             out.print(f"{where}: {line}", highlight=False)
@@ -366,11 +366,13 @@ def queries_add(
     try:
         params = tuple(parse_param_spec(p) for p in param or [])
     except QExportError as exc:
-        fail(str(exc), 2)
+        fail_input(str(exc))
     if source not in deps.sources:
-        fail(f"unknown source {source!r} (configured: {', '.join(sorted(deps.sources))})", 2)
+        fail_input(f"unknown source {source!r} (configured: {', '.join(sorted(deps.sources))})")
     if deps.store.find_query(st.requester.workspace_id, name) is not None:
-        fail(f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}", 2)
+        fail_input(
+            f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
+        )
     query = Query(
         id=str(uuid.uuid4()),
         workspace_id=st.requester.workspace_id,

@@ -11,7 +11,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -23,6 +22,7 @@ from qexport.domain.accounts import ApiToken
 from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
 from qexport.ports import AccountStore, Clock
 from qexport.services import accounts as service
+from qexport.services.views import iso_time
 from qexport.sources.registry import DEMO_SOURCE, configured_names, masked_url
 
 users_app = typer.Typer(no_args_is_help=True, help="Users and their roles in workspaces.")
@@ -38,7 +38,7 @@ class Admin:
 
 
 def admin_context(ctx: typer.Context) -> Admin:
-    # Imported here: cli.py imports this module to register its commands.
+    # Imported when used: listing commands or --help needs no database code.
     from qexport.store.accounts import SqlAccountStore
     from qexport.store.sql import SqlMetadataStore
 
@@ -62,10 +62,6 @@ def _refusals() -> Iterator[None]:
         fail_input(str(exc))
     except QExportError as exc:
         fail(str(exc))
-
-
-def _iso(value: datetime | None) -> str:
-    return value.isoformat(timespec="seconds").replace("+00:00", "Z") if value else ""
 
 
 # ---------------------------------------------------------------- users
@@ -164,9 +160,9 @@ def _token_row(token: ApiToken) -> dict[str, str | None]:
     return {
         "id": token.id,
         "workspace": token.workspace_id,
-        "created_at": _iso(token.created_at),
-        "last_used_at": _iso(token.last_used_at) or None,
-        "revoked_at": _iso(token.revoked_at) or None,
+        "created_at": iso_time(token.created_at),
+        "last_used_at": iso_time(token.last_used_at),
+        "revoked_at": iso_time(token.revoked_at),
     }
 
 
@@ -183,7 +179,7 @@ def tokens_list(
         return
     table = Table("id", "workspace", "created", "last used", "revoked", box=None)
     for row in rows:
-        # Minutes are enough on screen (the JSON has seconds): the table fits 80 columns.
+        # Minutes are enough on screen (the JSON has more): the table fits 80 columns.
         table.add_row(*((row[k] or "")[:16].replace("T", " ") for k in row))
     out.print(table)
 

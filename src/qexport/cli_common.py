@@ -62,7 +62,7 @@ def parse_kv(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            fail(f"--param expects KEY=VALUE, got {pair!r}", 2)
+            fail_input(f"--param expects KEY=VALUE, got {pair!r}")
         values[key] = value
     return values
 
@@ -73,7 +73,7 @@ def remote(ctx: typer.Context) -> QExportClient | None:
     if not st.url and not st.token:
         return None
     if not (st.url and st.token):
-        fail("talking to a server needs both QEXPORT_URL and QEXPORT_TOKEN (--url, --token)", 2)
+        fail_input("talking to a server needs both QEXPORT_URL and QEXPORT_TOKEN (--url, --token)")
     from qexport.client import QExportClient
 
     return QExportClient(st.url, st.token)
@@ -101,8 +101,7 @@ def check_local_requester(deps: Deps, requester: Requester) -> None:
     accounts = SqlAccountStore(deps.store.engine)
     workspace, user = requester.workspace_id, requester.user_id
     if accounts.workspace_exists(workspace) and accounts.role_of(workspace, user) is None:
-        fail(
+        fail_input(
             f"user {user!r} is not a member of workspace {workspace!r}, which has accounts;"
             f" pass --user with a member's id (qexport users list --workspace {workspace})",
-            2,
         )

@@ -21,6 +21,7 @@ from qexport.cli_common import (
     check_local_requester,
     err,
     fail,
+    fail_input,
     out,
     parse_kv,
     remote,
@@ -112,7 +113,7 @@ def exports_create(
     """Request an export; bad input is refused and nothing is recorded."""
     parameters = parse_kv(param or [])
     if (query is None) == (report is None):
-        fail("give exactly one of --query and --report", 2)
+        fail_input("give exactly one of --query and --report")
     notify = parse_notify(email, webhook)
     client = remote(ctx)
     if client is not None:
@@ -175,7 +176,7 @@ def exports_create(
                 notify=notify,
             )
     except QExportError as exc:
-        fail(str(exc), 2)
+        fail_input(str(exc))
     view = export_view(record, deps.clock.now())
     if wait:
         view = _wait(_local_view(deps, st.requester, record.id), record.id, quiet=as_json)
@@ -317,7 +318,7 @@ def _print_download_link(deps: Deps, requester: Requester, export_id: str) -> No
     from qexport.storage.s3 import S3ObjectStore
 
     if not isinstance(deps.objects, S3ObjectStore):
-        fail("download links need S3 storage; use --output with the filesystem store", 2)
+        fail_input("download links need S3 storage; use --output with the filesystem store")
     try:
         record = downloadable(deps.store, deps.clock, requester, export_id)
         assert record.expires_at is not None
@@ -356,7 +357,7 @@ def exports_download(
         _print_download_link(deps, st.requester, export_id)
         return
     if output is None:
-        fail("give --output PATH (or '-' for stdout), or --url for a download link", 2)
+        fail_input("give --output PATH (or '-' for stdout), or --url for a download link")
     try:
         record, stream = open_download(
             deps.store, deps.objects, deps.clock, st.requester, export_id
@@ -393,11 +394,11 @@ def _remote_download(
     if link:
         location = client.file_location(export_id)
         if location is None:
-            fail("this server serves files itself: use --output PATH", 2)
+            fail_input("this server serves files itself: use --output PATH")
         out.print(location, highlight=False, soft_wrap=True)
         return
     if output is None:
-        fail("give --output PATH (or '-' for stdout), or --url for a download link", 2)
+        fail_input("give --output PATH (or '-' for stdout), or --url for a download link")
     if str(output) == "-":
         client.download(export_id, sys.stdout.buffer)
         return

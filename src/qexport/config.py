@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -22,13 +22,13 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _parse_bool(name: str, text: str) -> bool:
+def _parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value in ("true", "1", "yes", "on"):
         return True
     if value in ("false", "0", "no", "off"):
         return False
-    raise ValueError(f"{name} must be true or false, got {text!r}")
+    raise ValueError("must be true or false")
 
 
 @dataclass(frozen=True)
@@ -107,56 +107,54 @@ class Settings:
             value = env.get(f"QEXPORT_{name}")
             return value if value not in (None, "") else None
 
-        try:
-            if (v := get("DATA_DIR")) is not None:
-                values["data_dir"] = Path(v)
-            for name in (
-                "DATABASE_URL",
-                "STORAGE_URL",
-                "SECRET_KEY",
-                "PUBLIC_BASE_URL",
-                "SMTP_URL",
-                "S3_ENDPOINT_URL",
-                "DUCKDB_MEMORY_LIMIT",
-            ):
-                if (v := get(name)) is not None:
-                    values[name.lower()] = v
-            if (v := get("PG_NOTIFY")) is not None:
-                values["pg_notify"] = _parse_bool("QEXPORT_PG_NOTIFY", v)
-            for name in ("RETENTION", "SCHEDULE_GRACE"):
-                if (v := get(name)) is not None:
-                    values[name.lower()] = parse_duration(v)
-            for name in (
-                "LEASE_SECONDS",
-                "STATEMENT_TIMEOUT_SECONDS",
-                "POLL_SECONDS",
-                "RETRY_BASE_SECONDS",
-                "RETRY_MAX_SECONDS",
-                "SHUTDOWN_GRACE_SECONDS",
-                "SCHEDULER_POLL_SECONDS",
-                "DELIVERY_RETRY_BASE_SECONDS",
-                "DELIVERY_RETRY_MAX_SECONDS",
-                "DELIVERY_TIMEOUT_SECONDS",
-            ):
-                if (v := get(name)) is not None:
-                    values[name.lower()] = float(v)
-            for name in (
-                "MAX_ATTEMPTS",
-                "MAX_ROWS",
-                "MAX_BYTES",
-                "PART_SIZE",
-                "MAX_UNSETTLED_PER_USER",
-                "DELIVERY_MAX_ATTEMPTS",
-                "EMAIL_ATTACHMENT_MAX_BYTES",
-                "REPORT_PDF_MAX_ROWS",
-            ):
-                if (v := get(name)) is not None:
-                    values[name.lower()] = int(v)
-            values["sources"] = {
-                key.removeprefix("QEXPORT_SOURCE_").lower(): url
-                for key, url in env.items()
-                if key.startswith("QEXPORT_SOURCE_") and url
-            }
-        except ValueError as exc:
-            raise ValueError(f"invalid QEXPORT_* setting: {exc}") from exc
+        def read(name: str, parse: Callable[[str], Any]) -> None:
+            if (v := get(name)) is not None:
+                try:
+                    values[name.lower()] = parse(v)
+                except ValueError as exc:
+                    raise ValueError(f"invalid QEXPORT_{name} {v!r}: {exc}") from None
+
+        read("DATA_DIR", Path)
+        for name in (
+            "DATABASE_URL",
+            "STORAGE_URL",
+            "SECRET_KEY",
+            "PUBLIC_BASE_URL",
+            "SMTP_URL",
+            "S3_ENDPOINT_URL",
+            "DUCKDB_MEMORY_LIMIT",
+        ):
+            read(name, str)
+        read("PG_NOTIFY", _parse_bool)
+        for name in ("RETENTION", "SCHEDULE_GRACE"):
+            read(name, parse_duration)
+        for name in (
+            "LEASE_SECONDS",
+            "STATEMENT_TIMEOUT_SECONDS",
+            "POLL_SECONDS",
+            "RETRY_BASE_SECONDS",
+            "RETRY_MAX_SECONDS",
+            "SHUTDOWN_GRACE_SECONDS",
+            "SCHEDULER_POLL_SECONDS",
+            "DELIVERY_RETRY_BASE_SECONDS",
+            "DELIVERY_RETRY_MAX_SECONDS",
+            "DELIVERY_TIMEOUT_SECONDS",
+        ):
+            read(name, float)
+        for name in (
+            "MAX_ATTEMPTS",
+            "MAX_ROWS",
+            "MAX_BYTES",
+            "PART_SIZE",
+            "MAX_UNSETTLED_PER_USER",
+            "DELIVERY_MAX_ATTEMPTS",
+            "EMAIL_ATTACHMENT_MAX_BYTES",
+            "REPORT_PDF_MAX_ROWS",
+        ):
+            read(name, int)
+        values["sources"] = {
+            key.removeprefix("QEXPORT_SOURCE_").lower(): url
+            for key, url in env.items()
+            if key.startswith("QEXPORT_SOURCE_") and url
+        }
         return cls(**values)

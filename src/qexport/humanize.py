@@ -13,6 +13,6 @@ def human_size(size: int | None) -> str:
     value = float(size)
     for unit in ("KB", "MB", "GB", "TB"):
         value /= 1000
-        if value < 1000 or unit == "TB":
+        if round(value, 1) < 1000 or unit == "TB":  # 999,950 bytes is 1.0 MB, not 1000.0 KB
             break
     return f"{value:.1f} {unit}"

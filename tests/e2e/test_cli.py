@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -226,10 +227,34 @@ def test_global_flags_win_over_their_environment_twins(env: Env) -> None:
     )
     assert lifetime == timedelta(hours=2)
     for flag, value, message in [
-        ("--retention", "soon", "invalid duration 'soon'"),
+        ("--retention", "soon", "invalid QEXPORT_RETENTION 'soon': invalid duration"),
         ("--max-attempts", "0", "QEXPORT_MAX_ATTEMPTS must be at least 1"),
-        ("--lease-seconds", "long", "could not convert string to float: 'long'"),
+        ("--lease-seconds", "long", "invalid QEXPORT_LEASE_SECONDS 'long'"),
     ]:
         refused = env.run(flag, value, "exports", "list", check=False)
         assert refused.returncode == 2, refused.stderr
         assert message in refused.stderr
+
+
+def test_data_dir_flag_moves_the_default_database_and_files(env: Env, tmp_path: Path) -> None:
+    """`--data-dir X` wins over QEXPORT_DATA_DIR, and the default database and object store
+    move into X with it."""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    shutil.copy(env.data_dir / "demo.duckdb", other / "demo.duckdb")  # the data queried
+    env.run(
+        "--data-dir",
+        str(other),
+        "queries",
+        "add",
+        "orders",
+        "--sql",
+        ORDERS,
+        "--param",
+        "n:integer=5",
+    )
+    env.run("--data-dir", str(other), "exports", "create", "--query", "orders", "--format", "csv")
+    env.run("--data-dir", str(other), "worker", "--drain")
+    assert (other / "qexport.db").is_file()
+    assert [p.name for p in (other / "objects").rglob("*.csv")] == ["orders.csv"]
+    assert env.json("exports", "list")["items"] == []  # QEXPORT_DATA_DIR's database

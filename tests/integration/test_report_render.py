@@ -74,6 +74,12 @@ def test_pdf_has_title_block_headings_cells_page_numbers_and_repeated_header(
         assert re.search(rf"page {n} of\s*{len(pages)}", page), page[:80]
     assert "Every order" not in pages[1]  # the table continues on page 2...
     assert re.search(r"id\s+customer\s+amount\s+day\s+paid", pages[1])  # ...under its header
+    # Every order's row exactly once, in order, across the page breaks.
+    table_text = text[: text.index("Amount per day")]
+    # pypdf gives one line per cell: id, customer, amount, day, paid.
+    row = r"^(\d+)\n[^\n]+\n\d+\.\d\d\n\d{4}-\d\d-\d\d\n(?:true|false)$"
+    ids = [int(m) for m in re.findall(row, table_text, re.MULTILINE)]
+    assert ids == list(range(1, 121))
 
 
 CHART_SQL = (
@@ -286,6 +292,7 @@ def test_html_is_self_contained_and_escapes_values(env: ReportEnv) -> None:
         for name, value in attrs.items():
             assert name not in _LOADING_ATTRIBUTES, (name, value)
             assert not name.startswith("on"), name
+            assert "url(" not in (value or "").lower(), (name, value)  # e.g. fill="url(...)"
             if name == "style":
                 styles.append(value or "")
     assert styles  # the inline stylesheet was seen

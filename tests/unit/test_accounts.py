@@ -3,6 +3,9 @@ are administered, and how a worker finds a source registered after it started.""
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Callable
+
 import pytest
 
 from qexport.domain.accounts import (
@@ -455,3 +458,73 @@ def test_an_unknown_or_unusable_source_is_missing(
     with pytest.raises(KeyError):
         registry["nowhere"]
     assert registry.get("broken") is None
+
+
+# ---------------------------------------------------------------- constant-time checks
+# Whether a token is good, its secret tampered with, or its id unknown, it costs one
+# constant-time comparison, so timing does not reveal which.
+
+Compared = list[tuple[str, str]]
+
+
+@pytest.fixture
+def compared(monkeypatch: pytest.MonkeyPatch) -> Compared:
+    """Every call of the constant-time comparison the accounts module makes, delegated."""
+    calls: Compared = []
+    real: Callable[[str, str], bool] = hmac.compare_digest
+
+    def spy(a: str, b: str) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr("qexport.domain.accounts.hmac.compare_digest", spy)
+    return calls
+
+
+def _issued(clock: FrozenClock) -> tuple[InMemoryAccountStore, str, str]:
+    """An account store with one member's token: (store, token, stored hash)."""
+    accounts = InMemoryAccountStore()
+    service.add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer")
+    issued = service.issue_token(accounts, clock, "ann@acme.test")
+    return accounts, issued.token, _stored(accounts, issued.token)
+
+
+def _stored(accounts: InMemoryAccountStore, token: str) -> str:
+    parsed = parse_api_token(token)
+    assert parsed is not None
+    record = accounts.get_token(parsed[0])
+    assert record is not None
+    return record.secret_hash
+
+
+def test_a_valid_token_is_compared_in_constant_time(compared: Compared, clock: FrozenClock) -> None:
+    """Accepting a token goes through one constant-time comparison of the presented secret's
+    hash with the stored hash."""
+    accounts, token, stored = _issued(clock)
+    authenticate(accounts, clock, token)
+    assert compared == [(hash_secret(_secret(token)), stored)]
+
+
+def test_a_tampered_secret_is_compared_in_constant_time(
+    compared: Compared, clock: FrozenClock
+) -> None:
+    """A wrong secret for a known id is refused by the same constant-time comparison."""
+    accounts, token, stored = _issued(clock)
+    tampered = _tampered(token)
+    with pytest.raises(UnauthorizedError):
+        authenticate(accounts, clock, tampered)
+    assert compared == [(hash_secret(_secret(tampered)), stored)]
+
+
+def test_an_unknown_token_id_costs_a_comparison_too(compared: Compared, clock: FrozenClock) -> None:
+    """An id that matches no token is still compared, in constant time, against a stand-in
+    hash of the same shape, so it takes as long as a wrong secret for a known id."""
+    accounts, token, stored = _issued(clock)
+    unknown = "qx_0123456789abcdef_" + _secret(token)
+    with pytest.raises(UnauthorizedError):
+        authenticate(accounts, clock, unknown)
+    assert len(compared) == 1
+    presented, against = compared[0]
+    assert presented == hash_secret(_secret(token))
+    assert against != stored
+    assert len(against) == len(stored)

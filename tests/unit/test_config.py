@@ -39,9 +39,10 @@ def test_variables_are_parsed_and_typed() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("QEXPORT_RETENTION", "a week", "invalid duration"),
-        ("QEXPORT_MAX_ATTEMPTS", "three", "invalid QEXPORT_"),
-        ("QEXPORT_PG_NOTIFY", "maybe", "QEXPORT_PG_NOTIFY must be true or false"),
+        ("QEXPORT_RETENTION", "a week", "invalid QEXPORT_RETENTION 'a week': invalid duration"),
+        ("QEXPORT_MAX_ATTEMPTS", "three", "invalid QEXPORT_MAX_ATTEMPTS 'three'"),
+        ("QEXPORT_LEASE_SECONDS", "long", "invalid QEXPORT_LEASE_SECONDS 'long'"),
+        ("QEXPORT_PG_NOTIFY", "maybe", "invalid QEXPORT_PG_NOTIFY 'maybe': must be true or false"),
         ("QEXPORT_MAX_ATTEMPTS", "0", "at least 1"),
     ],
 )

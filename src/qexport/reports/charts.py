@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from qexport.domain.failures import RenderFailedError
 from qexport.domain.reports import Display
 from qexport.reports.model import SectionData, as_number, as_text
 
@@ -41,11 +40,6 @@ class ChartData:
 def chart_data(section: SectionData) -> ChartData:
     """The section's rows as a chart; RenderFailedError when nothing in it is numeric."""
     numeric = section.numeric_columns()[:MAX_SERIES]
-    if not numeric:
-        raise RenderFailedError(
-            f"section {section.heading!r} is a {section.display.value} chart, but its query"
-            " has no numeric column after the first (label) column"
-        )
     return ChartData(
         labels=[as_text(row[0]) for row in section.rows],
         names=[section.columns[i] for i in numeric],

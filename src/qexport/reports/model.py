@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from qexport.domain.failures import RenderFailedError
 from qexport.domain.reports import Display
 
 
@@ -41,7 +42,22 @@ class SectionData:
 
     def numeric_columns(self) -> list[int]:
         """Indexes of the columns a chart plots: the numeric ones after the label column."""
-        return [i for i in range(1, len(self.types)) if is_numeric(self.types[i])]
+        return chart_columns(self.heading, self.display, self.types)
+
+
+def chart_columns(heading: str, display: Display, types: Sequence[pa.DataType]) -> list[int]:
+    """Indexes of the columns a chart plots, the numeric ones after the label column;
+    RenderFailedError when there is none (a table section plots nothing and never fails)."""
+    if display is Display.TABLE:
+        return []
+    numeric = [i for i in range(1, len(types)) if is_numeric(types[i])]
+    if not numeric:
+        raise RenderFailedError(
+            f"section {heading!r} is a {display.value} chart, but its query has no numeric"
+            " column after the first (label) column; show it as a table, or add a numeric"
+            " column"
+        )
+    return numeric
 
 
 def is_numeric(dtype: pa.DataType) -> bool:

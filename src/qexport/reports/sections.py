@@ -11,11 +11,10 @@ from qexport.domain.failures import (
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
-    RenderFailedError,
     SourceUnavailableError,
 )
-from qexport.domain.reports import Display, Section, section_parameters
-from qexport.reports.model import SectionData, is_numeric
+from qexport.domain.reports import Section, section_parameters
+from qexport.reports.model import SectionData, chart_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,7 +57,8 @@ def _read(
     )
     try:
         schema = stream.schema
-        _check_chartable(section, schema)
+        # A chart without numbers fails before any row is read, in every format.
+        chart_columns(section.heading, section.display, schema.types)
         rows: list[tuple[Any, ...]] = []
         truncated = False
         batches = iter(stream)
@@ -83,19 +83,6 @@ def _read(
         rows=rows,
         truncated=truncated,
     )
-
-
-def _check_chartable(section: Section, schema: pa.Schema) -> None:
-    """A bar or line chart plots the numeric columns after the first: without one, the section
-    fails before any row is read, in every format and whatever the row count."""
-    if section.display is Display.TABLE:
-        return
-    if not any(is_numeric(field.type) for field in list(schema)[1:]):
-        raise RenderFailedError(
-            f"section {section.heading!r} is a {section.display.value} chart, but its query has"
-            " no numeric column after the first (label) column; show it as a table, or add a"
-            " numeric column"
-        )
 
 
 def _tuples(batch: pa.RecordBatch, limit: int) -> list[tuple[Any, ...]]:

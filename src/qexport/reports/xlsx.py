@@ -127,8 +127,6 @@ class XlsxDocument:
     def _chart(self, sheet: Worksheet, section: SectionData) -> None:
         """A native Excel chart of the sheet's own cells, to the right of the data."""
         numeric = section.numeric_columns()
-        if not numeric:
-            return
         chart = self._book.add_chart(
             {"type": "column" if section.display is Display.BAR else "line"}
         )
