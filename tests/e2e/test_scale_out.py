@@ -131,6 +131,9 @@ def test_workers_reconnect_when_postgresql_connections_are_killed(
     cluster.add_query("part", "SELECT * FROM orders WHERE order_id % 40 = $k", _K)
     ids = [cluster.request("part", FORMATS[i % 5], k=str(i % 40)) for i in range(40)]
     supervisor = cluster.start_worker("--processes", "2", **FAST)
+    # The workers are up (past their start-up check, which gives up at once by design) once
+    # they claim something; from then on every connection may be killed.
+    wait_for(lambda: any(cluster.record(i).attempt > 0 for i in ids), timeout=120)
     stop = threading.Event()
     kills: list[int] = []
 
