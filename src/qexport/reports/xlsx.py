@@ -174,7 +174,9 @@ class _ExactWorksheet(Worksheet):  # type: ignore[misc]  # XlsxWriter ships no t
     """
 
     @staticmethod
-    def _escape_control_characters(data: str) -> str:
+    def _escape_control_characters(data: Any) -> Any:
+        if not isinstance(data, str):  # other element data (numbers): as XlsxWriter does
+            return data
         # CR as `_x000D_`: raw in the element, an XML parser would read it as LF.
         text = ooxml_escape(data).replace("\r", "_x000D_")
         if text.startswith("<r>") and text.endswith("</r>"):
