@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import math
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -123,6 +124,33 @@ def test_opting_out_keeps_strings_exact(source: DuckDBSource) -> None:
     )
     assert rows[0][1] == "=name"
     assert [r[1] for r in rows[1:]] == [_text(v[1]) for v in VALUES]
+
+
+NON_FINITE_SQL = (
+    "SELECT d, r FROM (VALUES ('nan'::DOUBLE, 'nan'::REAL), ('inf', 'inf'), ('-inf', '-inf'),"
+    " (1.25, 1.25), (NULL, NULL)) t(d, r)"
+)
+
+
+def test_non_finite_floats_keep_duckdbs_text_and_parquet_floats(source: DuckDBSource) -> None:
+    """DuckDB's csv and tsv write NaN and infinities as `nan`, `inf`, `-inf` (the same text as
+    the Arrow csv writer, never neutralised); its parquet keeps them as floats."""
+    for fmt, delimiter in (("csv", ","), ("tsv", "\t")):
+        data = _copy(source, fmt, sql=NON_FINITE_SQL).decode()
+        rows = list(csv.reader(io.StringIO(data, newline=""), delimiter=delimiter))
+        assert rows == [
+            ["d", "r"],
+            ["nan", "nan"],
+            ["inf", "inf"],
+            ["-inf", "-inf"],
+            ["1.25", "1.25"],
+            ["", ""],
+        ]
+    table = pq.read_table(io.BytesIO(_copy(source, "parquet", sql=NON_FINITE_SQL)))
+    for column in table.columns:
+        values = column.to_pylist()
+        assert math.isnan(values[0])
+        assert values[1:] == [math.inf, -math.inf, 1.25, None]
 
 
 def test_parquet_keeps_types_and_values_exactly(source: DuckDBSource) -> None:

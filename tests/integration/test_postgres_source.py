@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import math
 import threading
 import time
 import uuid
@@ -15,11 +17,13 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+import openpyxl
 import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
+from openpyxl.utils.escape import unescape
 
 from qexport.domain.exports import Requester
 from qexport.domain.failures import (
@@ -32,6 +36,7 @@ from qexport.domain.failures import (
 from qexport.ports import WriterOptions
 from qexport.sources.postgres import PostgresSource
 from qexport.writers.parquet import ParquetFileWriter
+from qexport.writers.registry import get_writer
 from tests.pg import server_url
 
 ALICE = Requester("alice", "w1")
@@ -309,9 +314,78 @@ def test_common_types_map_to_their_arrow_types(database: Database) -> None:
 
 
 def test_nan_in_a_decimal_column_fails_with_a_clear_reason(database: Database) -> None:
-    """A numeric(p, s) NaN has no exact decimal: query_invalid, naming the column."""
+    """A numeric(p, s) NaN has no exact decimal: query_invalid, naming the column (where the
+    column is numeric without (p, s), NaN is its text "NaN", see below)."""
     with pytest.raises(QueryInvalidError, match=r"column 'x'.*cast it"):
         rows_of(database.source(), "SELECT 'NaN'::numeric(10, 2) AS x")
+
+
+# float8, float4 and unconstrained numeric holding NaN, the infinities, a finite value, NULL;
+# and a string with an escape character (ESC).
+NON_FINITE_SQL = """
+SELECT d, r, n, 'a' || chr(27) || '[31mred' AS s FROM (VALUES
+    ('NaN'::float8, 'NaN'::float4, 'NaN'::numeric), ('Infinity', 'Infinity', 'Infinity'),
+    ('-Infinity', '-Infinity', '-Infinity'), (1.25, 1.25, 1.25), (NULL, NULL, NULL)
+) AS t(d, r, n)
+"""
+NON_FINITE_LABELS = ["NaN", "Infinity", "-Infinity"]
+
+
+def written(source: PostgresSource, sql: str, fmt: str) -> bytes:
+    """The file a writer makes of the source's Arrow batches (the jsonl and xlsx path)."""
+    stream = source.execute(sql, {}, ALICE, timeout_seconds=30)
+    sink = MemorySink()
+    try:
+        get_writer(fmt).write(stream.schema, iter(stream), sink, WriterOptions())
+    finally:
+        stream.close()
+    return sink.buffer.getvalue()
+
+
+def test_non_finite_numbers_are_labelled_strings_in_jsonl(database: Database) -> None:
+    """NaN and infinities in double precision, real and numeric columns are the JSON strings
+    "NaN", "Infinity" and "-Infinity", the same rule as for a DuckDB source."""
+    lines = written(database.source(), NON_FINITE_SQL, "jsonl").decode().splitlines()
+    rows = [json.loads(line, parse_float=Decimal) for line in lines]
+    assert [(row["d"], row["r"], row["n"]) for row in rows] == [
+        *((label, label, label) for label in NON_FINITE_LABELS),
+        (Decimal("1.25"), Decimal("1.25"), "1.25"),  # an unconstrained numeric is exact text
+        (None, None, None),
+    ]
+    assert {row["s"] for row in rows} == {"a\x1b[31mred"}
+
+
+def test_non_finite_numbers_are_labelled_text_cells_in_xlsx(database: Database) -> None:
+    """In xlsx, NaN and infinities are the text cells "NaN", "Infinity" and "-Infinity" in
+    double precision, real and numeric columns; finite floats stay numbers; text is exact."""
+    data = written(database.source(), NON_FINITE_SQL, "xlsx")
+    sheet = openpyxl.load_workbook(io.BytesIO(data))["Sheet1"]
+    rows = list(sheet.iter_rows(min_row=2, values_only=True))
+    assert [row[:3] for row in rows] == [
+        *((label, label, label) for label in NON_FINITE_LABELS),
+        (1.25, 1.25, "1.25"),
+        (None, None, None),
+    ]
+    assert {unescape(row[3]) for row in rows} == {"a\x1b[31mred"}
+
+
+def test_non_finite_numbers_stay_numbers_in_csv_and_parquet(database: Database) -> None:
+    """csv (PostgreSQL's own COPY) writes PostgreSQL's NaN, Infinity and -Infinity unquoted;
+    parquet keeps NaN and infinities as floats, and the numeric column as its text."""
+    rows = read_csv(csv_of(database.source(), NON_FINITE_SQL))
+    assert [row[:3] for row in rows] == [
+        ["d", "r", "n"],
+        *([label] * 3 for label in NON_FINITE_LABELS),
+        ["1.25", "1.25", "1.25"],
+        ["", "", ""],
+    ]
+    table = pq.read_table(io.BytesIO(written(database.source(), NON_FINITE_SQL, "parquet")))
+    assert table.schema.types[:3] == [pa.float64(), pa.float32(), pa.string()]
+    for name in ("d", "r"):
+        values = table.column(name).to_pylist()
+        assert math.isnan(values[0])
+        assert values[1:] == [math.inf, -math.inf, 1.25, None]
+    assert table.column("n").to_pylist() == [*NON_FINITE_LABELS, "1.25", None]
 
 
 # ---------------------------------------------------------------- streaming

@@ -16,6 +16,7 @@ import openpyxl
 import pypdf
 import pytest
 import sqlalchemy as sa
+from openpyxl.utils.escape import unescape
 
 from qexport.domain.exports import Status
 from qexport.domain.queries import Parameter, ParamType
@@ -159,6 +160,31 @@ def test_pdf_pages_render_to_png(env: ReportEnv, tmp_path: Path) -> None:
     pngs = sorted(tmp_path.glob("page-*.png"))
     assert len(pngs) == len(pypdf.PdfReader(path).pages)
     assert all(p.read_bytes().startswith(b"\x89PNG") and p.stat().st_size > 1000 for p in pngs)
+
+
+EXACT_SQL = (
+    "SELECT * FROM (VALUES (1, 'a' || chr(27) || '[31mred', 'nan'::DOUBLE),"
+    " (2, '_x0041_x0042_', 'inf'), (3, '<r><t>rich</t></r>', '-inf'),"
+    " (4, chr(1) || chr(31) || chr(13) || '_x0041' || chr(7), 2.5)) t(id, s, x) ORDER BY id"
+)
+
+
+def test_xlsx_keeps_strings_and_non_finite_numbers_exact(env: ReportEnv) -> None:
+    """Report cells keep every string exactly (control characters, `_xHHHH_` lookalikes, text
+    shaped like rich-text markup; openpyxl leaves the `_xHHHH_` decoding to `unescape`), and
+    NaN and infinities are the text "NaN", "Infinity" and "-Infinity", as in an exported xlsx."""
+    query = env.add_query("exact", EXACT_SQL)
+    report = env.add_report("Exact", section("Exact values", query))
+    record = env.run(env.request(report, "xlsx"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    sheet = openpyxl.load_workbook(io.BytesIO(env.file(record)))["Exact values"]
+    rows = [(unescape(s.value), x.value, x.data_type) for _, s, x in sheet.iter_rows(min_row=2)]
+    assert rows == [
+        ("a\x1b[31mred", "NaN", "s"),
+        ("_x0041_x0042_", "Infinity", "s"),
+        ("<r><t>rich</t></r>", "-Infinity", "s"),
+        ("\x01\x1f\r_x0041\x07", 2.5, "n"),
+    ]
 
 
 def test_xlsx_cells_match_the_query_results(env: ReportEnv, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -17,10 +18,12 @@ import openpyxl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from openpyxl.utils.escape import unescape
 
 from qexport.domain.failures import InvalidRequestError, LimitExceededError
 from qexport.ports import Writer, WriterOptions
 from qexport.writers import xlsx as xlsx_writer
+from qexport.writers.neutralize import looks_like_formula
 from qexport.writers.parquet import ParquetFileWriter
 from qexport.writers.registry import FORMATS, get_writer
 from qexport.writers.xlsx import XlsxFileWriter
@@ -30,6 +33,12 @@ VERBATIM = WriterOptions(neutralize_formulas=False)
 FORMULAS = ["=1+1", "+49 30", "-x", "@SUM(A1)", "\tfoo", "\rbar", "\nbaz"]
 COLUMNS = ["id", "text", "big", "amount", "ratio", "flag", "day", "moment"]
 SQL = "SELECT * FROM sample ORDER BY id"
+# DOUBLE and REAL columns holding NaN, the infinities, a finite value and NULL.
+NON_FINITE_SQL = (
+    "SELECT d, r FROM (VALUES ('nan'::DOUBLE, 'nan'::REAL), ('inf', 'inf'), ('-inf', '-inf'),"
+    " (1.25, 1.25), (NULL, NULL)) t(d, r)"
+)
+NON_FINITE_LABELS = ["NaN", "Infinity", "-Infinity"]
 
 # id, text, big, amount DECIMAL(18,4), ratio, flag, day, moment (ms precision: Excel keeps ms)
 ROWS: list[tuple[Any, ...]] = [
@@ -238,11 +247,18 @@ def test_jsonl_writes_decimals_as_exact_numbers(con: duckdb.DuckDBPyConnection) 
     assert bytes(sink.data) == b'{"amount":12345678901234.5678}\n'
 
 
-def test_jsonl_non_finite_floats_are_null(con: duckdb.DuckDBPyConnection) -> None:
-    """NaN and infinities have no JSON form: they are written as null."""
-    sql = "SELECT x FROM (VALUES ('nan'::DOUBLE), ('inf'::DOUBLE), ('-inf'::DOUBLE), (1.25)) t(x)"
-    _, sink = write(get_writer("jsonl"), con, sql)
-    assert read_jsonl(bytes(sink.data)) == [{"x": None}] * 3 + [{"x": Decimal("1.25")}]
+def test_jsonl_writes_non_finite_floats_as_strings(con: duckdb.DuckDBPyConnection) -> None:
+    """NaN and infinities, which JSON has no number for, are the strings "NaN", "Infinity" and
+    "-Infinity" in DOUBLE and REAL columns and inside lists; NULL stays null."""
+    _, sink = write(get_writer("jsonl"), con, NON_FINITE_SQL)
+    finite = Decimal("1.25")
+    assert read_jsonl(bytes(sink.data)) == [
+        *({"d": label, "r": label} for label in NON_FINITE_LABELS),
+        {"d": finite, "r": finite},
+        {"d": None, "r": None},
+    ]
+    _, sink = write(get_writer("jsonl"), con, "SELECT ['nan'::DOUBLE, 2.5, '-inf'] l")
+    assert read_jsonl(bytes(sink.data)) == [{"l": ["NaN", Decimal("2.5"), "-Infinity"]}]
 
 
 def test_jsonl_aware_timestamps_carry_their_offset() -> None:
@@ -404,17 +420,90 @@ def test_xlsx_dates_outside_excel_calendar_are_iso_text(con: duckdb.DuckDBPyConn
     assert f.value == datetime(1900, 1, 1)
 
 
-def test_xlsx_escapes_markup_and_drops_xml_illegal_characters(
-    con: duckdb.DuckDBPyConnection,
+# Every C0 control alone and together, text that looks like SpreadsheetML's `_xHHHH_` escapes
+# (alone, sharing an underscore, meeting an escaped control), markup, rich-text lookalikes,
+# the XML non-characters, and controls after a formula start (TAB, CR, LF) or before one.
+EXACT_TEXTS = [
+    "a\x1b[31mred",
+    *(f"<{chr(code)}>" for code in range(32)),
+    "".join(chr(code) for code in range(32)),
+    "_x0041_",
+    "_x0041_x0042_",
+    "_x0041\x1b",
+    "_x005F_",
+    "__x00e9_ _xZZZZ_ _x12",
+    "a&b<c>d\"'",
+    "<r><t>rich</t></r>",
+    "\ufffe\uffff",
+    "\t\x07",
+    "\r\x1b=1",
+    "\n_x0041_",
+    "\x1b=1",
+    "plain",
+]
+
+
+def xlsx_text(cell: Any) -> str | None:
+    """The string a cell holds: openpyxl gives the stored text, still carrying SpreadsheetML's
+    `_xHHHH_` escapes, which Excel and LibreOffice decode (as openpyxl's `unescape` does)."""
+    return None if cell.value is None else unescape(cell.value)
+
+
+def test_xlsx_stores_every_string_exactly(con: duckdb.DuckDBPyConnection) -> None:
+    """Control characters (ESC, BS, BEL, every C0 one), markup, and text that looks like an
+    `_xHHHH_` escape read back exactly, in cells and in the header; formula-looking text is
+    quote-prefixed, a control before `=` is not formula-looking."""
+    batch = pa.record_batch([pa.array(EXACT_TEXTS, pa.string())], names=["h\x1b_x0041_\x07"])
+    sink = MemorySink()
+    XlsxFileWriter().write(batch.schema, iter([batch]), sink, NEUTRAL)
+    sheet = open_xlsx(bytes(sink.data))["Sheet1"]
+    assert xlsx_text(sheet["A1"]) == "h\x1b_x0041_\x07"
+    cells = [row[0] for row in sheet.iter_rows(min_row=2)]
+    assert [xlsx_text(cell) for cell in cells] == EXACT_TEXTS
+    assert [cell.quotePrefix for cell in cells] == [looks_like_formula(t) for t in EXACT_TEXTS]
+    _, sink = write(get_writer("xlsx"), con, "SELECT 'a' || chr(27) || '[31mred' s")
+    (cell,) = next(open_xlsx(bytes(sink.data))["Sheet1"].iter_rows(min_row=2))
+    assert xlsx_text(cell) == "a\x1b[31mred"
+    assert "a_x001B_[31mred" in sheet_xml(bytes(sink.data))
+
+
+@pytest.mark.parametrize("options", [NEUTRAL, VERBATIM], ids=["neutralized", "verbatim"])
+def test_xlsx_writes_non_finite_floats_as_text(
+    con: duckdb.DuckDBPyConnection, options: WriterOptions
 ) -> None:
-    """Markup characters are escaped; characters XML 1.0 forbids are removed; Excel's
-    `_xHHHH_` escapes in text are themselves escaped."""
-    sql = "SELECT 'a&b<c>d' m, 'x' || chr(1) || 'y' || chr(31) c, 'id_x0041_' e"
-    _, sink = write(get_writer("xlsx"), con, sql)
-    data = bytes(sink.data)
-    assert "id_x005F_x0041_" in sheet_xml(data)
-    m, c, _ = next(open_xlsx(data)["Sheet1"].iter_rows(min_row=2))
-    assert (m.value, c.value) == ("a&b<c>d", "xy")
+    """NaN and infinities are the text cells "NaN", "Infinity" and "-Infinity" in DOUBLE and REAL
+    columns, other values stay numbers; "-Infinity" is quote-prefixed when neutralising, like
+    any text that starts with "-"."""
+    _, sink = write(get_writer("xlsx"), con, NON_FINITE_SQL, options)
+    rows = list(open_xlsx(bytes(sink.data))["Sheet1"].iter_rows(min_row=2))
+    for label, row in zip(NON_FINITE_LABELS, rows, strict=False):
+        for cell in row:
+            assert (cell.value, cell.data_type) == (label, "s")
+            assert cell.quotePrefix == (options.neutralize_formulas and label == "-Infinity")
+    assert [(cell.value, cell.data_type) for cell in rows[3]] == [(1.25, "n"), (1.25, "n")]
+    assert len(rows) == 4  # the all-NULL row has no cells: openpyxl sees no fifth row
+
+
+def test_csv_tsv_and_parquet_keep_non_finite_floats(con: duckdb.DuckDBPyConnection) -> None:
+    """csv and tsv write NaN and infinities as `nan`, `inf`, `-inf` (never quoted nor
+    neutralised); parquet keeps them as floats."""
+    for fmt, delimiter in (("csv", ","), ("tsv", "\t")):
+        _, sink = write(get_writer(fmt), con, NON_FINITE_SQL)
+        assert read_delimited(bytes(sink.data), delimiter) == [
+            ["d", "r"],
+            ["nan", "nan"],
+            ["inf", "inf"],
+            ["-inf", "-inf"],
+            ["1.25", "1.25"],
+            ["", ""],
+        ]
+    _, sink = write(get_writer("parquet"), con, NON_FINITE_SQL)
+    table = pq.read_table(io.BytesIO(bytes(sink.data)))
+    assert table.schema.types == [pa.float64(), pa.float32()]
+    for column in table.columns:
+        values = column.to_pylist()
+        assert math.isnan(values[0])
+        assert values[1:] == [math.inf, -math.inf, 1.25, None]
 
 
 def test_xlsx_rolls_over_to_new_sheets(

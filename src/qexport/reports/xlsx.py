@@ -2,7 +2,9 @@
 requester, generation time) goes into the workbook's document properties.
 
 Strings are always written with write_string, so no cell value ever becomes a formula (or a
-link, or a number) in the workbook. XlsxWriter needs a seekable file, so the workbook is
+link, or a number) in the workbook, and stored exactly (see `_ExactWorksheet`). NaN and
+infinities are the strings `NaN`, `Infinity` and `-Infinity`, as in an exported xlsx.
+XlsxWriter needs a seekable file, so the workbook is
 written in constant-memory mode to a file in a private temporary directory, then copied into
 the sink; memory stays at one row whatever the row count.
 """
@@ -25,6 +27,8 @@ from xlsxwriter.worksheet import Worksheet
 from qexport.domain.reports import Display
 from qexport.ports import Sink
 from qexport.reports.model import DocumentInfo, SectionData
+from qexport.writers.textual import non_finite_label
+from qexport.writers.xlsx_parts import ooxml_escape
 
 MAX_SHEET_NAME = 31
 _BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\\x00-\x1f]")
@@ -84,7 +88,9 @@ class XlsxDocument:
         )
 
     def add(self, section: SectionData) -> None:
-        sheet = self._book.add_worksheet(sheet_name(section.heading, self._taken))
+        sheet = self._book.add_worksheet(
+            sheet_name(section.heading, self._taken), worksheet_class=_ExactWorksheet
+        )
         for col, name in enumerate(section.columns):
             sheet.write_string(0, col, name, self._bold)
             sheet.set_column(col, col, _width(section, col))
@@ -106,11 +112,12 @@ class XlsxDocument:
             else:
                 sheet.write_string(row, col, str(value))
         elif isinstance(value, float | decimal.Decimal):
-            number = float(value)
+            nan = isinstance(value, decimal.Decimal) and value.is_nan()  # sNaN has no float
+            number = math.nan if nan else float(value)
             if math.isfinite(number):
                 sheet.write_number(row, col, number)
             else:
-                sheet.write_string(row, col, str(value))
+                sheet.write_string(row, col, non_finite_label(number))
         elif isinstance(value, dt.datetime):
             if value.tzinfo is not None:  # Excel has no time zones: shown in UTC
                 value = value.astimezone(dt.UTC).replace(tzinfo=None)
@@ -156,6 +163,25 @@ class XlsxDocument:
             with contextlib.suppress(Exception):
                 self._book.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _ExactWorksheet(Worksheet):  # type: ignore[misc]  # XlsxWriter ships no type hints
+    """XlsxWriter's worksheet, with inline strings escaped as the export writer does.
+
+    In constant-memory mode XlsxWriter passes every string cell through this hook before
+    escaping its markup. Its own version reads `_x0041_x0042_` back as `_x0041B`, and a
+    string shaped `<r>...</r>` then goes into the sheet unescaped, as rich-text markup.
+    """
+
+    @staticmethod
+    def _escape_control_characters(data: Any) -> Any:
+        if not isinstance(data, str):  # other element data (numbers): as XlsxWriter does
+            return data
+        # CR as `_x000D_`: raw in the element, an XML parser would read it as LF.
+        text = ooxml_escape(data).replace("\r", "_x000D_")
+        if text.startswith("<r>") and text.endswith("</r>"):
+            text = "_x003C_" + text[1:]  # the same character, no longer taken as markup
+        return text
 
 
 def _width(section: SectionData, col: int) -> float:

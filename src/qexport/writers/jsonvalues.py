@@ -3,7 +3,8 @@
 Each value becomes its JSON fragment with pyarrow.compute (no Python loop over rows, except
 for the rare strings that need escaping and for binary and interval values). Exactness
 rules: decimals keep their decimal text (never a float), floats use the shortest text that
-reads back to the same value, NaN and infinities become `null`.
+reads back to the same value; NaN and infinities, which JSON has no number for, become the
+strings `"NaN"`, `"Infinity"` and `"-Infinity"` (see textual.non_finite_label).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from qexport.writers.textual import (
     is_span,
     is_string_like,
     matches_anywhere,
-    non_finite_to_null,
+    non_finite_labels,
     span_text,
     unwrap,
     utf8,
@@ -118,7 +119,7 @@ def _encode(array: pa.Array) -> pa.Array:  # noqa: PLR0911 - one branch per Arro
     if pa.types.is_integer(arrow_type) or pa.types.is_decimal(arrow_type):
         return array.cast(pa.string())
     if pa.types.is_floating(arrow_type):
-        return non_finite_to_null(array).cast(pa.string())
+        return _floats(array)
     if pa.types.is_date(arrow_type):
         return _wrap(array.cast(pa.date32()).cast(pa.string()))
     if pa.types.is_timestamp(arrow_type):
@@ -132,6 +133,17 @@ def _encode(array: pa.Array) -> pa.Array:  # noqa: PLR0911 - one branch per Arro
     if _is_nested(arrow_type):
         return _list(array)
     return quote_json(to_text(array))
+
+
+def _floats(array: pa.Array) -> pa.Array:
+    """Finite floats as JSON numbers, NaN and infinities as their label in a JSON string."""
+    if pa.types.is_float16(array.type):
+        array = array.cast(pa.float32())
+    labels = non_finite_labels(array)
+    numbers = array.cast(pa.string())
+    if labels is None:
+        return numbers
+    return pc.coalesce(_wrap(labels), numbers)
 
 
 def _wrap(text: pa.Array) -> pa.Array:

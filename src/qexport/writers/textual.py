@@ -7,6 +7,7 @@ else (binary, intervals, extension types) is written as text, the same text in e
 from __future__ import annotations
 
 import base64
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -131,8 +132,28 @@ def matches_anywhere(strings: pa.Array, pattern: str) -> bool:
     return bool(pc.match_substring_regex(whole, pattern)[0].as_py())
 
 
-def non_finite_to_null(array: pa.Array) -> pa.Array:
-    """NaN and infinities become NULL: neither JSON nor a spreadsheet can hold them."""
+# NaN and the infinities have no JSON number and no spreadsheet number: jsonl and xlsx write
+# these strings where the number would be (csv, tsv and parquet keep the float itself).
+NAN_TEXT = "NaN"
+INFINITY_TEXT = "Infinity"
+NEGATIVE_INFINITY_TEXT = "-Infinity"
+
+
+def non_finite_label(value: float) -> str:
+    """The text a NaN or infinite float is written as: `NaN`, `Infinity` or `-Infinity`."""
+    if math.isnan(value):
+        return NAN_TEXT
+    return INFINITY_TEXT if value > 0 else NEGATIVE_INFINITY_TEXT
+
+
+def non_finite_labels(array: pa.Array) -> pa.Array | None:
+    """Per float: its `non_finite_label` where it is NaN or infinite, NULL elsewhere (finite
+    or NULL); None when the array holds no such value, the usual case (one cheap scan)."""
     if pa.types.is_float16(array.type):
         array = array.cast(pa.float32())
-    return pc.if_else(pc.is_finite(array), array, pa.scalar(None, array.type))
+    outside = pc.invert(pc.is_finite(array))
+    if not pc.any(outside).as_py():
+        return None
+    infinite = pc.if_else(pc.greater(array, 0), INFINITY_TEXT, NEGATIVE_INFINITY_TEXT)
+    labels = pc.if_else(pc.is_nan(array), NAN_TEXT, infinite)
+    return pc.if_else(outside, labels, pa.scalar(None, pa.string()))

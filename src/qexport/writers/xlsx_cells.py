@@ -1,9 +1,12 @@
 """Worksheet rows as XML, built a column at a time with pyarrow.compute.
 
 Each column turns into an array of `<c>` elements (NULL where the value is NULL: no cell),
-then rows are joined element-wise and wrapped in `<row>`. Numbers stay numbers, dates and
-times become Excel serial numbers with a date format, strings are inline strings and never
-formulas; formula-looking strings get a quote-prefixed style when neutralisation is on.
+then rows are joined element-wise and wrapped in `<row>`. Numbers stay numbers (NaN and the
+infinities, which a spreadsheet has no number for, become the strings `NaN`, `Infinity` and
+`-Infinity`), dates and times become Excel serial numbers with a date format, strings are
+inline strings and never formulas; formula-looking strings get a quote-prefixed style when
+neutralisation is on. Every string is stored exactly: markup is escaped, and characters XML
+cannot carry (C0 controls but TAB, LF, CR) become SpreadsheetML's `_xHHHH_` escapes.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from qexport.writers.neutralize import formula_mask, looks_like_formula
 from qexport.writers.textual import (
     is_string_like,
     matches_anywhere,
-    non_finite_to_null,
+    non_finite_labels,
     unwrap,
     utf8,
 )
-from qexport.writers.xlsx_parts import Styles, column_letter, escape_text
+from qexport.writers.xlsx_parts import CONTROL_ESCAPES, Styles, column_letter, escape_text
 
 CellEncoder = Callable[[pa.Array, pa.Array], pa.Array]
 
@@ -40,10 +43,10 @@ _NO_TEXT = pa.scalar(None, pa.string())
 _COUNTING = pa.array(range(65_536), pa.int64())  # 0, 1, 2...: row numbers without a Python loop
 _INLINE = ' t="inlineStr"><is><t xml:space="preserve">'
 _INLINE_END = "</t></is></c>"
-# XML 1.0 forbids these characters outright, even escaped (RE2 syntax).
-_ILLEGAL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}]"
-# Characters to remove (above) or escape, and text Excel would decode (`_x0041_`).
-_SPECIAL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}&<>\r]|_x[0-9A-Fa-f]{4}_"
+# Characters XML 1.0 cannot carry, stored as `_xHHHH_` (xlsx_parts.CONTROL_ESCAPES; RE2).
+_CONTROL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}]"
+# Characters to escape: those above, markup, CR, and an underscore that starts `_xHHHH`.
+_SPECIAL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}&<>\r]|_x[0-9A-Fa-f]{4}"
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,10 @@ def _encoder(  # noqa: PLR0911 - one branch per Arrow type family
         return (lambda column, rows: pa.nulls(len(column), pa.string())), None
     if pa.types.is_boolean(arrow_type):
         return _bool_cells(opening), None
-    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+    if pa.types.is_integer(arrow_type):
         return _number_cells(opening, None), None
+    if pa.types.is_floating(arrow_type):
+        return _float_cells(opening, quote_style), None
     if pa.types.is_decimal(arrow_type):
         scale = arrow_type.scale
         style = styles.xf("0." + "0" * scale) if scale > 0 else None
@@ -136,13 +141,33 @@ def _number_cells(opening: str, style: int | None) -> CellEncoder:
     middle = f'"{_attributes(style)}><v>'
 
     def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        column = unwrap(column)
-        if pa.types.is_floating(column.type):
-            column = non_finite_to_null(column)
-        values = column.cast(pa.string())
+        values = unwrap(column).cast(pa.string())
         return pc.binary_join_element_wise(opening, rows, middle, values, "</v></c>", "")
 
     return encode
+
+
+def _float_cells(opening: str, quote_style: int | None) -> CellEncoder:
+    """Number cells; NaN and infinities as text cells (`-Infinity` is quote-prefixed like any
+    text starting with `-` when neutralisation is on)."""
+    numbers = _number_cells(opening, None)
+    labels_as_text = _text_cells(opening, _same_text, quote_style)
+
+    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
+        column = unwrap(column)
+        if pa.types.is_float16(column.type):
+            column = column.cast(pa.float32())
+        labels = non_finite_labels(column)
+        if labels is None:
+            return numbers(column, rows)
+        finite = pc.if_else(labels.is_valid(), pa.scalar(None, column.type), column)
+        return pc.coalesce(numbers(finite, rows), labels_as_text(labels, rows))
+
+    return encode
+
+
+def _same_text(column: pa.Array) -> pa.Array:
+    return column
 
 
 def _time_cells(opening: str, style: int) -> CellEncoder:
@@ -215,17 +240,14 @@ def _text_cells(
     quoted = f'" s="{quote_style}"{_INLINE}'
 
     def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        text = to_string(column)
-        # Most columns hold nothing to clean or escape: one scan of the bytes proves it.
-        special = _special_rows(text)
-        if special is not None:
-            text = _without_illegal(text, special)
-        text = _truncated(text)
+        text = _truncated(to_string(column))
         middle: str | pa.Array = f'"{_INLINE}'
         if quote_style is not None:
             mask = formula_mask(text)
             if pc.any(mask).as_py():
                 middle = pc.if_else(mask, quoted, middle)
+        # Most columns hold nothing to escape: one scan of the bytes proves it.
+        special = _special_rows(text)
         if special is not None:
             text = pc.replace_with_mask(text, special, _escape(text.filter(special)))
         return pc.binary_join_element_wise(opening, rows, middle, text, _INLINE_END, "")
@@ -234,17 +256,11 @@ def _text_cells(
 
 
 def _special_rows(text: pa.Array) -> pa.Array | None:
-    """Rows holding characters to remove or escape, or None when there are none."""
+    """Rows holding characters to escape, or None when there are none."""
     if not matches_anywhere(text, _SPECIAL_RE2):
         return None
     special = pc.fill_null(pc.match_substring_regex(text, _SPECIAL_RE2), False)
     return special if pc.any(special).as_py() else None
-
-
-def _without_illegal(text: pa.Array, rows: pa.Array) -> pa.Array:
-    """Drop the characters XML 1.0 cannot carry at all, even escaped."""
-    cleaned = pc.replace_substring_regex(text.filter(rows), _ILLEGAL_RE2, "")
-    return pc.replace_with_mask(text, rows, cleaned)
 
 
 def _truncated(text: pa.Array) -> pa.Array:
@@ -256,10 +272,17 @@ def _truncated(text: pa.Array) -> pa.Array:
 
 
 def _escape(text: pa.Array) -> pa.Array:
+    """Values (no NULLs) as element text that reads back exactly; see xlsx_parts.escape_text."""
     subset = pc.replace_substring(text, "&", "&amp;")
     subset = pc.replace_substring(subset, "<", "&lt;")
     subset = pc.replace_substring(subset, ">", "&gt;")
     # A raw CR would be normalised to LF by every XML parser; the reference keeps it.
     subset = pc.replace_substring(subset, "\r", "&#13;")
-    # Excel decodes `_x0041_` in text as "A": a literal one is escaped as `_x005F_x0041_`.
-    return pc.replace_substring_regex(subset, r"_(x[0-9A-Fa-f]{4}_)", r"_x005F_\1")
+    # Before the controls, whose own escapes must stay as they are.
+    subset = pc.replace_substring_regex(subset, r"_(x[0-9A-Fa-f]{4})", r"_x005F_\1")
+    if not matches_anywhere(subset, _CONTROL_RE2):
+        return subset
+    # Control characters are rare: the values holding them are escaped in Python.
+    controls = pc.match_substring_regex(subset, _CONTROL_RE2)
+    escaped = [value.translate(CONTROL_ESCAPES) for value in subset.filter(controls).to_pylist()]
+    return pc.replace_with_mask(subset, controls, pa.array(escaped, pa.string()))

@@ -19,10 +19,17 @@ _BOOK_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.
 _STYLES_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"
 
 MAX_COLUMNS = 16_384
-# XML 1.0 forbids these characters outright, even escaped.
-_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-# Excel reads `_x0041_` in text as an escaped character; a literal one is escaped itself.
-_OOXML_ESCAPE = re.compile(r"_(x[0-9A-Fa-f]{4}_)")
+# Characters XML 1.0 cannot carry, even as character references: C0 controls other than TAB,
+# LF and CR, and U+FFFE, U+FFFF. SpreadsheetML stores them as `_xHHHH_` (ECMA-376 ST_Xstring),
+# which Excel and LibreOffice decode back to the character.
+CONTROL_ESCAPES = {
+    code: f"_x{code:04X}_"
+    for code in [*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]
+}
+# An underscore that starts `_xHHHH` in the text itself is escaped as `_x005F_`, so that it can
+# never be decoded as part of an escape: not `_x0041_` on its own, not one that meets a
+# following escape (`_x0041` before ESC), not two that share an underscore (`_x0041_x0042_`).
+_LITERAL_ESCAPE = re.compile(r"_(?=x[0-9A-Fa-f]{4})")
 
 
 def column_letter(index: int) -> str:
@@ -36,11 +43,18 @@ def column_letter(index: int) -> str:
 
 
 def escape_text(text: str) -> str:
-    """Text for an element's content, the same rules as the vectorised cell encoder."""
-    text = _ILLEGAL_XML.sub("", text)
+    """Text for an element's content or an attribute, stored exactly: the same rules as the
+    vectorised cell encoder (xlsx_cells), plus `"` for attributes."""
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # A raw CR would be normalised to LF by every XML parser; the reference keeps it.
     text = text.replace("\r", "&#13;").replace('"', "&quot;")
-    return _OOXML_ESCAPE.sub(r"_x005F_\1", text)
+    return ooxml_escape(text)
+
+
+def ooxml_escape(text: str) -> str:
+    """The SpreadsheetML part of the escaping: controls as `_xHHHH_`, and an underscore that
+    starts `_xHHHH` as `_x005F_`; markup is left to the XML layer."""
+    return _LITERAL_ESCAPE.sub("_x005F_", text).translate(CONTROL_ESCAPES)
 
 
 @dataclass
