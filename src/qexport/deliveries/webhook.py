@@ -9,7 +9,8 @@ checked by the policy, then the request is sent to a URL whose host is that IP a
 the original name in the `Host` header and as TLS SNI (httpcore's `sni_hostname` extension,
 which is also the name the certificate is verified against). Nothing resolves the name a
 second time. Proxies from the environment are ignored (`trust_env=False`: a proxy would
-connect onwards by name) and connections are not kept alive, so that a connection opened
+connect onwards by name; CA certificates still come from OpenSSL's defaults, which honour
+SSL_CERT_FILE and SSL_CERT_DIR) and connections are not kept alive, so that a connection opened
 for one name (its SNI, its certificate) is never reused for another name on the same IP.
 The alternative, a custom httpcore network backend that swaps the address inside
 `connect_tcp`, reaches into httpx's private pool; this one uses documented extensions only.
@@ -20,6 +21,7 @@ detail (addresses, ports, errno text) goes to the operator's log only.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Collection
 from types import TracebackType
 
@@ -55,6 +57,7 @@ class WebhookSender:
             timeout=timeout,
             follow_redirects=False,
             trust_env=False,
+            verify=ssl.create_default_context(),
             limits=httpx2.Limits(max_keepalive_connections=0),
             transport=transport,
         )
