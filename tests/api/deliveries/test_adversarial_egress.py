@@ -345,26 +345,52 @@ def test_a_saved_webhook_outside_the_hosts_fails_when_sent(deliveries: Deliverie
     assert env.hooks.received == []
 
 
-def test_the_cli_sets_and_lifts_webhook_hosts(api: Api) -> None:
-    """`qexport workspaces webhook-hosts W HOST...` sets them, without hosts prints them, and
-    `--clear` lifts the restriction."""
-    api.member(ADMIN, "admin")
+def _cli(api: Api, *args: str, user: str = "") -> subprocess.CompletedProcess[str]:
+    """`qexport ARGS` on the api fixture's database (and source), as `user` in acme."""
     settings = api.deps.settings
     environ = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
     environ |= {
         "QEXPORT_DATA_DIR": str(settings.data_dir),
         "QEXPORT_DATABASE_URL": settings.database_url,
+        f"QEXPORT_SOURCE_{SOURCE.upper()}": settings.sources[SOURCE],
+        "QEXPORT_WORKSPACE": "acme",
+        "QEXPORT_USER": user or "nobody",
     }
+    return subprocess.run(
+        [sys.executable, "-m", "qexport", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_cli_checks_notify_like_the_api(api: Api) -> None:
+    """`exports create --webhook` to loopback exits 2 naming --webhook; a viewer's --email to
+    someone else exits 2; neither records an export."""
+    api.member(ALICE, "editor")
+    api.member(VERA, "viewer")
+    api.add_query("orders")
+    create = ("exports", "create", "--query", "orders", "--format", "csv")
+
+    inside = _cli(api, *create, "--webhook", "http://127.1:8080/x", user=api.user_id(ALICE))
+    other = _cli(api, *create, "--email", "boss@acme.test", user=api.user_id(VERA))
+
+    assert inside.returncode == 2, inside.stderr
+    assert "--webhook: '127.1' is not an allowed destination" in inside.stderr
+    assert other.returncode == 2, other.stderr
+    assert "viewers may notify only their own email address" in other.stderr
+    assert api.deps.store.list_exports(workspace_id="acme") == []
+
+
+def test_the_cli_sets_and_lifts_webhook_hosts(api: Api) -> None:
+    """`qexport workspaces webhook-hosts W HOST...` sets them, without hosts prints them, and
+    `--clear` lifts the restriction."""
+    api.member(ADMIN, "admin")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "qexport", "workspaces", "webhook-hosts", *args],
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return _cli(api, "workspaces", "webhook-hosts", *args)
 
     assert run("acme", "hooks.example.com", "b.example.com").returncode == 0
     assert api.context.accounts.workspace_webhook_hosts("acme") == (
