@@ -6,6 +6,7 @@ a number of times, or always, and then read exactly what each recipient got.
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import socket
@@ -114,16 +115,20 @@ class Hook:
 
 @dataclass
 class WebhookReceiver:
-    """An HTTP server on 127.0.0.1. `script[path]` = statuses to answer for that path, one
-    per request (then 200), e.g. [500, 500] or [503] * 99."""
+    """An HTTP server on 127.0.0.1 (or `host`). `script[path]` = statuses to answer for that
+    path, one per request (then 200), e.g. [500, 500] or [503] * 99; `redirect[path]` = the
+    Location sent with them."""
 
     port: int
     received: list[Hook] = field(default_factory=list)
     script: dict[str, list[int]] = field(default_factory=dict)
+    redirect: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    host: str = "127.0.0.1"
 
     def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{path}"
 
     def at(self, path: str) -> list[Hook]:
         with self.lock:
@@ -137,8 +142,11 @@ def _hook_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
             with receiver.lock:
                 statuses = receiver.script.get(self.path)
                 status = statuses.pop(0) if statuses else 200
+                location = receiver.redirect.get(self.path)
                 receiver.received.append(Hook(self.path, dict(self.headers.items()), body, status))
             self.send_response(status)
+            if location:
+                self.send_header("Location", location)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -148,10 +156,16 @@ def _hook_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def webhook_receiver() -> Iterator[WebhookReceiver]:
-    receiver = WebhookReceiver(0)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _hook_handler(receiver))
+class _Ipv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+@contextlib.contextmanager
+def running_receiver(host: str = "127.0.0.1") -> Iterator[WebhookReceiver]:
+    """A webhook receiver listening on `host` (an IPv4 or IPv6 address) on a free port."""
+    receiver = WebhookReceiver(0, host=host)
+    server_class = _Ipv6Server if ":" in host else ThreadingHTTPServer
+    server = server_class((host, 0), _hook_handler(receiver))
     receiver.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -160,3 +174,9 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def webhook_receiver() -> Iterator[WebhookReceiver]:
+    with running_receiver() as receiver:
+        yield receiver

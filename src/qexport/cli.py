@@ -93,6 +93,13 @@ def main_options(
     smtp_url: Annotated[
         str | None, _setting("SMTP_URL", "SMTP server for email deliveries.", secret=True)
     ] = None,
+    egress_allow: Annotated[
+        str | None,
+        _setting(
+            "EGRESS_ALLOW",
+            "Internal destinations webhooks may reach: comma-separated CIDRs and host names.",
+        ),
+    ] = None,
     user: Annotated[str, typer.Option(envvar="QEXPORT_USER", help="Requester user id.")] = "demo",
     workspace: Annotated[
         str, typer.Option(envvar="QEXPORT_WORKSPACE", help="Requester workspace id.")
@@ -125,6 +132,7 @@ def main_options(
         "SECRET_KEY": secret_key,
         "PUBLIC_BASE_URL": public_base_url,
         "SMTP_URL": smtp_url,
+        "EGRESS_ALLOW": egress_allow,
     }
     # A flag wins over its variable; both are read, checked and reported by one parser.
     env = {**os.environ, **{f"QEXPORT_{k}": v for k, v in flags.items() if v is not None}}

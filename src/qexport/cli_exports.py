@@ -28,7 +28,7 @@ from qexport.cli_common import (
     server_errors,
     state,
 )
-from qexport.cli_schedules import EMAIL_HELP, WEBHOOK_HELP, parse_notify
+from qexport.cli_schedules import EMAIL_HELP, WEBHOOK_HELP, local_notify, parse_notify
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester
 from qexport.domain.failures import QExportError
 from qexport.humanize import human_size
@@ -150,6 +150,8 @@ def exports_create(
     st = state(ctx)
     deps = st.deps()
     check_local_requester(deps, st.requester)
+    if notify:
+        notify = local_notify(ctx, email, webhook)
     try:
         if report is not None:
             record = request_report_export(

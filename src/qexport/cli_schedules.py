@@ -27,6 +27,7 @@ from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
 from qexport.services import schedules as service
+from qexport.services.recipients import admit_recipients, rules_for
 from qexport.services.views import schedule_view
 
 if TYPE_CHECKING:
@@ -78,6 +79,26 @@ def parse_notify(emails: list[str] | None, webhooks: list[str] | None) -> tuple[
     try:
         return parse_recipients(recipients_json(emails, webhooks), "notify")
     except InvalidRequestError as exc:
+        _refused(exc)
+
+
+def local_notify(
+    ctx: typer.Context, emails: list[str] | None, webhooks: list[str] | None
+) -> tuple[Recipient, ...]:
+    """`--email` and `--webhook` of a local export, checked as the API checks `notify` (who
+    may name them, the workspace's webhook hosts, the egress policy); refused ones exit 2."""
+    deps, actor = _local(ctx)
+    requester = actor.requester
+    rules = rules_for(
+        _accounts(deps),
+        requester.workspace_id,
+        requester.user_id,
+        actor.role,
+        state(ctx).settings.egress_policy(),
+    )
+    try:
+        return admit_recipients(recipients_json(emails, webhooks), rules, "notify")
+    except QExportError as exc:
         _refused(exc)
 
 
@@ -186,6 +207,7 @@ def schedules_add(
                 actor,
                 draft,
                 match_name=True,
+                egress=state(ctx).settings.egress_policy(),
             )
         except QExportError as exc:
             _refused(exc)
@@ -218,7 +240,7 @@ def schedules_list(
     else:
         deps, actor = _local(ctx)
         found = service.list_visible_schedules(deps.store, _schedules(deps), actor)
-        items = [schedule_view(s) for s in found]
+        items = [schedule_view(s, full_recipients=service.sees_recipients(actor, s)) for s in found]
         names = {s.subject_id: _subject_name(deps, s.subject_type, s.subject_id) for s in found}
     if as_json:
         print(json.dumps({"items": items}, indent=2))

@@ -1,4 +1,5 @@
-"""`qexport workspaces timezone W [ZONE]`: the time zone a workspace's reports are dated in."""
+"""`qexport workspaces timezone W [ZONE]`: the time zone a workspace's reports are dated in;
+`qexport workspaces webhook-hosts W [HOST...]`: the only hosts its webhooks may go to."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import typer
 
 from qexport.cli_admin import admin_context, note
 from qexport.cli_common import fail_input
+from qexport.domain.accounts import Role
+from qexport.domain.failures import InvalidRequestError
+from qexport.services.recipients import set_webhook_hosts
 
 workspaces_app = typer.Typer(no_args_is_help=True, help="Workspaces' settings.")
 
@@ -46,3 +50,38 @@ def workspaces_timezone(
         return
     accounts.set_workspace_timezone(workspace, _check_zone(zone))
     note(f"workspace {workspace} now dates its reports in {zone}")
+
+
+@workspaces_app.command("webhook-hosts")
+def workspaces_webhook_hosts(
+    ctx: typer.Context,
+    workspace: str,
+    hosts: Annotated[
+        list[str] | None,
+        typer.Argument(help="Host names webhooks may go to; leave out to print the current."),
+    ] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Lift the restriction: any host the server allows.")
+    ] = False,
+) -> None:
+    """Print, set or (--clear) lift the host names the workspace's webhooks may go to."""
+    accounts = admin_context(ctx).accounts
+    if not accounts.workspace_exists(workspace):
+        fail_input(
+            f"no workspace {workspace!r} with accounts"
+            f" (qexport users create EMAIL --workspace {workspace} ...)"
+        )
+    if clear and hosts:
+        fail_input("give host names or --clear, not both")
+    if not hosts and not clear:
+        current = accounts.workspace_webhook_hosts(workspace)
+        print("any (unrestricted)" if current is None else "\n".join(current))
+        return
+    try:
+        saved = set_webhook_hosts(accounts, Role.ADMIN, workspace, None if clear else hosts)
+    except InvalidRequestError as exc:
+        fail_input(str(exc))
+    if saved is None:
+        note(f"workspace {workspace}'s webhooks may go to any host the server allows")
+    else:
+        note(f"workspace {workspace}'s webhooks may only go to: {', '.join(saved)}")

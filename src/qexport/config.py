@@ -10,6 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from qexport.deliveries.egress import EgressPolicy, parse_allow
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -69,6 +71,9 @@ class Settings:
     # Rows (every section's together) a PDF report may hold: ReportLab keeps the laid-out
     # pages in memory until the file is saved, about 0.45 KiB a row.
     report_pdf_max_rows: int = 100_000
+    # Internal destinations (comma-separated CIDRs and host names) that webhooks may reach
+    # although the egress policy refuses them by default (loopback, private, link-local...).
+    egress_allow: str = ""
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -89,6 +94,14 @@ class Settings:
             raise ValueError("QEXPORT_EMAIL_ATTACHMENT_MAX_BYTES must not be negative")
         if self.report_pdf_max_rows < 1:
             raise ValueError("QEXPORT_REPORT_PDF_MAX_ROWS must be at least 1")
+        try:
+            parse_allow(self.egress_allow)
+        except ValueError as exc:
+            raise ValueError(f"invalid QEXPORT_EGRESS_ALLOW {self.egress_allow!r}: {exc}") from None
+
+    def egress_policy(self) -> EgressPolicy:
+        """Where webhooks may connect (QEXPORT_EGRESS_ALLOW opens internal destinations)."""
+        return EgressPolicy.from_allow(self.egress_allow)
 
     @property
     def demo_database(self) -> Path:
@@ -123,6 +136,7 @@ class Settings:
             "SMTP_URL",
             "S3_ENDPOINT_URL",
             "DUCKDB_MEMORY_LIMIT",
+            "EGRESS_ALLOW",
         ):
             read(name, str)
         read("PG_NOTIFY", _parse_bool)

@@ -17,7 +17,12 @@ from rich.table import Table
 from qexport import bootstrap
 from qexport.bootstrap import DEMO_SOURCE
 from qexport.deliveries.signing import signing_key
-from qexport.demo_schedule import DemoReceiver, delivery_line, register_demo_schedule
+from qexport.demo_schedule import (
+    DemoReceiver,
+    delivery_line,
+    receiver_allowed,
+    register_demo_schedule,
+)
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.queries import Parameter, ParamType, Query
@@ -209,7 +214,7 @@ def _deliver(
     """Send the scheduled export's deliveries once and print what became of each."""
     subject = export.subject_name
     try:
-        dispatcher = bootstrap.dispatcher(deps.settings, deps)
+        dispatcher = bootstrap.dispatcher(receiver_allowed(deps.settings), deps)
         try:
             dispatcher.run_once()
         finally:
@@ -364,7 +369,7 @@ def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, consol
     wakeups = bootstrap.listener(deps.settings, worker.wake)
     if wakeups is not None:
         wakeups.start()
-    dispatcher = bootstrap.dispatcher(deps.settings, deps)
+    dispatcher = bootstrap.dispatcher(receiver_allowed(deps.settings), deps)
     scheduler = Scheduler(deps, context.schedules, dispatcher=dispatcher)
     scheduling = threading.Thread(target=scheduler.run, name="demo-scheduler", daemon=True)
     scheduling.start()

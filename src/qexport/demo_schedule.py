@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from rich.console import Console
 
+from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.domain.schedules import (
@@ -37,6 +38,13 @@ DEMO_CRON = "0 8 * * 1"
 DEMO_TIMEZONE = "Europe/Berlin"
 DEMO_HOOK_PATH = "/demo-webhook"
 SIGNATURE_TOLERANCE_SECONDS = 300  # older signatures are refused as possible replays
+RECEIVER_ADDRESS = "127.0.0.1"
+
+
+def receiver_allowed(settings: Settings) -> Settings:
+    """The settings the demo's deliveries are sent with: the egress policy refuses loopback,
+    so they open exactly the receiver's address (the demo's API keeps the default policy)."""
+    return replace(settings, egress_allow=f"{RECEIVER_ADDRESS}/32")
 
 
 def signature_valid(key: str, header: str, body: bytes, *, now: float) -> bool:
@@ -61,14 +69,14 @@ class DemoReceiver:
         self.console = console
         self.verified: dict[str, bool] = {}
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = ThreadingHTTPServer((RECEIVER_ADDRESS, 0), _handler(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="demo-webhook", daemon=True
         )
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}{DEMO_HOOK_PATH}"
+        return f"http://{RECEIVER_ADDRESS}:{self._server.server_address[1]}{DEMO_HOOK_PATH}"
 
     def received(self, delivery_id: str, header: str, body: bytes) -> bool:
         valid = signature_valid(self._key(), header, body, now=time.time())

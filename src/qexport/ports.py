@@ -226,7 +226,15 @@ class DeliveryStore(Protocol):
     def release_delivery(
         self, delivery_id: str, token: str, *, retry_at: datetime, error: str
     ) -> bool: ...
-    def mark_failed(self, delivery_id: str, token: str, *, now: datetime, error: str) -> bool: ...
+    def mark_failed(
+        self,
+        delivery_id: str,
+        token: str,
+        *,
+        now: datetime,
+        error: str,
+        code: FailureCode | None = None,
+    ) -> bool: ...
     def list_deliveries(self, export_id: str) -> list[Delivery]: ...
     def has_unsent(self) -> bool: ...
 
@@ -245,6 +253,15 @@ class AccountStore(Protocol):
 
     def set_workspace_timezone(self, workspace_id: str, zone: str) -> bool:
         """Store an (already validated) IANA name; False when there is no such workspace."""
+        ...
+
+    def workspace_webhook_hosts(self, workspace_id: str) -> tuple[str, ...] | None:
+        """The host names its admin restricted webhooks to; None when unrestricted."""
+        ...
+
+    def set_workspace_webhook_hosts(self, workspace_id: str, hosts: tuple[str, ...] | None) -> bool:
+        """Store (already normalised) host names, or None to lift the restriction; False when
+        there is no such workspace."""
         ...
 
     def create_user(

@@ -512,6 +512,7 @@ class InMemoryAccountStore:
         self._lock = threading.Lock()
         self._workspaces: dict[str, datetime] = {}
         self._timezones: dict[str, str] = {}  # set ones only; the rest are UTC
+        self._webhook_hosts: dict[str, tuple[str, ...]] = {}  # restricted workspaces only
         self._users: dict[str, User] = {}
         self._roles: dict[tuple[str, str], Role] = {}  # (workspace id, user id) -> role
         self._tokens: dict[str, ApiToken] = {}
@@ -544,6 +545,20 @@ class InMemoryAccountStore:
             if workspace_id not in self._workspaces:
                 return False
             self._timezones[workspace_id] = zone
+            return True
+
+    def workspace_webhook_hosts(self, workspace_id: str) -> tuple[str, ...] | None:
+        with self._lock:
+            return self._webhook_hosts.get(workspace_id)
+
+    def set_workspace_webhook_hosts(self, workspace_id: str, hosts: tuple[str, ...] | None) -> bool:
+        with self._lock:
+            if workspace_id not in self._workspaces:
+                return False
+            if hosts is None:
+                self._webhook_hosts.pop(workspace_id, None)
+            else:
+                self._webhook_hosts[workspace_id] = hosts
             return True
 
     def create_user(

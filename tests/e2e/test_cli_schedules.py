@@ -115,10 +115,10 @@ def test_exports_create_with_email_and_webhook_notifies(env: Env) -> None:
     env.add_query("small_orders", SMALL_ORDERS, N)
     created = _json(env, "exports", "create", "--query", "small_orders", "--format", "csv",
                     "--email", "me@example.com",
-                    "--webhook", "http://127.0.0.1:9/hook")  # fmt: skip
+                    "--webhook", "https://hooks.test/hook")  # fmt: skip
     assert _delivered_to(env, created["id"]) == [
         ("email", "me@example.com", "waiting"),
-        ("webhook", "http://127.0.0.1:9/hook", "waiting"),
+        ("webhook", "https://hooks.test/hook", "waiting"),
     ]
 
 

@@ -311,3 +311,21 @@ def _requested_by(new: NewExport, user_id: str) -> NewExport:
 def _admit(_record: ExportRecord, query: Query | None, standing: Standing) -> str | None:
     """The worker's rule, reduced to what the store supplies: a query and a member."""
     return None if query is not None and standing.member else "not a member"
+
+
+def test_webhook_hosts_are_stored_per_workspace_and_lifted(account_store: AccountStore) -> None:
+    """A workspace's webhook hosts read back as set, others stay unrestricted (None), None
+    lifts them, and an unknown workspace is reported (False)."""
+    now = FrozenClock().now()
+    account_store.ensure_workspace("acme", now=now)
+    account_store.ensure_workspace("other", now=now)
+    assert account_store.workspace_webhook_hosts("acme") is None
+
+    assert account_store.set_workspace_webhook_hosts("acme", ("hooks.example.com", "b.example"))
+    assert account_store.workspace_webhook_hosts("acme") == ("hooks.example.com", "b.example")
+    assert account_store.workspace_webhook_hosts("other") is None
+    assert account_store.set_workspace_webhook_hosts("acme", ())
+    assert account_store.workspace_webhook_hosts("acme") == ()
+    assert account_store.set_workspace_webhook_hosts("acme", None)
+    assert account_store.workspace_webhook_hosts("acme") is None
+    assert not account_store.set_workspace_webhook_hosts("nowhere", ("x.example",))

@@ -28,7 +28,6 @@ from qexport.api.schemas import (
 )
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError
-from qexport.domain.schedules import parse_recipients
 from qexport.services.exports import (
     cancel_export,
     downloadable,
@@ -36,6 +35,7 @@ from qexport.services.exports import (
     list_visible_events,
     list_visible_exports,
 )
+from qexport.services.recipients import RecipientRules, admit_recipients
 from qexport.services.requests import request_export, request_report_export
 from qexport.services.views import export_view
 
@@ -57,17 +57,25 @@ def _view(record: ExportRecord, context: Context) -> Export:
             "description": "Recorded and queued.",
             "headers": {"Location": {"schema": {"type": "string"}}},
         },
-        **problem_responses(400, 401, 404, 413, 422, 429, 503),
+        **problem_responses(400, 401, 403, 404, 413, 422, 429, 503),
     },
 )
 def create_export(
     body: ExportRequest, principal: CurrentPrincipal, context: Context, response: Response
 ) -> Export:
     """Request an export of a query or report the caller may read; it is queued at once.
-    Reports take the formats pdf, xlsx and html; queries the tabular formats."""
+    Reports take the formats pdf, xlsx and html; queries the tabular formats. Viewers may
+    `notify` only their own email address; webhooks and other addresses need the editor
+    role (403)."""
     if (body.query_id is None) == (body.report_id is None):
         raise InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
-    notify = parse_recipients([r.model_dump() for r in body.notify], "notify")
+    rules = RecipientRules(
+        role=principal.role,
+        own_email=principal.email,
+        webhook_hosts=context.accounts.workspace_webhook_hosts(principal.workspace_id),
+        egress=context.settings.egress_policy(),
+    )
+    notify = admit_recipients([r.model_dump() for r in body.notify], rules, "notify")
     if body.report_id is not None:
         record = request_report_export(
             context.store,

@@ -37,8 +37,9 @@ router = APIRouter(tags=["schedules"])
 _NULLABLE = frozenset({"timezone", "query_id", "report_id"})
 
 
-def _view(schedule: Schedule) -> ScheduleView:
-    return ScheduleView.model_validate(schedule_view(schedule))
+def _view(schedule: Schedule, actor: service.Actor) -> ScheduleView:
+    full = service.sees_recipients(actor, schedule)
+    return ScheduleView.model_validate(schedule_view(schedule, full_recipients=full))
 
 
 @router.get(
@@ -74,7 +75,8 @@ def create_schedule(
     response: Response,
 ) -> ScheduleView:
     """Validated like an export request: a subject the caller cannot read is 404; a bad
-    format, parameter, cron, time zone or recipient is 422 naming the field."""
+    format, parameter, cron, time zone or recipient is 422 naming the field (a webhook to a
+    loopback, private, link-local or other internal address included)."""
     draft = service.ScheduleDraft(
         query_id=body.query_id,
         report_id=body.report_id,
@@ -94,11 +96,12 @@ def create_schedule(
         context.clock,
         service.Actor.of(principal),
         draft,
+        egress=context.settings.egress_policy(),
     )
     response.headers["Location"] = request.app.url_path_for(
         "read_schedule", schedule_id=schedule.id
     )
-    return _view(schedule)
+    return _view(schedule, service.Actor.of(principal))
 
 
 @router.get(
@@ -108,10 +111,9 @@ def create_schedule(
     summary="The workspace's schedules you can see",
 )
 def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleList:
-    found = service.list_visible_schedules(
-        context.store, context.schedules, service.Actor.of(principal)
-    )
-    return ScheduleList(items=[_view(s) for s in found])
+    actor = service.Actor.of(principal)
+    found = service.list_visible_schedules(context.store, context.schedules, actor)
+    return ScheduleList(items=[_view(s, actor) for s in found])
 
 
 @router.get(
@@ -121,10 +123,9 @@ def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleLis
     summary="One schedule (404 when missing, deleted or not visible to you)",
 )
 def read_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> ScheduleView:
+    actor = service.Actor.of(principal)
     return _view(
-        service.get_visible_schedule(
-            context.store, context.schedules, service.Actor.of(principal), schedule_id
-        )
+        service.get_visible_schedule(context.store, context.schedules, actor, schedule_id), actor
     )
 
 
@@ -158,8 +159,9 @@ def change_schedule(
         service.Actor.of(principal),
         schedule_id,
         changes,
+        egress=context.settings.egress_policy(),
     )
-    return _view(schedule)
+    return _view(schedule, service.Actor.of(principal))
 
 
 @router.delete(

@@ -381,13 +381,46 @@ class Delivery(BaseModel):
     outcome: OutcomeName | None = Field(
         description="What the recipient was told: the file, the failure, or that it expired"
     )
-    last_error: str | None
+    last_error: str | None = Field(
+        description="Why the last attempt failed, one readable reason (no addresses or ports)"
+    )
+    failure_code: FailureCode | None = Field(
+        description="Set when the delivery failed with a code: destination_refused"
+    )
     sent_at: datetime | None
     created_at: datetime
 
 
 class DeliveryList(BaseModel):
     items: list[Delivery]
+
+
+MAX_WEBHOOK_HOSTS = 50
+HostName = Annotated[str, StringConstraints(max_length=253)]
+
+
+class WorkspaceSettings(BaseModel):
+    """A workspace's settings that members may read."""
+
+    id: str
+    timezone: str = Field(examples=["Europe/Berlin"])
+    webhook_hosts: list[str] | None = Field(
+        description="The only host names webhooks may go to; null: any the server allows",
+        examples=[["hooks.example.com"]],
+    )
+
+
+class WorkspaceChange(BaseModel):
+    """The settings to change (workspace admins); members left out keep their value."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_without_defaults)
+
+    webhook_hosts: list[HostName] | None = Field(
+        None,
+        max_length=MAX_WEBHOOK_HOSTS,
+        description="Restrict webhooks to these host names; null lifts the restriction",
+        examples=[["hooks.example.com"]],
+    )
 
 
 class SigningKey(BaseModel):

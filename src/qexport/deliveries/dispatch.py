@@ -26,6 +26,7 @@ from qexport.deliveries.signing import link_token, master_secret, signature_head
 from qexport.deliveries.webhook import WebhookSender
 from qexport.domain.accounts import hash_secret
 from qexport.domain.exports import ExportRecord
+from qexport.domain.failures import FailureCode
 from qexport.domain.schedules import Channel, Delivery, Outcome
 from qexport.ports import (
     AccountStore,
@@ -72,7 +73,9 @@ class DeliveryDispatcher:
         if email is None and settings.smtp_url:
             email = SmtpSender(settings.smtp_url, timeout=settings.delivery_timeout_seconds)
         self._email = email
-        self._webhook = webhook or WebhookSender(timeout=settings.delivery_timeout_seconds)
+        self._webhook = webhook or WebhookSender(
+            timeout=settings.delivery_timeout_seconds, policy=settings.egress_policy()
+        )
         self._master: str | None = None
 
     def close(self) -> None:
@@ -104,12 +107,21 @@ class DeliveryDispatcher:
         try:
             outcome = self._send(delivery, export)
         except DeliveryError as exc:
-            self._failed_attempt(delivery, str(exc), permanent=exc.permanent)
+            # The member reads str(exc); the operator's log also gets the connection detail.
+            log.info(
+                "delivery_attempt_failed",
+                **_fields(delivery),
+                reason=str(exc),
+                detail=exc.internal or None,
+                code=exc.code.value if exc.code is FailureCode.DESTINATION_REFUSED else None,
+            )
+            if exc.code is FailureCode.DESTINATION_REFUSED:
+                self._fail(delivery, str(exc), code=exc.code)
+            else:
+                self._failed_attempt(delivery, str(exc), permanent=exc.permanent)
         except Exception as exc:
             log.exception("delivery_crashed", **_fields(delivery), error=type(exc).__name__)
-            self._failed_attempt(
-                delivery, f"internal error ({type(exc).__name__})", permanent=False
-            )
+            self._failed_attempt(delivery, "internal error", permanent=False)
         else:
             if self._deliveries.mark_sent(
                 delivery.id, _token(delivery), now=self._clock.now(), outcome=outcome
@@ -137,6 +149,7 @@ class DeliveryDispatcher:
                 body,
                 delivery_id=delivery.id,
                 signature=signature_header(key, int(now.timestamp()), body),
+                hosts=self._accounts.workspace_webhook_hosts(export.workspace_id),
             )
         return outcome
 
@@ -181,9 +194,9 @@ class DeliveryDispatcher:
         else:
             self._fail(delivery, f"{_gave_up(limit)}: {error}")
 
-    def _fail(self, delivery: Delivery, error: str) -> None:
+    def _fail(self, delivery: Delivery, error: str, *, code: FailureCode | None = None) -> None:
         self._deliveries.mark_failed(
-            delivery.id, _token(delivery), now=self._clock.now(), error=error
+            delivery.id, _token(delivery), now=self._clock.now(), error=error, code=code
         )
         log.warning("delivery_failed", **_fields(delivery), error=error)
 

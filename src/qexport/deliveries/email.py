@@ -5,7 +5,10 @@
     smtps://[user:pass@]host[:port][?from=ADDR]           implicit TLS, port 465
 
 TLS certificates are always verified. smtplib, socket and ssl errors are translated here,
-once, into DeliveryError: 5xx replies are permanent, everything else is retried.
+once, into DeliveryError: 5xx replies are permanent, everything else is retried. Members
+read one reason per class (could not connect, timed out, refused with its SMTP code); the
+server's reply text and address are for the operator's log. The SMTP server is the
+operator's own: the egress policy does not apply to it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from qexport.deliveries.errors import DeliveryError
 
 DEFAULT_FROM = "qexport@localhost"
+CONNECT_FAILED = "could not connect to the mail server"
+TIMED_OUT = "the mail server did not answer in time"
 _PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}
 
 
@@ -80,24 +85,30 @@ class SmtpSender:
                 smtp.send_message(message, from_addr=self.sender, to_addrs=[recipient])
         except smtplib.SMTPRecipientsRefused as exc:
             code, reply = exc.recipients.get(recipient, (450, b"refused"))
-            raise _refused(code, reply, "the SMTP server refused the recipient") from exc
+            raise _refused(code, reply, "the mail server refused the recipient", where) from exc
         except smtplib.SMTPResponseException as exc:
-            raise _refused(exc.smtp_code, exc.smtp_error, "the SMTP server answered") from exc
+            raise _refused(
+                exc.smtp_code, exc.smtp_error, "the mail server refused the message", where
+            ) from exc
         except smtplib.SMTPNotSupportedError as exc:
             raise DeliveryError(
-                f"the SMTP server at {where} does not support {_feature(exc)}", permanent=True
+                CONNECT_FAILED,
+                permanent=True,
+                internal=f"the SMTP server at {where} does not support {_feature(exc)}",
             ) from exc
         except ssl.SSLCertVerificationError as exc:
             raise DeliveryError(
-                f"the TLS certificate of the SMTP server at {where} is not trusted:"
-                f" {exc.verify_message}",
+                CONNECT_FAILED,
                 permanent=False,
+                internal=f"the TLS certificate of the SMTP server at {where} is not trusted:"
+                f" {exc.verify_message}",
             ) from exc
         except (smtplib.SMTPException, OSError) as exc:  # socket errors, timeouts, TLS errors
-            reason = "did not answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            timed_out = isinstance(exc, TimeoutError)
             raise DeliveryError(
-                f"could not reach the SMTP server at {where}: {reason or type(exc).__name__}",
+                TIMED_OUT if timed_out else CONNECT_FAILED,
                 permanent=False,
+                internal=f"SMTP server at {where}: {exc or type(exc).__name__}",
             ) from exc
 
     def _connect(self) -> smtplib.SMTP:
@@ -116,9 +127,14 @@ class SmtpSender:
         return smtp
 
 
-def _refused(code: int, reply: bytes | str, what: str) -> DeliveryError:
+def _refused(code: int, reply: bytes | str, what: str, where: str) -> DeliveryError:
     text = reply.decode(errors="replace") if isinstance(reply, bytes) else reply
-    return DeliveryError(f"{what}: {code} {text}".strip(), permanent=500 <= code < 600)
+    # The reply's text may name internal hosts: the member sees the code, the log the text.
+    return DeliveryError(
+        f"{what} (SMTP {code})",
+        permanent=500 <= code < 600,
+        internal=f"SMTP server at {where}: {code} {text}".strip(),
+    )
 
 
 def _feature(exc: smtplib.SMTPNotSupportedError) -> str:

@@ -19,6 +19,8 @@ class FailureCode(StrEnum):
     STORAGE_UNAVAILABLE = "storage_unavailable"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     INTERNAL = "internal"
+    # Deliveries only: the recipient's address is refused by the egress policy.
+    DESTINATION_REFUSED = "destination_refused"
 
     @property
     def retryable(self) -> bool:

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import FailureCode, InvalidRequestError
 
 MAX_RECIPIENTS = 50
 MAX_URL_CHARS = 2000
@@ -43,6 +43,16 @@ class Recipient:
 
     def to_json(self) -> dict[str, str]:
         return {self.channel.value: self.target}
+
+    def masked(self) -> Recipient:
+        """As shown to members who neither own the schedule nor administer the workspace: a
+        webhook's host name only (its path and query often hold the receiver's secret), an
+        email address with its local part hidden."""
+        if self.channel is Channel.EMAIL:
+            local, _, domain = self.target.rpartition("@")
+            return Recipient(self.channel, f"{local[:1]}***@{domain}")
+        parts = urlsplit(self.target)
+        return Recipient(self.channel, f"{parts.scheme}://{parts.hostname or ''}/***")
 
 
 def parse_recipient(data: Any, field_name: str = "recipients") -> Recipient:
@@ -247,6 +257,7 @@ class Delivery:
     sent_at: datetime | None = None
     outcome: Outcome | None = None
     last_error: str | None = None
+    failure_code: FailureCode | None = None
 
     @property
     def idempotency_key(self) -> str:

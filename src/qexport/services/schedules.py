@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from qexport.deliveries.egress import EgressPolicy
 from qexport.domain.accounts import Principal, Role, at_least
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
@@ -30,10 +31,10 @@ from qexport.domain.schedules import (
     check_cron,
     check_timezone,
     next_due,
-    parse_recipients,
 )
 from qexport.ports import AccountStore, Clock, DeliveryStore, MetadataStore, ScheduleStore
 from qexport.services.exports import get_visible_export
+from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
 from qexport.services.requests import (
     SUBJECT_QUERY,
     bind_query_values,
@@ -171,6 +172,19 @@ def _check_flags(draft: ScheduleDraft) -> Missed:
         ) from None
 
 
+def _rules(accounts: AccountStore, actor: Actor, egress: EgressPolicy | None) -> RecipientRules:
+    requester = actor.requester
+    return rules_for(
+        accounts, requester.workspace_id, requester.user_id, actor.role, egress or EgressPolicy()
+    )
+
+
+def sees_recipients(actor: Actor, schedule: Schedule) -> bool:
+    """Whether the actor sees the recipients in full (webhook URLs hold the receiver's secret,
+    addresses are personal): its owner and admins; others see them masked."""
+    return may_manage(actor, schedule)
+
+
 def _timezone(accounts: AccountStore, workspace_id: str, given: str | None) -> str:
     zone = given if given is not None else accounts.workspace_timezone(workspace_id)
     check_timezone(zone)
@@ -189,14 +203,16 @@ def create_schedule(
     draft: ScheduleDraft,
     *,
     match_name: bool = False,
+    egress: EgressPolicy | None = None,
 ) -> Schedule:
     """Check and save a schedule owned by the caller (an editor or admin); with `match_name`
-    the subject may also be named by its query name or report title (the CLI)."""
+    the subject may also be named by its query name or report title (the CLI). Webhooks are
+    checked against `egress` (by default every internal address is refused)."""
     _writer(actor)
     subject = _check_subject(store, actor.requester, draft, match_name=match_name)
     cron = check_cron(draft.cron)
     zone = _timezone(accounts, actor.requester.workspace_id, draft.timezone)
-    recipients = parse_recipients(list(draft.recipients))
+    recipients = admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
     missed = _check_flags(draft)
     now = clock.now()
     return schedules.add_schedule(
@@ -273,6 +289,8 @@ def update_schedule(
     actor: Actor,
     schedule_id: str,
     changes: Mapping[str, Any],
+    *,
+    egress: EgressPolicy | None = None,
 ) -> Schedule:
     """Change the given settings (ScheduleDraft field names) of a schedule the caller owns or
     administers; the owner never changes.
@@ -310,7 +328,11 @@ def update_schedule(
         updated,
         cron=cron,
         timezone=zone,
-        recipients=parse_recipients(list(draft.recipients)),
+        recipients=(
+            admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
+            if "recipients" in given
+            else current.recipients
+        ),
         missed=missed,
         enabled=draft.enabled,
         options={**current.options, "neutralize_formulas": draft.neutralize_formulas},

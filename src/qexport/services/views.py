@@ -47,8 +47,9 @@ def export_view(record: ExportRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-def schedule_view(schedule: Schedule) -> dict[str, Any]:
-    """A schedule as JSON; `next_run_at` is null while it is paused."""
+def schedule_view(schedule: Schedule, *, full_recipients: bool = True) -> dict[str, Any]:
+    """A schedule as JSON; `next_run_at` is null while it is paused. Without
+    `full_recipients` (someone who neither owns it nor administers), recipients are masked."""
     is_report = schedule.subject_type == SUBJECT_REPORT
     return {
         "id": schedule.id,
@@ -58,7 +59,9 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "parameters": schedule.parameters,
         "cron": schedule.cron,
         "timezone": schedule.timezone,
-        "recipients": [r.to_json() for r in schedule.recipients],
+        "recipients": [
+            (r if full_recipients else r.masked()).to_json() for r in schedule.recipients
+        ],
         "missed": schedule.missed.value,
         "enabled": schedule.enabled,
         "options": {"neutralize_formulas": bool(schedule.options.get("neutralize_formulas", True))},
@@ -77,6 +80,7 @@ def delivery_view(delivery: Delivery) -> dict[str, Any]:
         "attempts": delivery.attempt,
         "outcome": delivery.outcome.value if delivery.outcome else None,
         "last_error": delivery.last_error,
+        "failure_code": delivery.failure_code.value if delivery.failure_code else None,
         "sent_at": iso_time(delivery.sent_at),
         "created_at": iso_time(delivery.created_at),
     }

@@ -78,6 +78,22 @@ class SqlAccountStore:
             )
             return result.rowcount == 1
 
+    def workspace_webhook_hosts(self, workspace_id: str) -> tuple[str, ...] | None:
+        with self._tx() as conn:
+            stmt = sa.select(workspaces.c.webhook_hosts).where(workspaces.c.id == workspace_id)
+            hosts = conn.execute(stmt).scalar_one_or_none()
+        return None if hosts is None else tuple(str(h) for h in hosts)
+
+    def set_workspace_webhook_hosts(self, workspace_id: str, hosts: tuple[str, ...] | None) -> bool:
+        value = None if hosts is None else list(hosts)
+        with self._tx() as conn:
+            result = conn.execute(
+                workspaces.update()
+                .where(workspaces.c.id == workspace_id)
+                .values(webhook_hosts=sa.null() if value is None else value)
+            )
+            return result.rowcount == 1
+
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
     ) -> User:

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from qexport.domain.exports import Status
-from qexport.domain.failures import bounded_detail
+from qexport.domain.failures import FailureCode, bounded_detail
 from qexport.domain.schedules import Channel, Delivery, DeliveryStatus, Outcome, Recipient
 from qexport.ports import ClaimedDelivery
 from qexport.store.engine import transaction
@@ -56,6 +56,7 @@ def _to_delivery(row: sa.Row[Any]) -> Delivery:
         sent_at=m["sent_at"],
         outcome=Outcome(m["outcome"]) if m["outcome"] else None,
         last_error=m["last_error"],
+        failure_code=FailureCode(m["failure_code"]) if m["failure_code"] else None,
     )
 
 
@@ -138,12 +139,21 @@ class SqlDeliveryStore:
             lease_expires_at=None,
         )
 
-    def mark_failed(self, delivery_id: str, token: str, *, now: datetime, error: str) -> bool:
+    def mark_failed(
+        self,
+        delivery_id: str,
+        token: str,
+        *,
+        now: datetime,
+        error: str,
+        code: FailureCode | None = None,
+    ) -> bool:
         return self._fenced(
             delivery_id,
             token,
             status=DeliveryStatus.FAILED.value,
             last_error=bounded_detail(error) or "failed",
+            failure_code=code.value if code else None,
             sent_at=None,
             lease_token=None,
             lease_expires_at=None,

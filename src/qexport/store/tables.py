@@ -172,6 +172,9 @@ workspaces = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     # IANA name; reports show their generation time in it.
     sa.Column("timezone", sa.String(64), nullable=False, server_default="UTC"),
+    # Host names webhooks may go to, set by a workspace admin (a JSON list); NULL: any host
+    # the egress policy allows.
+    sa.Column("webhook_hosts", sa.JSON),
 )
 
 users = sa.Table(
@@ -355,6 +358,8 @@ deliveries = sa.Table(
     sa.Column("sent_at", UTCDateTime),
     sa.Column("outcome", sa.String(10)),
     sa.Column("last_error", sa.String(500)),
+    # Set when a delivery failed with a failure code (destination_refused); NULL otherwise.
+    sa.Column("failure_code", sa.String(30)),
     sa.UniqueConstraint("export_id", "channel", "target"),
     sa.CheckConstraint("channel IN ('email', 'webhook')", name="channel"),
     sa.CheckConstraint("status IN ('waiting', 'sending', 'sent', 'failed')", name="status"),

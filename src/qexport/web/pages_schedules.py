@@ -77,10 +77,12 @@ def _save(
         parsed = parse(form)
         lines = parsed.recipient_lines
         stores = (context.store, context.schedules, context.accounts, context.clock, actor)
+        egress = context.settings.egress_policy()
         if schedule_id is None:
-            schedule = service.create_schedule(*stores, service.ScheduleDraft(**parsed.settings))
+            draft = service.ScheduleDraft(**parsed.settings)
+            schedule = service.create_schedule(*stores, draft, egress=egress)
         else:
-            schedule = service.update_schedule(*stores, schedule_id, parsed.settings)
+            schedule = service.update_schedule(*stores, schedule_id, parsed.settings, egress=egress)
     except InvalidRequestError as exc:
         return _form_page(
             request,

@@ -116,7 +116,11 @@ def schedule_row(context: ApiContext, actor: service.Actor, schedule: Schedule) 
         "cron": schedule.cron,
         "timezone": schedule.timezone,
         "next_run": next_run(schedule),
-        "recipients": [f"{r.channel.value} {r.target}" for r in schedule.recipients],
+        "recipients": [
+            f"{r.channel.value} {shown.target}"
+            for r in schedule.recipients
+            for shown in [r if service.sees_recipients(actor, schedule) else r.masked()]
+        ],
         "state": "active" if schedule.enabled else "paused",
         "enabled": schedule.enabled,
         "missed": schedule.missed.value,

@@ -32,7 +32,10 @@ class Deliveries:
     opened: list[DeliveryDispatcher] = field(default_factory=list)
 
     def settings(self, **changes: Any) -> Settings:
-        return replace(self.api.deps.settings, **{"smtp_url": self.smtp.url, **changes})
+        """The api fixture's settings with the SMTP server, and the egress policy opened for
+        the receivers' own address (they listen on 127.0.0.1, which it refuses by default)."""
+        defaults = {"smtp_url": self.smtp.url, "egress_allow": "127.0.0.1/32"}
+        return replace(self.api.deps.settings, **{**defaults, **changes})
 
     def dispatcher(self, **changes: Any) -> DeliveryDispatcher:
         dispatcher = bootstrap.dispatcher(self.settings(**changes), self.api.deps)

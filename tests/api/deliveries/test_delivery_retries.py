@@ -53,7 +53,7 @@ def test_a_receiver_that_always_fails_ends_failed_and_the_others_are_unaffected(
     by_target = env.of(export.id)
     assert by_target[down].status is DeliveryStatus.FAILED
     assert by_target[down].last_error == (
-        "gave up after 3 attempts: the receiver answered 503 Service Unavailable"
+        "gave up after 3 attempts: the receiver answered HTTP 503"
     )
     assert len(env.hooks.at("/down")) == 3
     assert len(env.hooks.at("/steady")) == 1
@@ -70,7 +70,7 @@ def test_a_receiver_answering_404_fails_at_once(deliveries: Deliveries) -> None:
 
     (delivery,) = env.of(export.id).values()
     assert (delivery.status, delivery.attempt) == (DeliveryStatus.FAILED, 1)
-    assert delivery.last_error == "the receiver answered 404 Not Found"
+    assert delivery.last_error == "the receiver answered HTTP 404"
     assert len(env.hooks.at("/gone")) == 1
 
 
@@ -81,7 +81,7 @@ def test_a_receiver_answering_404_fails_at_once(deliveries: Deliveries) -> None:
             [302],
             DeliveryStatus.FAILED,
             1,
-            "the receiver answered 302 Found (redirects are not followed)",
+            "the receiver answered HTTP 302 (redirects are not followed)",
         ),
         ([429], DeliveryStatus.SENT, 2, None),
         ([408], DeliveryStatus.SENT, 2, None),
@@ -118,7 +118,7 @@ def test_smtp_refusals_550_fails_at_once_and_451_is_retried(deliveries: Deliveri
     by_target = env.of(export.id)
     gone, busy = by_target["gone@example.com"], by_target["busy@example.com"]
     assert (gone.status, gone.attempt) == (DeliveryStatus.FAILED, 1)
-    assert gone.last_error == "the SMTP server refused the recipient: 550 no such user"
+    assert gone.last_error == "the mail server refused the recipient (SMTP 550)"
     assert env.smtp.to("gone@example.com") == []
     assert (busy.status, busy.attempt) == (DeliveryStatus.SENT, 2)
     assert len(env.smtp.to("busy@example.com")) == 1
@@ -126,7 +126,8 @@ def test_smtp_refusals_550_fails_at_once_and_451_is_retried(deliveries: Deliveri
 
 
 def test_an_unreachable_smtp_server_is_retried_then_given_up(deliveries: Deliveries) -> None:
-    """Connection errors are transient: retried up to the limit, then failed with the cause."""
+    """Connection errors are transient: retried up to the limit, then failed with one readable
+    reason that names neither the server's address nor its port."""
     env = deliveries
     export = env.export({"email": MAIL})
     dispatcher = env.dispatcher(smtp_url="smtp://127.0.0.1:1", **RETRIES)
@@ -136,6 +137,4 @@ def test_an_unreachable_smtp_server_is_retried_then_given_up(deliveries: Deliver
 
     (delivery,) = env.of(export.id).values()
     assert (delivery.status, delivery.attempt) == (DeliveryStatus.FAILED, 3)
-    assert str(delivery.last_error).startswith(
-        "gave up after 3 attempts: could not reach the SMTP server at 127.0.0.1:1"
-    )
+    assert delivery.last_error == "gave up after 3 attempts: could not connect to the mail server"
