@@ -97,9 +97,10 @@ class Worker:
         """Run until stopped (or drained); returns how many attempts ended in each outcome."""
         log.info("worker_started", worker=self.worker_id, concurrency=self.concurrency)
         # Beside the slots, not before them: a bucket full of leftovers does not delay claims.
+        # It goes on after a drain; a shutdown past its grace period cuts it short.
         sweep = threading.Thread(
             target=sweep_settled_staging,
-            args=(self.deps.store, self.deps.objects, self.stopping),
+            args=(self.deps.store, self.deps.objects, self.interrupt),
             name="staging-sweep",
             daemon=True,
         )
