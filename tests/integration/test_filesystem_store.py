@@ -254,6 +254,23 @@ def test_discard_staging_removes_every_upload_of_the_key_and_keeps_its_object(
     )
 
 
+def test_discard_staging_finds_an_upload_staged_before_ids_named_their_key(
+    store: FilesystemObjectStore,
+) -> None:
+    """A staging directory from an older version (a bare random id) is matched by the key in
+    its upload.json: discarded with its key, kept for another."""
+    for name, key in (("a" * 32, KEY), ("b" * 32, "exports/demo/exp-2/f.csv")):
+        directory = store.layout.staging_dir(name)
+        directory.mkdir(parents=True)
+        (directory / "upload.json").write_text(f'{{"key": "{key}", "started_at": "{NOW}"}}')
+        (directory / "part-00001").write_bytes(b"x")
+    assert store.incomplete_uploads(KEY) == ["a" * 32]
+
+    assert store.discard_staging(KEY) == 1
+
+    assert _staging_entries(store) == ["b" * 32]
+
+
 def test_staged_keys_are_the_keys_with_uploads_left(store: FilesystemObjectStore) -> None:
     """Every key with a staging directory is named once; a completed, cleaned key is not."""
     _upload(store, "exports/demo/exp-0/done.csv", [b"done"], rows=1)

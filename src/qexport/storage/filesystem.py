@@ -222,8 +222,8 @@ class FilesystemObjectStore:
         with _storage_errors("list uploads to", key):
             uploads = [
                 upload
-                for upload in self.layout.staged_uploads()
-                if upload.key == key and not self.layout.is_published(upload)
+                for upload in self.layout.staged_uploads_of(key)
+                if not self.layout.is_published(upload)
             ]
         earliest = datetime.min.replace(tzinfo=UTC)
         uploads.sort(key=lambda upload: (upload.started_at or earliest, upload.upload_id))

@@ -115,13 +115,18 @@ class FilesystemLayout:
         return found
 
     def staged_uploads_of(self, key: str) -> list[StagedUpload]:
-        """Every upload staged for `key`, also one whose upload.json was lost (by its name)."""
+        """Every upload staged for `key`, found by its name (also one whose upload.json was
+        lost); only a directory named before names carried the key reads its upload.json."""
         tag = f"{key_tag(key)}-"
-        return [
-            upload
-            for upload in self.staged_uploads()
-            if upload.key == key or upload.upload_id.startswith(tag)
-        ]
+        found: list[StagedUpload] = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.staging_root) as entries:
+            for entry in entries:
+                if not entry.is_dir() or not (entry.name.startswith(tag) or "-" not in entry.name):
+                    continue
+                upload = self._read_staged(Path(entry.path))
+                if entry.name.startswith(tag) or upload.key == key:
+                    found.append(upload)
+        return found
 
     def _read_staged(self, directory: Path) -> StagedUpload:
         try:
