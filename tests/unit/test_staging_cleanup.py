@@ -8,6 +8,7 @@ import pytest
 
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import FailureCode, QueryInvalidError, StorageUnavailableError
+from qexport.ports import ClaimResult
 from qexport.testing import FrozenClock, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
@@ -180,6 +181,20 @@ def test_a_first_attempt_that_staged_nothing_asks_the_store_for_nothing_more() -
 
     assert current(deps, first).status is current(deps, second).status is Status.SUCCEEDED
     assert calls == [second.storage_key]
+
+
+def test_a_refusal_after_attempts_ran_discards_what_they_staged() -> None:
+    """Should the pre-run check ever refuse a redelivered export, its attempts' uploads go."""
+    deps = make_deps(FakeSource())
+    record = request(deps)
+    _die_mid_upload(deps, record)
+    deps.store.cancel(record.id, now=deps.clock.now())  # settled, as a refusal would
+    refused = current(deps, record)
+    deps.store.claim_next = lambda **_: ClaimResult(refused=refused)  # type: ignore[method-assign]
+
+    assert work(deps)
+
+    assert deps.objects.incomplete_uploads(record.storage_key) == []
 
 
 def test_the_start_up_sweep_removes_staging_of_settled_exports_only() -> None:

@@ -118,7 +118,7 @@ class Attempt:
         # Cancelled (settled) or redelivered to another worker (still being written: keep).
         try:
             current = self.deps.store.get_export(self.record.id)
-        except QExportError:
+        except Exception:  # run() never raises; the start-up sweep judges it later
             log.warning("staging_discard_skipped", exc_info=True)
             return False
         return current is not None and current.settled
