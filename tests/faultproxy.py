@@ -10,10 +10,13 @@ of forwarding it the proxy injects one fault:
   then the connection is reset.
 
 A faulted request never reaches the server, so the server sees each operation at most as
-often as the client's retries get through. `fault_rate` may be changed at any time, and
-`after_forward` is called with each request the server answered, before the answer is passed
-on (to start an outage at a chosen moment). `counts()` gives the faults injected of each kind
-and the requests forwarded, all counted before the client sees the outcome.
+often as the client's retries get through. One more fault is only injected on request, with
+`lose_reply(when)`: the next request `when` accepts is forwarded, the server acts on it, and
+its answer is replaced by a reset (`lost_reply`), as when a connection drops on the way back.
+`fault_rate` may be changed at any time, and `after_forward` is called with each request the
+server answered, before the answer is passed on (to start an outage at a chosen moment).
+`counts()` gives the faults injected of each kind and the requests forwarded, all counted
+before the client sees the outcome.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import ClassVar
 from urllib.parse import urlparse
 
 FAULT_KINDS = ("slow_down", "reset", "stall")
+LOST_REPLY = "lost_reply"
 FORWARDED = "forwarded"
 
 # Not forwarded as they are: they describe this hop, or the body is re-sent with a length.
@@ -85,6 +89,7 @@ class FaultProxy:
         self.stall_seconds = stall_seconds
         self.kinds = kinds
         self.after_forward: Callable[[Request], None] | None = None
+        self._lose_reply: list[Callable[[Request], bool]] = []
         self._injected: Counter[str] = Counter()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -103,11 +108,16 @@ class FaultProxy:
     def counts(self) -> dict[str, int]:
         """Faults injected by kind, and requests forwarded, so far."""
         with self._lock:
-            return {kind: self._injected[kind] for kind in (*FAULT_KINDS, FORWARDED)}
+            return {kind: self._injected[kind] for kind in (*FAULT_KINDS, LOST_REPLY, FORWARDED)}
 
     def faults(self) -> int:
         with self._lock:
-            return sum(self._injected[kind] for kind in FAULT_KINDS)
+            return sum(self._injected[kind] for kind in (*FAULT_KINDS, LOST_REPLY))
+
+    def lose_reply(self, when: Callable[[Request], bool]) -> None:
+        """Forward the next request that `when` accepts, then reset instead of answering."""
+        with self._lock:
+            self._lose_reply.append(when)
 
     def __enter__(self) -> FaultProxy:
         self._thread.start()
@@ -126,8 +136,13 @@ class FaultProxy:
 
     # ------------------------------------------------------------ used by the handler
 
-    def choose_fault(self) -> str | None:
+    def choose_fault(self, request: Request) -> str | None:
         with self._lock:
+            for index, when in enumerate(self._lose_reply):
+                if when(request):
+                    del self._lose_reply[index]
+                    self._injected[LOST_REPLY] += 1
+                    return LOST_REPLY
             if self._rng.random() >= self.fault_rate:
                 return None
             kind = self._rng.choice(self.kinds)
@@ -171,7 +186,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _proxy(self) -> None:
         body = self._read_body()
         proxy = self.server.proxy
-        fault = proxy.choose_fault()
+        request = Request(self.command, self.path)
+        fault = proxy.choose_fault(request)
         if fault == "slow_down":
             self._answer(503, "Slow Down", [("Content-Type", "application/xml")], _SLOW_DOWN)
         elif fault == "reset":
@@ -182,8 +198,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             status, reason, headers, answer = self._forward(body)
             # Counted before the client has the answer: what it saw is counted when it sees it.
-            proxy.forwarded(Request(self.command, self.path))
-            self._answer(status, reason, headers, answer)
+            proxy.forwarded(request)
+            if fault == LOST_REPLY:
+                self._reset()
+            else:
+                self._answer(status, reason, headers, answer)
 
     # http.server dispatches on these names.
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _proxy  # noqa: N815

@@ -313,6 +313,9 @@ class Upload(Protocol):
     """One multipart upload to a fixed key. Parts are numbered from 1, in order."""
 
     key: str
+    # True once anything may have been stored apart from the final object (a staged part, a
+    # multipart upload asked for, even one whose answer was lost): `discard_staging` is due.
+    staged: bool
 
     def upload_part(self, number: int, data: bytes | bytearray | memoryview) -> None:
         """Store part `number`; `data` is only valid during the call (copy to keep it)."""
@@ -332,6 +335,18 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None: ...
     def incomplete_uploads(self, key: str) -> Sequence[str]:
         """Ids of uploads to `key` that were begun and neither completed nor aborted."""
+        ...
+
+    def discard_staging(self, key: str) -> int:
+        """Remove everything any upload staged for `key` and abort every upload to it still
+        incomplete; the completed object stays. Returns how many leftovers were found.
+
+        For a settled export only: an upload still being written to `key` is destroyed too.
+        """
+        ...
+
+    def staged_keys(self) -> Sequence[str]:
+        """The keys that something is staged for (incomplete uploads, staged parts)."""
         ...
 
 

@@ -445,6 +445,7 @@ class _InMemoryUpload:
     def __init__(self, store: InMemoryObjectStore, key: str, upload_id: str) -> None:
         self.key = key
         self.upload_id = upload_id
+        self.staged = True  # parts are kept apart from the object until completion
         self._store = store
         self.parts: dict[int, bytes] = {}
 
@@ -499,6 +500,17 @@ class InMemoryObjectStore:
     def incomplete_uploads(self, key: str) -> Sequence[str]:
         with self.lock:
             return [u.upload_id for u in self.uploads.values() if u.key == key]
+
+    def discard_staging(self, key: str) -> int:
+        with self.lock:
+            found = [u.upload_id for u in self.uploads.values() if u.key == key]
+            for upload_id in found:
+                del self.uploads[upload_id]
+        return len(found)
+
+    def staged_keys(self) -> Sequence[str]:
+        with self.lock:
+            return sorted({u.key for u in self.uploads.values()})
 
 
 class InMemoryAccountStore:

@@ -76,6 +76,11 @@ def _incomplete_uploads(endpoint: str, bucket: str) -> list[str]:
     return [upload["Key"] for upload in found.get("Uploads", [])]
 
 
+def _object_keys(endpoint: str, bucket: str) -> list[str]:
+    found = _s3(endpoint).list_objects_v2(Bucket=bucket)  # type: ignore[attr-defined]
+    return sorted(item["Key"] for item in found.get("Contents", []))
+
+
 def _valid_seconds(link: str) -> float:
     """How long a presigned GET stays valid (SigV4 `X-Amz-Expires`, or SigV2 `Expires`)."""
     query = parse_qs(urlparse(link).query)
@@ -108,6 +113,8 @@ def test_four_processes_drain_200_exports_of_mixed_formats(
 def test_a_worker_killed_mid_upload_is_redelivered_into_the_same_key(
     cluster: Env, moto_endpoint: str, s3_bucket: str
 ) -> None:
+    """SIGKILL mid-upload on PostgreSQL + S3: the next worker completes the export into the
+    same key, and the killed attempt's upload is aborted once it has settled."""
     cluster.add_query("big", BIG_SQL)
     export_id = cluster.request("big", "csv")  # ~90 MiB: a multipart upload
     key = cluster.record(export_id).storage_key
@@ -121,6 +128,9 @@ def test_a_worker_killed_mid_upload_is_redelivered_into_the_same_key(
     assert (record.status, record.attempt, record.storage_key) == (Status.SUCCEEDED, 2, key)
     assert record.row_count == 3 * 400_000
     _assert_stored(cluster, record, moto_endpoint, s3_bucket)
+    # The killed attempt's upload was aborted when the export settled, not a day later.
+    assert _incomplete_uploads(moto_endpoint, s3_bucket) == []
+    assert _object_keys(moto_endpoint, s3_bucket) == [f"{PREFIX}/{key}"]
 
 
 def test_workers_reconnect_when_postgresql_connections_are_killed(

@@ -36,11 +36,17 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _staged_for(env: Env, key: str) -> list[str]:
+    """The staging directories of any upload to `key`, completed or not."""
+    return [upload.upload_id for upload in env.objects.layout.staged_uploads_of(key)]
+
+
 def test_a_killed_worker_is_replaced_and_the_export_completes_once(
     env: Env, tmp_path: Path
 ) -> None:
     """SIGKILL mid-production; a second worker redelivers into the same key: attempts = 2,
-    succeeded, exactly one object, and the downloaded file's sha256 equals the record's."""
+    succeeded, exactly one object, nothing of the killed upload left staged, and the
+    downloaded file's sha256 equals the record's."""
     export_id = _start_big_export(env)
     key = env.record(export_id).storage_key
     first = env.start_worker(**FAST_LEASE)
@@ -48,6 +54,7 @@ def test_a_killed_worker_is_replaced_and_the_export_completes_once(
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     assert env.record(export_id).status is Status.RUNNING
+    assert len(_staged_for(env, key)) == 1
     second = env.start_worker("--drain", **FAST_LEASE)
     assert second.wait(timeout=180) == 0
     record = env.record(export_id)
@@ -55,6 +62,7 @@ def test_a_killed_worker_is_replaced_and_the_export_completes_once(
     assert record.attempt == 2
     assert record.storage_key == key
     assert [p.name for p in _objects_at(env, key)] == [record.filename]
+    assert _staged_for(env, key) == []
     out = tmp_path / "download.xlsx"
     env.run("exports", "download", export_id, "-o", str(out))
     assert out.stat().st_size == record.size_bytes
@@ -107,6 +115,28 @@ def test_cancel_while_running_stops_production_and_leaves_nothing(env: Env) -> N
     small = env.create("big", "csv")
     wait_for(lambda: env.record(small).status is Status.SUCCEEDED, timeout=60)
     assert worker.poll() is None
+
+
+def test_a_worker_start_removes_what_a_killed_worker_staged_for_a_cancelled_export(
+    env: Env,
+) -> None:
+    """SIGKILL mid-upload, then a cancel while no worker runs: the export settles with its
+    staging left behind, and the next worker's start removes it."""
+    export_id = _start_big_export(env)
+    key = env.record(export_id).storage_key
+    first = env.start_worker(**FAST_LEASE)
+    _wait_producing(env, export_id)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    env.run("exports", "cancel", export_id)
+    assert env.record(export_id).failure_code is FailureCode.CANCELLED
+    assert len(_staged_for(env, key)) == 1
+
+    # Nothing is left to run: the worker drains at once, but sweeps before it exits.
+    assert env.start_worker("--drain", **FAST_LEASE).wait(timeout=180) == 0
+
+    assert _staged_for(env, key) == []
+    assert env.objects.head(key) is None
 
 
 def test_sigterm_hands_work_back_and_exits_cleanly(env: Env) -> None:

@@ -216,6 +216,70 @@ def test_metadata_survives_a_crash_between_link_and_staging_cleanup(
     assert store.head(KEY) == StoredObject(KEY, 6, 2, "c" * 64)
 
 
+def test_discard_staging_removes_every_upload_of_the_key_and_keeps_its_object(
+    store: FilesystemObjectStore,
+) -> None:
+    """Uploads of the key left by dead attempts (one without its upload.json, one completed but
+    not cleaned up, one with metadata but never linked) all go; the object, its metadata and
+    another key's upload stay."""
+    done = store.begin_upload(KEY)
+    done.upload_part(1, b"the object")
+    done._discard = lambda: None  # type: ignore[method-assign]  # killed after the link
+    stored = done.complete(rows=1, sha256="c" * 64)
+    unlinked = store.begin_upload(KEY)
+    unlinked.upload_part(1, b"killed before the link")
+    unlinked._publish = lambda staged: None  # type: ignore[method-assign]
+    unlinked._discard = lambda: None  # type: ignore[method-assign]
+    unlinked.complete(rows=1, sha256="d" * 64)
+    killed = store.begin_upload(KEY)
+    killed.upload_part(1, b"killed mid-upload")
+    nameless = store.begin_upload(KEY)
+    nameless.upload_part(1, b"killed in begin_upload")
+    (store.layout.staging_dir(nameless.upload_id) / "upload.json").unlink()
+    other = store.begin_upload("exports/demo/exp-2/orders.csv")
+    other.upload_part(1, b"another export, still running")
+    assert len(os.listdir(store.layout.meta_root)) == 2
+
+    assert store.discard_staging(KEY) == 4
+
+    assert _staging_entries(store) == [other.upload_id]
+    assert store.incomplete_uploads(KEY) == []
+    assert store.head(KEY) == stored
+    assert _read(store, KEY) == b"the object"
+    assert len(os.listdir(store.layout.meta_root)) == 1  # the object's; the unlinked one's went
+    assert store.discard_staging(KEY) == 0
+    other.upload_part(2, b"!")
+    assert other.complete(rows=1, sha256="e" * 64).size_bytes == len(
+        b"another export, still running!"
+    )
+
+
+def test_discard_staging_finds_an_upload_staged_before_ids_named_their_key(
+    store: FilesystemObjectStore,
+) -> None:
+    """A staging directory from an older version (a bare random id) is matched by the key in
+    its upload.json: discarded with its key, kept for another."""
+    for name, key in (("a" * 32, KEY), ("b" * 32, "exports/demo/exp-2/f.csv")):
+        directory = store.layout.staging_dir(name)
+        directory.mkdir(parents=True)
+        (directory / "upload.json").write_text(f'{{"key": "{key}", "started_at": "{NOW}"}}')
+        (directory / "part-00001").write_bytes(b"x")
+    assert store.incomplete_uploads(KEY) == ["a" * 32]
+
+    assert store.discard_staging(KEY) == 1
+
+    assert _staging_entries(store) == ["b" * 32]
+
+
+def test_staged_keys_are_the_keys_with_uploads_left(store: FilesystemObjectStore) -> None:
+    """Every key with a staging directory is named once; a completed, cleaned key is not."""
+    _upload(store, "exports/demo/exp-0/done.csv", [b"done"], rows=1)
+    for key in (KEY, KEY, "exports/demo/exp-2/f.csv"):
+        store.begin_upload(key).upload_part(1, b"x")
+
+    assert store.staged_keys() == [KEY, "exports/demo/exp-2/f.csv"]
+
+
 def test_delete_removes_object_and_metadata(store: FilesystemObjectStore) -> None:
     """After delete, head is None, open is NotFound and the key can be completed anew."""
     _upload(store, KEY, [b"old"], rows=1)

@@ -28,7 +28,7 @@ from qexport.storage.s3 import S3ObjectStore
 from qexport.testing import InMemoryMetadataStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
-from tests.faultproxy import FAULT_KINDS, FaultProxy, Request
+from tests.faultproxy import FAULT_KINDS, LOST_REPLY, FaultProxy, Request
 
 pytest_plugins = ["tests.s3server"]
 
@@ -43,12 +43,14 @@ SEED = 2
 
 
 @pytest.fixture(scope="module")
-def data_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def data(tmp_path_factory: pytest.TempPathFactory) -> DuckDBSource:
+    """One source for the module: DuckDB shares an open database file within a process, and
+    a second source would find the configuration of a first not yet collected locked."""
     path = tmp_path_factory.mktemp("faults") / "data.duckdb"
     con = duckdb.connect(str(path))
     con.execute(f"CREATE TABLE t AS SELECT i, md5(i::VARCHAR) AS h FROM range({BIG_ROWS}) r(i)")
     con.close()
-    return path
+    return DuckDBSource("data", path)
 
 
 @pytest.fixture
@@ -71,7 +73,7 @@ def _worker_store(proxy: FaultProxy, bucket: str) -> S3ObjectStore:
     )
 
 
-def _deps(store: S3ObjectStore, data: Path, tmp_path: Path, *, max_attempts: int) -> Deps:
+def _deps(store: S3ObjectStore, data: DuckDBSource, tmp_path: Path, *, max_attempts: int) -> Deps:
     metadata = InMemoryMetadataStore()
     metadata.add_query(Query(str(uuid.uuid4()), "w1", "big", "SELECT * FROM t ORDER BY i", "data"))
     metadata.add_query(
@@ -87,7 +89,7 @@ def _deps(store: S3ObjectStore, data: Path, tmp_path: Path, *, max_attempts: int
     return Deps(
         store=metadata,
         objects=store,
-        sources={"data": DuckDBSource("data", data)},
+        sources={"data": data},
         clock=SystemClock(),
         settings=settings,
     )
@@ -125,12 +127,12 @@ def _wait_for_cleanup(store: S3ObjectStore, seconds: float = 30.0) -> None:
 
 
 def test_exports_succeed_with_a_fifth_of_s3_requests_failing(
-    proxy: FaultProxy, moto_endpoint: str, s3_bucket: str, data_path: Path, tmp_path: Path
+    proxy: FaultProxy, moto_endpoint: str, s3_bucket: str, data: DuckDBSource, tmp_path: Path
 ) -> None:
     """At 20% faults every export succeeds, stored whole at its key and nothing else left."""
     proxy.fault_rate = 0.2
     store = _worker_store(proxy, s3_bucket)
-    deps = _deps(store, data_path, tmp_path, max_attempts=5)
+    deps = _deps(store, data, tmp_path, max_attempts=5)
     ids = _request(
         deps,
         ("big", "csv"),
@@ -169,7 +171,7 @@ def test_exports_succeed_with_a_fifth_of_s3_requests_failing(
 
 
 def test_exports_fail_as_storage_unavailable_when_s3_stops_answering_mid_upload(
-    proxy: FaultProxy, moto_endpoint: str, s3_bucket: str, data_path: Path, tmp_path: Path
+    proxy: FaultProxy, moto_endpoint: str, s3_bucket: str, data: DuckDBSource, tmp_path: Path
 ) -> None:
     """Every request failing from the first multipart upload on: each export settles
     failed/storage_unavailable after max_attempts; the uploads S3 could not abort then are
@@ -181,7 +183,7 @@ def test_exports_fail_as_storage_unavailable_when_s3_stops_answering_mid_upload(
 
     proxy.after_forward = outage_from_first_upload
     store = _worker_store(proxy, s3_bucket)
-    deps = _deps(store, data_path, tmp_path, max_attempts=2)
+    deps = _deps(store, data, tmp_path, max_attempts=2)
     # All of several parts, so none can complete before the outage starts.
     ids = _request(deps, ("big", "csv"), ("big", "tsv"), ("big", "jsonl"))
 
@@ -203,6 +205,47 @@ def test_exports_fail_as_storage_unavailable_when_s3_stops_answering_mid_upload(
 
     assert _incomplete_upload_ids(moto_endpoint, s3_bucket) == set()
     assert _object_keys(moto_endpoint, s3_bucket) == set()
+
+
+def _creates(path: str) -> bool:
+    return path.endswith("?uploads")
+
+
+@pytest.mark.parametrize("where", ["staging", "final"])
+def test_an_upload_whose_creation_answer_was_lost_is_aborted_once_the_export_settles(
+    proxy: FaultProxy,
+    moto_endpoint: str,
+    s3_bucket: str,
+    data: DuckDBSource,
+    tmp_path: Path,
+    where: str,
+) -> None:
+    """S3 creates a multipart upload (staged, or at the final key), the reset loses its answer
+    and botocore asks again: the first upload's id never reaches qexport, yet once the export
+    has settled no upload is left in the bucket."""
+
+    def at_the_chosen_key(request: Request) -> bool:
+        staged = "/.staging/" in request.path
+        return (
+            request.method == "POST" and _creates(request.path) and staged == (where == "staging")
+        )
+
+    created: list[str] = []
+    proxy.lose_reply(at_the_chosen_key)
+    proxy.after_forward = lambda r: created.append(r.path) if _creates(r.path) else None
+    store = _worker_store(proxy, s3_bucket)
+    deps = _deps(store, data, tmp_path, max_attempts=1)
+    (export_id,) = _request(deps, ("big", "csv"))
+
+    Worker(deps, drain=True).run()
+
+    (record,) = _records(deps, [export_id])
+    assert (record.status, record.attempt) == (Status.SUCCEEDED, 1)
+    assert proxy.counts()[LOST_REPLY] == 1
+    assert len(created) == 3  # the lost one, its retry, and the other of the two uploads
+    _wait_for_cleanup(store)
+    assert _incomplete_upload_ids(moto_endpoint, s3_bucket) == set()
+    assert _object_keys(moto_endpoint, s3_bucket) == {f"{PREFIX}/{record.storage_key}"}
 
 
 def test_abort_during_an_outage_does_not_raise_and_is_done_once_s3_answers(

@@ -309,6 +309,57 @@ def test_lifecycle_check_reports_every_rule_missing_on_a_bare_bucket(
     assert len(check_lifecycle(s3_store, timedelta(days=7))) == 3
 
 
+def _bucket_state(store: S3ObjectStore) -> tuple[list[str], list[str]]:
+    """The keys of the incomplete uploads and of the objects in the bucket, sorted."""
+    client, bucket = store.client, store.bucket
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    objects = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    return sorted(u["Key"] for u in uploads), sorted(o["Key"] for o in objects)
+
+
+def test_discard_staging_leaves_only_the_completed_object_of_the_key(
+    s3_store: S3ObjectStore,
+) -> None:
+    """What dead attempts left at a key (uploads staged or at the key itself, whose ids nobody
+    knows, and a staged copy) is removed; the object and another key's upload stay."""
+    client, bucket = s3_store.client, s3_store.bucket
+    stored = _upload(s3_store, _parts(1, b"tail"), rows=1)
+    staging, final = s3_store.staging_prefix(KEY), s3_store.object_key(KEY)
+    for key in (f"{staging}dead1", f"{staging}dead2", final):
+        client.create_multipart_upload(Bucket=bucket, Key=key)
+    client.put_object(Bucket=bucket, Key=f"{staging}dead3", Body=b"a staged copy")
+    # A key that extends this one is another export's: its upload is not this key's.
+    longer = f"{KEY}x"
+    running = s3_store.begin_upload(longer)
+    running.upload_part(1, b"a" * PART)
+    running.upload_part(2, b"b")
+
+    assert s3_store.discard_staging(KEY) == 4
+
+    uploads, objects = _bucket_state(s3_store)
+    assert len(uploads) == 1
+    assert s3_store.incomplete_uploads(longer) == [running.upload_id]
+    assert objects == [final]
+    assert s3_store.head(KEY) == stored
+    assert s3_store.cleanup.pending == []
+    assert s3_store.discard_staging(KEY) == 0
+    assert running.complete(rows=2, sha256="0" * 64).size_bytes == PART + 1
+
+
+def test_staged_keys_name_each_key_with_something_left(s3_store: S3ObjectStore) -> None:
+    """Keys with an incomplete upload (staged or at the key) or a staged copy, each once."""
+    client, bucket = s3_store.client, s3_store.bucket
+    other, third = "exports/demo/exp-2/a.csv", "exports/demo/exp-3/b.parquet"
+    _upload(s3_store, [b"done"], rows=1, key="exports/demo/exp-0/done.csv")
+    client.create_multipart_upload(Bucket=bucket, Key=f"{s3_store.staging_prefix(KEY)}x")
+    client.create_multipart_upload(Bucket=bucket, Key=f"{s3_store.staging_prefix(KEY)}y")
+    client.create_multipart_upload(Bucket=bucket, Key=s3_store.object_key(other))
+    client.put_object(Bucket=bucket, Key=f"{s3_store.staging_prefix(third)}z", Body=b"")
+    client.create_multipart_upload(Bucket=bucket, Key="not-ours/.hidden")  # outside the prefix
+
+    assert s3_store.staged_keys() == [KEY, other, third]
+
+
 def test_unexpected_refusal_is_an_internal_error(s3_store: S3ObjectStore) -> None:
     """A request S3 refuses (a part under 5 MiB before the last) is a non-retryable error."""
     with pytest.raises(ValueError, match="part numbers"):

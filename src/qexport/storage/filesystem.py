@@ -7,6 +7,7 @@ stats the key finds exactly the metadata written for that file, and `os.link` fa
 FileExistsError when the key is taken, which is S3's `If-None-Match: *` on a local disk.
 A crash before the link leaves an orphan metadata file (the sweeper removes it); a crash after
 it leaves a staging directory behind, but the object and its metadata are already complete.
+Either way `discard_staging`, called once the export has settled, removes what is left.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class FilesystemUpload:
     def __init__(self, layout: FilesystemLayout, key: str, upload_id: str, clock: Clock) -> None:
         self.key = key
         self.upload_id = upload_id
+        self.staged = True  # its directory exists from the start
         self._layout = layout
         self._clock = clock
         self._dir = layout.staging_dir(upload_id)
@@ -133,11 +135,8 @@ class FilesystemUpload:
 
     def abort(self) -> None:
         """Drop the staged parts. Idempotent, and harmless after complete."""
-        with contextlib.suppress(OSError):
-            st = (self._dir / ASSEMBLED_FILE).stat()
-            if st.st_nlink == 1:  # never published, so its metadata describes nothing
-                remove_quietly(self._layout.meta_path(st))
-        self._discard()
+        # A leftover directory is harmless: discard_staging or the sweeper removes it.
+        remove_staging_dir(self._layout, self._dir)
 
     def _publish(self, staged: Path) -> None:
         final = self._layout.object_path(self.key)
@@ -175,7 +174,7 @@ class FilesystemObjectStore:
 
     def begin_upload(self, key: str) -> FilesystemUpload:
         validate_key(key)
-        upload_id = new_upload_id()
+        upload_id = new_upload_id(key)
         directory = self.layout.staging_dir(upload_id)
         record = {"key": key, "started_at": self.clock.now().isoformat()}
         with _storage_errors("begin an upload to", key):
@@ -223,12 +222,28 @@ class FilesystemObjectStore:
         with _storage_errors("list uploads to", key):
             uploads = [
                 upload
-                for upload in self.layout.staged_uploads()
-                if upload.key == key and not self.layout.is_published(upload)
+                for upload in self.layout.staged_uploads_of(key)
+                if not self.layout.is_published(upload)
             ]
         earliest = datetime.min.replace(tzinfo=UTC)
         uploads.sort(key=lambda upload: (upload.started_at or earliest, upload.upload_id))
         return [upload.upload_id for upload in uploads]
+
+    def discard_staging(self, key: str) -> int:
+        """Remove every staging directory of `key`, completed or not; the object stays."""
+        validate_key(key)
+        with _storage_errors("discard what is staged for", key):
+            uploads = self.layout.staged_uploads_of(key)
+        stuck = [u.upload_id for u in uploads if not remove_staging_dir(self.layout, u.directory)]
+        if stuck:
+            raise StorageUnavailableError(f"could not remove the staged uploads {stuck} of {key}")
+        return len(uploads)
+
+    def staged_keys(self) -> list[str]:
+        """Keys with an upload staged (those whose upload.json was lost are left to the sweeper)."""
+        with _storage_errors("list uploads in", str(self.layout.staging_root)):
+            keys = {upload.key for upload in self.layout.staged_uploads()}
+        return sorted(key for key in keys if key is not None)
 
     def local_path(self, key: str) -> Path:
         """Where the object for `key` lives on disk (for CLI downloads and the demo)."""
@@ -246,6 +261,17 @@ def delete_object_file(layout: FilesystemLayout, path: Path) -> bool:
     remove_quietly(layout.meta_path(st))
     prune_empty_dirs(path.parent, layout.objects_root)
     return True
+
+
+def remove_staging_dir(layout: FilesystemLayout, directory: Path) -> bool:
+    """Remove one upload's directory, and the metadata of its file unless that file is also
+    the object (a hard link: more than one name); False if the directory is still there."""
+    with contextlib.suppress(OSError):
+        st = (directory / ASSEMBLED_FILE).stat()
+        if st.st_nlink == 1:  # never published, so its metadata describes nothing
+            remove_quietly(layout.meta_path(st))
+    shutil.rmtree(directory, ignore_errors=True)
+    return not directory.exists()
 
 
 def _fsync_file(path: Path) -> None:

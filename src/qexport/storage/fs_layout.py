@@ -4,12 +4,14 @@ Layout::
 
     <root>/exports/<ws>/<id>/<file>      published objects (hard links to a staged file)
     <root>/.staging/<upload id>/         one multipart upload: upload.json, part-00001..., object
+                                         (the id starts with a digest of its key: see key_tag)
     <root>/.meta/<st_dev>-<st_ino>.json  rows, sha256 and size of the file with that inode
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -112,6 +114,20 @@ class FilesystemLayout:
             found.extend(self._read_staged(Path(e.path)) for e in entries if e.is_dir())
         return found
 
+    def staged_uploads_of(self, key: str) -> list[StagedUpload]:
+        """Every upload staged for `key`, found by its name (also one whose upload.json was
+        lost); only a directory named before names carried the key reads its upload.json."""
+        tag = f"{key_tag(key)}-"
+        found: list[StagedUpload] = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.staging_root) as entries:
+            for entry in entries:
+                if not entry.is_dir() or not (entry.name.startswith(tag) or "-" not in entry.name):
+                    continue
+                upload = self._read_staged(Path(entry.path))
+                if entry.name.startswith(tag) or upload.key == key:
+                    found.append(upload)
+        return found
+
     def _read_staged(self, directory: Path) -> StagedUpload:
         try:
             raw = json.loads((directory / UPLOAD_FILE).read_bytes())
@@ -136,8 +152,17 @@ class FilesystemLayout:
         return (staged.st_dev, staged.st_ino) == (published.st_dev, published.st_ino)
 
 
-def new_upload_id() -> str:
-    return secrets.token_hex(16)
+def key_tag(key: str) -> str:
+    """What the names of the staging directories of `key` start with.
+
+    Staging is found from the key alone, without trusting upload.json, which is written
+    without an fsync and may be missing after a crash (or a kill during `begin_upload`).
+    """
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def new_upload_id(key: str) -> str:
+    return f"{key_tag(key)}-{secrets.token_hex(16)}"
 
 
 def write_file_durably(path: Path, data: bytes) -> None:

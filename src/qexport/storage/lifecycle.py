@@ -1,8 +1,9 @@
 """The sweeper that gives the filesystem store the lifecycle rules of the S3 bucket.
 
 Rules: an object under `exports/` expires `retention + 1 day` after its completion (its mtime);
-an upload neither completed nor aborted is dropped one day after it began. On top of the
-bucket's rules, metadata files whose inode no longer belongs to any file are removed.
+an upload neither completed nor aborted is dropped one day after it began (the backstop:
+workers discard an export's staging as soon as it settles). On top of the bucket's rules,
+metadata files whose inode no longer belongs to any file are removed.
 """
 
 from __future__ import annotations

@@ -14,7 +14,14 @@ that carries the metadata and `If-None-Match: *`, which S3 (since 2024-08) and m
   completed without metadata; then a multipart upload at the final key is created with the
   metadata, filled by server-side UploadPartCopy ranges of the staged object (no bytes go
   through the worker, no size limit), and completed with `If-None-Match: *`. The staged object
-  is deleted after; a crash leaves it to the bucket's lifecycle rule for `.staging/`.
+  is deleted after.
+
+Leftovers. An attempt that dies (a kill, a lost machine) cannot abort its uploads, and S3 may
+hold an upload whose id qexport never learnt: CreateMultipartUpload was processed, its answer
+lost to a reset, and botocore's retry created a second one. Both are found from the key alone:
+`discard_staging`, called once the export has settled, lists the multipart uploads at the final
+key and under the key's staging prefix (ListMultipartUploads) and the staged objects there, and
+removes them all. The bucket's one-day rules stay as the last backstop.
 
 A 412 PreconditionFailed (the key is taken) or a 409 ConditionalRequestConflict (another
 completion is in flight) aborts this upload and raises ObjectExistsError. Keys starting with a
@@ -175,6 +182,7 @@ class S3Upload:
         self._slots = threading.BoundedSemaphore(self._max_parallel)
         self._pool: ThreadPoolExecutor | None = None
         self._staged = False  # the staging upload was completed into an object
+        self.staged = False  # a multipart upload was asked for (the Upload port's flag)
         self._final_upload_id: str | None = None
         self._done = False  # completed or aborted: no more parts
 
@@ -248,6 +256,7 @@ class S3Upload:
 
     def _send_held(self) -> None:
         if self.upload_id is None:
+            self.staged = True  # before asking: the answer may be lost, the upload not
             with s3_errors("begin an upload to", self._bucket, self.key):
                 created = self._client.create_multipart_upload(
                     Bucket=self._bucket, Key=self._staging_key
@@ -534,6 +543,52 @@ class S3ObjectStore:
                         if prefix == staging or upload.get("Key") == final_key
                     )
         return found
+
+    def discard_staging(self, key: str) -> int:
+        """Abort every multipart upload at `key` or under its staging prefix and delete the
+        staged objects there; never the object at `key`. What S3 refuses now is retried later."""
+        final_key, staging = self.object_key(key), self.staging_prefix(key)
+        uploads = self.client.get_paginator("list_multipart_uploads")
+        objects = self.client.get_paginator("list_objects_v2")
+        leftovers: list[Leftover] = []
+        with s3_errors("list what is staged for", self.bucket, key):
+            for prefix in (staging, final_key):
+                for page in uploads.paginate(Bucket=self.bucket, Prefix=prefix):
+                    leftovers.extend(
+                        Leftover(upload["Key"], upload["UploadId"])
+                        for upload in page.get("Uploads", [])
+                        if prefix == staging or upload.get("Key") == final_key
+                    )
+            # Listed after the uploads: a staged upload completed meanwhile shows up here.
+            for listed in objects.paginate(Bucket=self.bucket, Prefix=staging):
+                leftovers.extend(Leftover(item["Key"]) for item in listed.get("Contents", []))
+        for leftover in leftovers:
+            self.clean_up(leftover)
+        return len(leftovers)
+
+    def staged_keys(self) -> list[str]:
+        """Keys with an incomplete upload (at the key or staged) or a staged object."""
+        staging_root = f"{self.prefix}{STAGING_DIR}"
+        uploads = self.client.get_paginator("list_multipart_uploads")
+        objects = self.client.get_paginator("list_objects_v2")
+        found: list[str] = []
+        with s3_errors("list uploads in", self.bucket, self.prefix or self.bucket):
+            for page in uploads.paginate(Bucket=self.bucket, Prefix=self.prefix):
+                found.extend(upload["Key"] for upload in page.get("Uploads", []))
+            for listed in objects.paginate(Bucket=self.bucket, Prefix=staging_root):
+                found.extend(item["Key"] for item in listed.get("Contents", []))
+        keys = {self._key_of(name, staging_root) for name in found}
+        return sorted(key for key in keys if key is not None)
+
+    def _key_of(self, name: str, staging_root: str) -> str | None:
+        """The export key a bucket key belongs to: itself, or the key it was staged for."""
+        key = name.removeprefix(self.prefix)
+        if name.startswith(staging_root):
+            key = name.removeprefix(staging_root).rpartition("/")[0]
+        try:
+            return validate_key(key)
+        except ValueError:  # not one of ours (another application's upload on a shared bucket)
+            return None
 
     def presigned_url(self, key: str, filename: str, *, max_seconds: float | None = None) -> str:
         """A GET URL valid `presign_seconds` (or less: `max_seconds`, the time the file has

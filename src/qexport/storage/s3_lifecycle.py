@@ -4,6 +4,8 @@ Rules (scoped to the store's prefix, identified by ids of their own so that othe
 shared bucket are left alone): objects under `exports/` expire `retention + 1 day` after they
 were completed, rounded up to whole days; multipart uploads neither completed nor aborted are
 aborted a day after they began; staged copies left by a crash (`.staging/`) expire after a day.
+The two one-day rules are the backstop: workers discard what was staged for an export as soon
+as it settles (`S3ObjectStore.discard_staging`), and sweep at their start.
 """
 
 from __future__ import annotations

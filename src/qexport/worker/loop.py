@@ -17,6 +17,7 @@ from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, can_read
 from qexport.domain.reports import ReportSubject
 from qexport.worker.runner import Deps, run_attempt
+from qexport.worker.staging import discard_staging, sweep_settled_staging
 from qexport.worker.wakeups import Wakeups
 
 log = structlog.get_logger()
@@ -95,13 +96,21 @@ class Worker:
     def run(self) -> dict[str, int]:
         """Run until stopped (or drained); returns how many attempts ended in each outcome."""
         log.info("worker_started", worker=self.worker_id, concurrency=self.concurrency)
+        # Beside the slots, not before them: a bucket full of leftovers does not delay claims.
+        # It goes on after a drain; a shutdown past its grace period cuts it short.
+        sweep = threading.Thread(
+            target=sweep_settled_staging,
+            args=(self.deps.store, self.deps.objects, self.interrupt),
+            name="staging-sweep",
+            daemon=True,
+        )
         threads = [
             threading.Thread(target=self._slot, name=f"slot-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
-        for thread in threads:
+        for thread in (sweep, *threads):
             thread.start()
-        for thread in threads:
+        for thread in (*threads, sweep):
             while thread.is_alive():
                 thread.join(0.2)
         log.info("worker_stopped", worker=self.worker_id, outcomes=self.outcomes)
@@ -141,6 +150,10 @@ class Worker:
         )
         if result.refused is not None:
             log.info("export_refused", export_id=result.refused.id, code="access_lost")
+            # Only queued exports are refused today, and they have nothing staged; should a
+            # redelivery ever be refused, what its earlier attempts staged goes with it.
+            if result.refused.attempt > 0:
+                discard_staging(deps.objects, result.refused.storage_key)
             return True
         claimed = result.claimed
         if claimed is None:

@@ -38,6 +38,7 @@ from qexport.ports import (
 )
 from qexport.worker.lease import Lease, ShutdownRequestedError
 from qexport.worker.sink import PartSink
+from qexport.worker.staging import discard_staging
 from qexport.writers.registry import get_writer
 
 if TYPE_CHECKING:
@@ -94,8 +95,35 @@ class Attempt:
         self.rows = 0
         self.size = 0
         self.code: FailureCode | None = None
+        self.staged = False  # this attempt's upload may have left something staged
 
-    def run(self) -> str:  # noqa: PLR0911 - one return per way an attempt can end
+    def run(self) -> str:
+        outcome = self._run()
+        if self._settled_by(outcome):
+            discard_staging(self.deps.objects, self.record.storage_key)
+        return outcome
+
+    def _settled_by(self, outcome: str) -> bool:
+        """Whether the export has settled and something may be staged for it.
+
+        A first attempt whose upload staged nothing (a one-part file on S3) leaves nothing:
+        no other attempt ever wrote to the key, so no storage request is spent on looking.
+        """
+        if outcome not in ("succeeded", "failed", "lost"):
+            return False  # released, handed back or interrupted: another attempt follows
+        if self.record.attempt <= 1 and not self.staged:
+            return False
+        if outcome != "lost":
+            return True
+        # Cancelled (settled) or redelivered to another worker (still being written: keep).
+        try:
+            current = self.deps.store.get_export(self.record.id)
+        except Exception:  # run() never raises; the start-up sweep judges it later
+            log.warning("staging_discard_skipped", exc_info=True)
+            return False
+        return current is not None and current.settled
+
+    def _run(self) -> str:  # noqa: PLR0911 - one return per way an attempt can end
         record, settings = self.record, self.deps.settings
         token = record.lease_token
         assert token is not None  # a claimed record always carries its lease token
@@ -232,6 +260,7 @@ class Attempt:
     def _store(self, lease: Lease, produce: Callable[[PartSink], int]) -> StoredObject:
         """Stream what `produce` writes into a new upload at the key; complete or abort it."""
         deps, record = self.deps, self.record
+        self.staged = True  # until the upload says otherwise: beginning it may fail half way
         upload = deps.objects.begin_upload(record.storage_key)
         try:
             sink = PartSink(
@@ -255,6 +284,8 @@ class Attempt:
         except BaseException:
             upload.abort()
             raise
+        finally:
+            self.staged = upload.staged
 
     def _succeed(self, token: str, stored: StoredObject) -> str:
         deps, record = self.deps, self.record
