@@ -90,7 +90,7 @@ def listener(
     path = sqlite_path(settings.database_url)
     if path is not None:
         return SqliteChangeWatcher(path, on_notify)
-    if not settings.pg_notify or not settings.database_url.startswith(("postgresql", "postgres")):
+    if not settings.pg_notify or not settings.metadata_on_postgresql:
         return None
     return PgListener(settings.database_url, on_notify)
 

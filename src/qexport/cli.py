@@ -242,6 +242,7 @@ def worker(
     """Claim queued exports and produce their files until stopped (SIGTERM/SIGINT)."""
     configure_logging(level=logging.INFO)
     settings = state(ctx).settings
+    _refuse_unsafe_start(settings, "worker")
     _check_worker_start(settings)
     if processes == 1:
         _run_worker(settings, concurrency, drain, supervised=False)
@@ -265,6 +266,14 @@ def _check_worker_start(settings: Settings) -> None:
 
     if isinstance(deps.store, SqlMetadataStore):  # the supervisor forks next: close, not inherit
         deps.store.engine.dispose()
+
+
+def _refuse_unsafe_start(settings: Settings, service: str) -> None:
+    """Exit 2 with one line when `service` must not run on these settings (see
+    Settings.service_refusal), before anything connects."""
+    refusal = settings.service_refusal(service)
+    if refusal is not None:
+        fail_input(refusal)
 
 
 def _build_checked(settings: Settings, what: str) -> Deps:
@@ -312,6 +321,7 @@ def scheduler(
 
     configure_logging(level=logging.INFO)
     settings = state(ctx).settings
+    _refuse_unsafe_start(settings, "scheduler")
     deps = _build_checked(settings, "scheduler")
     dispatcher = bootstrap.dispatcher(settings, deps)
     runner = Scheduler(deps, bootstrap.schedule_store(deps), dispatcher=dispatcher)
@@ -344,6 +354,7 @@ def serve(
 
     configure_logging(level=logging.INFO)
     settings = with_public_url(state(ctx).settings, host, port)
+    _refuse_unsafe_start(settings, "serve")
     deps = _build_checked(settings, "server")
     application = create_app(bootstrap.api_context(settings, deps))
     structlog.get_logger().info("server_starting", url=local_url(host, port))
@@ -459,13 +470,12 @@ def demo(
 ) -> None:
     """Everything on the embedded default: data, queries, a worker, one export per format, and
     a weekly schedule fired once and delivered to a local webhook receiver."""
+    from qexport.api.server import with_public_url
     from qexport.demo import demo_receiver, run_demo, serve_demo
 
     st = state(ctx)
-    if serve_api:
-        from qexport.api.server import with_public_url
-
-        st.settings = with_public_url(st.settings, DEMO_HOST, port)
+    # The demo's deliveries link to the server it starts (--serve) on 127.0.0.1.
+    st.settings = with_public_url(st.settings, DEMO_HOST, port)
     deps = st.deps()
     # The receiver outlives the first part under --serve: the schedule still points at it.
     with demo_receiver(deps, st.requester) as receiver:

@@ -51,7 +51,9 @@ class Settings:
     poll_seconds: float = 0.5
     shutdown_grace_seconds: float = 20.0
     secret_key: str = field(default="", repr=False)
-    public_base_url: str = "http://127.0.0.1:8000"
+    # Where public links point; unset, `serve` uses its own address and `scheduler` refuses
+    # to start (the links it sends must reach people from elsewhere).
+    public_base_url: str = ""
     smtp_url: str = field(default="", repr=False)
     s3_endpoint_url: str = ""
     duckdb_memory_limit: str = "256MB"
@@ -74,6 +76,9 @@ class Settings:
     # Internal destinations (comma-separated CIDRs and host names) that webhooks may reach
     # although the egress policy refuses them by default (loopback, private, link-local...).
     egress_allow: str = ""
+    # Bytes of cell data (every section's together) a report holds in memory while it renders:
+    # string and binary values by length, others at a fixed size each.
+    report_max_bytes: int = 64 * 1024**2
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -98,10 +103,41 @@ class Settings:
             parse_allow(self.egress_allow)
         except ValueError as exc:
             raise ValueError(f"invalid QEXPORT_EGRESS_ALLOW {self.egress_allow!r}: {exc}") from None
+        if self.report_max_bytes < 1:
+            raise ValueError("QEXPORT_REPORT_MAX_BYTES must be at least 1")
+        if self.smtp_url:
+            # Imported here: smtplib loads only when email is configured.
+            from qexport.deliveries.email import parse_smtp_url
+
+            parse_smtp_url(self.smtp_url)  # ValueError naming QEXPORT_SMTP_URL, never the password
 
     def egress_policy(self) -> EgressPolicy:
         """Where webhooks may connect (QEXPORT_EGRESS_ALLOW opens internal destinations)."""
         return EgressPolicy.from_allow(self.egress_allow)
+
+    @property
+    def metadata_on_postgresql(self) -> bool:
+        return self.database_url.startswith(("postgresql", "postgres"))
+
+    def service_refusal(self, service: str) -> str | None:
+        """Why `service` (serve, worker, scheduler) must not start on these settings, or None.
+
+        On PostgreSQL the master secret must come from QEXPORT_SECRET_KEY: a database shared
+        with others and backed up elsewhere is no place for the key that signs sessions,
+        webhooks and delivery links. The scheduler sends links, so it needs their address."""
+        if self.metadata_on_postgresql and not self.secret_key:
+            return (
+                f"{service} cannot start: QEXPORT_SECRET_KEY is required when the metadata"
+                " database is PostgreSQL (the generated secret is kept only in an embedded"
+                " SQLite database); set it to a long random value, the same on every machine"
+            )
+        if service == "scheduler" and not self.public_base_url:
+            return (
+                "scheduler cannot start: QEXPORT_PUBLIC_BASE_URL is not set; the links it"
+                " delivers must point at the address people reach qexport at"
+                " (e.g. https://qexport.example.com)"
+            )
+        return None
 
     @property
     def demo_database(self) -> Path:
@@ -164,6 +200,7 @@ class Settings:
             "DELIVERY_MAX_ATTEMPTS",
             "EMAIL_ATTACHMENT_MAX_BYTES",
             "REPORT_PDF_MAX_ROWS",
+            "REPORT_MAX_BYTES",
         ):
             read(name, int)
         values["sources"] = {

@@ -12,15 +12,20 @@ def configure_logging(*, json: bool | None = None, level: int = logging.INFO) ->
     """Send structured logs to stderr; bind export_id, attempt and worker via contextvars."""
     if json is None:
         json = not sys.stderr.isatty()
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    # JSON lines carry a failure's traceback as text under "exception" (the console renderer
+    # prints it itself). Not dict_tracebacks: it would log every frame's local variables,
+    # row values and credentials among them.
+    rendering: list[structlog.types.Processor] = (
+        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        if json
+        else [structlog.dev.ConsoleRenderer(colors=False)]
     )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
+            *rendering,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),

@@ -373,11 +373,14 @@ class Source(Protocol):
         *,
         timeout_seconds: float,
         on_interrupt: Callable[[Callable[[], None]], None] | None = None,
+        batch_rows: int | None = None,
     ) -> ResultStream:
         """Run `sql` read-only with bound parameters and the requester context.
 
         `on_interrupt` receives, before the statement starts, a function that stops it from
-        any thread. Raises QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
+        any thread. `batch_rows`: at most this many rows a batch, for a reader that keeps
+        few rows (a source whose batches are bounded by bytes may ignore it). Raises
+        QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
         """
         ...
 

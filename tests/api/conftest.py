@@ -126,6 +126,7 @@ def api(tmp_path: Path, source_template: Path) -> Iterator[Api]:
         data_dir=tmp_path / "data",
         sources={SOURCE: f"duckdb://{source}"},
         lease_seconds=30,
+        public_base_url="http://127.0.0.1:8000",  # as `serve` sets it
     )
     settings.data_dir.mkdir()
     clock = FrozenClock()

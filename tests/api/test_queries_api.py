@@ -353,6 +353,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "parameters.0.format",
     ),
     (
+        "parameter: the requester context in another case",
+        {"parameters": [{**PARAM, "name": "User_ID"}]},
+        "parameters.0.name",
+    ),
+    (
+        "parameter: the requester context",
+        {"parameters": [{**PARAM, "name": "workspace_id"}]},
+        "parameters.0.name",
+    ),
+    (
         "parameter: declared twice",
         {"parameters": [PARAM, {**PARAM, "type": "string"}]},
         "parameters.1",

@@ -116,8 +116,8 @@ def test_an_unreachable_source_fails_source_unavailable_after_retries(env: Env) 
 
 def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: str) -> None:
     """A role the server does not know (the test server trusts any password, so a wrong role
-    stands in for a wrong password): failed after one attempt, the detail says the login was
-    refused, and the password is nowhere in it."""
+    stands in for a wrong password): failed access_lost after one attempt, the detail says
+    the login was refused, and the password is nowhere in it."""
     url = _url(warehouse, username="nobody_at_all", password=PASSWORD)
     env.extra.update({"QEXPORT_SOURCE_WAREHOUSE": url, "QEXPORT_MAX_ATTEMPTS": "3"})
     env.run("queries", "add", "q", "--sql", "SELECT 1 AS one", "--source", "warehouse")
@@ -125,6 +125,7 @@ def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: 
     _drain(env)
     view = env.get(export_id)
     assert (view["status"], view["attempts"]) == ("failed", 1)
+    assert view["failure"]["code"] == "access_lost"
     detail = view["failure"]["detail"]
     assert "refused qexport's login (authentication failed" in detail
     assert 'role "nobody_at_all" does not exist' in detail

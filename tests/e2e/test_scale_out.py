@@ -45,6 +45,8 @@ def cluster(
             "QEXPORT_DATABASE_URL": pg_url,
             "QEXPORT_STORAGE_URL": f"s3://{s3_bucket}/{PREFIX}",
             "QEXPORT_S3_ENDPOINT_URL": moto_endpoint,
+            # Required on PostgreSQL: the master secret is never kept in a shared database.
+            "QEXPORT_SECRET_KEY": "scale-out-test-key-" + "k" * 40,
         },
         _store=SqlMetadataStore(engine),
     )
@@ -211,3 +213,17 @@ def test_s3_lifecycle_rules_download_links_and_a_missing_bucket(
     proc = missing.run("worker", check=False, timeout=60)
     assert proc.returncode == 3
     assert "bucket 'absent' does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize("service", ["worker", "scheduler", "serve"])
+def test_services_on_postgresql_refuse_to_start_without_a_secret_key(
+    cluster: Env, service: str
+) -> None:
+    """On a PostgreSQL metadata database, worker, scheduler and serve exit 2 with one line
+    naming QEXPORT_SECRET_KEY when it is not set."""
+    unkeyed = {k: v for k, v in cluster.extra.items() if k != "QEXPORT_SECRET_KEY"}
+    unkeyed["QEXPORT_PUBLIC_BASE_URL"] = "https://qexport.example.com"
+    refused = Env(cluster.data_dir, extra=unkeyed).run(service, check=False, timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{service} cannot start: QEXPORT_SECRET_KEY is required" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

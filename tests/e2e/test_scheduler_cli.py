@@ -28,6 +28,13 @@ YEARLY = "0 8 1 1 *"  # never due again while a test runs: only the stored due t
 
 
 @pytest.fixture
+def env(env: Env) -> Env:
+    """The e2e environment with the address delivery links point at (a scheduler needs it)."""
+    env.extra["QEXPORT_PUBLIC_BASE_URL"] = "http://qexport.test"
+    return env
+
+
+@pytest.fixture
 def mail_server(request: pytest.FixtureRequest) -> SmtpServer:
     """An SMTP server recording the mails it receives."""
     return request.getfixturevalue("smtp_server")  # type: ignore[no-any-return]
@@ -117,7 +124,8 @@ def test_two_schedulers_fire_a_due_schedule_once_and_mail_it_once(
     mails = mail_server.to(TEAM)
     assert len(mails) == 1
     assert mails[0].message["X-QExport-Delivery"] == deliveries.list_deliveries(runs[0])[0].id
-    assert re.search(r"https?://\S+/p/[A-Za-z0-9_-]{43}", mails[0].text), mails[0].text
+    # The link points at QEXPORT_PUBLIC_BASE_URL.
+    assert re.search(r"http://qexport\.test/p/[A-Za-z0-9_-]{43}", mails[0].text), mails[0].text
     logs = "".join(
         (env.data_dir / f"scheduler-{i}.log").read_text() for i in range(len(schedulers))
     )
@@ -143,3 +151,15 @@ def test_after_downtime_a_schedule_fires_once_or_skips_as_it_chose(env: Env) -> 
     now = datetime.now(UTC)
     for schedule in (skip, once):
         assert _next_run(env, schedule.id) > now
+
+
+def test_a_scheduler_without_a_public_base_url_refuses_to_start(env: Env) -> None:
+    """Without QEXPORT_PUBLIC_BASE_URL the scheduler would send links nobody can open: it
+    exits 2 with one line naming the variable, before firing anything."""
+    schedule = _add_schedule(env, due_at=datetime.now(UTC) - timedelta(seconds=3))
+    del env.extra["QEXPORT_PUBLIC_BASE_URL"]
+    refused = env.run("scheduler", "--once", check=False)
+    assert refused.returncode == 2
+    assert "scheduler cannot start: QEXPORT_PUBLIC_BASE_URL is not set" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert _runs(env, schedule.id) == []

@@ -71,12 +71,13 @@ def test_a_refused_login_is_a_clear_permanent_error(
 ) -> None:
     """The server is there but refuses the URL's role or database (the test server trusts
     every password, so an unknown role or database stands in for a wrong password): not
-    retried, and the detail says the login failed and why, never the password or the URL."""
+    retried (access_lost), and the detail says the login failed and why, never the password
+    or the URL."""
     url = url_for(database.url, **{part: value}, password=PASSWORD)
     with pytest.raises(SourceLoginError) as caught:
         rows_of(PostgresSource("warehouse", url), "SELECT 1")
     error = caught.value
-    assert error.code is FailureCode.INTERNAL
+    assert error.code is FailureCode.ACCESS_LOST
     assert not error.code.retryable
     assert error.detail.startswith("PostgreSQL source 'warehouse' refused qexport's login")
     assert "authentication failed" in error.detail

@@ -56,6 +56,7 @@ class FakeSource:
         *,
         timeout_seconds: float,
         on_interrupt: Callable[[Callable[[], None]], None] | None = None,
+        batch_rows: int | None = None,
     ) -> TableStream:
         self.calls.append((sql, parameters, requester))
         if self.error is not None and self.fail_at_batch is None:

@@ -54,7 +54,7 @@ def test_bad_values_are_refused_by_name(name: str, value: str, message: str) -> 
 
 def test_secrets_are_masked_in_repr() -> None:
     """The secret key and SMTP URL never appear when settings are printed or logged."""
-    settings = Settings(secret_key="s3cr3t", smtp_url="smtp://user:pw@mail")  # noqa: S106 - a fake
+    settings = Settings(secret_key="s3cr3t", smtp_url="smtps://user:pw@mail")  # noqa: S106 - a fake
     assert "s3cr3t" not in repr(settings)
     assert "pw@mail" not in repr(settings)
 
@@ -67,3 +67,48 @@ def test_settings_never_show_passwords_in_their_repr() -> None:
     shown = repr(settings)
     assert "db-secret" not in shown
     assert "source-secret" not in shown
+
+
+@pytest.mark.parametrize("url", ["smtp://mailer:hunter2@mail.internal", "smtp://mailer@mail:25"])
+def test_smtp_credentials_over_plain_smtp_are_refused(url: str) -> None:
+    """A login on smtp:// (clear text) stops start-up naming QEXPORT_SMTP_URL and the schemes
+    that protect it, without the password; the same login over STARTTLS or TLS is accepted."""
+    with pytest.raises(ValueError, match="QEXPORT_SMTP_URL") as caught:
+        Settings.from_env({"QEXPORT_SMTP_URL": url})
+    assert "smtp+starttls://" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+    for safe in ("smtp+starttls://mailer:hunter2@mail.internal", "smtps://mailer:hunter2@mail"):
+        assert Settings.from_env({"QEXPORT_SMTP_URL": safe}).smtp_url == safe
+    assert Settings.from_env({"QEXPORT_SMTP_URL": "smtp://relay:25"}).smtp_url == "smtp://relay:25"
+
+
+def test_report_max_bytes_is_read_and_checked() -> None:
+    """QEXPORT_REPORT_MAX_BYTES defaults to 64 MiB, is read as an integer, and must be positive."""
+    assert Settings.from_env({}).report_max_bytes == 64 * 1024**2
+    assert Settings.from_env({"QEXPORT_REPORT_MAX_BYTES": "1000"}).report_max_bytes == 1000
+    with pytest.raises(ValueError, match="QEXPORT_REPORT_MAX_BYTES must be at least 1"):
+        Settings.from_env({"QEXPORT_REPORT_MAX_BYTES": "0"})
+
+
+@pytest.mark.parametrize("service", ["serve", "worker", "scheduler"])
+def test_services_on_postgresql_need_a_secret_key(service: str) -> None:
+    """On a PostgreSQL metadata database every service refuses to start without
+    QEXPORT_SECRET_KEY, saying why; with it (or on the embedded SQLite default) it may start."""
+    pg = {"QEXPORT_DATABASE_URL": "postgresql://qexport@db/qexport"}
+    links = {"QEXPORT_PUBLIC_BASE_URL": "https://qexport.example.com"}
+    refusal = Settings.from_env({**pg, **links}).service_refusal(service)
+    assert refusal is not None
+    assert refusal.startswith(f"{service} cannot start: QEXPORT_SECRET_KEY is required")
+    keyed = {**pg, **links, "QEXPORT_SECRET_KEY": "k" * 40}
+    assert Settings.from_env(keyed).service_refusal(service) is None
+    assert Settings.from_env(links).service_refusal(service) is None
+
+
+def test_a_scheduler_needs_the_public_base_url() -> None:
+    """Without QEXPORT_PUBLIC_BASE_URL the scheduler (which sends links) refuses to start,
+    naming the variable; serve and worker do not need it."""
+    refusal = Settings.from_env({}).service_refusal("scheduler")
+    assert refusal is not None
+    assert "QEXPORT_PUBLIC_BASE_URL is not set" in refusal
+    assert Settings.from_env({}).service_refusal("serve") is None
+    assert Settings.from_env({}).service_refusal("worker") is None

@@ -160,6 +160,14 @@ def test_param_specs_from_the_command_line() -> None:
         parse_param_spec("1x:string")
 
 
+@pytest.mark.parametrize("name", ["user_id", "User_Id", "WORKSPACE_ID"])
+def test_a_declared_parameter_may_not_be_the_requester_context(name: str) -> None:
+    """`queries add --param` refuses $user_id or $workspace_id in any letter case (the
+    source would refuse every export of the query), naming the parameter."""
+    with pytest.raises(InvalidRequestError, match=f"parameter name '{name}' is reserved"):
+        parse_param_spec(f"{name}:string")
+
+
 def test_file_names_and_keys_are_safe() -> None:
     """Names from users cannot escape the key layout or break a header."""
     assert safe_filename('../../etc/passwd"; x', "csv") == "etc-passwd-x.csv"

@@ -27,7 +27,7 @@ def local_url(host: str, port: int) -> str:
 
 def with_public_url(settings: Settings, host: str, port: int) -> Settings:
     """Public links point at this server unless QEXPORT_PUBLIC_BASE_URL says otherwise."""
-    if settings.public_base_url != Settings().public_base_url:
+    if settings.public_base_url:
         return settings
     return settings.with_overrides(public_base_url=local_url(host, port))
 

@@ -1,6 +1,6 @@
 """Sending email over SMTP, configured by one URL (`QEXPORT_SMTP_URL`).
 
-    smtp://[user:pass@]host[:port][?from=ADDR]            plain, port 25
+    smtp://host[:port][?from=ADDR]                        plain, port 25, no login
     smtp+starttls://[user:pass@]host[:port][?from=ADDR]   STARTTLS required, port 587
     smtps://[user:pass@]host[:port][?from=ADDR]           implicit TLS, port 465
 
@@ -51,6 +51,12 @@ def parse_smtp_url(url: str) -> SmtpConfig:
         raise ValueError("QEXPORT_SMTP_URL has an invalid port") from None
     if not parts.hostname:
         raise ValueError("QEXPORT_SMTP_URL has no host")
+    if parts.scheme == "smtp" and (parts.username or parts.password):
+        # Over plain SMTP a login crosses the network readable by anyone on the path.
+        raise ValueError(
+            "QEXPORT_SMTP_URL has a user and password on smtp://, which would send them in"
+            " clear text; use smtp+starttls:// (port 587) or smtps:// (port 465)"
+        )
     sender = parse_qs(parts.query).get("from", [DEFAULT_FROM])[0]
     return SmtpConfig(
         scheme=parts.scheme,

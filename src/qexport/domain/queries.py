@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import string
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -12,6 +13,25 @@ from qexport.domain.exports import Requester
 from qexport.domain.failures import InvalidRequestError
 
 MAX_PARAMETER_CHARS = 10_000
+# The requester context every query may read ($user_id, $workspace_id): always bound by the
+# source, never by a caller. Sources compare parameter names with ASCII letters folded.
+CONTEXT_PARAMETERS = ("user_id", "workspace_id")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold_name(name: str) -> str:
+    """A parameter name as the sources compare it: ASCII letters folded, the rest as written."""
+    return name.translate(_ASCII_LOWER)
+
+
+def check_declared_name(name: str) -> None:
+    """Refuse declaring a parameter that is, in any letter case, the requester context: its
+    value would come from the request, and the source would refuse every export of it."""
+    if fold_name(name) in CONTEXT_PARAMETERS:
+        raise InvalidRequestError(
+            f"parameter name {name!r} is reserved: $user_id and $workspace_id are the"
+            " requester's, bound by qexport in any letter case; choose another name"
+        )
 
 
 class ParamType(StrEnum):
@@ -166,6 +186,7 @@ def parse_param_spec(spec: str) -> Parameter:
     name = name.strip()
     if not name.isidentifier():
         raise InvalidRequestError(f"invalid parameter name {name!r} in {spec!r}")
+    check_declared_name(name)
     try:
         ptype = ParamType(type_text.strip() or "string")
     except ValueError:

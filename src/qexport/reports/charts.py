@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from html import escape
 
 from qexport.domain.reports import Display
-from qexport.reports.model import SectionData, as_number, as_text
+from qexport.reports.model import MAX_LABEL_CHARS, SectionData, as_number, cell_text, clip
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1")
 MAX_LABELS = 20  # category labels drawn on the x axis; the others are skipped
@@ -18,7 +18,7 @@ MAX_SERIES = len(PALETTE)
 class ChartData:
     """A chart's categories (first column) and series (the numeric columns, None = gap)."""
 
-    labels: list[str]
+    labels: list[str]  # cut at MAX_LABEL_CHARS
     names: list[str]
     series: list[list[float | None]]
 
@@ -41,7 +41,7 @@ def chart_data(section: SectionData) -> ChartData:
     """The section's rows as a chart; RenderFailedError when nothing in it is numeric."""
     numeric = section.numeric_columns()[:MAX_SERIES]
     return ChartData(
-        labels=[as_text(row[0]) for row in section.rows],
+        labels=[clip(cell_text(row[0]), MAX_LABEL_CHARS) for row in section.rows],
         names=[section.columns[i] for i in numeric],
         series=[[as_number(row[i]) for row in section.rows] for i in numeric],
     )
@@ -114,7 +114,7 @@ def svg_chart(section: SectionData) -> str:
         parts.append(
             f'<text x="{x:.1f}" y="{_H - _BOTTOM + 14}" text-anchor="end"'
             f' transform="rotate(-35 {x:.1f} {_H - _BOTTOM + 14})">'
-            f"{escape(data.labels[i][:16])}</text>"
+            f"{escape(data.labels[i])}</text>"
         )
     for s, name in enumerate(data.names):
         x = _LEFT + s * 140

@@ -11,7 +11,7 @@ from html import escape
 from qexport.domain.reports import Display
 from qexport.ports import Sink
 from qexport.reports.charts import svg_chart
-from qexport.reports.model import DocumentInfo, SectionData, as_text, is_numeric
+from qexport.reports.model import DocumentInfo, SectionData, cell_text, is_numeric
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2rem;
@@ -65,9 +65,9 @@ class HtmlDocument:
         chunk: list[str] = []
         for row in section.rows:
             cells = "".join(
-                f'<td class="num">{escape(as_text(v))}</td>'
+                f'<td class="num">{escape(cell_text(v))}</td>'
                 if num
-                else f"<td>{escape(as_text(v))}</td>"
+                else f"<td>{escape(cell_text(v))}</td>"
                 for v, num in zip(row, numeric, strict=True)
             )
             chunk.append(f"<tr>{cells}</tr>\n")

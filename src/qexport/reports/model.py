@@ -66,8 +66,26 @@ def is_numeric(dtype: pa.DataType) -> bool:
     )
 
 
+# A table cell shows at most this many characters in PDF and HTML (a chart label, fewer):
+# the rest is cut with an ellipsis, so that one long value cannot swell the document.
+MAX_CELL_CHARS = 1_000
+MAX_LABEL_CHARS = 16
+
+
+def clip(text: str, chars: int) -> str:
+    """At most `chars` characters, with an ellipsis where it was cut."""
+    return text if len(text) <= chars else text[: max(chars - 1, 1)] + "…"
+
+
+def cell_text(value: Any) -> str:
+    """A value as a table cell shows it in PDF and HTML, cut at MAX_CELL_CHARS."""
+    if isinstance(value, bytes):  # hex doubles the length: convert only what is shown
+        return clip(value[:MAX_CELL_CHARS].hex(), MAX_CELL_CHARS)
+    return clip(as_text(value), MAX_CELL_CHARS)
+
+
 def as_text(value: Any) -> str:  # noqa: PLR0911 - one return per kind of value
-    """A value as a table cell shows it in PDF and HTML."""
+    """A value as text, in full."""
     if value is None:
         return ""
     if isinstance(value, bool):

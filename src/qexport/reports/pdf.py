@@ -38,9 +38,9 @@ from reportlab.platypus import (
 from qexport.domain.failures import LimitExceededError
 from qexport.domain.reports import Display
 from qexport.ports import Sink
-from qexport.reports.model import DocumentInfo, SectionData, as_text, is_numeric
+from qexport.reports.model import DocumentInfo, SectionData, cell_text, clip, is_numeric
 from qexport.reports.pdf_charts import FONT, chart_drawing
-from qexport.reports.pdf_text import clip, pdf_markup, pdf_text
+from qexport.reports.pdf_text import pdf_markup, pdf_text
 
 _PAGE_COUNT_FORM = "qexportPageCount"
 _MARGIN = 15 * mm
@@ -181,7 +181,7 @@ class PdfDocument:
             fit, fresh_page = max(fit, 1), False  # a fresh page always takes a row
             chunk = section.rows[start : start + fit]
             data: list[list[Any]] = [header]
-            data.extend([clip(pdf_text(as_text(v)), chars) for v in row] for row in chunk)
+            data.extend([clip(pdf_text(cell_text(v)), chars) for v in row] for row in chunk)
             self._flow(
                 [
                     Table(

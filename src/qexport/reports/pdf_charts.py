@@ -32,7 +32,7 @@ def chart_drawing(section: SectionData, width: float, height: float = 230) -> Dr
     chart.valueAxis.labels.fontSize = 7
     step = data.label_step()
     chart.categoryAxis.categoryNames = [
-        pdf_text(label[:16]) if i % step == 0 else "" for i, label in enumerate(data.labels)
+        pdf_text(label) if i % step == 0 else "" for i, label in enumerate(data.labels)
     ]
     chart.categoryAxis.labels.fontName = FONT
     chart.categoryAxis.labels.fontSize = 7

@@ -24,8 +24,3 @@ def pdf_text(text: str) -> str:
 def pdf_markup(text: str) -> str:
     """`pdf_text` escaped for a Paragraph (which reads a small XML-like markup)."""
     return escape(pdf_text(text))
-
-
-def clip(text: str, chars: int) -> str:
-    """At most `chars` characters, with an ellipsis where it was cut."""
-    return text if len(text) <= chars else text[: max(chars - 1, 1)] + "…"

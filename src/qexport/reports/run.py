@@ -9,6 +9,7 @@ import structlog
 
 from qexport.domain.failures import QExportError, RenderFailedError
 from qexport.domain.reports import ReportSubject
+from qexport.reports.budget import CellBudget
 from qexport.reports.context import requester_label, workspace_zone
 from qexport.reports.model import DocumentInfo
 from qexport.reports.registry import DOCUMENTS, start_document
@@ -56,6 +57,7 @@ def produce_report(
         record.format,
         lambda: start_document(record.format, info, sink, deps.settings),
     )
+    budget = CellBudget(deps.settings.report_max_bytes)
     try:
         total = 0
         for section in report.sections:
@@ -63,7 +65,7 @@ def produce_report(
             query = subject.queries.get(section.query_id)
             if query is None:  # the pre-render check refuses this before we get here
                 raise RenderFailedError(f"the query of section {section.heading!r} is missing")
-            data = read_section(deps, record, section, query, lease, total)
+            data = read_section(deps, record, section, query, lease, total, budget)
             total += len(data.rows)
             lease.progress_rows = total
             _rendering(f"section {section.heading!r}", record.format, document.add, data)

@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, NotFoundError
-from qexport.domain.queries import Parameter, Query, Visibility, bind_parameters, can_read
+from qexport.domain.queries import (
+    Parameter,
+    Query,
+    Visibility,
+    bind_parameters,
+    can_read,
+    check_declared_name,
+)
 from qexport.ports import AccountStore, MetadataStore
 
 MAX_NAME_CHARS = 200
@@ -79,6 +86,10 @@ def _check_parameter(index: int, param: Parameter, seen: set[str]) -> None:
             " (a letter or _, then letters, digits or _; at most 63)",
             field=f"{where}.name",
         )
+    try:
+        check_declared_name(param.name)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(str(exc), field=f"{where}.name") from None
     if param.name in seen:
         raise InvalidRequestError(f"parameter {param.name!r} is declared twice", field=where)
     seen.add(param.name)

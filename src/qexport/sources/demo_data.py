@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from qexport.domain.failures import QExportError, bounded_detail
+from qexport.private_files import make_private_dirs
 from qexport.sources.duckdb import connect_sandboxed
 
 # Bump when the generated data changes, so existing demo databases are rebuilt.
@@ -40,7 +41,7 @@ def build_demo_database(path: Path, orders: int = 1_000_000, seed: int = 42) -> 
     result = DemoDatabase(path, orders, customers, PRODUCTS, built=False)
     if _existing_matches(path, orders, int(seed)):
         return result
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     # Built beside the target and renamed over it: a crash never leaves a half-built database.
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.building")
     try:

@@ -168,6 +168,7 @@ class DuckDBSource:
         *,
         timeout_seconds: float,
         on_interrupt: Callable[[Callable[[], None]], None] | None = None,
+        batch_rows: int | None = None,
     ) -> DuckDBResultStream:
         """Start `sql` with bound parameters; the rows arrive as the stream is read.
 
@@ -180,7 +181,7 @@ class DuckDBSource:
         try:
             relation = cursor.sql(statement, params=values or None)
             # A relation's reader streams as it is read; the DB-API result's reader copies.
-            reader = relation.to_arrow_reader(self.batch_rows)
+            reader = relation.to_arrow_reader(min(batch_rows or self.batch_rows, self.batch_rows))
         except Exception as exc:
             deadline.cancel()
             cursor.close()

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from qexport.domain.failures import QueryInvalidError, bounded_detail
+from qexport.domain.queries import CONTEXT_PARAMETERS, fold_name
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
-
-# The requester context every query may read, always bound by the source, never by the caller.
-CONTEXT_PARAMETERS = ("user_id", "workspace_id")
-
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-
-
-def fold_name(name: str) -> str:
-    """A parameter name as DuckDB compares it: ASCII letters folded, everything else as written."""
-    return name.translate(_ASCII_LOWER)
 
 
 def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
@@ -30,6 +20,8 @@ def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
         raise QueryInvalidError(bounded_detail(str(exc))) from exc
+    except ValueError as exc:
+        raise _unknown_kind() from exc
     if not statements:
         raise QueryInvalidError("the query is empty")
     if len(statements) > 1:
@@ -37,11 +29,21 @@ def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
             f"only a single SELECT statement is allowed; got {len(statements)} statements"
         )
     statement = statements[0]
-    if statement.type != duckdb.StatementType.SELECT:
-        raise QueryInvalidError(
-            f"only a single SELECT statement is allowed; got {statement.type.name}"
-        )
+    try:
+        kind = statement.type
+    except ValueError as exc:
+        raise _unknown_kind() from exc
+    if kind != duckdb.StatementType.SELECT:
+        raise QueryInvalidError(f"only a single SELECT statement is allowed; got {kind.name}")
     return statement
+
+
+def _unknown_kind() -> QueryInvalidError:
+    """A statement type newer than the Python binding's enum (UPDATE EXTENSIONS in 2.0):
+    DuckDB parsed it, the binding cannot name it, and it is not a SELECT either way."""
+    return QueryInvalidError(
+        "only a single SELECT statement is allowed; got a statement of another kind"
+    )
 
 
 def bound_values(

@@ -96,6 +96,7 @@ class PostgresSource:
         *,
         timeout_seconds: float,
         on_interrupt: OnInterrupt | None = None,
+        batch_rows: int | None = None,  # unused: the batches are bounded by bytes already
     ) -> PostgresResultStream:
         """Start `sql` with bound parameters; the rows arrive as the stream is read.
 

@@ -5,9 +5,11 @@ Codes, by what retrying would do:
   resources, drops the connection, or picks this query as a deadlock or serialisation
   victim: source_unavailable (retryable, the worker backs off and tries again);
 - the server refuses qexport's login (wrong password, unknown role or database, no pg_hba
-  entry, TLS required but refused): `SourceLoginError`, code internal. Another attempt would
-  be refused the same way and the requester cannot fix it; whoever runs qexport must fix the
-  source URL, and the detail says so (without the password or the URL);
+  entry, TLS required but refused): `SourceLoginError`, code access_lost (permanent). Another
+  attempt would be refused the same way: qexport has lost its access to the data until
+  whoever runs it fixes the source URL, and the detail says so (without the password or the
+  URL). Not `internal`, which says "a bug, see the logs", nor the retryable
+  `source_unavailable`;
 - the query itself is refused (syntax, unknown column, permission denied on a table, a write
   in the read-only transaction, division by zero...): query_invalid;
 - the statement timeout: query_timeout.
@@ -39,7 +41,7 @@ log = structlog.get_logger()
 class SourceLoginError(QExportError):
     """The source refused qexport's credentials or database: a configuration error."""
 
-    code = FailureCode.INTERNAL
+    code = FailureCode.ACCESS_LOST
 
 
 # SQLSTATE classes worth another attempt: connection exception, insufficient resources,

@@ -31,6 +31,13 @@ from qexport.domain.failures import (
     StorageUnavailableError,
 )
 from qexport.ports import StoredObject
+from qexport.private_files import (
+    PRIVATE_DIR,
+    PRIVATE_FILE,
+    make_private_dirs,
+    open_private,
+    write_private,
+)
 from qexport.storage.fs_assemble import append_parts, part_name
 from qexport.storage.fs_layout import (
     ASSEMBLED_FILE,
@@ -87,7 +94,7 @@ class FilesystemUpload:
         tmp = self._dir / f".{final.name}.tmp"
         with _storage_errors("upload a part of", self.key):
             try:
-                tmp.write_bytes(data)
+                write_private(tmp, data)
                 # The rename makes a part whole or absent, never half written.
                 os.replace(tmp, final)
             except BaseException:
@@ -101,7 +108,10 @@ class FilesystemUpload:
         Measured on 825 MB of csv: joining part files at completion took 0.7 s, and the final
         fsync 1 s more; appending, with write-back started at once, leaves little to wait for.
         """
-        with _storage_errors("upload a part of", self.key), self._staged.open("ab") as out:
+        with (
+            _storage_errors("upload a part of", self.key),
+            open_private(self._staged, append=True) as out,
+        ):
             out.write(data)
             out.flush()
             # Start write-back now (it does not wait), so the fsync at completion is short.
@@ -111,7 +121,7 @@ class FilesystemUpload:
         """Publish the parts at the key if it is free; ObjectExistsError if it is taken."""
         with _storage_errors("complete the upload of", self.key):
             staged = self._staged
-            staged.touch()  # an upload of no parts is an empty object
+            staged.touch(mode=PRIVATE_FILE)  # an upload of no parts is an empty object
             append_parts(self._dir, staged, self._appended + 1)
             completed_at = self._clock.now().timestamp()
             # mtime is the completion time the lifecycle sweeper measures retention from.
@@ -142,7 +152,7 @@ class FilesystemUpload:
         final = self._layout.object_path(self.key)
         for attempt in range(1, _PUBLISH_ATTEMPTS + 1):
             try:
-                final.parent.mkdir(parents=True, exist_ok=True)
+                make_private_dirs(final.parent)
             except FileExistsError as exc:
                 # A file where the key needs a directory: not "the key is taken", so not EEXIST.
                 raise NotADirectoryError(
@@ -178,11 +188,12 @@ class FilesystemObjectStore:
         directory = self.layout.staging_dir(upload_id)
         record = {"key": key, "started_at": self.clock.now().isoformat()}
         with _storage_errors("begin an upload to", key):
-            directory.mkdir(parents=True)
+            make_private_dirs(directory.parent)
+            directory.mkdir(mode=PRIVATE_DIR)
             # Not fsynced: the record only names the upload for `incomplete_uploads` and the
             # sweeper, and one lost in a crash leaves a directory the sweeper removes by its
             # mtime. Writing it durably (two fsyncs) took 0.75 ms instead of 0.1 ms per export.
-            (directory / UPLOAD_FILE).write_bytes(json.dumps(record).encode())
+            write_private(directory / UPLOAD_FILE, json.dumps(record).encode())
         return FilesystemUpload(self.layout, key, upload_id, self.clock)
 
     def head(self, key: str) -> StoredObject | None:

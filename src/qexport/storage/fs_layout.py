@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from qexport.private_files import make_private_dirs, open_private
 from qexport.storage.keys import validate_key
 
 OBJECTS_PREFIX = "exports"
@@ -167,10 +168,10 @@ def new_upload_id(key: str) -> str:
 
 def write_file_durably(path: Path, data: bytes) -> None:
     """Write `data` so that `path` holds its old content or all of `data`, even after a crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
-        with tmp.open("wb") as handle:
+        with open_private(tmp) as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

@@ -15,6 +15,7 @@ from alembic.config import Config
 from sqlalchemy import event
 
 from qexport.domain.failures import MetadataUnavailableError
+from qexport.private_files import make_private_dirs, make_private_file, tighten
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _SQLITE_BUSY_MS = 30_000
@@ -89,8 +90,8 @@ def _has_input(dbapi_connection: Any) -> bool:
 
 
 def _sqlite_engine(url: sa.URL) -> sa.Engine:
-    if url.database and url.database != ":memory:":
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+        _private_database_file(Path(url.database))
     engine = sa.create_engine(url, connect_args={"timeout": _SQLITE_BUSY_MS / 1000})
 
     @event.listens_for(engine, "connect")
@@ -111,6 +112,16 @@ def _sqlite_engine(url: sa.URL) -> sa.Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _private_database_file(path: Path) -> None:
+    """The database file (and so its -wal and -shm, which SQLite creates with the database's
+    mode) readable by this user only, in a directory created 0700: it holds everyone's
+    exports and, on the embedded default, the master secret."""
+    make_private_dirs(path.parent)
+    make_private_file(path)
+    for companion in ("-wal", "-shm"):  # left by a version that did not set modes
+        tighten(path.with_name(path.name + companion))
 
 
 def migrate(engine: sa.Engine) -> None:
