@@ -5,7 +5,17 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from qexport import __version__
-from qexport.api import errors, exports, health, links, public, queries, reports, schedules
+from qexport.api import (
+    errors,
+    exports,
+    health,
+    links,
+    public,
+    queries,
+    reports,
+    schedules,
+    sources,
+)
 from qexport.api.context import ApiContext
 from qexport.api.limits import BodySizeLimit
 from qexport.web.app import install as install_web
@@ -26,6 +36,7 @@ def create_app(context: ApiContext) -> FastAPI:
     app.include_router(exports.router, prefix="/api/v1")
     app.include_router(links.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
+    app.include_router(sources.router, prefix="/api/v1")
     app.include_router(public.router)
     install_web(app, context)
     return app

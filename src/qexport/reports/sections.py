@@ -41,9 +41,7 @@ def read_section(
 def _read(
     deps: Deps, record: ExportRecord, section: Section, query: Query, lease: Lease, done: int
 ) -> SectionData:
-    source = deps.sources.get(query.source)
-    if source is None:
-        raise SourceUnavailableError(f"no data source named {query.source!r} is configured")
+    source = deps.sources.source_for(query.source, record.requester.workspace_id)
     try:
         values = section_parameters(section, query, record.parameters)
     except InvalidRequestError as exc:
