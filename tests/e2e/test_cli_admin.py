@@ -252,6 +252,10 @@ def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
     assert added.returncode == 1  # PostgreSQL sources are checked: this one cannot be reached
     assert "cannot be reached" in added.stderr or "crm" in added.stderr
     env.run("sources", "add", "shop", "duckdb:///srv/data/shop.duckdb", *ACME)
+    unset = env.run("sources", "add", "wh", "env:WAREHOUSE_URL", "--workspace", "beta", check=False)
+    assert unset.returncode == 1  # checked as a worker would read it
+    assert "$WAREHOUSE_URL" in unset.stderr
+    env.extra["WAREHOUSE_URL"] = "duckdb:///srv/data/wh.duckdb"
     env.run("sources", "add", "wh", "env:WAREHOUSE_URL", "--workspace", "beta")
     taken = env.run("sources", "add", "shop", "duckdb:///srv/other.duckdb", *ACME, check=False)
     assert taken.returncode == 2

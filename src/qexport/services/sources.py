@@ -37,9 +37,12 @@ RoleCheck = Callable[[str, str, bool], list[str]]
 
 
 def kind_of(url: str) -> str:
-    """`duckdb` or `postgresql` (whatever spelling the URL uses); `env` for a reference."""
+    """`duckdb` or `postgresql` (whatever spelling the URL uses); `env` for a reference;
+    `unknown` for a URL sealed under another key."""
     if env_reference(url) is not None:
         return "env"
+    if is_sealed(url):  # sealed under another key: its kind cannot be read
+        return "unknown"
     scheme = url.partition(":")[0].lower()
     return "postgresql" if scheme in _POSTGRES_SCHEMES else scheme
 
