@@ -78,13 +78,18 @@ class SourceRegistry:
 
     def names_for(self, workspace_id: str) -> list[str]:
         """The sources `workspace_id` may use, sorted."""
-        usable = {n for n in self._configured if may_use(self._grants.get(n, ()), workspace_id)}
-        usable |= {n for n, r in self._registered().items() if may_use(r.workspaces, workspace_id)}
-        return sorted(usable)
+        return sorted(usable_names(self._grants, self._registered(), workspace_id))
 
-    def names(self) -> list[str]:
-        """Every source name, configured or registered, sorted."""
-        return sorted({*self._configured, *self._registered()})
+
+def usable_names(
+    grants: Mapping[str, frozenset[str]],
+    registered: Mapping[str, RegisteredSource],
+    workspace_id: str,
+) -> frozenset[str]:
+    """The configured (by their grants) and registered sources `workspace_id` may use."""
+    usable = {n for n, w in grants.items() if may_use(w, workspace_id)}
+    usable |= {n for n, r in registered.items() if may_use(r.workspaces, workspace_id)}
+    return frozenset(usable)
 
 
 def configured_names(settings: Settings) -> frozenset[str]:
@@ -105,11 +110,7 @@ def usable_source_names(
     settings: Settings, accounts: AccountStore, workspace_id: str
 ) -> frozenset[str]:
     """Every source a query of `workspace_id` may name: configured or registered."""
-    usable = {n for n, w in configured_grants(settings).items() if may_use(w, workspace_id)}
-    usable |= {
-        n for n, r in accounts.registered_sources().items() if may_use(r.workspaces, workspace_id)
-    }
-    return frozenset(usable)
+    return usable_names(configured_grants(settings), accounts.registered_sources(), workspace_id)
 
 
 def grant_words(workspaces: frozenset[str]) -> str:
