@@ -111,6 +111,9 @@ def qexport_export(data_dir: Path, store: SqlMetadataStore, url: str) -> tuple[f
         "QEXPORT_DATA_DIR": str(data_dir),
         "QEXPORT_POLL_SECONDS": "0.02",
         f"QEXPORT_SOURCE_{SOURCE.upper()}": url,
+        f"QEXPORT_SOURCE_{SOURCE.upper()}_WORKSPACES": "*",
+        # The benchmark reads as the server's superuser, like the psql it is compared with.
+        f"QEXPORT_SOURCE_{SOURCE.upper()}_ALLOW_PRIVILEGED_ROLE": "true",
     }
     worker = subprocess.Popen(
         [sys.executable, "-m", "qexport", "worker"],

@@ -9,10 +9,12 @@ from urllib.parse import unquote, urlparse
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.sources import RegisteredSource
 from qexport.ports import Clock, ObjectStore, Source
+from qexport.sources.credentials import unseal
 from qexport.sources.duckdb import DuckDBSource
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
-from qexport.sources.registry import SourceRegistry
+from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.deliveries import SqlDeliveryStore
@@ -44,7 +46,9 @@ def object_store(settings: Settings) -> ObjectStore:
     )
 
 
-def source_from_url(name: str, url: str, settings: Settings) -> Source:
+def source_from_url(
+    name: str, url: str, settings: Settings, *, allow_privileged_role: bool = False
+) -> Source:
     parsed = urlparse(url)
     if parsed.scheme == "duckdb":
         return DuckDBSource(
@@ -53,12 +57,25 @@ def source_from_url(name: str, url: str, settings: Settings) -> Source:
     if parsed.scheme in ("postgresql", "postgres"):
         from qexport.sources.postgres import PostgresSource
 
-        return PostgresSource(name, url)
+        return PostgresSource(name, url, allow_privileged_role=allow_privileged_role)
     # Only the scheme is echoed: the URL may hold a password.
     raise ValueError(
         f"unsupported source URL scheme {parsed.scheme!r} for {name!r}"
         " (expected duckdb:///path or postgresql://user@host/database)"
     )
+
+
+def check_source_role(
+    name: str, url: str, settings: Settings, allow_privileged_role: bool
+) -> list[str]:
+    """Build the source as a worker will and, for PostgreSQL, connect and judge its role:
+    SourceRefusedError for a privileged one not allowed; the allowed findings otherwise."""
+    if urlparse(url).scheme not in ("postgresql", "postgres"):
+        source_from_url(name, url, settings)
+        return []
+    from qexport.sources.postgres import PostgresSource
+
+    return PostgresSource(name, url, allow_privileged_role=allow_privileged_role).check_role()
 
 
 def sources(settings: Settings) -> dict[str, Source]:
@@ -69,16 +86,26 @@ def sources(settings: Settings) -> dict[str, Source]:
         )
     }
     for name, url in settings.sources.items():
-        found[name] = source_from_url(name, url, settings)
+        privileged = name in settings.privileged_sources
+        found[name] = source_from_url(name, url, settings, allow_privileged_role=privileged)
     return found
+
+
+def registered_source(source: RegisteredSource, settings: Settings) -> Source:
+    """A registered source, its stored URL opened (SourceCredentialsError if it cannot be)."""
+    url = unseal(source.name, source.url, settings.secret_key)
+    return source_from_url(
+        source.name, url, settings, allow_privileged_role=source.allow_privileged_role
+    )
 
 
 def source_registry(settings: Settings, accounts: SqlAccountStore) -> SourceRegistry:
     """The configured sources, then those registered in the database (looked up on a miss)."""
     return SourceRegistry(
         sources(settings),
+        configured_grants(settings),
         accounts.registered_sources,
-        lambda name, url: source_from_url(name, url, settings),
+        lambda source: registered_source(source, settings),
     )
 
 

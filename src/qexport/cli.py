@@ -386,8 +386,12 @@ def queries_add(
         params = tuple(parse_param_spec(p) for p in param or [])
     except QExportError as exc:
         fail_input(str(exc))
-    if source not in deps.sources:
-        fail_input(f"unknown source {source!r} (configured: {', '.join(sorted(deps.sources))})")
+    usable = deps.sources.names_for(st.requester.workspace_id)
+    if source not in usable:
+        fail_input(
+            f"unknown source {source!r} for workspace {st.requester.workspace_id!r}"
+            f" (usable: {', '.join(usable) or 'none'})"
+        )
     if deps.store.find_query(st.requester.workspace_id, name) is not None:
         fail_input(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"

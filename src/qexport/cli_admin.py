@@ -1,5 +1,8 @@
 """`qexport users|tokens|sources`: administering accounts and data sources.
 
+A source URL with a password is never taken from the command line (other users see it):
+`--url-stdin` or an `env:VARIABLE` reference instead.
+
 Whoever can reach the metadata database administers it; these commands act without a token.
 Bad input exits 2 with one line on stderr; tokens and passwords are never printed back.
 """
@@ -22,8 +25,9 @@ from qexport.domain.accounts import ApiToken
 from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
 from qexport.ports import AccountStore, Clock
 from qexport.services import accounts as service
+from qexport.services import sources as sources_service
 from qexport.services.views import iso_time
-from qexport.sources.registry import DEMO_SOURCE, configured_names, masked_url
+from qexport.sources.registry import grant_words
 
 users_app = typer.Typer(no_args_is_help=True, help="Users and their roles in workspaces.")
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (Authorization: Bearer).")
@@ -187,45 +191,121 @@ def tokens_list(
 # ---------------------------------------------------------------- sources
 
 
+def _read_url() -> str:
+    url = sys.stdin.readline().strip()
+    if not url:
+        fail_input("--url-stdin read an empty URL")
+    return url
+
+
 @sources_app.command("add")
-def sources_add(ctx: typer.Context, name: str, url: str) -> None:
-    """Register a data source: duckdb:///absolute/path.duckdb or postgresql://user@host/db.
+def sources_add(
+    ctx: typer.Context,
+    name: str,
+    url: Annotated[
+        str | None,
+        typer.Argument(
+            help="duckdb:///absolute/path.duckdb, postgresql://user@host/db (no password"
+            " here: use --url-stdin), or env:VARIABLE (read by each worker)."
+        ),
+    ] = None,
+    workspace: Annotated[
+        str, typer.Option("--workspace", help="The workspace the source belongs to.")
+    ] = "",
+    share_with: Annotated[
+        list[str] | None,
+        typer.Option("--share-with", help="Another workspace that may use it (`*`: all)."),
+    ] = None,
+    url_stdin: Annotated[
+        bool, typer.Option("--url-stdin", help="Read the URL (with its password) from stdin.")
+    ] = False,
+    allow_privileged_role: Annotated[
+        bool,
+        typer.Option(
+            "--allow-privileged-role",
+            help="Accept a PostgreSQL role that may do more than read (logged at every start).",
+        ),
+    ] = False,
+) -> None:
+    """Register a data source for a workspace; a PostgreSQL source's role is checked first.
 
     Workers already running find it at their next export that names it.
     """
     from qexport import bootstrap
 
+    if url_stdin == (url is not None):
+        fail_input("give the URL as an argument or with --url-stdin (one of them)")
+    if url is not None and sources_service.url_has_password(url):
+        fail_input(
+            "a password on the command line is visible to other users: give the URL with"
+            " --url-stdin or as env:VARIABLE"
+        )
+    if not workspace:
+        fail_input("--workspace names the workspace the source belongs to")
+    given = _read_url() if url is None else url
+    admin = admin_context(ctx)
+    settings = admin.settings
+    request = sources_service.SourceRequest(
+        name, given, workspace, frozenset(share_with or ()), allow_privileged_role
+    )
+    with _refusals():
+        findings = sources_service.register_source(
+            admin.accounts,
+            admin.clock,
+            settings,
+            request,
+            check_role=lambda n, u, allow: bootstrap.check_source_role(n, u, settings, allow),
+        )
+    for finding in findings:
+        note(f"warning: the role of source {name} {finding} (allowed by --allow-privileged-role)")
+    shown = sources_service.shown_url(name, given, "")
+    note(f"registered source {name} ({shown}) for workspace {workspace}")
+
+
+def _share(ctx: typer.Context, name: str, workspace: str, *, shared: bool) -> None:
     admin = admin_context(ctx)
     with _refusals():
-        service.check_source_url(url)
-        bootstrap.source_from_url(name, url, admin.settings)  # what a worker will build
-        service.add_source(
-            admin.accounts, admin.clock, name, url, configured=configured_names(admin.settings)
-        )
-    note(f"registered source {name} ({masked_url(url)})")
+        changed = sources_service.share_source(admin.accounts, name, workspace, shared=shared)
+    verb = "may use" if shared else "may no longer use"
+    note(f"workspace {workspace} {verb} source {name}" + ("" if changed else " (unchanged)"))
+
+
+@sources_app.command("share")
+def sources_share(ctx: typer.Context, name: str, workspace: str) -> None:
+    """Let WORKSPACE (`*`: every workspace) use a registered source."""
+    _share(ctx, name, workspace, shared=True)
+
+
+@sources_app.command("unshare")
+def sources_unshare(ctx: typer.Context, name: str, workspace: str) -> None:
+    """Stop WORKSPACE using a registered source; its exports on it fail access_lost."""
+    _share(ctx, name, workspace, shared=False)
 
 
 @sources_app.command("list")
 def sources_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
-    """List the data sources, configured and registered (passwords masked)."""
+    """List the data sources, built-in, configured and registered, with who may use them
+    (passwords masked)."""
     admin = admin_context(ctx)
-    settings = admin.settings
-    demo_url = f"duckdb://{settings.demo_database.absolute()}"
-    rows = [{"name": DEMO_SOURCE, "url": demo_url, "origin": "built-in"}]
-    rows += [{"name": n, "url": u, "origin": "configured"} for n, u in settings.sources.items()]
     with _refusals():
-        rows += [
-            {"name": n, "url": u, "origin": "registered"}
-            for n, u in admin.accounts.registered_sources().items()
-        ]
-    for row in rows:
-        row["url"] = masked_url(row["url"])
+        views = sources_service.all_sources(admin.accounts, admin.settings)
+    rows = [
+        {
+            "name": v.name,
+            "kind": v.kind,
+            "url": v.url,
+            "origin": v.origin,
+            "workspaces": sorted(v.workspaces),
+            "allow_privileged_role": v.allow_privileged_role,
+        }
+        for v in views
+    ]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("name", "url", "origin")
-    for row in rows:
-        table.add_row(row["name"], row["url"], row["origin"])
+    table = Table("name", "url", "origin", "workspaces")
+    for view in views:
+        table.add_row(view.name, view.url, view.origin, grant_words(view.workspaces))
     out.print(table)

@@ -61,6 +61,12 @@ class Settings:
     # Queued or running exports one requester may have at once (the API answers 429 beyond).
     max_unsettled_per_user: int = 20
     sources: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Which workspaces may use each configured source (QEXPORT_SOURCE_<NAME>_WORKSPACES: names
+    # or "*"); a configured source without an entry is usable by no workspace. The built-in
+    # demo source belongs to the demo workspace unless listed here.
+    source_workspaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Configured sources whose role may be privileged (QEXPORT_SOURCE_<NAME>_ALLOW_PRIVILEGED_ROLE).
+    privileged_sources: frozenset[str] = frozenset()
     # Schedules and deliveries.
     schedule_grace: timedelta = timedelta(minutes=1)  # a due time older than this was missed
     scheduler_poll_seconds: float = 1.0
@@ -203,9 +209,38 @@ class Settings:
             "REPORT_MAX_BYTES",
         ):
             read(name, int)
-        values["sources"] = {
-            key.removeprefix("QEXPORT_SOURCE_").lower(): url
-            for key, url in env.items()
-            if key.startswith("QEXPORT_SOURCE_") and url
-        }
+        values.update(_source_settings(env))
         return cls(**values)
+
+
+_SOURCE_PREFIX = "QEXPORT_SOURCE_"
+_WORKSPACES_SUFFIX = "_WORKSPACES"
+_PRIVILEGED_SUFFIX = "_ALLOW_PRIVILEGED_ROLE"
+
+
+def _source_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """QEXPORT_SOURCE_<NAME>=URL and its _WORKSPACES and _ALLOW_PRIVILEGED_ROLE companions."""
+    urls: dict[str, str] = {}
+    workspaces: dict[str, frozenset[str]] = {}
+    privileged: set[str] = set()
+    for key, value in env.items():
+        if not key.startswith(_SOURCE_PREFIX) or not value:
+            continue
+        name = key.removeprefix(_SOURCE_PREFIX)
+        if name.endswith(_WORKSPACES_SUFFIX):
+            listed = frozenset(w.strip() for w in value.split(",") if w.strip())
+            workspaces[name.removesuffix(_WORKSPACES_SUFFIX).lower()] = listed
+        elif name.endswith(_PRIVILEGED_SUFFIX):
+            try:
+                allowed = _parse_bool(value)
+            except ValueError as exc:
+                raise ValueError(f"invalid {key} {value!r}: {exc}") from None
+            if allowed:
+                privileged.add(name.removesuffix(_PRIVILEGED_SUFFIX).lower())
+        else:
+            urls[name.lower()] = value
+    return {
+        "sources": urls,
+        "source_workspaces": workspaces,
+        "privileged_sources": frozenset(privileged),
+    }

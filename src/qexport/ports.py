@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from qexport.domain.queries import Query
     from qexport.domain.reports import Report, ReportSubject
     from qexport.domain.schedules import Delivery, NewDelivery, Outcome, Schedule
+    from qexport.domain.sources import RegisteredSource
 
 
 class Clock(Protocol):
@@ -294,8 +295,15 @@ class AccountStore(Protocol):
     def find_link(self, token_hash: str) -> Link | None: ...
     def revoke_link(self, link_id: str, *, now: datetime) -> bool: ...
 
-    def add_source(self, name: str, url: str, *, now: datetime) -> None: ...
-    def registered_sources(self) -> dict[str, str]: ...
+    def add_source(self, source: RegisteredSource) -> None:
+        """Register a source (its URL as it is to be stored); a taken name is refused."""
+        ...
+
+    def registered_sources(self) -> dict[str, RegisteredSource]: ...
+    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+        """Let a workspace use a registered source, or stop it; False when nothing changed.
+        NotFoundError for an unknown source."""
+        ...
 
 
 # ---------------------------------------------------------------- object store
@@ -382,6 +390,19 @@ class Source(Protocol):
         few rows (a source whose batches are bounded by bytes may ignore it). Raises
         QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
         """
+        ...
+
+
+class SourceCatalog(Protocol):
+    """The sources by name, and which workspaces may use each."""
+
+    def source_for(self, name: str, workspace_id: str) -> Source:
+        """The source if the workspace may use it; AccessLostError if it may not,
+        SourceUnavailableError for an unknown name."""
+        ...
+
+    def names_for(self, workspace_id: str) -> list[str]:
+        """The names of the sources the workspace may use, sorted."""
         ...
 
 

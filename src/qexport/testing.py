@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
@@ -24,17 +24,20 @@ from qexport.domain.exports import (
     Status,
 )
 from qexport.domain.failures import (
+    AccessLostError,
     FailureCode,
     InvalidRequestError,
     NotFoundError,
     ObjectExistsError,
+    SourceUnavailableError,
     bounded_detail,
     unsettled_cap_reached,
 )
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
 from qexport.domain.schedules import NewDelivery
-from qexport.ports import Admission, ClaimResult, NewExport, StoredObject
+from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
+from qexport.ports import Admission, ClaimResult, NewExport, Source, StoredObject
 from qexport.store.accounts import LAST_USED_RESOLUTION
 
 
@@ -529,7 +532,7 @@ class InMemoryAccountStore:
         self._roles: dict[tuple[str, str], Role] = {}  # (workspace id, user id) -> role
         self._tokens: dict[str, ApiToken] = {}
         self._links: dict[str, tuple[Link, str]] = {}  # id -> (link, token hash)
-        self._sources: dict[str, str] = {}
+        self._sources: dict[str, RegisteredSource] = {}
 
     def standing(self, workspace_id: str, user_id: str) -> Standing:
         with self._lock:
@@ -684,12 +687,51 @@ class InMemoryAccountStore:
             return True
 
     # registered sources
-    def add_source(self, name: str, url: str, *, now: datetime) -> None:
+    def add_source(self, source: RegisteredSource) -> None:
         with self._lock:
-            if name in self._sources:
-                raise InvalidRequestError(f"a source named {name!r} already exists", field="name")
-            self._sources[name] = url
+            if source.name in self._sources:
+                raise InvalidRequestError(
+                    f"a source named {source.name!r} already exists", field="name"
+                )
+            self._sources[source.name] = source
 
-    def registered_sources(self) -> dict[str, str]:
+    def registered_sources(self) -> dict[str, RegisteredSource]:
         with self._lock:
             return dict(sorted(self._sources.items()))
+
+    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+        with self._lock:
+            source = self._sources.get(name)
+            if source is None:
+                raise NotFoundError(f"no registered source {name!r}")
+            if (workspace_id in source.shared_with) == shared:
+                return False
+            listed = (
+                source.shared_with | {workspace_id}
+                if shared
+                else source.shared_with - {workspace_id}
+            )
+            self._sources[name] = replace(source, shared_with=frozenset(listed))
+            return True
+
+
+class FixedSources:
+    """A SourceCatalog over sources given up front that the listed workspaces (by default
+    every one) may use: for tests whose subject is not who may use a source."""
+
+    def __init__(
+        self, sources: Mapping[str, Source], workspaces: Collection[str] = (EVERY_WORKSPACE,)
+    ) -> None:
+        self._sources = dict(sources)
+        self._workspaces = frozenset(workspaces)
+
+    def source_for(self, name: str, workspace_id: str) -> Source:
+        found = self._sources.get(name)
+        if found is None:
+            raise SourceUnavailableError(f"no data source named {name!r} is configured")
+        if not may_use(self._workspaces, workspace_id):
+            raise AccessLostError(f"workspace {workspace_id!r} may not use source {name!r}")
+        return found
+
+    def names_for(self, workspace_id: str) -> list[str]:
+        return sorted(self._sources) if may_use(self._workspaces, workspace_id) else []

@@ -125,6 +125,7 @@ def api(tmp_path: Path, source_template: Path) -> Iterator[Api]:
     settings = Settings(
         data_dir=tmp_path / "data",
         sources={SOURCE: f"duckdb://{source}"},
+        source_workspaces={SOURCE: frozenset({"acme", "other"})},
         lease_seconds=30,
         public_base_url="http://127.0.0.1:8000",  # as `serve` sets it
     )

@@ -223,6 +223,7 @@ def s3_api(
         storage_url=f"s3://{s3_bucket}/tenant",
         s3_endpoint_url=moto_endpoint,
         sources={SOURCE: f"duckdb://{source}"},
+        source_workspaces={SOURCE: frozenset({"acme", "other"})},
     )
     settings.data_dir.mkdir()
     clock = FrozenClock()

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from qexport.domain.sources import RegisteredSource
 from tests.api.conftest import SOURCE, Api
 
 ADMIN = "admin@acme.test"
@@ -269,13 +270,15 @@ def test_deleting_a_query_fails_its_unsettled_exports_access_lost(team: Api) -> 
 
 
 def test_the_source_must_exist(team: Api) -> None:
-    """An unknown source is refused (422, field "source"); the configured ones and the
-    built-in demo are accepted."""
-    response = team.post(QUERIES, EDITOR, json={**DAILY, "source": "warehouse"})
-    assert response.status_code == 422
-    assert response.json()["field"] == "source"
-    assert "warehouse" in response.json()["detail"]
-    assert _create(team, name="on demo", source="demo")["source"] == "demo"
+    """An unknown source is refused (422, field "source"), and so is the built-in demo
+    source outside the demo workspace; a configured source granted to the workspace is
+    accepted."""
+    for source in ("warehouse", "demo"):
+        response = team.post(QUERIES, EDITOR, json={**DAILY, "source": source})
+        assert response.status_code == 422
+        assert response.json()["field"] == "source"
+        assert source in response.json()["detail"]
+    assert _create(team, name="on shop", source="shop")["source"] == "shop"
 
 
 def test_a_source_registered_while_running_is_accepted(team: Api) -> None:
@@ -283,7 +286,14 @@ def test_a_source_registered_while_running_is_accepted(team: Api) -> None:
     refused = team.post(QUERIES, EDITOR, json={**DAILY, "source": "warehouse"})
     assert refused.status_code == 422
     team.context.accounts.add_source(
-        "warehouse", "duckdb:///srv/warehouse.duckdb", now=team.clock.now()
+        RegisteredSource(
+            "warehouse",
+            "duckdb:///srv/warehouse.duckdb",
+            "acme",
+            frozenset(),
+            False,
+            team.clock.now(),
+        )
     )
     assert _create(team, source="warehouse")["source"] == "warehouse"
 

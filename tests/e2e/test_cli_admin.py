@@ -23,13 +23,15 @@ from tests.e2e.conftest import Env, wait_for
 
 TOKEN = re.compile(r"^qx_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+ACME = ("--workspace", "acme")
 PASSWORD = "hunter2-but-longer"  # noqa: S105 - a test password, given on stdin
 
 
 @pytest.fixture
 def client(env: Env) -> Iterator[TestClient]:
     """The HTTP API in this process, over the data dir the CLI writes."""
-    settings = Settings(data_dir=env.data_dir)
+    # The demo source for every workspace: these tests are about accounts, not sources.
+    settings = Settings(data_dir=env.data_dir, source_workspaces={"demo": frozenset({"*"})})
     deps = bootstrap.build(settings, upgrade=False)
     with TestClient(create_app(bootstrap.api_context(settings, deps))) as api:
         yield api
@@ -168,12 +170,16 @@ BAD_INPUT: list[tuple[list[str], str]] = [
     ),
     (["tokens", "revoke", "0123456789abcdef"], "no token '0123456789abcdef'"),
     (["tokens", "list", "nobody@acme.test"], "no user"),
-    (["sources", "add", "shop", "duckdb://relative/shop.duckdb"], "absolute"),
-    (["sources", "add", "shop", "shop.duckdb"], "unsupported source URL scheme"),
-    (["sources", "add", "shop", "mysql://root:hunter2@db/shop"], "unsupported source URL"),
-    (["sources", "add", "shop", "postgresql://u:hunter2@db:99999/x"], "cannot be parsed"),
-    (["sources", "add", "Shop!", "duckdb:///data/shop.duckdb"], "invalid source name"),
-    (["sources", "add", "demo", "duckdb:///data/shop.duckdb"], "already configured"),
+    (["sources", "add", "shop", "duckdb://relative/shop.duckdb", *ACME], "absolute"),
+    (["sources", "add", "shop", "shop.duckdb", *ACME], "unsupported source URL scheme"),
+    (["sources", "add", "shop", "mysql://root@db/shop", *ACME], "unsupported source URL"),
+    (["sources", "add", "shop", "postgresql://u@db:99999/x", *ACME], "cannot be parsed"),
+    (["sources", "add", "shop", "mysql://root:hunter2@db/shop", *ACME], "--url-stdin"),
+    (["sources", "add", "shop", "postgresql://u@db/x?password=hunter2", *ACME], "--url-stdin"),
+    (["sources", "add", "shop", "duckdb:///data/shop.duckdb"], "--workspace"),
+    (["sources", "add", "shop", "env:1NOPE", *ACME], "environment variable"),
+    (["sources", "add", "Shop!", "duckdb:///data/shop.duckdb", *ACME], "invalid source name"),
+    (["sources", "add", "demo", "duckdb:///data/shop.duckdb", *ACME], "already configured"),
 ]
 
 
@@ -223,22 +229,72 @@ def test_an_empty_password_on_stdin_is_refused(env: Env) -> None:
 
 
 def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
-    """`sources add` and `sources list` never print a password; a name is registered once."""
-    added = env.run("sources", "add", "crm", "postgresql://reader:hunter2@db.internal/crm")
+    """`sources add` takes a password only from stdin, stores it sealed under
+    QEXPORT_SECRET_KEY, and `sources add`/`sources list` never print it; a name is registered
+    once."""
+    env.extra["QEXPORT_SECRET_KEY"] = "e2e-secret-key"  # noqa: S105 - a test key
+    url = "postgresql://reader:hunter2@db.internal/crm"
+    added = _run_with_stdin(
+        env,
+        url + "\n",
+        "sources",
+        "add",
+        "crm",
+        "--url-stdin",
+        "--workspace",
+        "acme",
+        "--share-with",
+        "beta",
+        "--allow-privileged-role",  # db.internal does not exist: nothing to check
+        check=False,
+    )
     assert "hunter2" not in added.stdout + added.stderr
-    env.run("sources", "add", "shop", "duckdb:///srv/data/shop.duckdb")
-    taken = env.run("sources", "add", "shop", "duckdb:///srv/other.duckdb", check=False)
+    assert added.returncode == 1  # PostgreSQL sources are checked: this one cannot be reached
+    assert "cannot be reached" in added.stderr or "crm" in added.stderr
+    env.run("sources", "add", "shop", "duckdb:///srv/data/shop.duckdb", *ACME)
+    unset = env.run("sources", "add", "wh", "env:WAREHOUSE_URL", "--workspace", "beta", check=False)
+    assert unset.returncode == 1  # checked as a worker would read it
+    assert "$WAREHOUSE_URL" in unset.stderr
+    env.extra["WAREHOUSE_URL"] = "duckdb:///srv/data/wh.duckdb"
+    env.run("sources", "add", "wh", "env:WAREHOUSE_URL", "--workspace", "beta")
+    taken = env.run("sources", "add", "shop", "duckdb:///srv/other.duckdb", *ACME, check=False)
     assert taken.returncode == 2
     assert "already exists" in taken.stderr
+    stored = _accounts(env).registered_sources()
+    assert stored["shop"].url.startswith("v1:")
+    assert stored["wh"].url == "env:WAREHOUSE_URL"
+    env.run("sources", "share", "shop", "beta")
     listed = json.loads(env.run("sources", "list", "--json").stdout)
     assert listed == [
-        {"name": "demo", "url": f"duckdb://{env.data_dir / 'demo.duckdb'}", "origin": "built-in"},
-        {"name": "crm", "url": "postgresql://reader:***@db.internal/crm", "origin": "registered"},
-        {"name": "shop", "url": "duckdb:///srv/data/shop.duckdb", "origin": "registered"},
+        {
+            "name": "demo",
+            "kind": "duckdb",
+            "url": f"duckdb://{env.data_dir / 'demo.duckdb'}",
+            "origin": "built-in",
+            "workspaces": ["demo"],
+            "allow_privileged_role": False,
+        },
+        {
+            "name": "shop",
+            "kind": "duckdb",
+            "url": "duckdb:///srv/data/shop.duckdb",
+            "origin": "registered",
+            "workspaces": ["acme", "beta"],
+            "allow_privileged_role": False,
+        },
+        {
+            "name": "wh",
+            "kind": "env",
+            "url": "env:WAREHOUSE_URL",
+            "origin": "registered",
+            "workspaces": ["beta"],
+            "allow_privileged_role": False,
+        },
     ]
+    env.run("sources", "unshare", "shop", "beta")
     table = env.run("sources", "list").stdout
-    assert "hunter2" not in table
-    assert "reader:***@db.internal" in table
+    assert "acme" in table
+    assert "beta" in table  # wh's
 
 
 def test_a_running_worker_finds_a_source_registered_after_it_started(
@@ -250,7 +306,7 @@ def test_a_running_worker_finds_a_source_registered_after_it_started(
     with duckdb.connect(str(shop)) as con:
         con.execute("CREATE TABLE items AS SELECT i AS id FROM range(1, 43) t(i)")
     env.start_worker(QEXPORT_POLL_SECONDS="0.1")
-    env.run("sources", "add", "shop", f"duckdb://{shop}")
+    env.run("sources", "add", "shop", f"duckdb://{shop}", "--workspace", "demo")
     env.run("queries", "add", "items", "--source", "shop", "--sql", "SELECT id FROM items")
     export_id = env.request("items", "csv")
     record = wait_for(lambda: env.record(export_id).settled and env.record(export_id))
@@ -266,7 +322,7 @@ def test_a_local_requester_outside_a_workspace_with_accounts_is_refused_up_front
     shop = tmp_path / "shop.duckdb"
     with duckdb.connect(str(shop)) as con:
         con.execute("CREATE TABLE items AS SELECT i AS id FROM range(1, 4) t(i)")
-    env.run("sources", "add", "shop", f"duckdb://{shop}")
+    env.run("sources", "add", "shop", f"duckdb://{shop}", "--workspace", "demo")
     env.run("queries", "add", "items", "--source", "shop", "--sql", "SELECT id FROM items")
     user_id = env.run(
         "users", "create", "ana@example.com", "--workspace", "demo", "--role", "viewer"
@@ -281,3 +337,22 @@ def test_a_local_requester_outside_a_workspace_with_accounts_is_refused_up_front
         "--user", user_id, "exports", "create", "--query", "items", "--format", "csv"
     )
     assert accepted.stdout.startswith("export ")
+
+
+def test_the_local_cli_saves_queries_only_on_the_workspaces_sources(
+    env: Env, tmp_path: Path
+) -> None:
+    """`queries add` as a member of another workspace cannot name acme's source (exit 2,
+    nothing saved), nor the demo source outside the demo workspace; acme can."""
+    shop = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(shop)) as con:
+        con.execute("CREATE TABLE items AS SELECT i AS id FROM range(1, 4) t(i)")
+    env.run("sources", "add", "shop", f"duckdb://{shop}", *ACME)
+    add = ("queries", "add", "items", "--sql", "SELECT id FROM items")
+    for workspace, source in (("other", "shop"), ("other", "demo"), ("acme", "demo")):
+        refused = env.run("--workspace", workspace, *add, "--source", source, check=False)
+        assert refused.returncode == 2, refused.stderr
+        assert "unknown source" in refused.stderr
+    assert env.store.find_query("other", "items") is None
+    env.run("--workspace", "acme", *add, "--source", "shop")
+    assert env.store.find_query("acme", "items") is not None

@@ -27,6 +27,7 @@ INSERT INTO orders VALUES
 ALTER TABLE orders ENABLE ROW LEVEL SECURITY;
 CREATE POLICY mine ON orders USING (owner = current_setting('qexport.user_id', true));
 GRANT SELECT ON orders TO {role};
+REVOKE EXECUTE ON FUNCTION set_config(text, text, boolean) FROM PUBLIC;
 """
 ORDERS = "SELECT id, total, note FROM orders WHERE total >= $min ORDER BY id"
 
@@ -63,6 +64,7 @@ def test_each_requester_downloads_their_own_rows_as_csv(
     identity, row-level security keeps bob's rows from alice and alice's from bob, and the
     downloaded csv holds exact decimals, a neutralised formula and a value with a line feed."""
     env.extra["QEXPORT_SOURCE_WAREHOUSE"] = warehouse
+    env.extra["QEXPORT_SOURCE_WAREHOUSE_WORKSPACES"] = "demo"
     env.run(
         "queries", "add", "my_orders", "--sql", ORDERS, "--param", "min:number",
         "--source", "warehouse",
@@ -99,6 +101,7 @@ def test_an_unreachable_source_fails_source_unavailable_after_retries(env: Env) 
     env.extra.update(
         {
             "QEXPORT_SOURCE_DOWN": f"postgresql://reader:{PASSWORD}@127.0.0.1:1/sales",
+            "QEXPORT_SOURCE_DOWN_WORKSPACES": "demo",
             "QEXPORT_MAX_ATTEMPTS": "2",
             "QEXPORT_RETRY_BASE_SECONDS": "0.2",
             "QEXPORT_POLL_SECONDS": "0.1",
@@ -119,7 +122,13 @@ def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: 
     stands in for a wrong password): failed access_lost after one attempt, the detail says
     the login was refused, and the password is nowhere in it."""
     url = _url(warehouse, username="nobody_at_all", password=PASSWORD)
-    env.extra.update({"QEXPORT_SOURCE_WAREHOUSE": url, "QEXPORT_MAX_ATTEMPTS": "3"})
+    env.extra.update(
+        {
+            "QEXPORT_SOURCE_WAREHOUSE": url,
+            "QEXPORT_SOURCE_WAREHOUSE_WORKSPACES": "*",
+            "QEXPORT_MAX_ATTEMPTS": "3",
+        }
+    )
     env.run("queries", "add", "q", "--sql", "SELECT 1 AS one", "--source", "warehouse")
     export_id = env.create("q", "parquet")
     _drain(env)

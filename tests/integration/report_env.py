@@ -22,6 +22,7 @@ from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.sql import SqlMetadataStore
+from qexport.testing import FixedSources
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 
@@ -99,7 +100,7 @@ def make_env(store: SqlMetadataStore, tmp_path: Path, *, rows: int = 120) -> Rep
     deps = Deps(
         store=store,
         objects=FilesystemObjectStore(tmp_path / "objects"),  # files not in traced memory
-        sources={SOURCE: DuckDBSource(SOURCE, path)},
+        sources=FixedSources({SOURCE: DuckDBSource(SOURCE, path)}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path, statement_timeout_seconds=30),
     )

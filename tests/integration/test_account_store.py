@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from qexport.domain.accounts import Role, Standing, hash_secret, new_api_token, parse_api_token
 from qexport.domain.exports import ExportRecord, Status
-from qexport.domain.failures import FailureCode, InvalidRequestError
+from qexport.domain.failures import FailureCode, InvalidRequestError, NotFoundError
 from qexport.domain.queries import Query
+from qexport.domain.sources import RegisteredSource
 from qexport.ports import AccountStore, MetadataStore, NewExport
 from qexport.store.accounts import LAST_USED_RESOLUTION, SqlAccountStore
 from qexport.store.sql import SqlMetadataStore
@@ -259,20 +261,46 @@ def test_links_are_found_by_id_and_hash_and_revoked_once(
 # ---------------------------------------------------------------- registered sources
 
 
+def _source(name: str, url: str, clock: FrozenClock, **changes: Any) -> RegisteredSource:
+    values: dict[str, Any] = {
+        "name": name,
+        "url": url,
+        "workspace_id": "acme",
+        "shared_with": frozenset(),
+        "allow_privileged_role": False,
+        "created_at": clock.now(),
+    }
+    return RegisteredSource(**{**values, **changes})
+
+
 def test_sources_are_registered_once_by_name(
     account_store: AccountStore, clock: FrozenClock
 ) -> None:
-    """Registered sources list by name; a taken name is refused (field "name") and kept."""
-    account_store.add_source("shop", "duckdb:///data/shop.duckdb", now=clock.now())
-    account_store.add_source("crm", "postgresql://reader@db/crm", now=clock.now())
+    """Registered sources list by name with their owner, shares and privileged-role flag; a
+    taken name is refused (field "name") and kept."""
+    shop = _source("shop", "duckdb:///data/shop.duckdb", clock, shared_with=frozenset({"beta"}))
+    crm = _source("crm", "v1:sealed", clock, workspace_id="beta", allow_privileged_role=True)
+    account_store.add_source(shop)
+    account_store.add_source(crm)
     with pytest.raises(InvalidRequestError) as refused:
-        account_store.add_source("shop", "duckdb:///elsewhere.duckdb", now=clock.now())
+        account_store.add_source(_source("shop", "duckdb:///elsewhere.duckdb", clock))
     assert refused.value.field == "name"
-    assert account_store.registered_sources() == {
-        "crm": "postgresql://reader@db/crm",
-        "shop": "duckdb:///data/shop.duckdb",
-    }
+    assert account_store.registered_sources() == {"crm": crm, "shop": shop}
     assert list(account_store.registered_sources()) == ["crm", "shop"]
+
+
+def test_sharing_a_source_is_recorded(account_store: AccountStore, clock: FrozenClock) -> None:
+    """Sharing and unsharing change who may use a source; doing it twice changes nothing; an
+    unknown source is not found."""
+    account_store.add_source(_source("shop", "duckdb:///data/shop.duckdb", clock))
+    assert account_store.share_source("shop", "beta", shared=True)
+    assert not account_store.share_source("shop", "beta", shared=True)
+    assert account_store.registered_sources()["shop"].workspaces == {"acme", "beta"}
+    assert account_store.share_source("shop", "beta", shared=False)
+    assert not account_store.share_source("shop", "beta", shared=False)
+    assert account_store.registered_sources()["shop"].workspaces == {"acme"}
+    with pytest.raises(NotFoundError):
+        account_store.share_source("nope", "beta", shared=True)
 
 
 # ---------------------------------------------------------------- standing, as claims see it

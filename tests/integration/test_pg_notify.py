@@ -16,7 +16,7 @@ from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.store.notify import CHANNEL, PgListener
 from qexport.store.sql import SqlMetadataStore
-from qexport.testing import InMemoryObjectStore
+from qexport.testing import FixedSources, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 from tests.e2e.conftest import wait_for
@@ -38,7 +38,7 @@ def test_a_request_wakes_an_idle_worker(
     deps = Deps(
         store=postgresql_store,
         objects=InMemoryObjectStore(),
-        sources={"fake": FakeSource()},
+        sources=FixedSources({"fake": FakeSource()}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path, poll_seconds=60),
     )

@@ -70,6 +70,7 @@ INSERT INTO counters VALUES (0);
 CREATE FUNCTION bump() RETURNS int LANGUAGE sql AS 'UPDATE counters SET n = n + 1 RETURNING n';
 CREATE SEQUENCE ticket;
 CREATE TABLE secrets (x int);
+REVOKE EXECUTE ON FUNCTION set_config(text, text, boolean) FROM PUBLIC;
 """
 _GRANTS = """
 GRANT SELECT ON docs, amounts, texts TO {role};
@@ -199,19 +200,13 @@ def test_the_requester_context_is_readable_as_settings_and_parameters(database: 
 
 
 def test_a_query_cannot_take_another_requesters_identity(database: Database) -> None:
-    """With EXECUTE on set_config revoked from the source's role (the setup the source's docs
-    recommend), a query that tries to switch to bob's identity is refused, and the context is
-    still set: qexport sets it with SET LOCAL, which needs no function."""
-    with psycopg.connect(database.admin_url, autocommit=True) as conn:
-        conn.execute("REVOKE EXECUTE ON FUNCTION set_config(text, text, boolean) FROM PUBLIC")
-    try:
-        sql = "SELECT set_config('qexport.user_id', 'bob', true) AS s, id FROM docs"
-        with pytest.raises(QueryInvalidError, match="permission denied for function set_config"):
-            rows_of(database.source(), sql)
-        assert rows_of(database.source(), "SELECT id FROM docs") == [{"id": 1}]
-    finally:
-        with psycopg.connect(database.admin_url, autocommit=True) as conn:
-            conn.execute("GRANT EXECUTE ON FUNCTION set_config(text, text, boolean) TO PUBLIC")
+    """With EXECUTE on set_config revoked from PUBLIC (the setup the README recommends), a
+    query that tries to switch to bob's identity is refused, and the context is still set:
+    qexport sets it with SET LOCAL, which needs no function."""
+    sql = "SELECT set_config('qexport.user_id', 'bob', true) AS s, id FROM docs"
+    with pytest.raises(QueryInvalidError, match="permission denied for function set_config"):
+        rows_of(database.source(), sql)
+    assert rows_of(database.source(), "SELECT id FROM docs") == [{"id": 1}]
 
 
 # ---------------------------------------------------------------- exact values

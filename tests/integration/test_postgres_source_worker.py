@@ -15,7 +15,7 @@ from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.testing import InMemoryMetadataStore, InMemoryObjectStore
+from qexport.testing import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 from tests.integration.test_postgres_source import ALICE, Database, database
@@ -41,7 +41,7 @@ def deps(database: Database, tmp_path: Path) -> Deps:
     return Deps(
         store=store,
         objects=InMemoryObjectStore(),
-        sources={"warehouse": database.source()},
+        sources=FixedSources({"warehouse": database.source()}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path, lease_seconds=0.6, statement_timeout_seconds=0),
     )

@@ -25,7 +25,7 @@ from qexport.ports import StoredObject
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
-from qexport.testing import InMemoryMetadataStore
+from qexport.testing import FixedSources, InMemoryMetadataStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 from tests.faultproxy import FAULT_KINDS, LOST_REPLY, FaultProxy, Request
@@ -89,7 +89,7 @@ def _deps(store: S3ObjectStore, data: DuckDBSource, tmp_path: Path, *, max_attem
     return Deps(
         store=metadata,
         objects=store,
-        sources={"data": data},
+        sources=FixedSources({"data": data}),
         clock=SystemClock(),
         settings=settings,
     )

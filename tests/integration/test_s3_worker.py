@@ -16,7 +16,7 @@ from qexport.services.exports import open_download
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
-from qexport.testing import InMemoryMetadataStore
+from qexport.testing import FixedSources, InMemoryMetadataStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 
@@ -36,7 +36,7 @@ def test_exports_of_every_format_are_stored_in_s3(s3_store: S3ObjectStore, tmp_p
     deps = Deps(
         store=store,
         objects=s3_store,
-        sources={"data": DuckDBSource("data", path)},
+        sources=FixedSources({"data": DuckDBSource("data", path)}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path),
     )

@@ -24,7 +24,7 @@ from qexport.store.engine import create_engine
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.sql import SqlMetadataStore
 from qexport.store.tables import deliveries, exports, schedule_runs
-from qexport.testing import FrozenClock, InMemoryObjectStore
+from qexport.testing import FixedSources, FrozenClock, InMemoryObjectStore
 from qexport.worker.runner import Deps
 
 START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)  # a Monday
@@ -224,7 +224,7 @@ def test_the_scheduler_loop_survives_a_failing_pass_and_stops_on_request(
     due = _schedule_due_now(sqlite_store)
     clock = FrozenClock(due.next_due_at)
     settings = Settings(data_dir=tmp_path, scheduler_poll_seconds=0.01)
-    deps = Deps(sqlite_store, InMemoryObjectStore(), {}, clock, settings)
+    deps = Deps(sqlite_store, InMemoryObjectStore(), FixedSources({}), clock, settings)
     dispatcher = _CountingDispatcher()
     runner = Scheduler(deps, _FlakySchedules(sqlite_store.engine), dispatcher=dispatcher)
 

@@ -16,7 +16,7 @@ from qexport.services.requests import request_export
 from qexport.store.engine import create_engine
 from qexport.store.sql import SqlMetadataStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher
-from qexport.testing import InMemoryObjectStore
+from qexport.testing import FixedSources, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 from tests.e2e.conftest import wait_for
@@ -34,7 +34,7 @@ def test_a_request_wakes_an_idle_worker(sqlite_store: SqlMetadataStore, tmp_path
     deps = Deps(
         store=SqlMetadataStore(create_engine(url)),
         objects=InMemoryObjectStore(),
-        sources={"fake": FakeSource()},
+        sources=FixedSources({"fake": FakeSource()}),
         clock=SystemClock(),
         settings=settings,
     )

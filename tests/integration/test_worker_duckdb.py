@@ -17,7 +17,7 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
-from qexport.testing import InMemoryMetadataStore, InMemoryObjectStore
+from qexport.testing import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 
@@ -39,7 +39,7 @@ def deps(tmp_path: Path) -> Deps:
     return Deps(
         store=store,
         objects=InMemoryObjectStore(),
-        sources={"data": DuckDBSource("data", path)},
+        sources=FixedSources({"data": DuckDBSource("data", path)}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path, lease_seconds=0.6, statement_timeout_seconds=120),
     )

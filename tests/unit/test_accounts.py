@@ -18,13 +18,10 @@ from qexport.domain.accounts import (
     valid_link_token,
 )
 from qexport.domain.failures import InvalidRequestError, NotFoundError, UnauthorizedError
-from qexport.ports import Source
 from qexport.services import accounts as service
 from qexport.services.auth import authenticate
-from qexport.sources.registry import SourceRegistry, masked_url
 from qexport.store.accounts import LAST_USED_RESOLUTION
 from qexport.testing import FrozenClock, InMemoryAccountStore
-from tests.unit.fakes import FakeSource
 
 WORDS = "correct horse"  # a password, for the tests that set one
 
@@ -348,116 +345,6 @@ def test_revoking_an_unknown_token_is_not_found(
     with pytest.raises(NotFoundError) as refused:
         service.revoke_token(accounts, clock, ref)
     assert len(str(refused.value)) <= len("no token ''") + 16
-
-
-# ---------------------------------------------------------------- sources
-
-
-def test_a_source_is_registered(accounts: InMemoryAccountStore, clock: FrozenClock) -> None:
-    """A valid name and URL are stored as given."""
-    service.add_source(accounts, clock, "shop", "duckdb:///data/shop.duckdb", configured={"demo"})
-    service.add_source(accounts, clock, "crm", "postgresql://u:pw@db/crm", configured={"demo"})
-    assert accounts.registered_sources() == {
-        "crm": "postgresql://u:pw@db/crm",
-        "shop": "duckdb:///data/shop.duckdb",
-    }
-
-
-@pytest.mark.parametrize(
-    ("name", "url", "field"),
-    [
-        ("demo", "duckdb:///data/x.duckdb", "name"),
-        ("Shop", "duckdb:///data/x.duckdb", "name"),
-        ("../shop", "duckdb:///data/x.duckdb", "name"),
-        ("", "duckdb:///data/x.duckdb", "name"),
-        ("shop\n", "duckdb:///data/x.duckdb", "name"),
-        ("shop", "duckdb://data/x.duckdb", "url"),
-        ("shop", "duckdb:relative.duckdb", "url"),
-        ("shop", "duckdb:///", "url"),
-        ("shop", "mysql://u:hunter2@db/x", "url"),
-        ("shop", "postgresql:db", "url"),
-        ("shop", "postgresql://u:hunter2@db:99999/x", "url"),
-        ("shop", "/data/x.duckdb", "url"),
-    ],
-)
-def test_bad_sources_are_refused_without_echoing_passwords(
-    accounts: InMemoryAccountStore, clock: FrozenClock, name: str, url: str, field: str
-) -> None:
-    """Bad names and URLs name their field; no message repeats a password."""
-    with pytest.raises(InvalidRequestError) as refused:
-        service.add_source(accounts, clock, name, url, configured={"demo"})
-    assert refused.value.field == field
-    assert "hunter2" not in str(refused.value)
-    assert accounts.registered_sources() == {}
-
-
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        ("postgresql://u:hunter2@db:5432/crm", "postgresql://u:***@db:5432/crm"),
-        ("postgresql://:hunter2@db/crm", "postgresql://:***@db/crm"),
-        ("postgresql://u@db/crm?password=hunter2&sslmode=require", None),
-        ("postgresql://u@db/crm", "postgresql://u@db/crm"),
-        ("duckdb:///data/shop.duckdb", "duckdb:///data/shop.duckdb"),
-        ("postgresql://u:hunter2@db:99999/crm", None),
-    ],
-)
-def test_masked_urls_hide_passwords_only(url: str, shown: str | None) -> None:
-    """The password goes, wherever it is; everything else stays readable."""
-    masked = masked_url(url)
-    assert "hunter2" not in masked
-    if shown is not None:
-        assert masked == shown
-
-
-# ---------------------------------------------------------------- the registry
-
-
-class _Builds:
-    """Builds fake sources and counts how often (a source is built once per process)."""
-
-    def __init__(self) -> None:
-        self.built: list[str] = []
-
-    def __call__(self, name: str, url: str) -> Source:
-        if not url.startswith("duckdb:///"):
-            raise ValueError("unsupported")
-        self.built.append(name)
-        source = FakeSource()
-        source.name = name
-        return source
-
-
-def test_a_source_registered_later_is_found_at_the_next_lookup(
-    accounts: InMemoryAccountStore, clock: FrozenClock
-) -> None:
-    """A worker's registry built before `sources add` finds the new source on a miss, and
-    builds it only once."""
-    demo = FakeSource()
-    builds = _Builds()
-    registry = SourceRegistry({"demo": demo}, accounts.registered_sources, builds)
-    assert "shop" not in registry
-    assert registry.get("shop") is None
-    service.add_source(accounts, clock, "shop", "duckdb:///data/shop.duckdb", configured={"demo"})
-    assert "shop" in registry
-    shop = registry["shop"]
-    assert shop.name == "shop"
-    assert registry["shop"] is shop
-    assert registry["demo"] is demo
-    assert builds.built == ["shop"]
-    assert list(registry) == ["demo", "shop"]
-    assert len(registry) == 2
-
-
-def test_an_unknown_or_unusable_source_is_missing(
-    accounts: InMemoryAccountStore, clock: FrozenClock
-) -> None:
-    """An unknown name, or a registered URL that no longer builds, is simply not there."""
-    accounts.add_source("broken", "ftp://nowhere", now=clock.now())  # edited behind our back
-    registry = SourceRegistry({}, accounts.registered_sources, _Builds())
-    with pytest.raises(KeyError):
-        registry["nowhere"]
-    assert registry.get("broken") is None
 
 
 # ---------------------------------------------------------------- constant-time checks

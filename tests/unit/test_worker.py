@@ -21,7 +21,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.services.exports import open_download
 from qexport.services.requests import request_export
-from qexport.testing import FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
+from qexport.testing import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 from tests.unit.fakes import FakeSource
@@ -48,7 +48,7 @@ def make_deps(source: FakeSource, **settings: object) -> Deps:
     return Deps(
         store=store,
         objects=InMemoryObjectStore(),
-        sources={"fake": source},
+        sources=FixedSources({"fake": source}),
         clock=FrozenClock(),
         settings=Settings(**{**base, **settings}),  # type: ignore[arg-type]
     )
@@ -176,7 +176,7 @@ def test_an_unexpected_error_fails_the_export_but_not_the_worker() -> None:
     assert "Traceback" not in (failed.failure_detail or "")
     assert "division" not in (failed.failure_detail or "")  # details stay in the logs
     assert deps.objects.incomplete_uploads(bad.storage_key) == []  # type: ignore[attr-defined]
-    deps.sources["fake"].error = None  # type: ignore[attr-defined]
+    deps.sources.source_for("fake", "w1").error = None  # type: ignore[attr-defined]
     good = request(deps)
     work(deps)
     assert current(deps, good).status is Status.SUCCEEDED
@@ -250,7 +250,7 @@ def test_an_object_completed_by_an_earlier_attempt_is_adopted() -> None:
         "f" * 64,
         10,
     )
-    assert deps.sources["fake"].calls == []  # type: ignore[attr-defined]
+    assert deps.sources.source_for("fake", "w1").calls == []  # type: ignore[attr-defined]
 
 
 def test_a_deleted_query_fails_access_lost_before_running() -> None:

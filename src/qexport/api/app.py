@@ -15,6 +15,7 @@ from qexport.api import (
     reports,
     schedules,
     workspaces,
+    sources,
 )
 from qexport.api.context import ApiContext
 from qexport.api.limits import BodySizeLimit
@@ -37,6 +38,7 @@ def create_app(context: ApiContext) -> FastAPI:
     app.include_router(links.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
     app.include_router(workspaces.router, prefix="/api/v1")
+    app.include_router(sources.router, prefix="/api/v1")
     app.include_router(public.router)
     install_web(app, context)
     return app

@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.context import ApiContext
 from qexport.api.schemas import problem_responses
+from qexport.domain.accounts import Principal
 from qexport.domain.queries import MAX_PARAMETER_CHARS, Parameter, ParamType, Query, Visibility
 from qexport.services import queries as service
-from qexport.sources.registry import source_names
+from qexport.sources.registry import usable_source_names
 
 router = APIRouter(prefix="/queries", tags=["queries"])
 
@@ -129,8 +130,9 @@ class QueryList(BaseModel):
     items: list[QueryView]
 
 
-def _sources(context: ApiContext) -> frozenset[str]:
-    return source_names(context.settings, context.accounts)
+def _sources(context: ApiContext, principal: Principal) -> frozenset[str]:
+    """The sources the caller's workspace may use: a query may name only those."""
+    return usable_source_names(context.settings, context.accounts, principal.workspace_id)
 
 
 @router.post(
@@ -148,7 +150,11 @@ def create_query(
     response: Response,
 ) -> QueryView:
     query = service.create_query(
-        context.store, context.accounts, principal, body.draft(), sources=_sources(context)
+        context.store,
+        context.accounts,
+        principal,
+        body.draft(),
+        sources=_sources(context, principal),
     )
     response.headers["Location"] = request.app.url_path_for("read_query", query_id=query.id)
     return QueryView.of(query)
@@ -190,7 +196,7 @@ def replace_query(
         principal,
         query_id,
         body.draft(),
-        sources=_sources(context),
+        sources=_sources(context, principal),
     )
     return QueryView.of(query)
 

@@ -59,9 +59,7 @@ def _read(
     done: int,
     budget: CellBudget,
 ) -> SectionData:
-    source = deps.sources.get(query.source)
-    if source is None:
-        raise SourceUnavailableError(f"no data source named {query.source!r} is configured")
+    source = deps.sources.source_for(query.source, record.requester.workspace_id)
     try:
         values = section_parameters(section, query, record.parameters)
     except InvalidRequestError as exc:

@@ -1,12 +1,9 @@
-"""Administering accounts: users and their roles, API tokens, registered data sources."""
+"""Administering accounts: users and their roles, API tokens."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from urllib.parse import unquote, urlsplit
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -197,51 +194,3 @@ def revoke_token(accounts: AccountStore, clock: Clock, token_ref: str) -> bool:
 
 def list_tokens(accounts: AccountStore, email: str) -> list[ApiToken]:
     return accounts.list_tokens(find_user(accounts, email).id)
-
-
-# ---------------------------------------------------------------- data sources
-
-
-def check_source_url(url: str) -> None:
-    """Refuse a URL that names no usable source. Messages never repeat the URL (it may hold
-    a password)."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is what validates it
-    except ValueError:
-        raise InvalidRequestError("the source URL cannot be parsed", field="url") from None
-    if parts.scheme == "duckdb":
-        path = unquote(parts.path)
-        if parts.netloc or not PurePosixPath(path).is_absolute() or path.endswith("/"):
-            raise InvalidRequestError(
-                "a DuckDB source URL names an absolute file: duckdb:///absolute/path.duckdb",
-                field="url",
-            )
-        return
-    if parts.scheme in _POSTGRES_SCHEMES:
-        if not parts.netloc and "host=" not in parts.query:
-            raise InvalidRequestError(
-                "a PostgreSQL source URL names a server: postgresql://user@host/database",
-                field="url",
-            )
-        return
-    raise InvalidRequestError(
-        f"unsupported source URL scheme {parts.scheme!r}"
-        " (expected duckdb:///absolute/path.duckdb or postgresql://user@host/database)",
-        field="url",
-    )
-
-
-def add_source(
-    accounts: AccountStore, clock: Clock, name: str, url: str, *, configured: Collection[str]
-) -> None:
-    """Register a data source by name; configured and registered names cannot be reused."""
-    if not _SOURCE_NAME.fullmatch(name):
-        raise InvalidRequestError(
-            f"invalid source name {name!r}: use 1-63 lowercase letters, digits, - or _",
-            field="name",
-        )
-    if name in configured:
-        raise InvalidRequestError(f"a source named {name!r} is already configured", field="name")
-    check_source_url(url)
-    accounts.add_source(name, url, now=clock.now())

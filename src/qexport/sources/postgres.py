@@ -21,12 +21,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+import structlog
 from psycopg.conninfo import conninfo_to_dict
 
 from qexport.domain.failures import LimitExceededError
 from qexport.sources.postgres_arrow import CsvBatches
 from qexport.sources.postgres_copy import CopyOut, crlf_lines
-from qexport.sources.postgres_errors import scrub
+from qexport.sources.postgres_errors import connect_error, query_error, scrub
+from qexport.sources.postgres_role import refusal, role_findings
 from qexport.sources.postgres_session import Session, validate_timeout, wrapped
 from qexport.sources.postgres_stream import PostgresResultStream
 from qexport.sources.postgres_types import csv_select, positional_names
@@ -34,6 +36,8 @@ from qexport.sources.postgres_types import csv_select, positional_names
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
     from qexport.ports import Sink
+
+log = structlog.get_logger()
 
 # Of csv text per Arrow batch: some 40,000 rows of a typical ten-column result.
 BATCH_BYTES = 4 * 1024 * 1024
@@ -69,9 +73,12 @@ class PostgresSource:
         url: str,
         *,
         batch_bytes: int = BATCH_BYTES,
+        allow_privileged_role: bool = False,
     ) -> None:
         self.name = name
         self.batch_bytes = batch_bytes
+        self.allow_privileged_role = allow_privileged_role
+        self._role_checked = False  # set once the role passed (or was allowed) in this process
         self._url = url
         try:
             given = conninfo_to_dict(url)
@@ -173,11 +180,49 @@ class PostgresSource:
             on_interrupt(session.interrupt)
         try:
             session.open(requester)
+            if not self._role_checked:
+                self._judge_role(session.conn)
             query = session.render(sql, parameters, requester)
         except BaseException:
             session.close()
             raise
         return session, query
+
+    def check_role(self) -> list[str]:
+        """Connect and judge the role as a worker will: SourceRefusedError for a privileged
+        one (unless allowed); the findings, for a warning, when it is allowed."""
+        try:
+            conn = psycopg.connect(self._url, **self._options)
+        except psycopg.Error as exc:
+            raise connect_error(self.name, exc, self._secrets) from None
+        with conn:
+            return self._judge_role(conn)
+
+    def _judge_role(self, conn: psycopg.Connection[Any]) -> list[str]:
+        try:
+            findings = role_findings(conn)
+        except psycopg.Error as exc:
+            raise query_error(
+                self.name,
+                exc,
+                self._secrets,
+                interrupted=False,
+                timed_out=False,
+                timeout_seconds=0,
+            ) from exc
+        if findings and not self.allow_privileged_role:
+            # Not remembered: once the operator fixes the role, the next export passes.
+            raise refusal(self.name, conn.info.user, findings)
+        if findings:
+            log.warning(
+                "source_role_privileged",
+                source=self.name,
+                role=conn.info.user,
+                findings=findings,
+                reason="allowed with --allow-privileged-role",
+            )
+        self._role_checked = True
+        return findings
 
 
 def _stream_text(

@@ -1,71 +1,95 @@
-"""Every data source by name: the configured ones, then those registered in the database."""
+"""Every data source by name: the configured ones, then those registered in the database,
+and which workspaces may use each."""
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 import structlog
 
 from qexport.config import Settings
+from qexport.domain.failures import AccessLostError, SourceUnavailableError
+from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
 from qexport.ports import AccountStore, Source
 
 log = structlog.get_logger()
 
 DEMO_SOURCE = "demo"
+DEMO_WORKSPACE = "demo"
 
 
-class SourceRegistry(Mapping[str, Source]):
-    """Configured sources, then those registered with `qexport sources add`.
+class SourceRegistry:
+    """Configured sources, then those registered with `qexport sources add`; a SourceCatalog.
 
     A name not known yet is looked up in the database again, so that a worker started before
-    a source was registered finds it at its next export. Configured names win over registered
-    ones (registering a configured name is refused anyway).
+    a source was registered finds it at its next export; who may use a registered source is
+    read from the database at every lookup, so that taking it away holds at once. Configured
+    names win over registered ones (registering a configured name is refused anyway).
     """
 
     def __init__(
         self,
         configured: Mapping[str, Source],
-        registered: Callable[[], Mapping[str, str]],
-        build: Callable[[str, str], Source],
+        grants: Mapping[str, frozenset[str]],
+        registered: Callable[[], Mapping[str, RegisteredSource]],
+        build: Callable[[RegisteredSource], Source],
     ) -> None:
         self._configured = dict(configured)
+        self._grants = dict(grants)
         self._registered = registered
         self._build = build
         self._built: dict[str, Source] = {}
         self._lock = threading.Lock()
 
-    def __getitem__(self, name: str) -> Source:
-        found = self._configured.get(name)
-        if found is not None:
-            return found
+    def _workspaces(self, name: str) -> tuple[frozenset[str], RegisteredSource | None] | None:
+        if name in self._configured:
+            return self._grants.get(name, frozenset()), None
+        found = self._registered().get(name)
+        return None if found is None else (found.workspaces, found)
+
+    def source_for(self, name: str, workspace_id: str) -> Source:
+        """The source if `workspace_id` may use it: SourceUnavailableError for an unknown
+        name, AccessLostError for one the workspace may not use."""
+        known = self._workspaces(name)
+        if known is None:
+            raise SourceUnavailableError(f"no data source named {name!r} is configured")
+        workspaces, registered = known
+        if not may_use(workspaces, workspace_id):
+            raise AccessLostError(
+                f"workspace {workspace_id!r} may no longer use the data source {name!r}"
+            )
+        if registered is None:
+            return self._configured[name]
         with self._lock:
             found = self._built.get(name)
         if found is not None:
             return found
-        url = self._registered().get(name)
-        if url is None:
-            raise KeyError(name)
         try:
-            source = self._build(name, url)
+            source = self._build(registered)
         except ValueError:
             # Checked when it was registered; a row edited by hand since is not a source.
-            log.warning("source_unusable", source=name, url=masked_url(url))
-            raise KeyError(name) from None
+            log.warning("source_unusable", source=name)
+            raise SourceUnavailableError(f"the data source {name!r} is not usable") from None
         with self._lock:
             return self._built.setdefault(name, source)
 
-    def names(self) -> list[str]:
-        """Every source name, configured or registered, sorted."""
-        return sorted({*self._configured, *self._registered()})
+    def names_for(self, workspace_id: str) -> list[str]:
+        """The sources `workspace_id` may use, sorted."""
+        return sorted(usable_names(self._grants, self._registered(), workspace_id))
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
 
-    def __len__(self) -> int:
-        return len(self.names())
+def usable_names(
+    grants: Mapping[str, frozenset[str]],
+    registered: Mapping[str, RegisteredSource],
+    workspace_id: str,
+) -> frozenset[str]:
+    """The configured (by their grants) and registered sources `workspace_id` may use."""
+    usable = {n for n, w in grants.items() if may_use(w, workspace_id)}
+    usable |= {n for n, r in registered.items() if may_use(r.workspaces, workspace_id)}
+    return frozenset(usable)
 
 
 def configured_names(settings: Settings) -> frozenset[str]:
@@ -73,9 +97,27 @@ def configured_names(settings: Settings) -> frozenset[str]:
     return frozenset({DEMO_SOURCE, *settings.sources})
 
 
-def source_names(settings: Settings, accounts: AccountStore) -> frozenset[str]:
-    """Every source a query may name: configured or registered."""
-    return configured_names(settings) | frozenset(accounts.registered_sources())
+def configured_grants(settings: Settings) -> dict[str, frozenset[str]]:
+    """Who may use each configured source: QEXPORT_SOURCE_<NAME>_WORKSPACES; the demo source
+    belongs to the demo workspace unless that says otherwise; anything else to nobody."""
+    grants = {DEMO_SOURCE: frozenset({DEMO_WORKSPACE})}
+    grants.update({n: frozenset() for n in settings.sources})
+    grants.update({n: w for n, w in settings.source_workspaces.items() if n in grants})
+    return grants
+
+
+def usable_source_names(
+    settings: Settings, accounts: AccountStore, workspace_id: str
+) -> frozenset[str]:
+    """Every source a query of `workspace_id` may name: configured or registered."""
+    return usable_names(configured_grants(settings), accounts.registered_sources(), workspace_id)
+
+
+def grant_words(workspaces: frozenset[str]) -> str:
+    """Who may use a source, for a listing."""
+    if EVERY_WORKSPACE in workspaces:
+        return "every workspace"
+    return ", ".join(sorted(workspaces)) or "no workspace"
 
 
 # libpq also takes a password as a query parameter: `postgresql://u@h/db?password=...`.

@@ -10,9 +10,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from qexport.domain.accounts import ApiToken, Link, Membership, Role, User
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.sources import RegisteredSource
 from qexport.store.engine import transaction
-from qexport.store.tables import api_tokens, links, memberships, sources, users, workspaces
+from qexport.store.tables import (
+    api_tokens,
+    links,
+    memberships,
+    source_shares,
+    sources,
+    users,
+    workspaces,
+)
 
 # A token's last-used time is written at most this often, so that a busy client does not
 # turn every read into a write (on SQLite, a write takes the database lock).
@@ -252,17 +261,64 @@ class SqlAccountStore:
 
     # ------------------------------------------------------------ registered sources
 
-    def add_source(self, name: str, url: str, *, now: datetime) -> None:
+    def add_source(self, source: RegisteredSource) -> None:
         try:
             with self._tx() as conn:
-                conn.execute(sources.insert().values(name=name, url=url, created_at=now))
+                conn.execute(
+                    sources.insert().values(
+                        name=source.name,
+                        url=source.url,
+                        created_at=source.created_at,
+                        workspace_id=source.workspace_id,
+                        allow_privileged_role=source.allow_privileged_role,
+                    )
+                )
+                for workspace_id in sorted(source.shared_with):
+                    conn.execute(
+                        source_shares.insert().values(
+                            source_name=source.name, workspace_id=workspace_id
+                        )
+                    )
         except sa.exc.IntegrityError as exc:
             raise InvalidRequestError(
-                f"a source named {name!r} already exists", field="name"
+                f"a source named {source.name!r} already exists", field="name"
             ) from exc
 
-    def registered_sources(self) -> dict[str, str]:
+    def registered_sources(self) -> dict[str, RegisteredSource]:
         with self._tx() as conn:
+            shares: dict[str, set[str]] = {}
+            for row in conn.execute(sa.select(source_shares)):
+                shares.setdefault(row.source_name, set()).add(row.workspace_id)
             return {
-                r.name: r.url for r in conn.execute(sa.select(sources).order_by(sources.c.name))
+                r.name: RegisteredSource(
+                    name=r.name,
+                    url=r.url,
+                    workspace_id=r.workspace_id,
+                    shared_with=frozenset(shares.get(r.name, ())),
+                    allow_privileged_role=bool(r.allow_privileged_role),
+                    created_at=r.created_at,
+                )
+                for r in conn.execute(sa.select(sources).order_by(sources.c.name))
             }
+
+    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+        """Let `workspace_id` use the source (or stop it); False when nothing changed."""
+        key = sa.and_(
+            source_shares.c.source_name == name, source_shares.c.workspace_id == workspace_id
+        )
+        with self._tx() as conn:
+            if (
+                conn.execute(sa.select(sources.c.name).where(sources.c.name == name)).first()
+                is None
+            ):
+                raise NotFoundError(f"no registered source {name!r}")
+            present = conn.execute(sa.select(source_shares).where(key)).first() is not None
+            if present == shared:
+                return False
+            if shared:
+                conn.execute(
+                    source_shares.insert().values(source_name=name, workspace_id=workspace_id)
+                )
+            else:
+                conn.execute(source_shares.delete().where(key))
+            return True

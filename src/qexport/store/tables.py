@@ -220,12 +220,29 @@ links = sa.Table(
 )
 
 # Data sources registered with `qexport sources add`, next to those of QEXPORT_SOURCE_*.
+# `url` is sealed (`v1:...`) when QEXPORT_SECRET_KEY is set; `workspace_id` owns the source
+# (NULL: registered before sources had owners, usable only where the operator shares it).
 sources = sa.Table(
     "sources",
     metadata,
     sa.Column("name", sa.String(200), primary_key=True),
     sa.Column("url", sa.Text, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("workspace_id", sa.String(200)),
+    sa.Column("allow_privileged_role", sa.Boolean, nullable=False, server_default=sa.false()),
+)
+
+# Workspaces other than the owner that the operator lets use a registered source.
+source_shares = sa.Table(
+    "source_shares",
+    metadata,
+    sa.Column(
+        "source_name",
+        sa.String(200),
+        sa.ForeignKey("sources.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("workspace_id", sa.String(200), primary_key=True),
 )
 
 # Every transition of an export, written in the transition's own transaction; append-only.

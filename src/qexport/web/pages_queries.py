@@ -15,7 +15,7 @@ from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Parameter, Query, parse_param_spec, to_json_value
 from qexport.services import queries as service
-from qexport.sources.registry import source_names
+from qexport.sources.registry import usable_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import (
@@ -107,7 +107,9 @@ def _form_page(
         session=session,
         query_id=query_id,
         form=asdict(form),
-        sources=sorted(source_names(context.settings, context.accounts)),
+        sources=sorted(
+            usable_source_names(context.settings, context.accounts, session.workspace_id or "")
+        ),
         errors=errors or {},
     )
 
@@ -122,7 +124,7 @@ def _save(
 ) -> Response:
     """Create (no id) or replace the query; a refused value is shown next to its field."""
     require_writer(principal)
-    sources = source_names(context.settings, context.accounts)
+    sources = usable_source_names(context.settings, context.accounts, principal.workspace_id)
     numbers: list[int] = []
     try:
         draft, numbers = _draft(context, form)
@@ -156,7 +158,8 @@ def new_query_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal
 ) -> Response:
     require_writer(principal)
-    sources = sorted(source_names(context.settings, context.accounts))
+    usable = usable_source_names(context.settings, context.accounts, principal.workspace_id)
+    sources = sorted(usable)
     form = QueryForm(source=sources[0] if len(sources) == 1 else "")
     return _form_page(request, context, session, form, query_id=None)
 

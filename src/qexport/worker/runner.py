@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,6 @@ from qexport.domain.failures import (
     ObjectExistsError,
     QExportError,
     QueryInvalidError,
-    SourceUnavailableError,
 )
 from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
@@ -32,7 +31,7 @@ from qexport.ports import (
     MetadataStore,
     NativeCopySource,
     ObjectStore,
-    Source,
+    SourceCatalog,
     StoredObject,
     WriterOptions,
 )
@@ -53,7 +52,7 @@ class Deps:
 
     store: MetadataStore
     objects: ObjectStore
-    sources: Mapping[str, Source]
+    sources: SourceCatalog
     clock: Clock
     settings: Settings
 
@@ -194,9 +193,8 @@ class Attempt:
         if not can_read(record.requester, query):
             raise AccessLostError("the requester may no longer read this query, or it was deleted")
         assert query is not None  # can_read refused a missing query above
-        source = deps.sources.get(query.source)
-        if source is None:
-            raise SourceUnavailableError(f"no data source named {query.source!r} is configured")
+        # The workspace may have lost the source since the query was saved: access_lost.
+        source = deps.sources.source_for(query.source, record.requester.workspace_id)
         try:
             values = bind_parameters(query, record.parameters)
         except InvalidRequestError as exc:
@@ -255,6 +253,9 @@ class Attempt:
         refusal = subject.refusal(record.requester)
         if refusal is not None:
             raise AccessLostError(refusal)
+        for query in subject.queries.values():
+            if query is not None:  # every section's source, before anything is rendered
+                deps.sources.source_for(query.source, record.requester.workspace_id)
         return self._store(lease, lambda sink: produce_report(deps, record, subject, lease, sink))
 
     def _store(self, lease: Lease, produce: Callable[[PartSink], int]) -> StoredObject:

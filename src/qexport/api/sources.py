@@ -1,0 +1,87 @@
+"""`/api/v1/sources`: the data sources a workspace may use; its admins register PostgreSQL ones.
+
+Only names, kinds and URLs with the password masked are ever returned, and only of the
+sources the caller's workspace may use (not who else may).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from qexport import bootstrap
+from qexport.api.auth import Context, CurrentPrincipal
+from qexport.api.schemas import problem_responses
+from qexport.services import sources as service
+
+router = APIRouter(prefix="/sources", tags=["sources"])
+
+
+class SourceWrite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=63, examples=["warehouse"])
+    url: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="postgresql://user:password@host[:port]/database[?sslmode=...]",
+    )
+
+
+class SourceView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str = Field(description="duckdb, postgresql, or env (a URL kept in a variable)")
+    url: str = Field(description="The URL with its password masked")
+
+    @classmethod
+    def of(cls, view: service.SourceView) -> SourceView:
+        return cls(name=view.name, kind=view.kind, url=view.url)
+
+
+class SourceList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[SourceView]
+
+
+@router.get(
+    "",
+    response_model=SourceList,
+    responses=problem_responses(401, 503),
+    summary="The data sources your workspace may use",
+)
+def list_sources(principal: CurrentPrincipal, context: Context) -> SourceList:
+    found = service.usable_sources(context.accounts, context.settings, principal.workspace_id)
+    return SourceList(items=[SourceView.of(v) for v in found])
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=SourceView,
+    responses=problem_responses(400, 401, 403, 413, 422, 503),
+    summary="Register a PostgreSQL source for your workspace (admins)",
+)
+def create_source(
+    body: SourceWrite,
+    principal: CurrentPrincipal,
+    context: Context,
+    request: Request,
+    response: Response,
+) -> SourceView:
+    settings = context.settings
+    service.register_member_source(
+        context.accounts,
+        context.clock,
+        settings,
+        principal,
+        body.name,
+        body.url,
+        check_role=lambda n, u, allow: bootstrap.check_source_role(n, u, settings, allow),
+    )
+    response.headers["Location"] = str(request.url_for("list_sources"))
+    return SourceView(
+        name=body.name, kind="postgresql", url=service.shown_url(body.name, body.url, "")
+    )

@@ -1,0 +1,287 @@
+"""Data sources: registered for one workspace, shared by the operator, listed for members.
+
+The operator registers any source with `qexport sources add NAME URL --workspace W`; a
+workspace's admins may register a PostgreSQL source for their own workspace through the API,
+with narrower URLs (see `check_member_url`). Every PostgreSQL source's role is judged before
+it is stored (postgres_role.py). URLs are stored sealed when QEXPORT_SECRET_KEY is set and
+are only ever shown with their password masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from qexport.config import Settings
+from qexport.domain.accounts import Principal, Role, check_workspace_id
+from qexport.domain.failures import ForbiddenError, InvalidRequestError, QExportError
+from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
+from qexport.ports import AccountStore, Clock
+from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
+from qexport.sources.registry import configured_grants, configured_names, masked_url
+
+_SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
+# What a member's URL may set besides the server, user, password and database: nothing that
+# names a file on qexport's machines (passfile, sslkey...) or another service definition.
+_MEMBER_OPTIONS = frozenset(
+    {"sslmode", "connect_timeout", "application_name", "target_session_attrs"}
+)
+
+# Judges a source's role before it is stored: (name, url, allow_privileged_role) -> findings;
+# raises SourceRefusedError for a privileged role that is not allowed.
+RoleCheck = Callable[[str, str, bool], list[str]]
+
+
+def kind_of(url: str) -> str:
+    """`duckdb` or `postgresql` (whatever spelling the URL uses); `env` for a reference;
+    `unknown` for a URL sealed under another key."""
+    if env_reference(url) is not None:
+        return "env"
+    if is_sealed(url):  # sealed under another key: its kind cannot be read
+        return "unknown"
+    scheme = url.partition(":")[0].lower()
+    return "postgresql" if scheme in _POSTGRES_SCHEMES else scheme
+
+
+def check_source_url(url: str) -> None:
+    """Refuse a URL that names no usable source. Messages never repeat the URL (it may hold
+    a password)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is what validates it
+    except ValueError:
+        raise InvalidRequestError("the source URL cannot be parsed", field="url") from None
+    if parts.scheme == "duckdb":
+        path = unquote(parts.path)
+        if parts.netloc or not PurePosixPath(path).is_absolute() or path.endswith("/"):
+            raise InvalidRequestError(
+                "a DuckDB source URL names an absolute file: duckdb:///absolute/path.duckdb",
+                field="url",
+            )
+        return
+    if parts.scheme in _POSTGRES_SCHEMES:
+        if not parts.netloc and "host=" not in parts.query:
+            raise InvalidRequestError(
+                "a PostgreSQL source URL names a server: postgresql://user@host/database",
+                field="url",
+            )
+        return
+    raise InvalidRequestError(
+        f"unsupported source URL scheme {parts.scheme!r}"
+        " (expected duckdb:///absolute/path.duckdb or postgresql://user@host/database)",
+        field="url",
+    )
+
+
+def url_has_password(url: str) -> bool:
+    """Whether the URL carries a password, in its authority or as `?password=`."""
+    try:
+        parts = urlsplit(url)
+        in_query = any(k.lower() == "password" for k, _ in parse_qsl(parts.query))
+        return bool(parts.password) or in_query
+    except ValueError:
+        return False
+
+
+def check_member_url(url: str) -> None:
+    """What a workspace admin may register: a PostgreSQL server over TCP, with a password.
+
+    DuckDB files and `env:` references read qexport's own disk and environment, and a URL
+    without a password (or with a socket path or a passfile) would log in with whatever the
+    server's machine is trusted for: those are the operator's to register.
+    """
+    check_source_url(url)
+    parts = urlsplit(url)
+    if parts.scheme not in _POSTGRES_SCHEMES:
+        raise InvalidRequestError(
+            "only PostgreSQL sources can be registered here; ask the operator for others",
+            field="url",
+        )
+    options = dict(parse_qsl(parts.query))
+    refused = sorted(k for k in options if k.lower() not in _MEMBER_OPTIONS | {"password"})
+    if refused:
+        raise InvalidRequestError(
+            f"the URL option {refused[0]!r} is not allowed here"
+            f" (allowed: {', '.join(sorted(_MEMBER_OPTIONS))})",
+            field="url",
+        )
+    if not parts.hostname or parts.hostname.startswith("/") or "%2f" in parts.netloc.lower():
+        raise InvalidRequestError("the URL must name a server by host name or address", field="url")
+    if not url_has_password(url):
+        raise InvalidRequestError(
+            "the URL must carry the role's password: postgresql://user:password@host/db",
+            field="url",
+        )
+
+
+def _name(name: str) -> str:
+    if not _SOURCE_NAME.fullmatch(name):
+        raise InvalidRequestError(
+            f"invalid source name {name!r}: use 1-63 lowercase letters, digits, - or _",
+            field="name",
+        )
+    return name
+
+
+def _workspace(workspace_id: str) -> str:
+    if workspace_id == EVERY_WORKSPACE:
+        return workspace_id
+    try:
+        return check_workspace_id(workspace_id)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), field="workspace") from None
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """A source to register: its name, usable URL, owner and who else may use it."""
+
+    name: str
+    url: str
+    workspace_id: str
+    shared_with: frozenset[str] = frozenset()
+    allow_privileged_role: bool = False
+
+
+def register_source(
+    accounts: AccountStore,
+    clock: Clock,
+    settings: Settings,
+    request: SourceRequest,
+    *,
+    check_role: RoleCheck,
+) -> list[str]:
+    """Check and store a source; return the findings on its role that were allowed (for a
+    warning). The URL's credentials are sealed when QEXPORT_SECRET_KEY is set."""
+    name = _name(request.name)
+    workspace_id = _workspace(request.workspace_id)
+    shared = frozenset(_workspace(w) for w in request.shared_with)
+    if name in configured_names(settings):
+        raise InvalidRequestError(f"a source named {name!r} is already configured", field="name")
+    if name in accounts.registered_sources():
+        raise InvalidRequestError(f"a source named {name!r} already exists", field="name")
+    variable = env_reference(request.url)
+    usable = unseal(name, request.url, settings.secret_key) if variable else request.url
+    check_source_url(usable)
+    findings = check_role(name, usable, request.allow_privileged_role)
+    accounts.add_source(
+        RegisteredSource(
+            name=name,
+            url=seal(name, request.url, settings.secret_key),
+            workspace_id=workspace_id,
+            shared_with=shared - {workspace_id},
+            allow_privileged_role=request.allow_privileged_role,
+            created_at=clock.now(),
+        )
+    )
+    return findings
+
+
+def register_member_source(
+    accounts: AccountStore,
+    clock: Clock,
+    settings: Settings,
+    principal: Principal,
+    name: str,
+    url: str,
+    *,
+    check_role: RoleCheck,
+) -> None:
+    """A workspace admin registers a PostgreSQL source for their own workspace only; its
+    role must not be privileged (only the operator may allow that)."""
+    if principal.role is not Role.ADMIN:
+        raise ForbiddenError("only a workspace's admins may register data sources")
+    if env_reference(url) is not None:
+        raise InvalidRequestError("env: references are for the operator", field="url")
+    check_member_url(url)
+
+    def judged(source: str, usable: str, allow: bool) -> list[str]:
+        try:
+            return check_role(source, usable, allow)
+        except QExportError as exc:  # refused, unreachable, login refused: the URL's fault
+            raise InvalidRequestError(str(exc), field="url") from exc
+
+    request = SourceRequest(name, url, principal.workspace_id)
+    register_source(accounts, clock, settings, request, check_role=judged)
+
+
+def share_source(accounts: AccountStore, name: str, workspace_id: str, *, shared: bool) -> bool:
+    """The operator lets another workspace (or `*`: every one) use a registered source, or
+    stops it; exports of that workspace's queries on it then fail access_lost."""
+    return accounts.share_source(_name(name), _workspace(workspace_id), shared=shared)
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """A source as listed: never its credentials."""
+
+    name: str
+    kind: str
+    url: str  # password masked; an env: reference as it is
+    origin: str  # built-in, configured, registered
+    workspaces: frozenset[str]
+    allow_privileged_role: bool
+
+
+def shown_url(name: str, stored: str, secret_key: str) -> str:
+    """A stored URL as it may be shown: opened and masked, or a placeholder."""
+    if env_reference(stored) is not None:
+        return stored
+    if not is_sealed(stored):
+        return masked_url(stored)
+    try:
+        return masked_url(unseal(name, stored, secret_key))
+    except QExportError:
+        return "<sealed with another QEXPORT_SECRET_KEY>"
+
+
+def all_sources(accounts: AccountStore, settings: Settings) -> list[SourceView]:
+    """Every source, built-in, configured and registered, for the operator."""
+    grants = configured_grants(settings)
+    demo = f"duckdb://{settings.demo_database.absolute()}"
+    views = [SourceView("demo", "duckdb", demo, "built-in", grants["demo"], False)]
+    views += [
+        SourceView(
+            n,
+            kind_of(u),
+            masked_url(u),
+            "configured",
+            grants.get(n, frozenset()),
+            n in settings.privileged_sources,
+        )
+        for n, u in sorted(settings.sources.items())
+    ]
+    views += [
+        SourceView(
+            r.name,
+            kind_of(unseal_or_stored(r, settings.secret_key)),
+            shown_url(r.name, r.url, settings.secret_key),
+            "registered",
+            r.workspaces,
+            r.allow_privileged_role,
+        )
+        for r in accounts.registered_sources().values()
+    ]
+    return views
+
+
+def unseal_or_stored(source: RegisteredSource, secret_key: str) -> str:
+    """The source's URL opened if it can be (for its kind); its stored form otherwise."""
+    if not is_sealed(source.url):
+        return source.url
+    try:
+        return unseal(source.name, source.url, secret_key)
+    except QExportError:
+        return source.url
+
+
+def usable_sources(
+    accounts: AccountStore, settings: Settings, workspace_id: str
+) -> list[SourceView]:
+    """The sources a workspace may use, for its members, by name."""
+    views = all_sources(accounts, settings)
+    return sorted((v for v in views if may_use(v.workspaces, workspace_id)), key=lambda v: v.name)

@@ -1,0 +1,239 @@
+"""A hostile member of one workspace against another workspace's data source: they cannot
+list it, save a query on it, export, or schedule anything on it, through the API and the
+pages; sources shown to members never carry a password; and a workspace admin registers only
+PostgreSQL sources whose role may only read.
+
+Workspace "acme" owns the registered source `acme_db`; workspace "other" is the attacker.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from qexport.domain.exports import Status
+from qexport.domain.failures import FailureCode
+from qexport.domain.queries import Query
+from qexport.domain.sources import RegisteredSource
+from tests.api.conftest import Api
+from tests.pg import server_url
+from tests.web.conftest import Browser, add_person, csrf_of
+
+ANN = "ann@acme.test"  # acme's admin
+EVE = "eve@other.test"  # other's admin
+MALLORY = "mallory@other.test"  # other's editor
+SOURCES = "/api/v1/sources"
+SQL = "SELECT id, customer FROM orders ORDER BY id"
+
+
+@pytest.fixture
+def world(api: Api, tmp_path: Path, source_template: Path) -> Api:
+    """acme owns `acme_db` (a copy of the shop data); both workspaces have members."""
+    path = tmp_path / "acme.duckdb"
+    shutil.copy(source_template, path)
+    api.context.accounts.add_source(
+        RegisteredSource("acme_db", f"duckdb://{path}", "acme", frozenset(), False, api.clock.now())
+    )
+    api.member(ANN, "admin")
+    api.member(EVE, "admin", workspace="other")
+    api.member(MALLORY, "editor", workspace="other")
+    return api
+
+
+def _query_body(source: str, name: str = "theirs") -> dict[str, object]:
+    return {"name": name, "sql": SQL, "source": source, "parameters": []}
+
+
+def _planted(api: Api, workspace: str = "other") -> Query:
+    """A query of `workspace` on acme_db, as if saved before sources had owners."""
+    return api.deps.store.add_query(
+        Query(str(uuid.uuid4()), workspace, f"planted-{uuid.uuid4().hex[:6]}", SQL, "acme_db")
+    )
+
+
+def test_another_workspaces_source_is_not_listed(world: Api) -> None:
+    """GET /sources lists what the caller's workspace may use, nothing of the others'."""
+    theirs = world.get(SOURCES, MALLORY).json()["items"]
+    assert [s["name"] for s in theirs] == ["shop"]
+    mine = world.get(SOURCES, ANN).json()["items"]
+    assert [(s["name"], s["kind"]) for s in mine] == [("acme_db", "duckdb"), ("shop", "duckdb")]
+
+
+def test_a_query_cannot_be_saved_on_another_workspaces_source(world: Api) -> None:
+    """Creating or changing a query to name acme's source is 422 on `source`, as for a source
+    that does not exist; nothing is saved."""
+    created = world.post("/api/v1/queries", MALLORY, json=_query_body("acme_db"))
+    assert created.status_code == 422
+    assert created.json()["field"] == "source"
+    own = world.post("/api/v1/queries", MALLORY, json=_query_body("shop", "mine"))
+    assert own.status_code == 201
+    changed = world.client.put(
+        f"/api/v1/queries/{own.json()['id']}",
+        headers=world.headers(MALLORY),
+        json=_query_body("acme_db", "mine"),
+    )
+    assert changed.status_code == 422
+    assert changed.json()["field"] == "source"
+    names = [q["name"] for q in world.get("/api/v1/queries", MALLORY).json()["items"]]
+    assert names == ["mine"]
+    assert world.get(f"/api/v1/queries/{own.json()['id']}", MALLORY).json()["source"] == "shop"
+
+
+def test_an_export_on_another_workspaces_source_fails_before_it_runs(world: Api) -> None:
+    """A query of `other` naming acme's source (saved before sources had owners) exports
+    nothing: the export fails access_lost, with no file."""
+    query = _planted(world)
+    response = world.post("/api/v1/exports", MALLORY, json={"query_id": query.id, "format": "csv"})
+    assert response.status_code == 202
+    world.drain()
+    export = world.get(f"/api/v1/exports/{response.json()['id']}", MALLORY).json()
+    assert export["status"] == "failed"
+    assert export["failure"]["code"] == "access_lost"
+    assert "acme_db" in export["failure"]["detail"]
+    assert export["row_count"] is None
+    assert world.get(f"/api/v1/exports/{export['id']}/file", MALLORY).status_code == 409
+
+
+def test_a_schedule_on_another_workspaces_source_delivers_nothing(world: Api) -> None:
+    """A schedule of `other` on such a query fires exports that fail access_lost."""
+    query = _planted(world)
+    body = {"query_id": query.id, "format": "csv", "cron": "0 8 * * *", "recipients": []}
+    schedule = world.post("/api/v1/schedules", MALLORY, json=body)
+    assert schedule.status_code == 201
+    run = world.post(f"/api/v1/schedules/{schedule.json()['id']}/run", MALLORY)
+    assert run.status_code in (200, 201, 202)
+    world.drain()
+    exports = world.deps.store.list_exports(workspace_id="other")
+    assert [(e.status, e.failure_code) for e in exports] == [
+        (Status.FAILED, FailureCode.ACCESS_LOST)
+    ]
+
+
+def test_a_source_taken_away_fails_queued_exports_access_lost(world: Api) -> None:
+    """Shared with `other`, acme's source can be named and exported; once the operator takes
+    it away, an export already queued fails access_lost before it runs."""
+    accounts = world.context.accounts
+    accounts.share_source("acme_db", "other", shared=True)
+    saved = world.post("/api/v1/queries", MALLORY, json=_query_body("acme_db"))
+    assert saved.status_code == 201
+    body = {"query_id": saved.json()["id"], "format": "csv"}
+    first = world.post("/api/v1/exports", MALLORY, json=body).json()
+    world.drain()
+    assert world.get(f"/api/v1/exports/{first['id']}", MALLORY).json()["status"] == "succeeded"
+    queued = world.post("/api/v1/exports", MALLORY, json=body).json()
+    accounts.share_source("acme_db", "other", shared=False)
+    world.drain()
+    export = world.get(f"/api/v1/exports/{queued['id']}", MALLORY).json()
+    assert (export["status"], export["failure"]["code"]) == ("failed", "access_lost")
+
+
+def test_the_pages_refuse_another_workspaces_source(world: Api) -> None:
+    """The new-query form offers only the workspace's sources, and posting acme's source
+    anyway is refused next to the field, with nothing saved."""
+    add_person(world, "pat@other.test", "editor", workspace="other")
+    browser = Browser(world.client)
+    browser.sign_in("pat@other.test")
+    form = browser.page("/queries/new")
+    assert "acme_db" not in form
+    response = world.client.post(
+        "/queries/new",
+        data={
+            "csrf": csrf_of(form),
+            "name": "theirs",
+            "source": "acme_db",
+            "sql": SQL,
+            "parameters": "",
+            "visibility": "workspace",
+        },
+        follow_redirects=False,
+    )
+    assert response.status_code == 400
+    assert "unknown source" in response.text
+    assert world.deps.store.find_query("other", "theirs") is None
+
+
+# ---------------------------------------------------------------- registering through the API
+
+
+@pytest.fixture
+def reader() -> Iterator[str]:
+    """A PostgreSQL login role with a password that may only read; dropped after."""
+    role = f"qexport_api_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(server_url(), autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL: {exc}")
+    with admin:
+        admin.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD 'hunter2-{role}'")
+    yield role
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def _pg_url(role: str, password: str) -> str:
+    return f"postgresql://{role}:{password}@127.0.0.1:5432/postgres"
+
+
+def test_an_admin_registers_a_postgresql_source_for_their_workspace(
+    world: Api, reader: str
+) -> None:
+    """An admin's source belongs to their workspace only, its URL comes back masked, and no
+    other workspace can list it or save a query on it."""
+    password = f"hunter2-{reader}"
+    created = world.post(SOURCES, EVE, json={"name": "eve_pg", "url": _pg_url(reader, password)})
+    assert created.status_code == 201, created.text
+    assert created.json() == {
+        "name": "eve_pg",
+        "kind": "postgresql",
+        "url": f"postgresql://{reader}:***@127.0.0.1:5432/postgres",
+    }
+    listed = world.get(SOURCES, MALLORY).text
+    assert "eve_pg" in listed
+    assert password not in listed
+    assert "eve_pg" not in world.get(SOURCES, ANN).text
+    refused = world.post("/api/v1/queries", ANN, json=_query_body("eve_pg"))
+    assert refused.status_code == 422
+
+
+def test_a_superuser_source_is_refused_through_the_api(world: Api) -> None:
+    """A URL whose role is a superuser is refused (422 on `url`), naming what was found;
+    nothing is registered."""
+    url = _pg_url("postgres", "anything")  # the test server trusts local logins
+    refused = world.post(SOURCES, EVE, json={"name": "root", "url": url})
+    assert refused.status_code == 422
+    assert refused.json()["field"] == "url"
+    assert "superuser" in refused.json()["detail"]
+    assert "root" not in world.context.accounts.registered_sources()
+
+
+@pytest.mark.parametrize("who", [MALLORY, "viewer@other.test"])
+def test_only_admins_register_sources(world: Api, who: str) -> None:
+    """Editors and viewers get 403."""
+    world.member("viewer@other.test", "viewer", workspace="other")
+    response = world.post(SOURCES, who, json={"name": "x", "url": _pg_url("r", "p")})
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("name", "url"),
+    [
+        ("acme_db", "postgresql://r:p@127.0.0.1/postgres"),  # someone else's name
+        ("shop", "postgresql://r:p@127.0.0.1/postgres"),  # a configured name
+        ("files", "duckdb:///srv/acme.duckdb"),  # another team's file
+        ("env", "env:QEXPORT_DATABASE_URL"),  # the server's own credentials
+        ("nopw", "postgresql://postgres@127.0.0.1/postgres"),  # trusted without a password
+        ("sock", "postgresql://r:p@%2Fvar%2Frun%2Fpostgresql/postgres"),  # a socket path
+    ],
+)
+def test_a_hostile_registration_is_refused(world: Api, name: str, url: str) -> None:
+    """Names taken, files, environment references, password-less or socket URLs: 422, and
+    nothing changes."""
+    before = world.context.accounts.registered_sources()
+    response = world.post(SOURCES, EVE, json={"name": name, "url": url})
+    assert response.status_code == 422, response.text
+    assert world.context.accounts.registered_sources() == before
