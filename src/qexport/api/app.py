@@ -14,8 +14,8 @@ from qexport.api import (
     queries,
     reports,
     schedules,
-    workspaces,
     sources,
+    workspaces,
 )
 from qexport.api.context import ApiContext
 from qexport.api.limits import BodySizeLimit
