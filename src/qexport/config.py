@@ -69,6 +69,9 @@ class Settings:
     # Rows (every section's together) a PDF report may hold: ReportLab keeps the laid-out
     # pages in memory until the file is saved, about 0.45 KiB a row.
     report_pdf_max_rows: int = 100_000
+    # Password checks (argon2, 64 MiB each) one server process runs at once; sign-ins that
+    # wait longer than a few seconds for one get 503.
+    signin_concurrency: int = 2
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -89,6 +92,8 @@ class Settings:
             raise ValueError("QEXPORT_EMAIL_ATTACHMENT_MAX_BYTES must not be negative")
         if self.report_pdf_max_rows < 1:
             raise ValueError("QEXPORT_REPORT_PDF_MAX_ROWS must be at least 1")
+        if self.signin_concurrency < 1:
+            raise ValueError("QEXPORT_SIGNIN_CONCURRENCY must be at least 1")
 
     @property
     def demo_database(self) -> Path:
@@ -150,6 +155,7 @@ class Settings:
             "DELIVERY_MAX_ATTEMPTS",
             "EMAIL_ATTACHMENT_MAX_BYTES",
             "REPORT_PDF_MAX_ROWS",
+            "SIGNIN_CONCURRENCY",
         ):
             read(name, int)
         values["sources"] = {
