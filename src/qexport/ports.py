@@ -301,7 +301,9 @@ class AccountStore(Protocol):
     def record_sign_in_failure(
         self, email: str, address: str, *, now: datetime, forget_before: datetime
     ) -> None: ...
-    def clear_sign_in_failures(self, email: str) -> None: ...
+    def clear_sign_in_failures(self, email: str) -> None:
+        """Forget the email's failures; they still count for the addresses they came from."""
+        ...
 
     def add_link(
         self, *, export_id: str, created_by: str, token_hash: str, now: datetime

@@ -519,7 +519,7 @@ class InMemoryAccountStore:
         self._tokens: dict[str, ApiToken] = {}
         self._links: dict[str, tuple[Link, str]] = {}  # id -> (link, token hash)
         self._sources: dict[str, str] = {}
-        self._failures: list[tuple[str, str, datetime]] = []  # (email, address, at)
+        self._failures: list[tuple[str | None, str, datetime]] = []  # (email, address, at)
 
     def standing(self, workspace_id: str, user_id: str) -> Standing:
         with self._lock:
@@ -698,7 +698,7 @@ class InMemoryAccountStore:
 
     def clear_sign_in_failures(self, email: str) -> None:
         with self._lock:
-            self._failures = [f for f in self._failures if f[0] != email]
+            self._failures = [(None if e == email else e, a, at) for e, a, at in self._failures]
 
     # public links
     def add_link(self, *, export_id: str, created_by: str, token_hash: str, now: datetime) -> Link:

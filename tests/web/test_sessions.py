@@ -7,8 +7,11 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
+from qexport import bootstrap
+from qexport.api.app import create_app
 from qexport.domain.accounts import Role
 from qexport.services import accounts as service
+from qexport.services.sign_in import VerificationGate
 from qexport.web.session import COOKIE
 from tests.api.conftest import Api
 from tests.web.conftest import PASSWORD, Browser, add_person, csrf_of
@@ -187,4 +190,43 @@ def test_twenty_failures_from_one_address_lock_it_for_every_email(
     status, retry_after, _ = _try(browser, "ann@example.com", PASSWORD)
     assert (status, retry_after) == (429, "30")
     api.clock.advance(15 * 60 + 1)
+    assert _try(browser, "ann@example.com", PASSWORD)[0] == 303
+
+
+def test_failures_on_one_server_lock_the_account_on_another(api: Api, browser: Browser) -> None:
+    """Two server processes on one metadata database: five failures through the first, and
+    the second answers 429 too."""
+    add_person(api, "ann@example.com")
+    for _ in range(5):
+        assert _try(browser, "ann@example.com", "wrong")[0] == 400
+    settings = api.context.settings
+    deps = bootstrap.build(settings, clock=api.clock, upgrade=False)
+    with TestClient(create_app(bootstrap.api_context(settings, deps))) as second:
+        status, retry_after, _ = _try(Browser(second), "ann@example.com", PASSWORD)
+    assert (status, retry_after) == (429, "30")
+
+
+class _FullGate(VerificationGate):
+    """A gate whose slots stay taken."""
+
+    def verify(self, password_hash: str, password: str) -> bool | None:
+        return None
+
+
+def test_a_sign_in_when_every_slot_is_taken_gets_503_and_the_form_again(
+    api: Api, browser: Browser
+) -> None:
+    """503 with Retry-After, the form with its CSRF field and the reason as an alert; no
+    failure is counted against the account."""
+    add_person(api, "ann@example.com")
+    app = api.client.app
+    real = app.state.sign_in_gate  # type: ignore[attr-defined]  # Starlette's app type hides state
+    app.state.sign_in_gate = _FullGate(1)  # type: ignore[attr-defined]  # as above
+    for _ in range(6):
+        status, retry_after, page = _try(browser, "ann@example.com", PASSWORD)
+        assert (status, retry_after) == (503, "2")
+        assert "The server is busy" in page
+        assert 'role="alert"' in page
+        assert csrf_of(page)
+    app.state.sign_in_gate = real  # type: ignore[attr-defined]  # as above
     assert _try(browser, "ann@example.com", PASSWORD)[0] == 303

@@ -306,8 +306,10 @@ class SqlAccountStore:
             conn.execute(sign_in_failures.insert().values(email=email, address=address, at=now))
 
     def clear_sign_in_failures(self, email: str) -> None:
+        """Forget the email's failures; they still count for the addresses they came from."""
+        stmt = sign_in_failures.update().where(sign_in_failures.c.email == email)
         with self._tx() as conn:
-            conn.execute(sign_in_failures.delete().where(sign_in_failures.c.email == email))
+            conn.execute(stmt.values(email=None))
 
     # ------------------------------------------------------------ public links
 

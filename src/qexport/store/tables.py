@@ -211,12 +211,12 @@ api_tokens = sa.Table(
 
 # Failed sign-ins of the last window, counted per email and per client address so that every
 # server process sharing the database throttles guessing alike; older rows are pruned as new
-# ones are written.
+# ones are written. A successful sign-in clears `email` (NULL) and keeps the address's count.
 sign_in_failures = sa.Table(
     "sign_in_failures",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("email", sa.String(320), nullable=False),
+    sa.Column("email", sa.String(320)),
     sa.Column("address", sa.String(64), nullable=False),
     sa.Column("at", UTCDateTime, nullable=False),
 )

@@ -25,7 +25,7 @@ def upgrade() -> None:
     op.create_table(
         "sign_in_failures",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("email", sa.String(320), nullable=False),
+        sa.Column("email", sa.String(320)),
         sa.Column("address", sa.String(64), nullable=False),
         sa.Column("at", UTCDateTime, nullable=False),
     )
