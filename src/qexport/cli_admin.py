@@ -162,22 +162,31 @@ def users_set_password(
 
 @users_app.command("disable")
 def users_disable(ctx: typer.Context, email: str) -> None:
-    """Disable EMAIL: no sign-in, and their sessions and API tokens stop working at once."""
+    """Disable EMAIL: no sign-in; their sessions and API tokens stop working at once and the
+    schedules they own are paused."""
+    from qexport.store.schedules import SqlScheduleStore
+
     admin = admin_context(ctx)
     with refusals():
-        changed = service.set_disabled(admin.accounts, admin.clock, email, disabled=True)
-    shown = email.strip().lower()
-    note(f"disabled {shown}" if changed else f"{shown} was already disabled")
+        done = service.set_disabled(
+            admin.accounts, SqlScheduleStore(admin.engine), admin.clock, email, disabled=True
+        )
+    state_now = "disabled" if done.changed else "was already disabled"
+    note(f"{done.user.email} {state_now}; {done.schedules_paused} schedule(s) paused")
 
 
 @users_app.command("enable")
 def users_enable(ctx: typer.Context, email: str) -> None:
-    """Enable EMAIL again: they can sign in, and their unrevoked tokens work again."""
+    """Enable EMAIL again: they can sign in, and their unrevoked tokens work again (their
+    schedules stay paused until resumed)."""
+    from qexport.store.schedules import SqlScheduleStore
+
     admin = admin_context(ctx)
     with refusals():
-        changed = service.set_disabled(admin.accounts, admin.clock, email, disabled=False)
-    shown = email.strip().lower()
-    note(f"enabled {shown}" if changed else f"{shown} was not disabled")
+        done = service.set_disabled(
+            admin.accounts, SqlScheduleStore(admin.engine), admin.clock, email, disabled=False
+        )
+    note(f"{done.user.email} enabled" if done.changed else f"{done.user.email} was not disabled")
 
 
 # ---------------------------------------------------------------- tokens

@@ -147,12 +147,17 @@ def test_members_list_shows_email_role_and_who_is_disabled(env: Env) -> None:
 def test_a_disabled_users_token_and_local_actions_stop_until_enabled(
     env: Env, client: TestClient
 ) -> None:
-    """`users disable`: their token gets 401 and local actions as them exit 2, and no new
-    token is issued; `users enable`: the same token works again."""
+    """`users disable`: their token gets 401, local actions as them exit 2, no new token is
+    issued and their schedule is paused; `users enable`: the same token works again (the
+    schedule stays paused)."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
     ann = _user(env, "ann@example.com", "editor")
     token = env.run("tokens", "create", "ann@example.com").stdout.strip()
     assert _queries_status(client, token) == 200
-    env.run("users", "disable", "ann@example.com")
+    env.run("--user", ann, "schedules", "add", "small_orders", "--format", "csv",
+            "--cron", "0 8 * * 1")  # fmt: skip
+    disabled = env.run("users", "disable", "ann@example.com")
+    assert "1 schedule(s) paused" in disabled.stderr
     assert _queries_status(client, token) == 401
     local = env.run("--user", ann, "exports", "list", check=False)
     assert local.returncode == 2
@@ -165,6 +170,8 @@ def test_a_disabled_users_token_and_local_actions_stop_until_enabled(
     env.run("users", "enable", "ann@example.com")
     assert _queries_status(client, token) == 200
     assert env.json("--user", ann, "exports", "list")["items"] == []
+    [schedule] = env.json("--user", ann, "schedules", "list")["items"]
+    assert schedule["enabled"] is False
 
 
 def test_set_password_reads_stdin_and_ends_the_users_sessions(env: Env) -> None:

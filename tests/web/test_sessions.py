@@ -57,7 +57,9 @@ def _remove(api: Api, browser: Browser) -> None:
 
 
 def _disable(api: Api, browser: Browser) -> None:
-    service.set_disabled(api.context.accounts, api.clock, "ann@example.com", disabled=True)
+    service.set_disabled(
+        api.context.accounts, api.context.schedules, api.clock, "ann@example.com", disabled=True
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,7 +114,9 @@ def test_a_disabled_user_cannot_sign_in_or_use_a_token_until_enabled(
     assert response.status_code == 400
     assert "The email or password is not right." in response.text
     assert api.get("/api/v1/queries", "ann@example.com").status_code == 401
-    service.set_disabled(api.context.accounts, api.clock, "ann@example.com", disabled=False)
+    service.set_disabled(
+        api.context.accounts, api.context.schedules, api.clock, "ann@example.com", disabled=False
+    )
     assert api.get("/api/v1/queries", "ann@example.com").status_code == 200
     browser.sign_in("ann@example.com")
 

@@ -145,11 +145,30 @@ def change_password(accounts: AccountStore, email: str, password: str) -> User:
     return user
 
 
-def set_disabled(accounts: AccountStore, clock: Clock, email: str, *, disabled: bool) -> bool:
-    """Disable a user (no sign-in; their sessions end, their tokens stop working) or enable
-    them again; False when they already were."""
+@dataclass(frozen=True)
+class Disabling:
+    """What `set_disabled` did: whether the user's state changed, and schedules paused."""
+
+    user: User
+    changed: bool
+    schedules_paused: int = 0
+
+
+def set_disabled(
+    accounts: AccountStore, schedules: ScheduleStore, clock: Clock, email: str, *, disabled: bool
+) -> Disabling:
+    """Disable a user (no sign-in; their sessions end, their tokens stop working, the
+    schedules they own are paused) or enable them again (schedules stay paused)."""
     user = find_user(accounts, email)
-    return accounts.set_disabled(user.id, disabled_at=clock.now() if disabled else None)
+    changed = accounts.set_disabled(user.id, disabled_at=clock.now() if disabled else None)
+    if not disabled:
+        return Disabling(user, changed)
+    # Work runs with its owner's rights, and a disabled user has none: paused, even when
+    # already disabled, so that a run interrupted before this point finishes when repeated.
+    paused = sum(
+        schedules.pause_owned(m.workspace_id, user.id) for m in accounts.memberships_of(user.id)
+    )
+    return Disabling(user, changed, paused)
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ def _form(request: Request, session: Session, *, status: int = 200, **context: o
 
 
 def client_address(request: Request) -> str:
-    """The address sign-in failures are counted under (the proxy's, behind one that does
-    not rewrite it: run uvicorn with --proxy-headers there)."""
+    """The address sign-in failures are counted under: the peer's, or behind a proxy that
+    uvicorn trusts (FORWARDED_ALLOW_IPS, by default 127.0.0.1) its X-Forwarded-For."""
     return request.client.host if request.client else "unknown"
 
 
