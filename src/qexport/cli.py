@@ -13,8 +13,9 @@ from rich.table import Table
 
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
-from qexport.cli_common import State, fail, fail_input, out, state
+from qexport.cli_common import State, fail, fail_input, local_deps, out, state
 from qexport.cli_exports import exports_app
+from qexport.cli_members import members_app
 from qexport.cli_reports import reports_app
 from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
@@ -41,6 +42,7 @@ app.add_typer(sources_app, name="sources")
 app.add_typer(reports_app, name="reports")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(workspaces_app, name="workspaces")
+app.add_typer(members_app, name="members")
 
 DEMO_HOST = "127.0.0.1"
 
@@ -380,8 +382,7 @@ def queries_add(
     ] = None,
 ) -> None:
     """Save a query."""
-    st = state(ctx)
-    deps = st.deps()
+    st, deps = local_deps(ctx)
     try:
         params = tuple(parse_param_spec(p) for p in param or [])
     except QExportError as exc:
@@ -416,8 +417,8 @@ def queries_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the workspace's queries."""
-    st = state(ctx)
-    found = st.deps().store.list_queries(st.requester.workspace_id)
+    st, deps = local_deps(ctx)
+    found = deps.store.list_queries(st.requester.workspace_id)
     if as_json:
         print(json.dumps([_query_json(q) for q in found], indent=2))
         return
@@ -434,8 +435,7 @@ def queries_list(
 @queries_app.command("delete")
 def queries_delete(ctx: typer.Context, name: str) -> None:
     """Delete a query; its unsettled exports then fail with access_lost."""
-    st = state(ctx)
-    deps = st.deps()
+    st, deps = local_deps(ctx)
     query = deps.store.find_query(st.requester.workspace_id, name)
     if query is None or not deps.store.delete_query(query.id):
         fail(f"no query named {name!r}")

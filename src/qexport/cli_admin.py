@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -29,6 +29,9 @@ from qexport.services import sources as sources_service
 from qexport.services.views import iso_time
 from qexport.sources.registry import grant_words
 
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
 users_app = typer.Typer(no_args_is_help=True, help="Users and their roles in workspaces.")
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (Authorization: Bearer).")
 sources_app = typer.Typer(no_args_is_help=True, help="Data sources that queries name.")
@@ -39,6 +42,7 @@ class Admin:
     accounts: AccountStore
     clock: Clock
     settings: Settings
+    engine: sa.Engine
 
 
 def admin_context(ctx: typer.Context) -> Admin:
@@ -49,7 +53,8 @@ def admin_context(ctx: typer.Context) -> Admin:
     st = state(ctx)
     deps = st.deps()
     assert isinstance(deps.store, SqlMetadataStore)
-    return Admin(SqlAccountStore(deps.store.engine), deps.clock, st.settings)
+    engine = deps.store.engine
+    return Admin(SqlAccountStore(engine), deps.clock, st.settings, engine)
 
 
 def note(message: str) -> None:
@@ -58,7 +63,7 @@ def note(message: str) -> None:
 
 
 @contextmanager
-def _refusals() -> Iterator[None]:
+def refusals() -> Iterator[None]:
     """Bad input (exit 2) and other failures (exit 1) as one line on stderr."""
     try:
         yield
@@ -93,7 +98,7 @@ def users_create(
     user id."""
     password = _read_password() if password_stdin else None
     admin = admin_context(ctx)
-    with _refusals():
+    with refusals():
         added = service.add_user(
             admin.accounts, admin.clock, email, workspace=workspace, role=role, password=password
         )
@@ -112,22 +117,80 @@ def users_list(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """List a workspace's members and their roles."""
+    """List a workspace's members and their roles (as `members list`)."""
+    print_members(ctx, workspace, as_json=as_json)
+
+
+def print_members(ctx: typer.Context, workspace: str | None, *, as_json: bool) -> None:
+    """A workspace's members: email, role, id and whether disabled, as a table or JSON."""
     admin = admin_context(ctx)
     name = workspace or state(ctx).requester.workspace_id
-    with _refusals():
+    with refusals():
         members = service.list_members(admin.accounts, name)
-    rows = [
-        {"id": user.id, "email": user.email, "role": m.role.value, "workspace": m.workspace_id}
+    rows: list[dict[str, str | bool]] = [
+        {
+            "id": user.id,
+            "email": user.email,
+            "role": m.role.value,
+            "workspace": m.workspace_id,
+            "disabled": user.disabled,
+        }
         for user, m in members
     ]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("email", "role", "id", title=f"workspace {name}")
-    for row in rows:
-        table.add_row(row["email"], row["role"], row["id"])
+    table = Table("email", "role", "id", "", title=f"workspace {name}")
+    for user, m in members:
+        table.add_row(user.email, m.role.value, user.id, "disabled" if user.disabled else "")
     out.print(table)
+
+
+@users_app.command("set-password")
+def users_set_password(
+    ctx: typer.Context,
+    email: str,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from stdin (one line).")
+    ] = False,
+) -> None:
+    """Give EMAIL a new password (read from stdin); every session they have ends."""
+    if not password_stdin:
+        fail_input("give --password-stdin and the password on stdin (never on the command line)")
+    password = _read_password()
+    admin = admin_context(ctx)
+    with refusals():
+        user = service.change_password(admin.accounts, email, password)
+    note(f"changed the password of {user.email}; their sessions have ended")
+
+
+@users_app.command("disable")
+def users_disable(ctx: typer.Context, email: str) -> None:
+    """Disable EMAIL: no sign-in; their sessions and API tokens stop working at once and the
+    schedules they own are paused."""
+    from qexport.store.schedules import SqlScheduleStore
+
+    admin = admin_context(ctx)
+    with refusals():
+        done = service.set_disabled(
+            admin.accounts, SqlScheduleStore(admin.engine), admin.clock, email, disabled=True
+        )
+    state_now = "disabled" if done.changed else "was already disabled"
+    note(f"{done.user.email} {state_now}; {done.schedules_paused} schedule(s) paused")
+
+
+@users_app.command("enable")
+def users_enable(ctx: typer.Context, email: str) -> None:
+    """Enable EMAIL again: they can sign in, and their unrevoked tokens work again (their
+    schedules stay paused until resumed)."""
+    from qexport.store.schedules import SqlScheduleStore
+
+    admin = admin_context(ctx)
+    with refusals():
+        done = service.set_disabled(
+            admin.accounts, SqlScheduleStore(admin.engine), admin.clock, email, disabled=False
+        )
+    note(f"{done.user.email} enabled" if done.changed else f"{done.user.email} was not disabled")
 
 
 # ---------------------------------------------------------------- tokens
@@ -143,7 +206,7 @@ def tokens_create(
 ) -> None:
     """Create an API token for EMAIL and print only the token (it is shown once)."""
     admin = admin_context(ctx)
-    with _refusals():
+    with refusals():
         issued = service.issue_token(admin.accounts, admin.clock, email, workspace=workspace)
     record = issued.record
     note(f"token {record.id} for {email.strip().lower()} in workspace {record.workspace_id}")
@@ -154,7 +217,7 @@ def tokens_create(
 def tokens_revoke(ctx: typer.Context, token_id: str) -> None:
     """Revoke a token by its id (shown by `tokens list`); it stops working at once."""
     admin = admin_context(ctx)
-    with _refusals():
+    with refusals():
         revoked = service.revoke_token(admin.accounts, admin.clock, token_id)
     shown = service.token_id_of(token_id)
     note(f"revoked token {shown}" if revoked else f"token {shown} was already revoked")
@@ -176,7 +239,7 @@ def tokens_list(
 ) -> None:
     """List a user's tokens (ids and times; the tokens themselves are not stored)."""
     admin = admin_context(ctx)
-    with _refusals():
+    with refusals():
         rows = [_token_row(t) for t in service.list_tokens(admin.accounts, email)]
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -248,7 +311,7 @@ def sources_add(
     request = sources_service.SourceRequest(
         name, given, workspace, frozenset(share_with or ()), allow_privileged_role
     )
-    with _refusals():
+    with refusals():
         findings = sources_service.register_source(
             admin.accounts,
             admin.clock,
@@ -264,7 +327,7 @@ def sources_add(
 
 def _share(ctx: typer.Context, name: str, workspace: str, *, shared: bool) -> None:
     admin = admin_context(ctx)
-    with _refusals():
+    with refusals():
         changed = sources_service.share_source(admin.accounts, name, workspace, shared=shared)
     verb = "may use" if shared else "may no longer use"
     note(f"workspace {workspace} {verb} source {name}" + ("" if changed else " (unchanged)"))
@@ -289,7 +352,7 @@ def sources_list(
     """List the data sources, built-in, configured and registered, with who may use them
     (passwords masked)."""
     admin = admin_context(ctx)
-    with _refusals():
+    with refusals():
         views = sources_service.all_sources(admin.accounts, admin.settings)
     rows = [
         {

@@ -91,17 +91,29 @@ def server_errors(client_error_code: int = 1) -> Iterator[None]:
 
 
 def check_local_requester(deps: Deps, requester: Requester) -> None:
-    """In a workspace that has accounts, the local requester must be one of its members: an
-    export requested for anyone else would only fail `access_lost` before it runs."""
+    """In a workspace that has accounts, the local requester must be one of its members and
+    not disabled. Every local requester action checks this first, so that a removed member
+    can neither request exports nor see, wait for, download or cancel the ones they had."""
     from qexport.store.accounts import SqlAccountStore
     from qexport.store.sql import SqlMetadataStore
 
     if not isinstance(deps.store, SqlMetadataStore):
         return
     accounts = SqlAccountStore(deps.store.engine)
-    workspace, user = requester.workspace_id, requester.user_id
-    if accounts.workspace_exists(workspace) and accounts.role_of(workspace, user) is None:
+    workspace, user_id = requester.workspace_id, requester.user_id
+    if not accounts.workspace_exists(workspace):
+        return
+    user = accounts.get_user(user_id)
+    if user is None or user.disabled or accounts.role_of(workspace, user_id) is None:
         fail_input(
-            f"user {user!r} is not a member of workspace {workspace!r}, which has accounts;"
-            f" pass --user with a member's id (qexport users list --workspace {workspace})",
+            f"user {user_id!r} is not a member of workspace {workspace!r}, which has accounts;"
+            f" pass --user with a member's id (qexport members list --workspace {workspace})",
         )
+
+
+def local_deps(ctx: typer.Context) -> tuple[State, Deps]:
+    """The state and the local database for a requester action, the requester checked."""
+    st = state(ctx)
+    deps = st.deps()
+    check_local_requester(deps, st.requester)
+    return st, deps

@@ -18,15 +18,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from qexport.cli_common import (
-    check_local_requester,
     err,
     fail,
     fail_input,
+    local_deps,
     out,
     parse_kv,
     remote,
     server_errors,
-    state,
 )
 from qexport.cli_schedules import EMAIL_HELP, WEBHOOK_HELP, local_notify, parse_notify
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester
@@ -147,9 +146,7 @@ def exports_create(
                     )
         _print_created(view, wait=wait, as_json=as_json)
         return
-    st = state(ctx)
-    deps = st.deps()
-    check_local_requester(deps, st.requester)
+    st, deps = local_deps(ctx)
     if notify:
         notify = local_notify(ctx, email, webhook)
     try:
@@ -204,8 +201,7 @@ def exports_get(
         with client, server_errors():
             _print_view(client.get_export(export_id), as_json)
         return
-    st = state(ctx)
-    deps = st.deps()
+    st, deps = local_deps(ctx)
     try:
         record = get_visible_export(deps.store, st.requester, export_id)
     except QExportError as exc:
@@ -226,8 +222,7 @@ def exports_list(
             page = client.list_exports(limit=limit)
         _print_list(page, as_json)
         return
-    st = state(ctx)
-    deps = st.deps()
+    st, deps = local_deps(ctx)
     records = deps.store.list_exports(
         workspace_id=st.requester.workspace_id, requested_by=st.requester.user_id, limit=limit
     )
@@ -305,8 +300,7 @@ def exports_wait(
                 interval=REMOTE_POLL_SECONDS,
             )
     else:
-        st = state(ctx)
-        deps = st.deps()
+        st, deps = local_deps(ctx)
         try:
             view = _wait(_local_view(deps, st.requester, export_id), export_id, quiet=as_json)
         except QExportError as exc:
@@ -353,8 +347,7 @@ def exports_download(
         with client, server_errors():
             _remote_download(client, export_id, output, link=url)
         return
-    st = state(ctx)
-    deps = st.deps()
+    st, deps = local_deps(ctx)
     if url:
         _print_download_link(deps, st.requester, export_id)
         return
@@ -421,8 +414,7 @@ def exports_cancel(ctx: typer.Context, export_id: str) -> None:
             view = client.cancel_export(export_id)
         out.print(f"export {view['id']} cancelled")
         return
-    st = state(ctx)
-    deps = st.deps()
+    st, deps = local_deps(ctx)
     try:
         record = cancel_export(deps.store, deps.clock, st.requester, export_id)
     except QExportError as exc:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli_common import fail_input, out, state
+from qexport.cli_common import fail_input, local_deps, out
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import Report, Section, parse_fixed_spec, parse_section_spec
@@ -105,8 +105,7 @@ def reports_add(
 ) -> None:
     """Save a report, e.g. `qexport reports add Sales --section 'Orders|orders|table'
     --section 'Big ones|orders|bar|20' --param 2:since=2024-01-15`."""
-    st = state(ctx)
-    deps = st.deps()
+    st, deps = local_deps(ctx)
     parsed = [_parse_section(spec) for spec in section]
     fixed = _parse_fixed(param or [], len(parsed))
     sections = [
@@ -150,8 +149,8 @@ def reports_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the workspace's reports."""
-    st = state(ctx)
-    found = st.deps().store.list_reports(st.requester.workspace_id)
+    st, deps = local_deps(ctx)
+    found = deps.store.list_reports(st.requester.workspace_id)
     if as_json:
         print(json.dumps([_report_json(r) for r in found], indent=2))
         return

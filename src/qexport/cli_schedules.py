@@ -14,14 +14,13 @@ from rich.table import Table
 
 from qexport.cli_common import (
     BAD_INPUT,
-    check_local_requester,
     fail,
     fail_input,
+    local_deps,
     out,
     parse_kv,
     remote,
     server_errors,
-    state,
 )
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError
@@ -105,9 +104,7 @@ def local_notify(
 def _local(ctx: typer.Context) -> tuple[Deps, service.Actor]:
     """The local database and who acts in it: a member with their role in a workspace with
     accounts; in one without, the command line administers its own workspace."""
-    st = state(ctx)
-    deps = st.deps()
-    check_local_requester(deps, st.requester)
+    st, deps = local_deps(ctx)
     role = _accounts(deps).role_of(st.requester.workspace_id, st.requester.user_id)
     return deps, service.Actor(st.requester, role or Role.ADMIN)
 

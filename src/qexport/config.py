@@ -85,6 +85,9 @@ class Settings:
     # Bytes of cell data (every section's together) a report holds in memory while it renders:
     # string and binary values by length, others at a fixed size each.
     report_max_bytes: int = 64 * 1024**2
+    # Password checks (argon2, 64 MiB each) one server process runs at once; sign-ins that
+    # wait longer than a few seconds for one get 503.
+    signin_concurrency: int = 2
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -116,6 +119,9 @@ class Settings:
             from qexport.deliveries.email import parse_smtp_url
 
             parse_smtp_url(self.smtp_url)  # ValueError naming QEXPORT_SMTP_URL, never the password
+
+        if self.signin_concurrency < 1:
+            raise ValueError("QEXPORT_SIGNIN_CONCURRENCY must be at least 1")
 
     def egress_policy(self) -> EgressPolicy:
         """Where webhooks may connect (QEXPORT_EGRESS_ALLOW opens internal destinations)."""
@@ -207,6 +213,7 @@ class Settings:
             "EMAIL_ATTACHMENT_MAX_BYTES",
             "REPORT_PDF_MAX_ROWS",
             "REPORT_MAX_BYTES",
+            "SIGNIN_CONCURRENCY",
         ):
             read(name, int)
         values.update(_source_settings(env))

@@ -25,6 +25,7 @@ from qexport.domain.exports import (
 )
 from qexport.domain.failures import (
     AccessLostError,
+    ConflictError,
     FailureCode,
     InvalidRequestError,
     NotFoundError,
@@ -36,6 +37,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
 from qexport.domain.schedules import NewDelivery
+from qexport.domain.sign_in import Failures
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
 from qexport.ports import Admission, ClaimResult, NewExport, Source, StoredObject
 from qexport.store.accounts import LAST_USED_RESOLUTION
@@ -533,6 +535,7 @@ class InMemoryAccountStore:
         self._tokens: dict[str, ApiToken] = {}
         self._links: dict[str, tuple[Link, str]] = {}  # id -> (link, token hash)
         self._sources: dict[str, RegisteredSource] = {}
+        self._failures: list[tuple[str | None, str, datetime]] = []  # (email, address, at)
 
     def standing(self, workspace_id: str, user_id: str) -> Standing:
         with self._lock:
@@ -599,16 +602,48 @@ class InMemoryAccountStore:
             user = self._users.get(user_id)
             if user is None:
                 return False
-            self._users[user_id] = replace(user, password_hash=password_hash)
+            self._users[user_id] = replace(
+                user, password_hash=password_hash, session_epoch=user.session_epoch + 1
+            )
+            return True
+
+    def end_sessions(self, user_id: str) -> bool:
+        with self._lock:
+            return self._next_epoch(user_id)
+
+    def _next_epoch(self, user_id: str) -> bool:
+        user = self._users.get(user_id)
+        if user is not None:
+            self._users[user_id] = replace(user, session_epoch=user.session_epoch + 1)
+        return user is not None
+
+    def set_disabled(self, user_id: str, *, disabled_at: datetime | None) -> bool:
+        with self._lock:
+            user = self._users.get(user_id)
+            if user is None or (disabled_at is None) == (user.disabled_at is None):
+                return False
+            self._users[user_id] = replace(user, disabled_at=disabled_at)
+            if disabled_at is not None:
+                self._next_epoch(user_id)
             return True
 
     def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
         with self._lock:
             self._roles[workspace_id, user_id] = role
 
-    def remove_member(self, workspace_id: str, user_id: str) -> bool:
+    def remove_member(
+        self, workspace_id: str, user_id: str, *, keep_an_admin: bool = False
+    ) -> bool:
         with self._lock:
-            return self._roles.pop((workspace_id, user_id), None) is not None
+            admins = {
+                u for (w, u), r in self._roles.items() if w == workspace_id and r is Role.ADMIN
+            }
+            if keep_an_admin and admins == {user_id}:
+                raise ConflictError(f"it would leave workspace {workspace_id!r} without an admin")
+            if self._roles.pop((workspace_id, user_id), None) is None:
+                return False
+            self._next_epoch(user_id)
+            return True
 
     def role_of(self, workspace_id: str, user_id: str) -> Role | None:
         with self._lock:
@@ -659,6 +694,41 @@ class InMemoryAccountStore:
                 return False
             self._tokens[token_id] = replace(token, revoked_at=now)
             return True
+
+    def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int:
+        with self._lock:
+            live = [
+                t
+                for t in self._tokens.values()
+                if t.user_id == user_id and t.workspace_id == workspace_id and t.revoked_at is None
+            ]
+            for token in live:
+                self._tokens[token.id] = replace(token, revoked_at=now)
+            return len(live)
+
+    # sign-in failures
+    def sign_in_failures(
+        self, email: str, address: str, *, since: datetime
+    ) -> tuple[Failures, Failures]:
+        with self._lock:
+            recent = [f for f in self._failures if f[2] > since]
+        by_email = [at for e, _, at in recent if e == email]
+        by_address = [at for _, a, at in recent if a == address]
+        return (
+            Failures(len(by_email), max(by_email, default=None)),
+            Failures(len(by_address), max(by_address, default=None)),
+        )
+
+    def record_sign_in_failure(
+        self, email: str, address: str, *, now: datetime, forget_before: datetime
+    ) -> None:
+        with self._lock:
+            self._failures = [f for f in self._failures if f[2] >= forget_before]
+            self._failures.append((email, address, now))
+
+    def clear_sign_in_failures(self, email: str) -> None:
+        with self._lock:
+            self._failures = [(None if e == email else e, a, at) for e, a, at in self._failures]
 
     # public links
     def add_link(self, *, export_id: str, created_by: str, token_hash: str, now: datetime) -> Link:

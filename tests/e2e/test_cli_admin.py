@@ -331,7 +331,8 @@ def test_a_local_requester_outside_a_workspace_with_accounts_is_refused_up_front
     refused = env.run("exports", "create", "--query", "items", "--format", "csv", check=False)
     assert refused.returncode == 2
     assert "not a member of workspace 'demo'" in refused.stderr
-    assert env.json("exports", "list")["items"] == []
+    assert env.json("--user", user_id, "exports", "list")["items"] == []
+    assert env.store.list_exports(workspace_id="demo", requested_by="alice", limit=10) == []
 
     accepted = env.run(
         "--user", user_id, "exports", "create", "--query", "items", "--format", "csv"

@@ -12,8 +12,9 @@ import pytest
 
 from qexport.domain.accounts import Role, Standing, hash_secret, new_api_token, parse_api_token
 from qexport.domain.exports import ExportRecord, Status
-from qexport.domain.failures import FailureCode, InvalidRequestError, NotFoundError
+from qexport.domain.failures import ConflictError, FailureCode, InvalidRequestError, NotFoundError
 from qexport.domain.queries import Query
+from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.ports import AccountStore, MetadataStore, NewExport
 from qexport.store.accounts import LAST_USED_RESOLUTION, SqlAccountStore
@@ -77,14 +78,15 @@ def test_a_workspace_is_created_once(account_store: AccountStore, clock: FrozenC
 
 
 def test_a_password_hash_is_replaced(account_store: AccountStore, clock: FrozenClock) -> None:
-    """set_password replaces the user's hash (None removes it); an unknown user is False."""
+    """set_password replaces the user's hash (None removes it) and ends their sessions; an
+    unknown user is False."""
     user = account_store.create_user("ann@acme.test", password_hash=None, now=clock.now())
     assert account_store.set_password(user.id, STAND_IN_HASH) is True
     found = account_store.find_user("ann@acme.test")
     assert found is not None
     assert found.password_hash == STAND_IN_HASH
     assert account_store.set_password(user.id, None) is True
-    assert account_store.get_user(user.id) == replace(user, password_hash=None)
+    assert account_store.get_user(user.id) == replace(user, password_hash=None, session_epoch=2)
     assert account_store.set_password("nobody", STAND_IN_HASH) is False
 
 
@@ -357,3 +359,130 @@ def test_webhook_hosts_are_stored_per_workspace_and_lifted(account_store: Accoun
     assert account_store.set_workspace_webhook_hosts("acme", None)
     assert account_store.workspace_webhook_hosts("acme") is None
     assert not account_store.set_workspace_webhook_hosts("nowhere", ("x.example",))
+
+
+# ---------------------------------------------------------------- sessions and sign-in
+
+
+def _epoch(accounts: AccountStore, user_id: str) -> int:
+    user = accounts.get_user(user_id)
+    assert user is not None
+    return user.session_epoch
+
+
+def test_sessions_end_on_sign_out_password_change_removal_and_disabling(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """Each of these raises the user's session epoch (what their session cookies carry);
+    enabling again and a role change do not."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.VIEWER)
+    assert _epoch(account_store, ann) == 0
+    assert account_store.end_sessions(ann) is True
+    assert _epoch(account_store, ann) == 1
+    assert account_store.set_password(ann, STAND_IN_HASH) is True
+    assert _epoch(account_store, ann) == 2
+    account_store.set_role("acme", ann, Role.EDITOR)
+    assert _epoch(account_store, ann) == 2
+    assert account_store.set_disabled(ann, disabled_at=clock.now()) is True
+    assert _epoch(account_store, ann) == 3
+    assert account_store.set_disabled(ann, disabled_at=None) is True
+    assert _epoch(account_store, ann) == 3
+    assert account_store.remove_member("acme", ann) is True
+    assert _epoch(account_store, ann) == 4
+    assert account_store.remove_member("acme", ann) is False
+    assert _epoch(account_store, ann) == 4
+    assert account_store.end_sessions("nobody") is False
+
+
+def test_a_user_is_disabled_and_enabled_once(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """set_disabled records when, reads back, and says False when nothing changes."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.VIEWER)
+    assert account_store.set_disabled(ann, disabled_at=None) is False
+    assert account_store.set_disabled(ann, disabled_at=clock.now()) is True
+    assert account_store.set_disabled(ann, disabled_at=clock.now()) is False
+    user = account_store.find_user("ann@acme.test")
+    assert user is not None
+    assert user.disabled
+    assert user.disabled_at == clock.now()
+    assert account_store.set_disabled(ann, disabled_at=None) is True
+    user = account_store.get_user(ann)
+    assert user is not None
+    assert not user.disabled
+    assert account_store.set_disabled("nobody", disabled_at=clock.now()) is False
+
+
+def test_the_last_admin_is_kept_when_asked(account_store: AccountStore, clock: FrozenClock) -> None:
+    """With keep_an_admin, removing a workspace's only admin is a ConflictError and changes
+    nothing; with a second admin, or for a viewer, it goes ahead."""
+    ada = _member(account_store, clock, "ada@acme.test", "acme", Role.ADMIN)
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.VIEWER)
+    with pytest.raises(ConflictError, match="without an admin"):
+        account_store.remove_member("acme", ada, keep_an_admin=True)
+    assert account_store.role_of("acme", ada) is Role.ADMIN
+    assert _epoch(account_store, ada) == 0
+    assert account_store.remove_member("acme", ann, keep_an_admin=True) is True
+    bob = _member(account_store, clock, "bob@acme.test", "acme", Role.ADMIN)
+    assert account_store.remove_member("acme", ada, keep_an_admin=True) is True
+    assert [m.user_id for m in account_store.members("acme")] == [bob]
+
+
+def test_a_users_tokens_for_one_workspace_are_revoked_together(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """revoke_tokens revokes the live tokens of that user and workspace only, and counts."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.VIEWER)
+    _member(account_store, clock, "ann@acme.test", "beta", Role.VIEWER)
+    for token_id, workspace in (("a" * 16, "acme"), ("b" * 16, "acme"), ("c" * 16, "beta")):
+        account_store.add_token(
+            token_id=token_id,
+            user_id=ann,
+            workspace_id=workspace,
+            secret_hash=hash_secret(token_id),
+            now=clock.now(),
+        )
+    account_store.revoke_token("b" * 16, now=clock.now())
+    clock.advance(5)
+    assert account_store.revoke_tokens(ann, workspace_id="acme", now=clock.now()) == 1
+    revoked = {t.id: t.revoked_at for t in account_store.list_tokens(ann)}
+    assert revoked["a" * 16] == clock.now()
+    assert revoked["b" * 16] == clock.now() - timedelta(seconds=5)
+    assert revoked["c" * 16] is None
+
+
+def test_sign_in_failures_are_counted_per_email_and_address_and_forgotten(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """Failures are counted since a time for the email and for the address, with the latest;
+    recording forgets old ones; clearing an email keeps them counted for their addresses."""
+    window = timedelta(minutes=15)
+    for email, address in (("ann", "10.0.0.1"), ("ann", "10.0.0.2"), ("bob", "10.0.0.1")):
+        account_store.record_sign_in_failure(
+            email, address, now=clock.now(), forget_before=clock.now() - window
+        )
+        clock.advance(1)
+    since = clock.now() - window
+    assert account_store.sign_in_failures("ann", "10.0.0.1", since=since) == (
+        Failures(2, clock.now() - timedelta(seconds=2)),
+        Failures(2, clock.now() - timedelta(seconds=1)),
+    )
+    assert account_store.sign_in_failures("eve", "10.0.0.9", since=since) == (
+        Failures(0, None),
+        Failures(0, None),
+    )
+    account_store.clear_sign_in_failures("ann")
+    assert account_store.sign_in_failures("ann", "10.0.0.1", since=since) == (
+        Failures(0, None),
+        Failures(2, clock.now() - timedelta(seconds=1)),
+    )
+    clock.advance(window.total_seconds())
+    account_store.record_sign_in_failure(
+        "eve", "10.0.0.9", now=clock.now(), forget_before=clock.now() - window
+    )
+    # bob's failure is older than the window: forgotten, even when counted from long ago.
+    long_ago = clock.now() - 10 * window
+    assert account_store.sign_in_failures("bob", "10.0.0.1", since=long_ago) == (
+        Failures(0, None),
+        Failures(0, None),
+    )

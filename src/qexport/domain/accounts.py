@@ -34,6 +34,13 @@ class User:
     email: str
     created_at: datetime
     password_hash: str | None = field(default=None, repr=False)
+    # Every session cookie carries the epoch it was issued in; raising it ends them all.
+    session_epoch: int = 0
+    disabled_at: datetime | None = None
+
+    @property
+    def disabled(self) -> bool:
+        return self.disabled_at is not None
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from qexport.domain.accounts import (
     normalize_email,
     parse_api_token,
 )
-from qexport.domain.failures import InvalidRequestError, NotFoundError
-from qexport.ports import AccountStore, Clock
+from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
+from qexport.ports import AccountStore, Clock, ScheduleStore
 
 MAX_PASSWORD_CHARS = 1024  # argon2 takes any length; a bound keeps hashing cheap to refuse
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -135,6 +135,73 @@ def list_members(accounts: AccountStore, workspace: str) -> list[tuple[User, Mem
     return sorted(found, key=lambda pair: pair[0].email)
 
 
+def change_password(accounts: AccountStore, email: str, password: str) -> User:
+    """Give the user a new password; every session they have ends."""
+    user = find_user(accounts, email)
+    accounts.set_password(user.id, hash_password(password))
+    return user
+
+
+@dataclass(frozen=True)
+class Disabling:
+    """What `set_disabled` did: whether the user's state changed, and schedules paused."""
+
+    user: User
+    changed: bool
+    schedules_paused: int = 0
+
+
+def set_disabled(
+    accounts: AccountStore, schedules: ScheduleStore, clock: Clock, email: str, *, disabled: bool
+) -> Disabling:
+    """Disable a user (no sign-in; their sessions end, their tokens stop working, the
+    schedules they own are paused) or enable them again (schedules stay paused)."""
+    user = find_user(accounts, email)
+    changed = accounts.set_disabled(user.id, disabled_at=clock.now() if disabled else None)
+    if not disabled:
+        return Disabling(user, changed)
+    # Work runs with its owner's rights, and a disabled user has none: paused, even when
+    # already disabled, so that a run interrupted before this point finishes when repeated.
+    paused = sum(
+        schedules.pause_owned(m.workspace_id, user.id) for m in accounts.memberships_of(user.id)
+    )
+    return Disabling(user, changed, paused)
+
+
+@dataclass(frozen=True)
+class MemberRemoved:
+    """What `remove_member` did besides ending the membership."""
+
+    user: User
+    tokens_revoked: int
+    schedules_paused: int
+
+
+def remove_member(
+    accounts: AccountStore, schedules: ScheduleStore, clock: Clock, email: str, *, workspace: str
+) -> MemberRemoved:
+    """Remove a member from a workspace: their sessions end, their tokens for it are revoked
+    and the schedules they own there are paused (not left to fail `access_lost` each time).
+    Refused for the workspace's last admin. Run again after an interruption, it finishes."""
+    user, workspace = find_user(accounts, email), _workspace(workspace)
+    if not accounts.workspace_exists(workspace):
+        raise NotFoundError(f"no workspace {workspace!r}")
+    try:
+        was_member = accounts.remove_member(workspace, user.id, keep_an_admin=True)
+    except ConflictError as exc:
+        raise InvalidRequestError(
+            f"{user.email} is the only admin of workspace {workspace!r}: removing them {exc};"
+            f" make another member admin first (qexport users create EMAIL --workspace"
+            f" {workspace} --role admin)",
+            field="email",
+        ) from None
+    revoked = accounts.revoke_tokens(user.id, workspace_id=workspace, now=clock.now())
+    paused = schedules.pause_owned(workspace, user.id)
+    if not (was_member or revoked or paused):
+        raise NotFoundError(f"{user.email} is not a member of workspace {workspace!r}")
+    return MemberRemoved(user, revoked, paused)
+
+
 # ---------------------------------------------------------------- API tokens
 
 
@@ -151,6 +218,10 @@ def issue_token(
 ) -> TokenIssued:
     """A new API token for the user in `workspace` (default: the user's only workspace)."""
     user = find_user(accounts, email)
+    if user.disabled:
+        raise InvalidRequestError(
+            f"{user.email} is disabled; enable them first (qexport users enable)", field="email"
+        )
     workspaces = [m.workspace_id for m in accounts.memberships_of(user.id)]
     if workspace is None:
         if len(workspaces) != 1:

@@ -14,7 +14,8 @@ _NO_TOKEN_HASH = hash_secret("no such token")
 def authenticate(accounts: AccountStore, clock: Clock, token: str) -> Principal:
     """The principal behind a bearer token; UnauthorizedError (never more detail) otherwise.
 
-    A token stops working when it is revoked or when its user leaves the workspace.
+    A token stops working when it is revoked, when its user leaves the workspace, and while
+    its user is disabled.
     """
     parsed = parse_api_token(token)
     if parsed is None:
@@ -26,7 +27,7 @@ def authenticate(accounts: AccountStore, clock: Clock, token: str) -> Principal:
         raise UnauthorizedError("invalid token")
     role = accounts.role_of(stored.workspace_id, stored.user_id)
     user = accounts.get_user(stored.user_id)
-    if role is None or user is None:
+    if role is None or user is None or user.disabled:
         raise UnauthorizedError("invalid token")
     accounts.touch_token(stored.id, now=clock.now())
     return Principal(user.id, user.email, stored.workspace_id, role, stored.id)

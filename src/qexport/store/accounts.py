@@ -10,13 +10,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from qexport.domain.accounts import ApiToken, Link, Membership, Role, User
-from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
+from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.store.engine import transaction
 from qexport.store.tables import (
     api_tokens,
     links,
     memberships,
+    sign_in_failures,
     source_shares,
     sources,
     users,
@@ -29,7 +31,13 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def _user(row: sa.Row[Any]) -> User:
-    return User(row.id, row.email, row.created_at, row.password_hash)
+    return User(
+        row.id, row.email, row.created_at, row.password_hash, row.session_epoch, row.disabled_at
+    )
+
+
+# Raising the epoch ends every session cookie issued before (they carry the old one).
+_NEXT_EPOCH = {"session_epoch": users.c.session_epoch + 1}
 
 
 def _token(row: sa.Row[Any]) -> ApiToken:
@@ -129,8 +137,31 @@ class SqlAccountStore:
         return _user(row) if row else None
 
     def set_password(self, user_id: str, password_hash: str | None) -> bool:
+        """Replace the hash and end the user's sessions, in one statement."""
         with self._tx() as conn:
-            stmt = users.update().where(users.c.id == user_id).values(password_hash=password_hash)
+            stmt = (
+                users.update()
+                .where(users.c.id == user_id)
+                .values(password_hash=password_hash, **_NEXT_EPOCH)
+            )
+            return conn.execute(stmt).rowcount == 1
+
+    def end_sessions(self, user_id: str) -> bool:
+        with self._tx() as conn:
+            stmt = users.update().where(users.c.id == user_id).values(**_NEXT_EPOCH)
+            return conn.execute(stmt).rowcount == 1
+
+    def set_disabled(self, user_id: str, *, disabled_at: datetime | None) -> bool:
+        """Disable the user (ending their sessions) or, with None, enable them again; False
+        when there is no such user or nothing changed."""
+        stmt = users.update().where(users.c.id == user_id)
+        if disabled_at is None:
+            stmt = stmt.where(users.c.disabled_at.is_not(None)).values(disabled_at=None)
+        else:
+            stmt = stmt.where(users.c.disabled_at.is_(None)).values(
+                disabled_at=disabled_at, **_NEXT_EPOCH
+            )
+        with self._tx() as conn:
             return conn.execute(stmt).rowcount == 1
 
     def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
@@ -145,10 +176,36 @@ class SqlAccountStore:
                 )
             )
 
-    def remove_member(self, workspace_id: str, user_id: str) -> bool:
+    def remove_member(
+        self, workspace_id: str, user_id: str, *, keep_an_admin: bool = False
+    ) -> bool:
+        """End the membership and the user's sessions; False if there was none. With
+        `keep_an_admin`, ConflictError instead of removing the workspace's last admin."""
         key = sa.and_(memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id)
         with self._tx() as conn:
-            return conn.execute(memberships.delete().where(key)).rowcount == 1
+            if keep_an_admin:
+                # The workspace's row, locked: concurrent removals of its admins take turns.
+                conn.execute(
+                    sa.select(workspaces.c.id)
+                    .where(workspaces.c.id == workspace_id)
+                    .with_for_update()
+                )
+                admins = set(
+                    conn.execute(
+                        sa.select(memberships.c.user_id).where(
+                            memberships.c.workspace_id == workspace_id,
+                            memberships.c.role == Role.ADMIN.value,
+                        )
+                    ).scalars()
+                )
+                if admins == {user_id}:
+                    raise ConflictError(
+                        f"it would leave workspace {workspace_id!r} without an admin"
+                    )
+            if conn.execute(memberships.delete().where(key)).rowcount != 1:
+                return False
+            conn.execute(users.update().where(users.c.id == user_id).values(**_NEXT_EPOCH))
+            return True
 
     def role_of(self, workspace_id: str, user_id: str) -> Role | None:
         stmt = sa.select(memberships.c.role).where(
@@ -227,6 +284,50 @@ class SqlAccountStore:
             return (
                 conn.execute(api_tokens.update().where(live).values(revoked_at=now)).rowcount == 1
             )
+
+    def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int:
+        """Revoke the user's live tokens for the workspace; how many there were."""
+        live = sa.and_(
+            api_tokens.c.user_id == user_id,
+            api_tokens.c.workspace_id == workspace_id,
+            api_tokens.c.revoked_at.is_(None),
+        )
+        with self._tx() as conn:
+            return conn.execute(api_tokens.update().where(live).values(revoked_at=now)).rowcount
+
+    # ------------------------------------------------------------ sign-in failures
+
+    def sign_in_failures(
+        self, email: str, address: str, *, since: datetime
+    ) -> tuple[Failures, Failures]:
+        """Failures since `since` for the email and for the address (two index range scans)."""
+        found = []
+        with self._tx() as conn:
+            for column, value in (
+                (sign_in_failures.c.email, email),
+                (sign_in_failures.c.address, address),
+            ):
+                row = conn.execute(
+                    sa.select(sa.func.count(), sa.func.max(sign_in_failures.c.at)).where(
+                        column == value, sign_in_failures.c.at > since
+                    )
+                ).one()
+                found.append(Failures(row[0], row[1]))
+        return found[0], found[1]
+
+    def record_sign_in_failure(
+        self, email: str, address: str, *, now: datetime, forget_before: datetime
+    ) -> None:
+        """Record a failure, and forget every failure older than `forget_before`."""
+        with self._tx() as conn:
+            conn.execute(sign_in_failures.delete().where(sign_in_failures.c.at < forget_before))
+            conn.execute(sign_in_failures.insert().values(email=email, address=address, at=now))
+
+    def clear_sign_in_failures(self, email: str) -> None:
+        """Forget the email's failures; they still count for the addresses they came from."""
+        stmt = sign_in_failures.update().where(sign_in_failures.c.email == email)
+        with self._tx() as conn:
+            conn.execute(stmt.values(email=None))
 
     # ------------------------------------------------------------ public links
 

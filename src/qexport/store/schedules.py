@@ -104,6 +104,16 @@ class SqlScheduleStore:
         with self._tx() as conn:
             return conn.execute(stmt.values(deleted_at=now)).rowcount == 1
 
+    def pause_owned(self, workspace_id: str, owner: str) -> int:
+        stmt = schedules.update().where(
+            schedules.c.workspace_id == workspace_id,
+            schedules.c.owner == owner,
+            schedules.c.enabled.is_(True),
+            _LIVE,
+        )
+        with self._tx() as conn:
+            return conn.execute(stmt.values(enabled=False)).rowcount
+
     def due_schedules(self, now: datetime, *, limit: int = 100) -> list[Schedule]:
         stmt = (
             sa.select(schedules)

@@ -184,6 +184,10 @@ users = sa.Table(
     sa.Column("email", sa.String(255), nullable=False, unique=True),
     sa.Column("password_hash", sa.String(200)),
     sa.Column("created_at", UTCDateTime, nullable=False),
+    # Signed into every session cookie; raising it ends all of the user's sessions at once.
+    sa.Column("session_epoch", sa.Integer, nullable=False, server_default="0"),
+    # Set by `qexport users disable`: no sign-in, session or token works while it is.
+    sa.Column("disabled_at", UTCDateTime),
 )
 
 memberships = sa.Table(
@@ -207,6 +211,21 @@ api_tokens = sa.Table(
     sa.Column("last_used_at", UTCDateTime),
     sa.Column("revoked_at", UTCDateTime),
 )
+
+# Failed sign-ins of the last window, counted per email and per client address so that every
+# server process sharing the database throttles guessing alike; older rows are pruned as new
+# ones are written. A successful sign-in clears `email` (NULL) and keeps the address's count.
+sign_in_failures = sa.Table(
+    "sign_in_failures",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("email", sa.String(320)),
+    sa.Column("address", sa.String(64), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_sign_in_failures_email", sign_in_failures.c.email, sign_in_failures.c.at)
+sa.Index("ix_sign_in_failures_address", sign_in_failures.c.address, sign_in_failures.c.at)
+sa.Index("ix_sign_in_failures_at", sign_in_failures.c.at)
 
 links = sa.Table(
     "links",

@@ -7,6 +7,7 @@ from fastapi.staticfiles import StaticFiles
 
 from qexport.api.context import ApiContext
 from qexport.deliveries.signing import master_secret
+from qexport.services.sign_in import VerificationGate
 from qexport.web import (
     errors,
     pages_auth,
@@ -20,6 +21,7 @@ from qexport.web.session import SessionKey
 
 
 def install(app: FastAPI, context: ApiContext) -> None:
+    app.state.sign_in_gate = VerificationGate(context.settings.signin_concurrency)
     app.state.session_key = SessionKey(
         lambda: master_secret(context.settings, context.schedules, context.clock)
     )

@@ -25,12 +25,14 @@ def read_session(request: Request) -> Session | None:
 
 
 def principal_of(context: ApiContext, session: Session | None) -> Principal | None:
-    """The member the session names, if they still are one."""
+    """The member the session names, if they still are one and the session was not ended."""
     if session is None or session.user_id is None or session.workspace_id is None:
         return None
     user = context.accounts.get_user(session.user_id)
+    if user is None or user.disabled or user.session_epoch != session.epoch:
+        return None
     role = context.accounts.role_of(session.workspace_id, session.user_id)
-    if user is None or role is None:
+    if role is None:
         return None
     return Principal(user.id, user.email, session.workspace_id, role, SESSION_TOKEN_ID)
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from qexport.domain.accounts import normalize_email
 from qexport.domain.failures import ForbiddenError
-from qexport.services.accounts import MAX_PASSWORD_CHARS, hash_password, password_matches
+from qexport.services import sign_in as service
+from qexport.services.accounts import MAX_PASSWORD_CHARS
 from qexport.web.auth import CheckedForm, Context, principal_of, read_session
 from qexport.web.errors import PageRoute
 from qexport.web.render import page, set_session_cookie
@@ -19,12 +18,8 @@ from qexport.web.session import Session
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 FAILED = "The email or password is not right."
-
-
-@cache
-def _dummy_hash() -> str:
-    """Checked when no user has the email, so a wrong email takes as long as a wrong password."""
-    return hash_password("not a password anyone has")
+THROTTLED = "Too many failed sign-ins. Try again in {seconds} seconds."
+BUSY = "The server is busy signing people in. Try again in a few seconds."
 
 
 def safe_next(target: str | None) -> str:
@@ -38,6 +33,12 @@ def _form(request: Request, session: Session, *, status: int = 200, **context: o
     return page(
         request, "sign_in.html", status=status, session=session, new_session=True, **context
     )
+
+
+def client_address(request: Request) -> str:
+    """The address sign-in failures are counted under: the peer's, or behind a proxy that
+    uvicorn trusts (FORWARDED_ALLOW_IPS, by default 127.0.0.1) its X-Forwarded-For."""
+    return request.client.host if request.client else "unknown"
 
 
 @router.get("/sign-in")
@@ -57,30 +58,45 @@ def sign_in(
     csrf: Annotated[str | None, Form()] = None,
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
-    """A session for the user's first workspace when the password matches."""
+    """A session for the user's first workspace when the password matches; 429 after too
+    many failures, 503 when too many sign-ins are being checked at once."""
     session = read_session(request)
     if session is None or not session.csrf_matches(csrf):
         raise ForbiddenError("the form has expired or did not come from this site; try again")
-    try:
-        user = context.accounts.find_user(normalize_email(email))
-    except ValueError:
-        user = None
-    matches = password_matches(user.password_hash if user else _dummy_hash(), password)
-    workspaces = (
-        sorted(m.workspace_id for m in context.accounts.memberships_of(user.id))
-        if (user and matches)
-        else []
+    attempt = service.sign_in(
+        context.accounts,
+        context.clock,
+        request.app.state.sign_in_gate,
+        email=email,
+        password=password,
+        address=client_address(request),
     )
-    if user is None or not matches or not workspaces:
-        return _form(request, session, status=400, error=FAILED, email=email, next=safe_next(next))
-    signed = Session.fresh(context.clock.now(), user.id, workspaces[0])
-    response = RedirectResponse(safe_next(next), status_code=303)
-    set_session_cookie(response, request, signed)
+    if attempt.outcome is service.Outcome.SIGNED_IN:
+        assert attempt.user is not None
+        signed = Session.fresh(
+            context.clock.now(), attempt.user.id, attempt.workspace_id, attempt.user.session_epoch
+        )
+        redirect = RedirectResponse(safe_next(next), status_code=303)
+        set_session_cookie(redirect, request, signed)
+        return redirect
+    status, error = {
+        service.Outcome.REFUSED: (400, FAILED),
+        service.Outcome.THROTTLED: (429, THROTTLED.format(seconds=attempt.retry_after)),
+        service.Outcome.BUSY: (503, BUSY),
+    }[attempt.outcome]
+    response = _form(
+        request, session, status=status, error=error, email=email, next=safe_next(next)
+    )
+    if attempt.retry_after:
+        response.headers["Retry-After"] = str(attempt.retry_after)
     return response
 
 
 @router.post("/sign-out")
-def sign_out(request: Request, context: Context, _session: CheckedForm) -> Response:
+def sign_out(request: Request, context: Context, session: CheckedForm) -> Response:
+    """End every session of the signed-in user, on every device."""
+    assert session.user_id is not None
+    context.accounts.end_sessions(session.user_id)
     response = RedirectResponse("/sign-in", status_code=303)
     set_session_cookie(response, request, Session.fresh(context.clock.now()))
     return response

@@ -1,8 +1,11 @@
 """Signed session cookies and their CSRF tokens.
 
 A session is a small JSON value signed with HMAC-SHA256: the user and workspace (none
-before sign-in), a random CSRF token and when it was issued. Nothing is kept server-side,
-so the membership is checked again on every request.
+before sign-in), the user's session epoch when it was issued, a random CSRF token and when
+it was issued. The user is read again on every request (one primary-key lookup): a session
+works only while its epoch is the user's current one, the user is enabled and still a member.
+Sign-out, a password change, removal from a workspace and disabling raise the epoch, which
+ends every session of that user at once, on every server.
 """
 
 from __future__ import annotations
@@ -30,12 +33,17 @@ class Session:
     issued_at: datetime
     user_id: str | None = None
     workspace_id: str | None = None
+    epoch: int = 0
 
     @classmethod
     def fresh(
-        cls, now: datetime, user_id: str | None = None, workspace_id: str | None = None
+        cls,
+        now: datetime,
+        user_id: str | None = None,
+        workspace_id: str | None = None,
+        epoch: int = 0,
     ) -> Session:
-        return cls(secrets.token_urlsafe(24), now, user_id, workspace_id)
+        return cls(secrets.token_urlsafe(24), now, user_id, workspace_id, epoch)
 
     def csrf_matches(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(self.csrf.encode(), token.encode())
@@ -76,6 +84,7 @@ def encode(session: Session, key: bytes) -> str:
         "t": session.issued_at.isoformat(),
         "u": session.user_id,
         "w": session.workspace_id,
+        "e": session.epoch,
     }
     payload = _b64(json.dumps(body, separators=(",", ":")).encode())
     return f"{payload}.{_signature(key, payload)}"
@@ -90,8 +99,12 @@ def decode(cookie: str | None, key: bytes, now: datetime) -> Session | None:
         return None
     try:
         body = json.loads(_unb64(payload))
-        session = Session(body["c"], datetime.fromisoformat(body["t"]), body["u"], body["w"])
+        session = Session(
+            body["c"], datetime.fromisoformat(body["t"]), body["u"], body["w"], body["e"]
+        )
     except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(session.epoch, int):
         return None
     if not timedelta(0) <= now - session.issued_at <= MAX_AGE:
         return None

@@ -1,0 +1,131 @@
+"""Sign-in throttling and the argon2 gate, in memory."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from qexport.domain.sign_in import ACCOUNT_LIMIT, WINDOW, Failures, wait_after
+from qexport.services import sign_in as service
+from qexport.services.accounts import add_user, password_matches
+from qexport.testing import FrozenClock, InMemoryAccountStore
+
+PASSWORD = "correct horse battery staple"  # noqa: S105 - a test account's password
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+@pytest.fixture
+def accounts(clock: FrozenClock) -> InMemoryAccountStore:
+    store = InMemoryAccountStore()
+    add_user(store, clock, "ann@acme.test", workspace="acme", role="viewer", password=PASSWORD)
+    return store
+
+
+def _attempt(
+    accounts: InMemoryAccountStore,
+    clock: FrozenClock,
+    password: str,
+    *,
+    gate: service.VerificationGate | None = None,
+    email: str = "ann@acme.test",
+) -> service.Attempt:
+    return service.sign_in(
+        accounts,
+        clock,
+        gate or service.VerificationGate(2),
+        email=email,
+        password=password,
+        address="10.0.0.1",
+    )
+
+
+def test_the_wait_doubles_with_each_failure_past_the_limit_up_to_the_window() -> None:
+    """Under the limit no wait; at it 30 s; then 60, 120, ... and never more than 15 min."""
+    now = FrozenClock().now()
+    waits = [wait_after(Failures(n, now), ACCOUNT_LIMIT).total_seconds() for n in range(4, 12)]
+    assert waits == [0, 30, 60, 120, 240, 480, 900, 900]
+    assert wait_after(Failures(10_000, now), ACCOUNT_LIMIT) == WINDOW
+
+
+def test_a_right_password_signs_in_to_the_first_workspace(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """The outcome names the user and their first workspace by name."""
+    add_user(accounts, clock, "ann@acme.test", workspace="a-first", role="viewer")
+    attempt = _attempt(accounts, clock, PASSWORD)
+    assert attempt.outcome is service.Outcome.SIGNED_IN
+    assert attempt.user is not None
+    assert attempt.user.email == "ann@acme.test"
+    assert attempt.workspace_id == "a-first"
+
+
+def test_a_failure_is_counted_and_a_success_forgets_the_accounts_failures(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Each refusal records one failure for the email and the address; signing in clears
+    the email's (the address's stay)."""
+    assert _attempt(accounts, clock, "wrong").outcome is service.Outcome.REFUSED
+    since = clock.now() - WINDOW
+    assert accounts.sign_in_failures("ann@acme.test", "10.0.0.1", since=since)[0].count == 1
+    assert _attempt(accounts, clock, PASSWORD).outcome is service.Outcome.SIGNED_IN
+    account, address = accounts.sign_in_failures("ann@acme.test", "10.0.0.1", since=since)
+    assert (account.count, address.count) == (0, 1)
+
+
+def test_failures_are_counted_under_the_typed_email_whatever_its_case(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """`Ann@ACME.test ` and `ann@acme.test` are one account to the throttle."""
+    for _ in range(ACCOUNT_LIMIT):
+        _attempt(accounts, clock, "wrong", email=" Ann@ACME.test ")
+    attempt = _attempt(accounts, clock, PASSWORD)
+    assert (attempt.outcome, attempt.retry_after) == (service.Outcome.THROTTLED, 30)
+
+
+def test_a_sign_in_that_finds_no_free_slot_in_time_is_told_to_come_back(
+    accounts: InMemoryAccountStore, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the gate's one slot taken by a verification in progress, another sign-in is
+    BUSY with a Retry-After and records no failure; once the slot is free it signs in."""
+    started, finish = threading.Event(), threading.Event()
+    real = password_matches
+
+    def slow(password_hash: str, password: str) -> bool:
+        started.set()
+        finish.wait(timeout=30)
+        return real(password_hash, password)
+
+    gate = service.VerificationGate(1, timeout=0.05)
+    monkeypatch.setattr(service, "password_matches", slow)
+    first = threading.Thread(
+        target=_attempt, args=(accounts, clock, PASSWORD), kwargs={"gate": gate}
+    )
+    first.start()
+    assert started.wait(timeout=30)
+    busy = _attempt(accounts, clock, PASSWORD, gate=gate)
+    finish.set()
+    first.join(timeout=30)
+    assert (busy.outcome, busy.retry_after) == (service.Outcome.BUSY, 2)
+    since = clock.now() - timedelta(hours=1)
+    assert accounts.sign_in_failures("ann@acme.test", "10.0.0.1", since=since)[1].count == 0
+    monkeypatch.setattr(service, "password_matches", real)
+    assert _attempt(accounts, clock, PASSWORD, gate=gate).outcome is service.Outcome.SIGNED_IN
+
+
+def test_a_disabled_user_or_one_without_a_password_is_refused(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """The right password of a disabled user, and any password of a user without one, get
+    the same refusal as a wrong password."""
+    user = accounts.find_user("ann@acme.test")
+    assert user is not None
+    accounts.set_disabled(user.id, disabled_at=clock.now())
+    assert _attempt(accounts, clock, PASSWORD).outcome is service.Outcome.REFUSED
+    add_user(accounts, clock, "bob@acme.test", workspace="acme", role="viewer")
+    assert _attempt(accounts, clock, "", email="bob@acme.test").outcome is service.Outcome.REFUSED
