@@ -21,6 +21,7 @@ from qexport.cli_common import (
     parse_kv,
     remote,
     server_errors,
+    state,
 )
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError

@@ -105,7 +105,7 @@ def _cancel_or_steal_midway(deps: Deps, record: ExportRecord, action: str) -> th
             deps.objects.begin_upload(record.storage_key).upload_part(1, b"the other's")
         noticed.wait(2)
 
-    deps.sources["fake"].on_batch = midway  # type: ignore[attr-defined]
+    deps.sources.source_for("fake", "acme").on_batch = midway  # type: ignore[attr-defined]
     return noticed
 
 

@@ -3,7 +3,7 @@ may be allowed a privileged PostgreSQL role; a source registered before has no o
 workspace may use it until the operator shares it).
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-01
 """
 

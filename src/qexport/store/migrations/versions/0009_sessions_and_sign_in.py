@@ -1,7 +1,7 @@
 """Revocable sessions, disabled users, and the recent sign-in failures that throttle guessing.
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0007
 Create Date: 2026-12-01
 """
 
