@@ -81,6 +81,7 @@ BODIES: dict[str, dict[str, Any]] = {
 
 
 def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema a `$ref` names (followed to the end), or `schema` itself."""
     while "$ref" in schema:
         found: dict[str, Any] = spec
         for part in schema["$ref"].removeprefix("#/").split("/"):
@@ -90,6 +91,7 @@ def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _alternatives(spec: dict[str, Any], schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schemas a value may match: those of an anyOf or oneOf, flattened, else `schema`."""
     schema = _resolve(spec, schema)
     if "anyOf" in schema or "oneOf" in schema:
         return [
@@ -180,7 +182,9 @@ def test_null_for_any_member_of_any_request_body_is_taken_or_refused_by_name(
             if "application/json" not in content:
                 continue
             schema = content["application/json"]["schema"]
-            base = BODIES[schema["$ref"].rsplit("/", 1)[-1]]
+            body_name = schema["$ref"].rsplit("/", 1)[-1]
+            assert body_name in BODIES, f"{method} {route}: add a valid {body_name} to BODIES"
+            base = BODIES[body_name]
             url = route.format(**targets)
             accepted = ready.client.request(
                 method, url, headers=ready.headers(CALLER), json=_body(base, (), next(sent))

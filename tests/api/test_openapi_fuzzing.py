@@ -123,11 +123,20 @@ def _operations(spec: dict[str, Any], app: Any) -> Iterator[Any]:
         yield result.ok()
 
 
+def _described(exc: BaseException) -> str:
+    """An error's message; each one's, for the several distinct failures Hypothesis found."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_described(each) for each in exc.exceptions)
+    return str(exc)
+
+
 def _call(case: Any, headers: dict[str, str], failures: list[str]) -> None:
     try:
         case.call_and_validate(headers=headers, checks=CHECKS)
     except Exception as exc:  # every failure is reported, not just the first
-        failures.append(f"{case.operation.label} {case.path_parameters} {case.body!r:.300}: {exc}")
+        failures.append(
+            f"{case.operation.label} {case.path_parameters} {case.body!r:.300}: {_described(exc)}"
+        )
 
 
 def test_every_coverage_case_conforms(world: tuple[Api, dict[str, str]]) -> None:
@@ -202,7 +211,7 @@ def test_many_generated_requests_conform(
             assert mode is GenerationMode.NEGATIVE, operation.label
             continue
         except Exception as exc:  # every operation's failure is reported
-            failures.append(f"{operation.label}: {exc}")
+            failures.append(f"{operation.label}: {_described(exc)}")
         fuzzed += 1
     assert failures == []
     assert fuzzed >= 10
