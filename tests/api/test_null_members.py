@@ -77,6 +77,7 @@ BODIES: dict[str, dict[str, Any]] = {
         "enabled": True,
         "options": OPTIONS,
     },
+    "WorkspaceChange": {"webhook_hosts": ["hooks.example.com"]},
 }
 
 
@@ -163,6 +164,7 @@ def _targets(api: Api) -> dict[str, str]:
         "query_id": ORDERS,
         "report_id": report.json()["id"],
         "schedule_id": schedule.json()["id"],
+        "workspace_id": "acme",
     }
 
 

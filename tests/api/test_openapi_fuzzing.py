@@ -88,8 +88,8 @@ def _with_null_members(spec: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def world(api: Api) -> tuple[Api, dict[str, str]]:
-    """A caller, a query, a report, a schedule, a succeeded export and a link to it; and the
-    path parameters that name them."""
+    """A caller, a query, a report, a schedule, a succeeded export and a link to it, in a
+    workspace; and the path parameters that name them."""
     api.member(CALLER, "admin")
     api.add_query("orders")
     export = api.post("/api/v1/exports", CALLER, json={"query_id": ORDERS, "format": "csv"})
@@ -113,6 +113,7 @@ def world(api: Api) -> tuple[Api, dict[str, str]]:
         "export_id": export.json()["id"],
         "link_id": link.json()["id"],
         "token": link.json()["url"].rsplit("/", 1)[-1],
+        "workspace_id": "acme",
     }
 
 

@@ -171,8 +171,8 @@ class WebhookRecipient(BaseModel):
 
 Recipient = EmailRecipient | WebhookRecipient
 
-# A constraint belongs on the type it limits, inside any `| None`: given to a field whose type
-# is a union with None, pydantic checks it on null too and fails with a TypeError (a 500).
+# A constraint belongs on the type it limits, inside the union: given to a field typed
+# `X | SkipJsonSchema[None]`, pydantic checks it on null too and fails with a TypeError (a 500).
 Parameters = Annotated[dict[ParameterName, ParameterValue], Field(max_length=MAX_PARAMETERS)]
 Recipients = Annotated[list[Recipient], Field(max_length=MAX_RECIPIENTS)]
 
