@@ -308,6 +308,9 @@ CASES: list[tuple[str, str, str, Any, int]] = [
     ("schedule: get unknown", "get", UNKNOWN_SCHEDULE, None, 404),
     ("schedule: get path trick", "get", "/api/v1/schedules/..%2Fsigning-key", None, 404),
     ("schedule: patch unknown", "patch", UNKNOWN_SCHEDULE, {"enabled": False}, 404),
+    ("schedule: patch recipients null", "patch", UNKNOWN_SCHEDULE, {"recipients": None}, 422),
+    ("schedule: patch parameters null", "patch", UNKNOWN_SCHEDULE, {"parameters": None}, 422),
+    ("schedule: patch query id null alone", "patch", UNKNOWN_SCHEDULE, {"query_id": None}, 422),
     ("schedule: delete unknown", "delete", UNKNOWN_SCHEDULE, None, 404),
     ("schedule: run unknown", "post", f"{UNKNOWN_SCHEDULE}/run", None, 404),
     ("schedule: signing key as editor", "get", "/api/v1/schedules/signing-key", None, 403),
@@ -437,3 +440,68 @@ def test_malformed_credentials_get_401(ready: Api, authorization: str) -> None:
     response = ready.client.get("/api/v1/exports", headers={"Authorization": authorization})
     assert response.status_code == 401
     assert response.json()["code"] == "unauthorized"
+
+
+# (case id, method, path, body, the member the problem document must name)
+NAMED: list[tuple[str, str, str, Any, str]] = [
+    (
+        "null email",
+        "post",
+        "/api/v1/exports",
+        _with(EXPORT, notify=[{"email": None}]),
+        "notify.0.email",
+    ),
+    (
+        "null webhook",
+        "post",
+        "/api/v1/exports",
+        _with(EXPORT, notify=[{"email": "a@example.com"}, {"webhook": None}]),
+        "notify.1.webhook",
+    ),
+    (
+        "webhook as a number",
+        "post",
+        "/api/v1/schedules",
+        _with(SCHEDULE, recipients=[{"webhook": 7}]),
+        "recipients.0.webhook",
+    ),
+    ("patch: null recipients", "patch", UNKNOWN_SCHEDULE, {"recipients": None}, "recipients"),
+    ("patch: null parameters", "patch", UNKNOWN_SCHEDULE, {"parameters": None}, "parameters"),
+    (
+        "patch: null webhook",
+        "patch",
+        UNKNOWN_SCHEDULE,
+        {"recipients": [{"webhook": None}]},
+        "recipients.0.webhook",
+    ),
+    (
+        "patch: null formula option",
+        "patch",
+        UNKNOWN_SCHEDULE,
+        {"options": {"neutralize_formulas": None}},
+        "options.neutralize_formulas",
+    ),
+    (
+        "query: default as a list",
+        "post",
+        "/api/v1/queries",
+        _with(QUERY, parameters=[{"name": "n", "type": "integer", "default": [1]}]),
+        "parameters.0.default",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [case[1:] for case in NAMED],
+    ids=[case[0] for case in NAMED],
+)
+def test_a_bad_member_is_named_as_the_request_spells_it(
+    ready: Api, method: str, path: str, body: Any, field: str
+) -> None:
+    """422 whose `field` is the member's path in the request body: never a 500, and never
+    pydantic's names for the alternatives of a union (`EmailRecipient`, `list[...]`)."""
+    response = ready.client.request(method.upper(), path, headers=ready.headers(CALLER), json=body)
+    assert response.status_code == 422, response.text[:300]
+    assert response.json()["field"] == field
+    assert field in response.json()["detail"]

@@ -1,7 +1,8 @@
 """Schemathesis against /openapi.json: generated requests, valid and not, to every operation.
 
 No answer is a 5xx, and every answer (status, content type, body) is one the schema
-describes. Examples are bounded per operation and generation mode to keep the suite fast.
+describes. Examples are bounded per operation and generation mode to keep the suite fast;
+test_openapi_fuzzing.py is the long run.
 """
 
 from __future__ import annotations

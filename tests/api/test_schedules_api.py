@@ -297,6 +297,24 @@ def test_a_report_schedule_takes_report_formats(api: Api) -> None:
     assert run.json()["subject"] == {"type": "report", "id": "r-weekly", "name": "weekly"}
 
 
+def test_a_null_subject_id_is_taken_only_beside_the_other_id(api: Api) -> None:
+    """PATCH with a null query_id and a report_id turns a query's schedule into the report's;
+    a null id alone, or both null, is 422 naming it and the schedule stays as it was."""
+    _team(api)
+    api.deps.store.add_report(
+        Report(id="r-weekly", workspace_id="acme", title="weekly", sections=(Section("O", ORDERS),))
+    )
+    created = _create(api)
+    for change in ({"query_id": None}, {"query_id": None, "report_id": None}):
+        response = _patch(api, created["id"], ALICE, **change)
+        assert _problem(response, 422, "invalid_request")["field"] == "query_id"
+    assert _patch(api, created["id"], ALICE, report_id=None).status_code == 422
+    assert api.get(f"/api/v1/schedules/{created['id']}", ALICE).json() == created
+    switched = _patch(api, created["id"], ALICE, query_id=None, report_id="r-weekly", format="pdf")
+    assert switched.status_code == 200, switched.text
+    assert (switched.json()["query_id"], switched.json()["report_id"]) == (None, "r-weekly")
+
+
 def test_a_bad_change_is_refused_and_changes_nothing(api: Api) -> None:
     """PATCH with a bad cron, time zone, parameter or null is 422 naming the field, and the
     schedule is as it was."""
@@ -307,6 +325,9 @@ def test_a_bad_change_is_refused_and_changes_nothing(api: Api) -> None:
         ({"timezone": "Europe/Atlantis"}, "timezone"),
         ({"parameters": {"since": "soon"}}, "parameters.since"),
         ({"enabled": None}, "enabled"),
+        ({"recipients": None}, "recipients"),
+        ({"parameters": None}, "parameters"),
+        ({"recipients": [{"webhook": None}]}, "recipients.0.webhook"),
         ({"recipients": [{"webhook": "file:///etc/passwd"}]}, "recipients[0].webhook"),
     ):
         response = _patch(api, created["id"], ALICE, **change)

@@ -98,27 +98,48 @@ def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
     return problem(500, "internal", "an unexpected error occurred")
 
 
-def _field_of(loc: Any) -> str:
-    """`("body", "parameters", "day")` -> `parameters.day`; the location kind is dropped."""
+def _member(loc: Any, body: Any) -> tuple[str, bool]:
+    """The dotted request member an error's `loc` names, and whether the request gave it.
+
+    `("body", "parameters", "day")` -> `parameters.day`; the location kind is dropped. In a
+    body, the parts pydantic adds for the alternatives of a union (`EmailRecipient`,
+    `list[union[...]]`, `str`) are dropped too: kept are the parts the body has, and a last
+    one (a member left out).
+    """
     parts = list(loc or ())
-    if parts and parts[0] in ("body", "query", "path", "header"):
-        parts = parts[1:]
-    return ".".join(str(p) for p in parts) or "body"
+    kind = parts.pop(0) if parts and parts[0] in ("body", "query", "path", "header") else None
+    if kind != "body":
+        return ".".join(str(p) for p in parts) or "body", True
+    kept: list[str] = []
+    node, given = body, True
+    for index, part in enumerate(parts):
+        in_body = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        )
+        if in_body:
+            node = node[part]
+        elif isinstance(node, dict) and index == len(parts) - 1:
+            given = False  # a member left out
+        else:
+            continue  # the name of a union's alternative
+        kept.append(str(part))
+    return ".".join(kept) or "body", given
 
 
 def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    field = _field_of(first.get("loc", ()))
+    errors = [(e, *_member(e.get("loc", ()), exc.body)) for e in exc.errors()]
+    # A member the request gave is at fault before one it left out: of the alternatives of a
+    # union, the one the caller meant is the one whose members they gave.
+    ranked = sorted(errors, key=lambda found: not found[2])
+    first, field, _ = ranked[0] if ranked else ({"msg": "invalid request"}, "body", True)
     return problem(
         422,
         "invalid_request",
         f"{field}: {first.get('msg', 'invalid')}",
         field=field,
         errors=[
-            {"field": _field_of(e.get("loc", ())), "message": str(e.get("msg", ""))}
-            for e in errors[:20]
+            {"field": member, "message": str(e.get("msg", ""))} for e, member, _ in errors[:20]
         ],
     )
 

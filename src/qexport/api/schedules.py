@@ -32,9 +32,10 @@ from qexport.services.views import delivery_view, export_view, schedule_view
 
 router = APIRouter(tags=["schedules"])
 
-# Members of a change that cannot be null (a null timezone means the workspace's; a null id
-# names no subject, the other id does).
+# The members of a change that may be null: a null timezone means the workspace's; a null
+# subject id names no subject, so the other id must (ScheduleChange documents both).
 _NULLABLE = frozenset({"timezone", "query_id", "report_id"})
+_OTHER_SUBJECT = {"query_id": "report_id", "report_id": "query_id"}
 
 
 def _view(schedule: Schedule, actor: service.Actor) -> ScheduleView:
@@ -145,6 +146,9 @@ def change_schedule(
         value = getattr(body, name)
         if value is None and name not in _NULLABLE:
             raise InvalidRequestError(f"{name} cannot be null", field=name)
+        other = _OTHER_SUBJECT.get(name)
+        if value is None and other and getattr(body, other) is None:
+            raise InvalidRequestError(f"{name} may be null only beside a {other}", field=name)
         if name == "options":
             changes["neutralize_formulas"] = value.neutralize_formulas
         elif name == "recipients":

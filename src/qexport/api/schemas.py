@@ -171,6 +171,11 @@ class WebhookRecipient(BaseModel):
 
 Recipient = EmailRecipient | WebhookRecipient
 
+# A constraint belongs on the type it limits, inside the union: given to a field typed
+# `X | SkipJsonSchema[None]`, pydantic checks it on null too and fails with a TypeError (a 500).
+Parameters = Annotated[dict[ParameterName, ParameterValue], Field(max_length=MAX_PARAMETERS)]
+Recipients = Annotated[list[Recipient], Field(max_length=MAX_RECIPIENTS)]
+
 
 class ExportRequest(BaseModel):
     """Exactly one of `query_id` and `report_id`."""
@@ -316,25 +321,28 @@ def _without_defaults(schema: dict[str, Any]) -> None:
 
 class ScheduleChange(BaseModel):
     """The settings to change; members left out keep their value. A `query_id` replaces a
-    report and a `report_id` a query; a null `timezone` means the workspace's."""
+    report and a `report_id` a query; a null `timezone` means the workspace's. Only these
+    three may be null."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_without_defaults)
 
-    query_id: Ref | SkipJsonSchema[None] = None
-    report_id: Ref | SkipJsonSchema[None] = None
+    query_id: Ref | None = Field(
+        None, description="A query to export instead; null only beside a `report_id`"
+    )
+    report_id: Ref | None = Field(
+        None, description="A report to export instead; null only beside a `query_id`"
+    )
     format: FormatName | SkipJsonSchema[None] = Field(
         None, description=_FORMAT_HELP, json_schema_extra={"enum": list(ANY_FORMAT)}
     )
-    parameters: dict[ParameterName, ParameterValue] | SkipJsonSchema[None] = Field(
-        None, max_length=MAX_PARAMETERS
-    )
+    parameters: Parameters | SkipJsonSchema[None] = None
     cron: Cron | SkipJsonSchema[None] = Field(
         None, description=_CRON_HELP, examples=["30 7 * * 1-5"]
     )
     timezone: TimeZoneName | None = Field(
         None, description=_TIMEZONE_HELP, examples=["America/New_York"]
     )
-    recipients: list[Recipient] | SkipJsonSchema[None] = Field(None, max_length=MAX_RECIPIENTS)
+    recipients: Recipients | SkipJsonSchema[None] = None
     missed: MissedChoice | SkipJsonSchema[None] = Field(None, description=_MISSED_HELP)
     enabled: StrictBool | SkipJsonSchema[None] = Field(
         None, description="false pauses the schedule; true resumes it from now on"
