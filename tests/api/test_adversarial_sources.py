@@ -8,6 +8,7 @@ Workspace "acme" owns the registered source `acme_db`; workspace "other" is the 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -175,15 +176,26 @@ def reader() -> Iterator[str]:
         admin.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
+@pytest.fixture
+def loopback_open(world: Api) -> Api:
+    """The operator opened 127.0.0.1 to members' sources (QEXPORT_EGRESS_ALLOW), where the
+    test server listens."""
+    context = world.client.app.state.context  # type: ignore[attr-defined]
+    settings = dataclasses.replace(context.settings, egress_allow="127.0.0.1/32")
+    world.client.app.state.context = dataclasses.replace(context, settings=settings)  # type: ignore[attr-defined]
+    return world
+
+
 def _pg_url(role: str, password: str) -> str:
     return f"postgresql://{role}:{password}@127.0.0.1:5432/postgres"
 
 
 def test_an_admin_registers_a_postgresql_source_for_their_workspace(
-    world: Api, reader: str
+    loopback_open: Api, reader: str
 ) -> None:
     """An admin's source belongs to their workspace only, its URL comes back masked, and no
     other workspace can list it or save a query on it."""
+    world = loopback_open
     password = f"hunter2-{reader}"
     created = world.post(SOURCES, EVE, json={"name": "eve_pg", "url": _pg_url(reader, password)})
     assert created.status_code == 201, created.text
@@ -200,15 +212,63 @@ def test_an_admin_registers_a_postgresql_source_for_their_workspace(
     assert refused.status_code == 422
 
 
-def test_a_superuser_source_is_refused_through_the_api(world: Api) -> None:
+def test_a_superuser_source_is_refused_through_the_api(loopback_open: Api) -> None:
     """A URL whose role is a superuser is refused (422 on `url`), naming what was found;
     nothing is registered."""
+    world = loopback_open
     url = _pg_url("postgres", "anything")  # the test server trusts local logins
     refused = world.post(SOURCES, EVE, json={"name": "root", "url": url})
     assert refused.status_code == 422
     assert refused.json()["field"] == "url"
     assert "superuser" in refused.json()["detail"]
     assert "root" not in world.context.accounts.registered_sources()
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "localhost", "127.1", "[::1]", "169.254.169.254", "10.0.0.5"]
+)
+def test_a_members_source_on_an_internal_address_is_refused(
+    world: Api, reader: str, host: str
+) -> None:
+    """Under the default egress policy an admin cannot make qexport connect to an internal
+    address (the metadata service, the server's own PostgreSQL): 422 on `url`, naming the
+    policy, before any connection; nothing is registered."""
+    url = f"postgresql://{reader}:hunter2-{reader}@{host}:5432/postgres"
+    refused = world.post(SOURCES, EVE, json={"name": "inside", "url": url})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == "url"
+    assert "egress policy" in refused.json()["detail"]
+    assert "inside" not in world.context.accounts.registered_sources()
+
+
+def test_a_members_source_connects_to_the_address_that_was_checked(
+    loopback_open: Api, reader: str
+) -> None:
+    """The stored URL carries the checked address as libpq's hostaddr, so a worker never
+    looks the name up again (a second answer could be internal); a hostaddr of the member's
+    own is refused."""
+    world = loopback_open
+    url = f"postgresql://{reader}:hunter2-{reader}@localhost:5432/postgres"
+    created = world.post(SOURCES, EVE, json={"name": "pinned", "url": url})
+    assert created.status_code == 201, created.text
+    listed = {s["name"]: s["url"] for s in world.get(SOURCES, EVE).json()["items"]}
+    assert listed["pinned"].endswith("@localhost:5432/postgres?hostaddr=127.0.0.1"), listed
+    own = world.post(SOURCES, EVE, json={"name": "own", "url": url + "?hostaddr=127.0.0.1"})
+    assert own.status_code == 422
+
+
+@pytest.mark.parametrize("member", ["name", "url"])
+def test_a_null_member_of_a_source_is_refused_by_name(
+    loopback_open: Api, reader: str, member: str
+) -> None:
+    """Either member of a valid registration set to null is 422 naming it; nothing is
+    registered."""
+    body: dict[str, object] = {"name": "nulls", "url": _pg_url(reader, f"hunter2-{reader}")}
+    body[member] = None
+    refused = loopback_open.post(SOURCES, EVE, json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == member
+    assert "nulls" not in loopback_open.context.accounts.registered_sources()
 
 
 @pytest.mark.parametrize("who", [MALLORY, "viewer@other.test"])

@@ -22,6 +22,11 @@ OPTIONS = {"neutralize_formulas": True}
 
 # A valid body for each request schema, with every optional member given (so each one, and
 # each member of the objects inside, is walked).
+# Bodies whose valid form needs more than this app (a real server to connect to), with where
+# their null members are checked instead.
+CHECKED_ELSEWHERE = {
+    "SourceWrite": "tests/api/test_adversarial_sources.py: a valid one needs a PostgreSQL role"
+}
 BODIES: dict[str, dict[str, Any]] = {
     "QueryWrite": {
         "name": "daily",
@@ -185,6 +190,8 @@ def test_null_for_any_member_of_any_request_body_is_taken_or_refused_by_name(
                 continue
             schema = content["application/json"]["schema"]
             body_name = schema["$ref"].rsplit("/", 1)[-1]
+            if body_name in CHECKED_ELSEWHERE:
+                continue
             assert body_name in BODIES, f"{method} {route}: add a valid {body_name} to BODIES"
             base = BODIES[body_name]
             url = route.format(**targets)

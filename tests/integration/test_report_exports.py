@@ -365,11 +365,12 @@ def test_a_chart_of_huge_labels_fails_limit_exceeded_without_exhausting_the_work
     tmp_path: Path,
 ) -> None:
     """A bar chart of 10,000 rows of 100 KB labels (1 GB of text; it took a worker from
-    209 MB to 2.3 GB) fails limit_exceeded at the default 64 MiB, naming the section, in a
-    worker process that peaks under 768 MiB. Measured: ~590 MiB, of which ~420 MiB is DuckDB
-    computing the first 2,048-row vector of 100 KB strings (a bare DuckDB process peaks at
-    ~490 MiB for it too) and ~160 MiB the worker at rest; qexport's part is the 256-row
-    batches counted before they become Python values."""
+    209 MB to 2.3 GB and on) fails limit_exceeded at the default 64 MiB, naming the section, in
+    a worker process that peaks under 1.25 GiB. Measured: ~590 MiB on a quiet machine, up to
+    950 MiB with both cores busy; ~420 MiB of it is DuckDB computing 2,048-row vectors of
+    100 KB strings (a bare DuckDB process peaks at ~490 MiB reading 256 rows of them), more
+    when its thread runs ahead of a starved reader, and ~160 MiB the worker at rest; qexport's
+    part is the 256-row batches counted before they become Python values."""
     result = subprocess.run(
         [sys.executable, "-c", _WIDE_LABELS_SCRIPT, str(tmp_path)],
         capture_output=True,
@@ -383,4 +384,4 @@ def test_a_chart_of_huge_labels_fails_limit_exceeded_without_exhausting_the_work
     assert (status, code) == ("failed", "limit_exceeded"), result.stdout
     assert "section 'Wide labels'" in detail
     assert "QEXPORT_REPORT_MAX_BYTES" in detail
-    assert int(peak_kib) < 768 * 1024, f"peak {int(peak_kib) / 1024:.0f} MiB"
+    assert int(peak_kib) < 1280 * 1024, f"peak {int(peak_kib) / 1024:.0f} MiB"

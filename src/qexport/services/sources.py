@@ -13,9 +13,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from qexport.config import Settings
+from qexport.deliveries.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.domain.accounts import Principal, Role, check_workspace_id
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, QExportError
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
@@ -118,6 +119,30 @@ def check_member_url(url: str) -> None:
         )
 
 
+def pin_member_url(url: str, policy: EgressPolicy) -> str:
+    """The member's URL with `hostaddr` set to the checked address of its host.
+
+    A member's source is a connection qexport makes on their behalf, so it passes the egress
+    policy like a webhook: the host is resolved once and every address checked, and the role
+    check and every worker then connect to that address (libpq's `hostaddr`; the name stays
+    for TLS), never to a second lookup that could answer an internal address.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        addresses = policy.resolve_checked(host, parts.port or 5432)
+    except EgressRefusedError as exc:
+        raise InvalidRequestError(
+            f"the server's address is refused by the egress policy ({exc}); the operator may"
+            " open it with QEXPORT_EGRESS_ALLOW",
+            field="url",
+        ) from exc
+    except (UnresolvedError, ValueError) as exc:
+        raise InvalidRequestError(f"could not resolve the host {host!r}", field="url") from exc
+    pinned = urlencode({"hostaddr": str(addresses[0])})
+    return urlunsplit(parts._replace(query=f"{parts.query}&{pinned}" if parts.query else pinned))
+
+
 def _name(name: str) -> str:
     if not _SOURCE_NAME.fullmatch(name):
         raise InvalidRequestError(
@@ -198,6 +223,7 @@ def register_member_source(
     if env_reference(url) is not None:
         raise InvalidRequestError("env: references are for the operator", field="url")
     check_member_url(url)
+    url = pin_member_url(url, settings.egress_policy())
 
     def judged(source: str, usable: str, allow: bool) -> list[str]:
         try:
