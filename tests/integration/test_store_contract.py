@@ -374,6 +374,91 @@ def test_claim_next_takes_the_oldest_and_then_nothing(
     assert all(r.status is Status.RUNNING and r.attempt == 1 for r in got if r)
 
 
+def _claim_fair(store: MetadataStore, clock: FrozenClock, cap: int | None) -> ExportRecord | None:
+    return store.claim_next(
+        worker_id="w",
+        now=clock.now(),
+        lease_seconds=LEASE,
+        admit=_admit_all,
+        max_running_per_user=cap,
+    ).claimed
+
+
+def test_claim_next_takes_another_requesters_export_before_a_backlog(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """With 50 of alice's exports queued first, bob's is claimed at the next free slot."""
+    for _ in range(50):
+        request(store, clock)
+        clock.advance(1)
+    bobs = store.insert_export(replace(new_export(clock.now()), requested_by="bob"))
+    first = _claim_fair(store, clock, cap=5)
+    second = _claim_fair(store, clock, cap=5)
+    assert first is not None
+    assert first.requested_by == "alice"
+    assert second is not None
+    assert second.id == bobs.id
+
+
+def test_claim_next_prefers_the_requester_with_fewer_running(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """Two running for alice and one for bob: the next slot takes bob's, then alice's."""
+    for who in ("alice", "alice", "bob", "alice", "bob"):
+        store.insert_export(replace(new_export(clock.now()), requested_by=who))
+        clock.advance(1)
+    claimed = [_claim_fair(store, clock, cap=None) for _ in range(5)]
+    assert [r.requested_by if r else None for r in claimed] == [
+        "alice",
+        "bob",
+        "alice",
+        "bob",
+        "alice",
+    ]
+
+
+def test_claim_next_leaves_a_requester_at_the_running_cap_waiting(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """At max_running_per_user the requester's next export waits until one of theirs ends."""
+    queued = []
+    for _ in range(3):
+        queued.append(request(store, clock))
+        clock.advance(1)
+    running = [_claim_fair(store, clock, cap=2) for _ in range(2)]
+    assert [r.id if r else None for r in running] == [queued[0].id, queued[1].id]
+    assert _claim_fair(store, clock, cap=2) is None
+    assert running[0] is not None
+    assert store.succeed(
+        running[0].id,
+        token(running[0]),
+        now=clock.now(),
+        result=RESULT,
+        expires_at=clock.now() + timedelta(days=1),
+    )
+    third = _claim_fair(store, clock, cap=2)
+    assert third is not None
+    assert third.id == queued[2].id
+
+
+def test_claim_next_counts_the_requester_per_workspace(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """The same user name in another workspace is another requester for the running cap."""
+    request(store, clock, "w1")
+    clock.advance(1)
+    request(store, clock, "w1")
+    clock.advance(1)
+    other = request(store, clock, "w2")
+    first = _claim_fair(store, clock, cap=1)
+    second = _claim_fair(store, clock, cap=1)
+    assert first is not None
+    assert first.workspace_id == "w1"
+    assert second is not None
+    assert second.id == other.id
+    assert _claim_fair(store, clock, cap=1) is None
+
+
 def test_claim_next_refuses_a_queued_export_its_check_rejects(
     store: MetadataStore, clock: FrozenClock
 ) -> None:

@@ -22,7 +22,9 @@ from qexport.domain.failures import (
     bounded_detail,
     unsettled_cap_reached,
 )
+from qexport.domain.fairness import claim_rounds
 from qexport.domain.queries import Parameter, Query, Visibility
+from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject, Section
 from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
@@ -150,6 +152,21 @@ _OLDEST = _with_query(_CANDIDATE)
 # Concurrent workers skip the rows others hold instead of queueing behind them; the query's
 # row is only read, never locked.
 _OLDEST_PG = _with_query(_CANDIDATE.with_for_update(skip_locked=True))
+# Fair claiming (domain/fairness.py): live leases per requester, read through ix_exports_claim
+# (status first), so the count costs what is running (a few rows per worker slot), not what is
+# queued; then the same ordered scan of ix_exports_unsettled, passing over the requesters the
+# round excludes. The exclusion is one expanding parameter, so the statement stays prebuilt.
+_RUNNING_BY_REQUESTER = (
+    sa.select(exports.c.workspace_id, exports.c.requested_by, sa.func.count())
+    .where(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at >= _NOW)
+    .group_by(exports.c.workspace_id, exports.c.requested_by)
+)
+_PASSED_OVER: sa.BindParameter[Any] = sa.bindparam("passed_over_", expanding=True)
+_FAIR_CANDIDATE = _CANDIDATE.where(
+    sa.tuple_(exports.c.workspace_id, exports.c.requested_by).not_in(_PASSED_OVER)
+)
+_FAIR = _with_query(_FAIR_CANDIDATE)
+_FAIR_PG = _with_query(_FAIR_CANDIDATE.with_for_update(skip_locked=True))
 
 
 def _failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
@@ -258,6 +275,26 @@ def _report_values(report: Report) -> dict[str, Any]:
     }
 
 
+def check_unsettled_cap(conn: sa.Connection, new: NewExport, cap: int) -> None:
+    """Count the requester's unsettled exports inside the inserting transaction.
+
+    SQLite transactions begin IMMEDIATE, so writers are already serialised; on
+    PostgreSQL a transaction-scoped advisory lock per requester serialises the count
+    and the insert of concurrent requests from the same person.
+    """
+    if conn.dialect.name == "postgresql":
+        key = f"qexport.unsettled/{new.workspace_id}/{new.requested_by}"
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
+    stmt = sa.select(sa.func.count()).where(
+        _UNSETTLED,
+        exports.c.workspace_id == new.workspace_id,
+        exports.c.requested_by == new.requested_by,
+    )
+    unsettled = int(conn.execute(stmt).scalar_one())
+    if unsettled >= cap:
+        raise unsettled_cap_reached(unsettled, cap)
+
+
 def insert_export_in(
     conn: sa.Connection, new: NewExport, new_deliveries: Sequence[NewDelivery], *, notify: bool
 ) -> ExportRecord:
@@ -329,27 +366,8 @@ class SqlMetadataStore:
     ) -> ExportRecord:
         with self._tx() as conn:
             if max_unsettled is not None:
-                self._check_unsettled_cap(conn, new, max_unsettled)
+                check_unsettled_cap(conn, new, max_unsettled)
             return insert_export_in(conn, new, deliveries, notify=self._notify)
-
-    def _check_unsettled_cap(self, conn: sa.Connection, new: NewExport, cap: int) -> None:
-        """Count the requester's unsettled exports inside the inserting transaction.
-
-        SQLite transactions begin IMMEDIATE, so writers are already serialised; on
-        PostgreSQL a transaction-scoped advisory lock per requester serialises the count
-        and the insert of concurrent requests from the same person.
-        """
-        if conn.dialect.name == "postgresql":
-            key = f"qexport.unsettled/{new.workspace_id}/{new.requested_by}"
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
-        stmt = sa.select(sa.func.count()).where(
-            _UNSETTLED,
-            exports.c.workspace_id == new.workspace_id,
-            exports.c.requested_by == new.requested_by,
-        )
-        unsettled = int(conn.execute(stmt).scalar_one())
-        if unsettled >= cap:
-            raise unsettled_cap_reached(unsettled, cap)
 
     def get_export(self, export_id: str) -> ExportRecord | None:
         with self._tx() as conn:
@@ -433,11 +451,16 @@ class SqlMetadataStore:
         return record
 
     def claim_next(
-        self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
+        self,
+        *,
+        worker_id: str,
+        now: datetime,
+        lease_seconds: float,
+        admit: Admission,
+        max_running_per_user: int | None = None,
     ) -> ClaimResult:
         with self._tx() as conn:
-            oldest = _OLDEST_PG if conn.dialect.name == "postgresql" else _OLDEST
-            row = conn.execute(oldest, {"now_": now}).first()
+            row = self._fair_candidate(conn, now, max_running_per_user)
             if row is None:
                 return ClaimResult()
             candidate = _to_record(row)
@@ -460,6 +483,25 @@ class SqlMetadataStore:
                     return ClaimResult(refused=_to_record(refused) if refused else None)
             claimed = self._claim_in(conn, candidate.id, worker_id, now, lease_seconds)
             return ClaimResult(claimed=claimed, query=query if claimed else None)
+
+    @staticmethod
+    def _fair_candidate(
+        conn: sa.Connection, now: datetime, max_running: int | None
+    ) -> sa.Row[Any] | None:
+        """The candidate of the first round of `claim_rounds` that finds one."""
+        pg = conn.dialect.name == "postgresql"
+        running = {
+            (ws, user): int(n) for ws, user, n in conn.execute(_RUNNING_BY_REQUESTER, {"now_": now})
+        }
+        for passed_over in claim_rounds(running, max_running):
+            if not passed_over:
+                row = conn.execute(_OLDEST_PG if pg else _OLDEST, {"now_": now}).first()
+            else:
+                params = {"now_": now, "passed_over_": sorted(passed_over)}
+                row = conn.execute(_FAIR_PG if pg else _FAIR, params).first()
+            if row is not None:
+                return row
+        return None
 
     @staticmethod
     def _report_subject(conn: sa.Connection, report_id: str) -> ReportSubject:
@@ -515,22 +557,57 @@ class SqlMetadataStore:
         return released
 
     def succeed(
-        self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
+        self,
+        export_id: str,
+        token: str,
+        *,
+        now: datetime,
+        result: Result,
+        expires_at: datetime,
+        quota_bytes: int | None = None,
     ) -> bool:
-        return self._transition(
-            _FENCED_TRANSITION,
-            EventKind.SUCCEEDED,
-            now,
-            export_id_=export_id,
-            token_=token,
-            status=Status.SUCCEEDED.value,
-            size_bytes=result.size_bytes,
-            row_count=result.row_count,
-            sha256=result.sha256,
-            progress_rows=result.row_count,
-            completed_at=now,
-            expires_at=expires_at,
-        )
+        values = {
+            "export_id_": export_id,
+            "token_": token,
+            "status": Status.SUCCEEDED.value,
+            "size_bytes": result.size_bytes,
+            "row_count": result.row_count,
+            "sha256": result.sha256,
+            "progress_rows": result.row_count,
+            "completed_at": now,
+            "expires_at": expires_at,
+        }
+        with self._tx() as conn:
+            if quota_bytes:
+                self._check_quota(conn, export_id, now, result.size_bytes, quota_bytes)
+            row = conn.execute(_FENCED_TRANSITION, values).first()
+            if row is None:
+                return False
+            _record_event(conn, row, EventKind.SUCCEEDED, now)
+            return True
+
+    @staticmethod
+    def _check_quota(
+        conn: sa.Connection, export_id: str, now: datetime, size: int, quota: int
+    ) -> None:
+        """Sum the workspace's stored bytes in the settling transaction; on PostgreSQL an
+        advisory lock per workspace serialises concurrent settles (SQLite's already are)."""
+        workspace = conn.execute(
+            sa.select(exports.c.workspace_id).where(exports.c.id == export_id)
+        ).scalar()
+        if workspace is None:
+            return
+        if conn.dialect.name == "postgresql":
+            key = f"qexport.quota/{workspace}"
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
+        used = conn.execute(
+            sa.select(sa.func.coalesce(sa.func.sum(exports.c.size_bytes), 0)).where(
+                exports.c.workspace_id == workspace,
+                exports.c.status == Status.SUCCEEDED.value,
+                exports.c.expires_at > now,
+            )
+        ).scalar_one()
+        check_workspace_quota(int(used), size, quota)
 
     def fail(
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
