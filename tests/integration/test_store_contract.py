@@ -15,7 +15,7 @@ import pytest
 
 from qexport.domain.accounts import Standing
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
-from qexport.domain.failures import FailureCode, TooManyRequestsError
+from qexport.domain.failures import FailureCode, LimitExceededError, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.ports import MetadataStore
 from qexport.testing import FrozenClock
@@ -174,6 +174,51 @@ def test_succeed_settles_with_the_result_and_expiry(
     assert done.completed_at == clock.now()
     assert done.expires_at == expires
     assert not store.has_unsettled()
+
+
+def test_succeed_refuses_a_file_past_the_workspace_quota(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """With 123 bytes stored, a second file of 123 bytes passes a quota of 246 but not 245:
+    limit_exceeded naming the quota, and the export stays running; another workspace's
+    bytes and expired files do not count."""
+    quota = 2 * RESULT.size_bytes
+    first = claim(store, clock, request(store, clock))
+    later = clock.now() + timedelta(days=1)
+    assert store.succeed(
+        first.id, token(first), now=clock.now(), result=RESULT, expires_at=later, quota_bytes=quota
+    )
+    other = claim(store, clock, request(store, clock, "w2"))
+    assert store.succeed(other.id, token(other), now=clock.now(), result=RESULT, expires_at=later)
+    second = claim(store, clock, request(store, clock))
+    with pytest.raises(LimitExceededError, match="QEXPORT_WORKSPACE_QUOTA"):
+        store.succeed(
+            second.id,
+            token(second),
+            now=clock.now(),
+            result=RESULT,
+            expires_at=later,
+            quota_bytes=quota - 1,
+        )
+    assert store.get_export(second.id) == second
+    assert store.succeed(
+        second.id,
+        token(second),
+        now=clock.now(),
+        result=RESULT,
+        expires_at=later,
+        quota_bytes=quota,
+    )
+    clock.advance(2 * 86400)  # both files of w1 expired: the quota is free again
+    third = claim(store, clock, request(store, clock))
+    assert store.succeed(
+        third.id,
+        token(third),
+        now=clock.now(),
+        result=RESULT,
+        expires_at=clock.now() + timedelta(days=1),
+        quota_bytes=RESULT.size_bytes,
+    )
 
 
 def test_expired_is_computed_at_read_time(store: MetadataStore, clock: FrozenClock) -> None:

@@ -140,6 +140,11 @@ class DuckDBSource:
 
     native_formats = NATIVE_FORMATS
 
+    @property
+    def scratch_root(self) -> Path | None:
+        """This process's private folder for the source's pipes and spill, once opened."""
+        return self._scratch.root if self._scratch is not None else None
+
     def copy(
         self,
         sql: str,

@@ -31,6 +31,7 @@ from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.tables import (
+    SUCCEEDED,
     UNSETTLED,
     UTCDateTime,
     deliveries,
@@ -46,6 +47,7 @@ from qexport.store.tables import (
 # both databases scan ix_exports_unsettled (SQLite only uses a partial index whose condition
 # the query states).
 _UNSETTLED = sa.text(f"exports.{UNSETTLED}")
+_SUCCEEDED = sa.text(f"exports.{SUCCEEDED}")  # likewise for ix_exports_stored
 
 
 def _claimable(now: datetime | sa.BindParameter[datetime]) -> sa.ColumnElement[bool]:
@@ -155,7 +157,10 @@ _OLDEST_PG = _with_query(_CANDIDATE.with_for_update(skip_locked=True))
 # Fair claiming (domain/fairness.py): live leases per requester, read through ix_exports_claim
 # (status first), so the count costs what is running (a few rows per worker slot), not what is
 # queued; then the same ordered scan of ix_exports_unsettled, passing over the requesters the
-# round excludes. The exclusion is one expanding parameter, so the statement stays prebuilt.
+# round excludes. A round reads at most the unsettled exports of the requesters it passes
+# over (each running something, so at most the worker slots of them, each holding at most
+# QEXPORT_MAX_UNSETTLED_PER_USER) before it finds one to take or none. The exclusion is one
+# expanding parameter, so the statement stays prebuilt.
 _RUNNING_BY_REQUESTER = (
     sa.select(exports.c.workspace_id, exports.c.requested_by, sa.func.count())
     .where(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at >= _NOW)
@@ -603,7 +608,7 @@ class SqlMetadataStore:
         used = conn.execute(
             sa.select(sa.func.coalesce(sa.func.sum(exports.c.size_bytes), 0)).where(
                 exports.c.workspace_id == workspace,
-                exports.c.status == Status.SUCCEEDED.value,
+                _SUCCEEDED,
                 exports.c.expires_at > now,
             )
         ).scalar_one()
