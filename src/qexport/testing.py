@@ -43,7 +43,7 @@ from qexport.domain.failures import (
     bounded_detail,
     unsettled_cap_reached,
 )
-from qexport.domain.fairness import claim_rounds
+from qexport.domain.fairness import RequesterKey, RequesterQueue, claim_order
 from qexport.domain.queries import Query
 from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
@@ -221,23 +221,20 @@ class InMemoryMetadataStore:
             )
 
     def _fair_candidate(self, now: datetime, max_running: int | None) -> ExportRecord | None:
-        running = Counter(
-            (r.workspace_id, r.requested_by)
-            for r in self._exports.values()
-            if r.status is Status.RUNNING
-            and r.lease_expires_at is not None
-            and r.lease_expires_at >= now
-        )
-        claimable = [r for r in self._exports.values() if self._is_claimable(r, now)]
-        for passed_over in claim_rounds(running, max_running):
-            found = min(
-                (r for r in claimable if (r.workspace_id, r.requested_by) not in passed_over),
-                key=lambda r: (r.created_at, r.id),
-                default=None,
-            )
-            if found is not None:
-                return found
-        return None
+        running: Counter[RequesterKey] = Counter()
+        waiting: dict[RequesterKey, list[ExportRecord]] = {}
+        for r in self._exports.values():
+            key = (r.workspace_id, r.requested_by)
+            if self._is_claimable(r, now):
+                waiting.setdefault(key, []).append(r)
+            elif r.status is Status.RUNNING:
+                running[key] += 1
+        queues = [
+            RequesterQueue(key, running[key], min(r.created_at for r in found))
+            for key, found in waiting.items()
+        ]
+        order = claim_order(queues, max_running)
+        return min(waiting[order[0]], key=lambda r: (r.created_at, r.id)) if order else None
 
     def _subject(self, record: ExportRecord) -> Query | ReportSubject | None:
         if record.subject_type != SUBJECT_REPORT:

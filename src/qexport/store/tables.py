@@ -161,6 +161,17 @@ sa.Index(
 sa.Index(
     "ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at
 )
+# The fair claim's second read (store/sql.py): one requester's unsettled exports in queue
+# order, without their settled history.
+sa.Index(
+    "ix_exports_requester_unsettled",
+    exports.c.workspace_id,
+    exports.c.requested_by,
+    exports.c.created_at,
+    exports.c.id,
+    sqlite_where=sa.text(UNSETTLED),
+    postgresql_where=sa.text(UNSETTLED),
+)
 # The storage quota's sum (store/sql.py): a workspace's succeeded exports by expiry, without
 # its failed history.
 SUCCEEDED = "status = 'succeeded'"
