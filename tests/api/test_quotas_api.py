@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 
 from qexport.domain.accounts import Role
 from qexport.domain.queries import Visibility
+from qexport.services.scheduling import tick
 from tests.api.conftest import Api
 
 ALICE = "alice@acme.test"  # editor, the usual owner
@@ -60,6 +61,31 @@ def test_run_now_counts_toward_the_unsettled_cap(api: Api) -> None:
     assert len(api.deps.store.list_exports(workspace_id="acme", limit=100)) == cap
     # An admin running it runs it as its owner: the owner's cap.
     _problem(api.post(f"/api/v1/schedules/{schedule_id}/run", ADMIN), 429, "too_many_requests")
+
+
+def test_a_due_time_whose_owner_is_at_the_cap_waits_for_a_later_pass(api: Api) -> None:
+    """A scheduler pass leaves a due schedule of an owner at the unsettled cap unfired and
+    still due; once the owner's exports settle, the next pass fires it."""
+    _team(api)
+    schedule = _schedule(api)
+    cap = api.context.settings.max_unsettled_per_user
+    for _ in range(cap):
+        api.post("/api/v1/exports", ALICE, json={"query_id": ORDERS, "format": "csv"})
+    api.clock.advance(3600)  # past the next due time
+    grace = api.context.settings.schedule_grace
+
+    def fire() -> list[str]:
+        result = tick(
+            api.deps.store, api.context.schedules, api.clock, grace=grace, max_unsettled=cap
+        )
+        return [record.id for record in result.fired]
+
+    assert fire() == []
+    assert api.get(f"/api/v1/schedules/{schedule['id']}", ALICE).json() == schedule
+    assert api.drain() == {"succeeded": cap}
+    fired = fire()
+    assert len(fired) == 1
+    assert api.deps.store.get_export(fired[0]) is not None
 
 
 def test_a_cron_firing_more_often_than_the_minimum_interval_is_refused(api: Api) -> None:
