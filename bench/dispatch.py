@@ -80,6 +80,9 @@ class Site:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
         env["QEXPORT_DATA_DIR"] = str(self.data_dir)
         env["QEXPORT_DATABASE_URL"] = self.database_url
+        # Required on PostgreSQL (the worker refuses to start without it); any value will do.
+        env["QEXPORT_SECRET_KEY"] = "bench-" + "k" * 40
+        env["QEXPORT_SOURCE_DEMO_WORKSPACES"] = REQUESTER.workspace_id  # the demo source's users
         return env
 
     def start_worker(self, *args: str) -> subprocess.Popen[bytes]:

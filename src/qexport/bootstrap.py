@@ -52,7 +52,10 @@ def source_from_url(
     parsed = urlparse(url)
     if parsed.scheme == "duckdb":
         return DuckDBSource(
-            name, Path(unquote(parsed.path)), memory_limit=settings.duckdb_memory_limit
+            name,
+            Path(unquote(parsed.path)),
+            memory_limit=settings.duckdb_memory_limit,
+            temp_limit=settings.duckdb_temp_limit,
         )
     if parsed.scheme in ("postgresql", "postgres"):
         from qexport.sources.postgres import PostgresSource
@@ -82,7 +85,10 @@ def sources(settings: Settings) -> dict[str, Source]:
     """The configured sources: the built-in demo and those of QEXPORT_SOURCE_*."""
     found: dict[str, Source] = {
         DEMO_SOURCE: DuckDBSource(
-            DEMO_SOURCE, settings.demo_database, memory_limit=settings.duckdb_memory_limit
+            DEMO_SOURCE,
+            settings.demo_database,
+            memory_limit=settings.duckdb_memory_limit,
+            temp_limit=settings.duckdb_temp_limit,
         )
     }
     for name, url in settings.sources.items():

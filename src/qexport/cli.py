@@ -247,12 +247,14 @@ def worker(
     _refuse_unsafe_start(settings, "worker")
     _check_worker_start(settings)
     if processes == 1:
-        _run_worker(settings, concurrency, drain, supervised=False)
+        _run_worker(settings, concurrency, drain, supervised=False, group_slots=concurrency)
         return
     from qexport.worker.processes import Supervisor
 
     supervisor = Supervisor(
-        lambda _index: _run_worker(settings, concurrency, drain, supervised=True),
+        lambda _index: _run_worker(
+            settings, concurrency, drain, supervised=True, group_slots=concurrency * processes
+        ),
         processes,
         drain=drain,
     )
@@ -294,10 +296,19 @@ def _build_checked(settings: Settings, what: str) -> Deps:
     return deps
 
 
-def _run_worker(settings: Settings, concurrency: int, drain: bool, *, supervised: bool) -> None:
+def _run_worker(
+    settings: Settings, concurrency: int, drain: bool, *, supervised: bool, group_slots: int
+) -> None:
+    from qexport.sources.scratch import remove_abandoned
     from qexport.worker.loop import Worker
 
-    w = Worker(bootstrap.build(settings, upgrade=False), concurrency=concurrency, drain=drain)
+    remove_abandoned()  # pipes and spill of workers killed outright (SIGKILL, OOM killer)
+    w = Worker(
+        bootstrap.build(settings, upgrade=False),
+        concurrency=concurrency,
+        drain=drain,
+        group_slots=group_slots,
+    )
     w.install_signal_handlers(sigint=not supervised)
     wakeups = bootstrap.listener(settings, w.wake)
     if wakeups is not None:

@@ -206,6 +206,7 @@ def schedules_add(
                 draft,
                 match_name=True,
                 egress=state(ctx).settings.egress_policy(),
+                limits=service.ScheduleLimits.of(deps.settings),
             )
         except QExportError as exc:
             _refused(exc)
@@ -319,7 +320,12 @@ def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
         deps, actor = _local(ctx)
         try:
             export_id = service.run_schedule(
-                deps.store, _schedules(deps), deps.clock, actor, schedule_id
+                deps.store,
+                _schedules(deps),
+                deps.clock,
+                actor,
+                schedule_id,
+                max_unsettled=deps.settings.max_unsettled_per_user,
             ).id
         except QExportError as exc:
             _refused(exc, FAILED)

@@ -33,6 +33,18 @@ def _parse_bool(text: str) -> bool:
     raise ValueError("must be true or false")
 
 
+_SIZE = re.compile(r"^\s*(\d+)\s*(|B|KiB|MiB|GiB|TiB)\s*$")
+_SIZE_UNITS = {"": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
+
+
+def _parse_size(text: str) -> int:
+    """`1048576`, `512MiB`, `50GiB` -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError("expected bytes, or a number with KiB, MiB, GiB or TiB")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("qexport-data")
@@ -60,6 +72,20 @@ class Settings:
     pg_notify: bool = True
     # Queued or running exports one requester may have at once (the API answers 429 beyond).
     max_unsettled_per_user: int = 20
+    # Exports of one requester running at once; 0: half the installation's worker slots (at
+    # least 1). There is no registry of workers, so the installation's slots are declared
+    # (QEXPORT_WORKER_SLOTS) or, when 0, taken as this `worker` command's processes x
+    # concurrency: right for one worker command, too low for several (set it then).
+    max_running_per_user: int = 0
+    worker_slots: int = 0
+    # Per workspace: live schedules, the shortest gap between a schedule's due times, live
+    # public links per export, bytes of unexpired files.
+    max_schedules_per_workspace: int = 100
+    schedule_min_interval: timedelta = timedelta(minutes=5)
+    max_links_per_export: int = 20
+    workspace_quota: int = 50 * 1024**3  # bytes; 0: no quota
+    # DuckDB's spill to disk per connection (its max_temp_directory_size).
+    duckdb_temp_limit: str = "10GiB"
     sources: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Which workspaces may use each configured source (QEXPORT_SOURCE_<NAME>_WORKSPACES: names
     # or "*"); a configured source without an entry is usable by no workspace. The built-in
@@ -102,6 +128,7 @@ class Settings:
             raise ValueError("QEXPORT_LEASE_SECONDS must be positive")
         if self.max_unsettled_per_user < 1:
             raise ValueError("QEXPORT_MAX_UNSETTLED_PER_USER must be at least 1")
+        self._check_quotas()
         if self.delivery_max_attempts < 1:
             raise ValueError("QEXPORT_DELIVERY_MAX_ATTEMPTS must be at least 1")
         if self.email_attachment_max_bytes < 0:
@@ -126,6 +153,23 @@ class Settings:
     def egress_policy(self) -> EgressPolicy:
         """Where webhooks may connect (QEXPORT_EGRESS_ALLOW opens internal destinations)."""
         return EgressPolicy.from_allow(self.egress_allow)
+
+    def _check_quotas(self) -> None:
+        for name in (
+            "max_running_per_user",
+            "worker_slots",
+            "max_schedules_per_workspace",
+            "max_links_per_export",
+            "workspace_quota",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"QEXPORT_{name.upper()} must not be negative")
+
+    def running_cap(self, group_slots: int) -> int:
+        """QEXPORT_MAX_RUNNING_PER_USER, or half the installation's worker slots (at least 1)."""
+        if self.max_running_per_user:
+            return self.max_running_per_user
+        return max(1, (self.worker_slots or group_slots) // 2)
 
     @property
     def metadata_on_postgresql(self) -> bool:
@@ -185,10 +229,11 @@ class Settings:
             "S3_ENDPOINT_URL",
             "DUCKDB_MEMORY_LIMIT",
             "EGRESS_ALLOW",
+            "DUCKDB_TEMP_LIMIT",
         ):
             read(name, str)
         read("PG_NOTIFY", _parse_bool)
-        for name in ("RETENTION", "SCHEDULE_GRACE"):
+        for name in ("RETENTION", "SCHEDULE_GRACE", "SCHEDULE_MIN_INTERVAL"):
             read(name, parse_duration)
         for name in (
             "LEASE_SECONDS",
@@ -214,8 +259,13 @@ class Settings:
             "REPORT_PDF_MAX_ROWS",
             "REPORT_MAX_BYTES",
             "SIGNIN_CONCURRENCY",
+            "MAX_RUNNING_PER_USER",
+            "WORKER_SLOTS",
+            "MAX_SCHEDULES_PER_WORKSPACE",
+            "MAX_LINKS_PER_EXPORT",
         ):
             read(name, int)
+        read("WORKSPACE_QUOTA", _parse_size)
         values.update(_source_settings(env))
         return cls(**values)
 

@@ -115,9 +115,17 @@ class MetadataStore(Protocol):
 
     # the queue
     def claim_next(
-        self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
+        self,
+        *,
+        worker_id: str,
+        now: datetime,
+        lease_seconds: float,
+        admit: Admission,
+        max_running_per_user: int | None = None,
     ) -> ClaimResult:
-        """Claim the oldest claimable export, in one transaction that locks it.
+        """Claim the oldest claimable export of the requester with the fewest running ones
+        (domain/fairness.py; none of a requester already running `max_running_per_user`), in
+        one transaction that locks it.
 
         A queued export is first shown to `admit` with its query (None if missing) and its
         requester's standing; if
@@ -144,8 +152,20 @@ class MetadataStore(Protocol):
         detail: str,
     ) -> bool: ...
     def succeed(
-        self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
-    ) -> bool: ...
+        self,
+        export_id: str,
+        token: str,
+        *,
+        now: datetime,
+        result: Result,
+        expires_at: datetime,
+        quota_bytes: int | None = None,
+    ) -> bool:
+        """running -> succeeded under the lease. With `quota_bytes`: LimitExceededError,
+        nothing written, when the file would take its workspace's unexpired succeeded
+        exports past that many bytes (summed in the settling transaction)."""
+        ...
+
     def fail(
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool: ...
@@ -176,7 +196,11 @@ class MetadataStore(Protocol):
 class ScheduleStore(Protocol):
     """Schedules, and the one transaction that fires a due time."""
 
-    def add_schedule(self, schedule: Schedule) -> Schedule: ...
+    def add_schedule(self, schedule: Schedule, *, max_per_workspace: int | None = None) -> Schedule:
+        """Save a new schedule; InvalidRequestError, with nothing written, when its workspace
+        already has `max_per_workspace` live schedules (counted in the inserting transaction)."""
+        ...
+
     def get_schedule(self, schedule_id: str) -> Schedule | None: ...
     def list_schedules(self, workspace_id: str) -> list[Schedule]: ...
     def update_schedule(self, schedule: Schedule) -> bool:
@@ -205,10 +229,13 @@ class ScheduleStore(Protocol):
         deliveries: Sequence[NewDelivery],
         expected: datetime | None = None,
         next_due_at: datetime | None = None,
+        max_unsettled: int | None = None,
     ) -> ExportRecord | None:
         """In ONE transaction: move the next due time from `expected` to `next_due_at` (when
         given), record the run (schedule, due_at), the export and its deliveries. None, with
-        nothing written, when another scheduler already did it for this due time."""
+        nothing written, when another scheduler already did it for this due time.
+        TooManyRequestsError, with nothing written, when the owner already has
+        `max_unsettled` exports queued or running."""
         ...
 
     def instance_secret(self, name: str, generate: Callable[[], str], *, now: datetime) -> str:
@@ -324,8 +351,18 @@ class AccountStore(Protocol):
         ...
 
     def add_link(
-        self, *, export_id: str, created_by: str, token_hash: str, now: datetime
-    ) -> Link: ...
+        self,
+        *,
+        export_id: str,
+        created_by: str,
+        token_hash: str,
+        now: datetime,
+        max_live: int | None = None,
+    ) -> Link:
+        """Save a link; InvalidRequestError, with nothing written, when the export already
+        has `max_live` unrevoked links (counted in the inserting transaction)."""
+        ...
+
     def get_link(self, link_id: str) -> Link | None: ...
     def find_link(self, token_hash: str) -> Link | None: ...
     def revoke_link(self, link_id: str, *, now: datetime) -> bool: ...

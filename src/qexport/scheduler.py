@@ -104,7 +104,11 @@ class Scheduler:
         return _guarded(
             "schedule_tick_failed",
             lambda: scheduling.tick(
-                deps.store, self.schedules, deps.clock, grace=deps.settings.schedule_grace
+                deps.store,
+                self.schedules,
+                deps.clock,
+                grace=deps.settings.schedule_grace,
+                max_unsettled=deps.settings.max_unsettled_per_user,
             ),
         )
 

@@ -9,12 +9,21 @@ from __future__ import annotations
 import io
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
-from qexport.domain.accounts import ApiToken, Link, Membership, Role, Standing, User
+from qexport.domain.accounts import (
+    ApiToken,
+    Link,
+    Membership,
+    Role,
+    Standing,
+    User,
+    link_cap_reached,
+)
 from qexport.domain.exports import (
     UNSETTLED,
     EventKind,
@@ -34,7 +43,9 @@ from qexport.domain.failures import (
     bounded_detail,
     unsettled_cap_reached,
 )
+from qexport.domain.fairness import RequesterKey, RequesterQueue, claim_order
 from qexport.domain.queries import Query
+from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
 from qexport.domain.schedules import NewDelivery
 from qexport.domain.sign_in import Failures
@@ -176,11 +187,16 @@ class InMemoryMetadataStore:
         )
 
     def claim_next(
-        self, *, worker_id: str, now: datetime, lease_seconds: float, admit: Admission
+        self,
+        *,
+        worker_id: str,
+        now: datetime,
+        lease_seconds: float,
+        admit: Admission,
+        max_running_per_user: int | None = None,
     ) -> ClaimResult:
         with self._lock:
-            candidates = [r for r in self._exports.values() if self._is_claimable(r, now)]
-            candidate = min(candidates, key=lambda r: (r.created_at, r.id), default=None)
+            candidate = self._fair_candidate(now, max_running_per_user)
             if candidate is None:
                 return ClaimResult()
             if candidate.status is Status.QUEUED:
@@ -203,6 +219,22 @@ class InMemoryMetadataStore:
                 ),
                 query=self._subject(candidate),
             )
+
+    def _fair_candidate(self, now: datetime, max_running: int | None) -> ExportRecord | None:
+        running: Counter[RequesterKey] = Counter()
+        waiting: dict[RequesterKey, list[ExportRecord]] = {}
+        for r in self._exports.values():
+            key = (r.workspace_id, r.requested_by)
+            if self._is_claimable(r, now):
+                waiting.setdefault(key, []).append(r)
+            elif r.status is Status.RUNNING:
+                running[key] += 1
+        queues = [
+            RequesterQueue(key, running[key], min(r.created_at for r in found))
+            for key, found in waiting.items()
+        ]
+        order = claim_order(queues, max_running)
+        return min(waiting[order[0]], key=lambda r: (r.created_at, r.id)) if order else None
 
     def _subject(self, record: ExportRecord) -> Query | ReportSubject | None:
         if record.subject_type != SUBJECT_REPORT:
@@ -297,6 +329,30 @@ class InMemoryMetadataStore:
         )
 
     def succeed(
+        self,
+        export_id: str,
+        token: str,
+        *,
+        now: datetime,
+        result: Result,
+        expires_at: datetime,
+        quota_bytes: int | None = None,
+    ) -> bool:
+        with self._lock:
+            record = self._exports.get(export_id)
+            if quota_bytes and record is not None:
+                used = sum(
+                    r.size_bytes or 0
+                    for r in self._exports.values()
+                    if r.workspace_id == record.workspace_id
+                    and r.status is Status.SUCCEEDED
+                    and r.expires_at is not None
+                    and r.expires_at > now
+                )
+                check_workspace_quota(used, result.size_bytes, quota_bytes)
+            return self._succeed(export_id, token, now=now, result=result, expires_at=expires_at)
+
+    def _succeed(
         self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
     ) -> bool:
         return (
@@ -731,9 +787,24 @@ class InMemoryAccountStore:
             self._failures = [(None if e == email else e, a, at) for e, a, at in self._failures]
 
     # public links
-    def add_link(self, *, export_id: str, created_by: str, token_hash: str, now: datetime) -> Link:
+    def add_link(
+        self,
+        *,
+        export_id: str,
+        created_by: str,
+        token_hash: str,
+        now: datetime,
+        max_live: int | None = None,
+    ) -> Link:
         link = Link(str(uuid.uuid4()), export_id, created_by, now)
         with self._lock:
+            live = sum(
+                1
+                for other, _ in self._links.values()
+                if other.export_id == export_id and other.revoked_at is None
+            )
+            if max_live is not None and live >= max_live:
+                raise link_cap_reached(live, max_live)
             if any(h == token_hash for _, h in self._links.values()):
                 raise ValueError("duplicate link token")
             self._links[link.id] = (link, token_hash)

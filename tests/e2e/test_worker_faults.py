@@ -153,3 +153,28 @@ def test_sigterm_hands_work_back_and_exits_cleanly(env: Env) -> None:
     assert env.start_worker("--drain", **FAST_LEASE).wait(timeout=180) == 0
     done = env.record(export_id)
     assert (done.status, done.attempt) == (Status.SUCCEEDED, 2)
+
+
+def _scratch_folders(tmp: Path) -> set[str]:
+    return {p.name for p in tmp.iterdir() if p.name.startswith("qexport-scratch-")}
+
+
+def test_the_next_worker_start_removes_a_killed_workers_pipes_and_spill(
+    env: Env, tmp_path: Path
+) -> None:
+    """A worker killed with SIGKILL mid-export leaves its scratch folder (pipes and spill);
+    the next worker's start removes it, and that worker removes its own when it exits."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    export_id = _start_big_export(env)
+    first = env.start_worker(**FAST_LEASE, TMPDIR=str(tmp))
+    _wait_producing(env, export_id)
+    left = _scratch_folders(tmp)
+    assert len(left) == 1
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    assert _scratch_folders(tmp) == left  # nobody removed it
+    second = env.start_worker("--drain", **FAST_LEASE, TMPDIR=str(tmp))
+    assert second.wait(timeout=180) == 0
+    assert env.record(export_id).status is Status.SUCCEEDED
+    assert _scratch_folders(tmp) == set()

@@ -15,7 +15,7 @@ import pytest
 
 from qexport.domain.accounts import Standing
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
-from qexport.domain.failures import FailureCode, TooManyRequestsError
+from qexport.domain.failures import FailureCode, LimitExceededError, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.ports import MetadataStore
 from qexport.testing import FrozenClock
@@ -174,6 +174,51 @@ def test_succeed_settles_with_the_result_and_expiry(
     assert done.completed_at == clock.now()
     assert done.expires_at == expires
     assert not store.has_unsettled()
+
+
+def test_succeed_refuses_a_file_past_the_workspace_quota(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """With 123 bytes stored, a second file of 123 bytes passes a quota of 246 but not 245:
+    limit_exceeded naming the quota, and the export stays running; another workspace's
+    bytes and expired files do not count."""
+    quota = 2 * RESULT.size_bytes
+    first = claim(store, clock, request(store, clock))
+    later = clock.now() + timedelta(days=1)
+    assert store.succeed(
+        first.id, token(first), now=clock.now(), result=RESULT, expires_at=later, quota_bytes=quota
+    )
+    other = claim(store, clock, request(store, clock, "w2"))
+    assert store.succeed(other.id, token(other), now=clock.now(), result=RESULT, expires_at=later)
+    second = claim(store, clock, request(store, clock))
+    with pytest.raises(LimitExceededError, match="QEXPORT_WORKSPACE_QUOTA"):
+        store.succeed(
+            second.id,
+            token(second),
+            now=clock.now(),
+            result=RESULT,
+            expires_at=later,
+            quota_bytes=quota - 1,
+        )
+    assert store.get_export(second.id) == second
+    assert store.succeed(
+        second.id,
+        token(second),
+        now=clock.now(),
+        result=RESULT,
+        expires_at=later,
+        quota_bytes=quota,
+    )
+    clock.advance(2 * 86400)  # both files of w1 expired: the quota is free again
+    third = claim(store, clock, request(store, clock))
+    assert store.succeed(
+        third.id,
+        token(third),
+        now=clock.now(),
+        result=RESULT,
+        expires_at=clock.now() + timedelta(days=1),
+        quota_bytes=RESULT.size_bytes,
+    )
 
 
 def test_expired_is_computed_at_read_time(store: MetadataStore, clock: FrozenClock) -> None:
@@ -372,6 +417,91 @@ def test_claim_next_takes_the_oldest_and_then_nothing(
     ]
     assert [r.id if r else None for r in got] == [first.id, second.id, None]
     assert all(r.status is Status.RUNNING and r.attempt == 1 for r in got if r)
+
+
+def _claim_fair(store: MetadataStore, clock: FrozenClock, cap: int | None) -> ExportRecord | None:
+    return store.claim_next(
+        worker_id="w",
+        now=clock.now(),
+        lease_seconds=LEASE,
+        admit=_admit_all,
+        max_running_per_user=cap,
+    ).claimed
+
+
+def test_claim_next_takes_another_requesters_export_before_a_backlog(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """With 50 of alice's exports queued first, bob's is claimed at the next free slot."""
+    for _ in range(50):
+        request(store, clock)
+        clock.advance(1)
+    bobs = store.insert_export(replace(new_export(clock.now()), requested_by="bob"))
+    first = _claim_fair(store, clock, cap=5)
+    second = _claim_fair(store, clock, cap=5)
+    assert first is not None
+    assert first.requested_by == "alice"
+    assert second is not None
+    assert second.id == bobs.id
+
+
+def test_claim_next_prefers_the_requester_with_fewer_running(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """Two running for alice and one for bob: the next slot takes bob's, then alice's."""
+    for who in ("alice", "alice", "bob", "alice", "bob"):
+        store.insert_export(replace(new_export(clock.now()), requested_by=who))
+        clock.advance(1)
+    claimed = [_claim_fair(store, clock, cap=None) for _ in range(5)]
+    assert [r.requested_by if r else None for r in claimed] == [
+        "alice",
+        "bob",
+        "alice",
+        "bob",
+        "alice",
+    ]
+
+
+def test_claim_next_leaves_a_requester_at_the_running_cap_waiting(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """At max_running_per_user the requester's next export waits until one of theirs ends."""
+    queued = []
+    for _ in range(3):
+        queued.append(request(store, clock))
+        clock.advance(1)
+    running = [_claim_fair(store, clock, cap=2) for _ in range(2)]
+    assert [r.id if r else None for r in running] == [queued[0].id, queued[1].id]
+    assert _claim_fair(store, clock, cap=2) is None
+    assert running[0] is not None
+    assert store.succeed(
+        running[0].id,
+        token(running[0]),
+        now=clock.now(),
+        result=RESULT,
+        expires_at=clock.now() + timedelta(days=1),
+    )
+    third = _claim_fair(store, clock, cap=2)
+    assert third is not None
+    assert third.id == queued[2].id
+
+
+def test_claim_next_counts_the_requester_per_workspace(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """The same user name in another workspace is another requester for the running cap."""
+    request(store, clock, "w1")
+    clock.advance(1)
+    request(store, clock, "w1")
+    clock.advance(1)
+    other = request(store, clock, "w2")
+    first = _claim_fair(store, clock, cap=1)
+    second = _claim_fair(store, clock, cap=1)
+    assert first is not None
+    assert first.workspace_id == "w1"
+    assert second is not None
+    assert second.id == other.id
+    assert _claim_fair(store, clock, cap=1) is None
 
 
 def test_claim_next_refuses_a_queued_export_its_check_rejects(

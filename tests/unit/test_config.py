@@ -112,3 +112,27 @@ def test_a_scheduler_needs_the_public_base_url() -> None:
     assert "QEXPORT_PUBLIC_BASE_URL is not set" in refusal
     assert Settings.from_env({}).service_refusal("serve") is None
     assert Settings.from_env({}).service_refusal("worker") is None
+
+
+def test_quota_settings_are_parsed_with_their_units() -> None:
+    """Sizes take binary units, the interval a duration; the running cap defaults to half
+    the worker slots, at least 1, unless set."""
+    settings = Settings.from_env(
+        {
+            "QEXPORT_WORKSPACE_QUOTA": "2GiB",
+            "QEXPORT_SCHEDULE_MIN_INTERVAL": "15m",
+            "QEXPORT_MAX_LINKS_PER_EXPORT": "3",
+            "QEXPORT_DUCKDB_TEMP_LIMIT": "1GiB",
+        }
+    )
+    assert settings.workspace_quota == 2 * 1024**3
+    assert settings.schedule_min_interval == timedelta(minutes=15)
+    assert (settings.max_links_per_export, settings.duckdb_temp_limit) == (3, "1GiB")
+    assert Settings().running_cap(8) == 4
+    assert Settings().running_cap(1) == 1
+    assert Settings(worker_slots=10).running_cap(2) == 5
+    assert Settings(max_running_per_user=3, worker_slots=10).running_cap(2) == 3
+    with pytest.raises(ValueError, match="invalid QEXPORT_WORKSPACE_QUOTA '5 gigs'"):
+        Settings.from_env({"QEXPORT_WORKSPACE_QUOTA": "5 gigs"})
+    with pytest.raises(ValueError, match="QEXPORT_MAX_RUNNING_PER_USER must not be negative"):
+        Settings.from_env({"QEXPORT_MAX_RUNNING_PER_USER": "-1"})

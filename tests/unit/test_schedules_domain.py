@@ -16,6 +16,7 @@ from qexport.domain.schedules import (
     Recipient,
     Tick,
     check_cron,
+    check_min_interval,
     check_timezone,
     next_due,
     parse_recipients,
@@ -314,3 +315,28 @@ def test_recipients_are_deduplicated_so_each_hears_once() -> None:
         Recipient(Channel.EMAIL, "Alice@Example.com"),
         Recipient(Channel.WEBHOOK, "https://hooks.example.com/in"),
     )
+
+
+@pytest.mark.parametrize(
+    ("cron", "gap"),
+    [
+        ("* * * * *", "1m"),
+        ("*/4 * * * *", "4m"),
+        ("0,3 8 * * *", "3m"),  # twice a day, 3 minutes apart
+        ("59 23 31 12 *", None),  # once a year
+        ("*/5 * * * *", None),
+        ("0 8,9 * * 1-5", None),
+    ],
+)
+def test_a_timetable_firing_more_often_than_the_minimum_is_refused(
+    cron: str, gap: str | None
+) -> None:
+    """Two consecutive due times closer than 5 minutes anywhere in the next fires are refused
+    naming cron and the gap; every 5 minutes or more is accepted."""
+    after = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    if gap is None:
+        check_min_interval(cron, BERLIN, timedelta(minutes=5), after)
+        return
+    with pytest.raises(InvalidRequestError, match=f"fires {gap} apart") as refused:
+        check_min_interval(cron, BERLIN, timedelta(minutes=5), after)
+    assert refused.value.field == "cron"

@@ -16,7 +16,7 @@ router = APIRouter(tags=["links"])
     "/exports/{export_id}/links",
     status_code=201,
     response_model=CreatedLink,
-    responses=problem_responses(401, 403, 404, 409, 410, 503),
+    responses=problem_responses(401, 403, 404, 409, 410, 422, 503),
 )
 def create(export_id: str, principal: CurrentPrincipal, context: Context) -> CreatedLink:
     """A public URL for an export the caller could download now; it expires with the file.
@@ -30,6 +30,7 @@ def create(export_id: str, principal: CurrentPrincipal, context: Context) -> Cre
         principal,
         export_id,
         base_url=context.settings.public_base_url,
+        max_live=context.settings.max_links_per_export,
     )
     return CreatedLink(id=created.link.id, url=created.url, expires_at=created.expires_at)
 

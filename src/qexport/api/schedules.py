@@ -98,6 +98,7 @@ def create_schedule(
         service.Actor.of(principal),
         draft,
         egress=context.settings.egress_policy(),
+        limits=service.ScheduleLimits.of(context.settings),
     )
     response.headers["Location"] = request.app.url_path_for(
         "read_schedule", schedule_id=schedule.id
@@ -164,6 +165,7 @@ def change_schedule(
         schedule_id,
         changes,
         egress=context.settings.egress_policy(),
+        limits=service.ScheduleLimits.of(context.settings),
     )
     return _view(schedule, service.Actor.of(principal))
 
@@ -191,7 +193,7 @@ def delete_schedule(schedule_id: str, principal: CurrentPrincipal, context: Cont
             "description": "The export is recorded and queued, with a delivery per recipient.",
             "headers": {"Location": {"schema": {"type": "string"}}},
         },
-        **problem_responses(401, 403, 404, 409, 503),
+        **problem_responses(401, 403, 404, 409, 429, 503),
     },
     summary="Fire a schedule now (its owner or a workspace admin)",
 )
@@ -201,7 +203,12 @@ def run_schedule(
     """An export outside the timetable, with the owner's rights, whether or not the schedule
     is paused; its timetable is left as it is."""
     record = service.run_schedule(
-        context.store, context.schedules, context.clock, service.Actor.of(principal), schedule_id
+        context.store,
+        context.schedules,
+        context.clock,
+        service.Actor.of(principal),
+        schedule_id,
+        max_unsettled=context.settings.max_unsettled_per_user,
     )
     response.headers["Location"] = f"/api/v1/exports/{record.id}"
     return Export.model_validate(export_view(record, context.clock.now()))

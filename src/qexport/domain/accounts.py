@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from qexport.domain.exports import Requester
+from qexport.domain.failures import InvalidRequestError
 
 
 class Role(StrEnum):
@@ -110,6 +111,23 @@ class Link:
     created_by: str
     created_at: datetime
     revoked_at: datetime | None = None
+
+
+def may_share(role: Role | None, sharer: str, requested_by: str) -> bool:
+    """Whether a member with `role` may link to an export `requested_by` someone: their own
+    export at any role, someone else's as an admin (who sees the workspace's exports). A
+    link works only while this still holds for its creator."""
+    if role is None:
+        return False
+    return sharer == requested_by or role is Role.ADMIN
+
+
+def link_cap_reached(live: int, cap: int) -> InvalidRequestError:
+    """The refusal of one more link to an export that already has `cap` live ones."""
+    return InvalidRequestError(
+        f"this export already has {live} live links (at most {cap}); revoke one first",
+        field="links",
+    )
 
 
 # ---------------------------------------------------------------- secrets

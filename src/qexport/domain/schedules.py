@@ -160,6 +160,51 @@ def next_due(cron: str, timezone: str, after: datetime) -> datetime:
     return next(iter(CronSim(cron, local))).astimezone(UTC)
 
 
+def schedule_cap_reached(live: int, cap: int) -> InvalidRequestError:
+    """The refusal of a new schedule in a workspace that already has `cap` of them."""
+    return InvalidRequestError(
+        f"this workspace already has {live} schedules (at most {cap}); delete one first",
+        field="schedules",
+    )
+
+
+INTERVAL_CHECK_FIRES = 200  # due times looked at by check_min_interval
+
+
+def check_min_interval(
+    cron: str, timezone: str, minimum: timedelta, after: datetime, field_name: str = "cron"
+) -> None:
+    """Refuse a timetable with two consecutive due times closer than `minimum`, among the
+    next INTERVAL_CHECK_FIRES after `after`, on the wall clock of `timezone` (a gap within
+    a day shows up within a day's fires; 200 cover every pattern finer than hourly)."""
+    if minimum <= timedelta(0):
+        return
+    fires = iter(CronSim(cron, after.astimezone(ZoneInfo(timezone))))
+    previous = next(fires)
+    for _ in range(INTERVAL_CHECK_FIRES - 1):
+        current = next(fires, None)
+        if current is None:
+            return
+        gap = current.astimezone(UTC) - previous.astimezone(UTC)
+        if gap < minimum:
+            raise InvalidRequestError(
+                f"cron {cron[:80]!r} fires {_human(gap)} apart (at {previous:%Y-%m-%d %H:%M}"
+                f" and {current:%H:%M} {timezone}); schedules may fire at most once every"
+                f" {_human(minimum)}",
+                field=field_name,
+            )
+        previous = current
+
+
+def _human(gap: timedelta) -> str:
+    seconds = int(gap.total_seconds())
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds and seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
 @dataclass(frozen=True)
 class Tick:
     """What one scheduler tick does for a schedule: fire an export for `due_at` (or nothing),

@@ -1,7 +1,9 @@
 """Public delivery links: a random token that downloads one export while it stays valid.
 
 Only the token's hash is stored. A link works while the export is succeeded and unexpired,
-the link is not revoked, and its creator is still a member who may read the query.
+the link is not revoked, and its creator is still a member who may read the export's subject
+and still holds the role that let them share it (`may_share`): nobody receives data through
+someone else's rights. An export has at most `max_live` unrevoked links.
 """
 
 from __future__ import annotations
@@ -9,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from qexport.domain.accounts import Link, Principal, hash_secret, new_secret, valid_link_token
+from qexport.domain.accounts import (
+    Link,
+    Principal,
+    hash_secret,
+    may_share,
+    new_secret,
+    valid_link_token,
+)
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import NotFoundError, QExportError
 from qexport.ports import AccountStore, Clock, MetadataStore
@@ -48,6 +57,7 @@ def create_link(
     export_id: str,
     *,
     base_url: str,
+    max_live: int | None = None,
 ) -> CreatedLink:
     """A link to an export the caller could download now; it expires with the export."""
     record = downloadable(
@@ -60,6 +70,7 @@ def create_link(
         created_by=principal.user_id,
         token_hash=hash_secret(token),
         now=clock.now(),
+        max_live=max_live,
     )
     return CreatedLink(link, public_url(base_url, token), record.expires_at)
 
@@ -94,8 +105,9 @@ def resolve_public_link(
     if link.revoked_at is not None or not is_downloadable(record, clock.now()):
         raise LinkGoneError("the link was revoked or its file expired")
     creator = Requester(link.created_by, record.workspace_id)
-    if accounts.role_of(record.workspace_id, link.created_by) is None or not may_read_subject(
-        store, creator, record
-    ):
+    role = accounts.role_of(record.workspace_id, link.created_by)
+    if not may_share(role, link.created_by, record.requested_by):
+        raise LinkGoneError("the link's creator may no longer share this export")
+    if not may_read_subject(store, creator, record):
         raise LinkGoneError("the link's creator may no longer read what the export was made from")
     return record

@@ -11,8 +11,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
+from qexport.config import Settings
 from qexport.deliveries.egress import EgressPolicy
 from qexport.domain.accounts import Principal, Role, at_least
 from qexport.domain.exports import ExportRecord, Requester
@@ -29,6 +31,7 @@ from qexport.domain.schedules import (
     Missed,
     Schedule,
     check_cron,
+    check_min_interval,
     check_timezone,
     next_due,
 )
@@ -66,6 +69,18 @@ class Actor:
     @property
     def is_admin(self) -> bool:
         return self.role is Role.ADMIN
+
+
+@dataclass(frozen=True)
+class ScheduleLimits:
+    """Per workspace: how many live schedules, and the shortest gap between due times."""
+
+    max_per_workspace: int | None = None
+    min_interval: timedelta = timedelta(0)
+
+    @classmethod
+    def of(cls, settings: Settings) -> ScheduleLimits:
+        return cls(settings.max_schedules_per_workspace, settings.schedule_min_interval)
 
 
 @dataclass(frozen=True)
@@ -137,17 +152,15 @@ def _check_subject(
     )
 
 
-def _check_owner_reads(store: MetadataStore, schedule: Schedule, subject: _Subject) -> None:
-    """Exports run with the owner's rights: a subject only the changing admin may read would
-    only ever fail `access_lost`."""
-    owner = Requester(schedule.owner, schedule.workspace_id)
-    if not _reads_subject(store, owner, subject.type, subject.id):
-        field_name = "report_id" if subject.type == SUBJECT_REPORT else "query_id"
-        raise InvalidRequestError(
-            f"the schedule's owner cannot read this {subject.type}; its exports run with the"
-            " owner's rights",
-            field=field_name,
-        )
+def _ownership_fields(schedule: Schedule) -> tuple[Any, ...]:
+    """What a change of makes the changer the owner: where the exports go and what they hold."""
+    return (
+        schedule.subject_type,
+        schedule.subject_id,
+        schedule.format,
+        schedule.parameters,
+        schedule.recipients,
+    )
 
 
 def _reads_subject(store: MetadataStore, requester: Requester, kind: str, subject_id: str) -> bool:
@@ -204,17 +217,20 @@ def create_schedule(
     *,
     match_name: bool = False,
     egress: EgressPolicy | None = None,
+    limits: ScheduleLimits | None = None,
 ) -> Schedule:
     """Check and save a schedule owned by the caller (an editor or admin); with `match_name`
     the subject may also be named by its query name or report title (the CLI). Webhooks are
     checked against `egress` (by default every internal address is refused)."""
     _writer(actor)
+    limits = limits or ScheduleLimits()
     subject = _check_subject(store, actor.requester, draft, match_name=match_name)
     cron = check_cron(draft.cron)
     zone = _timezone(accounts, actor.requester.workspace_id, draft.timezone)
+    now = clock.now()
+    check_min_interval(cron, zone, limits.min_interval, now)
     recipients = admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
     missed = _check_flags(draft)
-    now = clock.now()
     return schedules.add_schedule(
         Schedule(
             id=str(uuid.uuid4()),
@@ -232,7 +248,8 @@ def create_schedule(
             next_due_at=next_due(cron, zone, now),
             created_at=now,
             options={"neutralize_formulas": draft.neutralize_formulas},
-        )
+        ),
+        max_per_workspace=limits.max_per_workspace,
     )
 
 
@@ -291,13 +308,17 @@ def update_schedule(
     changes: Mapping[str, Any],
     *,
     egress: EgressPolicy | None = None,
+    limits: ScheduleLimits | None = None,
 ) -> Schedule:
     """Change the given settings (ScheduleDraft field names) of a schedule the caller owns or
-    administers; the owner never changes.
+    administers.
 
-    Naming a query replaces a report and the other way round. Changing the cron or time
-    zone, or resuming, moves the next run to the first due time after now: due times that
-    passed while a schedule was paused never fire.
+    Exports run with the owner's rights, so whoever changes where they go or what they hold
+    (recipients, subject, format, parameters) becomes the owner, and must be able to read
+    the subject now (NotFoundError otherwise, as for reading it): nobody receives data
+    through someone else's rights. Naming a query replaces a report and the other way
+    round. Changing the cron or time zone, or resuming, moves the next run to the first due
+    time after now: due times that passed while a schedule was paused never fire.
     """
     current = get_visible_schedule(store, schedules, actor, schedule_id)
     _manager(actor, current)
@@ -311,28 +332,32 @@ def update_schedule(
         given["query_id"] = None
     draft = replace(draft_of(current), **given)
     updated = current
-    if _SUBJECT_FIELDS & set(given):
+    recipients = (
+        admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
+        if "recipients" in given
+        else current.recipients
+    )
+    if _SUBJECT_FIELDS & set(given) or recipients != current.recipients:
         subject = _check_subject(store, actor.requester, draft, match_name=False)
-        _check_owner_reads(store, current, subject)
         updated = replace(
             updated,
             subject_type=subject.type,
             subject_id=subject.id,
             format=subject.format,
             parameters=subject.parameters,
+            recipients=recipients,
         )
+        if _ownership_fields(updated) != _ownership_fields(current):
+            updated = replace(updated, owner=actor.requester.user_id)
     cron = check_cron(draft.cron)
     zone = _timezone(accounts, current.workspace_id, draft.timezone)
+    if (cron, zone) != (current.cron, current.timezone):
+        check_min_interval(cron, zone, (limits or ScheduleLimits()).min_interval, clock.now())
     missed = _check_flags(draft)
     updated = replace(
         updated,
         cron=cron,
         timezone=zone,
-        recipients=(
-            admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
-            if "recipients" in given
-            else current.recipients
-        ),
         missed=missed,
         enabled=draft.enabled,
         options={**current.options, "neutralize_formulas": draft.neutralize_formulas},
@@ -372,14 +397,21 @@ def delete_schedule(
 
 
 def run_schedule(
-    store: MetadataStore, schedules: ScheduleStore, clock: Clock, actor: Actor, schedule_id: str
+    store: MetadataStore,
+    schedules: ScheduleStore,
+    clock: Clock,
+    actor: Actor,
+    schedule_id: str,
+    *,
+    max_unsettled: int | None = None,
 ) -> ExportRecord:
     """Fire a schedule now (paused or not): an export with the owner's rights and a waiting
-    delivery per recipient. Its timetable is left as it is."""
+    delivery per recipient, counted toward the owner's unsettled cap (TooManyRequestsError).
+    Its timetable is left as it is."""
     schedule = get_visible_schedule(store, schedules, actor, schedule_id)
     _manager(actor, schedule)
     try:
-        return run_now(store, schedules, clock, schedule)
+        return run_now(store, schedules, clock, schedule, max_unsettled=max_unsettled)
     except RuntimeError as exc:
         raise ConflictError(str(exc)) from None
 

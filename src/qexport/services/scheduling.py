@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from qexport.domain.exports import ExportRecord, Requester
+from qexport.domain.failures import TooManyRequestsError
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report
 from qexport.domain.schedules import Schedule, plan_tick
@@ -48,15 +49,22 @@ def schedule_export(store: MetadataStore, schedule: Schedule, now: datetime) -> 
 
 
 def run_now(
-    store: MetadataStore, schedules: ScheduleStore, clock: Clock, schedule: Schedule
+    store: MetadataStore,
+    schedules: ScheduleStore,
+    clock: Clock,
+    schedule: Schedule,
+    *,
+    max_unsettled: int | None = None,
 ) -> ExportRecord:
-    """Fire a schedule at once, outside its timetable (which is left as it is)."""
+    """Fire a schedule at once, outside its timetable (which is left as it is); counted
+    toward the owner's unsettled cap like any request (TooManyRequestsError)."""
     now = clock.now()
     record = schedules.fire(
         schedule.id,
         due_at=now,
         new=schedule_export(store, schedule, now),
         deliveries=new_deliveries(schedule.recipients, schedule.id),
+        max_unsettled=max_unsettled,
     )
     if record is None:  # only if the very same instant was fired already
         raise RuntimeError("the schedule was fired at this instant already; try again")
@@ -87,9 +95,11 @@ def tick(
     *,
     grace: timedelta,
     limit: int = 100,
+    max_unsettled: int | None = None,
 ) -> TickResult:
     """Fire every due schedule at most once. Safe to run in any number of processes at once:
-    a due time that another scheduler fired first is left alone."""
+    a due time that another scheduler fired first is left alone. A due time whose owner is
+    at the unsettled cap stays due, and fires at a later pass (or is missed past `grace`)."""
     now = clock.now()
     runs: list[FiredRun] = []
     skipped = 0
@@ -117,14 +127,19 @@ def tick(
                     next_due_at=plan.next_due_at.isoformat(),
                 )
             continue
-        record = schedules.fire(
-            schedule.id,
-            due_at=plan.due_at,
-            new=schedule_export(store, schedule, now),
-            deliveries=new_deliveries(schedule.recipients, schedule.id),
-            expected=schedule.next_due_at,
-            next_due_at=plan.next_due_at,
-        )
+        try:
+            record = schedules.fire(
+                schedule.id,
+                due_at=plan.due_at,
+                new=schedule_export(store, schedule, now),
+                deliveries=new_deliveries(schedule.recipients, schedule.id),
+                expected=schedule.next_due_at,
+                next_due_at=plan.next_due_at,
+                max_unsettled=max_unsettled,
+            )
+        except TooManyRequestsError:
+            log.info("schedule_deferred", schedule_id=schedule.id, reason="unsettled_cap")
+            continue
         if record is not None:
             runs.append(FiredRun(schedule.id, plan.due_at, record))
             log.info(

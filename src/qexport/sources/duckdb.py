@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -19,6 +17,7 @@ from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
 from qexport.sources.duckdb_statements import bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
+from qexport.sources.scratch import Scratch, make_scratch
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -39,24 +38,45 @@ SANDBOX_CONFIG: dict[str, Any] = {
 
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
 DEFAULT_MEMORY_LIMIT = "256MB"
+DEFAULT_TEMP_LIMIT = "10GiB"
+
+
+def check_size(value: str, what: str) -> str:
+    """A DuckDB size setting (256MB, 10GiB), checked before it is put into a statement."""
+    if not _MEMORY.match(value):
+        raise ValueError(f"invalid DuckDB {what} {value!r} (examples: 256MB, 2GB, 10GiB)")
+    return value
 
 
 def connect_sandboxed(
-    path: Path, pipe_dir: Path | None = None, *, memory_limit: str = DEFAULT_MEMORY_LIMIT
+    path: Path,
+    pipe_dir: Path | None = None,
+    *,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    spill_dir: Path | None = None,
+    temp_limit: str = DEFAULT_TEMP_LIMIT,
 ) -> duckdb.DuckDBPyConnection:
     """Open `path` read-only inside the sandbox, with the configuration locked.
 
     `pipe_dir`, a private directory of this process, is the one place COPY may write: the
     named pipes of duckdb_copy. User SQL cannot use it (a query is a single SELECT).
+    `spill_dir`, another, is where DuckDB spills what exceeds `memory_limit`, at most
+    `temp_limit` of it; it is not among the allowed directories, so no query can list or
+    read it (DuckDB's own spill files are not external access).
     """
-    if not _MEMORY.match(memory_limit):
-        raise ValueError(f"invalid DuckDB memory limit {memory_limit!r} (examples: 256MB, 2GB)")
+    check_size(memory_limit, "memory limit")
+    check_size(temp_limit, "temp limit")
     con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG)
     try:
         # DuckDB caches table blocks up to its limit (80% of RAM by default): unbounded, a
         # worker's memory grew with the table it read (850 MiB for 10M rows, 490 for 1M).
         # Bounded, larger sorts and joins spill to disk instead.
         con.execute(f"SET memory_limit = '{memory_limit}'")
+        # Spill without a cap wrote 1.4 GB in 8 s for one sort; the default folder
+        # (beside the database file, or the working directory) is shared by everyone.
+        if spill_dir is not None:
+            con.execute("SET temp_directory = $dir", {"dir": str(spill_dir / "duckdb")})
+        con.execute(f"SET max_temp_directory_size = '{temp_limit}'")
         if pipe_dir is not None:
             con.execute("SET allowed_directories = $dirs", {"dirs": [f"{pipe_dir}/"]})
         con.execute("SET enable_external_access = false")
@@ -107,16 +127,23 @@ class DuckDBSource:
         *,
         batch_rows: int = BATCH_ROWS,
         memory_limit: str = DEFAULT_MEMORY_LIMIT,
+        temp_limit: str = DEFAULT_TEMP_LIMIT,
     ) -> None:
         self.name = name
         self.path = path
         self.batch_rows = batch_rows
         self.memory_limit = memory_limit
+        self.temp_limit = temp_limit
         self._lock = threading.Lock()
         self._opened: _Opened | None = None
-        self._pipe_dir: Path | None = None
+        self._scratch: Scratch | None = None
 
     native_formats = NATIVE_FORMATS
+
+    @property
+    def scratch_root(self) -> Path | None:
+        """This process's private folder for the source's pipes and spill, once opened."""
+        return self._scratch.root if self._scratch is not None else None
 
     def copy(
         self,
@@ -139,7 +166,7 @@ class DuckDBSource:
         try:
             deadline = Deadline(timeout_seconds, cursor.interrupt)
             try:
-                assert self._pipe_dir is not None  # made with the connection
+                assert self._scratch is not None  # made with the connection
                 return copy_to_sink(
                     cursor,
                     statement,
@@ -147,7 +174,7 @@ class DuckDBSource:
                     fmt=fmt,
                     neutralize=neutralize_formulas,
                     sink=sink,
-                    fifo_dir=self._pipe_dir,
+                    fifo_dir=self._scratch.pipes,
                     deadline=deadline,
                     max_rows=max_rows,
                     on_progress=on_progress,
@@ -219,9 +246,9 @@ class DuckDBSource:
             if self._opened is not None:
                 self._opened.connection.close()
                 self._opened = None
-            if self._pipe_dir is not None:
-                shutil.rmtree(self._pipe_dir, ignore_errors=True)
-                self._pipe_dir = None
+            if self._scratch is not None:
+                self._scratch.remove()
+                self._scratch = None
 
     def _cursor(self) -> tuple[duckdb.DuckDBPyConnection, Callable[[], None]]:
         """A cursor on the file as it is now, and what to call once it is closed."""
@@ -247,10 +274,17 @@ class DuckDBSource:
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         try:
-            if self._pipe_dir is None:
-                self._pipe_dir = Path(tempfile.mkdtemp(prefix="qexport-pipes-"))
-                # Removed at exit too: the CLI and the worker never close their sources.
-                weakref.finalize(self, shutil.rmtree, self._pipe_dir, ignore_errors=True)
-            return connect_sandboxed(self.path, self._pipe_dir, memory_limit=self.memory_limit)
+            if self._scratch is None:
+                self._scratch = make_scratch()
+                # Removed at exit too: the CLI and the worker never close their sources. A
+                # process killed outright leaves it to the next worker start (scratch.py).
+                weakref.finalize(self, self._scratch.remove)
+            return connect_sandboxed(
+                self.path,
+                self._scratch.pipes,
+                memory_limit=self.memory_limit,
+                spill_dir=self._scratch.spill,
+                temp_limit=self.temp_limit,
+            )
         except duckdb.Error as exc:
             raise connect_error(self.name, exc) from exc

@@ -7,6 +7,7 @@ import re
 import duckdb
 
 from qexport.domain.failures import (
+    LimitExceededError,
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
@@ -64,13 +65,17 @@ def _redact_values(message: str) -> str:
 
 
 _INTERRUPT_PREFIX = "INTERRUPT Error"
+# DuckDB names the setting in the error it raises when spill would pass it.
+_TEMP_LIMIT_SETTING = "max_temp_directory_size"
 
 
 def timeout_error(seconds: float) -> QueryTimeoutError:
     return QueryTimeoutError(f"statement timeout of {seconds:g} s reached")
 
 
-def translate_error(exc: BaseException, *, timed_out: bool, timeout_seconds: float) -> QExportError:
+def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
+    exc: BaseException, *, timed_out: bool, timeout_seconds: float
+) -> QExportError:
     """The qexport error for an exception raised while running or reading a statement."""
     message = _redact_values(bounded_detail(str(exc)))
     if isinstance(exc, QExportError):
@@ -81,6 +86,12 @@ def translate_error(exc: BaseException, *, timed_out: bool, timeout_seconds: flo
         return QExportError("the statement was interrupted")
     if isinstance(exc, _QUERY_ERRORS) or message.startswith(_QUERY_ERROR_PREFIXES):
         return QueryInvalidError(message)
+    if _TEMP_LIMIT_SETTING in message:
+        # Not worth another attempt: the same query spills as much the next time.
+        return LimitExceededError(
+            "the query needed more temporary disk space than the DuckDB temp limit allows"
+            " (QEXPORT_DUCKDB_TEMP_LIMIT); it sorts, groups or joins too much at once"
+        )
     if isinstance(exc, _UNAVAILABLE_ERRORS) or message.startswith(_UNAVAILABLE_PREFIXES):
         return SourceUnavailableError(message)
     return QExportError(f"the DuckDB source failed unexpectedly: {type(exc).__name__}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from qexport.domain.accounts import ApiToken, Link, Membership, Role, User
+from qexport.domain.accounts import ApiToken, Link, Membership, Role, User, link_cap_reached
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
@@ -331,9 +331,29 @@ class SqlAccountStore:
 
     # ------------------------------------------------------------ public links
 
-    def add_link(self, *, export_id: str, created_by: str, token_hash: str, now: datetime) -> Link:
+    def add_link(
+        self,
+        *,
+        export_id: str,
+        created_by: str,
+        token_hash: str,
+        now: datetime,
+        max_live: int | None = None,
+    ) -> Link:
         link = Link(str(uuid.uuid4()), export_id, created_by, now)
         with self._tx() as conn:
+            if max_live is not None:
+                if conn.dialect.name == "postgresql":  # serialise concurrent links to the export
+                    key = f"qexport.links/{export_id}"
+                    conn.execute(
+                        sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0)))
+                    )
+                stmt = sa.select(sa.func.count()).where(
+                    links.c.export_id == export_id, links.c.revoked_at.is_(None)
+                )
+                live = int(conn.execute(stmt).scalar_one())
+                if live >= max_live:
+                    raise link_cap_reached(live, max_live)
             conn.execute(
                 links.insert().values(
                     id=link.id,

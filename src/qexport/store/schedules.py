@@ -10,10 +10,16 @@ from typing import Any
 import sqlalchemy as sa
 
 from qexport.domain.exports import ExportRecord
-from qexport.domain.schedules import Missed, NewDelivery, Schedule, parse_recipient
+from qexport.domain.schedules import (
+    Missed,
+    NewDelivery,
+    Schedule,
+    parse_recipient,
+    schedule_cap_reached,
+)
 from qexport.ports import NewExport
 from qexport.store.engine import transaction
-from qexport.store.sql import insert_export_in
+from qexport.store.sql import check_unsettled_cap, insert_export_in
 from qexport.store.tables import instance_secrets, schedule_runs, schedules
 
 _LIVE = schedules.c.deleted_at.is_(None)
@@ -69,7 +75,7 @@ class SqlScheduleStore:
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
 
-    def add_schedule(self, schedule: Schedule) -> Schedule:
+    def add_schedule(self, schedule: Schedule, *, max_per_workspace: int | None = None) -> Schedule:
         values = {
             "id": schedule.id,
             "workspace_id": schedule.workspace_id,
@@ -77,8 +83,23 @@ class SqlScheduleStore:
             **_values(schedule),
         }
         with self._tx() as conn:
+            if max_per_workspace is not None:
+                self._check_count(conn, schedule.workspace_id, max_per_workspace)
             conn.execute(schedules.insert().values(**values))
         return schedule
+
+    @staticmethod
+    def _check_count(conn: sa.Connection, workspace_id: str, cap: int) -> None:
+        """Count the workspace's live schedules in the inserting transaction; on PostgreSQL
+        an advisory lock per workspace serialises concurrent creations (SQLite's writers
+        already are)."""
+        if conn.dialect.name == "postgresql":
+            key = f"qexport.schedules/{workspace_id}"
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
+        stmt = sa.select(sa.func.count()).where(schedules.c.workspace_id == workspace_id, _LIVE)
+        live = int(conn.execute(stmt).scalar_one())
+        if live >= cap:
+            raise schedule_cap_reached(live, cap)
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         with self._tx() as conn:
@@ -153,6 +174,7 @@ class SqlScheduleStore:
         deliveries: Sequence[NewDelivery],
         expected: datetime | None = None,
         next_due_at: datetime | None = None,
+        max_unsettled: int | None = None,
     ) -> ExportRecord | None:
         try:
             with self._tx() as conn:
@@ -164,6 +186,8 @@ class SqlScheduleStore:
                     and not self._advance_in(conn, schedule_id, expected, next_due_at)
                 ):
                     return None
+                if max_unsettled is not None:
+                    check_unsettled_cap(conn, new, max_unsettled)
                 record = insert_export_in(conn, new, deliveries, notify=self._notify)
                 # The run refers to the export; a second run of this due time is refused here
                 # and takes the export and its deliveries with it as the transaction rolls back.

@@ -161,6 +161,27 @@ sa.Index(
 sa.Index(
     "ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at
 )
+# The fair claim's second read (store/sql.py): one requester's unsettled exports in queue
+# order, without their settled history.
+sa.Index(
+    "ix_exports_requester_unsettled",
+    exports.c.workspace_id,
+    exports.c.requested_by,
+    exports.c.created_at,
+    exports.c.id,
+    sqlite_where=sa.text(UNSETTLED),
+    postgresql_where=sa.text(UNSETTLED),
+)
+# The storage quota's sum (store/sql.py): a workspace's succeeded exports by expiry, without
+# its failed history.
+SUCCEEDED = "status = 'succeeded'"
+sa.Index(
+    "ix_exports_stored",
+    exports.c.workspace_id,
+    exports.c.expires_at,
+    sqlite_where=sa.text(SUCCEEDED),
+    postgresql_where=sa.text(SUCCEEDED),
+)
 
 # ---------------------------------------------------------------- accounts
 
@@ -237,6 +258,7 @@ links = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("revoked_at", UTCDateTime),
 )
+sa.Index("ix_links_export_id", links.c.export_id)  # live links per export (the link limit)
 
 # Data sources registered with `qexport sources add`, next to those of QEXPORT_SOURCE_*.
 # `url` is sealed (`v1:...`) when QEXPORT_SECRET_KEY is set; `workspace_id` owns the source

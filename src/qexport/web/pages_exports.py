@@ -158,6 +158,7 @@ def create_public_link(
         principal,
         export_id,
         base_url=context.settings.public_base_url,
+        max_live=context.settings.max_links_per_export,
     )
     return _detail(request, context, session, principal, export_id, link=created)
 

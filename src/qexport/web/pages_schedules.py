@@ -78,11 +78,14 @@ def _save(
         lines = parsed.recipient_lines
         stores = (context.store, context.schedules, context.accounts, context.clock, actor)
         egress = context.settings.egress_policy()
+        limits = service.ScheduleLimits.of(context.settings)
         if schedule_id is None:
             draft = service.ScheduleDraft(**parsed.settings)
-            schedule = service.create_schedule(*stores, draft, egress=egress)
+            schedule = service.create_schedule(*stores, draft, egress=egress, limits=limits)
         else:
-            schedule = service.update_schedule(*stores, schedule_id, parsed.settings, egress=egress)
+            schedule = service.update_schedule(
+                *stores, schedule_id, parsed.settings, egress=egress, limits=limits
+            )
     except InvalidRequestError as exc:
         return _form_page(
             request,
@@ -223,7 +226,12 @@ def run_now(
 ) -> Response:
     """An export now, outside the timetable, delivered like the others; shown on its page."""
     record = service.run_schedule(
-        context.store, context.schedules, context.clock, service.Actor.of(principal), schedule_id
+        context.store,
+        context.schedules,
+        context.clock,
+        service.Actor.of(principal),
+        schedule_id,
+        max_unsettled=context.settings.max_unsettled_per_user,
     )
     return RedirectResponse(
         f"/exports/{quote(record.id, safe='')}?notice=requested", status_code=303

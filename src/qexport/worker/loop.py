@@ -45,12 +45,21 @@ class Worker:
     """Runs `concurrency` claim loops. `drain`: exit once nothing is queued or running."""
 
     def __init__(
-        self, deps: Deps, *, concurrency: int = 1, drain: bool = False, worker_id: str | None = None
+        self,
+        deps: Deps,
+        *,
+        concurrency: int = 1,
+        drain: bool = False,
+        worker_id: str | None = None,
+        group_slots: int | None = None,
     ) -> None:
+        """`group_slots`: the slots of the whole `worker` command (processes x concurrency),
+        the default for the installation's slots when QEXPORT_WORKER_SLOTS is not set."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.deps = deps
         self.concurrency = concurrency
+        self.max_running_per_user = deps.settings.running_cap(group_slots or concurrency)
         self.drain = drain
         self.worker_id = worker_id or new_worker_id()
         self.stopping = threading.Event()  # no new claims
@@ -95,7 +104,12 @@ class Worker:
 
     def run(self) -> dict[str, int]:
         """Run until stopped (or drained); returns how many attempts ended in each outcome."""
-        log.info("worker_started", worker=self.worker_id, concurrency=self.concurrency)
+        log.info(
+            "worker_started",
+            worker=self.worker_id,
+            concurrency=self.concurrency,
+            max_running_per_user=self.max_running_per_user,
+        )
         # Beside the slots, not before them: a bucket full of leftovers does not delay claims.
         # It goes on after a drain; a shutdown past its grace period cuts it short.
         sweep = threading.Thread(
@@ -147,6 +161,7 @@ class Worker:
             now=deps.clock.now(),
             lease_seconds=deps.settings.lease_seconds,
             admit=_admit,
+            max_running_per_user=self.max_running_per_user,
         )
         if result.refused is not None:
             log.info("export_refused", export_id=result.refused.id, code="access_lost")

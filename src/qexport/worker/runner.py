@@ -293,9 +293,20 @@ class Attempt:
         now = deps.clock.now()
         result = Result(size_bytes=stored.size_bytes, row_count=stored.rows, sha256=stored.sha256)
         self.rows, self.size = stored.rows, stored.size_bytes
-        if deps.store.succeed(
-            record.id, token, now=now, result=result, expires_at=now + deps.settings.retention
-        ):
+        try:
+            succeeded = deps.store.succeed(
+                record.id,
+                token,
+                now=now,
+                result=result,
+                expires_at=now + deps.settings.retention,
+                quota_bytes=deps.settings.workspace_quota,
+            )
+        except LimitExceededError:
+            # Over the workspace's quota: nothing stays stored; the export fails with it.
+            deps.objects.delete(record.storage_key)
+            raise
+        if succeeded:
             return "succeeded"
         current = deps.store.get_export(record.id)
         if current is not None and current.status is Status.FAILED:
