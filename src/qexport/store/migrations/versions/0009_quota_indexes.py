@@ -1,8 +1,8 @@
 """Indexes for fair claiming and the quotas: a requester's unsettled exports in queue order,
 live links per export, stored bytes per workspace.
 
-Revision ID: 0008
-Revises: 0009
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-01
 """
 
@@ -13,8 +13,8 @@ from alembic import op
 
 from qexport.store.tables import SUCCEEDED, UNSETTLED
 
-revision = "0008"
-down_revision = "0009"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

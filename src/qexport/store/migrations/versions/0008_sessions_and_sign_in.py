@@ -1,6 +1,6 @@
 """Revocable sessions, disabled users, and the recent sign-in failures that throttle guessing.
 
-Revision ID: 0009
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01
 """
@@ -12,7 +12,7 @@ from alembic import op
 
 from qexport.store.tables import UTCDateTime
 
-revision = "0009"
+revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
