@@ -255,19 +255,39 @@ def test_only_admins_register_sources(
 def test_an_admin_registers_for_their_own_workspace(
     accounts: InMemoryAccountStore, clock: FrozenClock
 ) -> None:
-    """The source an admin registers belongs to their workspace, shared with nobody."""
+    """The source an admin registers belongs to their workspace, shared with nobody, and
+    connects to the address the egress policy checked (here opened by the operator)."""
     service.register_member_source(
         accounts,
         clock,
-        Settings(),
+        Settings(egress_allow="10.0.0.0/8"),
         _principal(Role.ADMIN, "beta"),
         "crm",
-        "postgresql://reader:pw@db.internal:5432/crm?sslmode=require",
+        "postgresql://reader:pw@10.1.2.3:5432/crm?sslmode=require",
         check_role=_no_role_check,
     )
     found = accounts.registered_sources()["crm"]
     assert found.workspaces == {"beta"}
     assert not found.allow_privileged_role
+    assert found.url.endswith("/crm?sslmode=require&hostaddr=10.1.2.3")
+
+
+def test_an_admins_source_on_an_internal_address_is_refused(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Under the default egress policy a private address is 422 on `url`; nothing stored."""
+    with pytest.raises(InvalidRequestError, match="egress policy") as refused:
+        service.register_member_source(
+            accounts,
+            clock,
+            Settings(),
+            _principal(Role.ADMIN, "beta"),
+            "crm",
+            "postgresql://reader:pw@10.1.2.3:5432/crm",
+            check_role=_no_role_check,
+        )
+    assert refused.value.field == "url"
+    assert "crm" not in accounts.registered_sources()
 
 
 # ---------------------------------------------------------------- the registry
