@@ -596,7 +596,9 @@ class InMemoryAccountStore:
     def standing(self, workspace_id: str, user_id: str) -> Standing:
         with self._lock:
             registered = workspace_id in self._workspaces
-            return Standing(registered, self._roles.get((workspace_id, user_id)))
+            user = self._users.get(user_id)
+            disabled = user is not None and user.disabled_at is not None
+            return Standing(registered, self._roles.get((workspace_id, user_id)), disabled)
 
     # workspaces and users
     def ensure_workspace(self, workspace_id: str, *, now: datetime) -> bool:

@@ -20,6 +20,7 @@ from qexport.ports import AccountStore, MetadataStore, NewExport
 from qexport.store.accounts import LAST_USED_RESOLUTION, SqlAccountStore
 from qexport.store.sql import SqlMetadataStore
 from qexport.testing import FrozenClock, InMemoryAccountStore, InMemoryMetadataStore
+from qexport.worker.loop import pre_run_refusal
 from tests.factories import new_export
 
 STAND_IN_HASH = "$argon2id$v=19$stand-in"  # opaque to the store
@@ -332,6 +333,30 @@ def test_a_removed_member_s_queued_export_is_refused(backend: Backend, clock: Fr
     record = store.get_export(refused.id)
     assert record is not None
     assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.ACCESS_LOST)
+
+
+def test_a_disabled_users_queued_export_is_refused(backend: Backend, clock: FrozenClock) -> None:
+    """Disabling a user stops their queued exports too: the claim sees the account disabled
+    and the worker's pre-run check settles the export failed/access_lost, saying why."""
+    accounts, store = backend.accounts, backend.store
+    _member(accounts, clock, "alice@acme.test", "acme", Role.VIEWER)
+    user = accounts.find_user("alice@acme.test")
+    assert user is not None
+    store.add_query(Query("q1", "acme", "orders", "SELECT 1", "demo"))
+    queued = store.insert_export(_requested_by(new_export(clock.now(), "acme"), user.id))
+    accounts.set_disabled(user.id, disabled_at=clock.now())
+    result = store.claim_next(
+        worker_id="w",
+        now=clock.now() + timedelta(seconds=1),
+        lease_seconds=30,
+        admit=pre_run_refusal,
+    )
+    assert result.refused is not None
+    assert result.refused.id == queued.id
+    record = store.get_export(queued.id)
+    assert record is not None
+    assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.ACCESS_LOST)
+    assert record.failure_detail == "the requester's account is disabled"
 
 
 def _requested_by(new: NewExport, user_id: str) -> NewExport:

@@ -61,6 +61,7 @@ class Standing:
 
     registered: bool = False
     role: Role | None = None
+    disabled: bool = False  # the requester's account is disabled (`qexport users disable`)
 
     @property
     def member(self) -> bool:

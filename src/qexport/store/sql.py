@@ -40,6 +40,7 @@ from qexport.store.tables import (
     memberships,
     queries,
     reports,
+    users,
     workspaces,
 )
 
@@ -143,10 +144,12 @@ def _with_query(candidate: sa.Select[Any]) -> sa.Select[Any]:
         *query_columns,
         workspaces.c.id.label("standing_workspace"),
         memberships.c.role.label("standing_role"),
+        users.c.disabled_at.label("standing_disabled_at"),
     ).select_from(
         found.outerjoin(queries, queries.c.id == found.c.subject_id)
         .outerjoin(workspaces, workspaces.c.id == found.c.workspace_id)
         .outerjoin(memberships, member)
+        .outerjoin(users, users.c.id == found.c.requested_by)
     )
 
 
@@ -495,6 +498,7 @@ class SqlMetadataStore:
                 standing = Standing(
                     registered=row.standing_workspace is not None,
                     role=Role(row.standing_role) if row.standing_role else None,
+                    disabled=row.standing_disabled_at is not None,
                 )
                 refusal = admit(candidate, query, standing)
                 if refusal is not None:

@@ -23,13 +23,15 @@ from qexport.worker.wakeups import Wakeups
 log = structlog.get_logger()
 
 
-def _admit(
+def pre_run_refusal(
     export: ExportRecord, subject: Query | ReportSubject | None, standing: Standing
 ) -> str | None:
     """The pre-run check: an export whose query or report (or any query in it) is gone or
-    unreadable, or whose requester left the workspace, never starts."""
+    unreadable, or whose requester left the workspace or was disabled, never starts."""
     if not standing.member:
         return "the requester is no longer a member of the workspace"
+    if standing.disabled:
+        return "the requester's account is disabled"
     if isinstance(subject, ReportSubject):
         return subject.refusal(export.requester)
     if can_read(export.requester, subject):
@@ -160,7 +162,7 @@ class Worker:
             worker_id=self.worker_id,
             now=deps.clock.now(),
             lease_seconds=deps.settings.lease_seconds,
-            admit=_admit,
+            admit=pre_run_refusal,
             max_running_per_user=self.max_running_per_user,
         )
         if result.refused is not None:
