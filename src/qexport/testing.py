@@ -223,14 +223,21 @@ class InMemoryMetadataStore:
     def _fair_candidate(self, now: datetime, max_running: int | None) -> ExportRecord | None:
         running: Counter[RequesterKey] = Counter()
         waiting: dict[RequesterKey, list[ExportRecord]] = {}
+        last_started: dict[RequesterKey, datetime] = {}
         for r in self._exports.values():
             key = (r.workspace_id, r.requested_by)
+            if r.started_at is not None and (
+                key not in last_started or r.started_at > last_started[key]
+            ):
+                last_started[key] = r.started_at
             if self._is_claimable(r, now):
                 waiting.setdefault(key, []).append(r)
             elif r.status is Status.RUNNING:
                 running[key] += 1
         queues = [
-            RequesterQueue(key, running[key], min(r.created_at for r in found))
+            RequesterQueue(
+                key, running[key], min(r.created_at for r in found), last_started.get(key)
+            )
             for key, found in waiting.items()
         ]
         order = claim_order(queues, max_running)

@@ -445,6 +445,30 @@ def test_claim_next_takes_another_requesters_export_before_a_backlog(
     assert second.id == bobs.id
 
 
+def test_requesters_take_turns_at_a_single_slot(store: MetadataStore, clock: FrozenClock) -> None:
+    """With one slot (nothing running at each claim) and 50 of alice's exports queued before
+    bob's, bob's is the next claimed once alice's first has settled; then alice's again."""
+    for _ in range(50):
+        request(store, clock)
+        clock.advance(1)
+    bobs = store.insert_export(replace(new_export(clock.now()), requested_by="bob"))
+    first = _claim_fair(store, clock, cap=1)
+    assert first is not None
+    assert first.requested_by == "alice"
+    clock.advance(1)
+    assert store.succeed(
+        first.id, token(first), now=clock.now(), result=RESULT, expires_at=clock.now()
+    )
+    clock.advance(1)
+    second = _claim_fair(store, clock, cap=1)
+    assert second is not None
+    assert second.id == bobs.id
+    clock.advance(1)
+    third = _claim_fair(store, clock, cap=2)
+    assert third is not None
+    assert third.requested_by == "alice"
+
+
 def test_claim_next_prefers_the_requester_with_fewer_running(
     store: MetadataStore, clock: FrozenClock
 ) -> None:

@@ -153,29 +153,30 @@ def _with_query(candidate: sa.Select[Any]) -> sa.Select[Any]:
     )
 
 
-# Fair claiming (domain/fairness.py). While nothing runs under a live lease, the oldest
-# claimable export is the fair choice: the queue-order scan above, which stops at the first
-# row (the check reads only running rows, through ix_exports_claim). Otherwise two reads: per
-# requester, how many run and when their oldest claimable export was requested, one pass
-# over the unsettled exports grouped by requester (each holds at most
-# QEXPORT_MAX_UNSETTLED_PER_USER of them: 1000 unsettled took 1.2 ms of PostgreSQL's time);
-# then the oldest claimable export of the first requester in claim_order that still has
-# one, through ix_exports_requester_unsettled, stopping at the first row it can take. All
-# statements are prebuilt.
-_ANY_RUNNING = (
-    sa.select(sa.literal(1))
-    .where(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at >= _NOW)
-    .limit(1)
-)
-_OLDEST = _with_query(_CANDIDATE)
-_OLDEST_PG = _with_query(_CANDIDATE.with_for_update(skip_locked=True))
+# Fair claiming (domain/fairness.py), in two reads: per requester, how many run, when their
+# oldest claimable export was requested and when any of theirs last started (one index seek
+# each, ix_exports_requester_started), one pass over the unsettled exports grouped by
+# requester (each holds at most QEXPORT_MAX_UNSETTLED_PER_USER of them: 1000 unsettled took
+# 1.2 ms of PostgreSQL's time); then the oldest claimable export of the first requester in
+# claim_order that still has one, through ix_exports_requester_unsettled, stopping at the
+# first row it can take. All statements are prebuilt.
 _WORKSPACE = sa.bindparam("workspace_", type_=exports.c.workspace_id.type)
 _REQUESTER = sa.bindparam("requester_", type_=exports.c.requested_by.type)
 _LIVE_LEASE = sa.and_(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at >= _NOW)
+_SERVED = exports.alias("served")
+_LAST_STARTED = (
+    sa.select(sa.func.max(_SERVED.c.started_at))
+    .where(
+        _SERVED.c.workspace_id == exports.c.workspace_id,
+        _SERVED.c.requested_by == exports.c.requested_by,
+    )
+    .scalar_subquery()
+)
 _REQUESTER_QUEUES = (
     sa.select(
         exports.c.workspace_id,
         exports.c.requested_by,
+        sa.type_coerce(_LAST_STARTED, UTCDateTime()).label("last_started"),
         sa.func.sum(sa.case((_LIVE_LEASE, 1), else_=0)).label("running"),
         sa.type_coerce(
             sa.func.min(sa.case((_claimable(_NOW), exports.c.created_at), else_=None)),
@@ -517,11 +518,14 @@ class SqlMetadataStore:
         """The oldest claimable export of the first requester in `claim_order` that has one
         this transaction may take (on PostgreSQL, others' locked rows are skipped)."""
         pg = conn.dialect.name == "postgresql"
-        if conn.execute(_ANY_RUNNING, {"now_": now}).first() is None:
-            return conn.execute(_OLDEST_PG if pg else _OLDEST, {"now_": now}).first()
         oldest_of = _OLDEST_OF_PG if pg else _OLDEST_OF
         queues = [
-            RequesterQueue((row.workspace_id, row.requested_by), int(row.running), row.oldest)
+            RequesterQueue(
+                (row.workspace_id, row.requested_by),
+                int(row.running),
+                row.oldest,
+                row.last_started,
+            )
             for row in conn.execute(_REQUESTER_QUEUES, {"now_": now})
         ]
         for workspace, requester in claim_order(queues, max_running):

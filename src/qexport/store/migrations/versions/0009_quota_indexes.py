@@ -1,4 +1,5 @@
 """Indexes for fair claiming and the quotas: a requester's unsettled exports in queue order,
+when their exports last started,
 live links per export, stored bytes per workspace.
 
 Revision ID: 0009
@@ -27,6 +28,9 @@ def upgrade() -> None:
         sqlite_where=sa.text(UNSETTLED),
         postgresql_where=sa.text(UNSETTLED),
     )
+    op.create_index(
+        "ix_exports_requester_started", "exports", ["workspace_id", "requested_by", "started_at"]
+    )
     op.create_index("ix_links_export_id", "links", ["export_id"])
     op.create_index(
         "ix_exports_stored",
@@ -40,4 +44,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_exports_stored", table_name="exports")
     op.drop_index("ix_links_export_id", table_name="links")
+    op.drop_index("ix_exports_requester_started", table_name="exports")
     op.drop_index("ix_exports_requester_unsettled", table_name="exports")
