@@ -6,6 +6,7 @@ this process until nothing is queued or running.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -118,20 +119,46 @@ class Api:
         return self.client.delete(path, headers=self.headers(who), **kwargs)
 
 
-@pytest.fixture
-def api(tmp_path: Path, source_template: Path) -> Iterator[Api]:
+@contextlib.contextmanager
+def api_on(
+    tmp_path: Path, source_template: Path, database_url: str = "", **overrides: Any
+) -> Iterator[Api]:
+    """The API of a fresh installation whose metadata database is `database_url` (SQLite in
+    the data directory when empty), with other settings `overrides`."""
     source = tmp_path / "shop.duckdb"
     shutil.copy(source_template, source)
     settings = Settings(
         data_dir=tmp_path / "data",
+        database_url=database_url,
         sources={SOURCE: f"duckdb://{source}"},
         source_workspaces={SOURCE: frozenset({"acme", "other"})},
         lease_seconds=30,
         public_base_url="http://127.0.0.1:8000",  # as `serve` sets it
-    )
+    ).with_overrides(**overrides)
     settings.data_dir.mkdir()
     clock = FrozenClock()
     deps = bootstrap.build(settings, clock=clock)
     context = bootstrap.api_context(settings, deps)
-    with TestClient(create_app(context), raise_server_exceptions=False) as client:
-        yield Api(client, context, deps, clock)
+    try:
+        with TestClient(create_app(context), raise_server_exceptions=False) as client:
+            yield Api(client, context, deps, clock)
+    finally:
+        engine = getattr(deps.store, "engine", None)
+        if engine is not None:
+            engine.dispose()  # PostgreSQL connections are closed, not left to the GC
+
+
+@pytest.fixture
+def api(tmp_path: Path, source_template: Path) -> Iterator[Api]:
+    with api_on(tmp_path, source_template) as api:
+        yield api
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def api_both(
+    request: pytest.FixtureRequest, tmp_path: Path, source_template: Path
+) -> Iterator[Api]:
+    """`api` on SQLite and on PostgreSQL, for the adversarial tests of isolation and quotas."""
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
+    with api_on(tmp_path, source_template, url) as api:
+        yield api

@@ -25,6 +25,13 @@ from tests.api.conftest import Api
 from tests.pg import server_url
 from tests.web.conftest import Browser, add_person, csrf_of
 
+
+@pytest.fixture
+def api(api_both: Api) -> Api:
+    """Every test of this module runs on SQLite and on PostgreSQL."""
+    return api_both
+
+
 ANN = "ann@acme.test"  # acme's admin
 EVE = "eve@other.test"  # other's admin
 MALLORY = "mallory@other.test"  # other's editor

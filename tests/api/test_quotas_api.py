@@ -9,6 +9,8 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
 
+import pytest
+
 from qexport.domain.accounts import Role
 from qexport.domain.queries import Visibility
 from qexport.services.scheduling import tick
@@ -18,6 +20,12 @@ ALICE = "alice@acme.test"  # editor, the usual owner
 ADMIN = "admin@acme.test"
 ORDERS = "q-orders-acme"
 HOURLY = {"query_id": ORDERS, "format": "csv", "cron": "0 * * * *", "timezone": "UTC"}
+
+
+@pytest.fixture
+def api(api_both: Api) -> Api:
+    """Every test of this module runs on SQLite and on PostgreSQL."""
+    return api_both
 
 
 def _team(api: Api) -> Api:

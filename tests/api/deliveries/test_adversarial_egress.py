@@ -11,10 +11,8 @@ schedule. Every test runs on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,17 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from qexport import bootstrap
-from qexport.api.app import create_app
-from qexport.config import Settings
 from qexport.deliveries.errors import DESTINATION_REFUSED
 from qexport.domain.failures import FailureCode
 from qexport.domain.schedules import DeliveryStatus
-from qexport.store.sql import SqlMetadataStore
-from qexport.testing import FrozenClock
-from tests.api.conftest import SOURCE, Api
+from tests.api.conftest import SOURCE, Api, api_on
 from tests.api.deliveries.env import ALICE, Deliveries
 from tests.receivers import WebhookReceiver, free_port, running_receiver
 
@@ -54,34 +46,11 @@ UNSPECIFIED = "0.0.0.0"  # noqa: S104 - connecting to it reaches this machine's 
 MONDAYS = {"query_id": "q-orders-acme", "format": "csv", "cron": "0 8 * * 1"}
 
 
-@contextlib.contextmanager
-def _api(tmp: Path, source_template: Path, database_url: str, **settings: Any) -> Iterator[Api]:
-    """The `api` fixture's service on the given database (SQLite when empty)."""
-    source = tmp / "shop.duckdb"
-    shutil.copy(source_template, source)
-    config = Settings(
-        data_dir=tmp / "data",
-        database_url=database_url,
-        sources={SOURCE: f"duckdb://{source}"},
-        **settings,
-    )
-    config.data_dir.mkdir()
-    clock = FrozenClock()
-    deps = bootstrap.build(config, clock=clock)
-    context = bootstrap.api_context(config, deps)
-    try:
-        with TestClient(create_app(context), raise_server_exceptions=False) as client:
-            yield Api(client, context, deps, clock)
-    finally:
-        assert isinstance(deps.store, SqlMetadataStore)
-        deps.store.engine.dispose()  # PostgreSQL connections are closed, not left to GC
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def api(request: pytest.FixtureRequest, tmp_path: Path, source_template: Path) -> Iterator[Api]:
     """The API under the default egress policy, on SQLite and on PostgreSQL."""
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
-    with _api(tmp_path, source_template, url) as api:
+    with api_on(tmp_path, source_template, url) as api:
         yield api
 
 
@@ -244,7 +213,7 @@ def test_notify_pointing_inside_is_refused_and_records_nothing(api: Api) -> None
 def test_the_operator_allow_list_opens_saving_too(tmp_path: Path, source_template: Path) -> None:
     """With QEXPORT_EGRESS_ALLOW=127.0.0.1/32 a webhook to 127.0.0.1 is saved; 10.0.0.1 still
     is not."""
-    with _api(tmp_path, source_template, "", egress_allow="127.0.0.1/32") as api:
+    with api_on(tmp_path, source_template, egress_allow="127.0.0.1/32") as api:
         api.member(ALICE, "editor")
         api.add_query("orders")
         ok = api.post(
