@@ -184,6 +184,8 @@ def test_an_env_reference_is_stored_as_a_reference() -> None:
         ("postgresql://u:hunter2@db:5432/crm", "postgresql://u:***@db:5432/crm"),
         ("postgresql://:hunter2@db/crm", "postgresql://:***@db/crm"),
         ("postgresql://u@db/crm?password=hunter2&sslmode=require", None),
+        ("postgresql://u@db/crm?sslmode=require&%70assword=hunter2", None),  # libpq decodes keys
+        ("postgresql://u@db/crm?PassWord=hunter2", "postgresql://u@db/crm?PassWord=***"),
         ("postgresql://u@db/crm", "postgresql://u@db/crm"),
         ("duckdb:///data/shop.duckdb", "duckdb:///data/shop.duckdb"),
         ("postgresql://u:hunter2@db:99999/crm", None),
@@ -262,7 +264,7 @@ def test_an_admin_registers_for_their_own_workspace(
         Settings(),
         _principal(Role.ADMIN, "beta"),
         "crm",
-        "postgresql://reader:pw@db.internal:5432/crm?sslmode=require",
+        "postgresql://reader:pw@203.0.113.9:5432/crm?sslmode=require",  # a literal: no DNS here
         check_role=_no_role_check,
     )
     found = accounts.registered_sources()["crm"]

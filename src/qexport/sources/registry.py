@@ -3,10 +3,9 @@ and which workspaces may use each."""
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import structlog
 
@@ -120,8 +119,15 @@ def grant_words(workspaces: frozenset[str]) -> str:
     return ", ".join(sorted(workspaces)) or "no workspace"
 
 
-# libpq also takes a password as a query parameter: `postgresql://u@h/db?password=...`.
-_QUERY_PASSWORD = re.compile(r"(?i)(^|&)(password=)[^&]*")
+def _masked_query(query: str) -> str:
+    """The query with every `password=` value masked. libpq also takes a password as a
+    query parameter (`postgresql://u@h/db?password=...`) and decodes percent-escapes in the
+    key first, so `%70assword=...` is a password too."""
+    pieces = []
+    for piece in query.split("&"):
+        key, sep, _ = piece.partition("=")
+        pieces.append(f"{key}=***" if sep and unquote(key).lower() == "password" else piece)
+    return "&".join(pieces)
 
 
 def masked_url(url: str) -> str:
@@ -136,7 +142,7 @@ def masked_url(url: str) -> str:
         netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
     if "//" not in url:  # not a URL of any source kind: show nothing of it
         return f"{parts.scheme}:***"
-    query = _QUERY_PASSWORD.sub(r"\1\2***", parts.query)
+    query = _masked_query(parts.query)
     # Rebuilt by hand: urlunsplit would drop the empty authority of `duckdb:///path`.
     masked = f"{parts.scheme}://{netloc}{parts.path}"
     masked += f"?{query}" if parts.query else ""
