@@ -131,19 +131,24 @@ def _masked_query(query: str) -> str:
 
 
 def masked_url(url: str) -> str:
-    """The URL with its password (if any) replaced by `***`, safe to print and log."""
+    """The URL with its password (if any) replaced by `***`, safe to print and log.
+
+    Cut as libpq cuts it, not as a URL parser would: libpq reads `user:password@` up to the
+    last `@` before the first `/`, whatever `?` or `#` the password holds (a URL parser ends
+    the authority there and would show the rest), and has no fragments, so a `password=`
+    anywhere after the `?` counts.
+    """
     try:
-        parts = urlsplit(url)
-        password = parts.password
+        scheme = urlsplit(url).scheme
     except ValueError:
         return "<unparseable URL>"
-    netloc = parts.netloc
-    if password is not None:
-        netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
-    if "//" not in url:  # not a URL of any source kind: show nothing of it
-        return f"{parts.scheme}:***"
-    query = _masked_query(parts.query)
-    # Rebuilt by hand: urlunsplit would drop the empty authority of `duckdb:///path`.
-    masked = f"{parts.scheme}://{netloc}{parts.path}"
-    masked += f"?{query}" if parts.query else ""
-    return masked + (f"#{parts.fragment}" if parts.fragment else "")
+    prefix, slashes, rest = url.partition("//")
+    if not slashes:  # not a URL of any source kind: show nothing of it
+        return f"{scheme}:***"
+    authority, slash, after = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        authority = f"{user}:***@{host}" if colon else authority
+    head, question, query = f"{authority}{slash}{after}".partition("?")
+    return f"{prefix}//{head}{question}{_masked_query(query)}"
