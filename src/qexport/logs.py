@@ -13,12 +13,17 @@ def configure_logging(*, json: bool | None = None, level: int = logging.INFO) ->
     if json is None:
         json = not sys.stderr.isatty()
     # JSON lines carry a failure's traceback as text under "exception" (the console renderer
-    # prints it itself). Not dict_tracebacks: it would log every frame's local variables,
-    # row values and credentials among them.
+    # prints it itself). Never a frame's local variables (row values and credentials among
+    # them): not dict_tracebacks, and on a terminal the plain traceback, not rich's, which
+    # shows them.
     rendering: list[structlog.types.Processor] = (
         [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
         if json
-        else [structlog.dev.ConsoleRenderer(colors=False)]
+        else [
+            structlog.dev.ConsoleRenderer(
+                colors=False, exception_formatter=structlog.dev.plain_traceback
+            )
+        ]
     )
     structlog.configure(
         processors=[

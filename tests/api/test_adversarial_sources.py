@@ -304,3 +304,43 @@ def test_a_hostile_registration_is_refused(world: Api, name: str, url: str) -> N
     response = world.post(SOURCES, EVE, json={"name": name, "url": url})
     assert response.status_code == 422, response.text
     assert world.context.accounts.registered_sources() == before
+
+
+def test_a_fragment_cannot_smuggle_a_hostaddr_past_the_egress_policy(
+    world: Api, reader: str
+) -> None:
+    """libpq has no URL fragments: `#&hostaddr=127.0.0.1` after a public address would be read
+    as another option after the pinned one and win. Refused (422 on `url`) before any
+    connection; nothing is registered."""
+    url = f"postgresql://{reader}:hunter2-{reader}@93.184.216.34:5432/postgres#&hostaddr=127.0.0.1"
+    refused = world.post(SOURCES, EVE, json={"name": "smuggled", "url": url})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == "url"
+    assert "smuggled" not in world.context.accounts.registered_sources()
+
+
+def test_a_refused_address_is_not_told_to_the_member(world: Api) -> None:
+    """What a refused name resolved to stays in the operator's log: the answer names the
+    host as typed and the policy, never the internal address it resolved to."""
+    url = "postgresql://r:p@localhost:5432/postgres"
+    refused = world.post(SOURCES, EVE, json={"name": "probe", "url": url})
+    assert refused.status_code == 422, refused.text
+    detail = refused.json()["detail"]
+    assert "egress policy" in detail
+    assert "127.0.0.1" not in detail
+    assert "loopback)" not in detail.replace("loopback,", "")
+
+
+def test_a_percent_encoded_password_option_is_masked(loopback_open: Api, reader: str) -> None:
+    """`?%70assword=...` is a password to libpq; neither the answer to the registration nor
+    the list shown to the workspace's members (viewers included) repeats it."""
+    world = loopback_open
+    world.member("viewer@other.test", "viewer", workspace="other")
+    password = f"hunter2-{reader}"
+    url = f"postgresql://{reader}@127.0.0.1:5432/postgres?%70assword={password}"
+    created = world.post(SOURCES, EVE, json={"name": "encoded", "url": url})
+    assert created.status_code == 201, created.text
+    assert password not in created.text
+    listed = world.get(SOURCES, "viewer@other.test").text
+    assert "encoded" in listed
+    assert password not in listed

@@ -29,11 +29,13 @@ def _resolver(*addresses: str) -> Any:
         "100.64.0.1", "169.254.169.254", "224.0.0.1", "255.255.255.255", "::1", "::",
         "fc00::1", "fd12::1", "fe80::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
         "::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::", "::ffff:169.254.169.254",
+        "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "64:ff9b:1::a00:5",
     ],
 )  # fmt: skip
 def test_internal_addresses_in_every_form_are_refused(address: str) -> None:
     """Loopback, unspecified, private, shared, link-local, multicast, broadcast and their
-    IPv4-mapped, -compatible, NAT64 and 6to4 forms are refused by default."""
+    IPv4-mapped, -translated, -compatible, NAT64 (also local-use) and 6to4 forms are refused
+    by default."""
     with pytest.raises(EgressRefusedError):
         EgressPolicy().check_address(ipaddress.ip_address(address))
 

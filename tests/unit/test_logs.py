@@ -39,3 +39,32 @@ def test_an_internal_failure_logs_its_traceback_in_json(json_logs: io.StringIO) 
     assert crashed[0]["exception"].startswith("Traceback (most recent call last):")
     assert "ZeroDivisionError: division by zero" in crashed[0]["exception"]
     assert crashed[0]["export_id"] == record.id
+
+
+_SECRET = "hunter2-" + "in-a-local"  # built, so no traceback line shows it
+
+
+def _crash_holding(secret: str) -> None:
+    credentials = f"postgresql://reader:{secret}@db/dw"
+    raise RuntimeError(f"could not use the source ({len(credentials)} characters)")
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_traceback_logs_no_local_variables(
+    monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """A logged traceback, as JSON or on a terminal, names the error and where it happened
+    but never a frame's local variables: a password held in one stays out of the log."""
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging(json=as_json)
+    try:
+        _crash_holding(_SECRET)
+    except RuntimeError:
+        structlog.get_logger().exception("api.unexpected_error")
+    finally:
+        structlog.reset_defaults()
+    logged = stream.getvalue()
+    assert "RuntimeError: could not use the source" in logged
+    assert "_crash_holding" in logged
+    assert _SECRET not in logged

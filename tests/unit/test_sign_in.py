@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -129,3 +129,43 @@ def test_a_disabled_user_or_one_without_a_password_is_refused(
     assert _attempt(accounts, clock, PASSWORD).outcome is service.Outcome.REFUSED
     add_user(accounts, clock, "bob@acme.test", workspace="acme", role="viewer")
     assert _attempt(accounts, clock, "", email="bob@acme.test").outcome is service.Outcome.REFUSED
+
+
+class _AllAtOnce(InMemoryAccountStore):
+    """An account store whose first `n` failure look-ups all return together, as when `n`
+    sign-ins are sent at the same moment and each checks before any has failed."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self._barrier = threading.Barrier(n)
+        self._first = threading.local()
+
+    def sign_in_failures(
+        self, email: str, address: str, *, since: datetime
+    ) -> tuple[Failures, Failures]:
+        found = super().sign_in_failures(email, address, since=since)
+        if not getattr(self._first, "done", False):
+            self._first.done = True
+            self._barrier.wait(timeout=30)
+        return found
+
+
+def test_sign_ins_sent_at_once_are_stopped_at_the_limit(clock: FrozenClock) -> None:
+    """Twelve wrong passwords sent at once cost the account five guesses, not twelve: the
+    rest are throttled, although each passed the first check before any had failed."""
+    attempts = 12
+    accounts = _AllAtOnce(attempts)
+    add_user(accounts, clock, "ann@acme.test", workspace="acme", role="viewer", password=PASSWORD)
+    gate = service.VerificationGate(1, timeout=60)
+    outcomes: list[service.Outcome] = []
+
+    def attempt() -> None:
+        outcomes.append(_attempt(accounts, clock, "wrong", gate=gate).outcome)
+
+    threads = [threading.Thread(target=attempt) for _ in range(attempts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert outcomes.count(service.Outcome.REFUSED) == ACCOUNT_LIMIT
+    assert outcomes.count(service.Outcome.THROTTLED) == attempts - ACCOUNT_LIMIT

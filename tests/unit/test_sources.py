@@ -184,6 +184,12 @@ def test_an_env_reference_is_stored_as_a_reference() -> None:
         ("postgresql://u:hunter2@db:5432/crm", "postgresql://u:***@db:5432/crm"),
         ("postgresql://:hunter2@db/crm", "postgresql://:***@db/crm"),
         ("postgresql://u@db/crm?password=hunter2&sslmode=require", None),
+        ("postgresql://u@db/crm?sslmode=require&%70assword=hunter2", None),  # libpq decodes keys
+        ("postgresql://u@db/crm?PassWord=hunter2", "postgresql://u@db/crm?PassWord=***"),
+        # libpq reads a password up to the `@`, past a `#` or `?` a URL parser stops at
+        ("postgresql://u:#hunter2@db/crm", "postgresql://u:***@db/crm"),
+        ("postgresql://u:12?hunter2@db/crm", "postgresql://u:***@db/crm"),
+        ("postgresql://u:pw@db/crm?sslmode=require#&password=hunter2", None),
         ("postgresql://u@db/crm", "postgresql://u@db/crm"),
         ("duckdb:///data/shop.duckdb", "duckdb:///data/shop.duckdb"),
         ("postgresql://u:hunter2@db:99999/crm", None),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
@@ -213,8 +214,9 @@ def test_failures_on_one_server_lock_the_account_on_another(api: Api, browser: B
 class _FullGate(VerificationGate):
     """A gate whose slots stay taken."""
 
-    def verify(self, password_hash: str, password: str) -> bool | None:
-        return None
+    @contextmanager
+    def slot(self) -> Iterator[bool]:
+        yield False
 
 
 def test_a_sign_in_when_every_slot_is_taken_gets_503_and_the_form_again(

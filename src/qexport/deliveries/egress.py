@@ -37,6 +37,7 @@ _REFUSED: tuple[tuple[str, str], ...] = (
     ("240.0.0.0/4", "reserved or broadcast"),  # 255.255.255.255 included
     ("::/128", "unspecified"),
     ("::1/128", "loopback"),
+    ("64:ff9b:1::/48", "local-use NAT64"),  # RFC 8215: translates to the local network
     ("fc00::/7", "unique local"),
     ("fe80::/10", "link-local"),
     ("fec0::/10", "site-local"),
@@ -47,6 +48,7 @@ _REFUSED_NETWORKS: tuple[tuple[Network, str], ...] = tuple(
 )
 _COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible IPv6 (::a.b.c.d)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # IPv4-translated (SIIT, RFC 2765)
 
 
 class EgressRefusedError(Exception):
@@ -62,12 +64,15 @@ class UnresolvedError(Exception):
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 form carries (mapped, compatible, 6to4, NAT64), if any."""
+    """The IPv4 address an IPv6 form carries (mapped, translated, compatible, 6to4, NAT64),
+    if any."""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     if ip.sixtofour is not None:
         return ip.sixtofour
-    if ip in _NAT64 or (ip in _COMPATIBLE and int(ip) > 1):  # :: and ::1 are themselves
+    if (
+        ip in _NAT64 or ip in _TRANSLATED or (ip in _COMPATIBLE and int(ip) > 1)
+    ):  # :: and ::1 are themselves
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return None
 

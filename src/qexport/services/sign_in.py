@@ -12,7 +12,10 @@ server process sharing it throttles alike (domain/sign_in.py says how long one m
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from functools import cache
 
@@ -33,12 +36,14 @@ class VerificationGate:
         self._slots = threading.BoundedSemaphore(slots)
         self._timeout = timeout
 
-    def verify(self, password_hash: str, password: str) -> bool | None:
-        """Whether the password matches; None when no slot came free in time."""
+    @contextmanager
+    def slot(self) -> Iterator[bool]:
+        """Hold a verification slot; yields False when none came free in time."""
         if not self._slots.acquire(timeout=self._timeout):
-            return None
+            yield False
+            return
         try:
-            return password_matches(password_hash, password)
+            yield True
         finally:
             self._slots.release()
 
@@ -76,8 +81,7 @@ def sign_in(
     """Check an email and password from a client address. A throttled attempt checks no
     password: it answers the same for every email, existing or not, right password or not."""
     key, now = email_key(email), clock.now()
-    account, from_address = accounts.sign_in_failures(key, address, since=now - WINDOW)
-    wait = retry_after(account, from_address, now)
+    wait = _throttled(accounts, key, address, now)
     if wait:
         return Attempt(Outcome.THROTTLED, retry_after=wait)
     try:
@@ -85,16 +89,29 @@ def sign_in(
     except ValueError:
         user = None
     stored = user.password_hash if user and user.password_hash else _dummy_hash()
-    matches = gate.verify(stored, password)
-    if matches is None:
-        return Attempt(Outcome.BUSY, retry_after=BUSY_RETRY_AFTER_SECONDS)
-    workspaces = (
-        sorted(m.workspace_id for m in accounts.memberships_of(user.id))
-        if user is not None and matches and user.password_hash and not user.disabled
-        else []
-    )
-    if user is None or not workspaces:
-        accounts.record_sign_in_failure(key, address, now=now, forget_before=now - WINDOW)
-        return Attempt(Outcome.REFUSED)
+    with gate.slot() as free:
+        if not free:
+            return Attempt(Outcome.BUSY, retry_after=BUSY_RETRY_AFTER_SECONDS)
+        # Attempts sent at once all passed the check above before any of them failed; looked
+        # at again in the slot, after those ahead recorded their failures, they stop at the
+        # limit instead of each costing a guess.
+        wait = _throttled(accounts, key, address, now)
+        if wait:
+            return Attempt(Outcome.THROTTLED, retry_after=wait)
+        matches = password_matches(stored, password)
+        workspaces = (
+            sorted(m.workspace_id for m in accounts.memberships_of(user.id))
+            if user is not None and matches and user.password_hash and not user.disabled
+            else []
+        )
+        if user is None or not workspaces:
+            accounts.record_sign_in_failure(key, address, now=now, forget_before=now - WINDOW)
+            return Attempt(Outcome.REFUSED)
     accounts.clear_sign_in_failures(key)
     return Attempt(Outcome.SIGNED_IN, user, workspaces[0])
+
+
+def _throttled(accounts: AccountStore, key: str, address: str, now: datetime) -> int:
+    """Seconds the attempt must wait (0: it may be made now)."""
+    account, from_address = accounts.sign_in_failures(key, address, since=now - WINDOW)
+    return retry_after(account, from_address, now)

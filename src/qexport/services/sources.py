@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+import psycopg
+import structlog
+from psycopg.conninfo import conninfo_to_dict
+
 from qexport.config import Settings
 from qexport.deliveries.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.domain.accounts import Principal, Role, check_workspace_id
@@ -26,6 +30,8 @@ from qexport.sources.registry import configured_grants, configured_names, masked
 
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
+log = structlog.get_logger()
+
 # What a member's URL may set besides the server, user, password and database: nothing that
 # names a file on qexport's machines (passfile, sslkey...) or another service definition.
 _MEMBER_OPTIONS = frozenset(
@@ -97,6 +103,10 @@ def check_member_url(url: str) -> None:
     """
     check_source_url(url)
     parts = urlsplit(url)
+    if "#" in url:  # libpq has no fragments: what follows `#` would be read as more options
+        raise InvalidRequestError(
+            "the URL may not contain '#' (write one in a password as %23)", field="url"
+        )
     if parts.scheme not in _POSTGRES_SCHEMES:
         raise InvalidRequestError(
             "only PostgreSQL sources can be registered here; ask the operator for others",
@@ -132,15 +142,42 @@ def pin_member_url(url: str, policy: EgressPolicy) -> str:
     try:
         addresses = policy.resolve_checked(host, parts.port or 5432)
     except EgressRefusedError as exc:
+        # The address and its class are for the operator's log: told to a member, they would
+        # map the internal network's names to addresses.
+        log.info("source_refused", reason=exc.reason)
         raise InvalidRequestError(
-            f"the server's address is refused by the egress policy ({exc}); the operator may"
-            " open it with QEXPORT_EGRESS_ALLOW",
+            f"{host[:80]!r} is refused by the egress policy: sources may not be on loopback,"
+            " private, link-local or other internal addresses (the operator may open them"
+            " with QEXPORT_EGRESS_ALLOW)",
             field="url",
-        ) from exc
+        ) from None
     except (UnresolvedError, ValueError) as exc:
         raise InvalidRequestError(f"could not resolve the host {host!r}", field="url") from exc
-    pinned = urlencode({"hostaddr": str(addresses[0])})
-    return urlunsplit(parts._replace(query=f"{parts.query}&{pinned}" if parts.query else pinned))
+    pin = urlencode({"hostaddr": str(addresses[0])})
+    pinned = urlunsplit(parts._replace(query=f"{parts.query}&{pin}" if parts.query else pin))
+    _check_libpq_reading(pinned, host, str(addresses[0]))
+    return pinned
+
+
+def _check_libpq_reading(pinned: str, host: str, address: str) -> None:
+    """Refuse unless libpq itself reads the pinned URL as the checked host at the checked
+    address with only the options a member may set: what Python's URL parser saw is not
+    what connects, and the two differ on odd URLs."""
+    try:
+        options = conninfo_to_dict(pinned)
+    except psycopg.Error:
+        raise InvalidRequestError("the source URL cannot be parsed", field="url") from None
+    allowed = _MEMBER_OPTIONS | {"user", "password", "dbname", "host", "port", "hostaddr"}
+    if (
+        not set(options) <= allowed
+        or str(options.get("host", "")).lower() != host.lower()
+        or options.get("hostaddr") != address
+    ):
+        raise InvalidRequestError(
+            "the URL must name one server by host name or address, with no other options"
+            f" than {', '.join(sorted(_MEMBER_OPTIONS))}",
+            field="url",
+        )
 
 
 def _name(name: str) -> str:

@@ -3,10 +3,9 @@ and which workspaces may use each."""
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import structlog
 
@@ -120,24 +119,36 @@ def grant_words(workspaces: frozenset[str]) -> str:
     return ", ".join(sorted(workspaces)) or "no workspace"
 
 
-# libpq also takes a password as a query parameter: `postgresql://u@h/db?password=...`.
-_QUERY_PASSWORD = re.compile(r"(?i)(^|&)(password=)[^&]*")
+def _masked_query(query: str) -> str:
+    """The query with every `password=` value masked. libpq also takes a password as a
+    query parameter (`postgresql://u@h/db?password=...`) and decodes percent-escapes in the
+    key first, so `%70assword=...` is a password too."""
+    pieces = []
+    for piece in query.split("&"):
+        key, sep, _ = piece.partition("=")
+        pieces.append(f"{key}=***" if sep and unquote(key).lower() == "password" else piece)
+    return "&".join(pieces)
 
 
 def masked_url(url: str) -> str:
-    """The URL with its password (if any) replaced by `***`, safe to print and log."""
+    """The URL with its password (if any) replaced by `***`, safe to print and log.
+
+    Cut as libpq cuts it, not as a URL parser would: libpq reads `user:password@` up to the
+    last `@` before the first `/`, whatever `?` or `#` the password holds (a URL parser ends
+    the authority there and would show the rest), and has no fragments, so a `password=`
+    anywhere after the `?` counts.
+    """
     try:
-        parts = urlsplit(url)
-        password = parts.password
+        scheme = urlsplit(url).scheme
     except ValueError:
         return "<unparseable URL>"
-    netloc = parts.netloc
-    if password is not None:
-        netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
-    if "//" not in url:  # not a URL of any source kind: show nothing of it
-        return f"{parts.scheme}:***"
-    query = _QUERY_PASSWORD.sub(r"\1\2***", parts.query)
-    # Rebuilt by hand: urlunsplit would drop the empty authority of `duckdb:///path`.
-    masked = f"{parts.scheme}://{netloc}{parts.path}"
-    masked += f"?{query}" if parts.query else ""
-    return masked + (f"#{parts.fragment}" if parts.fragment else "")
+    prefix, slashes, rest = url.partition("//")
+    if not slashes:  # not a URL of any source kind: show nothing of it
+        return f"{scheme}:***"
+    authority, slash, after = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        authority = f"{user}:***@{host}" if colon else authority
+    head, question, query = f"{authority}{slash}{after}".partition("?")
+    return f"{prefix}//{head}{question}{_masked_query(query)}"
