@@ -170,7 +170,7 @@ def test_parquet_keeps_the_order_by_of_a_large_result(source: DuckDBSource) -> N
     keys = [(i * 7919) % 3000017 for i in ordered.column("i").to_pylist()]
     assert len(keys) == 3_000_000
     assert keys == sorted(keys)
-    unordered = pq.read_table(io.BytesIO(_copy(source, "parquet", sql="SELECT i FROM big")))
+    unordered = pq.read_table(io.BytesIO(_copy(source, "parquet", sql=BIG)))
     assert sorted(unordered.column("i").to_pylist()) == list(range(3_000_000))
 
 
@@ -248,3 +248,60 @@ def test_enum_strings_are_neutralised_too(source: DuckDBSource) -> None:
     """An ENUM is text in the file, so its formula-looking values are neutralised as well."""
     data = _copy(source, "csv", sql="SELECT m FROM moods ORDER BY m")
     assert data == b"m\r\n'=SUM(1)\r\nok\r\n"
+
+
+BIG = "SELECT i FROM big ORDER BY i"
+
+
+class StealingSink(MemorySink):
+    """On its first write, while COPY still writes into its named pipe, another query on the
+    same source tries to list the pipes folder and to read that pipe."""
+
+    def __init__(self, source: DuckDBSource) -> None:
+        super().__init__()
+        self.source = source
+        self.pipes: list[Path] = []
+        self.refusals: list[str] = []
+        self.were_fifos = False
+
+    def write(self, data: bytes | bytearray | memoryview, /) -> int:
+        if not self.pipes:
+            root = self.source.scratch_root
+            assert root is not None
+            self.pipes = sorted((root / "pipes").iterdir())
+            self.were_fifos = all(pipe.is_fifo() for pipe in self.pipes)
+            for pipe in self.pipes:
+                for sql in (
+                    f"SELECT * FROM glob('{pipe.parent}/*')",
+                    f"SELECT * FROM read_blob('{pipe}')",
+                    f"SELECT * FROM read_csv('{pipe}')",
+                    f"SELECT * FROM '{pipe}'",
+                ):
+                    try:
+                        self.source.execute(sql, {}, ALICE, timeout_seconds=5).close()
+                    except QueryInvalidError as exc:
+                        self.refusals.append(exc.detail)
+        return super().write(data)
+
+
+def test_another_query_cannot_read_a_running_exports_pipe(source: DuckDBSource) -> None:
+    """While an export streams through its named pipe, a query listing or reading that pipe is
+    refused, and the export's file is whole."""
+    expected = _copy(source, "csv", sql=BIG)
+    sink = StealingSink(source)
+    rows = source.copy(
+        BIG,
+        {},
+        ALICE,
+        fmt="csv",
+        neutralize_formulas=True,
+        sink=sink,
+        timeout_seconds=30,
+        max_rows=10**9,
+    )
+
+    assert len(sink.pipes) == 1
+    assert sink.were_fifos
+    assert len(sink.refusals) == 4
+    assert all("is not allowed" in detail for detail in sink.refusals)
+    assert (rows, sink.buffer.getvalue()) == (3_000_000, expected)

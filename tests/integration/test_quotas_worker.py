@@ -116,9 +116,9 @@ def test_no_query_on_another_source_lists_or_reads_the_spill_folder(tmp_path: Pa
         assert scratch is not None
         assert (scratch / "spill").is_dir()
         for pattern in (f"{scratch}/spill/**", f"{scratch}/pipes/*", f"{scratch}/*"):
-            with pytest.raises(QueryInvalidError, match="Permission Error"):
+            with pytest.raises(QueryInvalidError, match=r"glob\(\) is not allowed"):
                 _glob(other, pattern)
-        with pytest.raises(QueryInvalidError, match="Permission Error"):
+        with pytest.raises(QueryInvalidError, match=r"read_blob\(\) is not allowed"):
             other.execute(
                 f"SELECT * FROM read_blob('{scratch}/spill/duckdb/*')",
                 {},

@@ -59,10 +59,10 @@ def connect_sandboxed(
     """Open `path` read-only inside the sandbox, with the configuration locked.
 
     `pipe_dir`, a private directory of this process, is the one place COPY may write: the
-    named pipes of duckdb_copy. User SQL cannot use it (a query is a single SELECT).
-    `spill_dir`, another, is where DuckDB spills what exceeds `memory_limit`, at most
-    `temp_limit` of it; it is not among the allowed directories, so no query can list or
-    read it (DuckDB's own spill files are not external access).
+    named pipes of duckdb_copy. `spill_dir`, another, is where DuckDB spills what exceeds
+    `memory_limit`, at most `temp_limit` of it. The sandbox alone does not keep a query out
+    of either (the pipes are an allowed directory): duckdb_statements refuses, before a
+    statement runs, every file reader and every way to learn their paths.
     """
     check_size(memory_limit, "memory limit")
     check_size(temp_limit, "temp limit")

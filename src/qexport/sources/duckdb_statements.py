@@ -1,8 +1,38 @@
-"""What a DuckDB source accepts: one SELECT, and the values bound to its named parameters."""
+"""What a DuckDB source accepts: one SELECT that reads no files, and the values bound to its
+named parameters.
+
+`enable_external_access = false` does not keep a query out of the folders DuckDB itself must
+use: the pipes folder (an allowed directory, so that COPY can write exports into it), the spill
+folder (`temp_directory`) and the database file. A query could list them (`glob`), read them
+(`read_blob`, `read_csv`, a replacement scan `FROM '/path/x.csv'`: reading a concurrent
+export's named pipe steals its bytes and corrupts that file) and learn their paths
+(`current_setting('temp_directory')`, `duckdb_databases()`). So before anything runs, the
+statement's parse tree, from DuckDB's own parser (`json_serialize_sql`), is walked node by node:
+
+- Table functions (`FROM f(...)`) are allowlisted. DuckDB 2.0 offers over 100, most of them file
+  readers (read_*, parquet_*, glob, sniff_csv), introspection that shows paths or settings
+  (duckdb_databases, duckdb_settings, duckdb_extensions, duckdb_temporary_files, duckdb_logs,
+  which_secret), statements in disguise (query, query_table, json_execute_serialized_sql,
+  checkpoint, enable_logging) or test hooks: an allowlist of the few that only compute or
+  describe the catalogue is short and stays safe when a new DuckDB adds more readers. (A
+  table macro defined in the database file is refused too; its views and scalar macros run.)
+- Scalar, aggregate and window functions are too many (~1000) to allowlist and, but for the
+  few below, compute on their arguments only: those few are refused by name.
+- A table reference with a path in its name (`/`, `\\`, `~`, `:` or a `.` as in `"x.csv"`) is a
+  replacement scan that reads a file; so is a qualified one that names no table or view
+  (`FROM main.csv` reads ./main.csv). Both are refused, as are the system views over paths
+  and settings (duckdb_databases, pragma_database_list, pg_settings, duckdb_logs).
+
+Names are compared case-insensitively and whatever their schema or catalogue
+(`system.main.glob` is `glob`). A statement the serialiser cannot represent is refused, never
+let through unchecked. (pragma_table_info and pragma_show are left out: they take a table name
+as text, and DESCRIBE does the same.)
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -13,9 +43,67 @@ from qexport.domain.queries import CONTEXT_PARAMETERS, fold_name
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
 
+# Table functions that compute rows or describe the catalogue, and reveal no path or setting.
+TABLE_FUNCTIONS = frozenset(
+    {
+        "range",
+        "generate_series",
+        "unnest",
+        "repeat",
+        "repeat_row",
+        "json_each",
+        "json_tree",
+        "duckdb_columns",
+        "duckdb_constraints",
+        "duckdb_dependencies",
+        "duckdb_functions",
+        "duckdb_indexes",
+        "duckdb_keywords",
+        "duckdb_schemas",
+        "duckdb_sequences",
+        "duckdb_tables",
+        "duckdb_types",
+        "duckdb_views",
+        "pragma_version",
+        "pg_timezone_names",
+        "icu_calendar_names",
+    }
+)
+
+# Functions outside FROM that read a setting (temp_directory, allowed_directories), plan or run
+# SQL given as text (which would escape this check: binding read_csv reads the file), write to
+# DuckDB's log, or are DuckDB's internals. DuckDB 2.0 refuses a table function outside FROM
+# ("used as a scalar function"); the readers and the SQL runners are named here anyway, so
+# that a scalar twin in a later DuckDB is refused too.
+REFUSED_FUNCTIONS = frozenset(
+    {
+        "current_setting",
+        "getvariable",
+        "json_serialize_plan",
+        "json_execute_serialized_sql",
+        "write_log",
+        "query",
+        "query_table",
+        "glob",
+        "read_blob",
+        "read_text",
+    }
+)
+_INTERNAL_PREFIX = "__internal"
+
+# System views over duckdb_databases(), duckdb_settings() and duckdb_logs().
+REFUSED_VIEWS = frozenset(
+    {"duckdb_databases", "pragma_database_list", "pg_settings", "duckdb_logs"}
+)
+
+_PATH_CHARACTERS = ("/", "\\", "~", ":", ".")
+
+_REFUSAL = "queries may not read files or show the server's paths and settings"
+
 
 def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
-    """Parse `sql` and return its one statement; QueryInvalidError unless it is a single SELECT."""
+    """Parse `sql` and return its one statement; QueryInvalidError unless it is a single SELECT
+    that reads no files and reveals no paths or settings."""
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
@@ -35,7 +123,94 @@ def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
         raise _unknown_kind() from exc
     if kind != duckdb.StatementType.SELECT:
         raise QueryInvalidError(f"only a single SELECT statement is allowed; got {kind.name}")
+    check_reads_no_files(con, statement.query)
     return statement
+
+
+def check_reads_no_files(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """QueryInvalidError naming the first function or table reference in `sql` that reads a
+    file or reveals a path or setting, or if DuckDB cannot serialise its parse tree."""
+    try:
+        # fetchall: DuckDB 2.0 refuses the cursor's next statement while a result is unread.
+        rows = con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()
+    except duckdb.Error as exc:
+        raise QueryInvalidError(bounded_detail(str(exc))) from exc
+    tree = json.loads(rows[0][0]) if rows else {"error": True}
+    if tree.get("error") is not False or not tree.get("statements"):
+        reason = tree.get("error_message") or "no parse tree"
+        raise QueryInvalidError(
+            bounded_detail(f"the query cannot be checked for file access: {reason}")
+        )
+    qualified: list[tuple[str, str, str]] = []
+    for node in _nodes(tree["statements"]):
+        refused = _refused(node)
+        if refused is not None:
+            raise QueryInvalidError(bounded_detail(f"{refused} is not allowed: {_REFUSAL}"))
+        if node.get("type") == "BASE_TABLE" and (
+            node.get("catalog_name") or node.get("schema_name")
+        ):
+            qualified.append((node["catalog_name"], node["schema_name"], node["table_name"]))
+    if qualified:
+        _check_in_catalog(con, qualified)
+
+
+def _check_in_catalog(con: duckdb.DuckDBPyConnection, refs: list[tuple[str, str, str]]) -> None:
+    """A qualified name that is no table or view is a replacement scan: DuckDB reads the file
+    named by the dotted name (`main.csv`, `x.parquet`), so every one must be in the catalogue."""
+    try:
+        rows = con.execute(
+            "SELECT database_name, schema_name, table_name FROM duckdb_tables()"
+            " UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views()"
+        ).fetchall()
+    except duckdb.Error as exc:
+        raise QueryInvalidError(bounded_detail(str(exc))) from exc
+    known = {tuple(str(part).lower() for part in row) for row in rows}
+    for catalog, schema, table in refs:
+        c, s, t = catalog.lower(), schema.lower(), table.lower()
+        # `a.b` names schema a of the default database, or the default schema of database a.
+        found = (c, s, t) in known if c else any(s in (kc, ks) and t == kt for kc, ks, kt in known)
+        if not found:
+            name = ".".join(part for part in (catalog, schema, table) if part)
+            raise QueryInvalidError(
+                bounded_detail(f"reading the file {name!r} is not allowed: {_REFUSAL}")
+            )
+
+
+def _nodes(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every object in the parse tree, depth first (iteratively: a deep tree is no error)."""
+    pending = [tree]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            yield item
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+
+
+def _refused(node: dict[str, Any]) -> str | None:
+    """What in `node` is refused, as the message names it; None if nothing."""
+    kind = node.get("type")
+    if kind == "TABLE_FUNCTION":
+        function = node.get("function")
+        name = function.get("function_name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            return "a table function call of an unknown form"
+        if name.lower() not in TABLE_FUNCTIONS:
+            return f"table function {name}()"
+    elif kind in ("BASE_TABLE", "SHOW_REF"):
+        table = node.get("table_name")
+        if isinstance(table, str) and table:
+            if any(ch in table for ch in _PATH_CHARACTERS):
+                return f"reading the file {table!r}"
+            if table.lower() in REFUSED_VIEWS:
+                return f"view {table}"
+    name = node.get("function_name")
+    if isinstance(name, str):
+        folded = name.lower()
+        if folded in REFUSED_FUNCTIONS or folded.startswith(_INTERNAL_PREFIX):
+            return f"function {name}()"
+    return None
 
 
 def _unknown_kind() -> QueryInvalidError:
