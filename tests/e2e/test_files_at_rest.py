@@ -26,7 +26,13 @@ def test_under_umask_022_the_data_dir_database_and_exports_are_private(tmp_path:
         con.execute("CREATE TABLE orders AS SELECT i AS id FROM range(10) t(i)")
     data = tmp_path / "nested" / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
-    env.update({"QEXPORT_DATA_DIR": str(data), "QEXPORT_SOURCE_SHOP": f"duckdb://{source}"})
+    env.update(
+        {
+            "QEXPORT_DATA_DIR": str(data),
+            "QEXPORT_SOURCE_SHOP": f"duckdb://{source}",
+            "QEXPORT_SOURCE_SHOP_WORKSPACES": "*",
+        }
+    )
 
     def run(*args: str) -> str:
         done = subprocess.run(
