@@ -12,6 +12,7 @@ from qexport.cli_admin import admin_context, note
 from qexport.cli_common import fail_input
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError
+from qexport.ports import AccountStore
 from qexport.services.recipients import set_webhook_hosts
 
 workspaces_app = typer.Typer(no_args_is_help=True, help="Workspaces' settings.")
@@ -30,6 +31,17 @@ def _check_zone(zone: str) -> str:
     return zone
 
 
+def _workspace_accounts(ctx: typer.Context, workspace: str) -> AccountStore:
+    """The account store, once `workspace` is known to have accounts (exit 2 otherwise)."""
+    accounts = admin_context(ctx).accounts
+    if not accounts.workspace_exists(workspace):
+        fail_input(
+            f"no workspace {workspace!r} with accounts"
+            f" (qexport users create EMAIL --workspace {workspace} ...)"
+        )
+    return accounts
+
+
 @workspaces_app.command("timezone")
 def workspaces_timezone(
     ctx: typer.Context,
@@ -39,12 +51,7 @@ def workspaces_timezone(
     ] = None,
 ) -> None:
     """Print, or set, the time zone the workspace's reports show their generation time in."""
-    accounts = admin_context(ctx).accounts
-    if not accounts.workspace_exists(workspace):
-        fail_input(
-            f"no workspace {workspace!r} with accounts"
-            f" (qexport users create EMAIL --workspace {workspace} ...)"
-        )
+    accounts = _workspace_accounts(ctx, workspace)
     if zone is None:
         print(accounts.workspace_timezone(workspace))
         return
@@ -65,12 +72,7 @@ def workspaces_webhook_hosts(
     ] = False,
 ) -> None:
     """Print, set or (--clear) lift the host names the workspace's webhooks may go to."""
-    accounts = admin_context(ctx).accounts
-    if not accounts.workspace_exists(workspace):
-        fail_input(
-            f"no workspace {workspace!r} with accounts"
-            f" (qexport users create EMAIL --workspace {workspace} ...)"
-        )
+    accounts = _workspace_accounts(ctx, workspace)
     if clear and hosts:
         fail_input("give host names or --clear, not both")
     if not hosts and not clear:
