@@ -11,8 +11,8 @@ import pytest
 
 from qexport.ports import MetadataStore
 from qexport.store.engine import create_engine, migrate
-from qexport.store.sql import SqlMetadataStore
-from qexport.testing import FrozenClock, InMemoryMetadataStore
+from qexport.store.exports import SqlMetadataStore
+from tests.fakes import FrozenClock, InMemoryMetadataStore
 from tests.pg import pg_template, pg_url, postgresql_store
 
 __all__ = ["pg_template", "pg_url", "postgresql_store"]  # fixtures for every test module

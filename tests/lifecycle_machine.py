@@ -17,8 +17,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import FailureCode, ObjectExistsError
 from qexport.ports import MetadataStore
-from qexport.testing import FrozenClock, InMemoryObjectStore
 from tests.factories import new_export
+from tests.fakes import FrozenClock, InMemoryObjectStore
 
 LEASE = 30.0
 

@@ -23,9 +23,9 @@ from qexport.api.context import ApiContext
 from qexport.config import Settings
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
-from qexport.testing import FrozenClock
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FrozenClock
 
 SOURCE = "shop"
 

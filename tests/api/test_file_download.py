@@ -20,8 +20,8 @@ from qexport import bootstrap
 from qexport.api.app import create_app
 from qexport.config import Settings
 from qexport.domain.queries import Visibility
-from qexport.testing import FrozenClock
 from tests.api.conftest import SOURCE, Api
+from tests.fakes import FrozenClock
 
 pytest_plugins = ["tests.s3server"]
 

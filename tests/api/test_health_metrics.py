@@ -15,10 +15,10 @@ from qexport.domain.queries import Query
 from qexport.ports import MetadataStore
 from qexport.services.exports import cancel_export
 from qexport.services.requests import request_export
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.stats import read_stats
-from qexport.testing import FrozenClock
 from tests.api.conftest import Api
+from tests.fakes import FrozenClock
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -21,10 +21,10 @@ from qexport.services.requests import request_report_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.sql import SqlMetadataStore
-from qexport.testing import FixedSources
+from qexport.store.exports import SqlMetadataStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources
 
 WORKSPACE = "acme"
 ALICE = Requester("alice", WORKSPACE)

@@ -20,9 +20,9 @@ from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.postgres import PostgresSource
 from qexport.sources.postgres_role import SourceRefusedError
-from qexport.testing import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from tests.integration.test_postgres_source import url_for
 from tests.pg import server_url
 

@@ -15,9 +15,9 @@ from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.testing import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from tests.integration.test_postgres_source import ALICE, Database, database
 
 __all__ = ["database"]  # the module's fixture, shared with test_postgres_source

@@ -18,9 +18,9 @@ from qexport.domain.failures import FailureCode, QueryInvalidError
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
-from qexport.testing import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 
 ALICE = Requester("alice", "w1")
 # Wide rows in an order unrelated to storage: the sort spills once memory is tight.

@@ -15,9 +15,9 @@ from qexport.domain.queries import Query, Visibility
 from qexport.domain.reports import Display, Report, ReportSubject, Section
 from qexport.ports import AccountStore, MetadataStore
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.sql import SqlMetadataStore
-from qexport.testing import FrozenClock, InMemoryAccountStore
+from qexport.store.exports import SqlMetadataStore
 from tests.factories import new_export
+from tests.fakes import FrozenClock, InMemoryAccountStore
 
 LEASE = 30.0
 

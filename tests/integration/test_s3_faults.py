@@ -25,9 +25,9 @@ from qexport.ports import StoredObject
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
-from qexport.testing import FixedSources, InMemoryMetadataStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, InMemoryMetadataStore
 from tests.faultproxy import FAULT_KINDS, LOST_REPLY, FaultProxy, Request
 
 pytest_plugins = ["tests.s3server"]

@@ -16,9 +16,9 @@ from qexport.services.exports import open_download
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
-from qexport.testing import FixedSources, InMemoryMetadataStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, InMemoryMetadataStore
 
 pytest_plugins = ["tests.s3server"]
 

@@ -17,15 +17,15 @@ from qexport.config import Settings
 from qexport.domain.failures import MetadataUnavailableError
 from qexport.domain.queries import Query
 from qexport.domain.schedules import Channel, Missed, Recipient, Schedule, next_due
-from qexport.scheduler import Scheduler
-from qexport.services import scheduling
+from qexport.schedules import tick as schedule_tick
+from qexport.schedules.loop import Scheduler
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.schedules import SqlScheduleStore
-from qexport.store.sql import SqlMetadataStore
 from qexport.store.tables import deliveries, exports, schedule_runs
-from qexport.testing import FixedSources, FrozenClock, InMemoryObjectStore
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, FrozenClock, InMemoryObjectStore
 
 START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)  # a Monday
 DAY = timedelta(days=1)
@@ -109,7 +109,7 @@ def _run_schedulers(url: str, count: int, clock: SteppingClock, end: datetime) -
         try:
             for _ in range(steps):
                 barrier.wait()
-                result = scheduling.tick(store, schedules, clock, grace=STEP)
+                result = schedule_tick.tick(store, schedules, clock, grace=STEP)
                 fired[index] += len(result.fired)
         except BaseException as exc:
             errors.append(exc)

@@ -10,10 +10,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from qexport.domain.exports import Result
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import export_events, exports, metadata
-from qexport.testing import FrozenClock
 from tests.factories import new_export
+from tests.fakes import FrozenClock
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -14,12 +14,12 @@ from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.store.engine import create_engine
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher
-from qexport.testing import FixedSources, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 from tests.e2e.conftest import wait_for
+from tests.fakes import FixedSources, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
 
 ALICE = Requester("alice", "w1")

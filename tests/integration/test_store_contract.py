@@ -18,8 +18,8 @@ from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effect
 from qexport.domain.failures import FailureCode, LimitExceededError, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.ports import MetadataStore
-from qexport.testing import FrozenClock
 from tests.factories import new_export
+from tests.fakes import FrozenClock
 
 LEASE = 30.0
 RESULT = Result(size_bytes=123, row_count=7, sha256="ab" * 32)

@@ -17,9 +17,9 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
-from qexport.testing import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 
 ALICE = Requester("alice", "w1")
 # Minutes of work for DuckDB, and no row before it is all done.

@@ -21,7 +21,7 @@ from qexport.domain.failures import InvalidRequestError, NotFoundError, Unauthor
 from qexport.services import accounts as service
 from qexport.services.auth import authenticate
 from qexport.store.accounts import LAST_USED_RESOLUTION
-from qexport.testing import FrozenClock, InMemoryAccountStore
+from tests.fakes import FrozenClock, InMemoryAccountStore
 
 WORDS = "correct horse"  # a password, for the tests that set one
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 
 from qexport.ports import MetadataStore
-from qexport.testing import InMemoryMetadataStore
+from tests.fakes import InMemoryMetadataStore
 from tests.lifecycle_machine import LifecycleMachine
 
 

@@ -19,7 +19,7 @@ from qexport.domain.queries import (
     parse_param_spec,
 )
 from qexport.services.requests import request_export
-from qexport.testing import FrozenClock, InMemoryMetadataStore
+from tests.fakes import FrozenClock, InMemoryMetadataStore
 
 ALICE = Requester("alice", "w1")
 

@@ -10,7 +10,7 @@ import pytest
 from qexport.domain.sign_in import ACCOUNT_LIMIT, WINDOW, Failures, wait_after
 from qexport.services import sign_in as service
 from qexport.services.accounts import add_user, password_matches
-from qexport.testing import FrozenClock, InMemoryAccountStore
+from tests.fakes import FrozenClock, InMemoryAccountStore
 
 PASSWORD = "correct horse battery staple"  # noqa: S105 - a test account's password
 

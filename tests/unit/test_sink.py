@@ -9,9 +9,9 @@ import pytest
 
 from qexport.domain.failures import LimitExceededError
 from qexport.ports import StoredObject
-from qexport.testing import FrozenClock, InMemoryMetadataStore
 from qexport.worker.lease import Lease
 from qexport.worker.sink import PartSink
+from tests.fakes import FrozenClock, InMemoryMetadataStore
 
 
 class RecordingUpload:

@@ -23,7 +23,7 @@ from qexport.sources.registry import (
     masked_url,
     usable_source_names,
 )
-from qexport.testing import FrozenClock, InMemoryAccountStore
+from tests.fakes import FrozenClock, InMemoryAccountStore
 from tests.unit.fakes import FakeSource
 
 KEY = "a-secret-key-of-the-installation"

@@ -9,10 +9,10 @@ import pytest
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import FailureCode, QueryInvalidError, StorageUnavailableError
 from qexport.ports import ClaimResult
-from qexport.testing import FrozenClock, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
 from qexport.worker.staging import sweep_settled_staging
+from tests.fakes import FrozenClock, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
 from tests.unit.test_worker import current, make_deps, request, work
 

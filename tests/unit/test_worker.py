@@ -21,9 +21,9 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.services.exports import open_download
 from qexport.services.requests import request_export
-from qexport.testing import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests.fakes import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
 
 ALICE = Requester("alice", "w1")

@@ -7,11 +7,15 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from qexport.domain.exports import Requester
 from qexport.domain.failures import InvalidRequestError
+
+# A token's last-used time is written at most this often, so that a busy client does not
+# turn every read into a write (on SQLite, a write takes the database lock).
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 class Role(StrEnum):

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from qexport.domain.accounts import ApiToken, Link, Membership, Role, User, link_cap_reached
+from qexport.domain.accounts import (
+    LAST_USED_RESOLUTION,
+    ApiToken,
+    Link,
+    Membership,
+    Role,
+    User,
+    link_cap_reached,
+)
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
@@ -24,10 +32,6 @@ from qexport.store.tables import (
     users,
     workspaces,
 )
-
-# A token's last-used time is written at most this often, so that a busy client does not
-# turn every read into a write (on SQLite, a write takes the database lock).
-LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def _user(row: sa.Row[Any]) -> User:

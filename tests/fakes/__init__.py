@@ -1,0 +1,20 @@
+"""In-memory fakes at the ports, and a clock that tests move by hand.
+
+They follow the same contract as the real adapters (the contract suites run on both),
+so the fast unit layer exercises the services without a database, disk or network.
+They are test code: nothing in `src/` imports them.
+"""
+
+from tests.fakes.accounts import InMemoryAccountStore
+from tests.fakes.clock import FrozenClock
+from tests.fakes.exports import InMemoryMetadataStore
+from tests.fakes.objects import InMemoryObjectStore
+from tests.fakes.sources import FixedSources
+
+__all__ = [
+    "FixedSources",
+    "FrozenClock",
+    "InMemoryAccountStore",
+    "InMemoryMetadataStore",
+    "InMemoryObjectStore",
+]

@@ -1,0 +1,310 @@
+"""The AccountStore contract on dicts."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import replace
+from datetime import datetime
+
+from qexport.domain.accounts import (
+    LAST_USED_RESOLUTION,
+    ApiToken,
+    Link,
+    Membership,
+    Role,
+    Standing,
+    User,
+    link_cap_reached,
+)
+from qexport.domain.failures import (
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+)
+from qexport.domain.sign_in import Failures
+from qexport.domain.sources import RegisteredSource
+
+
+class InMemoryAccountStore:
+    """The AccountStore contract on dicts, guarded by one lock.
+
+    `standing` plugs it into an InMemoryMetadataStore, whose pre-run check then sees the
+    same members: `InMemoryMetadataStore(standing=accounts.standing)`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workspaces: dict[str, datetime] = {}
+        self._timezones: dict[str, str] = {}  # set ones only; the rest are UTC
+        self._webhook_hosts: dict[str, tuple[str, ...]] = {}  # restricted workspaces only
+        self._users: dict[str, User] = {}
+        self._roles: dict[tuple[str, str], Role] = {}  # (workspace id, user id) -> role
+        self._tokens: dict[str, ApiToken] = {}
+        self._links: dict[str, tuple[Link, str]] = {}  # id -> (link, token hash)
+        self._sources: dict[str, RegisteredSource] = {}
+        self._failures: list[tuple[str | None, str, datetime]] = []  # (email, address, at)
+
+    def standing(self, workspace_id: str, user_id: str) -> Standing:
+        with self._lock:
+            registered = workspace_id in self._workspaces
+            user = self._users.get(user_id)
+            disabled = user is not None and user.disabled_at is not None
+            return Standing(registered, self._roles.get((workspace_id, user_id)), disabled)
+
+    # workspaces and users
+    def ensure_workspace(self, workspace_id: str, *, now: datetime) -> bool:
+        with self._lock:
+            if workspace_id in self._workspaces:
+                return False
+            self._workspaces[workspace_id] = now
+            return True
+
+    def workspace_exists(self, workspace_id: str) -> bool:
+        with self._lock:
+            return workspace_id in self._workspaces
+
+    def workspace_timezone(self, workspace_id: str) -> str:
+        with self._lock:
+            return self._timezones.get(workspace_id, "UTC")
+
+    def set_workspace_timezone(self, workspace_id: str, zone: str) -> bool:
+        with self._lock:
+            if workspace_id not in self._workspaces:
+                return False
+            self._timezones[workspace_id] = zone
+            return True
+
+    def workspace_webhook_hosts(self, workspace_id: str) -> tuple[str, ...] | None:
+        with self._lock:
+            return self._webhook_hosts.get(workspace_id)
+
+    def set_workspace_webhook_hosts(self, workspace_id: str, hosts: tuple[str, ...] | None) -> bool:
+        with self._lock:
+            if workspace_id not in self._workspaces:
+                return False
+            if hosts is None:
+                self._webhook_hosts.pop(workspace_id, None)
+            else:
+                self._webhook_hosts[workspace_id] = hosts
+            return True
+
+    def create_user(
+        self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
+    ) -> User:
+        user = User(user_id or str(uuid.uuid4()), email, now, password_hash)
+        with self._lock:
+            if user.id in self._users or any(u.email == email for u in self._users.values()):
+                raise InvalidRequestError(f"a user {email!r} already exists", field="email")
+            self._users[user.id] = user
+        return user
+
+    def get_user(self, user_id: str) -> User | None:
+        with self._lock:
+            return self._users.get(user_id)
+
+    def find_user(self, email: str) -> User | None:
+        with self._lock:
+            return next((u for u in self._users.values() if u.email == email), None)
+
+    def set_password(self, user_id: str, password_hash: str | None) -> bool:
+        with self._lock:
+            user = self._users.get(user_id)
+            if user is None:
+                return False
+            self._users[user_id] = replace(
+                user, password_hash=password_hash, session_epoch=user.session_epoch + 1
+            )
+            return True
+
+    def end_sessions(self, user_id: str) -> bool:
+        with self._lock:
+            return self._next_epoch(user_id)
+
+    def _next_epoch(self, user_id: str) -> bool:
+        user = self._users.get(user_id)
+        if user is not None:
+            self._users[user_id] = replace(user, session_epoch=user.session_epoch + 1)
+        return user is not None
+
+    def set_disabled(self, user_id: str, *, disabled_at: datetime | None) -> bool:
+        with self._lock:
+            user = self._users.get(user_id)
+            if user is None or (disabled_at is None) == (user.disabled_at is None):
+                return False
+            self._users[user_id] = replace(user, disabled_at=disabled_at)
+            if disabled_at is not None:
+                self._next_epoch(user_id)
+            return True
+
+    def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
+        with self._lock:
+            self._roles[workspace_id, user_id] = role
+
+    def remove_member(
+        self, workspace_id: str, user_id: str, *, keep_an_admin: bool = False
+    ) -> bool:
+        with self._lock:
+            admins = {
+                u for (w, u), r in self._roles.items() if w == workspace_id and r is Role.ADMIN
+            }
+            if keep_an_admin and admins == {user_id}:
+                raise ConflictError(f"it would leave workspace {workspace_id!r} without an admin")
+            if self._roles.pop((workspace_id, user_id), None) is None:
+                return False
+            self._next_epoch(user_id)
+            return True
+
+    def role_of(self, workspace_id: str, user_id: str) -> Role | None:
+        with self._lock:
+            return self._roles.get((workspace_id, user_id))
+
+    def memberships_of(self, user_id: str) -> list[Membership]:
+        with self._lock:
+            found = [Membership(w, u, r) for (w, u), r in self._roles.items() if u == user_id]
+        return sorted(found, key=lambda m: m.workspace_id)
+
+    def members(self, workspace_id: str) -> list[Membership]:
+        with self._lock:
+            found = [Membership(w, u, r) for (w, u), r in self._roles.items() if w == workspace_id]
+        return sorted(found, key=lambda m: m.user_id)
+
+    # API tokens
+    def add_token(
+        self, *, token_id: str, user_id: str, workspace_id: str, secret_hash: str, now: datetime
+    ) -> ApiToken:
+        token = ApiToken(token_id, user_id, workspace_id, now, secret_hash=secret_hash)
+        with self._lock:
+            if token_id in self._tokens:
+                raise ValueError(f"duplicate token id {token_id!r}")
+            self._tokens[token_id] = token
+        return token
+
+    def get_token(self, token_id: str) -> ApiToken | None:
+        with self._lock:
+            return self._tokens.get(token_id)
+
+    def list_tokens(self, user_id: str) -> list[ApiToken]:
+        with self._lock:
+            found = [t for t in self._tokens.values() if t.user_id == user_id]
+        return sorted(found, key=lambda t: t.created_at)
+
+    def touch_token(self, token_id: str, *, now: datetime) -> None:
+        with self._lock:
+            token = self._tokens.get(token_id)
+            if token is None:
+                return
+            if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+                self._tokens[token_id] = replace(token, last_used_at=now)
+
+    def revoke_token(self, token_id: str, *, now: datetime) -> bool:
+        with self._lock:
+            token = self._tokens.get(token_id)
+            if token is None or token.revoked_at is not None:
+                return False
+            self._tokens[token_id] = replace(token, revoked_at=now)
+            return True
+
+    def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int:
+        with self._lock:
+            live = [
+                t
+                for t in self._tokens.values()
+                if t.user_id == user_id and t.workspace_id == workspace_id and t.revoked_at is None
+            ]
+            for token in live:
+                self._tokens[token.id] = replace(token, revoked_at=now)
+            return len(live)
+
+    # sign-in failures
+    def sign_in_failures(
+        self, email: str, address: str, *, since: datetime
+    ) -> tuple[Failures, Failures]:
+        with self._lock:
+            recent = [f for f in self._failures if f[2] > since]
+        by_email = [at for e, _, at in recent if e == email]
+        by_address = [at for _, a, at in recent if a == address]
+        return (
+            Failures(len(by_email), max(by_email, default=None)),
+            Failures(len(by_address), max(by_address, default=None)),
+        )
+
+    def record_sign_in_failure(
+        self, email: str, address: str, *, now: datetime, forget_before: datetime
+    ) -> None:
+        with self._lock:
+            self._failures = [f for f in self._failures if f[2] >= forget_before]
+            self._failures.append((email, address, now))
+
+    def clear_sign_in_failures(self, email: str) -> None:
+        with self._lock:
+            self._failures = [(None if e == email else e, a, at) for e, a, at in self._failures]
+
+    # public links
+    def add_link(
+        self,
+        *,
+        export_id: str,
+        created_by: str,
+        token_hash: str,
+        now: datetime,
+        max_live: int | None = None,
+    ) -> Link:
+        link = Link(str(uuid.uuid4()), export_id, created_by, now)
+        with self._lock:
+            live = sum(
+                1
+                for other, _ in self._links.values()
+                if other.export_id == export_id and other.revoked_at is None
+            )
+            if max_live is not None and live >= max_live:
+                raise link_cap_reached(live, max_live)
+            if any(h == token_hash for _, h in self._links.values()):
+                raise ValueError("duplicate link token")
+            self._links[link.id] = (link, token_hash)
+        return link
+
+    def get_link(self, link_id: str) -> Link | None:
+        with self._lock:
+            entry = self._links.get(link_id)
+        return entry[0] if entry else None
+
+    def find_link(self, token_hash: str) -> Link | None:
+        with self._lock:
+            return next((link for link, h in self._links.values() if h == token_hash), None)
+
+    def revoke_link(self, link_id: str, *, now: datetime) -> bool:
+        with self._lock:
+            entry = self._links.get(link_id)
+            if entry is None or entry[0].revoked_at is not None:
+                return False
+            self._links[link_id] = (replace(entry[0], revoked_at=now), entry[1])
+            return True
+
+    # registered sources
+    def add_source(self, source: RegisteredSource) -> None:
+        with self._lock:
+            if source.name in self._sources:
+                raise InvalidRequestError(
+                    f"a source named {source.name!r} already exists", field="name"
+                )
+            self._sources[source.name] = source
+
+    def registered_sources(self) -> dict[str, RegisteredSource]:
+        with self._lock:
+            return dict(sorted(self._sources.items()))
+
+    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+        with self._lock:
+            source = self._sources.get(name)
+            if source is None:
+                raise NotFoundError(f"no registered source {name!r}")
+            if (workspace_id in source.shared_with) == shared:
+                return False
+            listed = (
+                source.shared_with | {workspace_id}
+                if shared
+                else source.shared_with - {workspace_id}
+            )
+            self._sources[name] = replace(source, shared_with=frozenset(listed))
+            return True
