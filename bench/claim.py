@@ -33,7 +33,7 @@ import psycopg
 from qexport.domain.exports import Result
 from qexport.ports import NewExport
 from qexport.store.engine import create_engine, migrate
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SETTLED = 5000

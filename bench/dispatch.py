@@ -49,7 +49,7 @@ from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.store.engine import create_engine, migrate
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import exports
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -34,7 +34,7 @@ from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.store.engine import create_engine, migrate
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 
 ORDERS_SQL = "SELECT * FROM orders"
 REQUESTER = Requester("bench", "bench")

@@ -33,7 +33,7 @@ from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.store.engine import create_engine, migrate
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 
 SERVER_URL = os.environ.get("QEXPORT_TEST_DATABASE_URL") or (
     "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -19,9 +19,9 @@ from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine, migrate
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.notify import PgListener
 from qexport.store.schedules import SqlScheduleStore
-from qexport.store.sql import SqlMetadataStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path
 from qexport.worker.runner import Deps
 

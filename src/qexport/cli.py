@@ -266,7 +266,7 @@ def _check_worker_start(settings: Settings) -> None:
     """Refuse to start on a configuration that cannot work, with one clear line, instead of
     claiming exports only to fail them (or crash-looping under a process manager)."""
     deps = _build_checked(settings, "worker")
-    from qexport.store.sql import SqlMetadataStore
+    from qexport.store.exports import SqlMetadataStore
 
     if isinstance(deps.store, SqlMetadataStore):  # the supervisor forks next: close, not inherit
         deps.store.engine.dispose()
@@ -330,7 +330,7 @@ def scheduler(
     whose export has settled (email, webhook), every QEXPORT_SCHEDULER_POLL_SECONDS. Any
     number of schedulers may run at once: each due time still fires exactly one export, and
     each recipient hears once."""
-    from qexport.scheduler import Scheduler
+    from qexport.schedules.loop import Scheduler
 
     configure_logging(level=logging.INFO)
     settings = state(ctx).settings

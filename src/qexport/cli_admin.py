@@ -48,7 +48,7 @@ class Admin:
 def admin_context(ctx: typer.Context) -> Admin:
     # Imported when used: listing commands or --help needs no database code.
     from qexport.store.accounts import SqlAccountStore
-    from qexport.store.sql import SqlMetadataStore
+    from qexport.store.exports import SqlMetadataStore
 
     st = state(ctx)
     deps = st.deps()

@@ -95,7 +95,7 @@ def check_local_requester(deps: Deps, requester: Requester) -> None:
     not disabled. Every local requester action checks this first, so that a removed member
     can neither request exports nor see, wait for, download or cancel the ones they had."""
     from qexport.store.accounts import SqlAccountStore
-    from qexport.store.sql import SqlMetadataStore
+    from qexport.store.exports import SqlMetadataStore
 
     if not isinstance(deps.store, SqlMetadataStore):
         return

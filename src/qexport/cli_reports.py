@@ -81,7 +81,7 @@ def _human_field(field: str | None) -> str:
 def _workspace_members(deps: Deps, requester: Requester, listed: frozenset[str]) -> set[str]:
     """Who may be listed: the workspace's members where it has accounts, else anyone."""
     from qexport.store.accounts import SqlAccountStore
-    from qexport.store.sql import SqlMetadataStore
+    from qexport.store.exports import SqlMetadataStore
 
     if not isinstance(deps.store, SqlMetadataStore):
         return set(listed)

@@ -26,7 +26,7 @@ from qexport.cli_common import (
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
-from qexport.services import schedules as service
+from qexport.schedules import catalog as service
 from qexport.services.recipients import admit_recipients, rules_for
 from qexport.services.views import schedule_view
 
@@ -112,7 +112,7 @@ def _local(ctx: typer.Context) -> tuple[Deps, service.Actor]:
 
 def _accounts(deps: Deps) -> SqlAccountStore:
     from qexport.store.accounts import SqlAccountStore
-    from qexport.store.sql import SqlMetadataStore
+    from qexport.store.exports import SqlMetadataStore
 
     assert isinstance(deps.store, SqlMetadataStore)
     return SqlAccountStore(deps.store.engine)

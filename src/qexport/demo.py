@@ -30,10 +30,10 @@ from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Repo
 from qexport.domain.schedules import Schedule
 from qexport.humanize import human_size
 from qexport.ports import AccountStore, Clock
-from qexport.scheduler import Scheduler
+from qexport.schedules.loop import Scheduler
+from qexport.schedules.tick import run_now
 from qexport.services.accounts import hash_password
 from qexport.services.requests import request_export, request_report_export
-from qexport.services.scheduling import run_now
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.worker.loop import Worker

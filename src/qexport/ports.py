@@ -1,7 +1,7 @@
 """The ports: what the services need from the outside world, as Protocols.
 
 Concrete adapters live in `store/`, `storage/`, `sources/` and `writers/`; in-memory
-fakes for the fast unit layer live in `testing.py`. Only `bootstrap.py` picks adapters.
+fakes for the fast unit layer live in `tests/fakes/`. Only `bootstrap.py` picks adapters.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Clock(Protocol):
         ...
 
 
-# ---------------------------------------------------------------- metadata store
+# ---------------------------------------------------------------- export queue and catalog
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,8 @@ class ClaimResult:
 Admission = Callable[["ExportRecord", "Query | ReportSubject | None", "Standing"], "str | None"]
 
 
-class MetadataStore(Protocol):
-    """Exports (which are also the queue) and saved queries.
+class ExportQueue(Protocol):
+    """Exports, which are also the queue: requests, reads and the lifecycle's transitions.
 
     Every transition is one conditional write; a method returns False (or None)
     when its guard matched no row, and never changes a settled record.
@@ -134,10 +134,6 @@ class MetadataStore(Protocol):
         """
         ...
 
-    def next_claimable(self, now: datetime) -> ExportRecord | None: ...
-    def claim(
-        self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float
-    ) -> ExportRecord | None: ...
     def heartbeat(
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
     ) -> bool: ...
@@ -169,10 +165,11 @@ class MetadataStore(Protocol):
     def fail(
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool: ...
-    def fail_before_run(
-        self, export_id: str, *, now: datetime, code: FailureCode, detail: str
-    ) -> bool: ...
     def cancel(self, export_id: str, *, now: datetime) -> bool: ...
+
+
+class Catalog(Protocol):
+    """Saved queries and reports of every workspace."""
 
     # saved queries
     def add_query(self, query: Query) -> Query: ...
@@ -188,6 +185,10 @@ class MetadataStore(Protocol):
     def list_reports(self, workspace_id: str) -> list[Report]: ...
     def update_report(self, report: Report) -> bool: ...
     def delete_report(self, report_id: str) -> bool: ...
+
+
+class MetadataStore(ExportQueue, Catalog, Protocol):
+    """Both, as one object (the SQL store and its fake implement both)."""
 
 
 # ---------------------------------------------------------------- schedules and deliveries

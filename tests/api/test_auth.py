@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.accounts import parse_api_token
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from tests.api.conftest import Api
 
 ANN = "ann@acme.test"

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.queries import Visibility
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import links
 from tests.api.conftest import Api
 

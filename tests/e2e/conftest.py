@@ -22,7 +22,7 @@ from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.engine import create_engine
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 
 
 @dataclass

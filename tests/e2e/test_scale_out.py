@@ -19,7 +19,7 @@ import pytest
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.queries import Parameter, ParamType
 from qexport.store.engine import create_engine
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL
 

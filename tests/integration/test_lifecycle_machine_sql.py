@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 
 from qexport.ports import MetadataStore
 from qexport.store.engine import create_engine, migrate
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from tests import pg
 from tests.lifecycle_machine import LifecycleMachine
 

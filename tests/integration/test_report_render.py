@@ -21,7 +21,7 @@ from openpyxl.utils.escape import unescape
 from qexport.domain.exports import Status
 from qexport.domain.queries import Parameter, ParamType
 from qexport.domain.reports import Display
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import workspaces
 from tests.integration.report_env import ALICE, WORKSPACE, ReportEnv, make_env, section
 

@@ -21,8 +21,8 @@ from qexport.domain.schedules import (
     Schedule,
 )
 from qexport.store.deliveries import SqlDeliveryStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.schedules import SqlScheduleStore
-from qexport.store.sql import SqlMetadataStore
 from tests.factories import new_export
 
 NOW = datetime(2026, 3, 2, 7, 0, tzinfo=UTC)

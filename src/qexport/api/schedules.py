@@ -27,7 +27,7 @@ from qexport.api.schemas import Schedule as ScheduleView
 from qexport.deliveries.signing import signing_key as workspace_key
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.schedules import Schedule
-from qexport.services import schedules as service
+from qexport.schedules import catalog as service
 from qexport.services.views import delivery_view, export_view, schedule_view
 
 router = APIRouter(tags=["schedules"])

@@ -10,7 +10,7 @@ import structlog
 
 from qexport.ports import MetadataStore
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.sql import SqlMetadataStore
+from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import workspaces
 
 log = structlog.get_logger()

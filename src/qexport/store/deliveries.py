@@ -18,7 +18,7 @@ from qexport.domain.failures import FailureCode, bounded_detail
 from qexport.domain.schedules import Channel, Delivery, DeliveryStatus, Outcome, Recipient
 from qexport.ports import ClaimedDelivery
 from qexport.store.engine import transaction
-from qexport.store.sql import _to_record
+from qexport.store.exports import _to_record
 from qexport.store.tables import UNSENT, deliveries, exports
 
 _SETTLED_EXPORT = exports.c.status.in_([Status.SUCCEEDED.value, Status.FAILED.value])

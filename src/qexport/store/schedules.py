@@ -19,7 +19,7 @@ from qexport.domain.schedules import (
 )
 from qexport.ports import NewExport
 from qexport.store.engine import transaction
-from qexport.store.sql import check_unsettled_cap, insert_export_in
+from qexport.store.exports import check_unsettled_cap, insert_export_in
 from qexport.store.tables import instance_secrets, schedule_runs, schedules
 
 _LIVE = schedules.c.deleted_at.is_(None)

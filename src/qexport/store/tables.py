@@ -161,7 +161,7 @@ sa.Index(
 sa.Index(
     "ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at
 )
-# The fair claim's second read (store/sql.py): one requester's unsettled exports in queue
+# The fair claim's second read (store/exports.py): one requester's unsettled exports in queue
 # order, without their settled history.
 sa.Index(
     "ix_exports_requester_unsettled",
@@ -172,7 +172,7 @@ sa.Index(
     sqlite_where=sa.text(UNSETTLED),
     postgresql_where=sa.text(UNSETTLED),
 )
-# The fair claim's turn-taking (store/sql.py): when a requester's exports last started, one
+# The fair claim's turn-taking (store/exports.py): when a requester's exports last started, one
 # seek per requester instead of their whole history.
 sa.Index(
     "ix_exports_requester_started",
@@ -180,7 +180,7 @@ sa.Index(
     exports.c.requested_by,
     exports.c.started_at,
 )
-# The storage quota's sum (store/sql.py): a workspace's succeeded exports by expiry, without
+# The storage quota's sum (store/exports.py): a workspace's succeeded exports by expiry, without
 # its failed history.
 SUCCEEDED = "status = 'succeeded'"
 sa.Index(

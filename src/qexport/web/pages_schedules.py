@@ -14,7 +14,7 @@ from qexport.api.context import ApiContext
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.domain.reports import REPORT_FORMATS
-from qexport.services import schedules as service
+from qexport.schedules import catalog as service
 from qexport.services.queries import list_readable_queries
 from qexport.services.reports import list_readable_reports
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal

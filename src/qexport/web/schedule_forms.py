@@ -12,7 +12,7 @@ from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import to_json_value
 from qexport.domain.reports import SUBJECT_REPORT
 from qexport.domain.schedules import Schedule
-from qexport.services import schedules as service
+from qexport.schedules import catalog as service
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
 
 FIELDS = ("format", "cron", "timezone", "recipients", "missed", "parameters")

@@ -17,8 +17,8 @@ import structlog
 
 from qexport.domain.failures import QExportError
 from qexport.ports import ScheduleStore
-from qexport.services import scheduling
-from qexport.services.scheduling import FiredRun
+from qexport.schedules import tick as schedule_tick
+from qexport.schedules.tick import FiredRun
 from qexport.worker.runner import Deps
 
 log = structlog.get_logger()
@@ -99,11 +99,11 @@ class Scheduler:
             ok=tick is not None and dispatched is not None,
         )
 
-    def _tick(self) -> scheduling.TickResult | None:
+    def _tick(self) -> schedule_tick.TickResult | None:
         deps = self.deps
         return _guarded(
             "schedule_tick_failed",
-            lambda: scheduling.tick(
+            lambda: schedule_tick.tick(
                 deps.store,
                 self.schedules,
                 deps.clock,

@@ -1,4 +1,4 @@
-"""The metadata store on SQLAlchemy Core: every transition is one guarded UPDATE.
+"""The export queue on SQLAlchemy Core: every transition is one guarded UPDATE.
 
 Each write checks its row count; a guard that matches nothing means the transition is not
 allowed from the record's current state (or the caller lost its lease) and nothing changes.
@@ -18,16 +18,16 @@ from qexport.domain.accounts import Role, Standing
 from qexport.domain.exports import EventKind, ExportEvent, ExportRecord, Result, Status
 from qexport.domain.failures import (
     FailureCode,
-    InvalidRequestError,
     bounded_detail,
     unsettled_cap_reached,
 )
 from qexport.domain.fairness import RequesterQueue, claim_order
-from qexport.domain.queries import Parameter, Query, Visibility
+from qexport.domain.queries import Query
 from qexport.domain.quotas import check_workspace_quota
-from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject, Section
+from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
+from qexport.store.catalog import QUERY_KEYS, SqlCatalog, to_query, to_report
 from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.tables import (
@@ -109,18 +109,6 @@ _CLAIM = (
 )
 _INSERT = exports.insert().returning(exports)
 
-_QUERY_KEYS = (
-    "id",
-    "workspace_id",
-    "name",
-    "sql",
-    "source",
-    "parameters",
-    "visibility",
-    "members",
-    "owner",
-    "deleted_at",
-)
 # The claim reads the candidate with its query in one statement (the query's columns
 # prefixed), and hands the query on to the attempt, which then need not read it again: one
 # transaction fewer per export (0.5 ms of CPU and a ping on PostgreSQL).
@@ -134,7 +122,7 @@ def _with_query(candidate: sa.Select[Any]) -> sa.Select[Any]:
     """The one candidate, then its query and its requester's standing in the workspace: the
     joins read one row each, whatever the queue holds."""
     found = candidate.subquery("candidate")
-    query_columns = (queries.c[key].label(_CLAIM_QUERY_PREFIX + key) for key in _QUERY_KEYS)
+    query_columns = (queries.c[key].label(_CLAIM_QUERY_PREFIX + key) for key in QUERY_KEYS)
     member = sa.and_(
         memberships.c.workspace_id == found.c.workspace_id,
         memberships.c.user_id == found.c.requested_by,
@@ -260,47 +248,6 @@ def _to_record(row: sa.Row[Any]) -> ExportRecord:
     )
 
 
-def _to_query(row: sa.Row[Any], prefix: str = "") -> Query:
-    m = {key: row._mapping[prefix + key] for key in _QUERY_KEYS}
-    return Query(
-        id=m["id"],
-        workspace_id=m["workspace_id"],
-        name=m["name"],
-        sql=m["sql"],
-        source=m["source"],
-        parameters=tuple(Parameter.from_json(p) for p in m["parameters"]),
-        visibility=Visibility(m["visibility"]),
-        members=frozenset(m["members"]),
-        owner=m["owner"],
-        deleted=m["deleted_at"] is not None,
-    )
-
-
-def _to_report(row: sa.Row[Any]) -> Report:
-    return Report(
-        id=row.id,
-        workspace_id=row.workspace_id,
-        title=row.title,
-        description=row.description,
-        sections=tuple(Section.from_json(s) for s in row.sections),
-        visibility=Visibility(row.visibility),
-        members=frozenset(row.members),
-        owner=row.owner,
-        deleted=row.deleted_at is not None,
-    )
-
-
-def _report_values(report: Report) -> dict[str, Any]:
-    return {
-        "title": report.title,
-        "description": report.description,
-        "sections": [s.to_json() for s in report.sections],
-        "visibility": report.visibility.value,
-        "members": sorted(report.members),
-        "owner": report.owner,
-    }
-
-
 def check_unsettled_cap(conn: sa.Connection, new: NewExport, cap: int) -> None:
     """Count the requester's unsettled exports inside the inserting transaction.
 
@@ -366,8 +313,8 @@ def insert_export_in(
     return _to_record(row)
 
 
-class SqlMetadataStore:
-    """MetadataStore over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
+class SqlExportQueue:
+    """ExportQueue over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
 
     def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
         self._engine = engine
@@ -494,7 +441,7 @@ class SqlMetadataStore:
             if candidate.subject_type == SUBJECT_REPORT:
                 query = self._report_subject(conn, candidate.subject_id)
             else:
-                query = _to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
+                query = to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
             if candidate.status is Status.QUEUED:
                 standing = Standing(
                     registered=row.standing_workspace is not None,
@@ -541,12 +488,12 @@ class SqlMetadataStore:
         row = conn.execute(sa.select(reports).where(reports.c.id == report_id)).first()
         if row is None:
             return ReportSubject(None)
-        report = _to_report(row)
+        report = to_report(row)
         ids = sorted({s.query_id for s in report.sections})
         found = {
             q.id: q
             for q in (
-                _to_query(r) for r in conn.execute(sa.select(queries).where(queries.c.id.in_(ids)))
+                to_query(r) for r in conn.execute(sa.select(queries).where(queries.c.id.in_(ids)))
             )
         }
         return ReportSubject(report, {query_id: found.get(query_id) for query_id in ids})
@@ -703,114 +650,9 @@ class SqlMetadataStore:
                 for r in conn.execute(stmt)
             ]
 
-    # ------------------------------------------------------------ saved queries
 
-    def add_query(self, query: Query) -> Query:
-        try:
-            with self._tx() as conn:
-                conn.execute(queries.insert().values(**self._query_values(query)))
-        except sa.exc.IntegrityError as exc:
-            raise InvalidRequestError(
-                f"a query named {query.name!r} already exists", field="name"
-            ) from exc
-        return query
+class SqlMetadataStore(SqlExportQueue, SqlCatalog):
+    """The export queue and the catalog over one engine (until every caller takes them apart)."""
 
-    def _query_values(self, query: Query) -> dict[str, Any]:
-        return {
-            "id": query.id,
-            "workspace_id": query.workspace_id,
-            "name": query.name,
-            "sql": query.sql,
-            "source": query.source,
-            "parameters": [p.to_json() for p in query.parameters],
-            "visibility": query.visibility.value,
-            "members": sorted(query.members),
-            "owner": query.owner,
-            "created_at": sa.func.current_timestamp(),
-        }
-
-    def get_query(self, query_id: str) -> Query | None:
-        with self._tx() as conn:
-            row = conn.execute(sa.select(queries).where(queries.c.id == query_id)).first()
-        return _to_query(row) if row else None
-
-    def find_query(self, workspace_id: str, name: str) -> Query | None:
-        stmt = sa.select(queries).where(
-            queries.c.workspace_id == workspace_id,
-            queries.c.name == name,
-            queries.c.deleted_at.is_(None),
-        )
-        with self._tx() as conn:
-            row = conn.execute(stmt).first()
-        return _to_query(row) if row else None
-
-    def list_queries(self, workspace_id: str) -> list[Query]:
-        stmt = (
-            sa.select(queries)
-            .where(queries.c.workspace_id == workspace_id, queries.c.deleted_at.is_(None))
-            .order_by(queries.c.name)
-        )
-        with self._tx() as conn:
-            return [_to_query(r) for r in conn.execute(stmt)]
-
-    def update_query(self, query: Query) -> bool:
-        values = self._query_values(query)
-        for fixed in ("id", "workspace_id", "created_at"):
-            values.pop(fixed)
-        guard = sa.and_(queries.c.id == query.id, queries.c.deleted_at.is_(None))
-        try:
-            with self._tx() as conn:
-                return conn.execute(queries.update().where(guard).values(**values)).rowcount == 1
-        except sa.exc.IntegrityError as exc:
-            raise InvalidRequestError(
-                f"a query named {query.name!r} already exists", field="name"
-            ) from exc
-
-    def delete_query(self, query_id: str) -> bool:
-        guard = sa.and_(queries.c.id == query_id, queries.c.deleted_at.is_(None))
-        with self._tx() as conn:
-            result = conn.execute(
-                queries.update().where(guard).values(deleted_at=sa.func.current_timestamp())
-            )
-            return result.rowcount == 1
-
-    # ------------------------------------------------------------ reports
-
-    def add_report(self, report: Report) -> Report:
-        values = {
-            "id": report.id,
-            "workspace_id": report.workspace_id,
-            "created_at": sa.func.current_timestamp(),
-            **_report_values(report),
-        }
-        with self._tx() as conn:
-            conn.execute(reports.insert().values(**values))
-        return report
-
-    def get_report(self, report_id: str) -> Report | None:
-        with self._tx() as conn:
-            row = conn.execute(sa.select(reports).where(reports.c.id == report_id)).first()
-        return _to_report(row) if row else None
-
-    def list_reports(self, workspace_id: str) -> list[Report]:
-        stmt = (
-            sa.select(reports)
-            .where(reports.c.workspace_id == workspace_id, reports.c.deleted_at.is_(None))
-            .order_by(reports.c.title, reports.c.id)
-        )
-        with self._tx() as conn:
-            return [_to_report(r) for r in conn.execute(stmt)]
-
-    def update_report(self, report: Report) -> bool:
-        guard = sa.and_(reports.c.id == report.id, reports.c.deleted_at.is_(None))
-        with self._tx() as conn:
-            result = conn.execute(reports.update().where(guard).values(**_report_values(report)))
-            return result.rowcount == 1
-
-    def delete_report(self, report_id: str) -> bool:
-        guard = sa.and_(reports.c.id == report_id, reports.c.deleted_at.is_(None))
-        with self._tx() as conn:
-            result = conn.execute(
-                reports.update().where(guard).values(deleted_at=sa.func.current_timestamp())
-            )
-            return result.rowcount == 1
+    def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
+        SqlExportQueue.__init__(self, engine, notify=notify)

@@ -36,6 +36,7 @@ from qexport.domain.schedules import (
     next_due,
 )
 from qexport.ports import AccountStore, Clock, DeliveryStore, MetadataStore, ScheduleStore
+from qexport.schedules.tick import run_now
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
 from qexport.services.requests import (
@@ -45,7 +46,6 @@ from qexport.services.requests import (
     check_report_format,
     find_readable_query,
 )
-from qexport.services.scheduling import run_now
 from qexport.writers.registry import get_writer
 
 MAX_ID_CHARS = 64  # schedule ids are UUIDs; anything much longer is not worth a lookup

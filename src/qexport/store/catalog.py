@@ -1,0 +1,199 @@
+"""The catalog on SQLAlchemy Core: saved queries and reports of every workspace.
+
+A name is unique among a workspace's live queries; a deleted query or report stays readable
+by id, marked deleted, so that exports and schedules of it can still say what it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import sqlalchemy as sa
+
+from qexport.domain.failures import (
+    InvalidRequestError,
+)
+from qexport.domain.queries import Parameter, Query, Visibility
+from qexport.domain.reports import Report, Section
+from qexport.store.engine import transaction
+from qexport.store.tables import (
+    queries,
+    reports,
+)
+
+QUERY_KEYS = (
+    "id",
+    "workspace_id",
+    "name",
+    "sql",
+    "source",
+    "parameters",
+    "visibility",
+    "members",
+    "owner",
+    "deleted_at",
+)
+
+
+def to_query(row: sa.Row[Any], prefix: str = "") -> Query:
+    m = {key: row._mapping[prefix + key] for key in QUERY_KEYS}
+    return Query(
+        id=m["id"],
+        workspace_id=m["workspace_id"],
+        name=m["name"],
+        sql=m["sql"],
+        source=m["source"],
+        parameters=tuple(Parameter.from_json(p) for p in m["parameters"]),
+        visibility=Visibility(m["visibility"]),
+        members=frozenset(m["members"]),
+        owner=m["owner"],
+        deleted=m["deleted_at"] is not None,
+    )
+
+
+def to_report(row: sa.Row[Any]) -> Report:
+    return Report(
+        id=row.id,
+        workspace_id=row.workspace_id,
+        title=row.title,
+        description=row.description,
+        sections=tuple(Section.from_json(s) for s in row.sections),
+        visibility=Visibility(row.visibility),
+        members=frozenset(row.members),
+        owner=row.owner,
+        deleted=row.deleted_at is not None,
+    )
+
+
+def _report_values(report: Report) -> dict[str, Any]:
+    return {
+        "title": report.title,
+        "description": report.description,
+        "sections": [s.to_json() for s in report.sections],
+        "visibility": report.visibility.value,
+        "members": sorted(report.members),
+        "owner": report.owner,
+    }
+
+
+class SqlCatalog:
+    """Catalog over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return transaction(self._engine)
+
+    # ------------------------------------------------------------ saved queries
+
+    def add_query(self, query: Query) -> Query:
+        try:
+            with self._tx() as conn:
+                conn.execute(queries.insert().values(**self._query_values(query)))
+        except sa.exc.IntegrityError as exc:
+            raise InvalidRequestError(
+                f"a query named {query.name!r} already exists", field="name"
+            ) from exc
+        return query
+
+    def _query_values(self, query: Query) -> dict[str, Any]:
+        return {
+            "id": query.id,
+            "workspace_id": query.workspace_id,
+            "name": query.name,
+            "sql": query.sql,
+            "source": query.source,
+            "parameters": [p.to_json() for p in query.parameters],
+            "visibility": query.visibility.value,
+            "members": sorted(query.members),
+            "owner": query.owner,
+            "created_at": sa.func.current_timestamp(),
+        }
+
+    def get_query(self, query_id: str) -> Query | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(queries).where(queries.c.id == query_id)).first()
+        return to_query(row) if row else None
+
+    def find_query(self, workspace_id: str, name: str) -> Query | None:
+        stmt = sa.select(queries).where(
+            queries.c.workspace_id == workspace_id,
+            queries.c.name == name,
+            queries.c.deleted_at.is_(None),
+        )
+        with self._tx() as conn:
+            row = conn.execute(stmt).first()
+        return to_query(row) if row else None
+
+    def list_queries(self, workspace_id: str) -> list[Query]:
+        stmt = (
+            sa.select(queries)
+            .where(queries.c.workspace_id == workspace_id, queries.c.deleted_at.is_(None))
+            .order_by(queries.c.name)
+        )
+        with self._tx() as conn:
+            return [to_query(r) for r in conn.execute(stmt)]
+
+    def update_query(self, query: Query) -> bool:
+        values = self._query_values(query)
+        for fixed in ("id", "workspace_id", "created_at"):
+            values.pop(fixed)
+        guard = sa.and_(queries.c.id == query.id, queries.c.deleted_at.is_(None))
+        try:
+            with self._tx() as conn:
+                return conn.execute(queries.update().where(guard).values(**values)).rowcount == 1
+        except sa.exc.IntegrityError as exc:
+            raise InvalidRequestError(
+                f"a query named {query.name!r} already exists", field="name"
+            ) from exc
+
+    def delete_query(self, query_id: str) -> bool:
+        guard = sa.and_(queries.c.id == query_id, queries.c.deleted_at.is_(None))
+        with self._tx() as conn:
+            result = conn.execute(
+                queries.update().where(guard).values(deleted_at=sa.func.current_timestamp())
+            )
+            return result.rowcount == 1
+
+    # ------------------------------------------------------------ reports
+
+    def add_report(self, report: Report) -> Report:
+        values = {
+            "id": report.id,
+            "workspace_id": report.workspace_id,
+            "created_at": sa.func.current_timestamp(),
+            **_report_values(report),
+        }
+        with self._tx() as conn:
+            conn.execute(reports.insert().values(**values))
+        return report
+
+    def get_report(self, report_id: str) -> Report | None:
+        with self._tx() as conn:
+            row = conn.execute(sa.select(reports).where(reports.c.id == report_id)).first()
+        return to_report(row) if row else None
+
+    def list_reports(self, workspace_id: str) -> list[Report]:
+        stmt = (
+            sa.select(reports)
+            .where(reports.c.workspace_id == workspace_id, reports.c.deleted_at.is_(None))
+            .order_by(reports.c.title, reports.c.id)
+        )
+        with self._tx() as conn:
+            return [to_report(r) for r in conn.execute(stmt)]
+
+    def update_report(self, report: Report) -> bool:
+        guard = sa.and_(reports.c.id == report.id, reports.c.deleted_at.is_(None))
+        with self._tx() as conn:
+            result = conn.execute(reports.update().where(guard).values(**_report_values(report)))
+            return result.rowcount == 1
+
+    def delete_report(self, report_id: str) -> bool:
+        guard = sa.and_(reports.c.id == report_id, reports.c.deleted_at.is_(None))
+        with self._tx() as conn:
+            result = conn.execute(
+                reports.update().where(guard).values(deleted_at=sa.func.current_timestamp())
+            )
+            return result.rowcount == 1
