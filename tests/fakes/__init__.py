@@ -6,8 +6,9 @@ They are test code: nothing in `src/` imports them.
 """
 
 from tests.fakes.accounts import InMemoryAccountStore
+from tests.fakes.catalog import InMemoryCatalog
 from tests.fakes.clock import FrozenClock
-from tests.fakes.exports import InMemoryMetadataStore
+from tests.fakes.exports import InMemoryExportQueue, InMemoryMetadataStore
 from tests.fakes.objects import InMemoryObjectStore
 from tests.fakes.sources import FixedSources
 
@@ -15,6 +16,8 @@ __all__ = [
     "FixedSources",
     "FrozenClock",
     "InMemoryAccountStore",
+    "InMemoryCatalog",
+    "InMemoryExportQueue",
     "InMemoryMetadataStore",
     "InMemoryObjectStore",
 ]

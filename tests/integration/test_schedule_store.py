@@ -23,6 +23,7 @@ from qexport.domain.schedules import (
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.exports import SqlMetadataStore
 from qexport.store.schedules import SqlScheduleStore
+from tests import queue_helpers
 from tests.factories import new_export
 
 NOW = datetime(2026, 3, 2, 7, 0, tzinfo=UTC)
@@ -129,7 +130,7 @@ def test_deliveries_wait_for_their_export_then_go_out_once(
     one sender, and only the lease holder may settle it."""
     record = sql_store.insert_export(new_export(NOW), _deliveries())
     assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
-    claimed = sql_store.claim(record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
+    claimed = queue_helpers.claim(sql_store, record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
     assert claimed is not None
     assert claimed.lease_token is not None
     result = Result(size_bytes=10, row_count=2, sha256="a" * 64)
@@ -173,7 +174,9 @@ def test_a_sender_that_died_has_its_delivery_taken_over(
     """A delivery left `sending` past its lease is claimed again with a new lease; the dead
     sender's token no longer settles it. A failed export's deliveries go out too."""
     record = sql_store.insert_export(new_export(NOW), _deliveries()[:1])
-    assert sql_store.fail_before_run(record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x")
+    assert queue_helpers.fail_before_run(
+        sql_store, record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x"
+    )
     first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
     assert first is not None
     assert first.export.failure_code is FailureCode.ACCESS_LOST

@@ -23,6 +23,7 @@ from qexport.services.exports import open_download
 from qexport.services.requests import request_export
 from qexport.worker.loop import Worker
 from qexport.worker.runner import Deps
+from tests import queue_helpers
 from tests.fakes import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
 
@@ -155,7 +156,9 @@ def test_an_export_whose_workers_keep_dying_ends_attempts_exhausted() -> None:
     assert isinstance(clock, FrozenClock)
     record = request(deps)
     for _ in range(3):  # three workers claim and die without a word
-        assert deps.store.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        assert queue_helpers.claim(
+            deps.store, record.id, worker_id="dead", now=clock.now(), lease_seconds=30
+        )
         clock.advance(31)
     work(deps)
     failed = current(deps, record)
@@ -326,7 +329,9 @@ def test_a_file_stored_by_a_dead_attempt_is_adopted_even_past_the_attempt_cap() 
     assert isinstance(clock, FrozenClock)
     record = request(deps)
     for _ in range(3):
-        assert deps.store.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        assert queue_helpers.claim(
+            deps.store, record.id, worker_id="dead", now=clock.now(), lease_seconds=30
+        )
         clock.advance(31)
     upload = deps.objects.begin_upload(record.storage_key)
     upload.upload_part(1, b"n\r\n1\r\n")
