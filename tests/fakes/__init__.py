@@ -8,8 +8,10 @@ They are test code: nothing in `src/` imports them.
 from tests.fakes.accounts import InMemoryAccountStore
 from tests.fakes.catalog import InMemoryCatalog
 from tests.fakes.clock import FrozenClock
+from tests.fakes.deliveries import InMemoryDeliveryStore
 from tests.fakes.exports import InMemoryExportQueue, InMemoryMetadataStore
 from tests.fakes.objects import InMemoryObjectStore
+from tests.fakes.schedules import InMemoryScheduleStore
 from tests.fakes.sources import FixedSources
 
 __all__ = [
@@ -17,7 +19,9 @@ __all__ = [
     "FrozenClock",
     "InMemoryAccountStore",
     "InMemoryCatalog",
+    "InMemoryDeliveryStore",
     "InMemoryExportQueue",
     "InMemoryMetadataStore",
     "InMemoryObjectStore",
+    "InMemoryScheduleStore",
 ]
