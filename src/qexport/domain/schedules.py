@@ -97,7 +97,9 @@ def _check_url(url: str, channel: Channel, field_name: str) -> str:
     """A webhook's URL: http(s) with a host and no credentials; a chat service's: https only.
     Any host is taken (Slack Enterprise Grid and Teams' workflows use several): where the
     URL may lead is the egress policy's and the workspace's webhook hosts' decision."""
-    what = f"a {channel.value} URL" if channel in CHAT_CHANNELS else "a webhook URL"
+    what = {Channel.SLACK: "a Slack URL", Channel.TEAMS: "a Teams URL"}.get(
+        channel, "a webhook URL"
+    )
     url = url.strip()
     if len(url) > MAX_URL_CHARS:
         raise InvalidRequestError(
