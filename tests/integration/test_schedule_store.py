@@ -21,9 +21,9 @@ from qexport.domain.schedules import (
     Schedule,
 )
 from qexport.store.deliveries import SqlDeliveryStore
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.schedules import SqlScheduleStore
 from tests.factories import new_export
+from tests.stores import SqlMetadataStore
 
 NOW = datetime(2026, 3, 2, 7, 0, tzinfo=UTC)
 LEASE = 30.0

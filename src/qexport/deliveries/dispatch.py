@@ -33,7 +33,7 @@ from qexport.ports import (
     ClaimedDelivery,
     Clock,
     DeliveryStore,
-    MetadataStore,
+    ExportQueue,
     ObjectStore,
     ScheduleStore,
 )
@@ -52,7 +52,7 @@ def retry_delay(attempt: int, settings: Settings) -> float:
 class DeliveryDispatcher:
     def __init__(
         self,
-        store: MetadataStore,
+        exports: ExportQueue,
         deliveries: DeliveryStore,
         schedules: ScheduleStore,
         accounts: AccountStore,
@@ -63,7 +63,7 @@ class DeliveryDispatcher:
         email: SmtpSender | None = None,
         webhook: WebhookSender | None = None,
     ) -> None:
-        self._store = store
+        self._exports = exports
         self._deliveries = deliveries
         self._schedules = schedules
         self._accounts = accounts

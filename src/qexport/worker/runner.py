@@ -6,12 +6,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import (
     AccessLostError,
@@ -27,11 +27,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.ports import (
-    Clock,
-    MetadataStore,
     NativeCopySource,
-    ObjectStore,
-    SourceCatalog,
     StoredObject,
     WriterOptions,
 )
@@ -44,17 +40,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = structlog.get_logger()
-
-
-@dataclass(frozen=True)
-class Deps:
-    """What an attempt needs; built once by `bootstrap`."""
-
-    store: MetadataStore
-    objects: ObjectStore
-    sources: SourceCatalog
-    clock: Clock
-    settings: Settings
 
 
 def backoff_seconds(attempt: int, settings: Settings) -> float:
@@ -82,7 +67,7 @@ class Attempt:
 
     def __init__(
         self,
-        deps: Deps,
+        deps: Container,
         record: ExportRecord,
         shutdown: threading.Event,
         query: Query | ReportSubject | None = None,
@@ -116,7 +101,7 @@ class Attempt:
             return True
         # Cancelled (settled) or redelivered to another worker (still being written: keep).
         try:
-            current = self.deps.store.get_export(self.record.id)
+            current = self.deps.exports.get_export(self.record.id)
         except Exception:  # run() never raises; the start-up sweep judges it later
             log.warning("staging_discard_skipped", exc_info=True)
             return False
@@ -127,7 +112,7 @@ class Attempt:
         token = record.lease_token
         assert token is not None  # a claimed record always carries its lease token
         lease = Lease(
-            self.deps.store,
+            self.deps.exports,
             self.deps.clock,
             record.id,
             token,
@@ -187,7 +172,7 @@ class Attempt:
         deps, record = self.deps, self.record
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
-        query = self.query if self.query is not None else deps.store.get_query(record.subject_id)
+        query = self.query if self.query is not None else deps.catalog.get_query(record.subject_id)
         if isinstance(query, ReportSubject):
             raise TypeError("a query export was claimed with a report")
         if not can_read(record.requester, query):
@@ -249,7 +234,7 @@ class Attempt:
         deps, record = self.deps, self.record
         subject = self.query if isinstance(self.query, ReportSubject) else None
         if subject is None:
-            subject = load_subject(deps.store, record.subject_id)
+            subject = load_subject(deps.catalog, record.subject_id)
         refusal = subject.refusal(record.requester)
         if refusal is not None:
             raise AccessLostError(refusal)
@@ -294,7 +279,7 @@ class Attempt:
         result = Result(size_bytes=stored.size_bytes, row_count=stored.rows, sha256=stored.sha256)
         self.rows, self.size = stored.rows, stored.size_bytes
         try:
-            succeeded = deps.store.succeed(
+            succeeded = deps.exports.succeed(
                 record.id,
                 token,
                 now=now,
@@ -308,7 +293,7 @@ class Attempt:
             raise
         if succeeded:
             return "succeeded"
-        current = deps.store.get_export(record.id)
+        current = deps.exports.get_export(record.id)
         if current is not None and current.status is Status.FAILED:
             # Cancelled while completing: nobody will ever serve or adopt this object.
             deps.objects.delete(record.storage_key)
@@ -327,7 +312,7 @@ class Attempt:
         deps = self.deps
         self.code = code
         try:
-            deps.store.release_with_backoff(
+            deps.exports.release_with_backoff(
                 self.record.id,
                 token,
                 now=deps.clock.now(),
@@ -341,7 +326,7 @@ class Attempt:
     def _fail(self, token: str, code: FailureCode, detail: str) -> str:
         self.code = code
         try:
-            ok = self.deps.store.fail(
+            ok = self.deps.exports.fail(
                 self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail
             )
         except MetadataUnavailableError:  # not settled: redelivered when the lease runs out
@@ -351,7 +336,7 @@ class Attempt:
 
 
 def run_attempt(
-    deps: Deps,
+    deps: Container,
     record: ExportRecord,
     shutdown: threading.Event,
     worker_id: str,
