@@ -10,7 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from qexport.deliveries.egress import EgressPolicy, parse_allow
+from qexport.egress import EgressPolicy, parse_allow
+from qexport.smtp_url import parse_smtp_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -142,9 +143,6 @@ class Settings:
         if self.report_max_bytes < 1:
             raise ValueError("QEXPORT_REPORT_MAX_BYTES must be at least 1")
         if self.smtp_url:
-            # Imported here: smtplib loads only when email is configured.
-            from qexport.deliveries.email import parse_smtp_url
-
             parse_smtp_url(self.smtp_url)  # ValueError naming QEXPORT_SMTP_URL, never the password
 
         if self.signin_concurrency < 1:

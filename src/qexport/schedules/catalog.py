@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 from qexport.config import Settings
-from qexport.deliveries.egress import EgressPolicy
 from qexport.domain.accounts import Principal, Role, at_least
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
@@ -35,6 +34,7 @@ from qexport.domain.schedules import (
     check_timezone,
     next_due,
 )
+from qexport.egress import EgressPolicy
 from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQueue, ScheduleStore
 from qexport.schedules.tick import run_now
 from qexport.services.exports import get_visible_export
