@@ -7,14 +7,18 @@ They are test code: nothing in `src/` imports them.
 
 from tests.fakes.accounts import InMemoryAccountStore
 from tests.fakes.clock import FrozenClock
+from tests.fakes.deliveries import InMemoryDeliveryStore
 from tests.fakes.exports import InMemoryMetadataStore
 from tests.fakes.objects import InMemoryObjectStore
+from tests.fakes.schedules import InMemoryScheduleStore
 from tests.fakes.sources import FixedSources
 
 __all__ = [
     "FixedSources",
     "FrozenClock",
     "InMemoryAccountStore",
+    "InMemoryDeliveryStore",
     "InMemoryMetadataStore",
     "InMemoryObjectStore",
+    "InMemoryScheduleStore",
 ]
