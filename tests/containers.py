@@ -4,7 +4,6 @@ the in-memory fakes; one call where a test used to assemble the worker's few por
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -24,18 +23,13 @@ from qexport.store.accounts import SqlAccountStore
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.stats import read_stats
-from tests.fakes import InMemoryAccountStore
+from tests.fakes import (
+    InMemoryAccountStore,
+    InMemoryDeliveryStore,
+    InMemoryMetadataStore,
+    InMemoryScheduleStore,
+)
 from tests.stores import MetadataStore
-
-
-class _Absent:
-    """A port this test has no fake for: any use fails loudly."""
-
-    def __init__(self, port: str) -> None:
-        self._port = port
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"this test's container has no {self._port} ({name} was used)")
 
 
 def container_of(
@@ -50,16 +44,17 @@ def container_of(
     deliveries: DeliveryStore | None = None,
 ) -> Container:
     """A container whose export queue and catalog are `store`: the other SQL stores over its
-    engine when it has one, the fakes (or `accounts`...) otherwise."""
+    engine when it has one, the in-memory fakes beside it otherwise (unless given)."""
     engine: sa.Engine | None = getattr(store, "engine", None)
     if engine is not None:
         accounts = accounts or SqlAccountStore(engine)
         schedules = schedules or SqlScheduleStore(engine, notify=settings.pg_notify)
         deliveries = deliveries or SqlDeliveryStore(engine)
     else:
+        assert isinstance(store, InMemoryMetadataStore)
         accounts = accounts or InMemoryAccountStore()
-        schedules = schedules or cast("ScheduleStore", _Absent("schedule store"))
-        deliveries = deliveries or cast("DeliveryStore", _Absent("delivery store"))
+        schedules = schedules or InMemoryScheduleStore(store)
+        deliveries = deliveries or InMemoryDeliveryStore(store)
 
     def stats(now: datetime) -> ExportStats:
         assert engine is not None, "metrics are read from the SQL metadata database"
