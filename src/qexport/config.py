@@ -5,7 +5,12 @@ says how its variable is parsed (`Bytes` takes KiB/MiB/GiB/TiB, `timedelta` a du
 as 15m or 7d, `bool` true/false...), `setting()` gives its default, its help, its lower bound
 and whether it has a global CLI flag twin (`--<field>`). The variable is QEXPORT_<FIELD>,
 except for the per-source families, which declare their pattern (QEXPORT_SOURCE_<NAME>...).
-`declared()` lists them for the reader (`from_env`), the checks and the CLI."""
+`declared()` lists them for the reader (`from_env`), the checks and the CLI.
+
+pydantic-settings was weighed and lost: it reads the environment whenever Settings are built
+(callers and tests build them directly), reads switches and mappings by its own rules (`t`
+and `y` for true, JSON for a mapping) and words errors its own way; here QEXPORT_* variables
+keep the parsers and messages they had, for about as much code and no new dependency."""
 
 from __future__ import annotations
 
