@@ -88,7 +88,9 @@ def _fill(store: SqlMetadataStore, requesters: int, queued_each: int) -> datetim
     at = START
     for i in range(SETTLED):
         record = store.insert_export(_new("ws", f"old-{i % 50}", at))
-        claimed = store.claim(record.id, worker_id="b", now=at, lease_seconds=30)
+        claimed = store.claim_next(
+            worker_id="b", now=at, lease_seconds=30, admit=lambda *_: None
+        ).claimed
         assert claimed is not None
         assert claimed.lease_token is not None
         store.succeed(

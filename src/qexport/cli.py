@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -19,7 +21,7 @@ from qexport.cli_members import members_app
 from qexport.cli_reports import reports_app
 from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
-from qexport.config import Settings
+from qexport.config import Settings, declared
 from qexport.container import Container
 from qexport.domain.exports import Requester
 from qexport.domain.failures import QExportError
@@ -47,61 +49,49 @@ app.add_typer(members_app, name="members")
 DEMO_HOST = "127.0.0.1"
 
 
-def _setting(name: str, help_text: str, secret: bool = False) -> Any:
-    """A global option whose value is read like its QEXPORT_<NAME> environment twin."""
-    return typer.Option(
-        f"--{name.lower().replace('_', '-')}",
-        envvar=f"QEXPORT_{name}",
-        help=help_text,
-        show_default=False,
-        show_envvar=not secret,
-    )
+def _setting_flags(callback: Callable[..., None]) -> Callable[..., None]:
+    """`callback` behind one global option per setting declared with a flag twin
+    (config.Settings, `flag=True`): each also reads its QEXPORT_* variable, and their values
+    reach `callback` as `flags` (variable -> value given, or None)."""
+    twins = [s for s in declared() if s.flag_name]
+
+    def with_flags(**values: Any) -> None:
+        callback(flags={s.env: values.pop(s.name) for s in twins}, **values)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    ctx, *own = [
+        p.replace(kind=keyword)
+        for p in inspect.signature(callback, eval_str=True).parameters.values()
+        if p.name != "flags"
+    ]
+    options = [
+        inspect.Parameter(
+            s.name,
+            keyword,
+            default=None,
+            annotation=Annotated[
+                str | None,
+                typer.Option(
+                    s.flag_name,
+                    envvar=s.env,
+                    help=s.help,
+                    show_default=False,
+                    show_envvar=not s.secret,
+                ),
+            ],
+        )
+        for s in twins
+    ]
+    signature = inspect.Signature([ctx, *options, *own])
+    with_flags.__signature__ = signature  # type: ignore[attr-defined]  # typer reads options here
+    return with_flags
 
 
 @app.callback()
+@_setting_flags
 def main_options(
     ctx: typer.Context,
-    data_dir: Annotated[
-        str | None, _setting("DATA_DIR", "Where the embedded default keeps its files.")
-    ] = None,
-    database_url: Annotated[str | None, _setting("DATABASE_URL", "Metadata database URL.")] = None,
-    storage_url: Annotated[
-        str | None, _setting("STORAGE_URL", "Object store URL (file:///path, s3://bucket/prefix).")
-    ] = None,
-    s3_endpoint_url: Annotated[
-        str | None, _setting("S3_ENDPOINT_URL", "S3 endpoint, for S3-compatible stores.")
-    ] = None,
-    retention: Annotated[
-        str | None, _setting("RETENTION", "How long files stay downloadable (e.g. 7d, 12h).")
-    ] = None,
-    lease_seconds: Annotated[
-        str | None, _setting("LEASE_SECONDS", "A worker's lease on an export, in seconds.")
-    ] = None,
-    max_attempts: Annotated[
-        str | None, _setting("MAX_ATTEMPTS", "Attempts before an export fails for good.")
-    ] = None,
-    secret_key: Annotated[
-        str | None,
-        _setting(
-            "SECRET_KEY",
-            "Master secret for signing keys (prefer the QEXPORT_SECRET_KEY variable:"
-            " command lines are visible to other users).",
-            secret=True,
-        ),
-    ] = None,
-    public_base_url: Annotated[
-        str | None, _setting("PUBLIC_BASE_URL", "Base URL of public links.")
-    ] = None,
-    smtp_url: Annotated[
-        str | None, _setting("SMTP_URL", "SMTP server for email deliveries.", secret=True)
-    ] = None,
-    egress_allow: Annotated[
-        str | None,
-        _setting(
-            "EGRESS_ALLOW",
-            "Internal destinations webhooks may reach: comma-separated CIDRs and host names.",
-        ),
-    ] = None,
+    flags: dict[str, str | None],
     user: Annotated[str, typer.Option(envvar="QEXPORT_USER", help="Requester user id.")] = "demo",
     workspace: Annotated[
         str, typer.Option(envvar="QEXPORT_WORKSPACE", help="Requester workspace id.")
@@ -123,21 +113,8 @@ def main_options(
 ) -> None:
     # Client commands print results, not logs; the worker turns its logs up (see `worker`).
     configure_logging(level=logging.WARNING)
-    flags = {
-        "DATA_DIR": data_dir,
-        "DATABASE_URL": database_url,
-        "STORAGE_URL": storage_url,
-        "S3_ENDPOINT_URL": s3_endpoint_url,
-        "RETENTION": retention,
-        "LEASE_SECONDS": lease_seconds,
-        "MAX_ATTEMPTS": max_attempts,
-        "SECRET_KEY": secret_key,
-        "PUBLIC_BASE_URL": public_base_url,
-        "SMTP_URL": smtp_url,
-        "EGRESS_ALLOW": egress_allow,
-    }
     # A flag wins over its variable; both are read, checked and reported by one parser.
-    env = {**os.environ, **{f"QEXPORT_{k}": v for k, v in flags.items() if v is not None}}
+    env = {**os.environ, **{k: v for k, v in flags.items() if v is not None}}
     try:
         settings = Settings.from_env(env)
     except ValueError as exc:

@@ -58,9 +58,9 @@ class ClaimResult:
 
     claimed: ExportRecord | None = None
     refused: ExportRecord | None = None
-    # The claimed export's query (or report with its queries) as read in the claiming
-    # transaction (None: not found).
-    query: Query | ReportSubject | None = None
+    # The claimed export's subject, its query (or its report with the sections' queries), as
+    # read in the claiming transaction (None: not found).
+    subject: Query | ReportSubject | None = None
 
 
 # Decides whether a queued export may start, from its query (None: missing) and its

@@ -17,9 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qexport import bootstrap
-from qexport.app import create_app
+from qexport.api.app import create_app
 from qexport.config import Settings
 from qexport.domain.queries import Visibility
+from tests import queue_helpers
 from tests.api.conftest import SOURCE, Api
 from tests.fakes import FrozenClock
 
@@ -155,8 +156,8 @@ def test_a_file_not_ready_yet_is_409_with_retry_after(api: Api) -> None:
     queued = _file(api, export_id)
     _problem(queued, 409, "not_ready")
     assert int(queued.headers["retry-after"]) > 0
-    claimed = api.deps.exports.claim(
-        export_id, worker_id="w1", now=api.clock.now(), lease_seconds=30
+    claimed = queue_helpers.claim(
+        api.deps.exports, export_id, worker_id="w1", now=api.clock.now(), lease_seconds=30
     )
     assert claimed is not None
     running = _file(api, export_id)

@@ -15,6 +15,7 @@ from qexport.domain.queries import Query
 from qexport.services.exports import cancel_export
 from qexport.services.requests import request_export
 from qexport.store.stats import read_stats
+from tests import queue_helpers
 from tests.api.conftest import Api
 from tests.fakes import FrozenClock
 from tests.stores import MetadataStore, SqlMetadataStore
@@ -106,7 +107,7 @@ def _request(api: Api, who: Requester, query: str = "orders") -> ExportRecord:
 
 def _retried_by_hand(store: MetadataStore, clock: FrozenClock, export_id: str) -> None:
     """Attempt 1 runs 12 s and is released for a retry; attempt 2 runs 3 s and succeeds."""
-    first = store.claim(export_id, worker_id="w1", now=clock.now(), lease_seconds=30)
+    first = queue_helpers.claim(store, export_id, worker_id="w1", now=clock.now(), lease_seconds=30)
     assert first is not None
     assert first.lease_token
     clock.advance(12)
@@ -119,7 +120,9 @@ def _retried_by_hand(store: MetadataStore, clock: FrozenClock, export_id: str) -
         detail="source down",
     )
     clock.advance(1)
-    second = store.claim(export_id, worker_id="w2", now=clock.now(), lease_seconds=30)
+    second = queue_helpers.claim(
+        store, export_id, worker_id="w2", now=clock.now(), lease_seconds=30
+    )
     assert second is not None
     assert second.lease_token
     assert second.attempt == 2
@@ -194,7 +197,7 @@ def test_stats_read_the_same_on_both_databases(
     queued = request_export(store, store, clock, who, query_ref="q", fmt="csv")
     stale = request_export(store, store, clock, who, query_ref="q", fmt="csv")
     retried = request_export(store, store, clock, who, query_ref="q", fmt="csv")
-    assert store.claim(stale.id, worker_id="w", now=clock.now(), lease_seconds=5)
+    assert queue_helpers.claim(store, stale.id, worker_id="w", now=clock.now(), lease_seconds=5)
     _retried_by_hand(store, clock, retried.id)
     clock.advance(10)
 

@@ -25,6 +25,7 @@ from qexport.domain.schedules import (
 from qexport.ports import DeliveryStore, ScheduleStore
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
+from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import InMemoryDeliveryStore, InMemoryMetadataStore, InMemoryScheduleStore
 from tests.stores import MetadataStore, SqlMetadataStore
@@ -134,7 +135,7 @@ def test_deliveries_wait_for_their_export_then_go_out_once(
     one sender, and only the lease holder may settle it."""
     record = store.insert_export(new_export(NOW), _deliveries())
     assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
-    claimed = store.claim(record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
+    claimed = queue_helpers.claim(store, record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
     assert claimed is not None
     assert claimed.lease_token is not None
     result = Result(size_bytes=10, row_count=2, sha256="a" * 64)
@@ -178,7 +179,9 @@ def test_a_sender_that_died_has_its_delivery_taken_over(
     """A delivery left `sending` past its lease is claimed again with a new lease; the dead
     sender's token no longer settles it. A failed export's deliveries go out too."""
     record = store.insert_export(new_export(NOW), _deliveries()[:1])
-    assert store.fail_before_run(record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x")
+    assert queue_helpers.fail_before_run(
+        store, record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x"
+    )
     first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
     assert first is not None
     assert first.export.failure_code is FailureCode.ACCESS_LOST

@@ -12,6 +12,7 @@ from qexport.domain.failures import FailureCode, QueryInvalidError, StorageUnava
 from qexport.ports import ClaimResult
 from qexport.worker.loop import Worker
 from qexport.worker.staging import sweep_settled_staging
+from tests import queue_helpers
 from tests.fakes import FrozenClock, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
 from tests.unit.test_worker import current, make_deps, request, work
@@ -26,7 +27,9 @@ def _die_mid_upload(deps: Container, record: ExportRecord, worker: str = "dead")
     """An attempt claims the export, begins its upload and is killed: returns the upload id."""
     clock = deps.clock
     assert isinstance(clock, FrozenClock)
-    claimed = deps.exports.claim(record.id, worker_id=worker, now=clock.now(), lease_seconds=30)
+    claimed = queue_helpers.claim(
+        deps.exports, record.id, worker_id=worker, now=clock.now(), lease_seconds=30
+    )
     assert claimed is not None
     upload = deps.objects.begin_upload(record.storage_key)
     upload.upload_part(1, b"half a file")
@@ -101,8 +104,8 @@ def _cancel_or_steal_midway(deps: Container, record: ExportRecord, action: str) 
             deps.exports.cancel(record.id, now=clock.now())
         else:  # the running attempt's lease runs out and another worker takes the export
             clock.advance(1)
-            assert deps.exports.claim(
-                record.id, worker_id="other", now=clock.now(), lease_seconds=60
+            assert queue_helpers.claim(
+                deps.exports, record.id, worker_id="other", now=clock.now(), lease_seconds=60
             )
             deps.objects.begin_upload(record.storage_key).upload_part(1, b"the other's")
         noticed.wait(2)
@@ -206,7 +209,9 @@ def test_the_start_up_sweep_removes_staging_of_settled_exports_only() -> None:
     cancelled, running, queued = request(deps), request(deps), request(deps)
     _die_mid_upload(deps, cancelled)
     deps.exports.cancel(cancelled.id, now=deps.clock.now())
-    assert deps.exports.claim(running.id, worker_id="alive", now=deps.clock.now(), lease_seconds=60)
+    assert queue_helpers.claim(
+        deps.exports, running.id, worker_id="alive", now=deps.clock.now(), lease_seconds=60
+    )
     alive = objects.begin_upload(running.storage_key)
     objects.begin_upload(queued.storage_key)  # cannot happen; still not the sweep's to judge
     unknown = objects.begin_upload("exports/w1/no-such-export/f.csv")

@@ -23,6 +23,7 @@ from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.services.exports import open_download
 from qexport.services.requests import request_export
 from qexport.worker.loop import Worker
+from tests import queue_helpers
 from tests.containers import container_of
 from tests.fakes import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
@@ -164,7 +165,9 @@ def test_an_export_whose_workers_keep_dying_ends_attempts_exhausted() -> None:
     assert isinstance(clock, FrozenClock)
     record = request(deps)
     for _ in range(3):  # three workers claim and die without a word
-        assert deps.exports.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        assert queue_helpers.claim(
+            deps.exports, record.id, worker_id="dead", now=clock.now(), lease_seconds=30
+        )
         clock.advance(31)
     work(deps)
     failed = current(deps, record)
@@ -335,7 +338,9 @@ def test_a_file_stored_by_a_dead_attempt_is_adopted_even_past_the_attempt_cap() 
     assert isinstance(clock, FrozenClock)
     record = request(deps)
     for _ in range(3):
-        assert deps.exports.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        assert queue_helpers.claim(
+            deps.exports, record.id, worker_id="dead", now=clock.now(), lease_seconds=30
+        )
         clock.advance(31)
     upload = deps.objects.begin_upload(record.storage_key)
     upload.upload_part(1, b"n\r\n1\r\n")

@@ -179,7 +179,7 @@ class Worker:
         log.info(
             "export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id
         )
-        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id, query=result.query)
+        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id, subject=result.subject)
         with self._outcomes_lock:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         return True
