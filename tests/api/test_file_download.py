@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qexport import bootstrap
-from qexport.api.app import create_app
+from qexport.app import create_app
 from qexport.config import Settings
 from qexport.domain.queries import Visibility
 from tests import queue_helpers
