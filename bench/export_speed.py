@@ -88,7 +88,13 @@ def qexport_export(data_dir: Path, query_name: str, fmt: str) -> Run:
     """Request one export and let a fresh worker process run it; time request -> succeeded."""
     settings = Settings(data_dir=data_dir)
     store = SqlMetadataStore(create_engine(settings.database_url))
-    env = {**os.environ, "QEXPORT_DATA_DIR": str(data_dir), "QEXPORT_POLL_SECONDS": "0.02"}
+    env = {
+        **os.environ,
+        "QEXPORT_DATA_DIR": str(data_dir),
+        "QEXPORT_POLL_SECONDS": "0.02",
+        # The demo source is used by the workspaces it is granted to; the bench's is one.
+        "QEXPORT_SOURCE_DEMO_WORKSPACES": REQUESTER.workspace_id,
+    }
     worker = subprocess.Popen(
         [sys.executable, "-m", "qexport", "worker"],
         env=env,
