@@ -1,4 +1,5 @@
-"""Real servers that receive deliveries in tests: SMTP (aiosmtpd) and an HTTP webhook receiver.
+"""Real servers that receive deliveries in tests: SMTP (aiosmtpd) and an HTTP webhook receiver
+(also over TLS, for the chat services' https-only incoming webhooks).
 
 Both record what arrived and answer from a script, so that a test can make a recipient fail
 a number of times, or always, and then read exactly what each recipient got.
@@ -7,18 +8,25 @@ a number of times, or always, and then read exactly what each recipient got.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import email
 import email.policy
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 
 def free_port() -> int:
@@ -125,8 +133,11 @@ class WebhookReceiver:
     redirect: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     host: str = "127.0.0.1"
+    tls: bool = False  # then reached as https://localhost (the certificate's only name)
 
     def url(self, path: str = "/hook") -> str:
+        if self.tls:
+            return f"https://localhost:{self.port}{path}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}{path}"
 
@@ -161,11 +172,18 @@ class _Ipv6Server(ThreadingHTTPServer):
 
 
 @contextlib.contextmanager
-def running_receiver(host: str = "127.0.0.1") -> Iterator[WebhookReceiver]:
-    """A webhook receiver listening on `host` (an IPv4 or IPv6 address) on a free port."""
-    receiver = WebhookReceiver(0, host=host)
+def running_receiver(
+    host: str = "127.0.0.1", tls: tuple[Path, Path] | None = None
+) -> Iterator[WebhookReceiver]:
+    """A webhook receiver listening on `host` (an IPv4 or IPv6 address) on a free port; with
+    `tls` (a certificate and key for `localhost`), over HTTPS."""
+    receiver = WebhookReceiver(0, host=host, tls=tls is not None)
     server_class = _Ipv6Server if ":" in host else ThreadingHTTPServer
     server = server_class((host, 0), _hook_handler(receiver))
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     receiver.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -180,3 +198,33 @@ def running_receiver(host: str = "127.0.0.1") -> Iterator[WebhookReceiver]:
 def webhook_receiver() -> Iterator[WebhookReceiver]:
     with running_receiver() as receiver:
         yield receiver
+
+
+def localhost_certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate (and its key) for the name `localhost` only, in `folder`;
+    a client trusts it through SSL_CERT_FILE."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file

@@ -27,7 +27,14 @@ from qexport.cli_common import (
     remote,
     server_errors,
 )
-from qexport.cli_schedules import EMAIL_HELP, WEBHOOK_HELP, local_notify, parse_notify
+from qexport.cli_schedules import (
+    EMAIL_HELP,
+    SLACK_HELP,
+    TEAMS_HELP,
+    WEBHOOK_HELP,
+    local_notify,
+    parse_notify,
+)
 from qexport.container import Container
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester
 from qexport.domain.failures import QExportError
@@ -109,12 +116,14 @@ def exports_create(
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
     email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
     webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,
+    slack: Annotated[list[str] | None, typer.Option(help=SLACK_HELP)] = None,
+    teams: Annotated[list[str] | None, typer.Option(help=TEAMS_HELP)] = None,
 ) -> None:
     """Request an export; bad input is refused and nothing is recorded."""
     parameters = parse_kv(param or [])
     if (query is None) == (report is None):
         fail_input("give exactly one of --query and --report")
-    notify = parse_notify(email, webhook)
+    notify = parse_notify(email, webhook, slack, teams)
     client = remote(ctx)
     if client is not None:
         with client:
@@ -149,7 +158,7 @@ def exports_create(
         return
     st, deps = local_deps(ctx)
     if notify:
-        notify = local_notify(ctx, email, webhook)
+        notify = local_notify(ctx, email, webhook, slack, teams)
     try:
         if report is not None:
             record = request_report_export(

@@ -46,6 +46,8 @@ CRON_HELP = (
 )
 EMAIL_HELP = "Mail the export (its link) to this address; repeatable."
 WEBHOOK_HELP = "POST a signed JSON notice to this http(s) URL; repeatable."
+SLACK_HELP = "Post a message to the Slack channel of this incoming-webhook https URL; repeatable."
+TEAMS_HELP = "Post a card to the Teams channel of this incoming-webhook https URL; repeatable."
 
 
 def _refused(exc: QExportError, code: int = BAD_INPUT) -> NoReturn:
@@ -58,7 +60,12 @@ def _refused(exc: QExportError, code: int = BAD_INPUT) -> NoReturn:
 def _option(field: str) -> str:
     """The command-line option for an API field: `recipients[0].email` -> `--email`."""
     name = field.rsplit(".", 1)[-1]
-    if field.startswith(("recipients", "notify")) and name in ("email", "webhook"):
+    if field.startswith(("recipients", "notify")) and name in (
+        "email",
+        "webhook",
+        "slack",
+        "teams",
+    ):
         return f"--{name}"
     if field.startswith("parameters."):
         return f"--param {field.removeprefix('parameters.')}"
@@ -67,24 +74,39 @@ def _option(field: str) -> str:
     return f"--{field.replace('_', '-')}" if "." not in field and "[" not in field else field
 
 
-def recipients_json(emails: list[str] | None, webhooks: list[str] | None) -> list[dict[str, str]]:
-    """`--email` and `--webhook` options as API recipients."""
-    return [{"email": e} for e in emails or ()] + [{"webhook": w} for w in webhooks or ()]
+def recipients_json(
+    emails: list[str] | None,
+    webhooks: list[str] | None,
+    slack: list[str] | None = None,
+    teams: list[str] | None = None,
+) -> list[dict[str, str]]:
+    """`--email`, `--webhook`, `--slack` and `--teams` options as API recipients."""
+    given = {"email": emails, "webhook": webhooks, "slack": slack, "teams": teams}
+    return [{channel: value} for channel, values in given.items() for value in values or ()]
 
 
-def parse_notify(emails: list[str] | None, webhooks: list[str] | None) -> tuple[Recipient, ...]:
-    """`--email` and `--webhook` options as checked recipients; bad ones exit 2."""
+def parse_notify(
+    emails: list[str] | None,
+    webhooks: list[str] | None,
+    slack: list[str] | None = None,
+    teams: list[str] | None = None,
+) -> tuple[Recipient, ...]:
+    """`--email`, `--webhook`, `--slack` and `--teams` as checked recipients; bad ones exit 2."""
     try:
-        return parse_recipients(recipients_json(emails, webhooks), "notify")
+        return parse_recipients(recipients_json(emails, webhooks, slack, teams), "notify")
     except InvalidRequestError as exc:
         _refused(exc)
 
 
 def local_notify(
-    ctx: typer.Context, emails: list[str] | None, webhooks: list[str] | None
+    ctx: typer.Context,
+    emails: list[str] | None,
+    webhooks: list[str] | None,
+    slack: list[str] | None = None,
+    teams: list[str] | None = None,
 ) -> tuple[Recipient, ...]:
-    """`--email` and `--webhook` of a local export, checked as the API checks `notify` (who
-    may name them, the workspace's webhook hosts, the egress policy); refused ones exit 2."""
+    """The recipients of a local export, checked as the API checks `notify` (who may name
+    them, the workspace's webhook hosts, the egress policy); refused ones exit 2."""
     deps, actor = _local(ctx)
     requester = actor.requester
     rules = rules_for(
@@ -95,7 +117,8 @@ def local_notify(
         state(ctx).settings.egress_policy(),
     )
     try:
-        return admit_recipients(recipients_json(emails, webhooks), rules, "notify")
+        recipients = recipients_json(emails, webhooks, slack, teams)
+        return admit_recipients(recipients, rules, "notify")
     except QExportError as exc:
         _refused(exc)
 
@@ -145,6 +168,8 @@ def schedules_add(
     ] = None,
     email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
     webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,
+    slack: Annotated[list[str] | None, typer.Option(help=SLACK_HELP)] = None,
+    teams: Annotated[list[str] | None, typer.Option(help=TEAMS_HELP)] = None,
     param: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, repeatable.")] = None,
     missed: Annotated[
         str, typer.Option(help="After downtime: once (one export for all missed) or skip.")
@@ -156,7 +181,7 @@ def schedules_add(
     """Save a schedule, e.g. `qexport schedules add orders --format csv --cron '0 8 * * 1'
     --timezone Europe/Berlin --email ops@example.com`."""
     parameters = parse_kv(param or [])
-    recipients = recipients_json(email, webhook)
+    recipients = recipients_json(email, webhook, slack, teams)
     client = remote(ctx)
     if client is not None:
         with client, server_errors(client_error_code=BAD_INPUT):

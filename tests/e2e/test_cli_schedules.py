@@ -70,6 +70,8 @@ BAD_OPTIONS = [
     (("--timezone", "Mars/Olympus"), "--timezone: unknown time zone 'Mars/Olympus'"),
     (("--email", "ops at example.com"), "--email: 'ops at example.com' is not an email"),
     (("--webhook", "ftp://example.com/in"), "--webhook: 'ftp://example.com/in' is not an"),
+    (("--slack", "http://hooks.slack.com/T/x"), "--slack: 'http://hooks.slack.com/***' is not"),
+    (("--teams", "https://u:p@a.webhook.office.com/x"), "--teams: a Teams URL may not carry"),
     (("--missed", "all"), "--missed: unknown choice 'all' for missed runs"),
     (("--param", "m=1"), "--param m: unknown parameter 'm'"),
     (("--param", "n=many"), "--param n:"),
@@ -120,6 +122,19 @@ def test_exports_create_with_email_and_webhook_notifies(env: Env) -> None:
         ("email", "me@example.com", "waiting"),
         ("webhook", "https://hooks.test/hook", "waiting"),
     ]
+
+
+def test_slack_and_teams_recipients_from_the_command_line(env: Env) -> None:
+    """`schedules add --slack --teams` saves both; `exports create --slack` records a waiting
+    Slack delivery."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    slack, teams = "https://hooks.slack.com/services/T/B/x", "https://a.webhook.office.com/w/y"
+    created = _json(env, "schedules", "add", "small_orders", "--format", "csv",
+                    "--cron", "0 8 * * 1", "--slack", slack, "--teams", teams)  # fmt: skip
+    assert created["recipients"] == [{"slack": slack}, {"teams": teams}]
+    export = _json(env, "exports", "create", "--query", "small_orders", "--format", "csv",
+                   "--slack", slack)  # fmt: skip
+    assert _delivered_to(env, export["id"]) == [("slack", slack, "waiting")]
 
 
 def test_schedules_through_a_server(env: Env, tmp_path: Path) -> None:

@@ -293,6 +293,11 @@ def test_an_unknown_time_zone_is_refused_naming_the_field(name: Any, says: str) 
         ),
         ([{"webhook": "https://x.example/" + "a" * 2000}], "recipients[0].webhook", "at most"),
         ([{"email": f"u{i}@example.com"} for i in range(51)], "recipients", "at most 50"),
+        ([{"slack": "http://hooks.slack.com/services/x"}], "recipients[0].slack", "not an https"),
+        ([{"teams": "https://"}], "recipients[0].teams", "with a host"),
+        ([{"teams": "https://u:p@a.webhook.office.com/"}], "recipients[0].teams", "password"),
+        ([{}], "recipients[0]", "exactly one of"),
+        ([{"slack": "https://a.test/", "teams": "https://b.test/"}], "recipients[0]", "not 2"),
     ],
 )
 def test_bad_recipients_are_refused_naming_the_field(data: Any, field: str, says: str) -> None:
@@ -315,6 +320,17 @@ def test_recipients_are_deduplicated_so_each_hears_once() -> None:
         Recipient(Channel.EMAIL, "Alice@Example.com"),
         Recipient(Channel.WEBHOOK, "https://hooks.example.com/in"),
     )
+
+
+def test_a_chat_url_is_masked_to_its_host_and_never_echoed_when_refused() -> None:
+    """A Slack or Teams URL is a secret: masked it is its host only, and a refusal of a bad
+    one shows no more than that."""
+    slack = Recipient(Channel.SLACK, "https://hooks.slack.com/services/T1/B2/s3cr3t")
+    assert slack.masked() == Recipient(Channel.SLACK, "https://hooks.slack.com/***")
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_recipients([{"slack": "http://hooks.slack.com/services/T1/B2/s3cr3t"}])
+    assert "s3cr3t" not in str(caught.value)
+    assert "'http://hooks.slack.com/***'" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -170,6 +170,43 @@ def test_an_editor_creates_and_edits_a_schedule(api: Api, browser: Browser) -> N
     assert schedule.parameters == {"since": "2024-01-02"}
 
 
+def test_the_schedule_form_takes_slack_and_teams_lines(api: Api, browser: Browser) -> None:
+    """`slack URL` and `teams URL` lines save Slack and Teams recipients; the edit form shows
+    them the same way; an http (not https) Slack URL is refused on its line."""
+    add_person(api, "ann@example.com")
+    api.add_query()
+    browser.sign_in("ann@example.com")
+    lines = (
+        "slack https://hooks.slack.com/services/T1/B2/tok\n"
+        "Teams: https://acme.webhook.office.com/webhookb2/tok"
+    )
+    response = _post(
+        browser, "/schedules/new", "/schedules/new", **_schedule_form(recipients=lines)
+    )
+    schedule_id = _saved(response, "schedules")
+    schedule = api.context.schedules.get_schedule(schedule_id)
+    assert isinstance(schedule, Schedule)
+    assert [r.to_json() for r in schedule.recipients] == [
+        {"slack": "https://hooks.slack.com/services/T1/B2/tok"},
+        {"teams": "https://acme.webhook.office.com/webhookb2/tok"},
+    ]
+    edit = browser.page(f"/schedules/{schedule_id}/edit")
+    assert (
+        "slack https://hooks.slack.com/services/T1/B2/tok\n"
+        "teams https://acme.webhook.office.com/webhookb2/tok</textarea>"
+    ) in edit
+    refused = _post(
+        browser,
+        "/schedules/new",
+        "/schedules/new",
+        **_schedule_form(recipients="ops@example.com\nslack http://hooks.slack.com/x"),
+    )
+    assert re.search(
+        r'id="error-recipients">Line 2: &#39;http://hooks.slack.com/\*\*\*&#39; is not an https',
+        refused.text,
+    )
+
+
 def test_pause_resume_and_run_now_are_for_the_owner_or_an_admin(api: Api, browser: Browser) -> None:
     """The owner pauses (no next run), resumes and runs a schedule now (an export); another
     editor sees it without those buttons and is refused if they post them anyway."""

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -22,7 +23,13 @@ from qexport.domain.exports import EventKind, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import MAX_PARAMETER_CHARS
 from qexport.domain.reports import REPORT_FORMATS
-from qexport.domain.schedules import MAX_CRON_CHARS, MAX_RECIPIENTS, MAX_URL_CHARS
+from qexport.domain.schedules import (
+    MAX_CRON_CHARS,
+    MAX_RECIPIENTS,
+    MAX_URL_CHARS,
+    RECIPIENT_SHAPES,
+    Channel,
+)
 from qexport.http.errors import PROBLEM_MEDIA_TYPE as PROBLEM_MEDIA_TYPE  # noqa: PLC0414 - re-exported
 from qexport.http.errors import PROBLEM_SCHEMA as PROBLEM_SCHEMA  # noqa: PLC0414 - re-exported
 from qexport.http.errors import Problem as Problem  # noqa: PLC0414 - re-exported
@@ -153,7 +160,48 @@ class WebhookRecipient(BaseModel):
     )
 
 
-Recipient = EmailRecipient | WebhookRecipient
+class SlackRecipient(BaseModel):
+    """A Block Kit message in a Slack channel, through its incoming webhook: the export's name,
+    rows, size, expiry and link, or why it failed. The URL is a secret: shown whole only to
+    the schedule's owner and workspace admins."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slack: str = Field(
+        max_length=MAX_URL_CHARS,
+        description="The channel's incoming-webhook URL (https)",
+        examples=["https://hooks.slack.com/services/T000/B000/XXXX"],
+    )
+
+
+class TeamsRecipient(BaseModel):
+    """An Adaptive Card in a Microsoft Teams channel, through its incoming webhook (or a
+    Workflows webhook): the same facts as for Slack. The URL is a secret, shown like Slack's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    teams: str = Field(
+        max_length=MAX_URL_CHARS,
+        description="The channel's incoming-webhook URL (https)",
+        examples=["https://example.webhook.office.com/webhookb2/..."],
+    )
+
+
+_CHANNEL_NAMES = frozenset(channel.value for channel in Channel)
+
+
+def _one_channel(value: Any) -> Any:
+    """An object with no channel, two, or an unknown one is refused as a whole (`recipients.0`)
+    rather than as each alternative's missing or extra member."""
+    if isinstance(value, dict) and (len(value) != 1 or not value.keys() <= _CHANNEL_NAMES):
+        raise ValueError(f"a recipient is exactly one of {RECIPIENT_SHAPES}")
+    return value
+
+
+Recipient = Annotated[
+    EmailRecipient | WebhookRecipient | SlackRecipient | TeamsRecipient,
+    BeforeValidator(_one_channel),
+]
 
 # A constraint belongs on the type it limits, inside the union: given to a field typed
 # `X | SkipJsonSchema[None]`, pydantic checks it on null too and fails with a TypeError (a 500).

@@ -13,6 +13,7 @@ from datetime import timedelta
 import structlog
 
 from qexport.config import Settings
+from qexport.deliveries.chat import send_chat
 from qexport.deliveries.content import (
     Notice,
     email_message,
@@ -27,7 +28,7 @@ from qexport.domain.accounts import hash_secret
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import FailureCode
 from qexport.domain.lifecycle import backoff
-from qexport.domain.schedules import Channel, Delivery, Outcome
+from qexport.domain.schedules import CHAT_CHANNELS, Channel, Delivery, Outcome
 from qexport.ports import (
     AccountStore,
     ClaimedDelivery,
@@ -134,6 +135,9 @@ class DeliveryDispatcher:
                 )
             message = email_message(notice, attachment=self._attachment(export, outcome))
             self._email.send(message, delivery.recipient.target)
+        elif delivery.recipient.channel in CHAT_CHANNELS:
+            hosts = self._accounts.workspace_webhook_hosts(export.workspace_id)
+            send_chat(self._webhook, notice, hosts=hosts)
         else:
             body = webhook_body(notice)
             key = workspace_key(self._master_secret(), export.workspace_id)

@@ -73,6 +73,23 @@ class WebhookSender:
     ) -> None:
         """POST `body` to `url`; DeliveryError unless the receiver answered 2xx. `hosts`: the
         workspace's webhook host names, when its admin restricted them."""
+        self.post(
+            url,
+            body,
+            headers={"X-QExport-Delivery": delivery_id, "X-QExport-Signature": signature},
+            hosts=hosts,
+        )
+
+    def post(
+        self,
+        url: str,
+        body: bytes,
+        *,
+        headers: dict[str, str],
+        hosts: Collection[str] | None = None,
+    ) -> None:
+        """POST the JSON `body` with `headers` under the egress policy and the workspace's
+        `hosts`, judged as above; shared by webhooks and the chat services' incoming webhooks."""
         target = _parse(url)
         host = target.raw_host.decode("ascii")
         port = target.port or _DEFAULT_PORTS[target.scheme]
@@ -86,8 +103,7 @@ class WebhookSender:
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
-            "X-QExport-Delivery": delivery_id,
-            "X-QExport-Signature": signature,
+            **headers,
             "Host": target.netloc.decode("ascii"),
         }
         extensions = {"sni_hostname": host} if target.scheme == "https" else {}

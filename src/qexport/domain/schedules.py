@@ -33,21 +33,37 @@ class Missed(StrEnum):
 
 class Channel(StrEnum):
     EMAIL = "email"
-    WEBHOOK = "webhook"
+    WEBHOOK = "webhook"  # a signed JSON POST of qexport's own payload
+    SLACK = "slack"  # a Slack incoming webhook: a Block Kit message
+    TEAMS = "teams"  # a Microsoft Teams incoming webhook or workflow: an Adaptive Card
+
+
+# Channels whose target is an incoming-webhook URL of a chat service. Such a URL is itself the
+# credential (anyone holding it may post), so it is https only and masked like a webhook's.
+CHAT_CHANNELS = frozenset({Channel.SLACK, Channel.TEAMS})
+_CHANNELS = {channel.value: channel for channel in Channel}
+RECIPIENT_SHAPES = (
+    '{"email": ADDRESS}, {"webhook": URL}, {"slack": URL} or {"teams": URL}'  # in refusals
+)
 
 
 @dataclass(frozen=True)
 class Recipient:
     channel: Channel
-    target: str  # an email address or a webhook URL
+    target: str  # an email address, or a webhook's (Slack's, Teams') URL
+
+    @property
+    def posts(self) -> bool:
+        """Whether the recipient is an HTTP POST to a URL (a webhook, Slack or Teams)."""
+        return self.channel is not Channel.EMAIL
 
     def to_json(self) -> dict[str, str]:
         return {self.channel.value: self.target}
 
     def masked(self) -> Recipient:
         """As shown to members who neither own the schedule nor administer the workspace: a
-        webhook's host name only (its path and query often hold the receiver's secret), an
-        email address with its local part hidden."""
+        URL's host name only (its path and query often hold the receiver's secret; a Slack or
+        Teams URL is nothing but a secret), an email address with its local part hidden."""
         if self.channel is Channel.EMAIL:
             local, _, domain = self.target.rpartition("@")
             return Recipient(self.channel, f"{local[:1]}***@{domain}")
@@ -56,45 +72,61 @@ class Recipient:
 
 
 def parse_recipient(data: Any, field_name: str = "recipients") -> Recipient:
-    """`{"email": ADDRESS}` or `{"webhook": URL}`; InvalidRequestError naming the field."""
+    """`{"email": ADDRESS}`, `{"webhook": URL}`, `{"slack": URL}` or `{"teams": URL}`;
+    InvalidRequestError naming the field (`recipients[0].slack`)."""
     if not isinstance(data, dict) or len(data) != 1:
         raise InvalidRequestError(
-            'a recipient is {"email": ADDRESS} or {"webhook": URL}', field=field_name
+            f"a recipient is exactly one of {RECIPIENT_SHAPES}"
+            + (f", not {len(data)} of them" if isinstance(data, dict) and data else ""),
+            field=field_name,
         )
     ((key, value),) = data.items()
-    if key not in (Channel.EMAIL, Channel.WEBHOOK) or not isinstance(value, str):
-        raise InvalidRequestError(
-            'a recipient is {"email": ADDRESS} or {"webhook": URL}', field=field_name
-        )
-    if key == Channel.EMAIL:
+    channel = _CHANNELS.get(key) if isinstance(key, str) else None
+    if channel is None or not isinstance(value, str):
+        raise InvalidRequestError(f"a recipient is one of {RECIPIENT_SHAPES}", field=field_name)
+    where = f"{field_name}.{channel.value}"
+    if channel is Channel.EMAIL:
         address = value.strip()
         if len(address) > 254 or not _EMAIL.match(address):
-            raise InvalidRequestError(
-                f"{address[:80]!r} is not an email address", field=f"{field_name}.email"
-            )
+            raise InvalidRequestError(f"{address[:80]!r} is not an email address", field=where)
         return Recipient(Channel.EMAIL, address)
-    return Recipient(Channel.WEBHOOK, _check_webhook_url(value, f"{field_name}.webhook"))
+    return Recipient(channel, _check_url(value, channel, where))
 
 
-def _check_webhook_url(url: str, field_name: str) -> str:
+def _check_url(url: str, channel: Channel, field_name: str) -> str:
+    """A webhook's URL: http(s) with a host and no credentials; a chat service's: https only.
+    Any host is taken (Slack Enterprise Grid and Teams' workflows use several): where the
+    URL may lead is the egress policy's and the workspace's webhook hosts' decision."""
+    what = {Channel.SLACK: "a Slack URL", Channel.TEAMS: "a Teams URL"}.get(
+        channel, "a webhook URL"
+    )
     url = url.strip()
     if len(url) > MAX_URL_CHARS:
         raise InvalidRequestError(
-            f"a webhook URL has at most {MAX_URL_CHARS} characters", field=field_name
+            f"{what} has at most {MAX_URL_CHARS} characters", field=field_name
         )
     try:
         parts = urlsplit(url)
     except ValueError:
         parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequestError(
-            f"{url[:80]!r} is not an http(s) URL with a host", field=field_name
-        )
+    schemes = ("https",) if channel in CHAT_CHANNELS else ("http", "https")
+    if parts is None or parts.scheme not in schemes or not parts.hostname:
+        # A chat URL is a secret: even a refused one is not echoed whole.
+        shown = _masked_url(url) if channel in CHAT_CHANNELS else repr(url[:80])
+        kind = "an https URL" if channel in CHAT_CHANNELS else "an http(s) URL"
+        raise InvalidRequestError(f"{shown} is not {kind} with a host", field=field_name)
     if parts.username or parts.password:
-        raise InvalidRequestError(
-            "a webhook URL may not carry a user name or password", field=field_name
-        )
+        raise InvalidRequestError(f"{what} may not carry a user name or password", field=field_name)
     return url
+
+
+def _masked_url(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return "'***'"
+    return repr(f"{parts.scheme}://{host}/***" if parts.scheme else "***")
 
 
 def parse_recipients(data: Any, field_name: str = "recipients") -> tuple[Recipient, ...]:

@@ -1,10 +1,12 @@
 """Who may name which recipients, and where a webhook may point, checked when they are saved
 (a schedule's recipients, an export's `notify`). The dispatcher checks again at send time.
 
-- Viewers may notify only their own email address; webhooks and other people's addresses
-  need the editor role (a viewer could otherwise make the server mail or POST anywhere).
-- A webhook's host must be among the workspace's webhook hosts when its admin set them.
-- A webhook's host must pass the egress policy: a literal internal address, or a name that
+- Viewers may notify only their own email address; webhooks (Slack, Teams) and other people's
+  addresses need the editor role (a viewer could otherwise make the server mail or POST
+  anywhere).
+- A webhook's host, and a Slack or Teams URL's, must be among the workspace's webhook hosts
+  when its admin set them: they are all POSTs the server makes on a member's behalf.
+- Their host must pass the egress policy: a literal internal address, or a name that
   resolves to one, is refused (422 naming the field). A name that does not resolve now is
   accepted; the send-time check decides.
 """
@@ -111,7 +113,7 @@ def admit_recipients(
         recipient = parse_recipient(item, f"{field_name}[{index}]")
         where = f"{field_name}[{index}].{recipient.channel.value}"
         _check_role(recipient, rules, where)
-        if recipient.channel is Channel.WEBHOOK:
+        if recipient.posts:
             check_destination(recipient.target, rules, where)
     return recipients
 
@@ -119,8 +121,9 @@ def admit_recipients(
 def _check_role(recipient: Recipient, rules: RecipientRules, where: str) -> None:
     if at_least(rules.role, Role.EDITOR):
         return
-    if recipient.channel is Channel.WEBHOOK:
-        raise ForbiddenError(f"{where}: only editors and admins may name webhooks")
+    if recipient.posts:
+        what = "webhooks" if recipient.channel is Channel.WEBHOOK else "Slack or Teams channels"
+        raise ForbiddenError(f"{where}: only editors and admins may name {what}")
     own = (rules.own_email or "").lower()
     if recipient.target.lower() != own:
         raise ForbiddenError(
@@ -130,7 +133,8 @@ def _check_role(recipient: Recipient, rules: RecipientRules, where: str) -> None
 
 
 def check_destination(url: str, rules: RecipientRules, where: str) -> None:
-    """InvalidRequestError naming `where` when the webhook's host is refused."""
+    """InvalidRequestError naming `where` when the webhook's (Slack's, Teams') host is
+    refused."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     try:

@@ -405,6 +405,7 @@ _SENDING_LEASED = (
 _SENT_COMPLETE = "status <> 'sent' OR (sent_at IS NOT NULL AND outcome IS NOT NULL)"
 _DELIVERY_FAILED_COMPLETE = "status <> 'failed' OR last_error IS NOT NULL"
 
+CHANNELS = "channel IN ('email', 'webhook', 'slack', 'teams')"
 # Who hears about an export, each recipient on its own: waiting -> sending -> sent | failed.
 deliveries = sa.Table(
     "deliveries",
@@ -427,7 +428,7 @@ deliveries = sa.Table(
     # Set when a delivery failed with a failure code (destination_refused); NULL otherwise.
     sa.Column("failure_code", sa.String(30)),
     sa.UniqueConstraint("export_id", "channel", "target"),
-    sa.CheckConstraint("channel IN ('email', 'webhook')", name="channel"),
+    sa.CheckConstraint(CHANNELS, name="channel"),
     sa.CheckConstraint("status IN ('waiting', 'sending', 'sent', 'failed')", name="status"),
     sa.CheckConstraint(
         "outcome IS NULL OR outcome IN ('file', 'failure', 'expired')", name="outcome"

@@ -11,7 +11,7 @@ from qexport.container import Container
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import to_json_value
 from qexport.domain.reports import SUBJECT_REPORT
-from qexport.domain.schedules import Schedule
+from qexport.domain.schedules import CHAT_CHANNELS, Recipient, Schedule
 from qexport.schedules import catalog as service
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
 
@@ -38,10 +38,27 @@ class ScheduleForm:
             format=schedule.format,
             cron=schedule.cron,
             timezone=schedule.timezone,
-            recipients="\n".join(r.target for r in schedule.recipients),
+            recipients="\n".join(recipient_line(r) for r in schedule.recipients),
             missed=schedule.missed.value,
             parameters="\n".join(f"{k}={_text(v)}" for k, v in schedule.parameters.items()),
         )
+
+
+def recipient_line(recipient: Recipient) -> str:
+    """A recipient as the form writes it: an address, a webhook's URL, or `slack URL`."""
+    if recipient.channel in CHAT_CHANNELS:
+        return f"{recipient.channel.value} {recipient.target}"
+    return recipient.target
+
+
+def recipient_of(line: str) -> dict[str, str]:
+    """A recipient line read back: `slack URL` and `teams URL` (also `slack: URL`), a URL is
+    a webhook, anything else an email address."""
+    word, _, rest = line.partition(" ")
+    channel = word.rstrip(":").lower()
+    if rest.strip() and channel in {c.value for c in CHAT_CHANNELS}:
+        return {channel: rest.strip()}
+    return {"webhook": line} if "://" in line else {"email": line}
 
 
 def _text(value: Any) -> str:
@@ -76,7 +93,7 @@ def parse(form: ScheduleForm) -> Parsed:
         "parameters": parameters,
         "cron": form.cron,
         "timezone": form.timezone.strip() or None,
-        "recipients": [{"webhook": r} if "://" in r else {"email": r} for _, r in recipients],
+        "recipients": [recipient_of(r) for _, r in recipients],
         "missed": form.missed,
     }
     return Parsed(settings, [n for n, _ in recipients])
