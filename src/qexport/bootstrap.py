@@ -150,6 +150,7 @@ def api_context(settings: Settings, deps: Deps) -> ApiContext:
         settings=settings,
         schedules=schedule_store(deps),
         deliveries=delivery_store(deps),
+        sources=deps.sources,
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from qexport import bootstrap
@@ -23,9 +24,16 @@ from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
 from qexport.config import Settings, declared
 from qexport.domain.exports import Requester
-from qexport.domain.failures import QExportError
-from qexport.domain.queries import Query, Visibility, parse_param_spec
+from qexport.domain.failures import (
+    InvalidRequestError,
+    QExportError,
+    SourceUnavailableError,
+    StatementRefusedError,
+)
+from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility, parse_param_spec
 from qexport.logs import configure_logging
+from qexport.services.describe import describe_statement, describe_timeout
+from qexport.services.queries import check_sql
 from qexport.worker.runner import Deps
 
 app = typer.Typer(
@@ -385,6 +393,7 @@ def queries_add(
         fail_input(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
         )
+    columns = _described(st, deps, source, sql, params)
     query = Query(
         id=str(uuid.uuid4()),
         workspace_id=st.requester.workspace_id,
@@ -395,9 +404,37 @@ def queries_add(
         visibility=Visibility.MEMBERS if visible_to else Visibility.WORKSPACE,
         members=frozenset(visible_to or ()),
         owner=st.requester.user_id,
+        columns=columns,
     )
     deps.store.add_query(query)
     out.print(f"saved query {name!r} ({query.id})")
+    out.print("columns: " + ", ".join(f"{c.name} {c.type}" for c in columns), highlight=False)
+
+
+def _described(
+    st: State, deps: Deps, source: str, sql: str, params: tuple[Parameter, ...]
+) -> tuple[ResultColumn, ...]:
+    """The columns the source describes, with the requester's rights; a statement it refuses
+    exits 2 with its message, an unreachable source 1 (nothing is saved either way)."""
+    try:
+        check_sql(sql)
+    except InvalidRequestError as exc:
+        fail_input(escape(exc.detail))
+    try:
+        return describe_statement(
+            deps.sources,
+            st.requester,
+            source=source,
+            sql=sql,
+            parameters=params,
+            timeout_seconds=describe_timeout(deps.settings.statement_timeout_seconds),
+        )
+    except StatementRefusedError as exc:
+        fail_input(escape(f"source {source!r} refuses the SQL: {exc.detail}"))
+    except InvalidRequestError as exc:
+        fail_input(escape(exc.detail))
+    except SourceUnavailableError as exc:
+        fail(escape(exc.detail))
 
 
 @queries_app.command("list")
@@ -438,6 +475,7 @@ def _query_json(q: Query) -> dict[str, Any]:
         "source": q.source,
         "parameters": [p.to_json() for p in q.parameters],
         "visibility": q.visibility.value,
+        "columns": None if q.columns is None else [c.to_json() for c in q.columns],
     }
 
 

@@ -14,6 +14,7 @@ from qexport.ports import (
     MetadataStore,
     ObjectStore,
     ScheduleStore,
+    SourceCatalog,
 )
 
 
@@ -26,6 +27,7 @@ class ApiContext:
     settings: Settings
     schedules: ScheduleStore
     deliveries: DeliveryStore
+    sources: SourceCatalog
 
 
 def get_context(request: Request) -> ApiContext:

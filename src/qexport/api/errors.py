@@ -23,6 +23,8 @@ from qexport.domain.failures import (
     MetadataUnavailableError,
     NotFoundError,
     QExportError,
+    SourceUnavailableError,
+    StatementRefusedError,
     StorageUnavailableError,
     TooManyRequestsError,
     UnauthorizedError,
@@ -48,6 +50,7 @@ _STATUS: tuple[tuple[type[QExportError], int, str], ...] = (
     (TooManyRequestsError, 429, "too_many_requests"),
     (MetadataUnavailableError, 503, "unavailable"),
     (StorageUnavailableError, 503, "unavailable"),
+    (SourceUnavailableError, 503, "source_unavailable"),
 )
 
 
@@ -93,6 +96,8 @@ def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
                 headers["Retry-After"] = str(exc.retry_after)
             if isinstance(exc, InvalidRequestError) and exc.field:
                 members["field"] = exc.field
+            if isinstance(exc, StatementRefusedError) and exc.position is not None:
+                members["position"] = {"line": exc.position.line, "column": exc.position.column}
             return problem(status, code, exc.detail, headers=headers or None, **members)
     log.error("api.unexpected_error", error=type(exc).__name__, detail=exc.detail)
     return problem(500, "internal", "an unexpected error occurred")
