@@ -107,7 +107,7 @@ def test_an_unreachable_source_fails_source_unavailable_after_retries(env: Env) 
             "QEXPORT_POLL_SECONDS": "0.1",
         }
     )
-    env.run("queries", "add", "down", "--sql", "SELECT 1 AS one", "--source", "down")
+    env.add_query("down", "SELECT 1 AS one", source="down")  # saving would ask the source
     export_id = env.create("down", "csv")
     _drain(env)
     view = env.get(export_id)
@@ -129,7 +129,7 @@ def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: 
             "QEXPORT_MAX_ATTEMPTS": "3",
         }
     )
-    env.run("queries", "add", "q", "--sql", "SELECT 1 AS one", "--source", "warehouse")
+    env.add_query("q", "SELECT 1 AS one", source="warehouse")  # saving would ask the source
     export_id = env.create("q", "parquet")
     _drain(env)
     view = env.get(export_id)
