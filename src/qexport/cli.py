@@ -8,6 +8,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -408,7 +409,50 @@ def queries_add(
     )
     deps.store.add_query(query)
     out.print(f"saved query {name!r} ({query.id})")
-    out.print("columns: " + ", ".join(f"{c.name} {c.type}" for c in columns), highlight=False)
+    _print_columns(columns)
+
+
+@queries_app.command("update")
+def queries_update(
+    ctx: typer.Context,
+    name: str,
+    sql: Annotated[
+        str | None, typer.Option(help="A new SELECT statement; parameters as $name.")
+    ] = None,
+    source: Annotated[str | None, typer.Option(help="A new data source name.")] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME:TYPE[=DEFAULT], replacing every parameter when given."),
+    ] = None,
+) -> None:
+    """Change a query's SQL, source or parameters; its source checks the result first."""
+    st, deps = local_deps(ctx)
+    current = deps.store.find_query(st.requester.workspace_id, name)
+    if current is None:
+        fail_input(f"no query named {name!r}")
+    try:
+        params = current.parameters if param is None else tuple(map(parse_param_spec, param))
+    except QExportError as exc:
+        fail_input(str(exc))
+    source = current.source if source is None else source
+    usable = deps.sources.names_for(st.requester.workspace_id)
+    if source not in usable:
+        fail_input(
+            f"unknown source {source!r} for workspace {st.requester.workspace_id!r}"
+            f" (usable: {', '.join(usable) or 'none'})"
+        )
+    sql = current.sql if sql is None else sql
+    columns = _described(st, deps, source, sql, params)
+    updated = replace(current, sql=sql, source=source, parameters=params, columns=columns)
+    if not deps.store.update_query(updated):
+        fail(f"no query named {name!r}")
+    out.print(f"updated query {name!r} ({current.id})")
+    _print_columns(columns)
+
+
+def _print_columns(columns: tuple[ResultColumn, ...]) -> None:
+    words = ", ".join(f"{c.name} {c.type}" for c in columns)
+    out.print(escape(f"columns: {words}"), highlight=False)
 
 
 def _described(

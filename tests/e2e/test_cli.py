@@ -299,3 +299,20 @@ def test_queries_add_shows_and_stores_the_described_columns(env: Env) -> None:
         {"name": "total", "type": "DECIMAL(12,2)"},
         {"name": "since", "type": "DATE"},
     ]
+
+
+def test_queries_update_is_checked_like_add(env: Env) -> None:
+    """`queries update` with SQL the source refuses exits 2 and leaves the query as it was;
+    a good change is saved with its new columns."""
+    _add_orders(env)
+    before = env.store.find_query("demo", "orders")
+    assert before is not None
+    refused = env.run("queries", "update", "orders", "--sql", "SELECT * FROM gone", check=False)
+    assert refused.returncode == 2
+    assert "Table with name gone does not exist" in refused.stderr
+    assert env.store.find_query("demo", "orders") == before
+    proc = env.run("queries", "update", "orders", "--sql", "SELECT note FROM orders")
+    assert "columns: note VARCHAR" in proc.stdout
+    after = env.store.find_query("demo", "orders")
+    assert after is not None
+    assert (after.sql, after.parameters) == ("SELECT note FROM orders", before.parameters)
