@@ -45,6 +45,11 @@ class Problem(BaseModel):
     detail: str | None = None
     field: str | None = Field(None, description="The request member at fault (422).")
     errors: list[dict[str, str]] | None = Field(None, description="Every invalid member (422).")
+    position: dict[str, int] | None = Field(
+        None,
+        description="Where in `sql` the source found the mistake, {line, column} from 1"
+        " (422 on a saved query's SQL, when the source says).",
+    )
 
 
 # Inlined in each response (not a $ref): FastAPI files a response `model` under
@@ -74,7 +79,11 @@ _WHY: dict[int, tuple[str, dict[str, Any]]] = {
     416: ("The requested byte range lies beyond the end of the file.", {}),
     422: ("Invalid request; `field` names the member at fault.", {}),
     429: ("Too many exports queued or running for this requester.", {"Retry-After": _RETRY_AFTER}),
-    503: ("The metadata database or the object store is unavailable.", {}),
+    503: (
+        "The metadata database, the object store or (code source_unavailable) the data"
+        " source is unavailable.",
+        {},
+    ),
 }
 
 
