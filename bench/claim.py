@@ -32,8 +32,14 @@ import psycopg
 
 from qexport.domain.exports import Result
 from qexport.ports import NewExport
+from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.exports import SqlExportQueue
+
+
+class SqlMetadataStore(SqlExportQueue, SqlCatalog):
+    """The export queue and the catalog over one engine, as the benchmark drives both."""
+
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SETTLED = 5000

@@ -24,6 +24,7 @@ from qexport.cli_reports import reports_app
 from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
 from qexport.config import Settings, declared
+from qexport.container import Container
 from qexport.domain.exports import Requester
 from qexport.domain.failures import (
     InvalidRequestError,
@@ -35,7 +36,6 @@ from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility, p
 from qexport.logs import configure_logging
 from qexport.services.describe import describe_statement, describe_timeout
 from qexport.services.queries import check_sql
-from qexport.worker.runner import Deps
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Turn saved SQL queries into files."
@@ -137,11 +137,8 @@ def main_options(
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Bring the metadata database to the newest schema."""
-    from qexport.store.engine import create_engine, current_revision, migrate
-
-    engine = create_engine(state(ctx).settings.database_url)
-    migrate(engine)
-    out.print(f"database at revision {current_revision(engine)}")
+    revision = bootstrap.upgrade_database(state(ctx).settings)
+    out.print(f"database at revision {revision}")
 
 
 @storage_app.command("lifecycle")
@@ -158,33 +155,27 @@ def storage_lifecycle(
     incomplete are dropped after 1 day. On S3 they are bucket lifecycle rules (`--apply`
     writes them, `--check` compares); on the filesystem store this command is the sweeper
     (run it from cron), and it is what runs when no option is given there."""
-    from qexport.storage.filesystem import FilesystemObjectStore
-
     if apply and check:
         fail_input("choose one of --apply and --check")
     deps = state(ctx).deps()
     retention = deps.settings.retention
     try:
-        if isinstance(deps.objects, FilesystemObjectStore):
-            _filesystem_lifecycle(deps, check=check)
-            return
-        from qexport.storage.s3 import S3ObjectStore
-        from qexport.storage.s3_lifecycle import apply_lifecycle, check_lifecycle, expiry_days
-
-        if not isinstance(deps.objects, S3ObjectStore):
+        rules = deps.retention_rules()
+        if rules is None:
             fail(f"no lifecycle rules for {type(deps.objects).__name__}")
-        store = deps.objects
-        where = f"s3://{store.bucket}/{store.prefix}"
-        if apply:
-            apply_lifecycle(store, retention)
+        if rules.swept and check:
             out.print(
-                f"{where}: rules written (exports expire after {expiry_days(retention)} days,"
-                " incomplete uploads are aborted after 1 day)"
+                "the filesystem store keeps no rules to drift from:"
+                " run `qexport storage lifecycle --apply` daily to apply them"
             )
+            return
+        if apply or (rules.swept and not check):
+            out.print(rules.apply(deps.clock.now(), retention))
             return
         if not check:
             fail_input("on S3, choose --apply (write the bucket rules) or --check (report drift)")
-        drift = check_lifecycle(store, retention)
+        where = rules.where
+        drift = rules.drift(retention)
         for line in drift:
             out.print(f"{where}: {line}", highlight=False)
         if drift:
@@ -192,25 +183,6 @@ def storage_lifecycle(
         out.print(f"{where}: lifecycle rules in place")
     except QExportError as exc:
         fail(str(exc))
-
-
-def _filesystem_lifecycle(deps: Deps, *, check: bool) -> None:
-    from qexport.storage.filesystem import FilesystemObjectStore
-    from qexport.storage.lifecycle import apply_filesystem_lifecycle
-
-    assert isinstance(deps.objects, FilesystemObjectStore)
-    if check:
-        out.print(
-            "the filesystem store keeps no rules to drift from:"
-            " run `qexport storage lifecycle --apply` daily to apply them"
-        )
-        return
-    report = apply_filesystem_lifecycle(deps.objects, deps.clock.now(), deps.settings.retention)
-    out.print(
-        f"deleted {report.objects_deleted} file(s) past retention + 1 day, removed"
-        f" {report.uploads_removed} incomplete upload(s) older than 1 day and"
-        f" {report.orphan_meta_removed} orphan metadata file(s)"
-    )
 
 
 # ---------------------------------------------------------------- worker
@@ -252,10 +224,7 @@ def _check_worker_start(settings: Settings) -> None:
     """Refuse to start on a configuration that cannot work, with one clear line, instead of
     claiming exports only to fail them (or crash-looping under a process manager)."""
     deps = _build_checked(settings, "worker")
-    from qexport.store.exports import SqlMetadataStore
-
-    if isinstance(deps.store, SqlMetadataStore):  # the supervisor forks next: close, not inherit
-        deps.store.engine.dispose()
+    deps.close()  # the supervisor forks next: close, not inherit
 
 
 def _refuse_unsafe_start(settings: Settings, service: str) -> None:
@@ -266,7 +235,7 @@ def _refuse_unsafe_start(settings: Settings, service: str) -> None:
         fail_input(refusal)
 
 
-def _build_checked(settings: Settings, what: str) -> Deps:
+def _build_checked(settings: Settings, what: str) -> Container:
     """The adapters, migrated and checked (database answers, object store usable); exit 3
     with one line saying why otherwise."""
     import sqlalchemy.exc
@@ -322,8 +291,8 @@ def scheduler(
     settings = state(ctx).settings
     _refuse_unsafe_start(settings, "scheduler")
     deps = _build_checked(settings, "scheduler")
-    dispatcher = bootstrap.dispatcher(settings, deps)
-    runner = Scheduler(deps, bootstrap.schedule_store(deps), dispatcher=dispatcher)
+    dispatcher = bootstrap.dispatcher(deps)
+    runner = Scheduler(deps, dispatcher=dispatcher)
     try:
         if once:
             raise typer.Exit(0 if runner.run_once().ok else 1)
@@ -348,14 +317,14 @@ def serve(
     (protect /metrics at the proxy if its counts are private)."""
     import structlog
 
-    from qexport.api.app import create_app
     from qexport.api.server import local_url, run_server, with_public_url
+    from qexport.app import create_app
 
     configure_logging(level=logging.INFO)
     settings = with_public_url(state(ctx).settings, host, port)
     _refuse_unsafe_start(settings, "serve")
     deps = _build_checked(settings, "server")
-    application = create_app(bootstrap.api_context(settings, deps))
+    application = create_app(deps)
     structlog.get_logger().info("server_starting", url=local_url(host, port))
     run_server(application, host, port)
 
@@ -390,7 +359,7 @@ def queries_add(
             f"unknown source {source!r} for workspace {st.requester.workspace_id!r}"
             f" (usable: {', '.join(usable) or 'none'})"
         )
-    if deps.store.find_query(st.requester.workspace_id, name) is not None:
+    if deps.catalog.find_query(st.requester.workspace_id, name) is not None:
         fail_input(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
         )
@@ -407,7 +376,7 @@ def queries_add(
         owner=st.requester.user_id,
         columns=columns,
     )
-    deps.store.add_query(query)
+    deps.catalog.add_query(query)
     out.print(f"saved query {name!r} ({query.id})")
     _print_columns(columns)
 
@@ -427,7 +396,7 @@ def queries_update(
 ) -> None:
     """Change a query's SQL, source or parameters; its source checks the result first."""
     st, deps = local_deps(ctx)
-    current = deps.store.find_query(st.requester.workspace_id, name)
+    current = deps.catalog.find_query(st.requester.workspace_id, name)
     if current is None:
         fail_input(f"no query named {name!r}")
     try:
@@ -444,7 +413,7 @@ def queries_update(
     sql = current.sql if sql is None else sql
     columns = _described(st, deps, source, sql, params)
     updated = replace(current, sql=sql, source=source, parameters=params, columns=columns)
-    if not deps.store.update_query(updated):
+    if not deps.catalog.update_query(updated):
         fail(f"no query named {name!r}")
     out.print(f"updated query {name!r} ({current.id})")
     _print_columns(columns)
@@ -456,7 +425,7 @@ def _print_columns(columns: tuple[ResultColumn, ...]) -> None:
 
 
 def _described(
-    st: State, deps: Deps, source: str, sql: str, params: tuple[Parameter, ...]
+    st: State, deps: Container, source: str, sql: str, params: tuple[Parameter, ...]
 ) -> tuple[ResultColumn, ...]:
     """The columns the source describes, with the requester's rights; a statement it refuses
     exits 2 with its message, an unreachable source 1 (nothing is saved either way)."""
@@ -487,7 +456,7 @@ def queries_list(
 ) -> None:
     """List the workspace's queries."""
     st, deps = local_deps(ctx)
-    found = deps.store.list_queries(st.requester.workspace_id)
+    found = deps.catalog.list_queries(st.requester.workspace_id)
     if as_json:
         print(json.dumps([_query_json(q) for q in found], indent=2))
         return
@@ -505,8 +474,8 @@ def queries_list(
 def queries_delete(ctx: typer.Context, name: str) -> None:
     """Delete a query; its unsettled exports then fail with access_lost."""
     st, deps = local_deps(ctx)
-    query = deps.store.find_query(st.requester.workspace_id, name)
-    if query is None or not deps.store.delete_query(query.id):
+    query = deps.catalog.find_query(st.requester.workspace_id, name)
+    if query is None or not deps.catalog.delete_query(query.id):
         fail(f"no query named {name!r}")
     out.print(f"deleted query {name!r}")
 

@@ -24,7 +24,8 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
-from qexport.deliveries.egress import EgressPolicy, parse_allow
+from qexport.egress import EgressPolicy, parse_allow
+from qexport.smtp_url import parse_smtp_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -291,9 +292,6 @@ class Settings:
         except ValueError as exc:
             raise ValueError(f"invalid QEXPORT_EGRESS_ALLOW {self.egress_allow!r}: {exc}") from None
         if self.smtp_url:
-            # Imported here: smtplib loads only when email is configured.
-            from qexport.deliveries.email import parse_smtp_url
-
             parse_smtp_url(self.smtp_url)  # ValueError naming QEXPORT_SMTP_URL, never the password
 
     def egress_policy(self) -> EgressPolicy:

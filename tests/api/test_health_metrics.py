@@ -12,14 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from qexport.domain.exports import ExportRecord, Requester, Result
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
-from qexport.ports import MetadataStore
 from qexport.services.exports import cancel_export
 from qexport.services.requests import request_export
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.stats import read_stats
 from tests import queue_helpers
 from tests.api.conftest import Api
 from tests.fakes import FrozenClock
+from tests.stores import MetadataStore, SqlMetadataStore
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -101,7 +100,9 @@ def people(api: Api) -> Requester:
 
 
 def _request(api: Api, who: Requester, query: str = "orders") -> ExportRecord:
-    return request_export(api.deps.store, api.clock, who, query_ref=query, fmt="csv")
+    return request_export(
+        api.deps.exports, api.deps.catalog, api.clock, who, query_ref=query, fmt="csv"
+    )
 
 
 def _retried_by_hand(store: MetadataStore, clock: FrozenClock, export_id: str) -> None:
@@ -137,7 +138,7 @@ def test_metrics_after_exports(api: Api, people: Requester) -> None:
     """Counts by effective status, failures by code, rows and bytes over succeeded (expired
     included) exports, queue depth, oldest queued age, and attempt durations of the last 24 h
     by outcome, all from what the worker and the store recorded."""
-    store, clock = api.deps.store, api.clock
+    store, clock = api.deps.exports, api.clock
     old = [_request(api, people), _request(api, people)]
     assert api.drain() == {"succeeded": 2}
     clock.advance(8 * 86400)  # past the 7-day retention: both expired; their attempts too old
@@ -193,9 +194,9 @@ def test_stats_read_the_same_on_both_databases(
 
     who = Requester("ann", "acme")
     store.add_query(Query("q1", "acme", "q", "SELECT 1 AS x", "demo", ()))
-    queued = request_export(store, clock, who, query_ref="q", fmt="csv")
-    stale = request_export(store, clock, who, query_ref="q", fmt="csv")
-    retried = request_export(store, clock, who, query_ref="q", fmt="csv")
+    queued = request_export(store, store, clock, who, query_ref="q", fmt="csv")
+    stale = request_export(store, store, clock, who, query_ref="q", fmt="csv")
+    retried = request_export(store, store, clock, who, query_ref="q", fmt="csv")
     assert queue_helpers.claim(store, stale.id, worker_id="w", now=clock.now(), lease_seconds=5)
     _retried_by_hand(store, clock, retried.id)
     clock.advance(10)

@@ -13,11 +13,11 @@ from qexport.domain.accounts import Standing
 from qexport.domain.exports import ExportRecord
 from qexport.domain.queries import Query, Visibility
 from qexport.domain.reports import Display, Report, ReportSubject, Section
-from qexport.ports import AccountStore, MetadataStore
+from qexport.ports import AccountStore
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.exports import SqlMetadataStore
 from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryAccountStore
+from tests.stores import MetadataStore, SqlMetadataStore
 
 LEASE = 30.0
 

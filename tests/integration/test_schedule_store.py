@@ -22,13 +22,13 @@ from qexport.domain.schedules import (
     Recipient,
     Schedule,
 )
-from qexport.ports import DeliveryStore, MetadataStore, ScheduleStore
+from qexport.ports import DeliveryStore, ScheduleStore
 from qexport.store.deliveries import SqlDeliveryStore
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.schedules import SqlScheduleStore
 from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import InMemoryDeliveryStore, InMemoryMetadataStore, InMemoryScheduleStore
+from tests.stores import MetadataStore, SqlMetadataStore
 
 NOW = datetime(2026, 3, 2, 7, 0, tzinfo=UTC)
 LEASE = 30.0

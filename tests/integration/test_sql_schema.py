@@ -10,11 +10,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from qexport.domain.exports import Result
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import export_events, exports, metadata
 from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import FrozenClock
+from tests.stores import SqlMetadataStore
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

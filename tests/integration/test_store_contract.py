@@ -17,10 +17,10 @@ from qexport.domain.accounts import Standing
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
 from qexport.domain.failures import FailureCode, LimitExceededError, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
-from qexport.ports import MetadataStore
 from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import FrozenClock
+from tests.stores import MetadataStore
 
 LEASE = 30.0
 RESULT = Result(size_bytes=123, row_count=7, sha256="ab" * 32)

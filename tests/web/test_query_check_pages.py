@@ -43,7 +43,7 @@ def test_a_broken_query_is_refused_next_to_the_sql_field(api: Api, browser: Brow
     assert status == 400
     assert _sql_error(page) == 'Parser Error: syntax error at or near "orders" (line 2, column 6)'
     assert f">{markup.escape(sql)}</textarea>" in page
-    assert api.context.store.list_queries("acme") == []
+    assert api.context.catalog.list_queries("acme") == []
 
 
 def test_a_missing_table_and_a_delete_are_refused(api: Api, browser: Browser) -> None:
@@ -56,7 +56,7 @@ def test_a_missing_table_and_a_delete_are_refused(api: Api, browser: Browser) ->
     status, page = _submit(browser, sql="DELETE FROM orders")
     assert status == 400
     assert "got DELETE" in _sql_error(page)
-    assert api.context.store.list_queries("acme") == []
+    assert api.context.catalog.list_queries("acme") == []
 
 
 def test_an_unreachable_source_keeps_the_form(api: Api, browser: Browser, tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_an_unreachable_source_keeps_the_form(api: Api, browser: Browser, tmp_pa
     status, page = _submit(browser, source="gone", sql="SELECT 1 AS one")
     assert status == 503
     assert re.search(r'<p class="error" role="alert">[^<]*not saved', page)
-    assert api.context.store.list_queries("acme") == []
+    assert api.context.catalog.list_queries("acme") == []
 
 
 def test_a_saved_query_page_lists_its_columns(api: Api, browser: Browser) -> None:
@@ -85,7 +85,7 @@ def test_a_saved_query_page_lists_its_columns(api: Api, browser: Browser) -> Non
     browser.sign_in("ann@example.com")
     status, _ = _submit(browser, sql="SELECT id, amount FROM orders")
     assert status == 303
-    (query,) = api.context.store.list_queries("acme")
+    (query,) = api.context.catalog.list_queries("acme")
     page = browser.page(f"/queries/{query.id}")
     assert "<td>id</td><td><code>BIGINT</code></td>" in page
     assert "<td>amount</td><td><code>DECIMAL(10,2)</code></td>" in page

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.context import ApiContext
 from qexport.api.schemas import problem_responses
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.queries import MAX_PARAMETER_CHARS, Parameter, ParamType, Query, Visibility
 from qexport.services import queries as service
@@ -145,12 +145,12 @@ class QueryList(BaseModel):
     items: list[QueryView]
 
 
-def _sources(context: ApiContext, principal: Principal) -> frozenset[str]:
+def _sources(context: Container, principal: Principal) -> frozenset[str]:
     """The sources the caller's workspace may use: a query may name only those."""
     return usable_source_names(context.settings, context.accounts, principal.workspace_id)
 
 
-def _describe(context: ApiContext, principal: Principal) -> Describe:
+def _describe(context: Container, principal: Principal) -> Describe:
     """The caller's source describes the statement before it is saved, with their rights."""
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
     return describer(context.sources, principal.requester, timeout)
@@ -177,7 +177,7 @@ def create_query(
     response: Response,
 ) -> QueryView:
     query = service.create_query(
-        context.store,
+        context.catalog,
         context.accounts,
         principal,
         body.draft(),
@@ -195,7 +195,7 @@ def create_query(
     summary="The queries you can read",
 )
 def list_queries(principal: CurrentPrincipal, context: Context) -> QueryList:
-    found = service.list_readable_queries(context.store, principal)
+    found = service.list_readable_queries(context.catalog, principal)
     return QueryList(items=[QueryView.of(q) for q in found])
 
 
@@ -206,7 +206,7 @@ def list_queries(principal: CurrentPrincipal, context: Context) -> QueryList:
     summary="One query (404 when missing or not visible to you)",
 )
 def read_query(query_id: str, principal: CurrentPrincipal, context: Context) -> QueryView:
-    return QueryView.of(service.get_readable_query(context.store, principal, query_id))
+    return QueryView.of(service.get_readable_query(context.catalog, principal, query_id))
 
 
 @router.put(
@@ -219,7 +219,7 @@ def replace_query(
     query_id: str, body: QueryWrite, principal: CurrentPrincipal, context: Context
 ) -> QueryView:
     query = service.replace_query(
-        context.store,
+        context.catalog,
         context.accounts,
         principal,
         query_id,
@@ -238,5 +238,5 @@ def replace_query(
     summary="Delete a query (editors and admins); its unsettled exports fail access_lost",
 )
 def delete_query(query_id: str, principal: CurrentPrincipal, context: Context) -> Response:
-    service.delete_query(context.store, principal, query_id)
+    service.delete_query(context.catalog, principal, query_id)
     return Response(status_code=204)

@@ -33,7 +33,7 @@ from qexport.ports import (
     ClaimedDelivery,
     Clock,
     DeliveryStore,
-    MetadataStore,
+    ExportQueue,
     ObjectStore,
     ScheduleStore,
 )
@@ -45,7 +45,7 @@ log = structlog.get_logger()
 class DeliveryDispatcher:
     def __init__(
         self,
-        store: MetadataStore,
+        exports: ExportQueue,
         deliveries: DeliveryStore,
         schedules: ScheduleStore,
         accounts: AccountStore,
@@ -56,7 +56,7 @@ class DeliveryDispatcher:
         email: SmtpSender | None = None,
         webhook: WebhookSender | None = None,
     ) -> None:
-        self._store = store
+        self._exports = exports
         self._deliveries = deliveries
         self._schedules = schedules
         self._accounts = accounts

@@ -28,7 +28,7 @@ from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
-from qexport.store.catalog import QUERY_KEYS, SqlCatalog, to_query, to_report
+from qexport.store.catalog import QUERY_KEYS, to_query, to_report
 from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.tables import (
@@ -625,10 +625,3 @@ class SqlExportQueue:
                 )
                 for r in conn.execute(stmt)
             ]
-
-
-class SqlMetadataStore(SqlExportQueue, SqlCatalog):
-    """The export queue and the catalog over one engine (until every caller takes them apart)."""
-
-    def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
-        SqlExportQueue.__init__(self, engine, notify=notify)

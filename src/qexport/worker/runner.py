@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
-from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import (
     AccessLostError,
@@ -27,11 +26,7 @@ from qexport.domain.lifecycle import Outcome, Release, give_up, settle_decision
 from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.ports import (
-    Clock,
-    MetadataStore,
     NativeCopySource,
-    ObjectStore,
-    SourceCatalog,
     StoredObject,
     WriterOptions,
 )
@@ -44,17 +39,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = structlog.get_logger()
-
-
-@dataclass(frozen=True)
-class Deps:
-    """What an attempt needs; built once by `bootstrap`."""
-
-    store: MetadataStore
-    objects: ObjectStore
-    sources: SourceCatalog
-    clock: Clock
-    settings: Settings
 
 
 def _counted(
@@ -76,7 +60,7 @@ class Attempt:
 
     def __init__(
         self,
-        deps: Deps,
+        deps: Container,
         record: ExportRecord,
         shutdown: threading.Event,
         subject: Query | ReportSubject | None = None,
@@ -110,7 +94,7 @@ class Attempt:
             return True
         # Cancelled (settled) or redelivered to another worker (still being written: keep).
         try:
-            current = self.deps.store.get_export(self.record.id)
+            current = self.deps.exports.get_export(self.record.id)
         except Exception:  # run() never raises; the start-up sweep judges it later
             log.warning("staging_discard_skipped", exc_info=True)
             return False
@@ -121,7 +105,7 @@ class Attempt:
         token = record.lease_token
         assert token is not None  # a claimed record always carries its lease token
         lease = Lease(
-            self.deps.store,
+            self.deps.exports,
             self.deps.clock,
             record.id,
             token,
@@ -178,7 +162,7 @@ class Attempt:
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
         query = (
-            self.subject if self.subject is not None else deps.store.get_query(record.subject_id)
+            self.subject if self.subject is not None else deps.catalog.get_query(record.subject_id)
         )
         if isinstance(query, ReportSubject):
             raise TypeError("a query export was claimed with a report")
@@ -241,7 +225,7 @@ class Attempt:
         deps, record = self.deps, self.record
         subject = self.subject if isinstance(self.subject, ReportSubject) else None
         if subject is None:
-            subject = load_subject(deps.store, record.subject_id)
+            subject = load_subject(deps.catalog, record.subject_id)
         refusal = subject.refusal(record.requester)
         if refusal is not None:
             raise AccessLostError(refusal)
@@ -286,7 +270,7 @@ class Attempt:
         result = Result(size_bytes=stored.size_bytes, row_count=stored.rows, sha256=stored.sha256)
         self.rows, self.size = stored.rows, stored.size_bytes
         try:
-            succeeded = deps.store.succeed(
+            succeeded = deps.exports.succeed(
                 record.id,
                 token,
                 now=now,
@@ -300,7 +284,7 @@ class Attempt:
             raise
         if succeeded:
             return Outcome.SUCCEEDED
-        current = deps.store.get_export(record.id)
+        current = deps.exports.get_export(record.id)
         if current is not None and current.status is Status.FAILED:
             # Cancelled while completing: nobody will ever serve or adopt this object.
             deps.objects.delete(record.storage_key)
@@ -325,7 +309,7 @@ class Attempt:
         deps = self.deps
         self.code = code
         try:
-            deps.store.release_with_backoff(
+            deps.exports.release_with_backoff(
                 self.record.id,
                 token,
                 now=deps.clock.now(),
@@ -339,7 +323,7 @@ class Attempt:
     def _fail(self, token: str, code: FailureCode, detail: str) -> Outcome:
         self.code = code
         try:
-            ok = self.deps.store.fail(
+            ok = self.deps.exports.fail(
                 self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail
             )
         except MetadataUnavailableError:  # not settled: redelivered when the lease runs out
@@ -349,7 +333,7 @@ class Attempt:
 
 
 def run_attempt(
-    deps: Deps,
+    deps: Container,
     record: ExportRecord,
     shutdown: threading.Event,
     worker_id: str,
