@@ -8,9 +8,11 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from qexport import bootstrap
@@ -24,9 +26,16 @@ from qexport.cli_workspaces import workspaces_app
 from qexport.config import Settings, declared
 from qexport.container import Container
 from qexport.domain.exports import Requester
-from qexport.domain.failures import QExportError
-from qexport.domain.queries import Query, Visibility, parse_param_spec
+from qexport.domain.failures import (
+    InvalidRequestError,
+    QExportError,
+    SourceUnavailableError,
+    StatementRefusedError,
+)
+from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility, parse_param_spec
 from qexport.logs import configure_logging
+from qexport.services.describe import describe_statement, describe_timeout
+from qexport.services.queries import check_sql
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Turn saved SQL queries into files."
@@ -354,6 +363,7 @@ def queries_add(
         fail_input(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
         )
+    columns = _described(st, deps, source, sql, params)
     query = Query(
         id=str(uuid.uuid4()),
         workspace_id=st.requester.workspace_id,
@@ -364,9 +374,80 @@ def queries_add(
         visibility=Visibility.MEMBERS if visible_to else Visibility.WORKSPACE,
         members=frozenset(visible_to or ()),
         owner=st.requester.user_id,
+        columns=columns,
     )
     deps.catalog.add_query(query)
     out.print(f"saved query {name!r} ({query.id})")
+    _print_columns(columns)
+
+
+@queries_app.command("update")
+def queries_update(
+    ctx: typer.Context,
+    name: str,
+    sql: Annotated[
+        str | None, typer.Option(help="A new SELECT statement; parameters as $name.")
+    ] = None,
+    source: Annotated[str | None, typer.Option(help="A new data source name.")] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME:TYPE[=DEFAULT], replacing every parameter when given."),
+    ] = None,
+) -> None:
+    """Change a query's SQL, source or parameters; its source checks the result first."""
+    st, deps = local_deps(ctx)
+    current = deps.catalog.find_query(st.requester.workspace_id, name)
+    if current is None:
+        fail_input(f"no query named {name!r}")
+    try:
+        params = current.parameters if param is None else tuple(map(parse_param_spec, param))
+    except QExportError as exc:
+        fail_input(str(exc))
+    source = current.source if source is None else source
+    usable = deps.sources.names_for(st.requester.workspace_id)
+    if source not in usable:
+        fail_input(
+            f"unknown source {source!r} for workspace {st.requester.workspace_id!r}"
+            f" (usable: {', '.join(usable) or 'none'})"
+        )
+    sql = current.sql if sql is None else sql
+    columns = _described(st, deps, source, sql, params)
+    updated = replace(current, sql=sql, source=source, parameters=params, columns=columns)
+    if not deps.catalog.update_query(updated):
+        fail(f"no query named {name!r}")
+    out.print(f"updated query {name!r} ({current.id})")
+    _print_columns(columns)
+
+
+def _print_columns(columns: tuple[ResultColumn, ...]) -> None:
+    words = ", ".join(f"{c.name} {c.type}" for c in columns)
+    out.print(escape(f"columns: {words}"), highlight=False)
+
+
+def _described(
+    st: State, deps: Container, source: str, sql: str, params: tuple[Parameter, ...]
+) -> tuple[ResultColumn, ...]:
+    """The columns the source describes, with the requester's rights; a statement it refuses
+    exits 2 with its message, an unreachable source 1 (nothing is saved either way)."""
+    try:
+        check_sql(sql)
+    except InvalidRequestError as exc:
+        fail_input(escape(exc.detail))
+    try:
+        return describe_statement(
+            deps.sources,
+            st.requester,
+            source=source,
+            sql=sql,
+            parameters=params,
+            timeout_seconds=describe_timeout(deps.settings.statement_timeout_seconds),
+        )
+    except StatementRefusedError as exc:
+        fail_input(escape(f"source {source!r} refuses the SQL: {exc.detail}"))
+    except InvalidRequestError as exc:
+        fail_input(escape(exc.detail))
+    except SourceUnavailableError as exc:
+        fail(escape(exc.detail))
 
 
 @queries_app.command("list")
@@ -407,6 +488,7 @@ def _query_json(q: Query) -> dict[str, Any]:
         "source": q.source,
         "parameters": [p.to_json() for p in q.parameters],
         "visibility": q.visibility.value,
+        "columns": None if q.columns is None else [c.to_json() for c in q.columns],
     }
 
 

@@ -34,6 +34,7 @@ from qexport.ports import AccountStore, Clock, LocalFiles
 from qexport.schedules.loop import Scheduler
 from qexport.schedules.tick import run_now
 from qexport.services.accounts import hash_password
+from qexport.services.describe import describe_statement, describe_timeout
 from qexport.services.requests import request_export, request_report_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
@@ -83,11 +84,20 @@ DEMO_QUERIES = (
 
 
 def register_demo_queries(deps: Container, requester: Requester) -> list[Query]:
-    """Save the demo queries in the requester's workspace (once; kept if already there)."""
+    """Save the demo queries in the requester's workspace (once; kept if already there),
+    described by the demo source like any saved query."""
     saved = []
     for template in DEMO_QUERIES:
         existing = deps.catalog.find_query(requester.workspace_id, template.name)
         if existing is None:
+            columns = describe_statement(
+                deps.sources,
+                requester,
+                source=template.source,
+                sql=template.sql,
+                parameters=template.parameters,
+                timeout_seconds=describe_timeout(deps.settings.statement_timeout_seconds),
+            )
             existing = deps.catalog.add_query(
                 Query(
                     **{
@@ -95,6 +105,7 @@ def register_demo_queries(deps: Container, requester: Requester) -> list[Query]:
                         "id": str(uuid.uuid4()),
                         "workspace_id": requester.workspace_id,
                         "owner": requester.user_id,
+                        "columns": columns,
                     }
                 )
             )

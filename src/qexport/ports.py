@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from qexport.domain.accounts import ApiToken, Link, Membership, Role, Standing, User
     from qexport.domain.exports import ExportEvent, ExportRecord, Requester, Result, Status
     from qexport.domain.failures import FailureCode
-    from qexport.domain.queries import Query
+    from qexport.domain.queries import Query, ResultColumn
     from qexport.domain.reports import Report, ReportSubject
     from qexport.domain.schedules import Delivery, NewDelivery, Outcome, Schedule
     from qexport.domain.sign_in import Failures
@@ -509,6 +509,22 @@ class Source(Protocol):
         any thread. `batch_rows`: at most this many rows a batch, for a reader that keeps
         few rows (a source whose batches are bounded by bytes may ignore it). Raises
         QueryInvalidError, QueryTimeoutError or SourceUnavailableError.
+        """
+        ...
+
+    def describe(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> list[ResultColumn]:
+        """The columns `sql` returns (names, the engine's type names), without running it.
+
+        The same checks and binding as `execute`, with the requester's rights; nothing is read
+        but the catalogue. Raises QueryInvalidError (with the position in `sql` when the
+        engine gives one), QueryTimeoutError or SourceUnavailableError.
         """
         ...
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,6 +77,7 @@ def test_a_created_query_is_at_its_location(team: Api) -> None:
         "visibility": "workspace",
         "members": [],
         "owner": team.user_id(EDITOR),
+        "columns": [{"name": "id", "type": "BIGINT"}, {"name": "amount", "type": "DECIMAL(10,2)"}],
     }
     fetched = team.get(response.headers["location"], VIEWER)
     assert fetched.status_code == 200
@@ -281,14 +284,18 @@ def test_the_source_must_exist(team: Api) -> None:
     assert _create(team, name="on shop", source="shop")["source"] == "shop"
 
 
-def test_a_source_registered_while_running_is_accepted(team: Api) -> None:
+def test_a_source_registered_while_running_is_accepted(
+    team: Api, tmp_path: Path, source_template: Path
+) -> None:
     """A source added with `qexport sources add` after the API started can be named at once."""
     refused = team.post(QUERIES, EDITOR, json={**DAILY, "source": "warehouse"})
     assert refused.status_code == 422
+    warehouse = tmp_path / "warehouse.duckdb"
+    shutil.copy(source_template, warehouse)
     team.context.accounts.add_source(
         RegisteredSource(
             "warehouse",
-            "duckdb:///srv/warehouse.duckdb",
+            f"duckdb://{warehouse}",
             "acme",
             frozenset(),
             False,

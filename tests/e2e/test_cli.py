@@ -91,8 +91,9 @@ def test_sql_that_writes_or_escapes_the_sandbox_fails_query_invalid(
 
 
 def test_a_syntax_error_fails_with_the_source_message(env: Env) -> None:
-    """The user sees DuckDB's own explanation, bounded and without a stack trace."""
-    env.run("queries", "add", "typo", "--sql", "SELEC order_id FROM orders")
+    """The user sees DuckDB's own explanation, bounded and without a stack trace (a query
+    saved before saving checked it)."""
+    env.add_query("typo", "SELEC order_id FROM orders")
     export_id = env.create("typo", "csv")
     _drain(env)
     failure = env.get(export_id)["failure"]
@@ -194,7 +195,7 @@ def test_wait_shows_the_settled_export(env: Env) -> None:
     env.start_worker(QEXPORT_POLL_SECONDS="0.1")
     ok = env.run("exports", "create", "--query", "orders", "--format", "tsv", "--wait", "--json")
     assert '"status": "succeeded"' in ok.stdout
-    env.run("queries", "add", "typo", "--sql", "SELEC 1")
+    env.add_query("typo", "SELEC 1")
     bad = env.run("exports", "create", "--query", "typo", "--format", "csv", "--wait", check=False)
     assert bad.returncode == 1
 
@@ -258,3 +259,60 @@ def test_data_dir_flag_moves_the_default_database_and_files(env: Env, tmp_path: 
     assert (other / "qexport.db").is_file()
     assert [p.name for p in (other / "objects").rglob("*.csv")] == ["orders.csv"]
     assert env.json("exports", "list")["items"] == []  # QEXPORT_DATA_DIR's database
+
+
+# ---------------------------------------------------------------- checked when saved
+
+REFUSED_AT_SAVE = [
+    ("SELECT order_id\n  FORM orders", 'syntax error at or near "orders" (line 2, column 8)'),
+    ("SELECT * FROM no_such_table", "Table with name no_such_table does not exist"),
+    ("DELETE FROM orders", "only a single SELECT statement is allowed; got DELETE"),
+    ("SELECT * FROM orders WHERE order_id = $id", "no value given for parameter $id"),
+    ("SELECT 1; SELECT 2", "only a single SELECT statement is allowed; got 2 statements"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "table function read_csv() is not allowed"),
+    # 100 kB: one argument of a command line may not be much longer (MAX_ARG_STRLEN).
+    ("SELECT " + "1 + " * 25_000 + "1", "the SQL is longer than 50,000 characters"),
+]
+
+
+@pytest.mark.parametrize(("sql", "message"), REFUSED_AT_SAVE)
+def test_queries_add_refuses_sql_its_source_refuses(env: Env, sql: str, message: str) -> None:
+    """`queries add` with a syntax error, a missing table, a DELETE, an undeclared parameter,
+    two statements, a file reader or a 1 MB statement exits 2 with the source's message (and
+    where the mistake is), and saves nothing."""
+    proc = env.run("queries", "add", "broken", "--sql", sql, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
+    assert env.store.find_query("demo", "broken") is None
+
+
+def test_queries_add_shows_and_stores_the_described_columns(env: Env) -> None:
+    """A good query is saved with the columns its source describes (typed by its
+    parameters), printed by `queries add` and listed by `queries list --json`."""
+    sql = "SELECT order_id, total, $since AS since FROM orders WHERE ordered_at >= $since"
+    proc = env.run("queries", "add", "recent", "--sql", sql, "--param", "since:date")
+    assert "columns: order_id BIGINT, total DECIMAL(12,2), since DATE" in proc.stdout
+    (listed,) = env.json("queries", "list")
+    assert listed["columns"] == [
+        {"name": "order_id", "type": "BIGINT"},
+        {"name": "total", "type": "DECIMAL(12,2)"},
+        {"name": "since", "type": "DATE"},
+    ]
+
+
+def test_queries_update_is_checked_like_add(env: Env) -> None:
+    """`queries update` with SQL the source refuses exits 2 and leaves the query as it was;
+    a good change is saved with its new columns."""
+    _add_orders(env)
+    before = env.store.find_query("demo", "orders")
+    assert before is not None
+    refused = env.run("queries", "update", "orders", "--sql", "SELECT * FROM gone", check=False)
+    assert refused.returncode == 2
+    assert "Table with name gone does not exist" in refused.stderr
+    assert env.store.find_query("demo", "orders") == before
+    proc = env.run("queries", "update", "orders", "--sql", "SELECT note FROM orders")
+    assert "columns: note VARCHAR" in proc.stdout
+    after = env.store.find_query("demo", "orders")
+    assert after is not None
+    assert (after.sql, after.parameters) == ("SELECT note FROM orders", before.parameters)

@@ -107,7 +107,7 @@ def test_an_unreachable_source_fails_source_unavailable_after_retries(env: Env) 
             "QEXPORT_POLL_SECONDS": "0.1",
         }
     )
-    env.run("queries", "add", "down", "--sql", "SELECT 1 AS one", "--source", "down")
+    env.add_query("down", "SELECT 1 AS one", source="down")  # saving would ask the source
     export_id = env.create("down", "csv")
     _drain(env)
     view = env.get(export_id)
@@ -129,7 +129,7 @@ def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: 
             "QEXPORT_MAX_ATTEMPTS": "3",
         }
     )
-    env.run("queries", "add", "q", "--sql", "SELECT 1 AS one", "--source", "warehouse")
+    env.add_query("q", "SELECT 1 AS one", source="warehouse")  # saving would ask the source
     export_id = env.create("q", "parquet")
     _drain(env)
     view = env.get(export_id)
@@ -139,3 +139,37 @@ def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: 
     assert "refused qexport's login (authentication failed" in detail
     assert 'role "nobody_at_all" does not exist' in detail
     assert PASSWORD not in detail
+
+
+def test_queries_add_on_postgres_is_checked_by_the_server(env: Env, warehouse: str) -> None:
+    """`queries add` on a PostgreSQL source: a mistake exits 2 with the server's message and
+    its place in the SQL as written; a good query is saved with PostgreSQL's type names."""
+    env.extra["QEXPORT_SOURCE_WAREHOUSE"] = warehouse
+    env.extra["QEXPORT_SOURCE_WAREHOUSE_WORKSPACES"] = "demo"
+    add = ("queries", "add", "q", "--source", "warehouse", "--param", "min:number")
+    refused = env.run(*add, "--sql", "SELECT id, $min AS m, nope FROM orders", check=False)
+    assert refused.returncode == 2
+    assert 'column "nope" does not exist (line 1, column 23)' in " ".join(refused.stderr.split())
+    assert env.store.find_query("demo", "q") is None
+    saved = env.run(*add, "--sql", ORDERS)
+    assert "columns: id integer, total numeric(12,2), note text" in saved.stdout
+
+
+def test_queries_add_on_an_unreachable_source_saves_nothing(env: Env) -> None:
+    """A source that cannot be reached when the query is saved: exit 1, a message saying the
+    query was not saved (and no password), nothing saved."""
+    env.extra.update(
+        {
+            "QEXPORT_SOURCE_DOWN": f"postgresql://reader:{PASSWORD}@127.0.0.1:1/sales",
+            "QEXPORT_SOURCE_DOWN_WORKSPACES": "demo",
+        }
+    )
+    proc = env.run(
+        "queries", "add", "q", "--sql", "SELECT 1 AS one", "--source", "down", check=False
+    )
+    assert proc.returncode == 1
+    message = " ".join(proc.stderr.split())
+    assert "PostgreSQL source 'down' cannot be reached" in message
+    assert "The query was not saved" in message
+    assert PASSWORD not in proc.stderr
+    assert env.store.find_query("demo", "q") is None

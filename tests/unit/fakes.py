@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from qexport.domain.exports import Requester
+from qexport.domain.queries import ResultColumn
 
 
 class TableStream:
@@ -71,3 +72,17 @@ class FakeSource:
         stream = TableStream(self.table, hook)
         self.streams.append(stream)
         return stream
+
+    def describe(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> list[ResultColumn]:
+        """The table's columns (Arrow's type names), or `error` when one is scripted."""
+        self.calls.append((sql, parameters, requester))
+        if self.error is not None:
+            raise self.error
+        return [ResultColumn(f.name, str(f.type)) for f in self.table.schema]

@@ -296,6 +296,32 @@ def test_browse_queries_reports_and_schedules(site: Site, page: Page) -> None:
     site.shot(page, "schedule-form")
 
 
+def test_a_broken_query_is_refused_at_the_sql_field(site: Site, page: Page) -> None:
+    """Saving `SELECT * FROM no_such_table` with the query form is refused: the source's
+    message is next to the SQL field and tied to it (aria-describedby, aria-invalid), the
+    SQL typed is kept, and no query is saved; fixed, it saves and its page lists the
+    columns."""
+    page.get_by_role("link", name="Queries", exact=True).click()
+    page.get_by_role("link", name="New query").click()
+    page.get_by_label("Name").fill("broken_orders")
+    page.get_by_label("Source").select_option(index=1)
+    page.get_by_label("SQL").fill("SELECT order_id FROM no_such_table")
+    page.get_by_role("button", name="Save query").click()
+    sql = page.get_by_label("SQL")
+    expect(sql).to_have_attribute("aria-invalid", "true")
+    expect(sql).to_have_attribute("aria-describedby", re.compile(r"\berror-sql\b"))
+    expect(page.locator("#error-sql")).to_contain_text("no_such_table does not exist")
+    expect(sql).to_have_value("SELECT order_id FROM no_such_table")
+    site.shot(page, "query-form-refused")
+    queries = httpx2.get(f"{site.url}/api/v1/queries", headers=bearer(site.token)).json()
+    assert "broken_orders" not in [q["name"] for q in queries["items"]]
+    sql.fill("SELECT order_id, total FROM orders")
+    page.get_by_role("button", name="Save query").click()
+    expect(page.get_by_text("Saved.")).to_be_visible()
+    expect(page.get_by_role("cell", name="DECIMAL(12,2)")).to_be_visible()
+    site.shot(page, "query-columns")
+
+
 def test_chromium_is_debians(site: Site) -> None:
     """The browser under test is the system's Chromium, not a downloaded one."""
     version = subprocess.run(

@@ -13,6 +13,7 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.queries import MAX_PARAMETER_CHARS, Parameter, ParamType, Query, Visibility
 from qexport.services import queries as service
+from qexport.services.describe import Describe, describe_timeout, describer
 from qexport.sources.registry import usable_source_names
 
 router = APIRouter(prefix="/queries", tags=["queries"])
@@ -95,6 +96,13 @@ class QueryWrite(BaseModel):
         )
 
 
+class ColumnView(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    type: str = Field(description="The source's own type name, e.g. DECIMAL(10,2) or text")
+
+
 class QueryView(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -106,6 +114,10 @@ class QueryView(BaseModel):
     visibility: Literal["workspace", "members"]
     members: list[str] = Field(description="Who reads it besides its owner, when not everyone")
     owner: str | None
+    columns: list[ColumnView] | None = Field(
+        description="The result's columns as the source described them when the query was"
+        " saved; null for a query saved before queries were described"
+    )
 
     @classmethod
     def of(cls, query: Query) -> QueryView:
@@ -121,6 +133,9 @@ class QueryView(BaseModel):
             visibility=query.visibility.value,
             members=sorted(query.members),
             owner=query.owner,
+            columns=None
+            if query.columns is None
+            else [ColumnView(name=c.name, type=c.type) for c in query.columns],
         )
 
 
@@ -135,12 +150,24 @@ def _sources(context: Container, principal: Principal) -> frozenset[str]:
     return usable_source_names(context.settings, context.accounts, principal.workspace_id)
 
 
+def _describe(context: Container, principal: Principal) -> Describe:
+    """The caller's source describes the statement before it is saved, with their rights."""
+    timeout = describe_timeout(context.settings.statement_timeout_seconds)
+    return describer(context.sources, principal.requester, timeout)
+
+
 @router.post(
     "",
     status_code=201,
     response_model=QueryView,
     responses=problem_responses(400, 401, 403, 413, 422, 503),
-    summary="Save a query (editors and admins)",
+    summary="Save a query (editors and admins); its source describes it first",
+    description="The source describes the statement without running it (the columns and"
+    " their types, stored with the query). A statement it refuses (a syntax error, a missing"
+    " table or column, anything but one SELECT, an undeclared parameter) is refused with 422,"
+    ' `field` "sql", the source\'s message and, when the source gives one, `position`'
+    " {line, column}; a source that cannot be reached refuses the save with 503"
+    " `source_unavailable`.",
 )
 def create_query(
     body: QueryWrite,
@@ -155,6 +182,7 @@ def create_query(
         principal,
         body.draft(),
         sources=_sources(context, principal),
+        describe=_describe(context, principal),
     )
     response.headers["Location"] = request.app.url_path_for("read_query", query_id=query.id)
     return QueryView.of(query)
@@ -197,6 +225,7 @@ def replace_query(
         query_id,
         body.draft(),
         sources=_sources(context, principal),
+        describe=_describe(context, principal),
     )
     return QueryView.of(query)
 

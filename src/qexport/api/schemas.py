@@ -65,7 +65,11 @@ _WHY: dict[int, tuple[str, dict[str, Any]]] = {
     416: ("The requested byte range lies beyond the end of the file.", {}),
     422: ("Invalid request; `field` names the member at fault.", {}),
     429: ("Too many exports queued or running for this requester.", {"Retry-After": _RETRY_AFTER}),
-    503: ("The metadata database or the object store is unavailable.", {}),
+    503: (
+        "The metadata database, the object store or (code source_unavailable) the data"
+        " source is unavailable.",
+        {},
+    ),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 
 MAX_DETAIL_CHARS = 500
@@ -58,8 +59,30 @@ class AccessLostError(QExportError):
     code = FailureCode.ACCESS_LOST
 
 
+@dataclass(frozen=True)
+class TextPosition:
+    """Where in a query's text the source found the mistake: 1-based line and column."""
+
+    line: int
+    column: int
+
+    @classmethod
+    def at(cls, text: str, offset: int) -> TextPosition:
+        """The position of the character at `offset` (0-based, clamped into `text`)."""
+        offset = max(0, min(offset, len(text)))
+        start = text.rfind("\n", 0, offset) + 1
+        return cls(text.count("\n", 0, offset) + 1, offset - start + 1)
+
+    def words(self) -> str:
+        return f"line {self.line}, column {self.column}"
+
+
 class QueryInvalidError(QExportError):
     code = FailureCode.QUERY_INVALID
+
+    def __init__(self, message: str, *, position: TextPosition | None = None) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class QueryTimeoutError(QExportError):
@@ -106,6 +129,14 @@ class InvalidRequestError(QExportError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class StatementRefusedError(InvalidRequestError):
+    """A query's SQL refused by its source when the query is saved (field `sql`)."""
+
+    def __init__(self, message: str, *, position: TextPosition | None = None) -> None:
+        super().__init__(message, field="sql")
+        self.position = position
 
 
 class NotFoundError(QExportError):

@@ -62,6 +62,22 @@ class Parameter:
         return cls(data["name"], ParamType(data["type"]), data["required"], data.get("default"))
 
 
+@dataclass(frozen=True)
+class ResultColumn:
+    """One column of a query's result as its source describes it: a name and the engine's
+    own type name (`DECIMAL(10,2)`, `timestamp with time zone`)."""
+
+    name: str
+    type: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "type": self.type}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResultColumn:
+        return cls(str(data["name"]), str(data["type"]))
+
+
 class Visibility(StrEnum):
     WORKSPACE = "workspace"
     MEMBERS = "members"
@@ -79,6 +95,9 @@ class Query:
     members: frozenset[str] = field(default_factory=frozenset)
     owner: str | None = None
     deleted: bool = False
+    # What the source described when the query was saved; None for a query saved before
+    # queries were described (they still run; their columns show as unknown).
+    columns: tuple[ResultColumn, ...] | None = None
 
 
 def can_read(requester: Requester, query: Query | None) -> bool:

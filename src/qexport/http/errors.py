@@ -24,6 +24,8 @@ from qexport.domain.failures import (
     MetadataUnavailableError,
     NotFoundError,
     QExportError,
+    SourceUnavailableError,
+    StatementRefusedError,
     StorageUnavailableError,
     TooManyRequestsError,
     UnauthorizedError,
@@ -49,6 +51,11 @@ class Problem(BaseModel):
     detail: str | None = None
     field: str | None = Field(None, description="The request member at fault (422).")
     errors: list[dict[str, str]] | None = Field(None, description="Every invalid member (422).")
+    position: dict[str, int] | None = Field(
+        None,
+        description="Where in `sql` the source found the mistake, {line, column} from 1"
+        " (422 on a saved query's SQL, when the source says).",
+    )
 
 
 # Inlined in each response (not a $ref): FastAPI files a response `model` under
@@ -70,6 +77,7 @@ _STATUS: tuple[tuple[type[QExportError], int, str], ...] = (
     (TooManyRequestsError, 429, "too_many_requests"),
     (MetadataUnavailableError, 503, "unavailable"),
     (StorageUnavailableError, 503, "unavailable"),
+    (SourceUnavailableError, 503, "source_unavailable"),
 )
 
 
@@ -115,6 +123,8 @@ def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
                 headers["Retry-After"] = str(exc.retry_after)
             if isinstance(exc, InvalidRequestError) and exc.field:
                 members["field"] = exc.field
+            if isinstance(exc, StatementRefusedError) and exc.position is not None:
+                members["position"] = {"line": exc.position.line, "column": exc.position.column}
             return problem(status, code, exc.detail, headers=headers or None, **members)
     log.error("api.unexpected_error", error=type(exc).__name__, detail=exc.detail)
     return problem(500, "internal", "an unexpected error occurred")

@@ -23,6 +23,7 @@ from qexport.domain.queries import (
     check_declared_name,
 )
 from qexport.ports import AccountStore, Catalog
+from qexport.services.describe import Describe
 
 MAX_NAME_CHARS = 200
 MAX_SQL_CHARS = 50_000
@@ -67,7 +68,7 @@ def _check_name(name: str) -> None:
         raise InvalidRequestError("a name cannot start or end with spaces", field="name")
 
 
-def _check_sql(sql: str) -> None:
+def check_sql(sql: str) -> None:
     if not sql.strip():
         raise InvalidRequestError("the SQL is empty", field="sql")
     if len(sql) > MAX_SQL_CHARS:
@@ -119,7 +120,7 @@ def _check_parameter(index: int, param: Parameter, seen: set[str]) -> None:
 def check_draft(draft: QueryDraft, *, sources: Collection[str], members: Collection[str]) -> None:
     """Refuse a draft naming an unknown source or non-members, or with bad parameters."""
     _check_name(draft.name)
-    _check_sql(draft.sql)
+    check_sql(draft.sql)
     if draft.source not in sources:
         known = ", ".join(sorted(sources))
         raise InvalidRequestError(
@@ -191,10 +192,13 @@ def create_query(
     draft: QueryDraft,
     *,
     sources: Collection[str],
+    describe: Describe,
 ) -> Query:
-    """Save a new query owned by the caller (an editor or admin)."""
+    """Save a new query owned by the caller (an editor or admin), with the columns its
+    source describes (a statement the source refuses is not saved)."""
     _writer(principal)
     check_draft(draft, sources=sources, members=workspace_members(accounts, principal))
+    columns = describe(draft.source, draft.sql, draft.parameters)
     # The store refuses a name taken by a live query of the workspace (field "name").
     return store.add_query(
         Query(
@@ -207,6 +211,7 @@ def create_query(
             visibility=draft.visibility,
             members=draft.members,
             owner=principal.user_id,
+            columns=columns,
         )
     )
 
@@ -219,8 +224,10 @@ def replace_query(
     draft: QueryDraft,
     *,
     sources: Collection[str],
+    describe: Describe,
 ) -> Query:
     """Replace a readable query's name, SQL, source, parameters and visibility; the owner stays.
+    The source describes the new statement first, as for a new query.
 
     Exports already requested keep their parameters; they run with the query as it is then.
     """
@@ -231,6 +238,7 @@ def replace_query(
         taken = store.find_query(principal.workspace_id, draft.name)
         if taken is not None and taken.id != current.id:
             raise InvalidRequestError(f"a query named {draft.name!r} already exists", field="name")
+    columns = describe(draft.source, draft.sql, draft.parameters)
     updated = replace(
         current,
         name=draft.name,
@@ -239,6 +247,7 @@ def replace_query(
         parameters=draft.parameters,
         visibility=draft.visibility,
         members=draft.members,
+        columns=columns,
     )
     if not store.update_query(updated):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_QUERY)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from qexport.domain.queries import ResultColumn
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
 from qexport.sources.duckdb_statements import bound_values, single_select
@@ -180,7 +181,7 @@ class DuckDBSource:
                     on_progress=on_progress,
                 )
             except duckdb.Error as exc:
-                raise deadline.error_for(exc) from exc
+                raise deadline.error_for(exc, sql) from exc
             finally:
                 deadline.cancel()
         finally:
@@ -213,8 +214,39 @@ class DuckDBSource:
             deadline.cancel()
             cursor.close()
             release()
-            raise deadline.error_for(exc) from exc
+            raise deadline.error_for(exc, sql) from exc
         return DuckDBResultStream(reader, cursor, deadline, on_close=release)
+
+    def describe(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> list[ResultColumn]:
+        """The result's columns, from binding the statement; no row is read or computed.
+
+        The statement check of `_prepare` (one SELECT, no file readers) comes first: binding
+        a file reader would open the file. A relation is lazy: `sql()` parses and binds it
+        against the catalogue, and nothing runs until it is read, which it never is here.
+        """
+        cursor, statement, values, release = self._prepare(
+            sql, parameters, requester, timeout_seconds, None
+        )
+        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        try:
+            relation = cursor.sql(statement, params=values or None)
+            return [
+                ResultColumn(name, str(kind))
+                for name, kind in zip(relation.columns, relation.types, strict=True)
+            ]
+        except Exception as exc:
+            raise deadline.error_for(exc, sql) from exc
+        finally:
+            deadline.cancel()
+            cursor.close()
+            release()
 
     def _prepare(
         self,

@@ -12,6 +12,7 @@ from qexport.domain.failures import (
     QueryInvalidError,
     QueryTimeoutError,
     SourceUnavailableError,
+    TextPosition,
     bounded_detail,
 )
 
@@ -64,6 +65,48 @@ def _redact_values(message: str) -> str:
     return message
 
 
+# DuckDB points at a mistake with the line as it shows it and a caret under the place:
+# "...\n\nLINE 2:  FROM t GROUP BY\n                      ^". A long line is shown cut, with "...".
+_CARET = re.compile(r"\n\s*LINE (\d+): ([^\n]*)\n( *)\^+[^\n]*")
+_ELLIPSIS = "..."
+
+
+def _position(sql: str, line: int, shown: str, caret: int) -> TextPosition | None:
+    """Where the caret points in `sql`: `shown` is DuckDB's copy of line `line` (maybe cut
+    at either end), `caret` the caret's column in it (0-based)."""
+    lines = sql.split("\n")
+    if not 1 <= line <= len(lines):
+        return None
+    core = shown.removeprefix(_ELLIPSIS)
+    skipped = len(shown) - len(core)
+    core = core.removesuffix(_ELLIPSIS)
+    start = lines[line - 1].find(core)
+    if start < 0 or caret < skipped:
+        return None
+    offset = sum(len(text) + 1 for text in lines[: line - 1]) + start + caret - skipped
+    return TextPosition.at(sql, offset)
+
+
+def located(message: str, sql: str) -> tuple[str, TextPosition | None]:
+    """DuckDB's message without its caret art, and the place in `sql` it pointed at."""
+    found = _CARET.search(message)
+    if found is None:
+        return message, None
+    line = int(found.group(1))
+    caret = len(found.group(3)) - len(f"LINE {line}: ")
+    position = _position(sql, line, found.group(2), caret)
+    headline = (message[: found.start()] + message[found.end() :]).strip()
+    if position is not None:
+        headline = f"{headline} ({position.words()})"
+    return headline, position
+
+
+def query_invalid(message: str, sql: str) -> QueryInvalidError:
+    """A query's mistake as DuckDB told it: its position kept, value quotes redacted."""
+    text, position = located(message, sql)
+    return QueryInvalidError(_redact_values(bounded_detail(text)), position=position)
+
+
 _INTERRUPT_PREFIX = "INTERRUPT Error"
 # DuckDB names the setting in the error it raises when spill would pass it.
 _TEMP_LIMIT_SETTING = "max_temp_directory_size"
@@ -74,9 +117,10 @@ def timeout_error(seconds: float) -> QueryTimeoutError:
 
 
 def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
-    exc: BaseException, *, timed_out: bool, timeout_seconds: float
+    exc: BaseException, *, timed_out: bool, timeout_seconds: float, sql: str = ""
 ) -> QExportError:
-    """The qexport error for an exception raised while running or reading a statement."""
+    """The qexport error for an exception raised while running or reading a statement
+    (`sql`, when given, is the query's text: a mistake's position is found in it)."""
     message = _redact_values(bounded_detail(str(exc)))
     if isinstance(exc, QExportError):
         return exc
@@ -85,7 +129,7 @@ def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
             return timeout_error(timeout_seconds)
         return QExportError("the statement was interrupted")
     if isinstance(exc, _QUERY_ERRORS) or message.startswith(_QUERY_ERROR_PREFIXES):
-        return QueryInvalidError(message)
+        return query_invalid(str(exc), sql)
     if _TEMP_LIMIT_SETTING in message:
         # Not worth another attempt: the same query spills as much the next time.
         return LimitExceededError(

@@ -39,6 +39,7 @@ import duckdb
 
 from qexport.domain.failures import QueryInvalidError, bounded_detail
 from qexport.domain.queries import CONTEXT_PARAMETERS, fold_name
+from qexport.sources.duckdb_errors import query_invalid
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -107,7 +108,7 @@ def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryInvalidError(bounded_detail(str(exc))) from exc
+        raise query_invalid(str(exc), sql) from exc
     except ValueError as exc:
         raise _unknown_kind() from exc
     if not statements:

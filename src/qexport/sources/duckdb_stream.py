@@ -110,8 +110,8 @@ class Deadline:
         if self._queued:
             _DEADLINES.compact()
 
-    def error_for(self, exc: BaseException) -> QExportError:
-        return translate_error(exc, timed_out=self.expired, timeout_seconds=self.seconds)
+    def error_for(self, exc: BaseException, sql: str = "") -> QExportError:
+        return translate_error(exc, timed_out=self.expired, timeout_seconds=self.seconds, sql=sql)
 
 
 _DEADLINES = _Deadlines()

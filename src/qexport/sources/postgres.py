@@ -25,6 +25,7 @@ import structlog
 from psycopg.conninfo import conninfo_to_dict
 
 from qexport.domain.failures import LimitExceededError
+from qexport.domain.queries import ResultColumn
 from qexport.sources.postgres_arrow import CsvBatches
 from qexport.sources.postgres_copy import CopyOut, crlf_lines
 from qexport.sources.postgres_errors import connect_error, query_error, scrub
@@ -125,6 +126,30 @@ class PostgresSource:
                 raise session.error_for(exc) from exc
             raise
         return PostgresResultStream(session, parser, exits, batch_bytes=self.batch_bytes)
+
+    def describe(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> list[ResultColumn]:
+        """The result's columns, from planning the query in the export's read-only
+        transaction (same role check, requester context and statement timeout); no row is
+        produced: the query sits under `LIMIT 0`."""
+        validate_timeout(timeout_seconds)
+        session = Session(
+            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
+        )
+        try:
+            session.open(requester)
+            if not self._role_checked:
+                self._judge_role(session.conn)
+            rendered = session.render_mapped(sql, parameters, requester)
+            return [ResultColumn(n, t) for n, t in session.type_names(sql, rendered)]
+        finally:
+            session.close()
 
     def copy(
         self,

@@ -13,16 +13,19 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from qexport.domain.failures import QExportError, QueryInvalidError
+from qexport.domain.failures import QExportError, QueryInvalidError, TextPosition
 from qexport.sources.duckdb_statements import bound_values
 from qexport.sources.postgres_errors import connect_error, query_error
-from qexport.sources.postgres_statements import parse_query
+from qexport.sources.postgres_statements import Rendered, parse_query
 from qexport.sources.postgres_types import Column, positional_names
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
 
 _CANCEL_TIMEOUT_SECONDS = 5.0
+# What the query is described inside: on a line of its own, so a trailing comment cannot
+# swallow the ")"; the server's error positions count from the start of this.
+_DESCRIBED = "SELECT * FROM (\n"
 
 # Everything the statement depends on is fixed for the transaction only (SET LOCAL): the
 # read-only mode, the timeout, how values print (COPY writes PostgreSQL's text, so dates,
@@ -106,12 +109,49 @@ class Session:
 
     def render(self, text: str, parameters: Mapping[str, Any], requester: Requester) -> str:
         """The query with every `$name` replaced by its value, quoted by psycopg."""
+        return self.render_mapped(text, parameters, requester).text
+
+    def render_mapped(
+        self, text: str, parameters: Mapping[str, Any], requester: Requester
+    ) -> Rendered:
+        """`render`, keeping where the query's own text went (to place the server's errors)."""
         parsed = parse_query(text)
         values = bound_values(set(parsed.names), parameters, requester)
         try:
-            return parsed.render(values, lambda value: sql.Literal(value).as_string(self.conn))
+            return parsed.render_mapped(
+                values, lambda value: sql.Literal(value).as_string(self.conn)
+            )
         except psycopg.Error as exc:
             raise self.error_for(exc) from exc
+
+    def type_names(self, written: str, rendered: Rendered) -> list[tuple[str, str]]:
+        """Each result column's name and type as PostgreSQL writes it (`numeric(10,2)`), from
+        planning the query (`written` as the user wrote it, `rendered` with its values)
+        without running it to any row; a refusal carries its position in `written`."""
+        self.start_statement()
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.execute(f"{_DESCRIBED}{rendered.text}\n) AS qexport_result LIMIT 0")
+                result = cursor.pgresult
+                if result is None or not cursor.description:
+                    raise QueryInvalidError("the query returns no columns")
+                names = [c.name for c in cursor.description]
+                oids = [result.ftype(i) for i in range(len(names))]
+                mods = [result.fmod(i) for i in range(len(names))]
+                types = cursor.execute(
+                    "SELECT format_type(t, m) FROM unnest(%s::oid[], %s::int4[])"
+                    " WITH ORDINALITY AS c(t, m, n) ORDER BY n",
+                    [oids, mods],
+                ).fetchall()
+        except psycopg.Error as exc:
+            error = self.error_for(exc)
+            at = exc.diag.statement_position
+            if isinstance(error, QueryInvalidError) and at and at.isdigit():
+                offset = rendered.original_offset(int(at) - 1 - len(_DESCRIBED))
+                position = TextPosition.at(written, offset)
+                error = QueryInvalidError(f"{error} ({position.words()})", position=position)
+            raise error from exc
+        return [(name, str(row[0])) for name, row in zip(names, types, strict=True)]
 
     def describe(self, query: str) -> list[Column]:
         """The result's columns, from planning the query without running it to any row.

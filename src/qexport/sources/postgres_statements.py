@@ -49,11 +49,42 @@ class ParsedQuery:
         Each literal is parenthesised so that it binds like a parameter would: `$n::text`
         with n = -5 is `(-5)::text`, not `-(5::text)`.
         """
-        parts = [self.segments[0]]
-        for name, segment in zip(self.names, self.segments[1:], strict=True):
-            parts.append(f"({literal(values[name])})")
+        return self.render_mapped(values, literal).text
+
+    def render_mapped(self, values: Mapping[str, Any], literal: Callable[[Any], str]) -> Rendered:
+        """`render`, keeping where each segment of the query's own text went."""
+        parts: list[str] = []
+        spans: list[tuple[int, int, int]] = []
+        rendered = original = 0
+        for index, segment in enumerate(self.segments):
+            if index:
+                name = self.names[index - 1]
+                value = f"({literal(values[name])})"
+                parts.append(value)
+                rendered += len(value)
+                original += len(name) + 1  # `$name`
+            spans.append((rendered, original, len(segment)))
             parts.append(segment)
-        return "".join(parts)
+            rendered += len(segment)
+            original += len(segment)
+        return Rendered("".join(parts), tuple(spans))
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A query with its values written in, and where its own text's segments are in it:
+    (offset in `text`, offset in the query as written, length) for each segment, in order."""
+
+    text: str
+    spans: tuple[tuple[int, int, int], ...]
+
+    def original_offset(self, offset: int) -> int:
+        """The offset in the query as written of the character at `offset` in `text`; for a
+        character of a value, where its placeholder starts."""
+        for rendered, original, length in reversed(self.spans):
+            if offset >= rendered:
+                return original + min(offset - rendered, length)
+        return 0
 
 
 class _Scanner:

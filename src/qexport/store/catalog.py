@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from qexport.domain.failures import (
     InvalidRequestError,
 )
-from qexport.domain.queries import Parameter, Query, Visibility
+from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
 from qexport.store.engine import transaction
 from qexport.store.tables import (
@@ -33,6 +33,7 @@ QUERY_KEYS = (
     "members",
     "owner",
     "deleted_at",
+    "columns",
 )
 
 
@@ -49,6 +50,9 @@ def to_query(row: sa.Row[Any], prefix: str = "") -> Query:
         members=frozenset(m["members"]),
         owner=m["owner"],
         deleted=m["deleted_at"] is not None,
+        columns=None
+        if m["columns"] is None
+        else tuple(ResultColumn.from_json(c) for c in m["columns"]),
     )
 
 
@@ -109,6 +113,7 @@ class SqlCatalog:
             "visibility": query.visibility.value,
             "members": sorted(query.members),
             "owner": query.owner,
+            "columns": None if query.columns is None else [c.to_json() for c in query.columns],
             "created_at": sa.func.current_timestamp(),
         }
 

@@ -62,6 +62,9 @@ queries = sa.Table(
     sa.Column("owner", sa.String(200)),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("deleted_at", UTCDateTime),
+    # [{"name", "type"}] as the source described the statement when it was saved; NULL for
+    # queries saved before 0011 (unknown until saved again).
+    sa.Column("columns", sa.JSON),
     sa.CheckConstraint("visibility IN ('workspace', 'members')", name="visibility"),
 )
 # A name is unique among a workspace's live queries; a deleted name can be reused.

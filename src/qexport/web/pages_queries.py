@@ -12,13 +12,15 @@ from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, SourceUnavailableError
 from qexport.domain.queries import Parameter, Query, parse_param_spec, to_json_value
 from qexport.services import queries as service
+from qexport.services.describe import describe_timeout, describer
 from qexport.sources.registry import usable_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import (
+    GENERAL,
     NOTICES,
     email_of,
     field_of,
@@ -125,21 +127,39 @@ def _save(
     """Create (no id) or replace the query; a refused value is shown next to its field."""
     require_writer(principal)
     sources = usable_source_names(context.settings, context.accounts, principal.workspace_id)
+    timeout = describe_timeout(context.settings.statement_timeout_seconds)
+    describe = describer(context.sources, principal.requester, timeout)
     numbers: list[int] = []
     try:
         draft, numbers = _draft(context, form)
         if query_id is None:
             query = service.create_query(
-                context.catalog, context.accounts, principal, draft, sources=sources
+                context.catalog,
+                context.accounts,
+                principal,
+                draft,
+                sources=sources,
+                describe=describe,
             )
         else:
             query = service.replace_query(
-                context.catalog, context.accounts, principal, query_id, draft, sources=sources
+                context.catalog,
+                context.accounts,
+                principal,
+                query_id,
+                draft,
+                sources=sources,
+                describe=describe,
             )
     except InvalidRequestError as exc:
         errors = {field_of(exc, FIELDS): on_line(exc, "parameters", numbers)}
         return _form_page(
             request, context, session, form, query_id=query_id, status=400, errors=errors
+        )
+    except SourceUnavailableError as exc:  # nothing saved: the form stays filled in
+        errors = {GENERAL: exc.detail}
+        return _form_page(
+            request, context, session, form, query_id=query_id, status=503, errors=errors
         )
     return RedirectResponse(f"/queries/{quote(query.id, safe='')}?notice=saved", status_code=303)
 

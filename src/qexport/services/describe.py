@@ -1,0 +1,126 @@
+"""Checking a query when it is saved: its source describes the statement (the columns and
+their types) without running it, with the saver's rights, so that a syntax error, a missing
+table or column, a statement other than one SELECT or a parameter the query does not declare
+is refused then, with the source's message and where in the SQL it is, instead of failing
+every export of it later as query_invalid.
+
+A source that cannot be reached (or refuses qexport's login) when the query is saved refuses
+the save (503, `source_unavailable`; the CLI exits 1) rather than saving it unchecked with its
+columns unknown: a query saved unchecked could hold any of the mistakes this check is there
+to catch, a warning beside a 201 is easy to miss in a script, and "saved means checked" stays
+true of every query saved from now on. Saving again once the source answers costs nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from qexport.domain.failures import (
+    AccessLostError,
+    InvalidRequestError,
+    QueryInvalidError,
+    QueryTimeoutError,
+    SourceUnavailableError,
+    StatementRefusedError,
+)
+from qexport.domain.queries import (
+    Parameter,
+    ParamType,
+    Query,
+    ResultColumn,
+    bind_parameters,
+)
+
+if TYPE_CHECKING:
+    from qexport.domain.exports import Requester
+    from qexport.ports import SourceCatalog
+
+# Describing plans a statement and reads the catalogue: milliseconds. A save waits at most
+# this long (or the statement timeout, if shorter) before it is refused.
+DESCRIBE_TIMEOUT_SECONDS = 10.0
+
+# A value of each type for a parameter that has no default: what the statement is described
+# with, so that its columns get the types an export's values give them.
+_PLACEHOLDERS: dict[ParamType, Any] = {
+    ParamType.STRING: "",
+    ParamType.INTEGER: 0,
+    ParamType.NUMBER: Decimal(0),
+    ParamType.DATE: dt.date(2000, 1, 1),
+    ParamType.BOOLEAN: False,
+}
+
+# Asks a query's source for its columns: (source name, SQL, declared parameters).
+Describe = Callable[[str, str, Sequence[Parameter]], tuple[ResultColumn, ...]]
+
+
+def describe_values(parameters: Sequence[Parameter]) -> dict[str, Any]:
+    """A typed value for each declared parameter, as an export binds them: the default,
+    coerced like a request's value, or a placeholder of the parameter's type."""
+    probe = Query("", "", "", "", "", parameters=tuple(parameters))
+    given = {p.name: _PLACEHOLDERS[p.type] for p in parameters if p.default is None}
+    return bind_parameters(probe, given)
+
+
+def describe_timeout(statement_timeout_seconds: float) -> float:
+    """How long a describe may take: the statement timeout (0: none), at most 10 s."""
+    if statement_timeout_seconds <= 0:
+        return DESCRIBE_TIMEOUT_SECONDS
+    return min(statement_timeout_seconds, DESCRIBE_TIMEOUT_SECONDS)
+
+
+def describe_statement(
+    sources: SourceCatalog,
+    requester: Requester,
+    *,
+    source: str,
+    sql: str,
+    parameters: Sequence[Parameter],
+    timeout_seconds: float,
+) -> tuple[ResultColumn, ...]:
+    """The columns of `sql` on `source`, described with `requester`'s rights.
+
+    StatementRefusedError (field `sql`) for a statement the source refuses; an
+    InvalidRequestError on `source` for a source the workspace may not use;
+    SourceUnavailableError when the source cannot be asked.
+    """
+    try:
+        found = sources.source_for(source, requester.workspace_id)
+    except (AccessLostError, SourceUnavailableError):
+        raise InvalidRequestError(f"unknown source {source!r}", field="source") from None
+    values = describe_values(parameters)
+    try:
+        columns = found.describe(sql, values, requester, timeout_seconds=timeout_seconds)
+    except QueryInvalidError as exc:
+        raise StatementRefusedError(exc.detail, position=exc.position) from exc
+    except QueryTimeoutError as exc:
+        raise StatementRefusedError(
+            f"the source took longer than {timeout_seconds:g} s to describe the query"
+        ) from exc
+    except (SourceUnavailableError, AccessLostError) as exc:
+        # AccessLostError here: the source refused qexport's login, or its role is refused.
+        raise SourceUnavailableError(
+            f"{exc.detail}. The query was not saved: its SQL is checked by its source when it"
+            " is saved; try again once the source answers"
+        ) from exc
+    return tuple(columns)
+
+
+def describer(sources: SourceCatalog, requester: Requester, timeout_seconds: float) -> Describe:
+    """`describe_statement` for one requester, as the query services take it."""
+
+    def describe(
+        source: str, sql: str, parameters: Sequence[Parameter]
+    ) -> tuple[ResultColumn, ...]:
+        return describe_statement(
+            sources,
+            requester,
+            source=source,
+            sql=sql,
+            parameters=parameters,
+            timeout_seconds=timeout_seconds,
+        )
+
+    return describe
