@@ -390,7 +390,8 @@ def test_pdf_chart_grouped_by_a_series_column(env: ReportEnv, display: Display) 
 def test_xlsx_chart_grouped_by_a_series_column(env: ReportEnv, tmp_path: Path) -> None:
     """The sheet keeps the query's rows as they are; beside them, a block per value column
     pivots them (a row per month, a column per owner, the query's numbers), and a native
-    chart per block draws one series per owner from it, named by its header cell."""
+    chart per block draws one series per owner from it, named by its header cell, over an
+    axis of dates."""
     expected = _expected_pivot(tmp_path)
     record = env.run(env.request(_grouped(env), "xlsx"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
@@ -416,6 +417,7 @@ def test_xlsx_chart_grouped_by_a_series_column(env: ReportEnv, tmp_path: Path) -
         assert "<c:lineChart>" in chart
         assert f"Per month: {title}" in chart
         assert chart.count("<c:ser>") == 2  # one per owner
+        assert '<c:numFmt formatCode="yyyy-mm-dd"' in chart  # months, not serial numbers
         names = re.findall(r"<c:tx><c:strRef><c:f>'Per month'!\$([A-Z]+)\$1</c:f>", chart)
         first = revenue_at if title.startswith("revenue") else orders_at
         assert names == [_column_letter(first + 1), _column_letter(first + 2)]

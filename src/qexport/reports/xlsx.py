@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import xlsxwriter
 from xlsxwriter.worksheet import Worksheet
 
@@ -190,6 +191,9 @@ class XlsxDocument:
                 )
             title = f"{section.heading}: {panel.title}" if panel.title else section.heading
             chart.set_title({"name": title[:255], "name_font": {"size": 12}})
+            axis_format = _label_format(section)
+            if axis_format:  # else a date axis shows serial numbers in some readers
+                chart.set_x_axis({"num_format": axis_format})
             if not legend_shown(data, panel):
                 chart.set_legend({"none": True})
             else:
@@ -242,6 +246,16 @@ def _pivot_blocks(section: SectionData, data: ChartData | None) -> list[tuple[in
         blocks.append((first, panel))
         first += len(panel.names) + 2  # the labels, the series, an empty column
     return blocks
+
+
+def _label_format(section: SectionData) -> str | None:
+    """The number format of the x axis labels when the label column holds dates or times."""
+    dtype = section.types[0]
+    if pa.types.is_timestamp(dtype):
+        return "yyyy-mm-dd hh:mm:ss"
+    if pa.types.is_date(dtype):
+        return "yyyy-mm-dd"
+    return None
 
 
 def _width(section: SectionData, col: int) -> float:
