@@ -19,7 +19,8 @@ def _add_orders(env: Env) -> None:
 
 def test_a_report_added_on_the_command_line_is_listed_and_exported(env: Env) -> None:
     """Sections keep their order, display (with a chart's value columns), row cap and fixed
-    values; the query is stored by id; the report can then be requested by title as a pdf export of subject type report."""
+    values; the query is stored by id; the report can then be requested by title as a pdf
+    export of subject type report."""
     _add_orders(env)
     added = env.run(
         "reports",
