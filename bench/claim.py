@@ -32,8 +32,14 @@ import psycopg
 
 from qexport.domain.exports import Result
 from qexport.ports import NewExport
+from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.exports import SqlExportQueue
+
+
+class SqlMetadataStore(SqlExportQueue, SqlCatalog):
+    """The export queue and the catalog over one engine, as the benchmark drives both."""
+
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SETTLED = 5000
@@ -82,7 +88,9 @@ def _fill(store: SqlMetadataStore, requesters: int, queued_each: int) -> datetim
     at = START
     for i in range(SETTLED):
         record = store.insert_export(_new("ws", f"old-{i % 50}", at))
-        claimed = store.claim(record.id, worker_id="b", now=at, lease_seconds=30)
+        claimed = store.claim_next(
+            worker_id="b", now=at, lease_seconds=30, admit=lambda *_: None
+        ).claimed
         assert claimed is not None
         assert claimed.lease_token is not None
         store.succeed(

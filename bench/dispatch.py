@@ -48,9 +48,15 @@ from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
+from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.exports import SqlExportQueue
 from qexport.store.tables import exports
+
+
+class SqlMetadataStore(SqlExportQueue, SqlCatalog):
+    """The export queue and the catalog over one engine, as the benchmark drives both."""
+
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REQUESTER = Requester("bench", "bench")
@@ -97,7 +103,9 @@ class Site:
         return proc
 
     def request(self) -> ExportRecord:
-        return request_export(self.store, SystemClock(), REQUESTER, query_ref=QUERY, fmt="csv")
+        return request_export(
+            self.store, self.store, SystemClock(), REQUESTER, query_ref=QUERY, fmt="csv"
+        )
 
     def settled(self) -> int:
         stmt = sa.select(sa.func.count()).where(exports.c.status.in_(["succeeded", "failed"]))

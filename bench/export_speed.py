@@ -33,8 +33,14 @@ from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
+from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.exports import SqlExportQueue
+
+
+class SqlMetadataStore(SqlExportQueue, SqlCatalog):
+    """The export queue and the catalog over one engine, as the benchmark drives both."""
+
 
 ORDERS_SQL = "SELECT * FROM orders"
 REQUESTER = Requester("bench", "bench")
@@ -90,7 +96,7 @@ def qexport_export(data_dir: Path, query_name: str, fmt: str) -> Run:
         stderr=subprocess.PIPE,
     )
     time.sleep(3)  # let the worker import and start polling, so its start-up is not timed
-    record = request_export(store, SystemClock(), REQUESTER, query_ref=query_name, fmt=fmt)
+    record = request_export(store, store, SystemClock(), REQUESTER, query_ref=query_name, fmt=fmt)
     while (done := store.get_export(record.id)) is not None and not done.settled:
         time.sleep(0.2)
     peak_kib = _peak_rss_kib(worker.pid)

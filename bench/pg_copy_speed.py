@@ -32,8 +32,14 @@ from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
+from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.exports import SqlExportQueue
+
+
+class SqlMetadataStore(SqlExportQueue, SqlCatalog):
+    """The export queue and the catalog over one engine, as the benchmark drives both."""
+
 
 SERVER_URL = os.environ.get("QEXPORT_TEST_DATABASE_URL") or (
     "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -122,7 +128,7 @@ def qexport_export(data_dir: Path, store: SqlMetadataStore, url: str) -> tuple[f
         stderr=subprocess.PIPE,
     )
     time.sleep(3)  # let the worker import and start polling, so its start-up is not timed
-    record = request_export(store, SystemClock(), REQUESTER, query_ref=QUERY_NAME, fmt="csv")
+    record = request_export(store, store, SystemClock(), REQUESTER, query_ref=QUERY_NAME, fmt="csv")
     while (done := store.get_export(record.id)) is not None and not done.settled:
         time.sleep(0.1)
     worker.terminate()

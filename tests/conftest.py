@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from qexport.ports import MetadataStore
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
 from tests.fakes import FrozenClock, InMemoryMetadataStore
 from tests.pg import pg_template, pg_url, postgresql_store
+from tests.stores import MetadataStore, SqlMetadataStore
 
 __all__ = ["pg_template", "pg_url", "postgresql_store"]  # fixtures for every test module
 

@@ -16,9 +16,10 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import FailureCode, ObjectExistsError
-from qexport.ports import MetadataStore
+from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryObjectStore
+from tests.stores import MetadataStore
 
 LEASE = 30.0
 
@@ -81,7 +82,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         model = self.model[export_id]
         now = self.clock.now()
         expected = model.claimable(now)
-        claimed = self.store.claim(export_id, worker_id="w", now=now, lease_seconds=LEASE)
+        claimed = queue_helpers.claim(
+            self.store, export_id, worker_id="w", now=now, lease_seconds=LEASE
+        )
         assert (claimed is not None) == expected, (model, claimed)
         if claimed is None:
             return Holder(export_id, "never-granted")
@@ -165,8 +168,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(export_id=exports)
     def fail_before_run(self, export_id: str) -> None:
         expected = self.model[export_id].status is Status.QUEUED
-        ok = self.store.fail_before_run(
-            export_id, now=self.clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
+        ok = queue_helpers.fail_before_run(
+            self.store, export_id, now=self.clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
         )
         assert ok == expected
         if ok:

@@ -1,33 +1,41 @@
-"""The one place that picks concrete adapters from the settings."""
+"""The one place that picks concrete adapters from the settings and builds the container."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote, urlparse
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.container import Container
+from qexport.domain.failures import MetadataUnavailableError, StorageUnavailableError
 from qexport.domain.sources import RegisteredSource
-from qexport.ports import Clock, ObjectStore, Source
+from qexport.ports import Clock, ExportQueue, ObjectStore, RetentionRules, Source
 from qexport.sources.credentials import unseal
 from qexport.sources.duckdb import DuckDBSource
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
 from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
-from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.engine import create_engine, current_revision, migrate
+from qexport.store.exports import SqlExportQueue
 from qexport.store.notify import PgListener
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path
-from qexport.worker.runner import Deps
+from qexport.store.stats import read_stats
 
 if TYPE_CHECKING:
-    from qexport.api.context import ApiContext
     from qexport.deliveries.dispatch import DeliveryDispatcher
+    from qexport.storage.s3 import S3ObjectStore
+
+# Read, never written: a stat of a key nobody uses tells whether the store answers.
+PROBE_KEY = "exports/readyz/probe"
 
 
 def object_store(settings: Settings) -> ObjectStore:
@@ -128,66 +136,110 @@ def listener(
     return PgListener(settings.database_url, on_notify)
 
 
-def check_ready(deps: Deps) -> None:
+def check_ready(container: Container) -> None:
     """Start-up checks that fail with a clear reason: the metadata database answers and the
     object store is usable (on S3, the bucket exists and the credentials may use it)."""
-    deps.store.has_unsettled()
-    check_bucket = getattr(deps.objects, "check_bucket", None)
-    if check_bucket is not None:
-        check_bucket()
+    container.exports.has_unsettled()
+    s3 = _on_s3(container.objects)
+    if s3 is not None:
+        s3.check_bucket()
 
 
-def api_context(settings: Settings, deps: Deps) -> ApiContext:
-    """What the HTTP API needs, over the same adapters as the worker."""
-    from qexport.api.context import ApiContext
-
-    assert isinstance(deps.store, SqlMetadataStore)
-    return ApiContext(
-        store=deps.store,
-        accounts=SqlAccountStore(deps.store.engine),
-        objects=deps.objects,
-        clock=deps.clock,
-        settings=settings,
-        schedules=schedule_store(deps),
-        deliveries=delivery_store(deps),
-    )
+def upgrade_database(settings: Settings) -> str | None:
+    """Bring the metadata database to the newest schema; the revision it is at."""
+    engine = create_engine(settings.database_url)
+    try:
+        migrate(engine)
+        return current_revision(engine)
+    finally:
+        engine.dispose()
 
 
-def schedule_store(deps: Deps) -> SqlScheduleStore:
-    assert isinstance(deps.store, SqlMetadataStore)
-    return SqlScheduleStore(deps.store.engine, notify=deps.settings.pg_notify)
-
-
-def delivery_store(deps: Deps) -> SqlDeliveryStore:
-    assert isinstance(deps.store, SqlMetadataStore)
-    return SqlDeliveryStore(deps.store.engine)
-
-
-def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Deps:
-    """Wire the adapters; with `upgrade`, bring the metadata database to the newest schema."""
+def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Container:
+    """Wire the adapters, each store once; with `upgrade`, bring the metadata database to the
+    newest schema."""
     engine = create_engine(settings.database_url)
     if upgrade:
         migrate(engine)
-    return Deps(
-        store=SqlMetadataStore(engine, notify=settings.pg_notify),
-        objects=object_store(settings),
-        sources=source_registry(settings, SqlAccountStore(engine)),
+    exports = SqlExportQueue(engine, notify=settings.pg_notify)
+    accounts = SqlAccountStore(engine)
+    objects = object_store(settings)
+    return Container(
+        exports=exports,
+        catalog=SqlCatalog(engine),
+        accounts=accounts,
+        schedules=SqlScheduleStore(engine, notify=settings.pg_notify),
+        deliveries=SqlDeliveryStore(engine),
+        objects=objects,
+        sources=source_registry(settings, accounts),
         clock=clock or SystemClock(),
         settings=settings,
+        check_database=lambda: _check_database(settings, exports),
+        check_storage=lambda: _check_storage(objects),
+        stats=lambda now: read_stats(engine, now),
+        retention_rules=lambda: _retention_rules(objects),
+        close=engine.dispose,
     )
 
 
-def dispatcher(settings: Settings, deps: Deps) -> DeliveryDispatcher:
-    """The delivery sender over the metadata database (email only when QEXPORT_SMTP_URL is set)."""
+def _check_database(settings: Settings, exports: ExportQueue) -> None:
+    path = sqlite_path(settings.database_url)
+    # A pooled connection keeps reading a SQLite file that was deleted or replaced.
+    if path is not None and not path.is_file():
+        raise MetadataUnavailableError(f"the SQLite database {path} is gone")
+    exports.has_unsettled()
+
+
+def _check_storage(objects: ObjectStore) -> None:
+    s3 = _on_s3(objects)
+    if s3 is not None:
+        s3.check_bucket()
+        return
+    if isinstance(objects, FilesystemObjectStore) and not _usable_folder(objects.root):
+        raise StorageUnavailableError(
+            f"the storage folder {objects.root} is not a writable directory"
+        )
+    objects.head(PROBE_KEY)
+
+
+def _usable_folder(root: Path) -> bool:
+    """The folder, or the nearest existing folder it would be created in, is writable (the
+    store creates it with its first upload)."""
+    probe = root.absolute()
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+
+
+def _on_s3(objects: ObjectStore) -> S3ObjectStore | None:
+    """The S3 store, or None; without importing boto3 to find out."""
+    s3 = sys.modules.get("qexport.storage.s3")
+    if s3 is not None and isinstance(objects, s3.S3ObjectStore):
+        return cast("S3ObjectStore", objects)
+    return None
+
+
+def _retention_rules(objects: ObjectStore) -> RetentionRules | None:
+    if isinstance(objects, FilesystemObjectStore):
+        from qexport.storage.lifecycle import FilesystemRetention
+
+        return FilesystemRetention(objects)
+    s3 = _on_s3(objects)
+    if s3 is not None:
+        from qexport.storage.s3_lifecycle import S3Retention
+
+        return S3Retention(s3)
+    return None
+
+
+def dispatcher(container: Container, *, settings: Settings | None = None) -> DeliveryDispatcher:
+    """The delivery sender over the container's stores (email only when QEXPORT_SMTP_URL is
+    set), on `settings` when given (the container's otherwise)."""
     from qexport.deliveries.dispatch import DeliveryDispatcher  # httpx2 loads only when sending
 
-    assert isinstance(deps.store, SqlMetadataStore)
+    c = container
     return DeliveryDispatcher(
-        deps.store,
-        delivery_store(deps),
-        schedule_store(deps),
-        SqlAccountStore(deps.store.engine),
-        deps.objects,
-        deps.clock,
-        settings,
+        c.exports, c.deliveries, c.schedules, c.accounts, c.objects, c.clock, settings or c.settings
     )

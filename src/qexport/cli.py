@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -19,12 +21,12 @@ from qexport.cli_members import members_app
 from qexport.cli_reports import reports_app
 from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
-from qexport.config import Settings
+from qexport.config import Settings, declared
+from qexport.container import Container
 from qexport.domain.exports import Requester
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, Visibility, parse_param_spec
 from qexport.logs import configure_logging
-from qexport.worker.runner import Deps
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Turn saved SQL queries into files."
@@ -47,61 +49,49 @@ app.add_typer(members_app, name="members")
 DEMO_HOST = "127.0.0.1"
 
 
-def _setting(name: str, help_text: str, secret: bool = False) -> Any:
-    """A global option whose value is read like its QEXPORT_<NAME> environment twin."""
-    return typer.Option(
-        f"--{name.lower().replace('_', '-')}",
-        envvar=f"QEXPORT_{name}",
-        help=help_text,
-        show_default=False,
-        show_envvar=not secret,
-    )
+def _setting_flags(callback: Callable[..., None]) -> Callable[..., None]:
+    """`callback` behind one global option per setting declared with a flag twin
+    (config.Settings, `flag=True`): each also reads its QEXPORT_* variable, and their values
+    reach `callback` as `flags` (variable -> value given, or None)."""
+    twins = [s for s in declared() if s.flag_name]
+
+    def with_flags(**values: Any) -> None:
+        callback(flags={s.env: values.pop(s.name) for s in twins}, **values)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    ctx, *own = [
+        p.replace(kind=keyword)
+        for p in inspect.signature(callback, eval_str=True).parameters.values()
+        if p.name != "flags"
+    ]
+    options = [
+        inspect.Parameter(
+            s.name,
+            keyword,
+            default=None,
+            annotation=Annotated[
+                str | None,
+                typer.Option(
+                    s.flag_name,
+                    envvar=s.env,
+                    help=s.help,
+                    show_default=False,
+                    show_envvar=not s.secret,
+                ),
+            ],
+        )
+        for s in twins
+    ]
+    signature = inspect.Signature([ctx, *options, *own])
+    with_flags.__signature__ = signature  # type: ignore[attr-defined]  # typer reads options here
+    return with_flags
 
 
 @app.callback()
+@_setting_flags
 def main_options(
     ctx: typer.Context,
-    data_dir: Annotated[
-        str | None, _setting("DATA_DIR", "Where the embedded default keeps its files.")
-    ] = None,
-    database_url: Annotated[str | None, _setting("DATABASE_URL", "Metadata database URL.")] = None,
-    storage_url: Annotated[
-        str | None, _setting("STORAGE_URL", "Object store URL (file:///path, s3://bucket/prefix).")
-    ] = None,
-    s3_endpoint_url: Annotated[
-        str | None, _setting("S3_ENDPOINT_URL", "S3 endpoint, for S3-compatible stores.")
-    ] = None,
-    retention: Annotated[
-        str | None, _setting("RETENTION", "How long files stay downloadable (e.g. 7d, 12h).")
-    ] = None,
-    lease_seconds: Annotated[
-        str | None, _setting("LEASE_SECONDS", "A worker's lease on an export, in seconds.")
-    ] = None,
-    max_attempts: Annotated[
-        str | None, _setting("MAX_ATTEMPTS", "Attempts before an export fails for good.")
-    ] = None,
-    secret_key: Annotated[
-        str | None,
-        _setting(
-            "SECRET_KEY",
-            "Master secret for signing keys (prefer the QEXPORT_SECRET_KEY variable:"
-            " command lines are visible to other users).",
-            secret=True,
-        ),
-    ] = None,
-    public_base_url: Annotated[
-        str | None, _setting("PUBLIC_BASE_URL", "Base URL of public links.")
-    ] = None,
-    smtp_url: Annotated[
-        str | None, _setting("SMTP_URL", "SMTP server for email deliveries.", secret=True)
-    ] = None,
-    egress_allow: Annotated[
-        str | None,
-        _setting(
-            "EGRESS_ALLOW",
-            "Internal destinations webhooks may reach: comma-separated CIDRs and host names.",
-        ),
-    ] = None,
+    flags: dict[str, str | None],
     user: Annotated[str, typer.Option(envvar="QEXPORT_USER", help="Requester user id.")] = "demo",
     workspace: Annotated[
         str, typer.Option(envvar="QEXPORT_WORKSPACE", help="Requester workspace id.")
@@ -123,21 +113,8 @@ def main_options(
 ) -> None:
     # Client commands print results, not logs; the worker turns its logs up (see `worker`).
     configure_logging(level=logging.WARNING)
-    flags = {
-        "DATA_DIR": data_dir,
-        "DATABASE_URL": database_url,
-        "STORAGE_URL": storage_url,
-        "S3_ENDPOINT_URL": s3_endpoint_url,
-        "RETENTION": retention,
-        "LEASE_SECONDS": lease_seconds,
-        "MAX_ATTEMPTS": max_attempts,
-        "SECRET_KEY": secret_key,
-        "PUBLIC_BASE_URL": public_base_url,
-        "SMTP_URL": smtp_url,
-        "EGRESS_ALLOW": egress_allow,
-    }
     # A flag wins over its variable; both are read, checked and reported by one parser.
-    env = {**os.environ, **{f"QEXPORT_{k}": v for k, v in flags.items() if v is not None}}
+    env = {**os.environ, **{k: v for k, v in flags.items() if v is not None}}
     try:
         settings = Settings.from_env(env)
     except ValueError as exc:
@@ -151,11 +128,8 @@ def main_options(
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Bring the metadata database to the newest schema."""
-    from qexport.store.engine import create_engine, current_revision, migrate
-
-    engine = create_engine(state(ctx).settings.database_url)
-    migrate(engine)
-    out.print(f"database at revision {current_revision(engine)}")
+    revision = bootstrap.upgrade_database(state(ctx).settings)
+    out.print(f"database at revision {revision}")
 
 
 @storage_app.command("lifecycle")
@@ -172,33 +146,27 @@ def storage_lifecycle(
     incomplete are dropped after 1 day. On S3 they are bucket lifecycle rules (`--apply`
     writes them, `--check` compares); on the filesystem store this command is the sweeper
     (run it from cron), and it is what runs when no option is given there."""
-    from qexport.storage.filesystem import FilesystemObjectStore
-
     if apply and check:
         fail_input("choose one of --apply and --check")
     deps = state(ctx).deps()
     retention = deps.settings.retention
     try:
-        if isinstance(deps.objects, FilesystemObjectStore):
-            _filesystem_lifecycle(deps, check=check)
-            return
-        from qexport.storage.s3 import S3ObjectStore
-        from qexport.storage.s3_lifecycle import apply_lifecycle, check_lifecycle, expiry_days
-
-        if not isinstance(deps.objects, S3ObjectStore):
+        rules = deps.retention_rules()
+        if rules is None:
             fail(f"no lifecycle rules for {type(deps.objects).__name__}")
-        store = deps.objects
-        where = f"s3://{store.bucket}/{store.prefix}"
-        if apply:
-            apply_lifecycle(store, retention)
+        if rules.swept and check:
             out.print(
-                f"{where}: rules written (exports expire after {expiry_days(retention)} days,"
-                " incomplete uploads are aborted after 1 day)"
+                "the filesystem store keeps no rules to drift from:"
+                " run `qexport storage lifecycle --apply` daily to apply them"
             )
+            return
+        if apply or (rules.swept and not check):
+            out.print(rules.apply(deps.clock.now(), retention))
             return
         if not check:
             fail_input("on S3, choose --apply (write the bucket rules) or --check (report drift)")
-        drift = check_lifecycle(store, retention)
+        where = rules.where
+        drift = rules.drift(retention)
         for line in drift:
             out.print(f"{where}: {line}", highlight=False)
         if drift:
@@ -206,25 +174,6 @@ def storage_lifecycle(
         out.print(f"{where}: lifecycle rules in place")
     except QExportError as exc:
         fail(str(exc))
-
-
-def _filesystem_lifecycle(deps: Deps, *, check: bool) -> None:
-    from qexport.storage.filesystem import FilesystemObjectStore
-    from qexport.storage.lifecycle import apply_filesystem_lifecycle
-
-    assert isinstance(deps.objects, FilesystemObjectStore)
-    if check:
-        out.print(
-            "the filesystem store keeps no rules to drift from:"
-            " run `qexport storage lifecycle --apply` daily to apply them"
-        )
-        return
-    report = apply_filesystem_lifecycle(deps.objects, deps.clock.now(), deps.settings.retention)
-    out.print(
-        f"deleted {report.objects_deleted} file(s) past retention + 1 day, removed"
-        f" {report.uploads_removed} incomplete upload(s) older than 1 day and"
-        f" {report.orphan_meta_removed} orphan metadata file(s)"
-    )
 
 
 # ---------------------------------------------------------------- worker
@@ -266,10 +215,7 @@ def _check_worker_start(settings: Settings) -> None:
     """Refuse to start on a configuration that cannot work, with one clear line, instead of
     claiming exports only to fail them (or crash-looping under a process manager)."""
     deps = _build_checked(settings, "worker")
-    from qexport.store.exports import SqlMetadataStore
-
-    if isinstance(deps.store, SqlMetadataStore):  # the supervisor forks next: close, not inherit
-        deps.store.engine.dispose()
+    deps.close()  # the supervisor forks next: close, not inherit
 
 
 def _refuse_unsafe_start(settings: Settings, service: str) -> None:
@@ -280,7 +226,7 @@ def _refuse_unsafe_start(settings: Settings, service: str) -> None:
         fail_input(refusal)
 
 
-def _build_checked(settings: Settings, what: str) -> Deps:
+def _build_checked(settings: Settings, what: str) -> Container:
     """The adapters, migrated and checked (database answers, object store usable); exit 3
     with one line saying why otherwise."""
     import sqlalchemy.exc
@@ -336,8 +282,8 @@ def scheduler(
     settings = state(ctx).settings
     _refuse_unsafe_start(settings, "scheduler")
     deps = _build_checked(settings, "scheduler")
-    dispatcher = bootstrap.dispatcher(settings, deps)
-    runner = Scheduler(deps, bootstrap.schedule_store(deps), dispatcher=dispatcher)
+    dispatcher = bootstrap.dispatcher(deps)
+    runner = Scheduler(deps, dispatcher=dispatcher)
     try:
         if once:
             raise typer.Exit(0 if runner.run_once().ok else 1)
@@ -362,14 +308,14 @@ def serve(
     (protect /metrics at the proxy if its counts are private)."""
     import structlog
 
-    from qexport.api.app import create_app
     from qexport.api.server import local_url, run_server, with_public_url
+    from qexport.app import create_app
 
     configure_logging(level=logging.INFO)
     settings = with_public_url(state(ctx).settings, host, port)
     _refuse_unsafe_start(settings, "serve")
     deps = _build_checked(settings, "server")
-    application = create_app(bootstrap.api_context(settings, deps))
+    application = create_app(deps)
     structlog.get_logger().info("server_starting", url=local_url(host, port))
     run_server(application, host, port)
 
@@ -404,7 +350,7 @@ def queries_add(
             f"unknown source {source!r} for workspace {st.requester.workspace_id!r}"
             f" (usable: {', '.join(usable) or 'none'})"
         )
-    if deps.store.find_query(st.requester.workspace_id, name) is not None:
+    if deps.catalog.find_query(st.requester.workspace_id, name) is not None:
         fail_input(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
         )
@@ -419,7 +365,7 @@ def queries_add(
         members=frozenset(visible_to or ()),
         owner=st.requester.user_id,
     )
-    deps.store.add_query(query)
+    deps.catalog.add_query(query)
     out.print(f"saved query {name!r} ({query.id})")
 
 
@@ -429,7 +375,7 @@ def queries_list(
 ) -> None:
     """List the workspace's queries."""
     st, deps = local_deps(ctx)
-    found = deps.store.list_queries(st.requester.workspace_id)
+    found = deps.catalog.list_queries(st.requester.workspace_id)
     if as_json:
         print(json.dumps([_query_json(q) for q in found], indent=2))
         return
@@ -447,8 +393,8 @@ def queries_list(
 def queries_delete(ctx: typer.Context, name: str) -> None:
     """Delete a query; its unsettled exports then fail with access_lost."""
     st, deps = local_deps(ctx)
-    query = deps.store.find_query(st.requester.workspace_id, name)
-    if query is None or not deps.store.delete_query(query.id):
+    query = deps.catalog.find_query(st.requester.workspace_id, name)
+    if query is None or not deps.catalog.delete_query(query.id):
         fail(f"no query named {name!r}")
     out.print(f"deleted query {name!r}")
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -23,14 +23,11 @@ from qexport.cli_common import err, fail, fail_input, out, state
 from qexport.config import Settings
 from qexport.domain.accounts import ApiToken
 from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
-from qexport.ports import AccountStore, Clock
+from qexport.ports import AccountStore, Clock, ScheduleStore
 from qexport.services import accounts as service
 from qexport.services import sources as sources_service
 from qexport.services.views import iso_time
 from qexport.sources.registry import grant_words
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
 
 users_app = typer.Typer(no_args_is_help=True, help="Users and their roles in workspaces.")
 tokens_app = typer.Typer(no_args_is_help=True, help="API tokens (Authorization: Bearer).")
@@ -42,19 +39,13 @@ class Admin:
     accounts: AccountStore
     clock: Clock
     settings: Settings
-    engine: sa.Engine
+    schedules: ScheduleStore
 
 
 def admin_context(ctx: typer.Context) -> Admin:
-    # Imported when used: listing commands or --help needs no database code.
-    from qexport.store.accounts import SqlAccountStore
-    from qexport.store.exports import SqlMetadataStore
-
     st = state(ctx)
     deps = st.deps()
-    assert isinstance(deps.store, SqlMetadataStore)
-    engine = deps.store.engine
-    return Admin(SqlAccountStore(engine), deps.clock, st.settings, engine)
+    return Admin(deps.accounts, deps.clock, st.settings, deps.schedules)
 
 
 def note(message: str) -> None:
@@ -168,12 +159,10 @@ def users_set_password(
 def users_disable(ctx: typer.Context, email: str) -> None:
     """Disable EMAIL: no sign-in; their sessions and API tokens stop working at once and the
     schedules they own are paused."""
-    from qexport.store.schedules import SqlScheduleStore
-
     admin = admin_context(ctx)
     with refusals():
         done = service.set_disabled(
-            admin.accounts, SqlScheduleStore(admin.engine), admin.clock, email, disabled=True
+            admin.accounts, admin.schedules, admin.clock, email, disabled=True
         )
     state_now = "disabled" if done.changed else "was already disabled"
     note(f"{done.user.email} {state_now}; {done.schedules_paused} schedule(s) paused")
@@ -183,12 +172,10 @@ def users_disable(ctx: typer.Context, email: str) -> None:
 def users_enable(ctx: typer.Context, email: str) -> None:
     """Enable EMAIL again: they can sign in, and their unrevoked tokens work again (their
     schedules stay paused until resumed)."""
-    from qexport.store.schedules import SqlScheduleStore
-
     admin = admin_context(ctx)
     with refusals():
         done = service.set_disabled(
-            admin.accounts, SqlScheduleStore(admin.engine), admin.clock, email, disabled=False
+            admin.accounts, admin.schedules, admin.clock, email, disabled=False
         )
     note(f"{done.user.email} enabled" if done.changed else f"{done.user.email} was not disabled")
 

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from qexport import bootstrap
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import Requester
-from qexport.worker.runner import Deps
 
 if TYPE_CHECKING:
     from qexport.client import QExportClient
@@ -30,9 +30,9 @@ class State:
     # Both set: the `exports` commands talk to that server instead of the local database.
     url: str | None = None
     token: str | None = None
-    _deps: Deps | None = None
+    _deps: Container | None = None
 
-    def deps(self) -> Deps:
+    def deps(self) -> Container:
         if self._deps is None:
             self._deps = bootstrap.build(self.settings)
         return self._deps
@@ -90,16 +90,11 @@ def server_errors(client_error_code: int = 1) -> Iterator[None]:
         fail(str(exc), client_error_code if 400 <= exc.status < 500 else 1)
 
 
-def check_local_requester(deps: Deps, requester: Requester) -> None:
+def check_local_requester(deps: Container, requester: Requester) -> None:
     """In a workspace that has accounts, the local requester must be one of its members and
     not disabled. Every local requester action checks this first, so that a removed member
     can neither request exports nor see, wait for, download or cancel the ones they had."""
-    from qexport.store.accounts import SqlAccountStore
-    from qexport.store.exports import SqlMetadataStore
-
-    if not isinstance(deps.store, SqlMetadataStore):
-        return
-    accounts = SqlAccountStore(deps.store.engine)
+    accounts = deps.accounts
     workspace, user_id = requester.workspace_id, requester.user_id
     if not accounts.workspace_exists(workspace):
         return
@@ -111,7 +106,7 @@ def check_local_requester(deps: Deps, requester: Requester) -> None:
         )
 
 
-def local_deps(ctx: typer.Context) -> tuple[State, Deps]:
+def local_deps(ctx: typer.Context) -> tuple[State, Container]:
     """The state and the local database for a requester action, the requester checked."""
     st = state(ctx)
     deps = st.deps()

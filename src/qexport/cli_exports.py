@@ -28,9 +28,11 @@ from qexport.cli_common import (
     server_errors,
 )
 from qexport.cli_schedules import EMAIL_HELP, WEBHOOK_HELP, local_notify, parse_notify
+from qexport.container import Container
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester
 from qexport.domain.failures import QExportError
 from qexport.humanize import human_size
+from qexport.ports import Presigner
 from qexport.services.exports import (
     cancel_export,
     downloadable,
@@ -39,7 +41,6 @@ from qexport.services.exports import (
 )
 from qexport.services.requests import request_export, request_report_export
 from qexport.services.views import export_view
-from qexport.worker.runner import Deps
 
 if TYPE_CHECKING:
     from qexport.client import QExportClient
@@ -56,7 +57,7 @@ SETTLED_VIEWS = frozenset({"succeeded", "failed", EXPIRED})
 REMOTE_POLL_SECONDS = 0.5
 
 
-def _print_export(record: ExportRecord, deps: Deps, as_json: bool) -> None:
+def _print_export(record: ExportRecord, deps: Container, as_json: bool) -> None:
     _print_view(export_view(record, deps.clock.now()), as_json)
 
 
@@ -152,7 +153,8 @@ def exports_create(
     try:
         if report is not None:
             record = request_report_export(
-                deps.store,
+                deps.exports,
+                deps.catalog,
                 deps.clock,
                 st.requester,
                 report_ref=report,
@@ -165,7 +167,8 @@ def exports_create(
         else:
             assert query is not None
             record = request_export(
-                deps.store,
+                deps.exports,
+                deps.catalog,
                 deps.clock,
                 st.requester,
                 query_ref=query,
@@ -203,7 +206,7 @@ def exports_get(
         return
     st, deps = local_deps(ctx)
     try:
-        record = get_visible_export(deps.store, st.requester, export_id)
+        record = get_visible_export(deps.exports, st.requester, export_id)
     except QExportError as exc:
         fail(str(exc))
     _print_export(record, deps, as_json)
@@ -223,7 +226,7 @@ def exports_list(
         _print_list(page, as_json)
         return
     st, deps = local_deps(ctx)
-    records = deps.store.list_exports(
+    records = deps.exports.list_exports(
         workspace_id=st.requester.workspace_id, requested_by=st.requester.user_id, limit=limit
     )
     now = deps.clock.now()
@@ -249,9 +252,11 @@ def _print_list(page: dict[str, Any], as_json: bool) -> None:
     out.print(table)
 
 
-def _local_view(deps: Deps, requester: Requester, export_id: str) -> Callable[[], dict[str, Any]]:
+def _local_view(
+    deps: Container, requester: Requester, export_id: str
+) -> Callable[[], dict[str, Any]]:
     return lambda: export_view(
-        get_visible_export(deps.store, requester, export_id), deps.clock.now()
+        get_visible_export(deps.exports, requester, export_id), deps.clock.now()
     )
 
 
@@ -310,18 +315,17 @@ def exports_wait(
         raise typer.Exit(1)
 
 
-def _print_download_link(deps: Deps, requester: Requester, export_id: str) -> None:
-    from qexport.storage.s3 import S3ObjectStore
-
-    if not isinstance(deps.objects, S3ObjectStore):
+def _print_download_link(deps: Container, requester: Requester, export_id: str) -> None:
+    objects = deps.objects
+    if not isinstance(objects, Presigner):
         fail_input("download links need S3 storage; use --output with the filesystem store")
     try:
-        record = downloadable(deps.store, deps.clock, requester, export_id)
+        record = downloadable(deps.exports, deps.catalog, deps.clock, requester, export_id)
         assert record.expires_at is not None
         left = (record.expires_at - deps.clock.now()).total_seconds()
         # Never valid past the export's own expiry: the link dies with the file.
-        valid = max(1, min(deps.objects.presign_seconds, int(left)))
-        link = deps.objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
+        valid = max(1, min(objects.presign_seconds, int(left)))
+        link = objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
     except QExportError as exc:
         fail(str(exc))
     out.print(link, highlight=False, soft_wrap=True)
@@ -355,7 +359,7 @@ def exports_download(
         fail_input("give --output PATH (or '-' for stdout), or --url for a download link")
     try:
         record, stream = open_download(
-            deps.store, deps.objects, deps.clock, st.requester, export_id
+            deps.exports, deps.catalog, deps.objects, deps.clock, st.requester, export_id
         )
     except QExportError as exc:
         fail(str(exc))
@@ -416,7 +420,7 @@ def exports_cancel(ctx: typer.Context, export_id: str) -> None:
         return
     st, deps = local_deps(ctx)
     try:
-        record = cancel_export(deps.store, deps.clock, st.requester, export_id)
+        record = cancel_export(deps.exports, deps.clock, st.requester, export_id)
     except QExportError as exc:
         fail(str(exc))
     out.print(f"export {record.id} cancelled")

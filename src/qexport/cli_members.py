@@ -32,10 +32,8 @@ def members_remove(
 ) -> None:
     """Remove EMAIL from a workspace: their sessions end, their tokens for it are revoked and
     the schedules they own there are paused. The last admin cannot be removed."""
-    from qexport.store.schedules import SqlScheduleStore
-
     admin = admin_context(ctx)
-    schedules = SqlScheduleStore(admin.engine)
+    schedules = admin.schedules
     with refusals():
         removed = service.remove_member(
             admin.accounts, schedules, admin.clock, email, workspace=workspace

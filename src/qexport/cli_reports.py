@@ -31,8 +31,8 @@ from qexport.services.reports import ReportDraft, add_report
 from qexport.services.requests import find_readable_query
 
 if TYPE_CHECKING:
+    from qexport.container import Container
     from qexport.domain.exports import Requester
-    from qexport.worker.runner import Deps
 
 reports_app = typer.Typer(
     no_args_is_help=True, help="Reports: titled documents of several queries' results."
@@ -65,12 +65,12 @@ def _parse_fixed(specs: list[str], count: int) -> dict[int, dict[str, str]]:
     return fixed
 
 
-def _resolve(deps: Deps, requester: Requester, sections: list[Section]) -> list[Section]:
+def _resolve(deps: Container, requester: Requester, sections: list[Section]) -> list[Section]:
     """Sections naming their queries by id, looked up by name or id as the requester reads."""
     resolved = []
     for number, section in enumerate(sections, start=1):
         try:
-            query = find_readable_query(deps.store, requester, section.query_id)
+            query = find_readable_query(deps.catalog, requester, section.query_id)
         except NotFoundError:
             fail_input(f"section {number}: no query {section.query_id!r} that you can read")
         resolved.append(replace(section, query_id=query.id))
@@ -87,14 +87,9 @@ def _human_field(field: str | None) -> str:
     return f"section {int(found[1]) + 1}{found[2].replace('.', ' ', 1)}: "
 
 
-def _workspace_members(deps: Deps, requester: Requester, listed: frozenset[str]) -> set[str]:
+def _workspace_members(deps: Container, requester: Requester, listed: frozenset[str]) -> set[str]:
     """Who may be listed: the workspace's members where it has accounts, else anyone."""
-    from qexport.store.accounts import SqlAccountStore
-    from qexport.store.exports import SqlMetadataStore
-
-    if not isinstance(deps.store, SqlMetadataStore):
-        return set(listed)
-    accounts = SqlAccountStore(deps.store.engine)
+    accounts = deps.accounts
     if not accounts.workspace_exists(requester.workspace_id):
         return set(listed)
     return {m.user_id for m in accounts.members(requester.workspace_id)}
@@ -131,7 +126,7 @@ def reports_add(
     )
     try:
         report = add_report(
-            deps.store,
+            deps.catalog,
             st.requester,
             draft,
             members=_workspace_members(deps, st.requester, members),
@@ -159,7 +154,7 @@ def reports_list(
 ) -> None:
     """List the workspace's reports."""
     st, deps = local_deps(ctx)
-    found = deps.store.list_reports(st.requester.workspace_id)
+    found = deps.catalog.list_reports(st.requester.workspace_id)
     if as_json:
         print(json.dumps([_report_json(r) for r in found], indent=2))
         return

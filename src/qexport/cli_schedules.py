@@ -31,10 +31,8 @@ from qexport.services.recipients import admit_recipients, rules_for
 from qexport.services.views import schedule_view
 
 if TYPE_CHECKING:
+    from qexport.container import Container
     from qexport.domain.schedules import Recipient
-    from qexport.store.accounts import SqlAccountStore
-    from qexport.store.schedules import SqlScheduleStore
-    from qexport.worker.runner import Deps
 
 schedules_app = typer.Typer(
     no_args_is_help=True,
@@ -90,7 +88,7 @@ def local_notify(
     deps, actor = _local(ctx)
     requester = actor.requester
     rules = rules_for(
-        _accounts(deps),
+        deps.accounts,
         requester.workspace_id,
         requester.user_id,
         actor.role,
@@ -102,20 +100,12 @@ def local_notify(
         _refused(exc)
 
 
-def _local(ctx: typer.Context) -> tuple[Deps, service.Actor]:
+def _local(ctx: typer.Context) -> tuple[Container, service.Actor]:
     """The local database and who acts in it: a member with their role in a workspace with
     accounts; in one without, the command line administers its own workspace."""
     st, deps = local_deps(ctx)
-    role = _accounts(deps).role_of(st.requester.workspace_id, st.requester.user_id)
+    role = deps.accounts.role_of(st.requester.workspace_id, st.requester.user_id)
     return deps, service.Actor(st.requester, role or Role.ADMIN)
-
-
-def _accounts(deps: Deps) -> SqlAccountStore:
-    from qexport.store.accounts import SqlAccountStore
-    from qexport.store.exports import SqlMetadataStore
-
-    assert isinstance(deps.store, SqlMetadataStore)
-    return SqlAccountStore(deps.store.engine)
 
 
 def _print_schedule(view: dict[str, Any], as_json: bool) -> None:
@@ -198,9 +188,9 @@ def schedules_add(
         )
         try:
             schedule = service.create_schedule(
-                deps.store,
-                _schedules(deps),
-                _accounts(deps),
+                deps.catalog,
+                deps.schedules,
+                deps.accounts,
                 deps.clock,
                 actor,
                 draft,
@@ -220,12 +210,6 @@ def schedules_add(
         )
 
 
-def _schedules(deps: Deps) -> SqlScheduleStore:
-    from qexport import bootstrap
-
-    return bootstrap.schedule_store(deps)
-
-
 @schedules_app.command("list")
 def schedules_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
@@ -238,7 +222,7 @@ def schedules_list(
             items = client.list_schedules()["items"]
     else:
         deps, actor = _local(ctx)
-        found = service.list_visible_schedules(deps.store, _schedules(deps), actor)
+        found = service.list_visible_schedules(deps.catalog, deps.schedules, actor)
         items = [schedule_view(s, full_recipients=service.sees_recipients(actor, s)) for s in found]
         names = {s.subject_id: _subject_name(deps, s.subject_type, s.subject_id) for s in found}
     if as_json:
@@ -262,11 +246,11 @@ def schedules_list(
     out.print(table)
 
 
-def _subject_name(deps: Deps, kind: str, subject_id: str) -> str:
-    found = deps.store.get_report(subject_id) if kind == "report" else None
+def _subject_name(deps: Container, kind: str, subject_id: str) -> str:
+    found = deps.catalog.get_report(subject_id) if kind == "report" else None
     if found is not None:
         return found.title
-    query = deps.store.get_query(subject_id) if kind != "report" else None
+    query = deps.catalog.get_query(subject_id) if kind != "report" else None
     return query.name if query is not None else subject_id
 
 
@@ -278,9 +262,9 @@ def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict
     deps, actor = _local(ctx)
     try:
         schedule = service.set_enabled(
-            deps.store,
-            _schedules(deps),
-            _accounts(deps),
+            deps.catalog,
+            deps.schedules,
+            deps.accounts,
             deps.clock,
             actor,
             schedule_id,
@@ -320,8 +304,8 @@ def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
         deps, actor = _local(ctx)
         try:
             export_id = service.run_schedule(
-                deps.store,
-                _schedules(deps),
+                deps.catalog,
+                deps.schedules,
                 deps.clock,
                 actor,
                 schedule_id,
@@ -348,5 +332,5 @@ def schedules_signing_key(ctx: typer.Context) -> None:
             service.require_admin(actor)
         except QExportError as exc:
             _refused(exc, FAILED)
-        key = signing_key(deps.settings, _schedules(deps), deps.clock, actor.requester.workspace_id)
+        key = signing_key(deps.settings, deps.schedules, deps.clock, actor.requester.workspace_id)
     print(key)

@@ -1,16 +1,31 @@
-"""One frozen settings object, read once at the entrypoint from QEXPORT_* variables."""
+"""One frozen settings object, read once at the entrypoint from QEXPORT_* variables.
+
+Each setting is declared once, as a field of `Settings` made by `setting()`: the field's type
+says how its variable is parsed (`Bytes` takes KiB/MiB/GiB/TiB, `timedelta` a duration such
+as 15m or 7d, `bool` true/false...), `setting()` gives its default, its help, its lower bound
+and whether it has a global CLI flag twin (`--<field>`). The variable is QEXPORT_<FIELD>,
+except for the per-source families, which declare their pattern (QEXPORT_SOURCE_<NAME>...).
+`declared()` lists them for the reader (`from_env`), the checks and the CLI.
+
+pydantic-settings was weighed and lost: it reads the environment whenever Settings are built
+(callers and tests build them directly), reads switches and mappings by its own rules (`t`
+and `y` for true, JSON for a mapping) and words errors its own way; here QEXPORT_* variables
+keep the parsers and messages they had, for about as much code and no new dependency."""
 
 from __future__ import annotations
 
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
+from enum import Enum
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
-from qexport.deliveries.egress import EgressPolicy, parse_allow
+from qexport.egress import EgressPolicy, parse_allow
+from qexport.smtp_url import parse_smtp_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -45,75 +60,222 @@ def _parse_size(text: str) -> int:
     return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
 
 
+def _parse_names(text: str) -> frozenset[str]:
+    """`a, b` -> {"a", "b"}."""
+    return frozenset(w.strip() for w in text.split(",") if w.strip())
+
+
+# A number of bytes, read with an optional binary unit (512MiB).
+Bytes = Annotated[int, _parse_size]
+_PARSERS: dict[Any, Callable[[str], Any]] = {
+    str: str,
+    int: int,
+    float: float,
+    bool: _parse_bool,
+    Path: Path,
+    timedelta: parse_duration,
+}
+
+
+class Bound(Enum):
+    """The lower bound a setting is checked against whenever Settings are built."""
+
+    POSITIVE = "must be positive"
+    AT_LEAST_1 = "must be at least 1"
+    NOT_NEGATIVE = "must not be negative"
+
+    def holds(self, value: float) -> bool:
+        if self is Bound.POSITIVE:
+            return value > 0
+        return value >= (1 if self is Bound.AT_LEAST_1 else 0)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as declared: `env` (unless a family's pattern), `name`, `type` and `parse`
+    are filled in by `declared()`."""
+
+    help: str
+    flag: bool = False
+    secret: bool = False
+    bound: Bound | None = None
+    env: str = ""
+    name: str = ""
+    type: Any = str
+    parse: Callable[[str], Any] = str
+
+    @property
+    def flag_name(self) -> str | None:
+        """The global CLI option that wins over the variable, if the setting has one."""
+        return f"--{self.name.replace('_', '-')}" if self.flag else None
+
+    @property
+    def family(self) -> bool:
+        """One variable per name, QEXPORT_SOURCE_<NAME>...: the setting maps names to values."""
+        return "<NAME>" in self.env
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    flag: bool = False,
+    secret: bool = False,
+    masked: bool = False,
+    bound: Bound | None = None,
+    env: str = "",
+) -> Any:
+    """A field of Settings: `flag`, a global CLI twin; `secret` (a password or key) and
+    `masked` (a URL that may carry one) keep the value out of repr, logs and tracebacks, and
+    `secret` also keeps the flag's help from advertising the variable; `env`, a family's
+    pattern. Mutable defaults (dicts) are copied for each Settings."""
+    spec = Setting(help=help, flag=flag, secret=secret, bound=bound, env=env)
+    metadata = {"setting": spec}
+    if isinstance(default, dict):
+        return field(default_factory=default.copy, repr=not masked, metadata=metadata)
+    return field(default=default, repr=not (secret or masked), metadata=metadata)
+
+
+_SOURCE = "QEXPORT_SOURCE_<NAME>"
+_MIB = 1024**2
+_GIB = 1024**3
+
+
 @dataclass(frozen=True)
 class Settings:
-    data_dir: Path = Path("qexport-data")
-    # URLs may carry passwords: kept out of repr (and so out of logs and tracebacks).
-    database_url: str = field(default="", repr=False)
-    storage_url: str = ""
-    retention: timedelta = timedelta(days=7)
-    lease_seconds: float = 30.0
-    max_attempts: int = 3
-    retry_base_seconds: float = 2.0
-    retry_max_seconds: float = 300.0
-    statement_timeout_seconds: float = 300.0
-    max_rows: int = 50_000_000
-    max_bytes: int = 10 * 1024**3
-    part_size: int = 8 * 1024**2
-    poll_seconds: float = 0.5
-    shutdown_grace_seconds: float = 20.0
-    secret_key: str = field(default="", repr=False)
-    # Where public links point; unset, `serve` uses its own address and `scheduler` refuses
-    # to start (the links it sends must reach people from elsewhere).
-    public_base_url: str = ""
-    smtp_url: str = field(default="", repr=False)
-    s3_endpoint_url: str = ""
-    duckdb_memory_limit: str = "256MB"
-    pg_notify: bool = True
-    # Queued or running exports one requester may have at once (the API answers 429 beyond).
-    max_unsettled_per_user: int = 20
-    # Exports of one requester running at once; 0: half the installation's worker slots (at
-    # least 1). There is no registry of workers, so the installation's slots are declared
-    # (QEXPORT_WORKER_SLOTS) or, when 0, taken as this `worker` command's processes x
-    # concurrency: right for one worker command, too low for several (set it then).
-    max_running_per_user: int = 0
-    worker_slots: int = 0
-    # Per workspace: live schedules, the shortest gap between a schedule's due times, live
-    # public links per export, bytes of unexpired files.
-    max_schedules_per_workspace: int = 100
-    schedule_min_interval: timedelta = timedelta(minutes=5)
-    max_links_per_export: int = 20
-    workspace_quota: int = 50 * 1024**3  # bytes; 0: no quota
-    # DuckDB's spill to disk per connection (its max_temp_directory_size).
-    duckdb_temp_limit: str = "10GiB"
-    sources: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # Which workspaces may use each configured source (QEXPORT_SOURCE_<NAME>_WORKSPACES: names
-    # or "*"); a configured source without an entry is usable by no workspace. The built-in
-    # demo source belongs to the demo workspace unless listed here.
-    source_workspaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    # Configured sources whose role may be privileged (QEXPORT_SOURCE_<NAME>_ALLOW_PRIVILEGED_ROLE).
-    privileged_sources: frozenset[str] = frozenset()
-    # Schedules and deliveries.
-    schedule_grace: timedelta = timedelta(minutes=1)  # a due time older than this was missed
-    scheduler_poll_seconds: float = 1.0
-    delivery_max_attempts: int = 5
-    delivery_retry_base_seconds: float = 30.0
-    delivery_retry_max_seconds: float = 3600.0
-    delivery_timeout_seconds: float = 30.0
-    # Files up to this size are attached to delivery emails; 0: links only.
-    email_attachment_max_bytes: int = 0
-    # Rows (every section's together) a PDF report may hold: ReportLab keeps the laid-out
-    # pages in memory until the file is saved, about 0.45 KiB a row.
-    report_pdf_max_rows: int = 100_000
-    # Internal destinations (comma-separated CIDRs and host names) that webhooks may reach
-    # although the egress policy refuses them by default (loopback, private, link-local...).
-    egress_allow: str = ""
-    # Bytes of cell data (every section's together) a report holds in memory while it renders:
-    # string and binary values by length, others at a fixed size each.
-    report_max_bytes: int = 64 * 1024**2
-    # Password checks (argon2, 64 MiB each) one server process runs at once; sign-ins that
-    # wait longer than a few seconds for one get 503.
-    signin_concurrency: int = 2
+    """Every setting, each declared once (see the module's docstring)."""
+
+    data_dir: Path = setting(
+        Path("qexport-data"), "Where the embedded default keeps its files.", flag=True
+    )
+    database_url: str = setting("", "Metadata database URL.", flag=True, masked=True)
+    storage_url: str = setting(
+        "", "Object store URL (file:///path, s3://bucket/prefix).", flag=True
+    )
+    s3_endpoint_url: str = setting("", "S3 endpoint, for S3-compatible stores.", flag=True)
+    retention: timedelta = setting(
+        timedelta(days=7), "How long files stay downloadable (e.g. 7d, 12h).", flag=True
+    )
+    lease_seconds: float = setting(
+        30.0, "A worker's lease on an export, in seconds.", flag=True, bound=Bound.POSITIVE
+    )
+    max_attempts: int = setting(
+        3, "Attempts before an export fails for good.", flag=True, bound=Bound.AT_LEAST_1
+    )
+    retry_base_seconds: float = setting(
+        2.0, "Backoff before an export's second attempt (doubling)."
+    )
+    retry_max_seconds: float = setting(300.0, "Longest backoff between an export's attempts.")
+    statement_timeout_seconds: float = setting(300.0, "Time a query may run, per export.")
+    max_rows: int = setting(50_000_000, "Rows an export may hold.")
+    max_bytes: int = setting(10 * _GIB, "Bytes an export's file may hold.")
+    part_size: int = setting(8 * _MIB, "Bytes a file is uploaded in at a time.")
+    poll_seconds: float = setting(0.5, "How often an idle worker looks for queued exports.")
+    shutdown_grace_seconds: float = setting(
+        20.0, "After SIGTERM, time a worker has to finish before it hands its exports back."
+    )
+    secret_key: str = setting(
+        "",
+        "Master secret for signing keys (prefer the QEXPORT_SECRET_KEY variable:"
+        " command lines are visible to other users).",
+        flag=True,
+        secret=True,
+    )
+    # Unset, `serve` uses its own address and `scheduler` refuses to start (the links it
+    # sends must reach people from elsewhere).
+    public_base_url: str = setting("", "Base URL of public links.", flag=True)
+    smtp_url: str = setting("", "SMTP server for email deliveries.", flag=True, secret=True)
+    duckdb_memory_limit: str = setting("256MB", "DuckDB's memory per worker process.")
+    pg_notify: bool = setting(True, "On PostgreSQL, wake workers by NOTIFY.")
+    max_unsettled_per_user: int = setting(
+        20,
+        "Queued or running exports one requester may have (more get 429).",
+        bound=Bound.AT_LEAST_1,
+    )
+    # 0: half the installation's worker slots (at least 1). There is no registry of workers,
+    # so the installation's slots are declared (QEXPORT_WORKER_SLOTS) or, when 0, taken as
+    # this `worker` command's processes x concurrency: right for one worker command, too low
+    # for several (set it then).
+    max_running_per_user: int = setting(
+        0, "Exports of one requester running at once.", bound=Bound.NOT_NEGATIVE
+    )
+    worker_slots: int = setting(
+        0,
+        "The installation's worker slots (0: the worker command's own).",
+        bound=Bound.NOT_NEGATIVE,
+    )
+    max_schedules_per_workspace: int = setting(
+        100, "Live schedules per workspace.", bound=Bound.NOT_NEGATIVE
+    )
+    schedule_min_interval: timedelta = setting(
+        timedelta(minutes=5), "Shortest gap between a schedule's due times."
+    )
+    max_links_per_export: int = setting(
+        20, "Unrevoked public links per export.", bound=Bound.NOT_NEGATIVE
+    )
+    workspace_quota: Bytes = setting(
+        50 * _GIB, "Bytes of unexpired files per workspace (0: none).", bound=Bound.NOT_NEGATIVE
+    )
+    duckdb_temp_limit: str = setting(
+        "10GiB", "DuckDB's spill to disk per connection (its max_temp_directory_size)."
+    )
+    sources: Mapping[str, str] = setting(
+        {}, "An extra source: its URL, by name.", env=_SOURCE, masked=True
+    )
+    # A configured source without an entry is usable by no workspace; the built-in demo
+    # source belongs to the demo workspace unless listed here.
+    source_workspaces: Mapping[str, frozenset[str]] = setting(
+        {}, "The workspaces that may use a source: names, or *.", env=f"{_SOURCE}_WORKSPACES"
+    )
+    privileged_sources: frozenset[str] = setting(
+        frozenset(),
+        "Configured sources whose PostgreSQL role may be privileged.",
+        env=f"{_SOURCE}_ALLOW_PRIVILEGED_ROLE",
+    )
+    schedule_grace: timedelta = setting(
+        timedelta(minutes=1), "How late a due time may fire and still count as on time."
+    )
+    scheduler_poll_seconds: float = setting(
+        1.0, "How often a scheduler looks for due schedules and deliveries."
+    )
+    delivery_max_attempts: int = setting(
+        5, "Attempts per recipient before a delivery fails.", bound=Bound.AT_LEAST_1
+    )
+    delivery_retry_base_seconds: float = setting(
+        30.0, "Backoff before a recipient's second attempt (doubling)."
+    )
+    delivery_retry_max_seconds: float = setting(
+        3600.0, "Longest backoff between a recipient's attempts."
+    )
+    delivery_timeout_seconds: float = setting(30.0, "Per SMTP conversation or webhook request.")
+    email_attachment_max_bytes: int = setting(
+        0,
+        "Files up to this size are attached to delivery emails; 0: links only.",
+        bound=Bound.NOT_NEGATIVE,
+    )
+    # ReportLab keeps the laid-out pages in memory until the file is saved, about 0.45 KiB a row.
+    report_pdf_max_rows: int = setting(
+        100_000, "Rows (every section's together) a PDF report may hold.", bound=Bound.AT_LEAST_1
+    )
+    # Webhooks (and members' sources) may reach these although the egress policy refuses
+    # internal destinations by default (loopback, private, link-local...).
+    egress_allow: str = setting(
+        "",
+        "Internal destinations webhooks may reach: comma-separated CIDRs and host names.",
+        flag=True,
+    )
+    # String and binary values count by length, others at a fixed size each.
+    report_max_bytes: int = setting(
+        64 * _MIB,
+        "Bytes of cell data (every section's together) a report holds while it renders.",
+        bound=Bound.AT_LEAST_1,
+    )
+    # Sign-ins that wait longer than a few seconds for one get 503.
+    signin_concurrency: int = setting(
+        2,
+        "Password checks (argon2, 64 MiB each) one server process runs at once.",
+        bound=Bound.AT_LEAST_1,
+    )
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -122,48 +284,19 @@ class Settings:
             object.__setattr__(
                 self, "storage_url", f"file://{(self.data_dir / 'objects').absolute()}"
             )
-        if self.max_attempts < 1:
-            raise ValueError("QEXPORT_MAX_ATTEMPTS must be at least 1")
-        if self.lease_seconds <= 0:
-            raise ValueError("QEXPORT_LEASE_SECONDS must be positive")
-        if self.max_unsettled_per_user < 1:
-            raise ValueError("QEXPORT_MAX_UNSETTLED_PER_USER must be at least 1")
-        self._check_quotas()
-        if self.delivery_max_attempts < 1:
-            raise ValueError("QEXPORT_DELIVERY_MAX_ATTEMPTS must be at least 1")
-        if self.email_attachment_max_bytes < 0:
-            raise ValueError("QEXPORT_EMAIL_ATTACHMENT_MAX_BYTES must not be negative")
-        if self.report_pdf_max_rows < 1:
-            raise ValueError("QEXPORT_REPORT_PDF_MAX_ROWS must be at least 1")
+        for s in declared():
+            if s.bound is not None and not s.bound.holds(getattr(self, s.name)):
+                raise ValueError(f"{s.env} {s.bound.value}")
         try:
             parse_allow(self.egress_allow)
         except ValueError as exc:
             raise ValueError(f"invalid QEXPORT_EGRESS_ALLOW {self.egress_allow!r}: {exc}") from None
-        if self.report_max_bytes < 1:
-            raise ValueError("QEXPORT_REPORT_MAX_BYTES must be at least 1")
         if self.smtp_url:
-            # Imported here: smtplib loads only when email is configured.
-            from qexport.deliveries.email import parse_smtp_url
-
             parse_smtp_url(self.smtp_url)  # ValueError naming QEXPORT_SMTP_URL, never the password
-
-        if self.signin_concurrency < 1:
-            raise ValueError("QEXPORT_SIGNIN_CONCURRENCY must be at least 1")
 
     def egress_policy(self) -> EgressPolicy:
         """Where webhooks may connect (QEXPORT_EGRESS_ALLOW opens internal destinations)."""
         return EgressPolicy.from_allow(self.egress_allow)
-
-    def _check_quotas(self) -> None:
-        for name in (
-            "max_running_per_user",
-            "worker_slots",
-            "max_schedules_per_workspace",
-            "max_links_per_export",
-            "workspace_quota",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"QEXPORT_{name.upper()} must not be negative")
 
     def running_cap(self, group_slots: int) -> int:
         """QEXPORT_MAX_RUNNING_PER_USER, or half the installation's worker slots (at least 1)."""
@@ -207,97 +340,72 @@ class Settings:
         """Read QEXPORT_* variables; unknown values fail loudly with the variable's name."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-
-        def get(name: str) -> str | None:
-            value = env.get(f"QEXPORT_{name}")
-            return value if value not in (None, "") else None
-
-        def read(name: str, parse: Callable[[str], Any]) -> None:
-            if (v := get(name)) is not None:
-                try:
-                    values[name.lower()] = parse(v)
-                except ValueError as exc:
-                    raise ValueError(f"invalid QEXPORT_{name} {v!r}: {exc}") from None
-
-        read("DATA_DIR", Path)
-        for name in (
-            "DATABASE_URL",
-            "STORAGE_URL",
-            "SECRET_KEY",
-            "PUBLIC_BASE_URL",
-            "SMTP_URL",
-            "S3_ENDPOINT_URL",
-            "DUCKDB_MEMORY_LIMIT",
-            "EGRESS_ALLOW",
-            "DUCKDB_TEMP_LIMIT",
-        ):
-            read(name, str)
-        read("PG_NOTIFY", _parse_bool)
-        for name in ("RETENTION", "SCHEDULE_GRACE", "SCHEDULE_MIN_INTERVAL"):
-            read(name, parse_duration)
-        for name in (
-            "LEASE_SECONDS",
-            "STATEMENT_TIMEOUT_SECONDS",
-            "POLL_SECONDS",
-            "RETRY_BASE_SECONDS",
-            "RETRY_MAX_SECONDS",
-            "SHUTDOWN_GRACE_SECONDS",
-            "SCHEDULER_POLL_SECONDS",
-            "DELIVERY_RETRY_BASE_SECONDS",
-            "DELIVERY_RETRY_MAX_SECONDS",
-            "DELIVERY_TIMEOUT_SECONDS",
-        ):
-            read(name, float)
-        for name in (
-            "MAX_ATTEMPTS",
-            "MAX_ROWS",
-            "MAX_BYTES",
-            "PART_SIZE",
-            "MAX_UNSETTLED_PER_USER",
-            "DELIVERY_MAX_ATTEMPTS",
-            "EMAIL_ATTACHMENT_MAX_BYTES",
-            "REPORT_PDF_MAX_ROWS",
-            "REPORT_MAX_BYTES",
-            "SIGNIN_CONCURRENCY",
-            "MAX_RUNNING_PER_USER",
-            "WORKER_SLOTS",
-            "MAX_SCHEDULES_PER_WORKSPACE",
-            "MAX_LINKS_PER_EXPORT",
-        ):
-            read(name, int)
-        read("WORKSPACE_QUOTA", _parse_size)
-        values.update(_source_settings(env))
+        for s in declared():
+            if s.family:
+                continue
+            if (raw := env.get(s.env)) not in (None, ""):
+                values[s.name] = _parsed(s, s.env, raw)
+        values.update(_families(env, [s for s in declared() if s.family]))
         return cls(**values)
 
 
-_SOURCE_PREFIX = "QEXPORT_SOURCE_"
-_WORKSPACES_SUFFIX = "_WORKSPACES"
-_PRIVILEGED_SUFFIX = "_ALLOW_PRIVILEGED_ROLE"
-
-
-def _source_settings(env: Mapping[str, str]) -> dict[str, Any]:
-    """QEXPORT_SOURCE_<NAME>=URL and its _WORKSPACES and _ALLOW_PRIVILEGED_ROLE companions."""
-    urls: dict[str, str] = {}
-    workspaces: dict[str, frozenset[str]] = {}
-    privileged: set[str] = set()
-    for key, value in env.items():
-        if not key.startswith(_SOURCE_PREFIX) or not value:
-            continue
-        name = key.removeprefix(_SOURCE_PREFIX)
-        if name.endswith(_WORKSPACES_SUFFIX):
-            listed = frozenset(w.strip() for w in value.split(",") if w.strip())
-            workspaces[name.removesuffix(_WORKSPACES_SUFFIX).lower()] = listed
-        elif name.endswith(_PRIVILEGED_SUFFIX):
-            try:
-                allowed = _parse_bool(value)
-            except ValueError as exc:
-                raise ValueError(f"invalid {key} {value!r}: {exc}") from None
-            if allowed:
-                privileged.add(name.removesuffix(_PRIVILEGED_SUFFIX).lower())
+@cache
+def declared() -> tuple[Setting, ...]:
+    """Every setting, in the order of the fields, with its variable and its parser (from the
+    field's type)."""
+    hints = get_type_hints(Settings, include_extras=True)
+    found = []
+    for f in fields(Settings):
+        spec: Setting = f.metadata["setting"]
+        hint = hints[f.name]
+        if spec.family:
+            parse = _parse_bool if get_origin(hint) is frozenset else _parser(get_args(hint)[1])
         else:
-            urls[name.lower()] = value
+            parse = _parser(hint)
+        env = spec.env or f"QEXPORT_{f.name.upper()}"
+        found.append(replace(spec, name=f.name, env=env, type=hint, parse=parse))
+    return tuple(found)
+
+
+def _parser(hint: Any) -> Callable[[str], Any]:
+    """How a variable becomes a value of the declared type."""
+    if get_origin(hint) is Annotated:
+        parse: Callable[[str], Any] = hint.__metadata__[0]
+        return parse
+    if get_origin(hint) is frozenset:
+        return _parse_names
+    return _PARSERS[hint]
+
+
+def _parsed(spec: Setting, variable: str, raw: str) -> Any:
+    try:
+        return spec.parse(raw)
+    except ValueError as exc:
+        raise ValueError(f"invalid {variable} {raw!r}: {exc}") from None
+
+
+def _families(env: Mapping[str, str], families: list[Setting]) -> dict[str, Any]:
+    """QEXPORT_SOURCE_<NAME>=URL and its companions (_WORKSPACES, _ALLOW_PRIVILEGED_ROLE): a
+    variable belongs to the family whose pattern it matches with the longest suffix. A family
+    typed as a set holds the names whose variable is true."""
+    found: dict[str, dict[str, Any]] = {s.name: {} for s in families}
+    for key, raw in env.items():
+        matches = [(s, name) for s in families if (name := _family_name(s.env, key)) is not None]
+        if raw and matches:
+            spec, name = max(matches, key=lambda match: len(match[0].env))
+            found[spec.name][name.lower()] = _parsed(spec, key, raw)
     return {
-        "sources": urls,
-        "source_workspaces": workspaces,
-        "privileged_sources": frozenset(privileged),
+        s.name: frozenset(n for n, v in found[s.name].items() if v)
+        if get_origin(s.type) is frozenset
+        else found[s.name]
+        for s in families
     }
+
+
+def _family_name(pattern: str, variable: str) -> str | None:
+    """NAME when `variable` matches `pattern` (QEXPORT_SOURCE_<NAME>_WORKSPACES)."""
+    prefix, suffix = pattern.split("<NAME>")
+    name = variable.removeprefix(prefix)
+    if name == variable or not name.endswith(suffix):
+        return None
+    return name.removesuffix(suffix)

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from qexport import bootstrap
 from qexport.bootstrap import DEMO_SOURCE
+from qexport.container import Container
 from qexport.deliveries.signing import signing_key
 from qexport.demo_schedule import (
     DemoReceiver,
@@ -29,15 +30,13 @@ from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
 from qexport.humanize import human_size
-from qexport.ports import AccountStore, Clock
+from qexport.ports import AccountStore, Clock, LocalFiles
 from qexport.schedules.loop import Scheduler
 from qexport.schedules.tick import run_now
 from qexport.services.accounts import hash_password
 from qexport.services.requests import request_export, request_report_export
 from qexport.sources.demo_data import build_demo_database
-from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
 from qexport.writers.registry import FORMATS
 
 DEMO_QUERIES = (
@@ -83,13 +82,13 @@ DEMO_QUERIES = (
 )
 
 
-def register_demo_queries(deps: Deps, requester: Requester) -> list[Query]:
+def register_demo_queries(deps: Container, requester: Requester) -> list[Query]:
     """Save the demo queries in the requester's workspace (once; kept if already there)."""
     saved = []
     for template in DEMO_QUERIES:
-        existing = deps.store.find_query(requester.workspace_id, template.name)
+        existing = deps.catalog.find_query(requester.workspace_id, template.name)
         if existing is None:
-            existing = deps.store.add_query(
+            existing = deps.catalog.add_query(
                 Query(
                     **{
                         **template.__dict__,
@@ -106,13 +105,13 @@ def register_demo_queries(deps: Deps, requester: Requester) -> list[Query]:
 DEMO_REPORT_TITLE = "Demo sales report"
 
 
-def register_demo_report(deps: Deps, requester: Requester, queries: list[Query]) -> Report:
+def register_demo_report(deps: Container, requester: Requester, queries: list[Query]) -> Report:
     """Save the sample report (a table and a chart over the demo queries), once."""
-    for report in deps.store.list_reports(requester.workspace_id):
+    for report in deps.catalog.list_reports(requester.workspace_id):
         if report.title == DEMO_REPORT_TITLE and not report.deleted:
             return report
     by_name = {q.name: q for q in queries}
-    return deps.store.add_report(
+    return deps.catalog.add_report(
         Report(
             id=str(uuid.uuid4()),
             workspace_id=requester.workspace_id,
@@ -138,9 +137,9 @@ def register_demo_report(deps: Deps, requester: Requester, queries: list[Query])
 DEMO_SCHEDULE_QUERY = "revenue_by_month"
 
 
-def demo_receiver(deps: Deps, requester: Requester) -> DemoReceiver:
+def demo_receiver(deps: Container, requester: Requester) -> DemoReceiver:
     """The demo's webhook receiver, verifying with the requester's workspace signing key."""
-    schedules = bootstrap.schedule_store(deps)
+    schedules = deps.schedules
     key = functools.cache(
         lambda: signing_key(deps.settings, schedules, deps.clock, requester.workspace_id)
     )
@@ -148,7 +147,7 @@ def demo_receiver(deps: Deps, requester: Requester) -> DemoReceiver:
 
 
 def run_demo(
-    deps: Deps,
+    deps: Container,
     requester: Requester,
     *,
     rows: int,
@@ -167,17 +166,21 @@ def run_demo(
     with contextlib.ExitStack() as stack:
         if receiver is None:
             receiver = stack.enter_context(demo_receiver(deps, requester))
-        schedules = bootstrap.schedule_store(deps)
+        schedules = deps.schedules
         query = next(q for q in queries if q.name == DEMO_SCHEDULE_QUERY)
         schedule = register_demo_schedule(schedules, deps.clock, requester, query, receiver.url)
         records = [
-            request_export(deps.store, deps.clock, requester, query_ref="orders", fmt=fmt)
+            request_export(
+                deps.exports, deps.catalog, deps.clock, requester, query_ref="orders", fmt=fmt
+            )
             for fmt in FORMATS
         ] + [
-            request_report_export(deps.store, deps.clock, requester, report_ref=report.id, fmt=fmt)
+            request_report_export(
+                deps.exports, deps.catalog, deps.clock, requester, report_ref=report.id, fmt=fmt
+            )
             for fmt in sorted(REPORT_FORMATS)
         ]
-        scheduled = run_now(deps.store, schedules, deps.clock, schedule)
+        scheduled = run_now(deps.catalog, schedules, deps.clock, schedule)
         labels = {r.id: _label(r) for r in records} | {scheduled.id: f"schedule {scheduled.format}"}
         records = _produce(deps, [*records, scheduled], labels, rows, console)
         _print_results(deps, records, labels, console)
@@ -195,7 +198,7 @@ def _label(record: ExportRecord) -> str:
 
 
 def _produce(
-    deps: Deps,
+    deps: Container,
     records: list[ExportRecord],
     labels: dict[str, str],
     total_rows: int,
@@ -213,7 +216,7 @@ def _produce(
 
 
 def _deliver(
-    deps: Deps,
+    deps: Container,
     schedule: Schedule,
     export: ExportRecord,
     receiver: DemoReceiver,
@@ -222,12 +225,12 @@ def _deliver(
     """Send the scheduled export's deliveries once and print what became of each."""
     subject = export.subject_name
     try:
-        dispatcher = bootstrap.dispatcher(receiver_allowed(deps.settings), deps)
+        dispatcher = bootstrap.dispatcher(deps, settings=receiver_allowed(deps.settings))
         try:
             dispatcher.run_once()
         finally:
             dispatcher.close()
-        sent = bootstrap.delivery_store(deps).list_deliveries(export.id)
+        sent = deps.deliveries.list_deliveries(export.id)
     except Exception as exc:  # the demo reports a delivery problem; it never dies of one
         console.print(f"schedule {subject!r}: its deliveries could not be sent: {exc}")
         return
@@ -238,7 +241,7 @@ def _deliver(
 
 
 def _watch(
-    deps: Deps,
+    deps: Container,
     records: list[ExportRecord],
     labels: dict[str, str],
     total_rows: int,
@@ -257,7 +260,7 @@ def _watch(
             for r in records
         }
         while True:
-            current = [deps.store.get_export(r.id) or r for r in records]
+            current = [deps.exports.get_export(r.id) or r for r in records]
             for r in current:
                 progress.update(tasks[r.id], completed=r.progress_rows, status=r.status.value)
             if all(r.settled for r in current):
@@ -266,14 +269,14 @@ def _watch(
 
 
 def _print_results(
-    deps: Deps, records: list[ExportRecord], labels: dict[str, str], console: Console
+    deps: Container, records: list[ExportRecord], labels: dict[str, str], console: Console
 ) -> None:
     now = deps.clock.now()
     table = Table("format", "status", "rows", "size", title="Exports")
     table.add_column("file", overflow="fold")
     for r in records:
         path = ""
-        if isinstance(deps.objects, FilesystemObjectStore) and r.status.value == "succeeded":
+        if isinstance(deps.objects, LocalFiles) and r.status.value == "succeeded":
             path = _display_path(deps.objects.local_path(r.storage_key))
         status = effective_status(r, now)
         if r.failure_code:
@@ -296,7 +299,7 @@ def _display_path(path: Path) -> str:
         return str(path)
 
 
-def _print_next_steps(deps: Deps, records: list[ExportRecord], console: Console) -> None:
+def _print_next_steps(deps: Container, records: list[ExportRecord], console: Console) -> None:
     first = records[0].id
     console.print(
         "\nTry next:\n"
@@ -347,16 +350,17 @@ def demo_password(accounts: AccountStore, requester: Requester) -> str:
     return password
 
 
-def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, console: Console) -> None:
+def serve_demo(
+    deps: Container, requester: Requester, *, host: str, port: int, console: Console
+) -> None:
     """Serve the API with a worker and a scheduler in this process until Ctrl-C (or SIGTERM)."""
-    from qexport.api.app import create_app
     from qexport.api.server import local_url, run_server
+    from qexport.app import create_app
 
-    context = bootstrap.api_context(deps.settings, deps)
-    token = demo_token(context.accounts, deps.clock, requester)
-    password = demo_password(context.accounts, requester)
+    token = demo_token(deps.accounts, deps.clock, requester)
+    password = demo_password(deps.accounts, requester)
     url = local_url(host, port)
-    user = context.accounts.get_user(requester.user_id)
+    user = deps.accounts.get_user(requester.user_id)
     email = user.email if user else requester.user_id
     console.print(
         f"\nServing the API at {url} (interactive docs: {url}/docs)\n"
@@ -377,12 +381,12 @@ def serve_demo(deps: Deps, requester: Requester, *, host: str, port: int, consol
     wakeups = bootstrap.listener(deps.settings, worker.wake)
     if wakeups is not None:
         wakeups.start()
-    dispatcher = bootstrap.dispatcher(receiver_allowed(deps.settings), deps)
-    scheduler = Scheduler(deps, context.schedules, dispatcher=dispatcher)
+    dispatcher = bootstrap.dispatcher(deps, settings=receiver_allowed(deps.settings))
+    scheduler = Scheduler(deps, dispatcher=dispatcher)
     scheduling = threading.Thread(target=scheduler.run, name="demo-scheduler", daemon=True)
     scheduling.start()
     try:
-        run_server(create_app(context), host, port)
+        run_server(create_app(deps), host, port)
     finally:
         scheduler.stop()
         if wakeups is not None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -57,9 +58,9 @@ class ClaimResult:
 
     claimed: ExportRecord | None = None
     refused: ExportRecord | None = None
-    # The claimed export's query (or report with its queries) as read in the claiming
-    # transaction (None: not found).
-    query: Query | ReportSubject | None = None
+    # The claimed export's subject, its query (or its report with the sections' queries), as
+    # read in the claiming transaction (None: not found).
+    subject: Query | ReportSubject | None = None
 
 
 # Decides whether a queued export may start, from its query (None: missing) and its
@@ -187,8 +188,18 @@ class Catalog(Protocol):
     def delete_report(self, report_id: str) -> bool: ...
 
 
-class MetadataStore(ExportQueue, Catalog, Protocol):
-    """Both, as one object (the SQL store and its fake implement both)."""
+class AttemptLease(Protocol):
+    """What a producer sees of the attempt's lease: stop when it is lost, report progress."""
+
+    progress_rows: int
+
+    def check(self) -> None:
+        """Raise when the lease is lost or the worker is shutting down."""
+        ...
+
+    def on_stop(self, hook: Callable[[], None]) -> None:
+        """Call `hook` (from any thread) when the attempt must stop."""
+        ...
 
 
 # ---------------------------------------------------------------- schedules and deliveries
@@ -428,6 +439,42 @@ class ObjectStore(Protocol):
 
     def staged_keys(self) -> Sequence[str]:
         """The keys that something is staged for (incomplete uploads, staged parts)."""
+        ...
+
+
+@runtime_checkable
+class Presigner(Protocol):
+    """An object store that can sign a time-limited GET URL (S3)."""
+
+    presign_seconds: int
+
+    def presigned_url(self, key: str, filename: str, *, max_seconds: float | None = None) -> str:
+        """A GET URL valid at most `max_seconds`, downloading as `filename`."""
+        ...
+
+
+@runtime_checkable
+class LocalFiles(Protocol):
+    """An object store whose objects are files on this machine (the filesystem store)."""
+
+    def local_path(self, key: str) -> Path:
+        """Where the object for `key` lives on disk."""
+        ...
+
+
+class RetentionRules(Protocol):
+    """The object store's retention: files expire retention + 1 day after completion,
+    uploads left incomplete are dropped after 1 day."""
+
+    where: str  # the store, as an operator names it (a folder, s3://bucket/prefix)
+    swept: bool  # True: no rules are kept, `apply` is a sweep to run from cron
+
+    def apply(self, now: datetime, retention: timedelta) -> str:
+        """Write the rules, or sweep; one line saying what was done."""
+        ...
+
+    def drift(self, retention: timedelta) -> list[str]:
+        """How the rules in place differ from what they should be (empty: in place)."""
         ...
 
 

@@ -18,13 +18,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qexport import bootstrap
-from qexport.api.app import create_app
-from qexport.api.context import ApiContext
+from qexport.app import create_app
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
 from tests.fakes import FrozenClock
 
 SOURCE = "shop"
@@ -49,8 +48,8 @@ def source_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @dataclass
 class Api:
     client: TestClient
-    context: ApiContext
-    deps: Deps
+    context: Container
+    deps: Container
     clock: FrozenClock
     tokens: dict[str, str] = field(default_factory=dict)
 
@@ -104,7 +103,7 @@ class Api:
             members=members,
             owner=owner,
         )
-        return self.deps.store.add_query(query)
+        return self.deps.catalog.add_query(query)
 
     def drain(self) -> dict[str, int]:
         return Worker(self.deps, drain=True).run()
@@ -138,14 +137,11 @@ def api_on(
     settings.data_dir.mkdir()
     clock = FrozenClock()
     deps = bootstrap.build(settings, clock=clock)
-    context = bootstrap.api_context(settings, deps)
     try:
-        with TestClient(create_app(context), raise_server_exceptions=False) as client:
-            yield Api(client, context, deps, clock)
+        with TestClient(create_app(deps), raise_server_exceptions=False) as client:
+            yield Api(client, deps, deps, clock)
     finally:
-        engine = getattr(deps.store, "engine", None)
-        if engine is not None:
-            engine.dispose()  # PostgreSQL connections are closed, not left to the GC
+        deps.close()  # PostgreSQL connections are closed, not left to the GC
 
 
 @pytest.fixture

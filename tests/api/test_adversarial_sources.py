@@ -59,7 +59,7 @@ def _query_body(source: str, name: str = "theirs") -> dict[str, object]:
 
 def _planted(api: Api, workspace: str = "other") -> Query:
     """A query of `workspace` on acme_db, as if saved before sources had owners."""
-    return api.deps.store.add_query(
+    return api.deps.catalog.add_query(
         Query(str(uuid.uuid4()), workspace, f"planted-{uuid.uuid4().hex[:6]}", SQL, "acme_db")
     )
 
@@ -116,7 +116,7 @@ def test_a_schedule_on_another_workspaces_source_delivers_nothing(world: Api) ->
     run = world.post(f"/api/v1/schedules/{schedule.json()['id']}/run", MALLORY)
     assert run.status_code in (200, 201, 202)
     world.drain()
-    exports = world.deps.store.list_exports(workspace_id="other")
+    exports = world.deps.exports.list_exports(workspace_id="other")
     assert [(e.status, e.failure_code) for e in exports] == [
         (Status.FAILED, FailureCode.ACCESS_LOST)
     ]
@@ -162,7 +162,7 @@ def test_the_pages_refuse_another_workspaces_source(world: Api) -> None:
     )
     assert response.status_code == 400
     assert "unknown source" in response.text
-    assert world.deps.store.find_query("other", "theirs") is None
+    assert world.deps.catalog.find_query("other", "theirs") is None
 
 
 # ---------------------------------------------------------------- registering through the API

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.accounts import parse_api_token
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.exports import SqlExportQueue
 from tests.api.conftest import Api
 
 ANN = "ann@acme.test"
@@ -125,8 +125,8 @@ def test_tokens_are_stored_only_as_hashes(api: Api) -> None:
     """No column of api_tokens holds the token, its secret, or any part of the secret
     longer than its public id."""
     tokens = [api.member(f"user{i}@acme.test", "viewer") for i in range(3)]
-    assert isinstance(api.deps.store, SqlMetadataStore)
-    with api.deps.store.engine.connect() as conn:
+    assert isinstance(api.deps.exports, SqlExportQueue)
+    with api.deps.exports.engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT * FROM api_tokens")).all()
     assert len(rows) == 3
     stored = [str(value) for row in rows for value in row]

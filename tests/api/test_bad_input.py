@@ -411,8 +411,8 @@ def test_bad_input_gets_a_problem_document(
     assert problem["status"] == status
     assert isinstance(problem["code"], str)
     assert problem["code"] != "internal"
-    assert ready.deps.store.list_exports(workspace_id="acme") == []
-    assert [q.name for q in ready.deps.store.list_queries("acme")] == ["orders"]
+    assert ready.deps.exports.list_exports(workspace_id="acme") == []
+    assert [q.name for q in ready.deps.catalog.list_queries("acme")] == ["orders"]
     assert ready.context.schedules.list_schedules("acme") == []
 
 

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from qexport.api.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
+from qexport.http.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from tests.api.conftest import Api
 
 CALLER = "editor@acme.test"
@@ -52,7 +52,7 @@ def test_a_streamed_body_over_the_limit_gets_413(ready: Api) -> None:
     assert response.headers["content-type"] == "application/problem+json"
     problem = response.json()
     assert (problem["status"], problem["code"]) == (413, "too_large")
-    assert ready.deps.store.list_exports(workspace_id="acme") == []
+    assert ready.deps.exports.list_exports(workspace_id="acme") == []
 
 
 def test_a_declared_body_over_the_limit_gets_the_same_answer(ready: Api) -> None:

@@ -102,7 +102,7 @@ def test_bad_requests_name_the_offending_field(api: Api) -> None:
         assert problem["field"] == field, body
     neither = api.post("/api/v1/exports", ALICE, json={"format": "csv"})
     assert _problem(neither, 422, "invalid_request")["field"] == "query_id"
-    assert api.deps.store.list_exports(workspace_id="acme") == []
+    assert api.deps.exports.list_exports(workspace_id="acme") == []
 
 
 def test_a_query_the_caller_cannot_read_is_404_like_a_missing_one(api: Api) -> None:
@@ -111,7 +111,7 @@ def test_a_query_the_caller_cannot_read_is_404_like_a_missing_one(api: Api) -> N
     api.member(ALICE, "viewer")
     api.member(BOB, "viewer")
     deleted = api.add_query("gone")
-    api.deps.store.delete_query(deleted.id)
+    api.deps.catalog.delete_query(deleted.id)
     foreign = api.add_query("orders", workspace="other")
     private = api.add_query(
         "private", visibility=Visibility.MEMBERS, members=frozenset({api.user_id(BOB)})
@@ -303,7 +303,7 @@ def test_events_of_a_refused_export_carry_the_failure(api: Api) -> None:
     api.member(ALICE, "viewer")
     query = api.add_query("orders")
     export_id = _export_id(api)
-    api.deps.store.update_query(replace(query, visibility=Visibility.MEMBERS))
+    api.deps.catalog.update_query(replace(query, visibility=Visibility.MEMBERS))
     api.drain()
     events = api.get(f"/api/v1/exports/{export_id}/events", ALICE).json()["items"]
     assert [(e["kind"], e["code"]) for e in events] == [

@@ -17,9 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qexport import bootstrap
-from qexport.api.app import create_app
+from qexport.app import create_app
 from qexport.config import Settings
 from qexport.domain.queries import Visibility
+from tests import queue_helpers
 from tests.api.conftest import SOURCE, Api
 from tests.fakes import FrozenClock
 
@@ -155,7 +156,9 @@ def test_a_file_not_ready_yet_is_409_with_retry_after(api: Api) -> None:
     queued = _file(api, export_id)
     _problem(queued, 409, "not_ready")
     assert int(queued.headers["retry-after"]) > 0
-    claimed = api.deps.store.claim(export_id, worker_id="w1", now=api.clock.now(), lease_seconds=30)
+    claimed = queue_helpers.claim(
+        api.deps.exports, export_id, worker_id="w1", now=api.clock.now(), lease_seconds=30
+    )
     assert claimed is not None
     running = _file(api, export_id)
     _problem(running, 409, "not_ready")
@@ -186,16 +189,16 @@ def test_an_expired_file_is_410(done: tuple[Api, str, bytes]) -> None:
 def test_losing_access_to_the_query_is_403(done: tuple[Api, str, bytes]) -> None:
     """Made members-only without the requester, or deleted: 403 access_lost."""
     api, export_id, _ = done
-    query = api.deps.store.get_query("q-orders-acme")
+    query = api.deps.catalog.get_query("q-orders-acme")
     assert query is not None
     members_only = replace(
         query, visibility=Visibility.MEMBERS, members=frozenset({api.user_id(BOB)})
     )
-    api.deps.store.update_query(members_only)
+    api.deps.catalog.update_query(members_only)
     _problem(_file(api, export_id), 403, "access_lost")
-    api.deps.store.update_query(replace(members_only, members=frozenset({api.user_id(ALICE)})))
+    api.deps.catalog.update_query(replace(members_only, members=frozenset({api.user_id(ALICE)})))
     assert _file(api, export_id).status_code == 200
-    api.deps.store.delete_query(query.id)
+    api.deps.catalog.delete_query(query.id)
     _problem(_file(api, export_id), 403, "access_lost")
 
 
@@ -228,7 +231,7 @@ def s3_api(
     settings.data_dir.mkdir()
     clock = FrozenClock()
     deps = bootstrap.build(settings, clock=clock)
-    context = bootstrap.api_context(settings, deps)
+    context = deps
     with TestClient(create_app(context), raise_server_exceptions=False) as client:
         yield Api(client, context, deps, clock)
 

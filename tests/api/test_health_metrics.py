@@ -12,13 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from qexport.domain.exports import ExportRecord, Requester, Result
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
-from qexport.ports import MetadataStore
 from qexport.services.exports import cancel_export
 from qexport.services.requests import request_export
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.stats import read_stats
+from tests import queue_helpers
 from tests.api.conftest import Api
 from tests.fakes import FrozenClock
+from tests.stores import MetadataStore, SqlMetadataStore
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -100,12 +100,14 @@ def people(api: Api) -> Requester:
 
 
 def _request(api: Api, who: Requester, query: str = "orders") -> ExportRecord:
-    return request_export(api.deps.store, api.clock, who, query_ref=query, fmt="csv")
+    return request_export(
+        api.deps.exports, api.deps.catalog, api.clock, who, query_ref=query, fmt="csv"
+    )
 
 
 def _retried_by_hand(store: MetadataStore, clock: FrozenClock, export_id: str) -> None:
     """Attempt 1 runs 12 s and is released for a retry; attempt 2 runs 3 s and succeeds."""
-    first = store.claim(export_id, worker_id="w1", now=clock.now(), lease_seconds=30)
+    first = queue_helpers.claim(store, export_id, worker_id="w1", now=clock.now(), lease_seconds=30)
     assert first is not None
     assert first.lease_token
     clock.advance(12)
@@ -118,7 +120,9 @@ def _retried_by_hand(store: MetadataStore, clock: FrozenClock, export_id: str) -
         detail="source down",
     )
     clock.advance(1)
-    second = store.claim(export_id, worker_id="w2", now=clock.now(), lease_seconds=30)
+    second = queue_helpers.claim(
+        store, export_id, worker_id="w2", now=clock.now(), lease_seconds=30
+    )
     assert second is not None
     assert second.lease_token
     assert second.attempt == 2
@@ -134,7 +138,7 @@ def test_metrics_after_exports(api: Api, people: Requester) -> None:
     """Counts by effective status, failures by code, rows and bytes over succeeded (expired
     included) exports, queue depth, oldest queued age, and attempt durations of the last 24 h
     by outcome, all from what the worker and the store recorded."""
-    store, clock = api.deps.store, api.clock
+    store, clock = api.deps.exports, api.clock
     old = [_request(api, people), _request(api, people)]
     assert api.drain() == {"succeeded": 2}
     clock.advance(8 * 86400)  # past the 7-day retention: both expired; their attempts too old
@@ -190,10 +194,10 @@ def test_stats_read_the_same_on_both_databases(
 
     who = Requester("ann", "acme")
     store.add_query(Query("q1", "acme", "q", "SELECT 1 AS x", "demo", ()))
-    queued = request_export(store, clock, who, query_ref="q", fmt="csv")
-    stale = request_export(store, clock, who, query_ref="q", fmt="csv")
-    retried = request_export(store, clock, who, query_ref="q", fmt="csv")
-    assert store.claim(stale.id, worker_id="w", now=clock.now(), lease_seconds=5)
+    queued = request_export(store, store, clock, who, query_ref="q", fmt="csv")
+    stale = request_export(store, store, clock, who, query_ref="q", fmt="csv")
+    retried = request_export(store, store, clock, who, query_ref="q", fmt="csv")
+    assert queue_helpers.claim(store, stale.id, worker_id="w", now=clock.now(), lease_seconds=5)
     _retried_by_hand(store, clock, retried.id)
     clock.advance(10)
 

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.queries import Visibility
-from qexport.store.exports import SqlMetadataStore
+from qexport.store.exports import SqlExportQueue
 from qexport.store.tables import links
 from tests.api.conftest import Api
 
@@ -87,8 +87,8 @@ def test_only_the_tokens_hash_is_stored(shared: tuple[Api, str, dict[str, Any], 
     """No column of the links table holds the token; the stored hash is its SHA-256."""
     api, _, link, _ = shared
     token = link["url"].rsplit("/", 1)[1]
-    assert isinstance(api.deps.store, SqlMetadataStore)
-    with api.deps.store.engine.connect() as conn:
+    assert isinstance(api.deps.exports, SqlExportQueue)
+    with api.deps.exports.engine.connect() as conn:
         rows = [dict(row._mapping) for row in conn.execute(sa.select(links))]
     assert len(rows) == 1
     assert all(token not in str(value) for value in rows[0].values())
@@ -137,7 +137,7 @@ def test_a_link_dies_with_its_creators_access(
     """The link stops working (410) when its creator may no longer read the query, and when
     the creator leaves the workspace."""
     api, _, link, body = shared
-    store = api.deps.store
+    store = api.deps.catalog
     query = store.get_query("q-orders-acme")
     assert query is not None
     store.update_query(replace(query, visibility=Visibility.MEMBERS))
@@ -184,8 +184,8 @@ def test_links_are_only_made_for_downloadable_exports(api: Api) -> None:
     api.drain()
     refused(done, 404, "not_found", who=BOB)
     refused("no-such-export", 404, "not_found")
-    api.deps.store.update_query(replace(query, visibility=Visibility.MEMBERS))
+    api.deps.catalog.update_query(replace(query, visibility=Visibility.MEMBERS))
     refused(done, 403, "access_lost")
-    api.deps.store.update_query(query)
+    api.deps.catalog.update_query(query)
     api.clock.advance(7 * DAY)
     refused(done, 410, "expired")

@@ -66,7 +66,7 @@ def test_run_now_counts_toward_the_unsettled_cap(api: Api) -> None:
     refused = api.post(f"/api/v1/schedules/{schedule_id}/run", ALICE)
     _problem(refused, 429, "too_many_requests")
     assert int(refused.headers["retry-after"]) > 0
-    assert len(api.deps.store.list_exports(workspace_id="acme", limit=100)) == cap
+    assert len(api.deps.exports.list_exports(workspace_id="acme", limit=100)) == cap
     # An admin running it runs it as its owner: the owner's cap.
     _problem(api.post(f"/api/v1/schedules/{schedule_id}/run", ADMIN), 429, "too_many_requests")
 
@@ -84,7 +84,7 @@ def test_a_due_time_whose_owner_is_at_the_cap_waits_for_a_later_pass(api: Api) -
 
     def fire() -> list[str]:
         result = tick(
-            api.deps.store, api.context.schedules, api.clock, grace=grace, max_unsettled=cap
+            api.deps.catalog, api.context.schedules, api.clock, grace=grace, max_unsettled=cap
         )
         return [record.id for record in result.fired]
 
@@ -93,7 +93,7 @@ def test_a_due_time_whose_owner_is_at_the_cap_waits_for_a_later_pass(api: Api) -
     assert api.drain() == {"succeeded": cap}
     fired = fire()
     assert len(fired) == 1
-    assert api.deps.store.get_export(fired[0]) is not None
+    assert api.deps.exports.get_export(fired[0]) is not None
 
 
 def test_a_cron_firing_more_often_than_the_minimum_interval_is_refused(api: Api) -> None:
@@ -204,7 +204,7 @@ def test_a_link_stops_when_its_creator_may_no_longer_read_the_query(api: Api) ->
     _team(api)
     export_id = _succeeded_export(api)
     link = api.post(f"/api/v1/exports/{export_id}/links", ADMIN).json()
-    query = api.deps.store.get_query(ORDERS)
+    query = api.deps.catalog.get_query(ORDERS)
     assert query is not None
     restricted = replace(
         query,
@@ -212,5 +212,5 @@ def test_a_link_stops_when_its_creator_may_no_longer_read_the_query(api: Api) ->
         owner=api.user_id(ALICE),
         members=frozenset({api.user_id(ALICE)}),
     )
-    assert api.deps.store.update_query(restricted)
+    assert api.deps.catalog.update_query(restricted)
     assert _open(api, link["url"]).status_code == 410

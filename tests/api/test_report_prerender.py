@@ -73,7 +73,7 @@ def _assert_refused_and_nothing_stored(api: Api, export_id: str) -> None:
     events = api.get(f"{EXPORTS}/{export_id}/events", READER).json()["items"]
     assert [e["kind"] for e in events] == ["requested", "refused"]
     assert events[-1]["code"] == "access_lost"
-    key = api.deps.store.get_export(export_id).storage_key  # type: ignore[union-attr]
+    key = api.deps.exports.get_export(export_id).storage_key  # type: ignore[union-attr]
     assert api.deps.objects.head(key) is None
     assert api.deps.objects.incomplete_uploads(key) == []
     assert api.get(f"{EXPORTS}/{export_id}/file", READER).status_code == 409

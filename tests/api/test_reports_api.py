@@ -492,9 +492,9 @@ def test_a_report_file_is_refused_once_a_query_in_it_is_unreadable(team: Api) ->
     export_id = _export(team, VIEWER, report_id=report["id"], format="html").json()["id"]
     team.drain()
     assert team.get(f"{EXPORTS}/{export_id}/file", VIEWER).status_code == 200
-    query = team.deps.store.get_query(ORDERS)
+    query = team.deps.catalog.get_query(ORDERS)
     assert query is not None
-    team.deps.store.update_query(replace(query, visibility=Visibility.MEMBERS))
+    team.deps.catalog.update_query(replace(query, visibility=Visibility.MEMBERS))
     refused = team.get(f"{EXPORTS}/{export_id}/file", VIEWER)
     assert refused.status_code == 403
     assert refused.json()["code"] == "access_lost"

@@ -46,7 +46,7 @@ def _patch(api: Api, schedule_id: str, who: str, **changes: Any) -> Any:
 
 def _fired(api: Api) -> list[str]:
     """One scheduler pass: the ids of the exports it fired."""
-    result = tick(api.deps.store, api.context.schedules, api.clock, grace=timedelta(minutes=1))
+    result = tick(api.deps.catalog, api.context.schedules, api.clock, grace=timedelta(minutes=1))
     return [record.id for record in result.fired]
 
 
@@ -143,7 +143,7 @@ def test_only_the_owner_or_an_admin_manages_a_schedule(api: Api) -> None:
         _problem(api.post(f"{path}/run", who), 403, "forbidden")
         _problem(api.delete(path, who), 403, "forbidden")
     assert api.get(path, ALICE).json()["enabled"] is True
-    assert api.deps.store.list_exports(workspace_id="acme") == []
+    assert api.deps.exports.list_exports(workspace_id="acme") == []
 
     paused = _patch(api, schedule_id, ADMIN, enabled=False)
     assert paused.status_code == 200
@@ -206,7 +206,7 @@ def test_pause_and_resume_skip_the_due_times_in_between(api: Api) -> None:
     resumed = _patch(api, schedule_id, ALICE, enabled=True).json()
     assert (resumed["enabled"], resumed["next_run_at"]) == (True, "2026-01-19T07:00:00Z")
     assert _fired(api) == []
-    assert api.deps.store.list_exports(workspace_id="acme") == []
+    assert api.deps.exports.list_exports(workspace_id="acme") == []
 
 
 def test_run_now_creates_an_export_with_a_waiting_delivery_per_recipient(api: Api) -> None:
@@ -272,13 +272,13 @@ def test_notify_on_an_export_request_creates_its_deliveries(api: Api) -> None:
         json={"query_id": ORDERS, "format": "csv", "notify": [{"email": "not-an-address"}]},
     )
     assert _problem(bad, 422, "invalid_request")["field"] == "notify[0].email"
-    assert len(api.deps.store.list_exports(workspace_id="acme")) == 1
+    assert len(api.deps.exports.list_exports(workspace_id="acme")) == 1
 
 
 def test_a_report_schedule_takes_report_formats(api: Api) -> None:
     """A report is scheduled as pdf, xlsx or html; csv is 422 naming the format."""
     _team(api)
-    api.deps.store.add_report(
+    api.deps.catalog.add_report(
         Report(
             id="r-weekly",
             workspace_id="acme",
@@ -301,7 +301,7 @@ def test_a_null_subject_id_is_taken_only_beside_the_other_id(api: Api) -> None:
     """PATCH with a null query_id and a report_id turns a query's schedule into the report's;
     a null id alone, or both null, is 422 naming it and the schedule stays as it was."""
     _team(api)
-    api.deps.store.add_report(
+    api.deps.catalog.add_report(
         Report(id="r-weekly", workspace_id="acme", title="weekly", sections=(Section("O", ORDERS),))
     )
     created = _create(api)

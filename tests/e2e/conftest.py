@@ -22,7 +22,7 @@ from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.engine import create_engine
-from qexport.store.exports import SqlMetadataStore
+from tests.stores import SqlMetadataStore
 
 
 @dataclass
@@ -85,6 +85,7 @@ class Env:
     def request(self, query: str, fmt: str, **params: str) -> str:
         """Request an export in-process, as alice."""
         record = request_export(
+            self.store,
             self.store,
             SystemClock(),
             Requester("alice", "demo"),

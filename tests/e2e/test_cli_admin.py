@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qexport import bootstrap
-from qexport.api.app import create_app
+from qexport.app import create_app
 from qexport.config import Settings
 from qexport.domain.exports import Status
 from qexport.store.accounts import SqlAccountStore
@@ -33,7 +33,7 @@ def client(env: Env) -> Iterator[TestClient]:
     # The demo source for every workspace: these tests are about accounts, not sources.
     settings = Settings(data_dir=env.data_dir, source_workspaces={"demo": frozenset({"*"})})
     deps = bootstrap.build(settings, upgrade=False)
-    with TestClient(create_app(bootstrap.api_context(settings, deps))) as api:
+    with TestClient(create_app(deps)) as api:
         yield api
 
 

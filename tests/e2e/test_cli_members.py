@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qexport import bootstrap
-from qexport.api.app import create_app
+from qexport.app import create_app
 from qexport.config import Settings
 from qexport.domain.queries import Parameter, ParamType
 from qexport.store.accounts import SqlAccountStore
@@ -28,7 +28,7 @@ def client(env: Env) -> Iterator[TestClient]:
     """The HTTP API in this process, over the data dir the CLI writes."""
     settings = Settings(data_dir=env.data_dir)
     deps = bootstrap.build(settings, upgrade=False)
-    with TestClient(create_app(bootstrap.api_context(settings, deps))) as api:
+    with TestClient(create_app(deps)) as api:
         yield api
 
 

@@ -19,9 +19,9 @@ import pytest
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.queries import Parameter, ParamType
 from qexport.store.engine import create_engine
-from qexport.store.exports import SqlMetadataStore
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL
+from tests.stores import SqlMetadataStore
 
 pytest_plugins = ["tests.s3server"]
 

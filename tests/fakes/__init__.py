@@ -6,15 +6,22 @@ They are test code: nothing in `src/` imports them.
 """
 
 from tests.fakes.accounts import InMemoryAccountStore
+from tests.fakes.catalog import InMemoryCatalog
 from tests.fakes.clock import FrozenClock
-from tests.fakes.exports import InMemoryMetadataStore
+from tests.fakes.deliveries import InMemoryDeliveryStore
+from tests.fakes.exports import InMemoryExportQueue, InMemoryMetadataStore
 from tests.fakes.objects import InMemoryObjectStore
+from tests.fakes.schedules import InMemoryScheduleStore
 from tests.fakes.sources import FixedSources
 
 __all__ = [
     "FixedSources",
     "FrozenClock",
     "InMemoryAccountStore",
+    "InMemoryCatalog",
+    "InMemoryDeliveryStore",
+    "InMemoryExportQueue",
     "InMemoryMetadataStore",
     "InMemoryObjectStore",
+    "InMemoryScheduleStore",
 ]

@@ -1,4 +1,4 @@
-"""The export queue and the catalog in memory, guarded by one lock."""
+"""The export queue in memory: a dict, a lock and the lifecycle table (domain/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from qexport.domain.accounts import (
-    Standing,
-)
+from qexport.domain.accounts import Standing
 from qexport.domain.exports import (
     UNSETTLED,
     EventKind,
@@ -23,35 +21,72 @@ from qexport.domain.exports import (
 )
 from qexport.domain.failures import (
     FailureCode,
-    InvalidRequestError,
     bounded_detail,
     unsettled_cap_reached,
 )
 from qexport.domain.fairness import RequesterKey, RequesterQueue, claim_order
+from qexport.domain.lifecycle import TRANSITIONS, Guard, Step, claim_step, guard_holds
 from qexport.domain.queries import Query
 from qexport.domain.quotas import check_workspace_quota
-from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject
+from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import NewDelivery
-from qexport.ports import Admission, ClaimResult, NewExport
+from qexport.ports import Admission, Catalog, ClaimResult, NewExport
+from tests.fakes.catalog import InMemoryCatalog
 
 
 def _expired(record: ExportRecord, now: datetime) -> bool:
     return record.expires_at is not None and record.expires_at <= now
 
 
-class InMemoryMetadataStore:
-    """The MetadataStore contract on a dict, guarded by one lock."""
+def failed_changes(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
+    """What a step that settles `failed` sets besides the status."""
+    return {
+        "failure_code": code,
+        "failure_detail": bounded_detail(detail) or code.value,
+        "completed_at": now,
+    }
 
-    def __init__(self, standing: Callable[[str, str], Standing] | None = None) -> None:
+
+class InMemoryExportQueue:
+    """The ExportQueue contract: every transition is `apply`, checked against the table."""
+
+    def __init__(
+        self,
+        standing: Callable[[str, str], Standing] | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
         self._exports: dict[str, ExportRecord] = {}
-        self._queries: dict[str, Query] = {}
-        self._reports: dict[str, Report] = {}
         self._events: list[ExportEvent] = []
         # (export id, delivery) as recorded with each export
         self.deliveries: list[tuple[str, NewDelivery]] = []
         # (workspace id, user id) -> the requester's standing; default: no accounts.
         self._standing = standing or (lambda _workspace, _user: Standing())
+        self._catalog = catalog  # where a claim reads the export's subject (None: nowhere)
         self._lock = threading.RLock()  # claim_next claims while holding it
+
+    def apply(
+        self,
+        step: Step,
+        export_id: str,
+        *,
+        now: datetime,
+        token: str | None = None,
+        **changes: Any,
+    ) -> ExportRecord | None:
+        """One row of the lifecycle table: if its guard holds, write its status and
+        `changes` (only fields the table lets it set) and record its event."""
+        transition = TRANSITIONS[step]
+        assert set(changes) <= transition.sets, (step, set(changes) - transition.sets)
+        with self._lock:
+            record = self._exports.get(export_id)
+            if record is None or not guard_holds(record, transition.guard, token, now):
+                return None
+            status = transition.status or record.status
+            updated = replace(record, status=status, **changes)
+            self._exports[export_id] = updated
+            if transition.event is not None:
+                self._event(updated, transition.event, now)
+            return updated
 
     def _event(self, record: ExportRecord, kind: EventKind, now: datetime) -> None:
         released = kind is EventKind.RELEASED
@@ -146,16 +181,6 @@ class InMemoryMetadataStore:
         with self._lock:
             return any(r.status in UNSETTLED for r in self._exports.values())
 
-    @staticmethod
-    def _is_claimable(record: ExportRecord, now: datetime) -> bool:
-        if record.status is Status.QUEUED:
-            return True
-        return (
-            record.status is Status.RUNNING
-            and record.lease_expires_at is not None
-            and record.lease_expires_at < now
-        )
-
     def claim_next(
         self,
         *,
@@ -169,25 +194,36 @@ class InMemoryMetadataStore:
             candidate = self._fair_candidate(now, max_running_per_user)
             if candidate is None:
                 return ClaimResult()
+            subject = self._subject(candidate)
             if candidate.status is Status.QUEUED:
                 standing = self._standing(candidate.workspace_id, candidate.requested_by)
-                refusal = admit(candidate, self._subject(candidate), standing)
+                refusal = admit(candidate, subject, standing)
                 if refusal is not None:
-                    refused = replace(
-                        candidate,
-                        status=Status.FAILED,
-                        failure_code=FailureCode.ACCESS_LOST,
-                        failure_detail=bounded_detail(refusal) or "access_lost",
-                        completed_at=now,
-                    )
-                    self._exports[candidate.id] = refused
-                    self._event(refused, EventKind.REFUSED, now)
+                    failed = failed_changes(now, FailureCode.ACCESS_LOST, refusal)
+                    refused = self.apply(Step.REFUSE, candidate.id, now=now, **failed)
                     return ClaimResult(refused=refused)
-            return ClaimResult(
-                claimed=self.claim(
-                    candidate.id, worker_id=worker_id, now=now, lease_seconds=lease_seconds
-                ),
-                query=self._subject(candidate),
+            claimed = self._claim(candidate.id, worker_id, now, lease_seconds)
+            return ClaimResult(claimed=claimed, subject=subject)
+
+    def _claim(
+        self, export_id: str, worker_id: str, now: datetime, lease_seconds: float
+    ) -> ExportRecord | None:
+        """Claim (or redeliver) one export if it is claimable, with a new lease token."""
+        with self._lock:
+            record = self._exports.get(export_id)
+            if record is None:
+                return None
+            attempt = record.attempt + 1
+            return self.apply(
+                claim_step(attempt),
+                export_id,
+                now=now,
+                attempt=attempt,
+                lease_token=str(uuid.uuid4()),
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                worker_id=worker_id,
+                started_at=record.started_at or now,
+                progress_rows=0,
             )
 
     def _fair_candidate(self, now: datetime, max_running: int | None) -> ExportRecord | None:
@@ -200,7 +236,7 @@ class InMemoryMetadataStore:
                 key not in last_started or r.started_at > last_started[key]
             ):
                 last_started[key] = r.started_at
-            if self._is_claimable(r, now):
+            if guard_holds(r, Guard.CLAIMABLE, None, now):
                 waiting.setdefault(key, []).append(r)
             elif r.status is Status.RUNNING:
                 running[key] += 1
@@ -214,74 +250,29 @@ class InMemoryMetadataStore:
         return min(waiting[order[0]], key=lambda r: (r.created_at, r.id)) if order else None
 
     def _subject(self, record: ExportRecord) -> Query | ReportSubject | None:
+        if self._catalog is None:
+            return None
         if record.subject_type != SUBJECT_REPORT:
-            return self._queries.get(record.subject_id)
-        report = self._reports.get(record.subject_id)
+            return self._catalog.get_query(record.subject_id)
+        report = self._catalog.get_report(record.subject_id)
         if report is None:
             return ReportSubject(None)
         ids = {s.query_id for s in report.sections}
-        return ReportSubject(report, {query_id: self._queries.get(query_id) for query_id in ids})
-
-    def next_claimable(self, now: datetime) -> ExportRecord | None:
-        with self._lock:
-            candidates = [r for r in self._exports.values() if self._is_claimable(r, now)]
-        return min(candidates, key=lambda r: (r.created_at, r.id), default=None)
-
-    def _write(
-        self,
-        export_id: str,
-        guard: Callable[[ExportRecord], bool],
-        event: tuple[EventKind, datetime] | None = None,
-        **changes: Any,
-    ) -> ExportRecord | None:
-        with self._lock:
-            record = self._exports.get(export_id)
-            if record is None or not guard(record):
-                return None
-            updated = replace(record, **changes)
-            self._exports[export_id] = updated
-            if event is not None:
-                self._event(updated, *event)
-            return updated
-
-    def claim(
-        self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float
-    ) -> ExportRecord | None:
-        with self._lock:
-            record = self._exports.get(export_id)
-            if record is None or not self._is_claimable(record, now):
-                return None
-            updated = replace(
-                record,
-                status=Status.RUNNING,
-                attempt=record.attempt + 1,
-                lease_token=str(uuid.uuid4()),
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                worker_id=worker_id,
-                started_at=record.started_at or now,
-                progress_rows=0,
-            )
-            self._exports[export_id] = updated
-            kind = EventKind.CLAIMED if updated.attempt == 1 else EventKind.REDELIVERED
-            self._event(updated, kind, now)
-            return updated
-
-    @staticmethod
-    def _fence(token: str) -> Callable[[ExportRecord], bool]:
-        return lambda r: r.status is Status.RUNNING and r.lease_token == token
+        found = {query_id: self._catalog.get_query(query_id) for query_id in ids}
+        return ReportSubject(report, found)
 
     def heartbeat(
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
     ) -> bool:
-        return (
-            self._write(
-                export_id,
-                self._fence(token),
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                progress_rows=progress_rows,
-            )
-            is not None
+        updated = self.apply(
+            Step.HEARTBEAT,
+            export_id,
+            now=now,
+            token=token,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            progress_rows=progress_rows,
         )
+        return updated is not None
 
     def release_with_backoff(
         self,
@@ -293,17 +284,16 @@ class InMemoryMetadataStore:
         code: FailureCode,
         detail: str,
     ) -> bool:
-        return (
-            self._write(
-                export_id,
-                self._fence(token),
-                (EventKind.RELEASED, now),
-                lease_expires_at=now + timedelta(seconds=delay_seconds),
-                last_error_code=code,
-                last_error_detail=bounded_detail(detail),
-            )
-            is not None
+        updated = self.apply(
+            Step.RELEASE,
+            export_id,
+            now=now,
+            token=token,
+            lease_expires_at=now + timedelta(seconds=delay_seconds),
+            last_error_code=code,
+            last_error_detail=bounded_detail(detail),
         )
+        return updated is not None
 
     def succeed(
         self,
@@ -327,17 +317,11 @@ class InMemoryMetadataStore:
                     and r.expires_at > now
                 )
                 check_workspace_quota(used, result.size_bytes, quota_bytes)
-            return self._succeed(export_id, token, now=now, result=result, expires_at=expires_at)
-
-    def _succeed(
-        self, export_id: str, token: str, *, now: datetime, result: Result, expires_at: datetime
-    ) -> bool:
-        return (
-            self._write(
+            updated = self.apply(
+                Step.SUCCEED,
                 export_id,
-                self._fence(token),
-                (EventKind.SUCCEEDED, now),
-                status=Status.SUCCEEDED,
+                now=now,
+                token=token,
                 size_bytes=result.size_bytes,
                 row_count=result.row_count,
                 sha256=result.sha256,
@@ -345,135 +329,22 @@ class InMemoryMetadataStore:
                 completed_at=now,
                 expires_at=expires_at,
             )
-            is not None
-        )
-
-    def _settle_failed(
-        self,
-        export_id: str,
-        guard: Callable[[ExportRecord], bool],
-        now: datetime,
-        code: FailureCode,
-        detail: str,
-        kind: EventKind = EventKind.FAILED,
-    ) -> bool:
-        return (
-            self._write(
-                export_id,
-                guard,
-                (kind, now),
-                status=Status.FAILED,
-                failure_code=code,
-                failure_detail=bounded_detail(detail) or code.value,
-                completed_at=now,
-            )
-            is not None
-        )
+            return updated is not None
 
     def fail(
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool:
-        return self._settle_failed(export_id, self._fence(token), now, code, detail)
-
-    def fail_before_run(
-        self, export_id: str, *, now: datetime, code: FailureCode, detail: str
-    ) -> bool:
-        return self._settle_failed(
-            export_id, lambda r: r.status is Status.QUEUED, now, code, detail, EventKind.REFUSED
-        )
+        failed = failed_changes(now, code, detail)
+        return self.apply(Step.FAIL, export_id, now=now, token=token, **failed) is not None
 
     def cancel(self, export_id: str, *, now: datetime) -> bool:
-        return self._settle_failed(
-            export_id,
-            lambda r: r.status in UNSETTLED,
-            now,
-            FailureCode.CANCELLED,
-            "cancelled by the requester",
-            EventKind.CANCELLED,
-        )
+        failed = failed_changes(now, FailureCode.CANCELLED, "cancelled by the requester")
+        return self.apply(Step.CANCEL, export_id, now=now, **failed) is not None
 
-    # saved queries
-    def add_query(self, query: Query) -> Query:
-        with self._lock:
-            if self._live_query(query.workspace_id, query.name) is not None:
-                raise InvalidRequestError(
-                    f"a query named {query.name!r} already exists", field="name"
-                )
-            self._queries[query.id] = query
-        return query
 
-    def _live_query(self, workspace_id: str, name: str) -> Query | None:
-        for query in self._queries.values():
-            if query.workspace_id == workspace_id and query.name == name and not query.deleted:
-                return query
-        return None
+class InMemoryMetadataStore(InMemoryExportQueue, InMemoryCatalog):
+    """The export queue and the catalog as one object, as most tests use them."""
 
-    def get_query(self, query_id: str) -> Query | None:
-        with self._lock:
-            return self._queries.get(query_id)
-
-    def find_query(self, workspace_id: str, name: str) -> Query | None:
-        with self._lock:
-            return self._live_query(workspace_id, name)
-
-    def list_queries(self, workspace_id: str) -> list[Query]:
-        with self._lock:
-            live = [
-                q
-                for q in self._queries.values()
-                if q.workspace_id == workspace_id and not q.deleted
-            ]
-        return sorted(live, key=lambda q: q.name)
-
-    def update_query(self, query: Query) -> bool:
-        with self._lock:
-            current = self._queries.get(query.id)
-            if current is None or current.deleted:
-                return False
-            self._queries[query.id] = replace(query, workspace_id=current.workspace_id)
-            return True
-
-    def delete_query(self, query_id: str) -> bool:
-        with self._lock:
-            current = self._queries.get(query_id)
-            if current is None or current.deleted:
-                return False
-            self._queries[query_id] = replace(current, deleted=True)
-            return True
-
-    # reports
-    def add_report(self, report: Report) -> Report:
-        with self._lock:
-            if report.id in self._reports:
-                raise ValueError("duplicate report id")
-            self._reports[report.id] = report
-        return report
-
-    def get_report(self, report_id: str) -> Report | None:
-        with self._lock:
-            return self._reports.get(report_id)
-
-    def list_reports(self, workspace_id: str) -> list[Report]:
-        with self._lock:
-            live = [
-                r
-                for r in self._reports.values()
-                if r.workspace_id == workspace_id and not r.deleted
-            ]
-        return sorted(live, key=lambda r: (r.title, r.id))
-
-    def update_report(self, report: Report) -> bool:
-        with self._lock:
-            current = self._reports.get(report.id)
-            if current is None or current.deleted:
-                return False
-            self._reports[report.id] = replace(report, workspace_id=current.workspace_id)
-            return True
-
-    def delete_report(self, report_id: str) -> bool:
-        with self._lock:
-            current = self._reports.get(report_id)
-            if current is None or current.deleted:
-                return False
-            self._reports[report_id] = replace(current, deleted=True)
-            return True
+    def __init__(self, standing: Callable[[str, str], Standing] | None = None) -> None:
+        InMemoryCatalog.__init__(self)
+        InMemoryExportQueue.__init__(self, standing, catalog=self)

@@ -11,6 +11,7 @@ from typing import BinaryIO
 from qexport.domain.failures import (
     NotFoundError,
     ObjectExistsError,
+    StorageUnavailableError,
 )
 from qexport.ports import StoredObject
 
@@ -29,7 +30,9 @@ class _InMemoryUpload:
     def complete(self, *, rows: int, sha256: str) -> StoredObject:
         data = b"".join(self.parts[n] for n in sorted(self.parts))
         with self._store.lock:
-            self._store.uploads.pop(self.upload_id, None)
+            if self._store.uploads.pop(self.upload_id, None) is None:
+                # Aborted, or destroyed by discard_staging: its parts are gone.
+                raise StorageUnavailableError(f"the upload to {self.key} no longer exists")
             if self.key in self._store.objects:
                 raise ObjectExistsError(f"an object is already stored at {self.key}")
             stored = StoredObject(self.key, len(data), rows, sha256)

@@ -13,6 +13,7 @@ import duckdb
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.accounts import Role
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Parameter, Query
@@ -21,10 +22,10 @@ from qexport.services.requests import request_report_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.exports import SqlMetadataStore
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources
+from tests.stores import SqlMetadataStore
 
 WORKSPACE = "acme"
 ALICE = Requester("alice", WORKSPACE)
@@ -49,7 +50,7 @@ def build_shop(path: Path, rows: int = 120) -> None:
 
 @dataclass
 class ReportEnv:
-    deps: Deps
+    deps: Container
     store: SqlMetadataStore
 
     def add_query(self, name: str, sql: str, parameters: Sequence[Parameter] = ()) -> Query:
@@ -66,6 +67,7 @@ class ReportEnv:
         self, report: Report, fmt: str, requester: Requester = ALICE, **params: Any
     ) -> ExportRecord:
         return request_report_export(
+            self.store,
             self.store,
             self.deps.clock,
             requester,
@@ -97,7 +99,7 @@ def make_env(store: SqlMetadataStore, tmp_path: Path, *, rows: int = 120) -> Rep
     for user_id in ("alice", "bob"):
         accounts.create_user(f"{user_id}@example.com", password_hash=None, now=now, user_id=user_id)
         accounts.set_role(WORKSPACE, user_id, Role.VIEWER)
-    deps = Deps(
+    deps = container_of(
         store=store,
         objects=FilesystemObjectStore(tmp_path / "objects"),  # files not in traced memory
         sources=FixedSources({SOURCE: DuckDBSource(SOURCE, path)}),

@@ -16,12 +16,12 @@ from qexport.domain.failures import ConflictError, FailureCode, InvalidRequestEr
 from qexport.domain.queries import Query
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
-from qexport.ports import AccountStore, MetadataStore, NewExport
+from qexport.ports import AccountStore, NewExport
 from qexport.store.accounts import LAST_USED_RESOLUTION, SqlAccountStore
-from qexport.store.exports import SqlMetadataStore
 from qexport.worker.loop import pre_run_refusal
 from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryAccountStore, InMemoryMetadataStore
+from tests.stores import MetadataStore, SqlMetadataStore
 
 STAND_IN_HASH = "$argon2id$v=19$stand-in"  # opaque to the store
 

@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from qexport.domain.exports import ExportRecord
-from qexport.ports import MetadataStore
+from tests import queue_helpers
 from tests.factories import new_export
+from tests.stores import MetadataStore
 
 EXPORTS = 500
 CLAIMERS = 8
@@ -41,10 +42,12 @@ def test_concurrent_claimers_take_each_export_exactly_once(
                 worker_id=name, now=now, lease_seconds=600, admit=lambda _e, _q, _s: None
             )
             return result.claimed is not None, result.claimed
-        candidate = sql_store.next_claimable(now)
+        candidate = queue_helpers.next_claimable(sql_store, now)
         if candidate is None:
             return False, None
-        return True, sql_store.claim(candidate.id, worker_id=name, now=now, lease_seconds=600)
+        return True, queue_helpers.claim(
+            sql_store, candidate.id, worker_id=name, now=now, lease_seconds=600
+        )
 
     def claimer(name: str) -> None:
         try:

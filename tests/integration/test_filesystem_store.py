@@ -1,16 +1,17 @@
-"""The filesystem object store: multipart completion, create-if-absent, metadata, lifecycle."""
+"""The filesystem object store: its layout on disk, crashes mid-completion, keys, lifecycle.
+
+What every ObjectStore does is in test_object_store_contract.py."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from qexport.domain.failures import NotFoundError, ObjectExistsError, StorageUnavailableError
+from qexport.domain.failures import ObjectExistsError, StorageUnavailableError
 from qexport.ports import StoredObject
 from qexport.storage import filesystem
 from qexport.storage.filesystem import FilesystemObjectStore
@@ -56,50 +57,40 @@ def _staging_entries(store: FilesystemObjectStore) -> list[str]:
     return sorted(os.listdir(staging)) if staging.exists() else []
 
 
-def test_completed_upload_is_the_concatenation_of_its_parts_with_its_metadata(
-    store: FilesystemObjectStore,
-) -> None:
-    """Parts are joined in number order and head reports size, rows and sha256."""
+def test_a_completed_object_is_a_plain_file_at_its_key(store: FilesystemObjectStore) -> None:
+    """Parts joined (out of order too) are the file at the key's path, and the upload's
+    staging directory is gone."""
     parts = [b"id,name\n", b"1,a\n" * 1000, b"2,\xc3\xa9\n"]
     upload = store.begin_upload(KEY)
-    # Parts uploaded out of order still assemble by number.
     upload.upload_part(2, parts[1])
     upload.upload_part(1, parts[0])
     upload.upload_part(3, parts[2])
-    digest = hashlib.sha256(b"".join(parts)).hexdigest()
-
-    stored = upload.complete(rows=1001, sha256=digest)
-
-    expected = StoredObject(KEY, len(b"".join(parts)), 1001, digest)
-    assert stored == expected
-    assert store.head(KEY) == expected
-    assert _read(store, KEY) == b"".join(parts)
+    upload.complete(rows=1001, sha256=hashlib.sha256(b"".join(parts)).hexdigest())
     assert store.local_path(KEY).read_bytes() == b"".join(parts)
     assert _staging_entries(store) == []
-    assert store.incomplete_uploads(KEY) == []
 
 
-def test_single_part_upload_is_published_whole(store: FilesystemObjectStore) -> None:
-    """One part (renamed rather than copied) becomes the object unchanged."""
-    stored = _upload(store, KEY, [b"x" * 100_000], rows=7)
-    assert stored.size_bytes == 100_000
-    assert _read(store, KEY) == b"x" * 100_000
+def test_the_loser_at_a_taken_key_leaves_no_staging_and_no_metadata(
+    store: FilesystemObjectStore,
+) -> None:
+    """Create-if-absent by hard link: the losing upload's directory and its metadata go."""
+    _upload(store, KEY, [b"first\n"], rows=1)
+    second = store.begin_upload(KEY)
+    second.upload_part(1, b"second attempt, other bytes\n")
+
+    with pytest.raises(ObjectExistsError):
+        second.complete(rows=99, sha256="0" * 64)
+
+    assert _read(store, KEY) == b"first\n"
+    assert _staging_entries(store) == []
+    assert len(os.listdir(store.layout.meta_root)) == 1  # the loser's metadata is gone too
 
 
-def test_multi_megabyte_parts_assemble_byte_exact(store: FilesystemObjectStore) -> None:
-    """Large parts joined by in-kernel copies give exactly the bytes uploaded."""
-    parts = [os.urandom(5 * 1024 * 1024 + 17), os.urandom(3 * 1024 * 1024), b"tail"]
-    stored = _upload(store, KEY, parts, rows=3)
-    assert stored.size_bytes == sum(len(part) for part in parts)
-    assert hashlib.sha256(_read(store, KEY)).hexdigest() == stored.sha256
-
-
-def test_a_key_prefix_is_not_an_object(store: FilesystemObjectStore) -> None:
-    """The directories leading to a key are neither found by head nor opened."""
-    _upload(store, KEY, [b"data"], rows=1)
-    assert store.head("exports/demo/exp-1") is None
-    with pytest.raises(NotFoundError):
-        store.open("exports/demo")
+def test_delete_removes_the_metadata_too(store: FilesystemObjectStore) -> None:
+    """No metadata file is left behind by a deleted object."""
+    _upload(store, KEY, [b"old"], rows=1)
+    store.delete(KEY)
+    assert os.listdir(store.layout.meta_root) == []
 
 
 def test_a_key_below_an_existing_object_is_a_storage_error(store: FilesystemObjectStore) -> None:
@@ -110,83 +101,6 @@ def test_a_key_below_an_existing_object_is_a_storage_error(store: FilesystemObje
     with pytest.raises(StorageUnavailableError):
         upload.complete(rows=1, sha256="a" * 64)
     assert store.head(KEY + "/nested.csv") is None
-
-
-def test_second_completion_at_a_taken_key_raises_and_keeps_the_first(
-    store: FilesystemObjectStore,
-) -> None:
-    """Create-if-absent: the loser gets ObjectExistsError and the winner's object survives."""
-    first = _upload(store, KEY, [b"first\n"], rows=1)
-    second = store.begin_upload(KEY)
-    second.upload_part(1, b"second attempt, other bytes\n")
-
-    with pytest.raises(ObjectExistsError):
-        second.complete(rows=99, sha256="0" * 64)
-
-    assert store.head(KEY) == first
-    assert _read(store, KEY) == b"first\n"
-    assert _staging_entries(store) == []
-    assert len(os.listdir(store.layout.meta_root)) == 1  # the loser's metadata is gone too
-
-
-def test_racing_uploads_have_one_winner_and_the_loser_adopts_its_metadata(
-    store: FilesystemObjectStore,
-) -> None:
-    """Two attempts completing the same key at once: one object, one set of metadata."""
-    barrier = threading.Barrier(2)
-    outcomes: dict[str, StoredObject | ObjectExistsError] = {}
-
-    def attempt(name: str, payload: bytes) -> None:
-        upload = store.begin_upload(KEY)
-        upload.upload_part(1, payload)
-        upload.upload_part(2, payload)
-        barrier.wait()
-        try:
-            outcomes[name] = upload.complete(rows=len(name), sha256=name * 64)
-        except ObjectExistsError as exc:
-            outcomes[name] = exc
-
-    threads = [
-        threading.Thread(target=attempt, args=("a", b"A" * 50_000)),
-        threading.Thread(target=attempt, args=("bb", b"B" * 60_000)),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    winners = [value for value in outcomes.values() if isinstance(value, StoredObject)]
-    losers = [value for value in outcomes.values() if isinstance(value, ObjectExistsError)]
-    assert len(winners) == 1
-    assert len(losers) == 1
-    adopted = store.head(KEY)
-    assert adopted == winners[0]
-    payload = b"A" * 100_000 if adopted.sha256 == "a" * 64 else b"B" * 120_000
-    assert _read(store, KEY) == payload
-    assert _staging_entries(store) == []
-
-
-def test_abort_removes_staged_parts_and_is_idempotent(store: FilesystemObjectStore) -> None:
-    """An aborted upload leaves nothing staged and no object."""
-    upload = store.begin_upload(KEY)
-    upload.upload_part(1, b"partial")
-    assert store.incomplete_uploads(KEY) == [upload.upload_id]
-
-    upload.abort()
-    upload.abort()
-
-    assert store.incomplete_uploads(KEY) == []
-    assert _staging_entries(store) == []
-    assert store.head(KEY) is None
-
-
-def test_abort_after_complete_keeps_the_object(store: FilesystemObjectStore) -> None:
-    """Aborting in a cleanup path after a successful completion is harmless."""
-    upload = store.begin_upload(KEY)
-    upload.upload_part(1, b"done")
-    stored = upload.complete(rows=1, sha256="f" * 64)
-    upload.abort()
-    assert store.head(KEY) == stored
 
 
 def test_uploading_to_an_aborted_upload_is_a_storage_error(store: FilesystemObjectStore) -> None:
@@ -269,28 +183,6 @@ def test_discard_staging_finds_an_upload_staged_before_ids_named_their_key(
     assert store.discard_staging(KEY) == 1
 
     assert _staging_entries(store) == ["b" * 32]
-
-
-def test_staged_keys_are_the_keys_with_uploads_left(store: FilesystemObjectStore) -> None:
-    """Every key with a staging directory is named once; a completed, cleaned key is not."""
-    _upload(store, "exports/demo/exp-0/done.csv", [b"done"], rows=1)
-    for key in (KEY, KEY, "exports/demo/exp-2/f.csv"):
-        store.begin_upload(key).upload_part(1, b"x")
-
-    assert store.staged_keys() == [KEY, "exports/demo/exp-2/f.csv"]
-
-
-def test_delete_removes_object_and_metadata(store: FilesystemObjectStore) -> None:
-    """After delete, head is None, open is NotFound and the key can be completed anew."""
-    _upload(store, KEY, [b"old"], rows=1)
-    store.delete(KEY)
-    store.delete(KEY)
-
-    assert store.head(KEY) is None
-    with pytest.raises(NotFoundError):
-        store.open(KEY)
-    assert os.listdir(store.layout.meta_root) == []
-    assert _upload(store, KEY, [b"new"], rows=1).size_bytes == 3
 
 
 @pytest.mark.parametrize(

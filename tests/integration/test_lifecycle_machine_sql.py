@@ -10,11 +10,10 @@ import psycopg
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 
-from qexport.ports import MetadataStore
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlMetadataStore
 from tests import pg
 from tests.lifecycle_machine import LifecycleMachine
+from tests.stores import MetadataStore, SqlMetadataStore
 
 
 class SqliteLifecycle(LifecycleMachine):

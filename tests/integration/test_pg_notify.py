@@ -14,12 +14,12 @@ from qexport.config import Settings
 from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.notify import CHANNEL, PgListener
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.e2e.conftest import wait_for
 from tests.fakes import FixedSources, InMemoryObjectStore
+from tests.stores import SqlMetadataStore
 from tests.unit.fakes import FakeSource
 
 ALICE = Requester("alice", "w1")
@@ -35,7 +35,7 @@ def test_a_request_wakes_an_idle_worker(
     """With a 60 s poll interval, a new export is still claimed and done at once: the
     request's NOTIFY wakes the worker."""
     postgresql_store.add_query(Query(str(uuid.uuid4()), "w1", "q", "select 1", "fake"))
-    deps = Deps(
+    deps = container_of(
         store=postgresql_store,
         objects=InMemoryObjectStore(),
         sources=FixedSources({"fake": FakeSource()}),
@@ -52,7 +52,9 @@ def test_a_request_wakes_an_idle_worker(
         with psycopg.connect(_libpq(pg_url), autocommit=True) as probe:
             probe.execute(f"LISTEN {CHANNEL}")  # the listener is up once it hears this
             wait_for(lambda: listener_ready(probe), timeout=10)
-        record = request_export(postgresql_store, deps.clock, ALICE, query_ref="q", fmt="csv")
+        record = request_export(
+            postgresql_store, postgresql_store, deps.clock, ALICE, query_ref="q", fmt="csv"
+        )
         done = wait_for(
             lambda: (r := postgresql_store.get_export(record.id)) and r.settled and r, timeout=20
         )
@@ -80,10 +82,10 @@ def test_notifications_can_be_turned_off(pg_url: str) -> None:
     quiet.add_query(Query(str(uuid.uuid4()), "w1", "q", "select 1", "fake"))
     with psycopg.connect(_libpq(pg_url), autocommit=True) as listen:
         listen.execute(f"LISTEN {CHANNEL}")
-        request_export(quiet, SystemClock(), ALICE, query_ref="q", fmt="csv")
+        request_export(quiet, quiet, SystemClock(), ALICE, query_ref="q", fmt="csv")
         assert list(listen.notifies(timeout=0.5)) == []
         loud = SqlMetadataStore(engine)
-        record = request_export(loud, SystemClock(), ALICE, query_ref="q", fmt="csv")
+        record = request_export(loud, loud, SystemClock(), ALICE, query_ref="q", fmt="csv")
         heard = list(listen.notifies(timeout=2, stop_after=1))
         assert [n.payload for n in heard] == [record.id]
     engine.dispose()

@@ -14,6 +14,7 @@ import pytest
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
@@ -21,7 +22,7 @@ from qexport.services.requests import request_export
 from qexport.sources.postgres import PostgresSource
 from qexport.sources.postgres_role import SourceRefusedError
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from tests.integration.test_postgres_source import url_for
 from tests.pg import server_url
@@ -181,10 +182,10 @@ def test_dblink_is_found_when_installed(server: Server, new_role: Callable[..., 
 # ---------------------------------------------------------------- in a worker
 
 
-def _deps(tmp_path: Path, source: PostgresSource, sql: str) -> Deps:
+def _deps(tmp_path: Path, source: PostgresSource, sql: str) -> Container:
     store = InMemoryMetadataStore()
     store.add_query(Query("q1", ALICE.workspace_id, "docs", sql, "warehouse"))
-    return Deps(
+    return container_of(
         store=store,
         objects=InMemoryObjectStore(),
         sources=FixedSources({"warehouse": source}),
@@ -193,10 +194,12 @@ def _deps(tmp_path: Path, source: PostgresSource, sql: str) -> Deps:
     )
 
 
-def _export(deps: Deps, fmt: str = "csv") -> tuple[Status, FailureCode | None, str, bytes]:
-    record = request_export(deps.store, deps.clock, ALICE, query_ref="docs", fmt=fmt)
+def _export(deps: Container, fmt: str = "csv") -> tuple[Status, FailureCode | None, str, bytes]:
+    record = request_export(
+        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="docs", fmt=fmt
+    )
     Worker(deps, drain=True).run()
-    final = deps.store.get_export(record.id)
+    final = deps.exports.get_export(record.id)
     assert final is not None
     data = b""
     if final.status is Status.SUCCEEDED:

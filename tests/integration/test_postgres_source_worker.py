@@ -11,12 +11,13 @@ import pytest
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from tests.integration.test_postgres_source import ALICE, Database, database
 
@@ -35,10 +36,10 @@ def _running(database: Database) -> int:
 
 
 @pytest.fixture
-def deps(database: Database, tmp_path: Path) -> Deps:
+def deps(database: Database, tmp_path: Path) -> Container:
     store = InMemoryMetadataStore()
     store.add_query(Query(str(uuid.uuid4()), ALICE.workspace_id, "slow", SLOW, "warehouse"))
-    return Deps(
+    return container_of(
         store=store,
         objects=InMemoryObjectStore(),
         sources=FixedSources({"warehouse": database.source()}),
@@ -48,21 +49,25 @@ def deps(database: Database, tmp_path: Path) -> Deps:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
-def test_cancel_stops_the_statement_on_the_server(deps: Deps, database: Database, fmt: str) -> None:
+def test_cancel_stops_the_statement_on_the_server(
+    deps: Container, database: Database, fmt: str
+) -> None:
     """Cancelled while PostgreSQL runs a ten-minute statement (no statement timeout): the
     attempt ends, the export is failed/cancelled, and the server no longer runs it."""
-    record = request_export(deps.store, deps.clock, ALICE, query_ref="slow", fmt=fmt)
+    record = request_export(
+        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="slow", fmt=fmt
+    )
     worker = Worker(deps, worker_id="w")
     done = threading.Event()
     thread = threading.Thread(target=lambda: (worker.run_once(), done.set()), daemon=True)
     thread.start()
     while _running(database) == 0:
-        assert not done.is_set(), deps.store.get_export(record.id)
+        assert not done.is_set(), deps.exports.get_export(record.id)
         time.sleep(0.05)
-    deps.store.cancel(record.id, now=deps.clock.now())
+    deps.exports.cancel(record.id, now=deps.clock.now())
     assert done.wait(60), "the attempt kept running after the cancel"
     thread.join()
-    final = deps.store.get_export(record.id)
+    final = deps.exports.get_export(record.id)
     assert final is not None
     assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
     assert deps.objects.incomplete_uploads(record.storage_key) == []

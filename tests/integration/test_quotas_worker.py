@@ -13,13 +13,14 @@ import pytest
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import FailureCode, QueryInvalidError
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 
 ALICE = Requester("alice", "w1")
@@ -35,7 +36,7 @@ def _database(path: Path) -> Path:
     return path
 
 
-def _deps(tmp_path: Path, **settings: object) -> Deps:
+def _deps(tmp_path: Path, **settings: object) -> Container:
     path = _database(tmp_path / "data.duckdb")
     store = InMemoryMetadataStore()
     for name, sql in (("items", "SELECT * FROM items ORDER BY id"), ("spill", SPILLING_SQL)):
@@ -44,13 +45,15 @@ def _deps(tmp_path: Path, **settings: object) -> Deps:
     source = DuckDBSource(
         "data", path, memory_limit=config.duckdb_memory_limit, temp_limit=config.duckdb_temp_limit
     )
-    return Deps(store, InMemoryObjectStore(), FixedSources({"data": source}), SystemClock(), config)
+    return container_of(
+        store, InMemoryObjectStore(), FixedSources({"data": source}), SystemClock(), config
+    )
 
 
-def _run(deps: Deps, query: str, fmt: str = "csv") -> ExportRecord:
-    record = request_export(deps.store, deps.clock, ALICE, query_ref=query, fmt=fmt)
+def _run(deps: Container, query: str, fmt: str = "csv") -> ExportRecord:
+    record = request_export(deps.exports, deps.catalog, deps.clock, ALICE, query_ref=query, fmt=fmt)
     assert Worker(deps, worker_id="w").run_once()
-    final = deps.store.get_export(record.id)
+    final = deps.exports.get_export(record.id)
     assert final is not None
     return final
 

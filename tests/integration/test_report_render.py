@@ -22,9 +22,9 @@ from openpyxl.utils.escape import unescape
 from qexport.domain.exports import Status
 from qexport.domain.queries import Parameter, ParamType
 from qexport.domain.reports import Display, Report
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import workspaces
 from tests.integration.report_env import ALICE, WORKSPACE, ReportEnv, make_env, section
+from tests.stores import SqlMetadataStore
 
 ORDERS_SQL = "SELECT id, customer, amount, day, paid FROM orders ORDER BY id"
 DAILY_SQL = "SELECT day, amount, id FROM orders ORDER BY id LIMIT 20"

@@ -13,11 +13,11 @@ from qexport.domain.accounts import Standing
 from qexport.domain.exports import ExportRecord
 from qexport.domain.queries import Query, Visibility
 from qexport.domain.reports import Display, Report, ReportSubject, Section
-from qexport.ports import AccountStore, MetadataStore
+from qexport.ports import AccountStore
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.exports import SqlMetadataStore
 from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryAccountStore
+from tests.stores import MetadataStore, SqlMetadataStore
 
 LEASE = 30.0
 
@@ -130,11 +130,11 @@ def test_a_claim_reads_the_report_with_its_queries(
     result = store.claim_next(worker_id="w", now=clock.now(), lease_seconds=LEASE, admit=admit)
     assert result.claimed is not None
     assert result.claimed.id == export.id
-    assert isinstance(result.query, ReportSubject)
-    assert result.query.report == report
-    assert result.query.queries["q1"] == store.get_query("q1")
-    assert result.query.queries["q2"] is None
-    assert seen == [result.query]
+    assert isinstance(result.subject, ReportSubject)
+    assert result.subject.report == report
+    assert result.subject.queries["q1"] == store.get_query("q1")
+    assert result.subject.queries["q2"] is None
+    assert seen == [result.subject]
 
 
 def test_a_refused_report_export_fails_access_lost(

@@ -18,6 +18,7 @@ import pytest
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import FailureCode, StorageUnavailableError
 from qexport.domain.queries import Query
@@ -26,7 +27,7 @@ from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore
 from tests.faultproxy import FAULT_KINDS, LOST_REPLY, FaultProxy, Request
 
@@ -73,7 +74,9 @@ def _worker_store(proxy: FaultProxy, bucket: str) -> S3ObjectStore:
     )
 
 
-def _deps(store: S3ObjectStore, data: DuckDBSource, tmp_path: Path, *, max_attempts: int) -> Deps:
+def _deps(
+    store: S3ObjectStore, data: DuckDBSource, tmp_path: Path, *, max_attempts: int
+) -> Container:
     metadata = InMemoryMetadataStore()
     metadata.add_query(Query(str(uuid.uuid4()), "w1", "big", "SELECT * FROM t ORDER BY i", "data"))
     metadata.add_query(
@@ -86,7 +89,7 @@ def _deps(store: S3ObjectStore, data: DuckDBSource, tmp_path: Path, *, max_attem
         retry_max_seconds=0.2,
         poll_seconds=0.05,
     )
-    return Deps(
+    return container_of(
         store=metadata,
         objects=store,
         sources=FixedSources({"data": data}),
@@ -95,15 +98,15 @@ def _deps(store: S3ObjectStore, data: DuckDBSource, tmp_path: Path, *, max_attem
     )
 
 
-def _request(deps: Deps, *exports: tuple[str, str]) -> list[str]:
+def _request(deps: Container, *exports: tuple[str, str]) -> list[str]:
     return [
-        request_export(deps.store, deps.clock, ALICE, query_ref=query, fmt=fmt).id
+        request_export(deps.exports, deps.catalog, deps.clock, ALICE, query_ref=query, fmt=fmt).id
         for query, fmt in exports
     ]
 
 
-def _records(deps: Deps, ids: list[str]) -> list[ExportRecord]:
-    records = [deps.store.get_export(export_id) for export_id in ids]
+def _records(deps: Container, ids: list[str]) -> list[ExportRecord]:
+    records = [deps.exports.get_export(export_id) for export_id in ids]
     assert all(record is not None for record in records)
     return [record for record in records if record is not None]
 

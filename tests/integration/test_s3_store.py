@@ -1,4 +1,7 @@
-"""The S3 object store against moto's S3 server: multipart, create-if-absent, errors, lifecycle."""
+"""The S3 object store against moto's S3 server: staging and range copies, presigned URLs,
+errors and faults, leftovers, lifecycle.
+
+What every ObjectStore does is in test_object_store_contract.py."""
 
 from __future__ import annotations
 
@@ -15,8 +18,6 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from qexport.domain.failures import (
-    NotFoundError,
-    ObjectExistsError,
     QExportError,
     StorageUnavailableError,
 )
@@ -74,105 +75,14 @@ def test_multipart_upload_reads_back_byte_exact_with_its_metadata(
     assert [item.get("Key") for item in listed] == [f"tenant/{KEY}"]  # the staged copy is gone
 
 
-def test_single_part_upload_is_stored_with_its_metadata(s3_store: S3ObjectStore) -> None:
-    """An export of one part is stored whole, with its metadata, and nothing staged."""
-    stored = _upload(s3_store, [b"id\n1\n"], rows=1)
-
-    assert stored.size_bytes == 5
-    assert s3_store.head(KEY) == stored
-    assert _read(s3_store) == b"id\n1\n"
-    assert s3_store.incomplete_uploads(KEY) == []
-
-
-def test_empty_upload_stores_an_empty_object(s3_store: S3ObjectStore) -> None:
-    """An upload with no part completes as an empty object with rows 0."""
-    stored = s3_store.begin_upload(KEY).complete(rows=0, sha256=hashlib.sha256().hexdigest())
-
-    assert stored == StoredObject(KEY, 0, 0, hashlib.sha256().hexdigest())
-    assert s3_store.head(KEY) == stored
-    assert _read(s3_store) == b""
-
-
-@pytest.mark.parametrize("part_count", [1, 2], ids=["put", "multipart"])
-def test_second_completion_at_a_taken_key_raises_and_leaves_the_first(
-    s3_store: S3ObjectStore, part_count: int
-) -> None:
-    """Create-if-absent: the loser gets ObjectExistsError and is aborted; the first stays."""
-    first = _upload(s3_store, [b"first\n"], rows=1)
-    second = s3_store.begin_upload(KEY)
-    for number in range(1, part_count + 1):
-        second.upload_part(number, b"S" * PART)
-
-    with pytest.raises(ObjectExistsError):
-        second.complete(rows=99, sha256="0" * 64)
-
-    assert s3_store.head(KEY) == first
-    assert _read(s3_store) == b"first\n"
-    assert s3_store.incomplete_uploads(KEY) == []
-    second.abort()  # the caller aborts after any error: harmless now
-
-
-def test_racing_uploads_complete_exactly_one(s3_store: S3ObjectStore) -> None:
-    """Two attempts completing the same key at the same moment: one wins, one gets the error."""
-    uploads = [s3_store.begin_upload(KEY) for _ in range(2)]
-    for index, upload in enumerate(uploads):
-        upload.upload_part(1, bytes([65 + index]) * PART)
-        upload.upload_part(2, b"tail")
-    start = threading.Barrier(2)
-    outcomes: dict[int, StoredObject | Exception] = {}
-
-    def complete(index: int) -> None:
-        start.wait()
-        try:
-            outcomes[index] = uploads[index].complete(rows=index, sha256=str(index) * 64)
-        except ObjectExistsError as exc:
-            outcomes[index] = exc
-
-    threads = [threading.Thread(target=complete, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-
-    winners = [value for value in outcomes.values() if isinstance(value, StoredObject)]
-    losers = [value for value in outcomes.values() if isinstance(value, ObjectExistsError)]
-    assert (len(winners), len(losers)) == (1, 1)
-    assert s3_store.head(KEY) == winners[0]
-    assert _read(s3_store)[:1] == bytes([65 + winners[0].rows])
-    assert s3_store.incomplete_uploads(KEY) == []
-
-
-def test_abort_leaves_no_incomplete_upload(s3_store: S3ObjectStore) -> None:
-    """An aborted upload is gone from the bucket, abort is idempotent, and no object appears."""
+def test_an_aborted_upload_takes_no_more_parts(s3_store: S3ObjectStore) -> None:
+    """A part sent after abort is refused at once: the upload is finished."""
     upload = s3_store.begin_upload(KEY)
     upload.upload_part(1, b"a" * PART)
     upload.upload_part(2, b"b" * PART)
-    assert s3_store.incomplete_uploads(KEY) == [upload.upload_id]
-
     upload.abort()
-    upload.abort()
-
-    assert s3_store.incomplete_uploads(KEY) == []
-    assert s3_store.head(KEY) is None
     with pytest.raises(ValueError, match="already finished"):
         upload.upload_part(3, b"c")
-
-
-def test_missing_key_heads_to_none_and_refuses_to_open(s3_store: S3ObjectStore) -> None:
-    """head of a missing key is None; open raises NotFoundError; delete is quiet."""
-    assert s3_store.head(KEY) is None
-    with pytest.raises(NotFoundError):
-        s3_store.open(KEY)
-    s3_store.delete(KEY)
-
-
-def test_delete_removes_the_object(s3_store: S3ObjectStore) -> None:
-    """A deleted object is gone for head and open."""
-    _upload(s3_store, [b"x\n"], rows=1)
-
-    s3_store.delete(KEY)
-
-    assert s3_store.head(KEY) is None
 
 
 def test_presigned_url_downloads_the_bytes_as_an_attachment(s3_store: S3ObjectStore) -> None:

@@ -17,7 +17,7 @@ from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore
 
 pytest_plugins = ["tests.s3server"]
@@ -33,7 +33,7 @@ def test_exports_of_every_format_are_stored_in_s3(s3_store: S3ObjectStore, tmp_p
     con.close()
     store = InMemoryMetadataStore()
     store.add_query(Query(str(uuid.uuid4()), "w1", "t", "SELECT * FROM t ORDER BY i", "data"))
-    deps = Deps(
+    deps = container_of(
         store=store,
         objects=s3_store,
         sources=FixedSources({"data": DuckDBSource("data", path)}),
@@ -41,12 +41,12 @@ def test_exports_of_every_format_are_stored_in_s3(s3_store: S3ObjectStore, tmp_p
         settings=Settings(data_dir=tmp_path),
     )
     ids = [
-        request_export(store, deps.clock, ALICE, query_ref="t", fmt=f).id
+        request_export(store, store, deps.clock, ALICE, query_ref="t", fmt=f).id
         for f in ("csv", "parquet", "xlsx")
     ]
     assert Worker(deps, drain=True).run() == {"succeeded": 3}
     for export_id in ids:
-        record, stream = open_download(store, s3_store, deps.clock, ALICE, export_id)
+        record, stream = open_download(store, store, s3_store, deps.clock, ALICE, export_id)
         data = stream.read()
         assert record.status is Status.SUCCEEDED
         assert len(data) == record.size_bytes

@@ -1,5 +1,7 @@
-"""The schedule and delivery stores on SQLite and PostgreSQL: firing a due time is one
-idempotent transaction, and deliveries follow waiting -> sending -> sent | failed, fenced."""
+"""The schedule and delivery stores on SQLite, PostgreSQL and in memory: firing a due time
+is one idempotent transaction, and deliveries follow waiting -> sending -> sent | failed,
+fenced. The `store` fixture is parametrised over the backends; the in-memory fakes keep the
+same contract as the SQL stores."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from qexport.domain.exports import Result
-from qexport.domain.failures import FailureCode
+from qexport.domain.failures import FailureCode, InvalidRequestError, TooManyRequestsError
 from qexport.domain.schedules import (
     Channel,
     DeliveryStatus,
@@ -20,10 +22,13 @@ from qexport.domain.schedules import (
     Recipient,
     Schedule,
 )
+from qexport.ports import DeliveryStore, ScheduleStore
 from qexport.store.deliveries import SqlDeliveryStore
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.schedules import SqlScheduleStore
+from tests import queue_helpers
 from tests.factories import new_export
+from tests.fakes import InMemoryDeliveryStore, InMemoryMetadataStore, InMemoryScheduleStore
+from tests.stores import MetadataStore, SqlMetadataStore
 
 NOW = datetime(2026, 3, 2, 7, 0, tzinfo=UTC)
 LEASE = 30.0
@@ -31,19 +36,20 @@ ALICE = Recipient(Channel.EMAIL, "alice@example.com")
 HOOK = Recipient(Channel.WEBHOOK, "https://hooks.example.com/qexport")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
+@pytest.fixture
+def schedules(store: MetadataStore) -> ScheduleStore:
+    if isinstance(store, InMemoryMetadataStore):
+        return InMemoryScheduleStore(store)
+    assert isinstance(store, SqlMetadataStore)
+    return SqlScheduleStore(store.engine)
 
 
 @pytest.fixture
-def schedules(sql_store: SqlMetadataStore) -> SqlScheduleStore:
-    return SqlScheduleStore(sql_store.engine)
-
-
-@pytest.fixture
-def deliveries(sql_store: SqlMetadataStore) -> SqlDeliveryStore:
-    return SqlDeliveryStore(sql_store.engine)
+def deliveries(store: MetadataStore) -> DeliveryStore:
+    if isinstance(store, InMemoryMetadataStore):
+        return InMemoryDeliveryStore(store)
+    assert isinstance(store, SqlMetadataStore)
+    return SqlDeliveryStore(store.engine)
 
 
 def _schedule(**changes: object) -> Schedule:
@@ -69,7 +75,7 @@ def _deliveries(schedule_id: str | None = None) -> list[NewDelivery]:
     return [NewDelivery(str(uuid.uuid4()), r, schedule_id) for r in (ALICE, HOOK)]
 
 
-def test_a_schedule_reads_back_whole_and_deletes_softly(schedules: SqlScheduleStore) -> None:
+def test_a_schedule_reads_back_whole_and_deletes_softly(schedules: ScheduleStore) -> None:
     """Every field survives the round trip; a deleted schedule is listed no more and is no
     longer due, but still reads by id, marked deleted."""
     schedule = schedules.add_schedule(_schedule())
@@ -83,7 +89,7 @@ def test_a_schedule_reads_back_whole_and_deletes_softly(schedules: SqlScheduleSt
 
 
 def test_firing_a_due_time_twice_records_one_export(
-    sql_store: SqlMetadataStore, schedules: SqlScheduleStore, deliveries: SqlDeliveryStore
+    store: MetadataStore, schedules: ScheduleStore, deliveries: DeliveryStore
 ) -> None:
     """The second scheduler to fire the same due time writes nothing: not the export, not
     its deliveries, not the move of the timetable."""
@@ -117,23 +123,23 @@ def test_firing_a_due_time_twice_records_one_export(
         )
         is None
     )
-    assert len(sql_store.list_exports(workspace_id="w1")) == 1
+    assert len(store.list_exports(workspace_id="w1")) == 1
     assert [d.recipient for d in deliveries.list_deliveries(first.id)] == [ALICE, HOOK]
     assert schedules.get_schedule(schedule.id).next_due_at == later  # type: ignore[union-attr]
 
 
 def test_deliveries_wait_for_their_export_then_go_out_once(
-    sql_store: SqlMetadataStore, deliveries: SqlDeliveryStore
+    store: MetadataStore, deliveries: DeliveryStore
 ) -> None:
     """Nothing is claimable while the export is unsettled; then each delivery is claimed by
     one sender, and only the lease holder may settle it."""
-    record = sql_store.insert_export(new_export(NOW), _deliveries())
+    record = store.insert_export(new_export(NOW), _deliveries())
     assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
-    claimed = sql_store.claim(record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
+    claimed = queue_helpers.claim(store, record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
     assert claimed is not None
     assert claimed.lease_token is not None
     result = Result(size_bytes=10, row_count=2, sha256="a" * 64)
-    assert sql_store.succeed(
+    assert store.succeed(
         record.id, claimed.lease_token, now=NOW, result=result, expires_at=NOW + timedelta(days=7)
     )
     first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
@@ -168,12 +174,14 @@ def test_deliveries_wait_for_their_export_then_go_out_once(
 
 
 def test_a_sender_that_died_has_its_delivery_taken_over(
-    sql_store: SqlMetadataStore, deliveries: SqlDeliveryStore
+    store: MetadataStore, deliveries: DeliveryStore
 ) -> None:
     """A delivery left `sending` past its lease is claimed again with a new lease; the dead
     sender's token no longer settles it. A failed export's deliveries go out too."""
-    record = sql_store.insert_export(new_export(NOW), _deliveries()[:1])
-    assert sql_store.fail_before_run(record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x")
+    record = store.insert_export(new_export(NOW), _deliveries()[:1])
+    assert queue_helpers.fail_before_run(
+        store, record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x"
+    )
     first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
     assert first is not None
     assert first.export.failure_code is FailureCode.ACCESS_LOST
@@ -192,7 +200,97 @@ def test_a_sender_that_died_has_its_delivery_taken_over(
     assert not deliveries.has_unsent()
 
 
-def test_instance_secret_is_generated_once(schedules: SqlScheduleStore) -> None:
+def test_instance_secret_is_generated_once(schedules: ScheduleStore) -> None:
     """Every caller gets the value the first one stored."""
     first = schedules.instance_secret("webhook", lambda: "one", now=NOW)
     assert schedules.instance_secret("webhook", lambda: "two", now=NOW) == first == "one"
+
+
+def test_advance_moves_the_due_time_once(schedules: ScheduleStore) -> None:
+    """Skipping a due time moves the timetable on for the first scheduler only; a paused
+    schedule is not moved, and a moved schedule is due again at its new time."""
+    schedule = schedules.add_schedule(_schedule())
+    later = NOW + timedelta(days=7)
+    assert schedules.advance(schedule.id, expected=NOW, next_due_at=later)
+    assert not schedules.advance(schedule.id, expected=NOW, next_due_at=later + timedelta(days=7))
+    assert schedules.due_schedules(NOW) == []
+    assert [s.id for s in schedules.due_schedules(later)] == [schedule.id]
+    paused = schedules.add_schedule(_schedule(enabled=False))
+    assert not schedules.advance(paused.id, expected=NOW, next_due_at=later)
+    assert schedules.get_schedule(paused.id).next_due_at == NOW  # type: ignore[union-attr]
+
+
+def test_due_schedules_are_the_enabled_live_ones_oldest_first(schedules: ScheduleStore) -> None:
+    """Only enabled, undeleted schedules whose time has come are due, the longest-waiting
+    first, at most `limit` of them."""
+    oldest = schedules.add_schedule(_schedule(next_due_at=NOW - timedelta(hours=2)))
+    older = schedules.add_schedule(_schedule(next_due_at=NOW - timedelta(hours=1)))
+    now = schedules.add_schedule(_schedule(next_due_at=NOW))
+    schedules.add_schedule(_schedule(next_due_at=NOW + timedelta(seconds=1)))
+    schedules.add_schedule(_schedule(enabled=False, next_due_at=NOW - timedelta(hours=3)))
+    gone = schedules.add_schedule(_schedule(next_due_at=NOW - timedelta(hours=4)))
+    assert schedules.delete_schedule(gone.id, now=NOW)
+    assert [s.id for s in schedules.due_schedules(NOW)] == [oldest.id, older.id, now.id]
+    assert [s.id for s in schedules.due_schedules(NOW, limit=2)] == [oldest.id, older.id]
+
+
+def test_firing_over_the_unsettled_cap_writes_nothing(
+    store: MetadataStore, schedules: ScheduleStore, deliveries: DeliveryStore
+) -> None:
+    """An owner who already has `max_unsettled` exports waiting gets no new one: the due time
+    is not moved and not spent, so it fires once the cap allows; a schedule that does not
+    exist fires nothing."""
+    schedule = schedules.add_schedule(_schedule())
+    store.insert_export(new_export(NOW))
+    later = NOW + timedelta(days=7)
+    refused = new_export(NOW)
+    with pytest.raises(TooManyRequestsError):
+        schedules.fire(
+            schedule.id,
+            due_at=NOW,
+            new=refused,
+            deliveries=_deliveries(schedule.id),
+            expected=NOW,
+            next_due_at=later,
+            max_unsettled=1,
+        )
+    assert store.get_export(refused.id) is None
+    assert deliveries.list_deliveries(refused.id) == []
+    assert schedules.get_schedule(schedule.id).next_due_at == NOW  # type: ignore[union-attr]
+    fired = schedules.fire(
+        schedule.id,
+        due_at=NOW,
+        new=new_export(NOW),
+        deliveries=_deliveries(schedule.id),
+        expected=NOW,
+        next_due_at=later,
+        max_unsettled=2,
+    )
+    assert fired is not None
+    assert len(deliveries.list_deliveries(fired.id)) == 2
+    orphan = new_export(NOW)
+    assert schedules.fire("no-such-schedule", due_at=NOW, new=orphan, deliveries=()) is None
+    assert store.get_export(orphan.id) is None
+
+
+def test_a_schedule_is_updated_paused_and_capped(schedules: ScheduleStore) -> None:
+    """An update replaces the settings of a live schedule (never its workspace); pausing an
+    owner's schedules counts the enabled ones; the cap counts live schedules only."""
+    schedule = schedules.add_schedule(_schedule(), max_per_workspace=2)
+    changed = replace(schedule, workspace_id="elsewhere", cron="0 9 * * *", next_due_at=NOW)
+    assert schedules.update_schedule(changed)
+    stored = schedules.get_schedule(schedule.id)
+    assert stored is not None
+    assert (stored.workspace_id, stored.cron) == ("w1", "0 9 * * *")
+    other = schedules.add_schedule(_schedule(owner="bob"), max_per_workspace=2)
+    with pytest.raises(InvalidRequestError):
+        schedules.add_schedule(_schedule(), max_per_workspace=2)
+    assert schedules.pause_owned("w1", "alice") == 1
+    assert schedules.pause_owned("w1", "alice") == 0
+    assert not schedules.get_schedule(schedule.id).enabled  # type: ignore[union-attr]
+    assert schedules.get_schedule(other.id).enabled  # type: ignore[union-attr]
+    assert schedules.delete_schedule(other.id, now=NOW)
+    assert not schedules.update_schedule(replace(other, cron="0 9 * * *"))
+    assert not schedules.delete_schedule(other.id, now=NOW)
+    schedules.add_schedule(_schedule(), max_per_workspace=2)
+    assert len(schedules.list_schedules("w1")) == 2

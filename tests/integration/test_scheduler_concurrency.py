@@ -21,11 +21,11 @@ from qexport.schedules import tick as schedule_tick
 from qexport.schedules.loop import Scheduler
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.tables import deliveries, exports, schedule_runs
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources, FrozenClock, InMemoryObjectStore
+from tests.stores import SqlMetadataStore
 
 START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)  # a Monday
 DAY = timedelta(days=1)
@@ -224,9 +224,16 @@ def test_the_scheduler_loop_survives_a_failing_pass_and_stops_on_request(
     due = _schedule_due_now(sqlite_store)
     clock = FrozenClock(due.next_due_at)
     settings = Settings(data_dir=tmp_path, scheduler_poll_seconds=0.01)
-    deps = Deps(sqlite_store, InMemoryObjectStore(), FixedSources({}), clock, settings)
+    deps = container_of(
+        sqlite_store,
+        InMemoryObjectStore(),
+        FixedSources({}),
+        clock,
+        settings,
+        schedules=_FlakySchedules(sqlite_store.engine),
+    )
     dispatcher = _CountingDispatcher()
-    runner = Scheduler(deps, _FlakySchedules(sqlite_store.engine), dispatcher=dispatcher)
+    runner = Scheduler(deps, dispatcher=dispatcher)
 
     first = runner.run_once()
     assert not first.ok

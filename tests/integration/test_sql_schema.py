@@ -10,10 +10,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from qexport.domain.exports import Result
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.tables import export_events, exports, metadata
+from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import FrozenClock
+from tests.stores import SqlMetadataStore
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -38,7 +39,9 @@ def test_database_refuses_a_succeeded_record_without_its_result(
 ) -> None:
     """Invariant 2 is a CHECK constraint: succeeded without sha256 and size cannot be written."""
     export_id = _request(sql_store, clock)
-    claimed = sql_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
+    claimed = queue_helpers.claim(
+        sql_store, export_id, worker_id="w", now=clock.now(), lease_seconds=30
+    )
     assert claimed is not None
     with pytest.raises(sa.exc.IntegrityError), sql_store.engine.begin() as conn:
         conn.execute(exports.update().where(exports.c.id == export_id).values(status="succeeded"))
@@ -49,7 +52,9 @@ def test_database_refuses_any_update_of_a_settled_record(
 ) -> None:
     """Invariant 1 is a trigger: even a raw UPDATE of a settled row is aborted."""
     export_id = _request(sql_store, clock)
-    claimed = sql_store.claim(export_id, worker_id="w", now=clock.now(), lease_seconds=30)
+    claimed = queue_helpers.claim(
+        sql_store, export_id, worker_id="w", now=clock.now(), lease_seconds=30
+    )
     assert claimed is not None
     assert claimed.lease_token is not None
     sql_store.succeed(
@@ -73,7 +78,9 @@ def test_export_events_are_written_with_each_transition_and_never_changed(
     """Each transition appends its event in its own transaction; the database refuses any
     UPDATE or DELETE of an event, so the history cannot be rewritten."""
     export_id = _request(sql_store, clock)
-    claimed = sql_store.claim(export_id, worker_id="w1", now=clock.now(), lease_seconds=30)
+    claimed = queue_helpers.claim(
+        sql_store, export_id, worker_id="w1", now=clock.now(), lease_seconds=30
+    )
     assert claimed is not None
     assert claimed.lease_token is not None
     clock.advance(5)

@@ -14,12 +14,12 @@ from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.store.engine import create_engine
-from qexport.store.exports import SqlMetadataStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.e2e.conftest import wait_for
 from tests.fakes import FixedSources, InMemoryObjectStore
+from tests.stores import SqlMetadataStore
 from tests.unit.fakes import FakeSource
 
 ALICE = Requester("alice", "w1")
@@ -31,7 +31,7 @@ def test_a_request_wakes_an_idle_worker(sqlite_store: SqlMetadataStore, tmp_path
     url = sqlite_store.engine.url.render_as_string()
     sqlite_store.add_query(Query(str(uuid.uuid4()), "w1", "q", "select 1", "fake"))
     settings = Settings(data_dir=tmp_path, database_url=url, poll_seconds=60)
-    deps = Deps(
+    deps = container_of(
         store=SqlMetadataStore(create_engine(url)),
         objects=InMemoryObjectStore(),
         sources=FixedSources({"fake": FakeSource()}),
@@ -46,7 +46,9 @@ def test_a_request_wakes_an_idle_worker(sqlite_store: SqlMetadataStore, tmp_path
     thread.start()
     try:
         wait_for(lambda: not sqlite_store.has_unsettled(), timeout=10)  # idle, polling
-        record = request_export(sqlite_store, deps.clock, ALICE, query_ref="q", fmt="csv")
+        record = request_export(
+            sqlite_store, sqlite_store, deps.clock, ALICE, query_ref="q", fmt="csv"
+        )
         done = wait_for(
             lambda: (r := sqlite_store.get_export(record.id)) and r.settled and r, timeout=20
         )

@@ -17,9 +17,10 @@ from qexport.domain.accounts import Standing
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
 from qexport.domain.failures import FailureCode, LimitExceededError, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
-from qexport.ports import MetadataStore
+from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import FrozenClock
+from tests.stores import MetadataStore
 
 LEASE = 30.0
 RESULT = Result(size_bytes=123, row_count=7, sha256="ab" * 32)
@@ -32,7 +33,9 @@ def request(store: MetadataStore, clock: FrozenClock, workspace: str = "w1") -> 
 def claim(
     store: MetadataStore, clock: FrozenClock, record: ExportRecord, worker: str = "w-a"
 ) -> ExportRecord:
-    claimed = store.claim(record.id, worker_id=worker, now=clock.now(), lease_seconds=LEASE)
+    claimed = queue_helpers.claim(
+        store, record.id, worker_id=worker, now=clock.now(), lease_seconds=LEASE
+    )
     assert claimed is not None
     return claimed
 
@@ -60,15 +63,18 @@ def test_request_records_a_queued_export_with_a_fixed_key(
 def test_claim_moves_queued_to_running_once(store: MetadataStore, clock: FrozenClock) -> None:
     """A claim sets attempt 1, a lease and started_at; a second claim finds nothing to take."""
     record = request(store, clock)
-    assert store.next_claimable(clock.now()) == record
+    assert queue_helpers.next_claimable(store, clock.now()) == record
     claimed = claim(store, clock, record)
     assert claimed.status is Status.RUNNING
     assert claimed.attempt == 1
     assert claimed.worker_id == "w-a"
     assert claimed.started_at == clock.now()
     assert claimed.lease_expires_at == clock.now() + timedelta(seconds=LEASE)
-    assert store.claim(record.id, worker_id="w-b", now=clock.now(), lease_seconds=LEASE) is None
-    assert store.next_claimable(clock.now()) is None
+    assert (
+        queue_helpers.claim(store, record.id, worker_id="w-b", now=clock.now(), lease_seconds=LEASE)
+        is None
+    )
+    assert queue_helpers.next_claimable(store, clock.now()) is None
 
 
 def test_expired_lease_is_redelivered_to_the_same_key(
@@ -77,9 +83,9 @@ def test_expired_lease_is_redelivered_to_the_same_key(
     """running -> running after the lease expires: attempt+1, new token, same key and start."""
     first = claim(store, clock, request(store, clock))
     clock.advance(LEASE - 1)
-    assert store.next_claimable(clock.now()) is None
+    assert queue_helpers.next_claimable(store, clock.now()) is None
     clock.advance(2)
-    assert store.next_claimable(clock.now()) is not None
+    assert queue_helpers.next_claimable(store, clock.now()) is not None
     second = claim(store, clock, first, worker="w-b")
     assert second.attempt == 2
     assert second.lease_token != first.lease_token
@@ -102,7 +108,7 @@ def test_heartbeat_extends_the_lease_and_records_progress(
     assert current.progress_rows == 500
     assert current.lease_expires_at == clock.now() + timedelta(seconds=LEASE)
     clock.advance(20)
-    assert store.next_claimable(clock.now()) is None  # the heartbeat kept it
+    assert queue_helpers.next_claimable(store, clock.now()) is None  # the heartbeat kept it
     assert not store.heartbeat(
         running.id, "not-the-token", now=clock.now(), lease_seconds=LEASE, progress_rows=1
     )
@@ -149,7 +155,7 @@ def test_release_with_backoff_keeps_it_running_until_the_delay(
     assert released.last_error_code is FailureCode.SOURCE_UNAVAILABLE
     assert released.last_error_detail == "connection refused"
     clock.advance(9)
-    assert store.next_claimable(clock.now()) is None
+    assert queue_helpers.next_claimable(store, clock.now()) is None
     clock.advance(2)
     assert claim(store, clock, released).attempt == 2
 
@@ -257,13 +263,13 @@ def test_fail_settles_with_code_and_bounded_detail(
 def test_pre_run_failure_only_from_queued(store: MetadataStore, clock: FrozenClock) -> None:
     """queued -> failed access_lost; a running export cannot take that path."""
     queued = request(store, clock)
-    assert store.fail_before_run(
-        queued.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
+    assert queue_helpers.fail_before_run(
+        store, queued.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
     )
     assert store.get_export(queued.id).failure_code is FailureCode.ACCESS_LOST  # type: ignore[union-attr]
     running = claim(store, clock, request(store, clock))
-    assert not store.fail_before_run(
-        running.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
+    assert not queue_helpers.fail_before_run(
+        store, running.id, now=clock.now(), code=FailureCode.ACCESS_LOST, detail="gone"
     )
     assert store.get_export(running.id) == running
 
@@ -307,24 +313,34 @@ def test_a_settled_record_never_changes_again(
         assert store.cancel(running.id, now=now)
     else:
         other = request(store, clock)
-        assert store.fail_before_run(other.id, now=now, code=FailureCode.ACCESS_LOST, detail="gone")
+        assert queue_helpers.fail_before_run(
+            store, other.id, now=now, code=FailureCode.ACCESS_LOST, detail="gone"
+        )
         running = other
     settled = store.get_export(running.id)
     assert settled is not None
     clock.advance(10 * 86400)
     now = clock.now()
     tok = running.lease_token or "none"
-    assert store.claim(running.id, worker_id="w-z", now=now, lease_seconds=LEASE) is None
+    assert (
+        queue_helpers.claim(store, running.id, worker_id="w-z", now=now, lease_seconds=LEASE)
+        is None
+    )
     assert not store.heartbeat(running.id, tok, now=now, lease_seconds=LEASE, progress_rows=9)
     assert not store.release_with_backoff(
         running.id, tok, now=now, delay_seconds=0, code=FailureCode.STORAGE_UNAVAILABLE, detail="x"
     )
     assert not store.succeed(running.id, tok, now=now, result=RESULT, expires_at=now)
     assert not store.fail(running.id, tok, now=now, code=FailureCode.INTERNAL, detail="x")
-    assert not store.fail_before_run(running.id, now=now, code=FailureCode.ACCESS_LOST, detail="x")
+    assert not queue_helpers.fail_before_run(
+        store, running.id, now=now, code=FailureCode.ACCESS_LOST, detail="x"
+    )
     assert not store.cancel(running.id, now=now)
     assert store.get_export(running.id) == settled
-    assert store.next_claimable(now) is None or store.next_claimable(now).id != running.id  # type: ignore[union-attr]
+    assert (
+        queue_helpers.next_claimable(store, now) is None
+        or queue_helpers.next_claimable(store, now).id != running.id
+    )  # type: ignore[union-attr]
 
 
 def test_claim_order_is_oldest_first(store: MetadataStore, clock: FrozenClock) -> None:
@@ -332,7 +348,7 @@ def test_claim_order_is_oldest_first(store: MetadataStore, clock: FrozenClock) -
     first = request(store, clock)
     clock.advance(1)
     request(store, clock)
-    assert store.next_claimable(clock.now()).id == first.id  # type: ignore[union-attr]
+    assert queue_helpers.next_claimable(store, clock.now()).id == first.id  # type: ignore[union-attr]
 
 
 def test_list_exports_filters_by_requester_and_status(

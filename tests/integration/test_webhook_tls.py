@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from qexport.deliveries.egress import EgressPolicy
 from qexport.deliveries.errors import DeliveryError
 from qexport.deliveries.webhook import WebhookSender
+from qexport.egress import EgressPolicy
 
 
 @dataclass

@@ -12,13 +12,14 @@ import pytest
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.duckdb import DuckDBSource
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 
 ALICE = Requester("alice", "w1")
@@ -27,7 +28,7 @@ SLOW_SQL = "SELECT count(*) AS n FROM range(100000000000) a"
 
 
 @pytest.fixture
-def deps(tmp_path: Path) -> Deps:
+def deps(tmp_path: Path) -> Container:
     path = tmp_path / "data.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE people (email VARCHAR)")
@@ -36,7 +37,7 @@ def deps(tmp_path: Path) -> Deps:
     store = InMemoryMetadataStore()
     for name, sql in (("slow", SLOW_SQL), ("bad_cast", "SELECT email::INTEGER FROM people")):
         store.add_query(Query(str(uuid.uuid4()), "w1", name, sql, "data"))
-    return Deps(
+    return container_of(
         store=store,
         objects=InMemoryObjectStore(),
         sources=FixedSources({"data": DuckDBSource("data", path)}),
@@ -46,23 +47,25 @@ def deps(tmp_path: Path) -> Deps:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "xlsx"])
-def test_cancel_interrupts_a_running_statement(deps: Deps, fmt: str) -> None:
+def test_cancel_interrupts_a_running_statement(deps: Container, fmt: str) -> None:
     """Cancelled while DuckDB is still computing: the attempt ends within seconds, not at
     the 120 s statement timeout, and the worker is free again."""
-    record = request_export(deps.store, deps.clock, ALICE, query_ref="slow", fmt=fmt)
+    record = request_export(
+        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="slow", fmt=fmt
+    )
     worker = Worker(deps, worker_id="w")
     done = threading.Event()
     thread = threading.Thread(target=lambda: (worker.run_once(), done.set()))
     thread.start()
     deadline = time.monotonic() + 10
-    while deps.store.get_export(record.id).status is not Status.RUNNING:  # type: ignore[union-attr]
+    while deps.exports.get_export(record.id).status is not Status.RUNNING:  # type: ignore[union-attr]
         assert time.monotonic() < deadline
         time.sleep(0.05)
     time.sleep(0.5)  # well into the statement
-    deps.store.cancel(record.id, now=deps.clock.now())
+    deps.exports.cancel(record.id, now=deps.clock.now())
     assert done.wait(15), "the attempt kept running after the cancel"
     thread.join()
-    final = deps.store.get_export(record.id)
+    final = deps.exports.get_export(record.id)
     assert final is not None
     assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
     assert deps.objects.incomplete_uploads(record.storage_key) == []
@@ -70,11 +73,13 @@ def test_cancel_interrupts_a_running_statement(deps: Deps, fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
-def test_failure_details_carry_no_row_data(deps: Deps, fmt: str) -> None:
+def test_failure_details_carry_no_row_data(deps: Container, fmt: str) -> None:
     """A conversion error names the problem but not the value from the row."""
-    record = request_export(deps.store, deps.clock, ALICE, query_ref="bad_cast", fmt=fmt)
+    record = request_export(
+        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="bad_cast", fmt=fmt
+    )
     Worker(deps, worker_id="w").run_once()
-    final = deps.store.get_export(record.id)
+    final = deps.exports.get_export(record.id)
     assert final is not None
     assert final.failure_code is FailureCode.QUERY_INVALID
     assert final.failure_detail is not None

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from qexport.config import Settings
-from qexport.deliveries.egress import EgressPolicy, EgressRefusedError, UnresolvedError
+from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 
 
 def _resolver(*addresses: str) -> Any:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 
-from qexport.ports import MetadataStore
 from tests.fakes import InMemoryMetadataStore
 from tests.lifecycle_machine import LifecycleMachine
+from tests.stores import MetadataStore
 
 
 class InMemoryLifecycle(LifecycleMachine):

@@ -50,6 +50,7 @@ def test_a_valid_request_is_recorded_with_typed_parameters(store: InMemoryMetada
     """Parameters are checked and stored typed-as-JSON; defaults are filled in."""
     record = request_export(
         store,
+        store,
         FrozenClock(),
         ALICE,
         query_ref="Orders by day",
@@ -92,7 +93,9 @@ def test_bad_input_is_refused_and_nothing_recorded(
 ) -> None:
     """Each problem gets a message naming it, and no export is recorded."""
     with pytest.raises(InvalidRequestError, match=message):
-        request_export(store, FrozenClock(), ALICE, query_ref="q1", fmt=fmt, parameters=params)
+        request_export(
+            store, store, FrozenClock(), ALICE, query_ref="q1", fmt=fmt, parameters=params
+        )
     assert store.list_exports(workspace_id="w1") == []
 
 
@@ -101,6 +104,7 @@ def test_an_unknown_or_unreadable_query_is_not_found(store: InMemoryMetadataStor
     for requester, ref in ((ALICE, "nope"), (Requester("alice", "w2"), "q1")):
         with pytest.raises(NotFoundError, match="no query"):
             request_export(
+                store,
                 store,
                 FrozenClock(),
                 requester,

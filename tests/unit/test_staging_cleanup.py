@@ -6,27 +6,30 @@ import threading
 
 import pytest
 
+from qexport.container import Container
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import FailureCode, QueryInvalidError, StorageUnavailableError
 from qexport.ports import ClaimResult
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
 from qexport.worker.staging import sweep_settled_staging
+from tests import queue_helpers
 from tests.fakes import FrozenClock, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
 from tests.unit.test_worker import current, make_deps, request, work
 
 
-def _objects(deps: Deps) -> InMemoryObjectStore:
+def _objects(deps: Container) -> InMemoryObjectStore:
     assert isinstance(deps.objects, InMemoryObjectStore)
     return deps.objects
 
 
-def _die_mid_upload(deps: Deps, record: ExportRecord, worker: str = "dead") -> str:
+def _die_mid_upload(deps: Container, record: ExportRecord, worker: str = "dead") -> str:
     """An attempt claims the export, begins its upload and is killed: returns the upload id."""
     clock = deps.clock
     assert isinstance(clock, FrozenClock)
-    claimed = deps.store.claim(record.id, worker_id=worker, now=clock.now(), lease_seconds=30)
+    claimed = queue_helpers.claim(
+        deps.exports, record.id, worker_id=worker, now=clock.now(), lease_seconds=30
+    )
     assert claimed is not None
     upload = deps.objects.begin_upload(record.storage_key)
     upload.upload_part(1, b"half a file")
@@ -76,11 +79,11 @@ def test_a_permanent_failure_discards_what_earlier_attempts_staged() -> None:
     assert deps.objects.incomplete_uploads(record.storage_key) == []
 
 
-def _cancel_or_steal_midway(deps: Deps, record: ExportRecord, action: str) -> threading.Event:
+def _cancel_or_steal_midway(deps: Container, record: ExportRecord, action: str) -> threading.Event:
     """Hook the source so that, mid-production, the export is cancelled or redelivered to
     another worker; returns the event set once the running attempt's heartbeat noticed."""
     noticed = threading.Event()
-    original = deps.store.heartbeat
+    original = deps.exports.heartbeat
 
     def heartbeat(*args: object, **kwargs: object) -> bool:
         ok = original(*args, **kwargs)  # type: ignore[arg-type]
@@ -88,7 +91,7 @@ def _cancel_or_steal_midway(deps: Deps, record: ExportRecord, action: str) -> th
             noticed.set()
         return ok
 
-    deps.store.heartbeat = heartbeat  # type: ignore[method-assign]
+    deps.exports.heartbeat = heartbeat  # type: ignore[method-assign]
     done = threading.Event()
 
     def midway(i: int) -> None:
@@ -98,10 +101,12 @@ def _cancel_or_steal_midway(deps: Deps, record: ExportRecord, action: str) -> th
         clock = deps.clock
         assert isinstance(clock, FrozenClock)
         if action == "cancel":
-            deps.store.cancel(record.id, now=clock.now())
+            deps.exports.cancel(record.id, now=clock.now())
         else:  # the running attempt's lease runs out and another worker takes the export
             clock.advance(1)
-            assert deps.store.claim(record.id, worker_id="other", now=clock.now(), lease_seconds=60)
+            assert queue_helpers.claim(
+                deps.exports, record.id, worker_id="other", now=clock.now(), lease_seconds=60
+            )
             deps.objects.begin_upload(record.storage_key).upload_part(1, b"the other's")
         noticed.wait(2)
 
@@ -188,9 +193,9 @@ def test_a_refusal_after_attempts_ran_discards_what_they_staged() -> None:
     deps = make_deps(FakeSource())
     record = request(deps)
     _die_mid_upload(deps, record)
-    deps.store.cancel(record.id, now=deps.clock.now())  # settled, as a refusal would
+    deps.exports.cancel(record.id, now=deps.clock.now())  # settled, as a refusal would
     refused = current(deps, record)
-    deps.store.claim_next = lambda **_: ClaimResult(refused=refused)  # type: ignore[method-assign]
+    deps.exports.claim_next = lambda **_: ClaimResult(refused=refused)  # type: ignore[method-assign]
 
     assert work(deps)
 
@@ -203,14 +208,16 @@ def test_the_start_up_sweep_removes_staging_of_settled_exports_only() -> None:
     objects = _objects(deps)
     cancelled, running, queued = request(deps), request(deps), request(deps)
     _die_mid_upload(deps, cancelled)
-    deps.store.cancel(cancelled.id, now=deps.clock.now())
-    assert deps.store.claim(running.id, worker_id="alive", now=deps.clock.now(), lease_seconds=60)
+    deps.exports.cancel(cancelled.id, now=deps.clock.now())
+    assert queue_helpers.claim(
+        deps.exports, running.id, worker_id="alive", now=deps.clock.now(), lease_seconds=60
+    )
     alive = objects.begin_upload(running.storage_key)
     objects.begin_upload(queued.storage_key)  # cannot happen; still not the sweep's to judge
     unknown = objects.begin_upload("exports/w1/no-such-export/f.csv")
     foreign = objects.begin_upload("backups/2026/db.dump")
 
-    assert sweep_settled_staging(deps.store, objects) == 1
+    assert sweep_settled_staging(deps.exports, objects) == 1
 
     assert objects.incomplete_uploads(cancelled.storage_key) == []
     assert objects.incomplete_uploads(running.storage_key) == [alive.upload_id]
@@ -225,7 +232,7 @@ def test_a_worker_sweeps_at_its_start() -> None:
     deps = make_deps(FakeSource())
     record = request(deps)
     _die_mid_upload(deps, record)
-    deps.store.cancel(record.id, now=deps.clock.now())
+    deps.exports.cancel(record.id, now=deps.clock.now())
 
     assert Worker(deps, drain=True).run() == {}
 
@@ -238,13 +245,13 @@ def test_a_sweep_that_cannot_look_leaves_everything_and_does_not_raise(failing: 
     deps = make_deps(FakeSource())
     record = request(deps)
     _die_mid_upload(deps, record)
-    deps.store.cancel(record.id, now=deps.clock.now())
+    deps.exports.cancel(record.id, now=deps.clock.now())
 
     def unavailable(*_args: object) -> object:
         raise StorageUnavailableError("unavailable")
 
-    target = deps.objects if failing == "staged_keys" else deps.store
+    target = deps.objects if failing == "staged_keys" else deps.exports
     setattr(target, failing, unavailable)
 
-    assert sweep_settled_staging(deps.store, deps.objects) == 0
+    assert sweep_settled_staging(deps.exports, deps.objects) == 0
     assert len(deps.objects.incomplete_uploads(record.storage_key)) == 1

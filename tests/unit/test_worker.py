@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import (
     FailureCode,
@@ -22,14 +23,15 @@ from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.services.exports import open_download
 from qexport.services.requests import request_export
 from qexport.worker.loop import Worker
-from qexport.worker.runner import Deps
+from tests import queue_helpers
+from tests.containers import container_of
 from tests.fakes import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
 from tests.unit.fakes import FakeSource
 
 ALICE = Requester("alice", "w1")
 
 
-def make_deps(source: FakeSource, **settings: object) -> Deps:
+def make_deps(source: FakeSource, **settings: object) -> Container:
     store = InMemoryMetadataStore()
     store.add_query(
         Query(
@@ -45,7 +47,7 @@ def make_deps(source: FakeSource, **settings: object) -> Deps:
         )
     )
     base = {"max_attempts": 3, "retry_base_seconds": 1.0, "lease_seconds": 30.0}
-    return Deps(
+    return container_of(
         store=store,
         objects=InMemoryObjectStore(),
         sources=FixedSources({"fake": source}),
@@ -54,18 +56,24 @@ def make_deps(source: FakeSource, **settings: object) -> Deps:
     )
 
 
-def request(deps: Deps, fmt: str = "csv", **params: str) -> ExportRecord:
+def request(deps: Container, fmt: str = "csv", **params: str) -> ExportRecord:
     return request_export(
-        deps.store, deps.clock, ALICE, query_ref="numbers", fmt=fmt, parameters=params
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        query_ref="numbers",
+        fmt=fmt,
+        parameters=params,
     )
 
 
-def work(deps: Deps) -> bool:
+def work(deps: Container) -> bool:
     return Worker(deps, worker_id="w-test").run_once()
 
 
-def current(deps: Deps, record: ExportRecord) -> ExportRecord:
-    found = deps.store.get_export(record.id)
+def current(deps: Container, record: ExportRecord) -> ExportRecord:
+    found = deps.exports.get_export(record.id)
     assert found is not None
     return found
 
@@ -79,7 +87,9 @@ def test_an_export_succeeds_with_a_file_that_matches_its_record() -> None:
     assert done.status is Status.SUCCEEDED
     assert done.row_count == 1000
     assert done.attempt == 1
-    _, stream = open_download(deps.store, deps.objects, deps.clock, ALICE, record.id)
+    _, stream = open_download(
+        deps.exports, deps.catalog, deps.objects, deps.clock, ALICE, record.id
+    )
     data = stream.read()
     assert len(data) == done.size_bytes
     rows = list(csv.reader(io.StringIO(data.decode())))
@@ -155,7 +165,9 @@ def test_an_export_whose_workers_keep_dying_ends_attempts_exhausted() -> None:
     assert isinstance(clock, FrozenClock)
     record = request(deps)
     for _ in range(3):  # three workers claim and die without a word
-        assert deps.store.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        assert queue_helpers.claim(
+            deps.exports, record.id, worker_id="dead", now=clock.now(), lease_seconds=30
+        )
         clock.advance(31)
     work(deps)
     failed = current(deps, record)
@@ -204,12 +216,12 @@ def test_the_byte_limit_fails_limit_exceeded() -> None:
 
 def test_losing_the_lease_stops_production_and_aborts_the_upload() -> None:
     """Cancelled mid-production: the heartbeat finds no row, production stops, nothing stored."""
-    deps: Deps
+    deps: Container
     cancelled = threading.Event()
 
     def cancel_midway(i: int) -> None:
         if i == 3 and not cancelled.is_set():
-            deps.store.cancel(record.id, now=deps.clock.now())
+            deps.exports.cancel(record.id, now=deps.clock.now())
             cancelled.set()
             # The next heartbeat notices; give the heartbeat thread a moment to run.
             lease_beat.wait(2)
@@ -217,7 +229,7 @@ def test_losing_the_lease_stops_production_and_aborts_the_upload() -> None:
     lease_beat = threading.Event()
     source = FakeSource(on_batch=cancel_midway)
     deps = make_deps(source, lease_seconds=0.15)
-    original = deps.store.heartbeat
+    original = deps.exports.heartbeat
 
     def heartbeat(*args: object, **kwargs: object) -> bool:
         ok = original(*args, **kwargs)  # type: ignore[arg-type]
@@ -225,7 +237,7 @@ def test_losing_the_lease_stops_production_and_aborts_the_upload() -> None:
             lease_beat.set()
         return ok
 
-    deps.store.heartbeat = heartbeat  # type: ignore[method-assign]
+    deps.exports.heartbeat = heartbeat  # type: ignore[method-assign]
     record = request(deps)
     work(deps)
     final = current(deps, record)
@@ -258,7 +270,7 @@ def test_a_deleted_query_fails_access_lost_before_running() -> None:
     source = FakeSource()
     deps = make_deps(source)
     record = request(deps)
-    deps.store.delete_query("q1")
+    deps.catalog.delete_query("q1")
     work(deps)
     failed = current(deps, record)
     assert (failed.status, failed.failure_code, failed.attempt) == (
@@ -273,9 +285,9 @@ def test_access_revoked_fails_access_lost_before_running() -> None:
     """A requester removed from the query's members loses access before the run."""
     deps = make_deps(FakeSource())
     record = request(deps)
-    query = deps.store.get_query("q1")
+    query = deps.catalog.get_query("q1")
     assert query is not None
-    deps.store.update_query(
+    deps.catalog.update_query(
         Query(**{**query.__dict__, "members": frozenset({"bob"}), "owner": "bob"})
     )
     work(deps)
@@ -326,7 +338,9 @@ def test_a_file_stored_by_a_dead_attempt_is_adopted_even_past_the_attempt_cap() 
     assert isinstance(clock, FrozenClock)
     record = request(deps)
     for _ in range(3):
-        assert deps.store.claim(record.id, worker_id="dead", now=clock.now(), lease_seconds=30)
+        assert queue_helpers.claim(
+            deps.exports, record.id, worker_id="dead", now=clock.now(), lease_seconds=30
+        )
         clock.advance(31)
     upload = deps.objects.begin_upload(record.storage_key)
     upload.upload_part(1, b"n\r\n1\r\n")
@@ -343,7 +357,7 @@ def test_a_metadata_outage_while_settling_leaves_the_export_to_be_redelivered() 
     clock = deps.clock
     assert isinstance(clock, FrozenClock)
     record = request(deps)
-    original = deps.store.succeed
+    original = deps.exports.succeed
     calls = []
 
     def flaky_succeed(*args: object, **kwargs: object) -> bool:
@@ -352,7 +366,7 @@ def test_a_metadata_outage_while_settling_leaves_the_export_to_be_redelivered() 
             raise MetadataUnavailableError("the metadata database is unavailable: locked")
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    deps.store.succeed = flaky_succeed  # type: ignore[method-assign]
+    deps.exports.succeed = flaky_succeed  # type: ignore[method-assign]
     work(deps)
     assert current(deps, record).status is Status.RUNNING
     clock.advance(31)

@@ -86,7 +86,7 @@ def test_an_editor_creates_and_edits_a_query(api: Api, browser: Browser) -> None
         members="ann@example.com",
     )
     assert _saved(response, "queries") == query_id
-    query = api.context.store.get_query(query_id)
+    query = api.context.catalog.get_query(query_id)
     assert query is not None
     assert (query.name, query.visibility.value) == ("recent orders", "members")
     assert query.members == {api.user_id("ann@example.com")}
@@ -126,7 +126,7 @@ def test_an_editor_creates_and_edits_a_report(api: Api, browser: Browser) -> Non
         fixed="1:since=2024-01-20",
     )
     assert _saved(response, "reports") == report_id
-    report = api.context.store.get_report(report_id)
+    report = api.context.catalog.get_report(report_id)
     assert report is not None
     assert report.title == "Orders by day"
     assert [(s.heading, s.display.value, s.row_cap) for s in report.sections] == [
@@ -232,8 +232,8 @@ def test_a_viewer_browses_but_cannot_create_or_edit(api: Api, browser: Browser) 
         refused = _post(viewer, path, "/queries", **data)
         assert refused.status_code == 403
         assert "You may not do that" in refused.text
-    assert [q.name for q in api.context.store.list_queries("acme")] == ["orders"]
-    assert api.context.store.list_reports("acme") == []
+    assert [q.name for q in api.context.catalog.list_queries("acme")] == ["orders"]
+    assert api.context.catalog.list_reports("acme") == []
     assert len(api.context.schedules.list_schedules("acme")) == 1
 
 

@@ -83,7 +83,7 @@ def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(api: Api, browser:
         assert "You may not do that" in response.text
         new = browser.client.post("/exports/new", data={**data, "subject": ORDERS, "format": "csv"})
         assert new.status_code == 403
-    assert api.context.store.get_export(export_id).status == "queued"  # type: ignore[union-attr]
+    assert api.context.exports.get_export(export_id).status == "queued"  # type: ignore[union-attr]
     signed_out = TestClient(api.client.app)
     refused = signed_out.post("/sign-in", data={"email": "ann@example.com", "password": "x"})
     assert refused.status_code == 403
@@ -122,7 +122,7 @@ def test_an_invalid_parameter_is_shown_next_to_its_field(api: Api, browser: Brow
     assert 'id="error-since"' in response.text
     assert 'aria-describedby="error-since" aria-invalid="true"' in response.text
     assert "must be a date" in response.text
-    assert api.context.store.list_exports(workspace_id="acme", limit=5) == []
+    assert api.context.exports.list_exports(workspace_id="acme", limit=5) == []
 
 
 def test_without_javascript_a_person_requests_and_downloads_a_csv(
@@ -259,7 +259,7 @@ def test_an_unexpected_error_is_a_500_page_that_tells_nothing_more(
     def broken(**_kwargs: object) -> None:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(api.context.store, "list_exports", broken)
+    monkeypatch.setattr(api.context.exports, "list_exports", broken)
     response = browser.client.get("/", headers={"Accept": "text/html"})
     assert response.status_code == 500
     assert "Something went wrong" in response.text

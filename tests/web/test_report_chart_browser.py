@@ -15,9 +15,9 @@ from qexport.demo import register_demo_queries, register_demo_report
 from qexport.domain.exports import Status
 from qexport.sources.demo_data import build_demo_database
 from qexport.sources.duckdb import DuckDBSource
-from qexport.store.exports import SqlMetadataStore
 from tests.fakes import FixedSources
 from tests.integration.report_env import ALICE, ReportEnv, make_env
+from tests.stores import SqlMetadataStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from qexport import bootstrap
-from qexport.api.app import create_app
+from qexport.app import create_app
 from qexport.domain.accounts import Role
 from qexport.services import accounts as service
 from qexport.services.sign_in import VerificationGate
@@ -206,7 +206,7 @@ def test_failures_on_one_server_lock_the_account_on_another(api: Api, browser: B
         assert _try(browser, "ann@example.com", "wrong")[0] == 400
     settings = api.context.settings
     deps = bootstrap.build(settings, clock=api.clock, upgrade=False)
-    with TestClient(create_app(bootstrap.api_context(settings, deps))) as second:
+    with TestClient(create_app(deps)) as second:
         status, retry_after, _ = _try(Browser(second), "ann@example.com", PASSWORD)
     assert (status, retry_after) == (429, "30")
 

@@ -1,12 +1,10 @@
-"""The application factory: routers, error handlers and limits over one ApiContext."""
+"""The HTTP API's routers, mounted by `qexport.app.create_app`."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from qexport import __version__
 from qexport.api import (
-    errors,
     exports,
     health,
     links,
@@ -17,20 +15,9 @@ from qexport.api import (
     sources,
     workspaces,
 )
-from qexport.api.context import ApiContext
-from qexport.api.limits import BodySizeLimit
-from qexport.web.app import install as install_web
 
 
-def create_app(context: ApiContext) -> FastAPI:
-    app = FastAPI(
-        title="qexport",
-        version=__version__,
-        description="Saved SQL queries turned into files people can download.",
-    )
-    app.state.context = context
-    errors.install(app)
-    app.add_middleware(BodySizeLimit)
+def install(app: FastAPI) -> None:
     app.include_router(health.router)
     app.include_router(queries.router, prefix="/api/v1")
     app.include_router(reports.router, prefix="/api/v1")
@@ -40,5 +27,3 @@ def create_app(context: ApiContext) -> FastAPI:
     app.include_router(workspaces.router, prefix="/api/v1")
     app.include_router(sources.router, prefix="/api/v1")
     app.include_router(public.router)
-    install_web(app, context)
-    return app

@@ -7,9 +7,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from qexport.api.context import ApiContext, get_context
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import UnauthorizedError
+from qexport.http.context import get_context
 from qexport.services.auth import authenticate
 
 _bearer = HTTPBearer(auto_error=False, description="An API token: `qexport tokens create EMAIL`")
@@ -17,7 +18,7 @@ _bearer = HTTPBearer(auto_error=False, description="An API token: `qexport token
 
 def current_principal(
     request: Request,
-    context: Annotated[ApiContext, Depends(get_context)],
+    context: Annotated[Container, Depends(get_context)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -28,4 +29,4 @@ def current_principal(
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
-Context = Annotated[ApiContext, Depends(get_context)]
+Context = Annotated[Container, Depends(get_context)]

@@ -11,12 +11,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.download import (
-    DownloadConditions,
-    file_response,
-    file_responses,
-    presigned_redirect,
-)
 from qexport.api.pagination import MAX_CURSOR_CHARS, decode_cursor, encode_cursor
 from qexport.api.schemas import (
     Export,
@@ -28,6 +22,12 @@ from qexport.api.schemas import (
 )
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError
+from qexport.http.download import (
+    DownloadConditions,
+    file_response,
+    file_responses,
+    presigned_redirect,
+)
 from qexport.services.exports import (
     cancel_export,
     downloadable,
@@ -78,7 +78,8 @@ def create_export(
     notify = admit_recipients([r.model_dump() for r in body.notify], rules, "notify")
     if body.report_id is not None:
         record = request_report_export(
-            context.store,
+            context.exports,
+            context.catalog,
             context.clock,
             principal.requester,
             report_ref=body.report_id,
@@ -92,7 +93,8 @@ def create_export(
         return _view(record, context)
     assert body.query_id is not None
     record = request_export(
-        context.store,
+        context.exports,
+        context.catalog,
         context.clock,
         principal.requester,
         query_ref=body.query_id,
@@ -117,7 +119,7 @@ def list_exports(
 ) -> ExportList:
     """The caller's exports (an admin's: the workspace's), newest first."""
     records = list_visible_exports(
-        context.store,
+        context.exports,
         context.clock,
         principal.requester,
         whole_workspace=principal.sees_workspace,
@@ -139,7 +141,7 @@ def list_exports(
 def get_export(export_id: str, principal: CurrentPrincipal, context: Context) -> Export:
     """One export, with its effective status."""
     record = get_visible_export(
-        context.store, principal.requester, export_id, whole_workspace=principal.sees_workspace
+        context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
     return _view(record, context)
 
@@ -158,7 +160,8 @@ def get_export_file(
     """The file while it may be downloaded (Range and If-None-Match honoured), or a
     redirect to a short-lived presigned URL on S3."""
     record = downloadable(
-        context.store,
+        context.exports,
+        context.catalog,
         context.clock,
         principal.requester,
         export_id,
@@ -176,7 +179,7 @@ def get_export_file(
 def cancel(export_id: str, principal: CurrentPrincipal, context: Context) -> Export:
     """Settle a queued or running export as failed/cancelled; a settled one is 409."""
     record = cancel_export(
-        context.store,
+        context.exports,
         context.clock,
         principal.requester,
         export_id,
@@ -193,7 +196,7 @@ def cancel(export_id: str, principal: CurrentPrincipal, context: Context) -> Exp
 def list_events(export_id: str, principal: CurrentPrincipal, context: Context) -> ExportEventList:
     """Every transition of the export, oldest first, with its time, attempt and worker."""
     events = list_visible_events(
-        context.store, principal.requester, export_id, whole_workspace=principal.sees_workspace
+        context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
     return ExportEventList(
         items=[

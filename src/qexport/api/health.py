@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -13,19 +11,14 @@ from pydantic import BaseModel, Field
 
 from qexport.api import metrics
 from qexport.api.auth import Context
-from qexport.api.context import ApiContext
-from qexport.api.errors import PROBLEM, problem
-from qexport.domain.failures import MetadataUnavailableError, StorageUnavailableError
-from qexport.ports import ObjectStore
-from qexport.store.sqlite_watch import sqlite_path
+from qexport.container import Container
+from qexport.http.errors import PROBLEM, problem
 
 log = structlog.get_logger()
 
 router = APIRouter(tags=["operations"])
 router.include_router(metrics.router)
 
-# Read, never written: a stat of a key nobody uses tells whether the store answers.
-PROBE_KEY = "exports/readyz/probe"
 OK = "ok"
 FAILED = "failed"
 
@@ -77,7 +70,7 @@ def readyz(context: Context) -> Any:
     return {"status": "ready", "checks": checks}
 
 
-def _outcome(name: str, check: Callable[[ApiContext], None], context: ApiContext) -> str:
+def _outcome(name: str, check: Callable[[Container], None], context: Container) -> str:
     try:
         check(context)
     except Exception as exc:
@@ -87,32 +80,9 @@ def _outcome(name: str, check: Callable[[ApiContext], None], context: ApiContext
     return OK
 
 
-def _check_database(context: ApiContext) -> None:
-    path = sqlite_path(context.settings.database_url)
-    # A pooled connection keeps reading a SQLite file that was deleted or replaced.
-    if path is not None and not path.is_file():
-        raise MetadataUnavailableError(f"the SQLite database {path} is gone")
-    context.store.has_unsettled()
+def _check_database(context: Container) -> None:
+    context.check_database()
 
 
-def _check_storage(context: ApiContext) -> None:
-    objects: ObjectStore = context.objects
-    check_bucket = getattr(objects, "check_bucket", None)
-    if callable(check_bucket):
-        check_bucket()
-        return
-    root = getattr(objects, "root", None)
-    if isinstance(root, Path) and not _usable_folder(root):
-        raise StorageUnavailableError(f"the storage folder {root} is not a writable directory")
-    objects.head(PROBE_KEY)
-
-
-def _usable_folder(root: Path) -> bool:
-    """The folder, or the nearest existing folder it would be created in, is writable (the
-    store creates it with its first upload)."""
-    probe = root.absolute()
-    while not probe.exists():
-        if probe.parent == probe:
-            return False
-        probe = probe.parent
-    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+def _check_storage(context: Container) -> None:
+    context.check_storage()

@@ -24,7 +24,8 @@ def create(export_id: str, principal: CurrentPrincipal, context: Context) -> Cre
     The same refusals as the file: 409 not ready or failed, 410 expired, 403 access lost.
     """
     created = create_link(
-        context.store,
+        context.exports,
+        context.catalog,
         context.accounts,
         context.clock,
         principal,
@@ -47,5 +48,5 @@ def create(export_id: str, principal: CurrentPrincipal, context: Context) -> Cre
 def revoke(link_id: str, principal: CurrentPrincipal, context: Context) -> Response:
     """Revoke a link; revoking a revoked link is 204 again. Links of others (unless the
     caller is a workspace admin) answer 404 like missing ones."""
-    revoke_link(context.store, context.accounts, context.clock, principal, link_id)
+    revoke_link(context.exports, context.accounts, context.clock, principal, link_id)
     return Response(status_code=204)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -21,17 +20,16 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from qexport.api.auth import Context
-from qexport.api.errors import PROBLEM
-from qexport.domain.failures import FailureCode, MetadataUnavailableError
-from qexport.store.stats import (
+from qexport.domain.failures import FailureCode
+from qexport.domain.stats import (
     ATTEMPT_ENDS,
     ATTEMPT_EVENTS_LIMIT,
     ATTEMPT_WINDOW,
     DURATION_BUCKETS,
     Durations,
     ExportStats,
-    read_stats,
 )
+from qexport.http.errors import PROBLEM
 
 router = APIRouter()
 
@@ -119,11 +117,8 @@ class ExportStatsCollector(Collector):
     },
 )
 def metrics(context: Context) -> Response:
-    engine = getattr(context.store, "engine", None)
-    if not isinstance(engine, sa.Engine):
-        raise MetadataUnavailableError("metrics need the SQL metadata store")
     now = context.clock.now()
-    stats = read_stats(engine, now)
+    stats = context.stats(now)
     age = (now - stats.oldest_queued_at).total_seconds() if stats.oldest_queued_at else 0.0
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ExportStatsCollector(stats, max(age, 0.0)))

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Response
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from qexport.api.auth import Context
-from qexport.api.download import (
+from qexport.api.schemas import problem_responses
+from qexport.http.download import (
     DownloadConditions,
     file_response,
     file_responses,
     presigned_redirect,
 )
-from qexport.api.schemas import problem_responses
 from qexport.services.links import LinkGoneError, LinkUnknownError, resolve_public_link
 
 router = APIRouter(tags=["public"])
@@ -74,7 +74,9 @@ def download_public(
 ) -> Response:
     """The shared file while the link is valid; otherwise the invalid-link page."""
     try:
-        record = resolve_public_link(context.store, context.accounts, context.clock, token)
+        record = resolve_public_link(
+            context.exports, context.catalog, context.accounts, context.clock, token
+        )
     except LinkUnknownError:
         return invalid_link(404)
     except LinkGoneError:

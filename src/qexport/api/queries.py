@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.context import ApiContext
 from qexport.api.schemas import problem_responses
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.queries import MAX_PARAMETER_CHARS, Parameter, ParamType, Query, Visibility
 from qexport.services import queries as service
@@ -130,7 +130,7 @@ class QueryList(BaseModel):
     items: list[QueryView]
 
 
-def _sources(context: ApiContext, principal: Principal) -> frozenset[str]:
+def _sources(context: Container, principal: Principal) -> frozenset[str]:
     """The sources the caller's workspace may use: a query may name only those."""
     return usable_source_names(context.settings, context.accounts, principal.workspace_id)
 
@@ -150,7 +150,7 @@ def create_query(
     response: Response,
 ) -> QueryView:
     query = service.create_query(
-        context.store,
+        context.catalog,
         context.accounts,
         principal,
         body.draft(),
@@ -167,7 +167,7 @@ def create_query(
     summary="The queries you can read",
 )
 def list_queries(principal: CurrentPrincipal, context: Context) -> QueryList:
-    found = service.list_readable_queries(context.store, principal)
+    found = service.list_readable_queries(context.catalog, principal)
     return QueryList(items=[QueryView.of(q) for q in found])
 
 
@@ -178,7 +178,7 @@ def list_queries(principal: CurrentPrincipal, context: Context) -> QueryList:
     summary="One query (404 when missing or not visible to you)",
 )
 def read_query(query_id: str, principal: CurrentPrincipal, context: Context) -> QueryView:
-    return QueryView.of(service.get_readable_query(context.store, principal, query_id))
+    return QueryView.of(service.get_readable_query(context.catalog, principal, query_id))
 
 
 @router.put(
@@ -191,7 +191,7 @@ def replace_query(
     query_id: str, body: QueryWrite, principal: CurrentPrincipal, context: Context
 ) -> QueryView:
     query = service.replace_query(
-        context.store,
+        context.catalog,
         context.accounts,
         principal,
         query_id,
@@ -209,5 +209,5 @@ def replace_query(
     summary="Delete a query (editors and admins); its unsettled exports fail access_lost",
 )
 def delete_query(query_id: str, principal: CurrentPrincipal, context: Context) -> Response:
-    service.delete_query(context.store, principal, query_id)
+    service.delete_query(context.catalog, principal, query_id)
     return Response(status_code=204)

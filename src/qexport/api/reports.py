@@ -160,7 +160,7 @@ def create_report(
     request: Request,
     response: Response,
 ) -> ReportView:
-    report = service.create_report(context.store, context.accounts, principal, body.draft())
+    report = service.create_report(context.catalog, context.accounts, principal, body.draft())
     response.headers["Location"] = request.app.url_path_for("read_report", report_id=report.id)
     return ReportView.of(report)
 
@@ -172,7 +172,7 @@ def create_report(
     summary="The reports you can read",
 )
 def list_reports(principal: CurrentPrincipal, context: Context) -> ReportList:
-    found = service.list_readable_reports(context.store, principal)
+    found = service.list_readable_reports(context.catalog, principal)
     return ReportList(items=[ReportView.of(r) for r in found])
 
 
@@ -183,7 +183,7 @@ def list_reports(principal: CurrentPrincipal, context: Context) -> ReportList:
     summary="One report (404 when missing or not visible to you)",
 )
 def read_report(report_id: str, principal: CurrentPrincipal, context: Context) -> ReportView:
-    return ReportView.of(service.get_readable_report(context.store, principal, report_id))
+    return ReportView.of(service.get_readable_report(context.catalog, principal, report_id))
 
 
 @router.put(
@@ -196,7 +196,7 @@ def replace_report(
     report_id: str, body: ReportWrite, principal: CurrentPrincipal, context: Context
 ) -> ReportView:
     report = service.replace_report(
-        context.store, context.accounts, principal, report_id, body.draft()
+        context.catalog, context.accounts, principal, report_id, body.draft()
     )
     return ReportView.of(report)
 
@@ -209,5 +209,5 @@ def replace_report(
     summary="Delete a report (editors and admins); its unsettled exports fail access_lost",
 )
 def delete_report(report_id: str, principal: CurrentPrincipal, context: Context) -> Response:
-    service.delete_report(context.store, principal, report_id)
+    service.delete_report(context.catalog, principal, report_id)
     return Response(status_code=204)

@@ -91,7 +91,7 @@ def create_schedule(
         neutralize_formulas=body.options.neutralize_formulas,
     )
     schedule = service.create_schedule(
-        context.store,
+        context.catalog,
         context.schedules,
         context.accounts,
         context.clock,
@@ -114,7 +114,7 @@ def create_schedule(
 )
 def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleList:
     actor = service.Actor.of(principal)
-    found = service.list_visible_schedules(context.store, context.schedules, actor)
+    found = service.list_visible_schedules(context.catalog, context.schedules, actor)
     return ScheduleList(items=[_view(s, actor) for s in found])
 
 
@@ -127,7 +127,7 @@ def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleLis
 def read_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> ScheduleView:
     actor = service.Actor.of(principal)
     return _view(
-        service.get_visible_schedule(context.store, context.schedules, actor, schedule_id), actor
+        service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id), actor
     )
 
 
@@ -157,7 +157,7 @@ def change_schedule(
         elif value is not None or name == "timezone":
             changes[name] = value
     schedule = service.update_schedule(
-        context.store,
+        context.catalog,
         context.schedules,
         context.accounts,
         context.clock,
@@ -179,7 +179,7 @@ def change_schedule(
 )
 def delete_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Response:
     service.delete_schedule(
-        context.store, context.schedules, context.clock, service.Actor.of(principal), schedule_id
+        context.catalog, context.schedules, context.clock, service.Actor.of(principal), schedule_id
     )
     return Response(status_code=204)
 
@@ -203,7 +203,7 @@ def run_schedule(
     """An export outside the timetable, with the owner's rights, whether or not the schedule
     is paused; its timetable is left as it is."""
     record = service.run_schedule(
-        context.store,
+        context.catalog,
         context.schedules,
         context.clock,
         service.Actor.of(principal),
@@ -223,7 +223,7 @@ def run_schedule(
 )
 def list_deliveries(export_id: str, principal: CurrentPrincipal, context: Context) -> DeliveryList:
     found = service.list_visible_deliveries(
-        context.store,
+        context.exports,
         context.deliveries,
         principal.requester,
         export_id,

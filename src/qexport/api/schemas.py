@@ -23,33 +23,17 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import MAX_PARAMETER_CHARS
 from qexport.domain.reports import REPORT_FORMATS
 from qexport.domain.schedules import MAX_CRON_CHARS, MAX_RECIPIENTS, MAX_URL_CHARS
+from qexport.http.errors import PROBLEM_MEDIA_TYPE as PROBLEM_MEDIA_TYPE  # noqa: PLC0414 - re-exported
+from qexport.http.errors import PROBLEM_SCHEMA as PROBLEM_SCHEMA  # noqa: PLC0414 - re-exported
+from qexport.http.errors import Problem as Problem  # noqa: PLC0414 - re-exported
 from qexport.services.requests import MAX_PARAMETERS, MAX_REF_CHARS
 from qexport.writers.registry import FORMATS
 
-PROBLEM_MEDIA_TYPE = "application/problem+json"
 _INT64 = 2**63
 
 
 # ---------------------------------------------------------------- problem documents
 
-
-class Problem(BaseModel):
-    """An RFC 9457 problem document; `code` is the stable, machine-readable reason."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    title: str
-    status: int
-    code: str
-    detail: str | None = None
-    field: str | None = Field(None, description="The request member at fault (422).")
-    errors: list[dict[str, str]] | None = Field(None, description="Every invalid member (422).")
-
-
-# Inlined in each response (not a $ref): FastAPI files a response `model` under
-# application/json, and these documents are application/problem+json.
-PROBLEM_SCHEMA: dict[str, Any] = Problem.model_json_schema()
 
 _RETRY_AFTER = {
     "description": "Seconds to wait before asking again.",

@@ -8,8 +8,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.context import ApiContext
 from qexport.api.schemas import WorkspaceChange, WorkspaceSettings, problem_responses
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import NotFoundError
 from qexport.services.recipients import set_webhook_hosts
@@ -24,7 +24,7 @@ def _own(principal: Principal, workspace_id: str) -> None:
         raise NotFoundError(NO_SUCH_WORKSPACE)
 
 
-def _view(context: ApiContext, workspace_id: str) -> WorkspaceSettings:
+def _view(context: Container, workspace_id: str) -> WorkspaceSettings:
     hosts = context.accounts.workspace_webhook_hosts(workspace_id)
     return WorkspaceSettings(
         id=workspace_id,

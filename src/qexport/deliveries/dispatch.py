@@ -8,7 +8,6 @@ One recipient's failure never touches another's delivery.
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 
 import structlog
@@ -27,13 +26,14 @@ from qexport.deliveries.webhook import WebhookSender
 from qexport.domain.accounts import hash_secret
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import FailureCode
+from qexport.domain.lifecycle import backoff
 from qexport.domain.schedules import Channel, Delivery, Outcome
 from qexport.ports import (
     AccountStore,
     ClaimedDelivery,
     Clock,
     DeliveryStore,
-    MetadataStore,
+    ExportQueue,
     ObjectStore,
     ScheduleStore,
 )
@@ -42,17 +42,10 @@ from qexport.services.links import public_url
 log = structlog.get_logger()
 
 
-def retry_delay(attempt: int, settings: Settings) -> float:
-    """Backoff before the next attempt: base * 2^(attempt-1), capped, +-20% jitter."""
-    base = settings.delivery_retry_base_seconds * 2 ** max(attempt - 1, 0)
-    delay = min(base, settings.delivery_retry_max_seconds)
-    return float(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter, not security
-
-
 class DeliveryDispatcher:
     def __init__(
         self,
-        store: MetadataStore,
+        exports: ExportQueue,
         deliveries: DeliveryStore,
         schedules: ScheduleStore,
         accounts: AccountStore,
@@ -63,7 +56,7 @@ class DeliveryDispatcher:
         email: SmtpSender | None = None,
         webhook: WebhookSender | None = None,
     ) -> None:
-        self._store = store
+        self._exports = exports
         self._deliveries = deliveries
         self._schedules = schedules
         self._accounts = accounts
@@ -185,7 +178,9 @@ class DeliveryDispatcher:
         if permanent:
             self._fail(delivery, error)
         elif delivery.attempt < limit:
-            delay = retry_delay(delivery.attempt, self._settings)
+            settings = self._settings
+            base, cap = settings.delivery_retry_base_seconds, settings.delivery_retry_max_seconds
+            delay = backoff(delivery.attempt, base, cap)
             retry_at = self._clock.now() + timedelta(seconds=delay)
             self._deliveries.release_delivery(
                 delivery.id, _token(delivery), retry_at=retry_at, error=error

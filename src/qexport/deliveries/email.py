@@ -15,57 +15,14 @@ from __future__ import annotations
 
 import smtplib
 import ssl
-from dataclasses import dataclass, field
 from email.message import EmailMessage
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from qexport.deliveries.errors import DeliveryError
+from qexport.smtp_url import SmtpConfig as SmtpConfig  # noqa: PLC0414 - re-exported
+from qexport.smtp_url import parse_smtp_url as parse_smtp_url  # noqa: PLC0414 - re-exported
 
-DEFAULT_FROM = "qexport@localhost"
 CONNECT_FAILED = "could not connect to the mail server"
 TIMED_OUT = "the mail server did not answer in time"
-_PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}
-
-
-@dataclass(frozen=True)
-class SmtpConfig:
-    scheme: str
-    host: str
-    port: int
-    sender: str = DEFAULT_FROM
-    username: str = ""
-    password: str = field(default="", repr=False)
-
-
-def parse_smtp_url(url: str) -> SmtpConfig:
-    """The parts of an SMTP URL; ValueError (without the password) when it is malformed."""
-    parts = urlsplit(url)
-    if parts.scheme not in _PORTS:
-        raise ValueError(
-            f"unsupported QEXPORT_SMTP_URL scheme {parts.scheme!r}"
-            " (expected smtp://, smtp+starttls:// or smtps://)"
-        )
-    try:
-        port = parts.port or _PORTS[parts.scheme]
-    except ValueError:
-        raise ValueError("QEXPORT_SMTP_URL has an invalid port") from None
-    if not parts.hostname:
-        raise ValueError("QEXPORT_SMTP_URL has no host")
-    if parts.scheme == "smtp" and (parts.username or parts.password):
-        # Over plain SMTP a login crosses the network readable by anyone on the path.
-        raise ValueError(
-            "QEXPORT_SMTP_URL has a user and password on smtp://, which would send them in"
-            " clear text; use smtp+starttls:// (port 587) or smtps:// (port 465)"
-        )
-    sender = parse_qs(parts.query).get("from", [DEFAULT_FROM])[0]
-    return SmtpConfig(
-        scheme=parts.scheme,
-        host=parts.hostname,
-        port=port,
-        sender=sender,
-        username=unquote(parts.username or ""),
-        password=unquote(parts.password or ""),
-    )
 
 
 class SmtpSender:

@@ -27,14 +27,14 @@ from types import TracebackType
 
 import httpx2
 
-from qexport.deliveries.egress import (
+from qexport.deliveries.errors import DeliveryError, refused_destination
+from qexport.egress import (
     EgressPolicy,
     EgressRefusedError,
     IPAddress,
     UnresolvedError,
     check_webhook_host,
 )
-from qexport.deliveries.errors import DeliveryError, refused_destination
 
 USER_AGENT = "qexport"
 _RETRIED = frozenset({408, 429})

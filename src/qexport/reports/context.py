@@ -5,39 +5,28 @@ from __future__ import annotations
 import datetime as dt
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import sqlalchemy as sa
 import structlog
 
-from qexport.ports import MetadataStore
-from qexport.store.accounts import SqlAccountStore
-from qexport.store.exports import SqlMetadataStore
-from qexport.store.tables import workspaces
+from qexport.ports import AccountStore
 
 log = structlog.get_logger()
 
 
-def requester_label(store: MetadataStore, user_id: str) -> str:
+def requester_label(accounts: AccountStore, user_id: str) -> str:
     """The requester's email when the accounts store knows them, else their user id."""
-    if not isinstance(store, SqlMetadataStore):
-        return user_id
     try:
-        user = SqlAccountStore(store.engine).get_user(user_id)
-    except sa.exc.SQLAlchemyError:  # a title block is not worth failing the export for
+        user = accounts.get_user(user_id)
+    except Exception:
         log.warning("requester_lookup_failed", exc_info=True)
         return user_id
     return user.email if user is not None else user_id
 
 
-def workspace_zone(store: MetadataStore, workspace_id: str) -> dt.tzinfo:
-    """The workspace's time zone (workspaces.timezone); UTC when unknown or unset."""
-    if not isinstance(store, SqlMetadataStore):
-        return dt.UTC
+def workspace_zone(accounts: AccountStore, workspace_id: str) -> dt.tzinfo:
+    """The workspace's time zone; UTC when unknown or unset."""
     try:
-        with store.engine.connect() as conn:
-            name = conn.execute(
-                sa.select(workspaces.c.timezone).where(workspaces.c.id == workspace_id)
-            ).scalar()
-    except sa.exc.SQLAlchemyError:
+        name = accounts.workspace_timezone(workspace_id)
+    except Exception:
         log.warning("workspace_timezone_lookup_failed", exc_info=True)
         return dt.UTC
     if not name:

@@ -16,16 +16,15 @@ from qexport.reports.registry import DOCUMENTS, start_document
 from qexport.reports.sections import read_section
 
 if TYPE_CHECKING:
+    from qexport.container import Container
     from qexport.domain.exports import ExportRecord
-    from qexport.ports import MetadataStore, Sink
-    from qexport.worker.lease import Lease
-    from qexport.worker.runner import Deps
+    from qexport.ports import AttemptLease, Catalog, Sink
 
 log = structlog.get_logger()
 T = TypeVar("T")
 
 
-def load_subject(store: MetadataStore, report_id: str) -> ReportSubject:
+def load_subject(store: Catalog, report_id: str) -> ReportSubject:
     """The report and its sections' queries, read now (when the claim did not read them)."""
     report = store.get_report(report_id)
     if report is None:
@@ -35,7 +34,11 @@ def load_subject(store: MetadataStore, report_id: str) -> ReportSubject:
 
 
 def produce_report(
-    deps: Deps, record: ExportRecord, subject: ReportSubject, lease: Lease, sink: Sink
+    deps: Container,
+    record: ExportRecord,
+    subject: ReportSubject,
+    lease: AttemptLease,
+    sink: Sink,
 ) -> int:
     """Render `subject` as `record.format` into `sink`; return the total row count.
 
@@ -49,8 +52,10 @@ def produce_report(
     info = DocumentInfo(
         title=report.title,
         description=report.description,
-        requester=requester_label(deps.store, record.requested_by),
-        generated_at=deps.clock.now().astimezone(workspace_zone(deps.store, record.workspace_id)),
+        requester=requester_label(deps.accounts, record.requested_by),
+        generated_at=deps.clock.now().astimezone(
+            workspace_zone(deps.accounts, record.workspace_id)
+        ),
     )
     document = _rendering(
         "the title block",

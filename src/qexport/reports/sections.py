@@ -20,10 +20,10 @@ from qexport.reports.model import SectionData, chart_columns
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from qexport.container import Container
     from qexport.domain.exports import ExportRecord
     from qexport.domain.queries import Query
-    from qexport.worker.lease import Lease
-    from qexport.worker.runner import Deps
+    from qexport.ports import AttemptLease
 
 # Small batches: each is counted against the report's budget before it becomes Python values,
 # so a batch of very wide rows is refused before much of it is held (measured: 10,000 rows of
@@ -34,11 +34,11 @@ _QUERY_ERRORS = (QueryInvalidError, QueryTimeoutError, SourceUnavailableError)
 
 
 def read_section(
-    deps: Deps,
+    deps: Container,
     record: ExportRecord,
     section: Section,
     query: Query,
-    lease: Lease,
+    lease: AttemptLease,
     done: int,
     budget: CellBudget,
 ) -> SectionData:
@@ -51,11 +51,11 @@ def read_section(
 
 
 def _read(
-    deps: Deps,
+    deps: Container,
     record: ExportRecord,
     section: Section,
     query: Query,
-    lease: Lease,
+    lease: AttemptLease,
     done: int,
     budget: CellBudget,
 ) -> SectionData:

@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 from qexport.config import Settings
-from qexport.deliveries.egress import EgressPolicy
 from qexport.domain.accounts import Principal, Role, at_least
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
@@ -35,7 +34,8 @@ from qexport.domain.schedules import (
     check_timezone,
     next_due,
 )
-from qexport.ports import AccountStore, Clock, DeliveryStore, MetadataStore, ScheduleStore
+from qexport.egress import EgressPolicy
+from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQueue, ScheduleStore
 from qexport.schedules.tick import run_now
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
@@ -130,7 +130,7 @@ def _manager(actor: Actor, schedule: Schedule) -> None:
 
 
 def _check_subject(
-    store: MetadataStore, requester: Requester, draft: ScheduleDraft, *, match_name: bool
+    store: Catalog, requester: Requester, draft: ScheduleDraft, *, match_name: bool
 ) -> _Subject:
     """The subject the requester may read, the format valid for it and the parameters bound
     exactly as an export request binds them."""
@@ -163,7 +163,7 @@ def _ownership_fields(schedule: Schedule) -> tuple[Any, ...]:
     )
 
 
-def _reads_subject(store: MetadataStore, requester: Requester, kind: str, subject_id: str) -> bool:
+def _reads_subject(store: Catalog, requester: Requester, kind: str, subject_id: str) -> bool:
     if kind == SUBJECT_REPORT:
         return can_read_report(requester, store.get_report(subject_id))
     return can_read(requester, store.get_query(subject_id))
@@ -208,7 +208,7 @@ def _timezone(accounts: AccountStore, workspace_id: str, given: str | None) -> s
 
 
 def create_schedule(
-    store: MetadataStore,
+    store: Catalog,
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
@@ -254,7 +254,7 @@ def create_schedule(
 
 
 def get_visible_schedule(
-    store: MetadataStore, schedules: ScheduleStore, actor: Actor, schedule_id: str
+    store: Catalog, schedules: ScheduleStore, actor: Actor, schedule_id: str
 ) -> Schedule:
     """A live schedule of the caller's workspace that they own, administer or whose subject
     they may read; NotFoundError otherwise."""
@@ -264,7 +264,7 @@ def get_visible_schedule(
     return schedule
 
 
-def _sees(store: MetadataStore, actor: Actor, schedule: Schedule) -> bool:
+def _sees(store: Catalog, actor: Actor, schedule: Schedule) -> bool:
     if schedule.deleted or schedule.workspace_id != actor.requester.workspace_id:
         return False
     if actor.is_admin or schedule.owner == actor.requester.user_id:
@@ -273,7 +273,7 @@ def _sees(store: MetadataStore, actor: Actor, schedule: Schedule) -> bool:
 
 
 def list_visible_schedules(
-    store: MetadataStore, schedules: ScheduleStore, actor: Actor
+    store: Catalog, schedules: ScheduleStore, actor: Actor
 ) -> list[Schedule]:
     """The workspace's live schedules the caller may see, oldest first."""
     return [
@@ -299,7 +299,7 @@ def draft_of(schedule: Schedule) -> ScheduleDraft:
 
 
 def update_schedule(
-    store: MetadataStore,
+    store: Catalog,
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
@@ -371,7 +371,7 @@ def update_schedule(
 
 
 def set_enabled(
-    store: MetadataStore,
+    store: Catalog,
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
@@ -387,7 +387,7 @@ def set_enabled(
 
 
 def delete_schedule(
-    store: MetadataStore, schedules: ScheduleStore, clock: Clock, actor: Actor, schedule_id: str
+    store: Catalog, schedules: ScheduleStore, clock: Clock, actor: Actor, schedule_id: str
 ) -> None:
     """Delete a schedule the caller owns or administers; exports it made stay as they are."""
     schedule = get_visible_schedule(store, schedules, actor, schedule_id)
@@ -397,7 +397,7 @@ def delete_schedule(
 
 
 def run_schedule(
-    store: MetadataStore,
+    store: Catalog,
     schedules: ScheduleStore,
     clock: Clock,
     actor: Actor,
@@ -417,7 +417,7 @@ def run_schedule(
 
 
 def list_visible_deliveries(
-    store: MetadataStore,
+    store: ExportQueue,
     deliveries: DeliveryStore,
     requester: Requester,
     export_id: str,

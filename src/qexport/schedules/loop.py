@@ -15,11 +15,10 @@ from typing import Protocol, TypeVar
 
 import structlog
 
+from qexport.container import Container
 from qexport.domain.failures import QExportError
-from qexport.ports import ScheduleStore
 from qexport.schedules import tick as schedule_tick
 from qexport.schedules.tick import FiredRun
-from qexport.worker.runner import Deps
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -46,11 +45,9 @@ class Scheduler:
     """Ticks the schedules, then runs the delivery dispatcher (if any), every
     `settings.scheduler_poll_seconds`, until `stop()`."""
 
-    def __init__(
-        self, deps: Deps, schedules: ScheduleStore, *, dispatcher: Dispatcher | None = None
-    ) -> None:
+    def __init__(self, deps: Container, *, dispatcher: Dispatcher | None = None) -> None:
         self.deps = deps
-        self.schedules = schedules
+        self.schedules = deps.schedules
         self.dispatcher = dispatcher
         self.stopping = threading.Event()
 
@@ -104,7 +101,7 @@ class Scheduler:
         return _guarded(
             "schedule_tick_failed",
             lambda: schedule_tick.tick(
-                deps.store,
+                deps.catalog,
                 self.schedules,
                 deps.clock,
                 grace=deps.settings.schedule_grace,

@@ -18,13 +18,13 @@ from qexport.domain.failures import TooManyRequestsError
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report
 from qexport.domain.schedules import Schedule, plan_tick
-from qexport.ports import Clock, MetadataStore, NewExport, ScheduleStore
+from qexport.ports import Catalog, Clock, NewExport, ScheduleStore
 from qexport.services.requests import new_deliveries, query_export, report_export
 
 log = structlog.get_logger()
 
 
-def schedule_export(store: MetadataStore, schedule: Schedule, now: datetime) -> NewExport:
+def schedule_export(store: Catalog, schedule: Schedule, now: datetime) -> NewExport:
     """The export a schedule asks for, with its owner as the requester."""
     requester = Requester(schedule.owner, schedule.workspace_id)
     neutralize = bool(schedule.options.get("neutralize_formulas", True))
@@ -49,7 +49,7 @@ def schedule_export(store: MetadataStore, schedule: Schedule, now: datetime) -> 
 
 
 def run_now(
-    store: MetadataStore,
+    store: Catalog,
     schedules: ScheduleStore,
     clock: Clock,
     schedule: Schedule,
@@ -89,7 +89,7 @@ class TickResult:
 
 
 def tick(
-    store: MetadataStore,
+    store: Catalog,
     schedules: ScheduleStore,
     clock: Clock,
     *,

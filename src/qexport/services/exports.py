@@ -23,7 +23,7 @@ from qexport.domain.failures import (
     NotFoundError,
     QExportError,
 )
-from qexport.ports import Clock, MetadataStore, ObjectStore
+from qexport.ports import Catalog, Clock, ExportQueue, ObjectStore
 from qexport.services.reports import may_read_subject
 
 # Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
@@ -43,7 +43,7 @@ class ExpiredError(QExportError):
 
 
 def get_visible_export(
-    store: MetadataStore, requester: Requester, export_id: str, *, whole_workspace: bool = False
+    store: ExportQueue, requester: Requester, export_id: str, *, whole_workspace: bool = False
 ) -> ExportRecord:
     """The export if the requester may see it; someone else's export looks missing."""
     record = store.get_export(export_id) if len(export_id) <= MAX_EXPORT_ID_CHARS else None
@@ -57,7 +57,7 @@ def get_visible_export(
 
 
 def list_visible_exports(
-    store: MetadataStore,
+    store: ExportQueue,
     clock: Clock,
     requester: Requester,
     *,
@@ -87,7 +87,7 @@ def list_visible_exports(
 
 
 def list_visible_events(
-    store: MetadataStore, requester: Requester, export_id: str, *, whole_workspace: bool = False
+    store: ExportQueue, requester: Requester, export_id: str, *, whole_workspace: bool = False
 ) -> list[ExportEvent]:
     """Every transition of an export the requester may see, oldest first."""
     record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
@@ -95,7 +95,7 @@ def list_visible_events(
 
 
 def cancel_export(
-    store: MetadataStore,
+    store: ExportQueue,
     clock: Clock,
     requester: Requester,
     export_id: str,
@@ -117,7 +117,8 @@ def cancel_export(
 
 
 def downloadable(
-    store: MetadataStore,
+    exports: ExportQueue,
+    catalog: Catalog,
     clock: Clock,
     requester: Requester,
     export_id: str,
@@ -125,7 +126,7 @@ def downloadable(
     whole_workspace: bool = False,
 ) -> ExportRecord:
     """The record of a succeeded, unexpired export that the requester may still read."""
-    record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
+    record = get_visible_export(exports, requester, export_id, whole_workspace=whole_workspace)
     status = effective_status(record, clock.now())
     if status in (Status.QUEUED, Status.RUNNING):
         raise NotReadyError(f"export {export_id} is {status}; the file is not ready yet")
@@ -135,14 +136,19 @@ def downloadable(
     if status == EXPIRED:
         assert record.expires_at is not None
         raise ExpiredError(f"export {export_id} expired at {record.expires_at:%Y-%m-%d %H:%M} UTC")
-    if not may_read_subject(store, requester, record):
+    if not may_read_subject(catalog, requester, record):
         raise AccessLostError("you may no longer read what this export was made from")
     return record
 
 
 def open_download(
-    store: MetadataStore, objects: ObjectStore, clock: Clock, requester: Requester, export_id: str
+    exports: ExportQueue,
+    catalog: Catalog,
+    objects: ObjectStore,
+    clock: Clock,
+    requester: Requester,
+    export_id: str,
 ) -> tuple[ExportRecord, BinaryIO]:
     """The file of a succeeded, unexpired export that the requester may still read."""
-    record = downloadable(store, clock, requester, export_id)
+    record = downloadable(exports, catalog, clock, requester, export_id)
     return record, objects.open(record.storage_key)

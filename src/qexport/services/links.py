@@ -21,7 +21,7 @@ from qexport.domain.accounts import (
 )
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import NotFoundError, QExportError
-from qexport.ports import AccountStore, Clock, MetadataStore
+from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
 from qexport.services.exports import downloadable
 from qexport.services.reports import may_read_subject
 
@@ -50,7 +50,8 @@ def public_url(base_url: str, token: str) -> str:
 
 
 def create_link(
-    store: MetadataStore,
+    exports: ExportQueue,
+    catalog: Catalog,
     accounts: AccountStore,
     clock: Clock,
     principal: Principal,
@@ -61,7 +62,12 @@ def create_link(
 ) -> CreatedLink:
     """A link to an export the caller could download now; it expires with the export."""
     record = downloadable(
-        store, clock, principal.requester, export_id, whole_workspace=principal.sees_workspace
+        exports,
+        catalog,
+        clock,
+        principal.requester,
+        export_id,
+        whole_workspace=principal.sees_workspace,
     )
     assert record.expires_at is not None  # a succeeded record has one
     token = new_secret()
@@ -76,7 +82,7 @@ def create_link(
 
 
 def revoke_link(
-    store: MetadataStore, accounts: AccountStore, clock: Clock, principal: Principal, link_id: str
+    store: ExportQueue, accounts: AccountStore, clock: Clock, principal: Principal, link_id: str
 ) -> None:
     """Revoke a link of the caller's (or, for an admin, of the workspace's).
 
@@ -95,11 +101,11 @@ def revoke_link(
 
 
 def resolve_public_link(
-    store: MetadataStore, accounts: AccountStore, clock: Clock, token: str
+    exports: ExportQueue, catalog: Catalog, accounts: AccountStore, clock: Clock, token: str
 ) -> ExportRecord:
     """The export a public token downloads; LinkUnknownError or LinkGoneError otherwise."""
     link = accounts.find_link(hash_secret(token)) if valid_link_token(token) else None
-    record = store.get_export(link.export_id) if link else None
+    record = exports.get_export(link.export_id) if link else None
     if link is None or record is None:
         raise LinkUnknownError("unknown link")
     if link.revoked_at is not None or not is_downloadable(record, clock.now()):
@@ -108,6 +114,6 @@ def resolve_public_link(
     role = accounts.role_of(record.workspace_id, link.created_by)
     if not may_share(role, link.created_by, record.requested_by):
         raise LinkGoneError("the link's creator may no longer share this export")
-    if not may_read_subject(store, creator, record):
+    if not may_read_subject(catalog, creator, record):
         raise LinkGoneError("the link's creator may no longer read what the export was made from")
     return record

@@ -22,7 +22,7 @@ from qexport.domain.queries import (
     can_read,
     check_declared_name,
 )
-from qexport.ports import AccountStore, MetadataStore
+from qexport.ports import AccountStore, Catalog
 
 MAX_NAME_CHARS = 200
 MAX_SQL_CHARS = 50_000
@@ -165,14 +165,14 @@ def workspace_members(accounts: AccountStore, principal: Principal) -> set[str]:
 # ---------------------------------------------------------------- use cases
 
 
-def list_readable_queries(store: MetadataStore, principal: Principal) -> list[Query]:
+def list_readable_queries(store: Catalog, principal: Principal) -> list[Query]:
     """The workspace's live queries that the caller may read, by name."""
     return [
         q for q in store.list_queries(principal.workspace_id) if can_read(principal.requester, q)
     ]
 
 
-def get_readable_query(store: MetadataStore, principal: Principal, query_id: str) -> Query:
+def get_readable_query(store: Catalog, principal: Principal, query_id: str) -> Query:
     """The query if the caller may read it; NotFoundError, as for a missing one, otherwise."""
     query = (
         store.get_query(query_id)
@@ -185,7 +185,7 @@ def get_readable_query(store: MetadataStore, principal: Principal, query_id: str
 
 
 def create_query(
-    store: MetadataStore,
+    store: Catalog,
     accounts: AccountStore,
     principal: Principal,
     draft: QueryDraft,
@@ -212,7 +212,7 @@ def create_query(
 
 
 def replace_query(
-    store: MetadataStore,
+    store: Catalog,
     accounts: AccountStore,
     principal: Principal,
     query_id: str,
@@ -245,7 +245,7 @@ def replace_query(
     return updated
 
 
-def delete_query(store: MetadataStore, principal: Principal, query_id: str) -> None:
+def delete_query(store: Catalog, principal: Principal, query_id: str) -> None:
     """Delete a readable query; its unsettled exports then fail access_lost before they run."""
     _writer(principal)
     query = get_readable_query(store, principal, query_id)

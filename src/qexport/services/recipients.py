@@ -19,16 +19,16 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from qexport.deliveries.egress import (
+from qexport.domain.accounts import Role, at_least
+from qexport.domain.failures import ForbiddenError, InvalidRequestError
+from qexport.domain.schedules import Channel, Recipient, parse_recipient, parse_recipients
+from qexport.egress import (
     EgressPolicy,
     EgressRefusedError,
     UnresolvedError,
     check_webhook_host,
     normal_host,
 )
-from qexport.domain.accounts import Role, at_least
-from qexport.domain.failures import ForbiddenError, InvalidRequestError
-from qexport.domain.schedules import Channel, Recipient, parse_recipient, parse_recipients
 from qexport.ports import AccountStore
 
 log = structlog.get_logger()

@@ -26,7 +26,7 @@ from qexport.domain.reports import (
     can_read_report,
     check_chart_columns,
 )
-from qexport.ports import AccountStore, MetadataStore
+from qexport.ports import AccountStore, Catalog
 from qexport.services.queries import check_visibility, workspace_members
 
 MAX_TITLE_CHARS = 200
@@ -96,9 +96,7 @@ def _check_fixed_parameters(where: str, section: Section, query: Query) -> None:
             raise InvalidRequestError(str(exc), field=field) from None
 
 
-def _check_section(
-    index: int, section: Section, store: MetadataStore, requester: Requester
-) -> None:
+def _check_section(index: int, section: Section, store: Catalog, requester: Requester) -> None:
     where = f"sections.{index}"
     _check_label(section.heading, what="heading", limit=MAX_HEADING_CHARS, field=f"{where}.heading")
     query = (
@@ -122,7 +120,7 @@ def _check_section(
 
 
 def check_draft(
-    draft: ReportDraft, store: MetadataStore, requester: Requester, *, members: Collection[str]
+    draft: ReportDraft, store: Catalog, requester: Requester, *, members: Collection[str]
 ) -> None:
     """Refuse a draft with a bad title or section, a query the writer cannot read, or
     members from outside the workspace."""
@@ -148,7 +146,7 @@ def _writer(principal: Principal) -> None:
 
 
 def find_readable_report(
-    store: MetadataStore, requester: Requester, ref: str, *, match_title: bool = False
+    store: Catalog, requester: Requester, ref: str, *, match_title: bool = False
 ) -> Report:
     """A report by id (or, with `match_title`, by its title when exactly one readable report
     has it) that the requester may read; NotFoundError otherwise."""
@@ -173,7 +171,7 @@ def find_readable_report(
     raise NotFoundError(NO_SUCH_REPORT)
 
 
-def report_queries(store: MetadataStore, requester: Requester, report: Report) -> dict[str, Query]:
+def report_queries(store: Catalog, requester: Requester, report: Report) -> dict[str, Query]:
     """The report's queries; NotFoundError, as for the report itself, if the requester cannot
     read one of them (an export of it would only fail access_lost)."""
     found: dict[str, Query] = {}
@@ -188,7 +186,7 @@ def report_queries(store: MetadataStore, requester: Requester, report: Report) -
 # ---------------------------------------------------------------- use cases
 
 
-def may_read_subject(store: MetadataStore, requester: Requester, record: ExportRecord) -> bool:
+def may_read_subject(store: Catalog, requester: Requester, record: ExportRecord) -> bool:
     """Whether the requester may still read what the export was made from: its query, or its
     report and every query in it (the pre-render check's rule, applied to downloads)."""
     if record.subject_type != SUBJECT_REPORT:
@@ -201,7 +199,7 @@ def may_read_subject(store: MetadataStore, requester: Requester, record: ExportR
     return subject.refusal(requester) is None
 
 
-def list_readable_reports(store: MetadataStore, principal: Principal) -> list[Report]:
+def list_readable_reports(store: Catalog, principal: Principal) -> list[Report]:
     """The workspace's live reports that the caller may read, by title."""
     return [
         r
@@ -210,13 +208,13 @@ def list_readable_reports(store: MetadataStore, principal: Principal) -> list[Re
     ]
 
 
-def get_readable_report(store: MetadataStore, principal: Principal, report_id: str) -> Report:
+def get_readable_report(store: Catalog, principal: Principal, report_id: str) -> Report:
     """The report if the caller may read it; NotFoundError, as for a missing one, otherwise."""
     return find_readable_report(store, principal.requester, report_id)
 
 
 def create_report(
-    store: MetadataStore, accounts: AccountStore, principal: Principal, draft: ReportDraft
+    store: Catalog, accounts: AccountStore, principal: Principal, draft: ReportDraft
 ) -> Report:
     """Save a new report owned by the caller (an editor or admin)."""
     _writer(principal)
@@ -226,7 +224,7 @@ def create_report(
 
 
 def add_report(
-    store: MetadataStore,
+    store: Catalog,
     requester: Requester,
     draft: ReportDraft,
     *,
@@ -249,7 +247,7 @@ def add_report(
 
 
 def replace_report(
-    store: MetadataStore,
+    store: Catalog,
     accounts: AccountStore,
     principal: Principal,
     report_id: str,
@@ -273,7 +271,7 @@ def replace_report(
     return updated
 
 
-def delete_report(store: MetadataStore, principal: Principal, report_id: str) -> None:
+def delete_report(store: Catalog, principal: Principal, report_id: str) -> None:
     """Delete a readable report; its unsettled exports then fail access_lost before they run."""
     _writer(principal)
     report = get_readable_report(store, principal, report_id)

@@ -17,7 +17,7 @@ from qexport.domain.reports import (
     bind_report_parameters,
 )
 from qexport.domain.schedules import NewDelivery, Recipient
-from qexport.ports import Clock, MetadataStore, NewExport
+from qexport.ports import Catalog, Clock, ExportQueue, NewExport
 from qexport.services.reports import find_readable_report, report_queries
 from qexport.writers.registry import get_writer
 
@@ -27,7 +27,7 @@ MAX_REF_CHARS = 200  # the longest query id or name worth a lookup
 
 
 def find_readable_query(
-    store: MetadataStore, requester: Requester, ref: str, *, match_name: bool = True
+    store: Catalog, requester: Requester, ref: str, *, match_name: bool = True
 ) -> Query:
     """A query by id (or, with `match_name`, by name) that the requester may read;
     NotFoundError otherwise, whether it is missing or unreadable."""
@@ -40,7 +40,8 @@ def find_readable_query(
 
 
 def request_export(
-    store: MetadataStore,
+    exports: ExportQueue,
+    catalog: Catalog,
     clock: Clock,
     requester: Requester,
     *,
@@ -59,7 +60,7 @@ def request_export(
     is refused (TooManyRequestsError), checked in the inserting transaction.
     """
     get_writer(fmt)  # an unknown format is refused before anything is read
-    query = find_readable_query(store, requester, query_ref, match_name=match_name)
+    query = find_readable_query(catalog, requester, query_ref, match_name=match_name)
     values = bind_query_values(query, parameters or {})
     if not isinstance(neutralize_formulas, bool):
         raise InvalidRequestError(
@@ -68,11 +69,12 @@ def request_export(
     new = query_export(
         requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    return store.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
+    return exports.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
 
 
 def request_report_export(
-    store: MetadataStore,
+    exports: ExportQueue,
+    catalog: Catalog,
     clock: Clock,
     requester: Requester,
     *,
@@ -90,7 +92,7 @@ def request_report_export(
     """
     check_report_format(fmt)
     report, values = bind_report_request(
-        store, requester, report_ref, parameters or {}, match_title=match_title
+        catalog, requester, report_ref, parameters or {}, match_title=match_title
     )
     if not isinstance(neutralize_formulas, bool):
         raise InvalidRequestError(
@@ -99,7 +101,7 @@ def request_report_export(
     new = report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    return store.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
+    return exports.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
 
 
 def check_report_format(fmt: str) -> None:
@@ -111,7 +113,7 @@ def check_report_format(fmt: str) -> None:
 
 
 def bind_report_request(
-    store: MetadataStore,
+    store: Catalog,
     requester: Requester,
     report_ref: str,
     parameters: dict[str, Any],

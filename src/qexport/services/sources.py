@@ -20,10 +20,10 @@ import structlog
 from psycopg.conninfo import conninfo_to_dict
 
 from qexport.config import Settings
-from qexport.deliveries.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.domain.accounts import Principal, Role, check_workspace_id
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, QExportError
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
+from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
 from qexport.sources.registry import configured_grants, configured_names, masked_url

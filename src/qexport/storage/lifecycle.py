@@ -95,3 +95,24 @@ def _files(upload: StagedUpload) -> list[os.stat_result]:
     except FileNotFoundError:
         pass
     return stats
+
+
+class FilesystemRetention:
+    """RetentionRules of the filesystem store: no rules are kept, this sweep applies them."""
+
+    swept = True
+
+    def __init__(self, store: FilesystemObjectStore) -> None:
+        self._store = store
+        self.where = str(store.root)
+
+    def apply(self, now: datetime, retention: timedelta) -> str:
+        report = apply_filesystem_lifecycle(self._store, now, retention)
+        return (
+            f"deleted {report.objects_deleted} file(s) past retention + 1 day, removed"
+            f" {report.uploads_removed} incomplete upload(s) older than 1 day and"
+            f" {report.orphan_meta_removed} orphan metadata file(s)"
+        )
+
+    def drift(self, retention: timedelta) -> list[str]:
+        return []

@@ -11,7 +11,7 @@ as it settles (`S3ObjectStore.discard_staging`), and sweep at their start.
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -128,3 +128,23 @@ def _describe(summary: _Summary) -> str:
     if abort is not None:
         parts.append(f"aborting uploads after {abort} days")
     return " ".join(parts)
+
+
+class S3Retention:
+    """RetentionRules of an S3 store: the bucket's lifecycle rules."""
+
+    swept = False
+
+    def __init__(self, store: S3ObjectStore) -> None:
+        self._store = store
+        self.where = f"s3://{store.bucket}/{store.prefix}"
+
+    def apply(self, now: datetime, retention: timedelta) -> str:
+        apply_lifecycle(self._store, retention)
+        return (
+            f"{self.where}: rules written (exports expire after {expiry_days(retention)} days,"
+            " incomplete uploads are aborted after 1 day)"
+        )
+
+    def drift(self, retention: timedelta) -> list[str]:
+        return check_lifecycle(self._store, retention)

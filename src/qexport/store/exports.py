@@ -22,12 +22,13 @@ from qexport.domain.failures import (
     unsettled_cap_reached,
 )
 from qexport.domain.fairness import RequesterQueue, claim_order
+from qexport.domain.lifecycle import TRANSITIONS, Guard, Step, claim_step
 from qexport.domain.queries import Query
 from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
-from qexport.store.catalog import QUERY_KEYS, SqlCatalog, to_query, to_report
+from qexport.store.catalog import QUERY_KEYS, to_query, to_report
 from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.tables import (
@@ -44,6 +45,13 @@ from qexport.store.tables import (
     workspaces,
 )
 
+# The statements of the worker's path are built once, with parameters: SQLAlchemy finds a
+# statement's compiled form by a key it derives by walking the statement, and for statements
+# built per call that cost more than running them (claim_next: 3.1 -> 1.2 ms of CPU on
+# PostgreSQL). Their guards are compiled from the lifecycle table (domain/lifecycle.py).
+_ID = sa.bindparam("export_id_", type_=exports.c.id.type)
+_TOKEN = sa.bindparam("token_", type_=exports.c.lease_token.type)
+_NOW = sa.bindparam("now_", type_=UTCDateTime())
 # Implied by the rest of the claimable condition; written out, as the index has it, so that
 # both databases scan ix_exports_unsettled (SQLite only uses a partial index whose condition
 # the query states).
@@ -51,35 +59,33 @@ _UNSETTLED = sa.text(f"exports.{UNSETTLED}")
 _SUCCEEDED = sa.text(f"exports.{SUCCEEDED}")  # likewise for ix_exports_stored
 
 
-def _claimable(now: datetime | sa.BindParameter[datetime]) -> sa.ColumnElement[bool]:
-    return sa.and_(
-        _UNSETTLED,
-        sa.or_(
-            exports.c.status == Status.QUEUED.value,
-            sa.and_(exports.c.status == Status.RUNNING.value, exports.c.lease_expires_at < now),
-        ),
-    )
+def guard_clause(guard: Guard) -> sa.ColumnElement[bool]:
+    """The lifecycle's guard as SQL, over the prebuilt statements' `now_` and `token_`."""
+    status = exports.c.status
+    if guard is Guard.QUEUED:
+        return status == Status.QUEUED.value
+    if guard is Guard.CLAIMABLE:
+        return sa.and_(
+            _UNSETTLED,
+            sa.or_(
+                status == Status.QUEUED.value,
+                sa.and_(status == Status.RUNNING.value, exports.c.lease_expires_at < _NOW),
+            ),
+        )
+    if guard is Guard.FENCED:
+        return sa.and_(status == Status.RUNNING.value, exports.c.lease_token == _TOKEN)
+    return status.in_([Status.QUEUED.value, Status.RUNNING.value])
 
 
-# The statements of the worker's path are built once, with parameters: SQLAlchemy finds a
-# statement's compiled form by a key it derives by walking the statement, and for statements
-# built per call that cost more than running them (claim_next: 3.1 -> 1.2 ms of CPU on
-# PostgreSQL). The transitions' guards are the same as in the lifecycle table. Parameters
-# that name a column are what the UPDATE sets.
-_ID = sa.bindparam("export_id_", type_=exports.c.id.type)
-_TOKEN = sa.bindparam("token_", type_=exports.c.lease_token.type)
-_NOW = sa.bindparam("now_", type_=UTCDateTime())
-_UPDATE_FENCED = exports.update().where(
-    exports.c.id == _ID,
-    exports.c.status == Status.RUNNING.value,
-    exports.c.lease_token == _TOKEN,
-)
-_UPDATE_QUEUED = exports.update().where(
-    exports.c.id == _ID, exports.c.status == Status.QUEUED.value
-)
-_UPDATE_UNSETTLED = exports.update().where(
-    exports.c.id == _ID, exports.c.status.in_([Status.QUEUED.value, Status.RUNNING.value])
-)
+def _guarded(step: Step) -> sa.Update:
+    """The step's write on one export: its guard and the status the table says it writes;
+    parameters that name a column are the rest of what it sets."""
+    transition = TRANSITIONS[step]
+    update = exports.update().where(exports.c.id == _ID, guard_clause(transition.guard))
+    return update if transition.status is None else update.values(status=transition.status.value)
+
+
+_CLAIMABLE = guard_clause(Guard.CLAIMABLE)
 # What a transition's event is made of, read back from the row the transition wrote.
 _EVENT_COLUMNS = (
     exports.c.id,
@@ -91,16 +97,16 @@ _EVENT_COLUMNS = (
     exports.c.last_error_code,
     exports.c.last_error_detail,
 )
-_FENCED_TRANSITION = _UPDATE_FENCED.returning(*_EVENT_COLUMNS)
-_QUEUED_TRANSITION = _UPDATE_QUEUED.returning(*_EVENT_COLUMNS)
-_UNSETTLED_TRANSITION = _UPDATE_UNSETTLED.returning(*_EVENT_COLUMNS)
+_HEARTBEAT = _guarded(Step.HEARTBEAT)
+_TRANSITIONS = {
+    step: _guarded(step).returning(*_EVENT_COLUMNS)
+    for step in (Step.RELEASE, Step.SUCCEED, Step.FAIL, Step.REFUSE, Step.CANCEL)
+}
 _INSERT_EVENT = export_events.insert()
-_REFUSE = _UPDATE_QUEUED.returning(exports)
+_REFUSE = _guarded(Step.REFUSE).returning(exports)
 _CLAIM = (
-    exports.update()
-    .where(exports.c.id == _ID, _claimable(_NOW))
+    _guarded(Step.CLAIM)
     .values(
-        status=Status.RUNNING.value,
         attempt=exports.c.attempt + 1,
         started_at=sa.func.coalesce(exports.c.started_at, _NOW),
         progress_rows=0,
@@ -114,7 +120,7 @@ _INSERT = exports.insert().returning(exports)
 # transaction fewer per export (0.5 ms of CPU and a ping on PostgreSQL).
 _CLAIM_QUERY_PREFIX = "query_"
 _CANDIDATE = (
-    sa.select(exports).where(_claimable(_NOW)).order_by(exports.c.created_at, exports.c.id).limit(1)
+    sa.select(exports).where(_CLAIMABLE).order_by(exports.c.created_at, exports.c.id).limit(1)
 )
 
 
@@ -167,7 +173,7 @@ _REQUESTER_QUEUES = (
         sa.type_coerce(_LAST_STARTED, UTCDateTime()).label("last_started"),
         sa.func.sum(sa.case((_LIVE_LEASE, 1), else_=0)).label("running"),
         sa.type_coerce(
-            sa.func.min(sa.case((_claimable(_NOW), exports.c.created_at), else_=None)),
+            sa.func.min(sa.case((_CLAIMABLE, exports.c.created_at), else_=None)),
             UTCDateTime(),
         ).label("oldest"),
     )
@@ -183,9 +189,9 @@ _OLDEST_OF = _with_query(_REQUESTER_CANDIDATE)
 _OLDEST_OF_PG = _with_query(_REQUESTER_CANDIDATE.with_for_update(skip_locked=True))
 
 
-def _failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
+def failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
+    """What a step that settles `failed` sets besides the status."""
     return {
-        "status": Status.FAILED.value,
         "failure_code": code.value,
         "failure_detail": bounded_detail(detail) or code.value,
         "completed_at": now,
@@ -212,6 +218,40 @@ def _record_event(conn: sa.Connection, row: sa.Row[Any], kind: EventKind, now: d
             "detail": detail,
         },
     )
+
+
+def claim_in(
+    conn: sa.Connection, export_id: str, worker_id: str, now: datetime, lease_seconds: float
+) -> ExportRecord | None:
+    """Claim (or redeliver) one claimable export with a new lease token, with its event."""
+    params = {
+        "export_id_": export_id,
+        "now_": now,
+        "lease_token": str(uuid.uuid4()),
+        "lease_expires_at": now + timedelta(seconds=lease_seconds),
+        "worker_id": worker_id,
+    }
+    row = conn.execute(_CLAIM, params).first()
+    if row is None:
+        return None
+    record = _to_record(row)
+    _record_event(conn, row, _event_of(claim_step(record.attempt)), now)
+    return record
+
+
+def transition_in(conn: sa.Connection, step: Step, now: datetime, **params: Any) -> bool:
+    """The step's guarded UPDATE and, when its guard held, its event."""
+    row = conn.execute(_TRANSITIONS[step], params).first()
+    if row is None:
+        return False
+    _record_event(conn, row, _event_of(step), now)
+    return True
+
+
+def _event_of(step: Step) -> EventKind:
+    event = TRANSITIONS[step].event
+    assert event is not None  # every step but the heartbeat records one
+    return event
 
 
 def _to_record(row: sa.Row[Any]) -> ExportRecord:
@@ -387,42 +427,6 @@ class SqlExportQueue:
 
     # ------------------------------------------------------------ the queue
 
-    def next_claimable(self, now: datetime) -> ExportRecord | None:
-        stmt = (
-            sa.select(exports)
-            .where(_claimable(now))
-            .order_by(exports.c.created_at, exports.c.id)
-            .limit(1)
-        )
-        with self._tx() as conn:
-            row = conn.execute(stmt).first()
-        return _to_record(row) if row else None
-
-    def claim(
-        self, export_id: str, *, worker_id: str, now: datetime, lease_seconds: float
-    ) -> ExportRecord | None:
-        with self._tx() as conn:
-            return self._claim_in(conn, export_id, worker_id, now, lease_seconds)
-
-    @staticmethod
-    def _claim_in(
-        conn: sa.Connection, export_id: str, worker_id: str, now: datetime, lease_seconds: float
-    ) -> ExportRecord | None:
-        params = {
-            "export_id_": export_id,
-            "now_": now,
-            "lease_token": str(uuid.uuid4()),
-            "lease_expires_at": now + timedelta(seconds=lease_seconds),
-            "worker_id": worker_id,
-        }
-        row = conn.execute(_CLAIM, params).first()
-        if row is None:
-            return None
-        record = _to_record(row)
-        kind = EventKind.CLAIMED if record.attempt == 1 else EventKind.REDELIVERED
-        _record_event(conn, row, kind, now)
-        return record
-
     def claim_next(
         self,
         *,
@@ -437,26 +441,26 @@ class SqlExportQueue:
             if row is None:
                 return ClaimResult()
             candidate = _to_record(row)
-            query: Query | ReportSubject | None
+            subject: Query | ReportSubject | None
             if candidate.subject_type == SUBJECT_REPORT:
-                query = self._report_subject(conn, candidate.subject_id)
+                subject = self._report_subject(conn, candidate.subject_id)
             else:
-                query = to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
+                subject = to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
             if candidate.status is Status.QUEUED:
                 standing = Standing(
                     registered=row.standing_workspace is not None,
                     role=Role(row.standing_role) if row.standing_role else None,
                     disabled=row.standing_disabled_at is not None,
                 )
-                refusal = admit(candidate, query, standing)
+                refusal = admit(candidate, subject, standing)
                 if refusal is not None:
-                    values = _failed_values(now, FailureCode.ACCESS_LOST, refusal)
+                    values = failed_values(now, FailureCode.ACCESS_LOST, refusal)
                     refused = conn.execute(_REFUSE, {"export_id_": candidate.id, **values}).first()
                     if refused is not None:
-                        _record_event(conn, refused, EventKind.REFUSED, now)
+                        _record_event(conn, refused, _event_of(Step.REFUSE), now)
                     return ClaimResult(refused=_to_record(refused) if refused else None)
-            claimed = self._claim_in(conn, candidate.id, worker_id, now, lease_seconds)
-            return ClaimResult(claimed=claimed, query=query if claimed else None)
+            claimed = claim_in(conn, candidate.id, worker_id, now, lease_seconds)
+            return ClaimResult(claimed=claimed, subject=subject if claimed else None)
 
     @staticmethod
     def _fair_candidate(
@@ -502,7 +506,7 @@ class SqlExportQueue:
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
     ) -> bool:
         return self._update(
-            _UPDATE_FENCED,
+            _HEARTBEAT,
             export_id_=export_id,
             token_=token,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
@@ -520,8 +524,7 @@ class SqlExportQueue:
         detail: str,
     ) -> bool:
         released = self._transition(
-            _FENCED_TRANSITION,
-            EventKind.RELEASED,
+            Step.RELEASE,
             now,
             export_id_=export_id,
             token_=token,
@@ -548,7 +551,6 @@ class SqlExportQueue:
         values = {
             "export_id_": export_id,
             "token_": token,
-            "status": Status.SUCCEEDED.value,
             "size_bytes": result.size_bytes,
             "row_count": result.row_count,
             "sha256": result.sha256,
@@ -559,11 +561,7 @@ class SqlExportQueue:
         with self._tx() as conn:
             if quota_bytes:
                 self._check_quota(conn, export_id, now, result.size_bytes, quota_bytes)
-            row = conn.execute(_FENCED_TRANSITION, values).first()
-            if row is None:
-                return False
-            _record_event(conn, row, EventKind.SUCCEEDED, now)
-            return True
+            return transition_in(conn, Step.SUCCEED, now, **values)
 
     @staticmethod
     def _check_quota(
@@ -591,43 +589,21 @@ class SqlExportQueue:
     def fail(
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool:
-        values = _failed_values(now, code, detail)
-        return self._transition(
-            _FENCED_TRANSITION, EventKind.FAILED, now, export_id_=export_id, token_=token, **values
-        )
-
-    def fail_before_run(
-        self, export_id: str, *, now: datetime, code: FailureCode, detail: str
-    ) -> bool:
-        return self._transition(
-            _QUEUED_TRANSITION,
-            EventKind.REFUSED,
-            now,
-            export_id_=export_id,
-            **_failed_values(now, code, detail),
-        )
+        values = failed_values(now, code, detail)
+        return self._transition(Step.FAIL, now, export_id_=export_id, token_=token, **values)
 
     def cancel(self, export_id: str, *, now: datetime) -> bool:
-        values = _failed_values(now, FailureCode.CANCELLED, "cancelled by the requester")
-        return self._transition(
-            _UNSETTLED_TRANSITION, EventKind.CANCELLED, now, export_id_=export_id, **values
-        )
+        values = failed_values(now, FailureCode.CANCELLED, "cancelled by the requester")
+        return self._transition(Step.CANCEL, now, export_id_=export_id, **values)
 
     def _update(self, guarded: sa.Update, **params: Any) -> bool:
         """One guarded UPDATE; `params` fill the guard's parameters and the columns to set."""
         with self._tx() as conn:
             return conn.execute(guarded, params).rowcount == 1
 
-    def _transition(
-        self, guarded: sa.UpdateBase, kind: EventKind, now: datetime, **params: Any
-    ) -> bool:
-        """A guarded UPDATE and, when it matched, its event, in one transaction."""
+    def _transition(self, step: Step, now: datetime, **params: Any) -> bool:
         with self._tx() as conn:
-            row = conn.execute(guarded, params).first()
-            if row is None:
-                return False
-            _record_event(conn, row, kind, now)
-            return True
+            return transition_in(conn, step, now, **params)
 
     def list_events(self, export_id: str) -> list[ExportEvent]:
         stmt = (
@@ -649,10 +625,3 @@ class SqlExportQueue:
                 )
                 for r in conn.execute(stmt)
             ]
-
-
-class SqlMetadataStore(SqlExportQueue, SqlCatalog):
-    """The export queue and the catalog over one engine (until every caller takes them apart)."""
-
-    def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
-        SqlExportQueue.__init__(self, engine, notify=notify)

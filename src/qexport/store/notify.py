@@ -7,18 +7,14 @@ not work.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import psycopg
 import sqlalchemy as sa
-import structlog
+
+from qexport.store.wakeup_thread import WakeupThread
 
 CHANNEL = "qexport_exports"
-_RECONNECT_SECONDS = 2.0
-
-log = structlog.get_logger()
-
 
 _NOTIFY = sa.text("SELECT pg_notify(:channel, :id)")
 
@@ -28,34 +24,21 @@ def notify_claimable(conn: sa.Connection, export_id: str) -> None:
     conn.execute(_NOTIFY, {"channel": CHANNEL, "id": export_id})
 
 
-class PgListener:
+class PgListener(WakeupThread):
     """LISTENs on its own connection and calls `on_notify` for each notification."""
 
+    # The database went away: polling carries on; listen again when it is back.
+    errors = (psycopg.Error,)
+    failure_event = "listen_failed"
+
     def __init__(self, url: str, on_notify: Callable[[], None]) -> None:
+        super().__init__(on_notify, name="qexport-listen")
         # psycopg wants a libpq URL, without SQLAlchemy's "+driver".
         self._url = sa.make_url(url).set(drivername="postgresql").render_as_string(False)
-        self._on_notify = on_notify
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="qexport-listen", daemon=True)
-        self.received = 0
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5):
-                            self.received += 1
-                            self._on_notify()
-            except psycopg.Error:
-                # The database went away: polling carries on; listen again when it is back.
-                log.warning("listen_failed", exc_info=True)
-                self._stop.wait(_RECONNECT_SECONDS)
+    def _watch(self) -> None:
+        with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            while not self._stop.is_set():
+                for _ in conn.notifies(timeout=0.5):
+                    self._wake()

@@ -13,17 +13,14 @@ median with polling alone (the default 0.5 s poll), 10 ms with this watcher.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
-import structlog
+
+from qexport.store.wakeup_thread import WakeupThread
 
 INTERVAL_SECONDS = 0.02
-_RECONNECT_SECONDS = 2.0
-
-log = structlog.get_logger()
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -34,34 +31,19 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-class SqliteChangeWatcher:
+class SqliteChangeWatcher(WakeupThread):
     """Calls `on_change` when another connection has committed to the database at `path`."""
+
+    # Polling carries on; watch again when the database can be read.
+    errors = (sqlite3.Error,)
+    failure_event = "sqlite_watch_failed"
 
     def __init__(
         self, path: Path, on_change: Callable[[], None], *, interval: float = INTERVAL_SECONDS
     ) -> None:
+        super().__init__(on_change, name="qexport-sqlite-watch")
         self._path = path
-        self._on_change = on_change
         self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="qexport-sqlite-watch", daemon=True)
-        self.received = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._watch()
-            except sqlite3.Error:
-                # Polling carries on; watch again when the database can be read.
-                log.warning("sqlite_watch_failed", exc_info=True)
-                self._stop.wait(_RECONNECT_SECONDS)
 
     def _watch(self) -> None:
         uri = f"{self._path.absolute().as_uri()}?mode=ro"
@@ -72,8 +54,7 @@ class SqliteChangeWatcher:
                 version = _data_version(conn)
                 if version != seen:
                     seen = version
-                    self.received += 1
-                    self._on_change()
+                    self._wake()
         finally:
             conn.close()
 

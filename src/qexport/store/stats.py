@@ -6,50 +6,24 @@ whole system. A scrape runs three aggregate statements, on SQLite and PostgreSQL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from qexport.domain.exports import EXPIRED, EventKind, Status
+from qexport.domain.exports import EXPIRED, Status
 from qexport.domain.failures import MetadataUnavailableError
-from qexport.store.tables import UNSETTLED, UTCDateTime, export_events, exports
-
-# Attempt durations are read from the newest events only: the events table grows forever,
-# and the PRIMARY KEY range keeps the read bounded whatever its size.
-ATTEMPT_WINDOW = timedelta(hours=24)
-ATTEMPT_EVENTS_LIMIT = 100_000
-DURATION_BUCKETS = (0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0)
-
-EFFECTIVE_STATUSES = (*(s.value for s in Status), EXPIRED)
-_STARTS = (EventKind.CLAIMED.value, EventKind.REDELIVERED.value)
-ATTEMPT_ENDS = (
-    EventKind.SUCCEEDED.value,
-    EventKind.FAILED.value,
-    EventKind.RELEASED.value,
-    EventKind.CANCELLED.value,
+from qexport.domain.stats import (
+    ATTEMPT_ENDS,
+    ATTEMPT_EVENTS_LIMIT,
+    ATTEMPT_STARTS,
+    ATTEMPT_WINDOW,
+    DURATION_BUCKETS,
+    EFFECTIVE_STATUSES,
+    Durations,
+    ExportStats,
 )
-
-
-@dataclass(frozen=True)
-class Durations:
-    """Finished attempts of one outcome: cumulative counts per upper bound, count, sum."""
-
-    buckets: tuple[tuple[float, int], ...]
-    count: int
-    sum_seconds: float
-
-
-@dataclass(frozen=True)
-class ExportStats:
-    by_status: dict[str, int]  # every effective status, expired included
-    failures: dict[str, int]  # failure code -> failed exports
-    rows_written: int  # over succeeded exports, expired ones included
-    bytes_written: int
-    queue_depth: int  # claimable now: queued, or running with an expired lease
-    oldest_queued_at: datetime | None
-    attempts: dict[str, Durations]  # outcome (how the attempt ended) -> durations
+from qexport.store.tables import UNSETTLED, UTCDateTime, export_events, exports
 
 
 def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:
@@ -138,7 +112,7 @@ def _attempts(conn: sa.Connection, now: datetime) -> dict[str, Durations]:
         )
         .select_from(start.join(end, end.c.id == next_end))
         .where(
-            start.c.kind.in_(_STARTS),
+            start.c.kind.in_(ATTEMPT_STARTS),
             start.c.id > newest - ATTEMPT_EVENTS_LIMIT,
             start.c.at >= now - ATTEMPT_WINDOW,
         )

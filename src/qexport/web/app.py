@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from qexport.api.context import ApiContext
+from qexport.container import Container
 from qexport.deliveries.signing import master_secret
 from qexport.services.sign_in import VerificationGate
 from qexport.web import (
@@ -20,7 +20,7 @@ from qexport.web import (
 from qexport.web.session import SessionKey
 
 
-def install(app: FastAPI, context: ApiContext) -> None:
+def install(app: FastAPI, context: Container) -> None:
     app.state.sign_in_gate = VerificationGate(context.settings.signin_concurrency)
     app.state.session_key = SessionKey(
         lambda: master_secret(context.settings, context.schedules, context.clock)

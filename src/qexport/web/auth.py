@@ -7,9 +7,10 @@ from typing import Annotated
 
 from fastapi import Depends, Form, Request
 
-from qexport.api.context import ApiContext, get_context
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import ForbiddenError, QExportError
+from qexport.http.context import get_context
 from qexport.web.session import COOKIE, Session, decode
 
 SESSION_TOKEN_ID = "session"  # noqa: S105 - marks a Principal from a session, not a secret
@@ -20,11 +21,11 @@ class SignInRequiredError(QExportError):
 
 
 def read_session(request: Request) -> Session | None:
-    context: ApiContext = request.app.state.context
+    context: Container = request.app.state.context
     return decode(request.cookies.get(COOKIE), request.app.state.session_key(), context.clock.now())
 
 
-def principal_of(context: ApiContext, session: Session | None) -> Principal | None:
+def principal_of(context: Container, session: Session | None) -> Principal | None:
     """The member the session names, if they still are one and the session was not ended."""
     if session is None or session.user_id is None or session.workspace_id is None:
         return None
@@ -66,4 +67,4 @@ def checked_session(
 SignedIn = Annotated[Session, Depends(signed_in_session)]
 CheckedForm = Annotated[Session, Depends(checked_session)]
 WebPrincipal = Annotated[Principal, Depends(current_principal)]
-Context = Annotated[ApiContext, Depends(get_context)]
+Context = Annotated[Container, Depends(get_context)]

@@ -18,8 +18,8 @@ from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from qexport.api import errors as api_errors
 from qexport.domain.failures import QExportError
+from qexport.http import errors as api_errors
 from qexport.web.auth import SignInRequiredError, read_session
 from qexport.web.render import page
 

@@ -9,8 +9,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from qexport.api.download import DownloadConditions, file_response, presigned_redirect
 from qexport.domain.accounts import Principal
+from qexport.http.download import DownloadConditions, file_response, presigned_redirect
 from qexport.services.exports import (
     cancel_export,
     downloadable,
@@ -42,7 +42,7 @@ def exports_page(
     """The person's exports (an admin's: the workspace's), newest first."""
     now = context.clock.now()
     records = list_visible_exports(
-        context.store,
+        context.exports,
         context.clock,
         principal.requester,
         whole_workspace=principal.sees_workspace,
@@ -63,10 +63,10 @@ def _detail(
     notice: str | None = None,
 ) -> Response:
     record = get_visible_export(
-        context.store, principal.requester, export_id, whole_workspace=principal.sees_workspace
+        context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
     events = list_visible_events(
-        context.store, principal.requester, export_id, whole_workspace=principal.sees_workspace
+        context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
     return page(
         request,
@@ -113,7 +113,8 @@ def download(
 ) -> Response:
     """The file, with the same checks and headers as the API's download."""
     record = downloadable(
-        context.store,
+        context.exports,
+        context.catalog,
         context.clock,
         principal.requester,
         export_id,
@@ -132,7 +133,7 @@ def cancel(
     back: Annotated[str, Form()] = "detail",
 ) -> Response:
     cancel_export(
-        context.store,
+        context.exports,
         context.clock,
         principal.requester,
         export_id,
@@ -152,7 +153,8 @@ def create_public_link(
 ) -> Response:
     """A new public link, shown once on the export's page with a copy button."""
     created = create_link(
-        context.store,
+        context.exports,
+        context.catalog,
         context.accounts,
         context.clock,
         principal,
@@ -171,6 +173,6 @@ def revoke_public_link(
     link_id: str,
     export_id: Annotated[str, Form(max_length=64)],
 ) -> Response:
-    revoke_link(context.store, context.accounts, context.clock, principal, link_id)
+    revoke_link(context.exports, context.accounts, context.clock, principal, link_id)
     target = f"/exports/{quote(export_id, safe='')}?notice=link-revoked"
     return RedirectResponse(target, status_code=303)

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
-from qexport.api.context import ApiContext
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
@@ -57,21 +57,21 @@ class Subject:
         return f"{self.kind}:{self.id}"
 
 
-def _subject(context: ApiContext, principal: Principal, ref: str) -> Subject | None:
+def _subject(context: Container, principal: Principal, ref: str) -> Subject | None:
     kind, _, ident = ref.partition(":")
     if not ident:
         return None
     requester = principal.requester
     if kind == "query":
-        query = find_readable_query(context.store, requester, ident, match_name=False)
+        query = find_readable_query(context.catalog, requester, ident, match_name=False)
         return Subject("query", query.id, query.name, query.parameters, FORMATS)
     if kind == "report":
         report = next(
-            (r for r in list_readable_reports(context.store, principal) if r.id == ident), None
+            (r for r in list_readable_reports(context.catalog, principal) if r.id == ident), None
         )
         if report is None:
             return None
-        queries = report_queries(context.store, requester, report)
+        queries = report_queries(context.catalog, requester, report)
         open_params: dict[str, Parameter] = {}
         for section in report.sections:
             for param in queries[section.query_id].parameters:
@@ -100,7 +100,7 @@ def _inputs(subject: Subject | None, values: dict[str, str]) -> list[dict[str, A
 
 def _form_page(
     request: Request,
-    context: ApiContext,
+    context: Container,
     session: Session,
     principal: Principal,
     subject: Subject | None,
@@ -115,8 +115,8 @@ def _form_page(
         "new_export.html",
         status=status,
         session=session,
-        queries=list_readable_queries(context.store, principal),
-        reports=list_readable_reports(context.store, principal),
+        queries=list_readable_queries(context.catalog, principal),
+        reports=list_readable_reports(context.catalog, principal),
         subject=subject,
         inputs=_inputs(subject, values or {}),
         fmt=fmt,
@@ -168,7 +168,7 @@ async def request_new_export(
 
 def _submit(
     request: Request,
-    context: ApiContext,
+    context: Container,
     session: Session,
     principal: Principal,
     form: dict[str, str],
@@ -199,11 +199,12 @@ def _submit(
 
 
 def _request(
-    context: ApiContext, principal: Principal, subject: Subject, fmt: str, params: dict[str, Any]
+    context: Container, principal: Principal, subject: Subject, fmt: str, params: dict[str, Any]
 ) -> ExportRecord:
     if subject.kind == "report":
         return request_report_export(
-            context.store,
+            context.exports,
+            context.catalog,
             context.clock,
             principal.requester,
             report_ref=subject.id,
@@ -212,7 +213,8 @@ def _request(
             max_unsettled=context.settings.max_unsettled_per_user,
         )
     return request_export(
-        context.store,
+        context.exports,
+        context.catalog,
         context.clock,
         principal.requester,
         query_ref=subject.id,

@@ -10,7 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from qexport.api.context import ApiContext
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Parameter, Query, parse_param_spec, to_json_value
@@ -59,7 +59,7 @@ def param_line(param: Parameter) -> str:
     return f"{param.name}:{param.type.value}={shown}"
 
 
-def _form_of(context: ApiContext, query: Query) -> QueryForm:
+def _form_of(context: Container, query: Query) -> QueryForm:
     return QueryForm(
         name=query.name,
         source=query.source,
@@ -70,7 +70,7 @@ def _form_of(context: ApiContext, query: Query) -> QueryForm:
     )
 
 
-def _draft(context: ApiContext, form: QueryForm) -> tuple[service.QueryDraft, list[int]]:
+def _draft(context: Container, form: QueryForm) -> tuple[service.QueryDraft, list[int]]:
     """The draft the form describes, and the line number of each parameter."""
     lines = numbered_lines(form.parameters)
     params = []
@@ -92,7 +92,7 @@ def _draft(context: ApiContext, form: QueryForm) -> tuple[service.QueryDraft, li
 
 def _form_page(
     request: Request,
-    context: ApiContext,
+    context: Container,
     session: Session,
     form: QueryForm,
     *,
@@ -116,7 +116,7 @@ def _form_page(
 
 def _save(
     request: Request,
-    context: ApiContext,
+    context: Container,
     session: Session,
     principal: Principal,
     form: QueryForm,
@@ -130,11 +130,11 @@ def _save(
         draft, numbers = _draft(context, form)
         if query_id is None:
             query = service.create_query(
-                context.store, context.accounts, principal, draft, sources=sources
+                context.catalog, context.accounts, principal, draft, sources=sources
             )
         else:
             query = service.replace_query(
-                context.store, context.accounts, principal, query_id, draft, sources=sources
+                context.catalog, context.accounts, principal, query_id, draft, sources=sources
             )
     except InvalidRequestError as exc:
         errors = {field_of(exc, FIELDS): on_line(exc, "parameters", numbers)}
@@ -149,7 +149,7 @@ def queries_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal
 ) -> Response:
     """The queries the person may read, by name."""
-    queries = service.list_readable_queries(context.store, principal)
+    queries = service.list_readable_queries(context.catalog, principal)
     return page(request, "queries.html", session=session, queries=queries)
 
 
@@ -191,7 +191,7 @@ def query_page(
     notice: str | None = None,
 ) -> Response:
     """One query: its SQL, parameters and who reads it, with a button to export it."""
-    query = service.get_readable_query(context.store, principal, query_id)
+    query = service.get_readable_query(context.catalog, principal, query_id)
     return page(
         request,
         "query.html",
@@ -209,7 +209,7 @@ def edit_query_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal, query_id: str
 ) -> Response:
     require_writer(principal)
-    query = service.get_readable_query(context.store, principal, query_id)
+    query = service.get_readable_query(context.catalog, principal, query_id)
     return _form_page(request, context, session, _form_of(context, query), query_id=query.id)
 
 

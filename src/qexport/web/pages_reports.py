@@ -10,7 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from qexport.api.context import ApiContext
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.reports import display_spec
@@ -56,7 +56,7 @@ def _form_page(
 
 def _save(
     request: Request,
-    context: ApiContext,
+    context: Container,
     session: Session,
     principal: Principal,
     form: ReportForm,
@@ -75,10 +75,10 @@ def _save(
             members=member_ids(context.accounts, form.members),
         )
         if report_id is None:
-            report = service.create_report(context.store, context.accounts, principal, draft)
+            report = service.create_report(context.catalog, context.accounts, principal, draft)
         else:
             report = service.replace_report(
-                context.store, context.accounts, principal, report_id, draft
+                context.catalog, context.accounts, principal, report_id, draft
             )
     except InvalidRequestError as exc:
         errors = error_of(exc, numbers)
@@ -91,7 +91,7 @@ def reports_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal
 ) -> Response:
     """The reports the person may read, by title."""
-    reports = service.list_readable_reports(context.store, principal)
+    reports = service.list_readable_reports(context.catalog, principal)
     return page(request, "reports.html", session=session, reports=reports)
 
 
@@ -128,7 +128,7 @@ def report_page(
     notice: str | None = None,
 ) -> Response:
     """One report: its sections, each a query's result shown as a table or a chart."""
-    report = service.get_readable_report(context.store, principal, report_id)
+    report = service.get_readable_report(context.catalog, principal, report_id)
     sections = [
         {
             "heading": s.heading,
@@ -157,7 +157,7 @@ def edit_report_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal, report_id: str
 ) -> Response:
     require_writer(principal)
-    report = service.get_readable_report(context.store, principal, report_id)
+    report = service.get_readable_report(context.catalog, principal, report_id)
     return _form_page(request, session, form_of(context, report), report_id=report.id)
 
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from qexport.api.context import ApiContext
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.domain.reports import REPORT_FORMATS
@@ -36,7 +36,7 @@ def _path(schedule_id: str) -> str:
 
 def _form_page(
     request: Request,
-    context: ApiContext,
+    context: Container,
     session: Session,
     principal: Principal,
     form: ScheduleForm,
@@ -52,8 +52,8 @@ def _form_page(
         session=session,
         schedule_id=schedule_id,
         form=asdict(form),
-        queries=list_readable_queries(context.store, principal),
-        reports=list_readable_reports(context.store, principal),
+        queries=list_readable_queries(context.catalog, principal),
+        reports=list_readable_reports(context.catalog, principal),
         formats=sorted({*FORMATS, *REPORT_FORMATS}),
         workspace_zone=context.accounts.workspace_timezone(principal.workspace_id),
         errors=errors or {},
@@ -62,7 +62,7 @@ def _form_page(
 
 def _save(
     request: Request,
-    context: ApiContext,
+    context: Container,
     session: Session,
     principal: Principal,
     form: ScheduleForm,
@@ -76,7 +76,7 @@ def _save(
     try:
         parsed = parse(form)
         lines = parsed.recipient_lines
-        stores = (context.store, context.schedules, context.accounts, context.clock, actor)
+        stores = (context.catalog, context.schedules, context.accounts, context.clock, actor)
         egress = context.settings.egress_policy()
         limits = service.ScheduleLimits.of(context.settings)
         if schedule_id is None:
@@ -106,7 +106,7 @@ def schedules_page(
 ) -> Response:
     """The workspace's schedules the person may see, oldest first."""
     actor = service.Actor.of(principal)
-    found = service.list_visible_schedules(context.store, context.schedules, actor)
+    found = service.list_visible_schedules(context.catalog, context.schedules, actor)
     rows = [schedule_row(context, actor, s) for s in found]
     return page(request, "schedules.html", session=session, rows=rows)
 
@@ -148,7 +148,7 @@ def schedule_page(
 ) -> Response:
     """One schedule: what it exports, when, to whom; with its actions for those who may."""
     actor = service.Actor.of(principal)
-    schedule = service.get_visible_schedule(context.store, context.schedules, actor, schedule_id)
+    schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
     return page(
         request,
         "schedule.html",
@@ -163,7 +163,7 @@ def edit_schedule_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal, schedule_id: str
 ) -> Response:
     actor = service.Actor.of(principal)
-    schedule = service.get_visible_schedule(context.store, context.schedules, actor, schedule_id)
+    schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
     if not service.may_manage(actor, schedule):
         raise ForbiddenError("only the schedule's owner or a workspace admin may change it")
     form = ScheduleForm.of(schedule)
@@ -204,11 +204,11 @@ def resume(
 
 
 def _set_enabled(
-    context: ApiContext, principal: Principal, schedule_id: str, *, enabled: bool
+    context: Container, principal: Principal, schedule_id: str, *, enabled: bool
 ) -> Response:
     actor = service.Actor.of(principal)
     schedule = service.set_enabled(
-        context.store,
+        context.catalog,
         context.schedules,
         context.accounts,
         context.clock,
@@ -226,7 +226,7 @@ def run_now(
 ) -> Response:
     """An export now, outside the timetable, delivered like the others; shown on its page."""
     record = service.run_schedule(
-        context.store,
+        context.catalog,
         context.schedules,
         context.clock,
         service.Actor.of(principal),

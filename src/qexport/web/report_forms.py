@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from qexport.api.context import ApiContext
+from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import to_json_value
@@ -34,12 +34,12 @@ class ReportForm:
     members: str = ""
 
 
-def query_name(context: ApiContext, query_id: str) -> str:
-    query = context.store.get_query(query_id)
+def query_name(context: Container, query_id: str) -> str:
+    query = context.catalog.get_query(query_id)
     return query.name if query else query_id
 
 
-def form_of(context: ApiContext, report: Report) -> ReportForm:
+def form_of(context: Container, report: Report) -> ReportForm:
     sections, fixed = [], []
     for number, s in enumerate(report.sections, start=1):
         name = query_name(context, s.query_id)
@@ -59,7 +59,7 @@ def form_of(context: ApiContext, report: Report) -> ReportForm:
 
 
 def parse_sections(
-    context: ApiContext, principal: Principal, form: ReportForm
+    context: Container, principal: Principal, form: ReportForm
 ) -> tuple[tuple[Section, ...], list[int]]:
     """The sections the lines describe, their queries found by name or id as the person reads
     them, with the values fixed for them; and the line number of each section."""
@@ -71,7 +71,7 @@ def parse_sections(
         except InvalidRequestError as exc:
             raise InvalidRequestError(f"Line {number} {exc}", field="sections") from None
         try:
-            query = find_readable_query(context.store, principal.requester, parsed.query_id)
+            query = find_readable_query(context.catalog, principal.requester, parsed.query_id)
         except NotFoundError as exc:
             raise InvalidRequestError(f"Line {number}: {exc}", field="sections") from None
         sections.append((parsed, query.id))

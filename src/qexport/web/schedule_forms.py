@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from qexport.api.context import ApiContext
+from qexport.container import Container
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import to_json_value
 from qexport.domain.reports import SUBJECT_REPORT
@@ -97,15 +97,15 @@ def next_run(schedule: Schedule) -> str:
     return f"{local:%a %Y-%m-%d %H:%M %Z}"
 
 
-def subject_name(context: ApiContext, schedule: Schedule) -> str:
+def subject_name(context: Container, schedule: Schedule) -> str:
     if schedule.subject_type == SUBJECT_REPORT:
-        report = context.store.get_report(schedule.subject_id)
+        report = context.catalog.get_report(schedule.subject_id)
         return report.title if report else schedule.subject_id
-    query = context.store.get_query(schedule.subject_id)
+    query = context.catalog.get_query(schedule.subject_id)
     return query.name if query else schedule.subject_id
 
 
-def schedule_row(context: ApiContext, actor: service.Actor, schedule: Schedule) -> dict[str, Any]:
+def schedule_row(context: Container, actor: service.Actor, schedule: Schedule) -> dict[str, Any]:
     """A schedule as the pages show it; `manage` says whether the person may change it."""
     return {
         "id": schedule.id,

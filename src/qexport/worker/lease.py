@@ -10,7 +10,7 @@ from collections.abc import Callable
 import structlog
 
 from qexport.domain.failures import LeaseLostError, QExportError
-from qexport.ports import Clock, MetadataStore
+from qexport.ports import Clock, ExportQueue
 
 log = structlog.get_logger()
 
@@ -101,7 +101,7 @@ class Lease:
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: ExportQueue,
         clock: Clock,
         export_id: str,
         token: str,

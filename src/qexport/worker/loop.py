@@ -11,12 +11,13 @@ from types import FrameType
 
 import structlog
 
+from qexport.container import Container
 from qexport.domain.accounts import Standing
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, can_read
 from qexport.domain.reports import ReportSubject
-from qexport.worker.runner import Deps, run_attempt
+from qexport.worker.runner import run_attempt
 from qexport.worker.staging import discard_staging, sweep_settled_staging
 from qexport.worker.wakeups import Wakeups
 
@@ -48,7 +49,7 @@ class Worker:
 
     def __init__(
         self,
-        deps: Deps,
+        deps: Container,
         *,
         concurrency: int = 1,
         drain: bool = False,
@@ -116,7 +117,7 @@ class Worker:
         # It goes on after a drain; a shutdown past its grace period cuts it short.
         sweep = threading.Thread(
             target=sweep_settled_staging,
-            args=(self.deps.store, self.deps.objects, self.interrupt),
+            args=(self.deps.exports, self.deps.objects, self.interrupt),
             name="staging-sweep",
             daemon=True,
         )
@@ -150,7 +151,7 @@ class Worker:
 
     def _drained(self) -> bool:
         try:
-            return not self.deps.store.has_unsettled()
+            return not self.deps.exports.has_unsettled()
         except QExportError:  # cannot tell now: keep polling rather than exit early
             log.warning("drain_check_failed", exc_info=True)
             return False
@@ -158,7 +159,7 @@ class Worker:
     def run_once(self) -> bool:
         """Claim and run at most one export; False when nothing was claimable."""
         deps = self.deps
-        result = deps.store.claim_next(
+        result = deps.exports.claim_next(
             worker_id=self.worker_id,
             now=deps.clock.now(),
             lease_seconds=deps.settings.lease_seconds,
@@ -178,7 +179,7 @@ class Worker:
         log.info(
             "export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id
         )
-        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id, query=result.query)
+        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id, subject=result.subject)
         with self._outcomes_lock:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         return True

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
-from qexport.config import Settings
+from qexport.container import Container
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import (
     AccessLostError,
@@ -24,14 +22,11 @@ from qexport.domain.failures import (
     QExportError,
     QueryInvalidError,
 )
+from qexport.domain.lifecycle import Outcome, Release, give_up, settle_decision
 from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.ports import (
-    Clock,
-    MetadataStore,
     NativeCopySource,
-    ObjectStore,
-    SourceCatalog,
     StoredObject,
     WriterOptions,
 )
@@ -44,23 +39,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = structlog.get_logger()
-
-
-@dataclass(frozen=True)
-class Deps:
-    """What an attempt needs; built once by `bootstrap`."""
-
-    store: MetadataStore
-    objects: ObjectStore
-    sources: SourceCatalog
-    clock: Clock
-    settings: Settings
-
-
-def backoff_seconds(attempt: int, settings: Settings) -> float:
-    """Exponential backoff with jitter: base * 2^(attempt-1), capped, +-20%."""
-    delay = min(settings.retry_base_seconds * 2 ** max(attempt - 1, 0), settings.retry_max_seconds)
-    return float(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter, not security
 
 
 def _counted(
@@ -82,52 +60,52 @@ class Attempt:
 
     def __init__(
         self,
-        deps: Deps,
+        deps: Container,
         record: ExportRecord,
         shutdown: threading.Event,
-        query: Query | ReportSubject | None = None,
+        subject: Query | ReportSubject | None = None,
     ) -> None:
         self.deps = deps
         self.record = record
-        self.query = query  # as the claim read it; None: read it here
+        self.subject = subject  # as the claim read it; None: read it here
         self.shutdown = shutdown
         self.rows = 0
         self.size = 0
         self.code: FailureCode | None = None
         self.staged = False  # this attempt's upload may have left something staged
 
-    def run(self) -> str:
+    def run(self) -> Outcome:
         outcome = self._run()
         if self._settled_by(outcome):
             discard_staging(self.deps.objects, self.record.storage_key)
         return outcome
 
-    def _settled_by(self, outcome: str) -> bool:
+    def _settled_by(self, outcome: Outcome) -> bool:
         """Whether the export has settled and something may be staged for it.
 
         A first attempt whose upload staged nothing (a one-part file on S3) leaves nothing:
         no other attempt ever wrote to the key, so no storage request is spent on looking.
         """
-        if outcome not in ("succeeded", "failed", "lost"):
+        if outcome not in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.LOST):
             return False  # released, handed back or interrupted: another attempt follows
         if self.record.attempt <= 1 and not self.staged:
             return False
-        if outcome != "lost":
+        if outcome is not Outcome.LOST:
             return True
         # Cancelled (settled) or redelivered to another worker (still being written: keep).
         try:
-            current = self.deps.store.get_export(self.record.id)
+            current = self.deps.exports.get_export(self.record.id)
         except Exception:  # run() never raises; the start-up sweep judges it later
             log.warning("staging_discard_skipped", exc_info=True)
             return False
         return current is not None and current.settled
 
-    def _run(self) -> str:  # noqa: PLR0911 - one return per way an attempt can end
+    def _run(self) -> Outcome:  # noqa: PLR0911 - one return per way an attempt can end
         record, settings = self.record, self.deps.settings
         token = record.lease_token
         assert token is not None  # a claimed record always carries its lease token
         lease = Lease(
-            self.deps.store,
+            self.deps.exports,
             self.deps.clock,
             record.id,
             token,
@@ -141,8 +119,10 @@ class Attempt:
                 stored = self.deps.objects.head(record.storage_key)
                 if stored is not None:
                     log.info("object_adopted", reason="completed by an earlier attempt")
-                elif record.attempt > settings.max_attempts:
-                    return self._give_up(token)
+                elif (exhausted := give_up(record, settings.max_attempts)) is not None:
+                    reason = record.last_error_detail or "workers stopped before finishing"
+                    detail = f"gave up after {settings.max_attempts} attempts: {reason}"
+                    return self._fail(token, exhausted.code, detail)
                 else:
                     stored = self._produce(lease)
                 return self._succeed(token, stored)
@@ -154,7 +134,7 @@ class Attempt:
             # Nothing is settled on a guess: the lease runs out and the export is redelivered
             # (adopting the stored file if there is one).
             log.warning("metadata_unavailable", exc_info=True)
-            return "interrupted"
+            return Outcome.INTERRUPTED
         except QExportError as exc:
             # An interrupted statement surfaces as the source's error: say why it stopped.
             if lease.lost:
@@ -168,26 +148,22 @@ class Attempt:
                 token, FailureCode.INTERNAL, "an unexpected error occurred (see the worker logs)"
             )
 
-    def _give_up(self, token: str) -> str:
-        record, settings = self.record, self.deps.settings
-        code = record.last_error_code or FailureCode.ATTEMPTS_EXHAUSTED
-        reason = record.last_error_detail or "workers stopped before finishing"
-        return self._fail(token, code, f"gave up after {settings.max_attempts} attempts: {reason}")
-
-    def _stopped(self) -> str:
+    def _stopped(self) -> Outcome:
         log.info("attempt_stopped", reason="lease lost or export cancelled")
-        return "lost"
+        return Outcome.LOST
 
-    def _hand_back(self, token: str) -> str:
+    def _hand_back(self, token: str) -> Outcome:
         # Handed back, not failed: if workers keep stopping, it ends attempts_exhausted.
         self._release(token, 0.0, FailureCode.ATTEMPTS_EXHAUSTED, "the worker shut down mid-export")
-        return "handed_back"
+        return Outcome.HANDED_BACK
 
     def _produce(self, lease: Lease) -> StoredObject:
         deps, record = self.deps, self.record
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
-        query = self.query if self.query is not None else deps.store.get_query(record.subject_id)
+        query = (
+            self.subject if self.subject is not None else deps.catalog.get_query(record.subject_id)
+        )
         if isinstance(query, ReportSubject):
             raise TypeError("a query export was claimed with a report")
         if not can_read(record.requester, query):
@@ -247,9 +223,9 @@ class Attempt:
         from qexport.reports.run import load_subject, produce_report
 
         deps, record = self.deps, self.record
-        subject = self.query if isinstance(self.query, ReportSubject) else None
+        subject = self.subject if isinstance(self.subject, ReportSubject) else None
         if subject is None:
-            subject = load_subject(deps.store, record.subject_id)
+            subject = load_subject(deps.catalog, record.subject_id)
         refusal = subject.refusal(record.requester)
         if refusal is not None:
             raise AccessLostError(refusal)
@@ -288,13 +264,13 @@ class Attempt:
         finally:
             self.staged = upload.staged
 
-    def _succeed(self, token: str, stored: StoredObject) -> str:
+    def _succeed(self, token: str, stored: StoredObject) -> Outcome:
         deps, record = self.deps, self.record
         now = deps.clock.now()
         result = Result(size_bytes=stored.size_bytes, row_count=stored.rows, sha256=stored.sha256)
         self.rows, self.size = stored.rows, stored.size_bytes
         try:
-            succeeded = deps.store.succeed(
+            succeeded = deps.exports.succeed(
                 record.id,
                 token,
                 now=now,
@@ -307,27 +283,33 @@ class Attempt:
             deps.objects.delete(record.storage_key)
             raise
         if succeeded:
-            return "succeeded"
-        current = deps.store.get_export(record.id)
+            return Outcome.SUCCEEDED
+        current = deps.exports.get_export(record.id)
         if current is not None and current.status is Status.FAILED:
             # Cancelled while completing: nobody will ever serve or adopt this object.
             deps.objects.delete(record.storage_key)
         log.info("settle_refused", reason="lease lost before the record could settle")
-        return "lost"
+        return Outcome.LOST
 
-    def _settle_error(self, token: str, exc: QExportError) -> str:
-        code = exc.code
-        if code.retryable and self.record.attempt < self.deps.settings.max_attempts:
-            delay = backoff_seconds(self.record.attempt, self.deps.settings)
-            self._release(token, delay, code, exc.detail)
-            return "released"
-        return self._fail(token, code, exc.detail)
+    def _settle_error(self, token: str, exc: QExportError) -> Outcome:
+        settings = self.deps.settings
+        decision = settle_decision(
+            exc.code,
+            self.record.attempt,
+            settings.max_attempts,
+            base=settings.retry_base_seconds,
+            cap=settings.retry_max_seconds,
+        )
+        if isinstance(decision, Release):
+            self._release(token, decision.delay, exc.code, exc.detail)
+            return Outcome.RELEASED
+        return self._fail(token, decision.code, exc.detail)
 
     def _release(self, token: str, delay: float, code: FailureCode, detail: str) -> None:
         deps = self.deps
         self.code = code
         try:
-            deps.store.release_with_backoff(
+            deps.exports.release_with_backoff(
                 self.record.id,
                 token,
                 now=deps.clock.now(),
@@ -338,34 +320,34 @@ class Attempt:
         except MetadataUnavailableError:  # the lease runs out instead: the same redelivery
             log.warning("release_failed", exc_info=True)
 
-    def _fail(self, token: str, code: FailureCode, detail: str) -> str:
+    def _fail(self, token: str, code: FailureCode, detail: str) -> Outcome:
         self.code = code
         try:
-            ok = self.deps.store.fail(
+            ok = self.deps.exports.fail(
                 self.record.id, token, now=self.deps.clock.now(), code=code, detail=detail
             )
         except MetadataUnavailableError:  # not settled: redelivered when the lease runs out
             log.warning("settle_failed", exc_info=True)
-            return "interrupted"
-        return "failed" if ok else "lost"
+            return Outcome.INTERRUPTED
+        return Outcome.FAILED if ok else Outcome.LOST
 
 
 def run_attempt(
-    deps: Deps,
+    deps: Container,
     record: ExportRecord,
     shutdown: threading.Event,
     worker_id: str,
     *,
-    query: Query | ReportSubject | None = None,
-) -> str:
+    subject: Query | ReportSubject | None = None,
+) -> Outcome:
     """Run one attempt with its log context bound; emit the one canonical line for it.
 
-    `query`: the export's query as the claim read it, if it did."""
+    `subject`: the export's query or report as the claim read it, if it did."""
     started = time.monotonic()
     with structlog.contextvars.bound_contextvars(
         export_id=record.id, attempt=record.attempt, worker=worker_id
     ):
-        attempt = Attempt(deps, record, shutdown, query)
+        attempt = Attempt(deps, record, shutdown, subject)
         outcome = attempt.run()
         log.info(
             "attempt_finished",

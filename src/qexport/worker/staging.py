@@ -18,7 +18,7 @@ import threading
 
 import structlog
 
-from qexport.ports import MetadataStore, ObjectStore
+from qexport.ports import ExportQueue, ObjectStore
 
 log = structlog.get_logger()
 
@@ -45,7 +45,7 @@ def export_id_of(key: str) -> str | None:
 
 
 def sweep_settled_staging(
-    store: MetadataStore, objects: ObjectStore, stop: threading.Event | None = None
+    store: ExportQueue, objects: ObjectStore, stop: threading.Event | None = None
 ) -> int:
     """Discard the staging of every export that has settled; returns how many keys were swept.
 

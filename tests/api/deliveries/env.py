@@ -38,14 +38,15 @@ class Deliveries:
         return replace(self.api.deps.settings, **{**defaults, **changes})
 
     def dispatcher(self, **changes: Any) -> DeliveryDispatcher:
-        dispatcher = bootstrap.dispatcher(self.settings(**changes), self.api.deps)
+        dispatcher = bootstrap.dispatcher(self.api.deps, settings=self.settings(**changes))
         self.opened.append(dispatcher)
         return dispatcher
 
     def export(self, *recipients: dict[str, str], query: str = "q-orders-acme") -> ExportRecord:
         """An export of `query` for Alice with `recipients`, settled by a worker."""
         record = request_export(
-            self.api.deps.store,
+            self.api.deps.exports,
+            self.api.deps.catalog,
             self.api.clock,
             Requester(self.api.user_id(ALICE), "acme"),
             query_ref=query,
@@ -53,7 +54,7 @@ class Deliveries:
             notify=parse_recipients(list(recipients)),
         )
         self.api.drain()
-        settled = self.api.deps.store.get_export(record.id)
+        settled = self.api.deps.exports.get_export(record.id)
         assert settled is not None
         assert settled.settled
         return settled

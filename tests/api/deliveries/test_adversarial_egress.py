@@ -350,7 +350,7 @@ def test_the_cli_checks_notify_like_the_api(api: Api) -> None:
     assert "--webhook: '127.1' is not an allowed destination" in inside.stderr
     assert other.returncode == 2, other.stderr
     assert "viewers may notify only their own email address" in other.stderr
-    assert api.deps.store.list_exports(workspace_id="acme") == []
+    assert api.deps.exports.list_exports(workspace_id="acme") == []
 
 
 def test_the_cli_sets_and_lifts_webhook_hosts(api: Api) -> None:

@@ -173,7 +173,7 @@ def test_a_sender_that_died_after_sending_repeats_the_same_idempotency_key(
 
     settings = env.settings()
     doomed = DeliveryDispatcher(
-        env.api.deps.store,
+        env.api.deps.exports,
         DiesBeforeRecording(),
         env.api.context.schedules,
         env.api.context.accounts,

@@ -7,33 +7,21 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, BinaryIO, Protocol, runtime_checkable
+from typing import Annotated, Any, BinaryIO
 from urllib.parse import quote
 
 from fastapi import Depends, Header
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from qexport.api.errors import problem
-from qexport.api.schemas import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA
 from qexport.domain.exports import ExportRecord
-from qexport.ports import ObjectStore
+from qexport.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, problem
+from qexport.ports import ObjectStore, Presigner
 from qexport.writers.registry import FORMATS, get_writer
 
 CHUNK_BYTES = 256 * 1024
 # A single range `bytes=first-last`, `bytes=first-` or `bytes=-suffix`; longer numbers than
 # any file size are treated as malformed.
 _RANGE = re.compile(r"bytes=(\d{0,18})-(\d{0,18})")
-
-
-@runtime_checkable
-class Presigner(Protocol):
-    """An object store that can sign a time-limited GET URL (S3ObjectStore)."""
-
-    presign_seconds: int
-
-    def presigned_url(self, key: str, filename: str, *, max_seconds: float | None = None) -> str:
-        """A GET URL valid at most `max_seconds`, downloading as `filename`."""
-        ...
 
 
 class RangeNotSatisfiableError(Exception):

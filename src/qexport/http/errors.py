@@ -13,6 +13,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qexport.domain.failures import (
@@ -32,7 +33,28 @@ from qexport.services.exports import ExpiredError, ExportFailedError, NotReadyEr
 log = structlog.get_logger()
 
 PROBLEM = "application/problem+json"
+PROBLEM_MEDIA_TYPE = PROBLEM
 RETRY_NOT_READY_SECONDS = 5
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document; `code` is the stable, machine-readable reason."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    code: str
+    detail: str | None = None
+    field: str | None = Field(None, description="The request member at fault (422).")
+    errors: list[dict[str, str]] | None = Field(None, description="Every invalid member (422).")
+
+
+# Inlined in each response (not a $ref): FastAPI files a response `model` under
+# application/json, and these documents are application/problem+json.
+PROBLEM_SCHEMA: dict[str, Any] = Problem.model_json_schema()
+
 
 # Most specific first: the first class an error is an instance of decides.
 _STATUS: tuple[tuple[type[QExportError], int, str], ...] = (

@@ -1,0 +1,48 @@
+"""The application container: every port an entry point needs, built once by `bootstrap`.
+
+The CLI, the HTTP API and its pages, the worker, the scheduler and the delivery dispatcher
+all receive this one object; none of them picks or inspects an adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from qexport.config import Settings
+from qexport.domain.stats import ExportStats
+from qexport.ports import (
+    AccountStore,
+    Catalog,
+    Clock,
+    DeliveryStore,
+    ExportQueue,
+    ObjectStore,
+    RetentionRules,
+    ScheduleStore,
+    SourceCatalog,
+)
+
+
+@dataclass(frozen=True)
+class Container:
+    exports: ExportQueue
+    catalog: Catalog
+    accounts: AccountStore
+    schedules: ScheduleStore
+    deliveries: DeliveryStore
+    objects: ObjectStore
+    sources: SourceCatalog
+    clock: Clock
+    settings: Settings
+    # Raises when the metadata database does not answer (readiness, start-up checks).
+    check_database: Callable[[], None]
+    # Raises when the object store is not usable (a missing bucket, an unwritable folder).
+    check_storage: Callable[[], None]
+    # The figures /metrics reports, for the whole installation, at `now`.
+    stats: Callable[[datetime], ExportStats]
+    # The object store's retention rules (None: the store keeps none).
+    retention_rules: Callable[[], RetentionRules | None]
+    # Close the database connections (before forking, and at exit); reopened on next use.
+    close: Callable[[], None]

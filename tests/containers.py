@@ -1,0 +1,81 @@
+"""Build the application container in tests: over SQL stores sharing one engine, or over
+the in-memory fakes; one call where a test used to assemble the worker's few ports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from qexport.config import Settings
+from qexport.container import Container
+from qexport.domain.stats import ExportStats
+from qexport.ports import (
+    AccountStore,
+    Clock,
+    DeliveryStore,
+    ObjectStore,
+    RetentionRules,
+    ScheduleStore,
+    SourceCatalog,
+)
+from qexport.store.accounts import SqlAccountStore
+from qexport.store.deliveries import SqlDeliveryStore
+from qexport.store.schedules import SqlScheduleStore
+from qexport.store.stats import read_stats
+from tests.fakes import (
+    InMemoryAccountStore,
+    InMemoryDeliveryStore,
+    InMemoryMetadataStore,
+    InMemoryScheduleStore,
+)
+from tests.stores import MetadataStore
+
+
+def container_of(
+    store: MetadataStore,
+    objects: ObjectStore,
+    sources: SourceCatalog,
+    clock: Clock,
+    settings: Settings,
+    *,
+    accounts: AccountStore | None = None,
+    schedules: ScheduleStore | None = None,
+    deliveries: DeliveryStore | None = None,
+) -> Container:
+    """A container whose export queue and catalog are `store`: the other SQL stores over its
+    engine when it has one, the in-memory fakes beside it otherwise (unless given)."""
+    engine: sa.Engine | None = getattr(store, "engine", None)
+    if engine is not None:
+        accounts = accounts or SqlAccountStore(engine)
+        schedules = schedules or SqlScheduleStore(engine, notify=settings.pg_notify)
+        deliveries = deliveries or SqlDeliveryStore(engine)
+    else:
+        assert isinstance(store, InMemoryMetadataStore)
+        accounts = accounts or InMemoryAccountStore()
+        schedules = schedules or InMemoryScheduleStore(store)
+        deliveries = deliveries or InMemoryDeliveryStore(store)
+
+    def stats(now: datetime) -> ExportStats:
+        assert engine is not None, "metrics are read from the SQL metadata database"
+        return read_stats(engine, now)
+
+    def no_rules() -> RetentionRules | None:
+        return None
+
+    return Container(
+        exports=store,
+        catalog=store,
+        accounts=accounts,
+        schedules=schedules,
+        deliveries=deliveries,
+        objects=objects,
+        sources=sources,
+        clock=clock,
+        settings=settings,
+        check_database=lambda: store.has_unsettled() and None,
+        check_storage=lambda: None,
+        stats=stats,
+        retention_rules=no_rules,
+        close=engine.dispose if engine is not None else lambda: None,
+    )
