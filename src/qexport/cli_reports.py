@@ -1,7 +1,8 @@
 """`qexport reports add|list`: reports in the local metadata database.
 
 A section is given as `--section 'HEADING|QUERY|DISPLAY[|ROW_CAP]'` (QUERY: a query's name
-or id; DISPLAY: table, bar or line), in document order. A value the report fixes for a
+or id; DISPLAY: table, bar or line, and for a chart optionally `of VALUE[, VALUE...]` and
+`by SERIES`: `line of revenue by category`), in document order. A value the report fixes for a
 section's query is `--param 'N:NAME=VALUE'`, N counting sections from 1; parameters not fixed
 are given when an export is requested. Bad input exits 2 with one line on stderr.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -18,7 +20,13 @@ from rich.table import Table
 from qexport.cli_common import fail_input, local_deps, out
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
-from qexport.domain.reports import Report, Section, parse_fixed_spec, parse_section_spec
+from qexport.domain.reports import (
+    Report,
+    Section,
+    display_spec,
+    parse_fixed_spec,
+    parse_section_spec,
+)
 from qexport.services.reports import ReportDraft, add_report
 from qexport.services.requests import find_readable_query
 
@@ -30,7 +38,10 @@ reports_app = typer.Typer(
     no_args_is_help=True, help="Reports: titled documents of several queries' results."
 )
 
-SECTION_HELP = "HEADING|QUERY|DISPLAY[|ROW_CAP], in order; DISPLAY: table, bar or line."
+SECTION_HELP = (
+    "HEADING|QUERY|DISPLAY[|ROW_CAP], in order; DISPLAY: table, bar or line, a chart"
+    " optionally with its columns: 'line of revenue, orders by category'."
+)
 PARAM_HELP = "N:NAME=VALUE: a value fixed for section N's query (sections count from 1)."
 _SECTION_FIELD = re.compile(r"^sections\.(\d+)(.*)$")
 
@@ -62,9 +73,7 @@ def _resolve(deps: Container, requester: Requester, sections: list[Section]) -> 
             query = find_readable_query(deps.catalog, requester, section.query_id)
         except NotFoundError:
             fail_input(f"section {number}: no query {section.query_id!r} that you can read")
-        resolved.append(
-            Section(section.heading, query.id, section.parameters, section.display, section.row_cap)
-        )
+        resolved.append(replace(section, query_id=query.id))
     return resolved
 
 
@@ -104,7 +113,7 @@ def reports_add(
     parsed = [_parse_section(spec) for spec in section]
     fixed = _parse_fixed(param or [], len(parsed))
     sections = [
-        Section(s.heading, s.query_id, fixed.get(i, {}), s.display, s.row_cap)
+        replace(s, parameters=fixed.get(i, {}))
         for i, s in enumerate(_resolve(deps, st.requester, parsed))
     ]
     members = frozenset(visible_to or ())
@@ -151,6 +160,6 @@ def reports_list(
         return
     table = Table("title", "sections", "visibility", "id")
     for report in found:
-        headings = ", ".join(f"{s.heading} ({s.display.value})" for s in report.sections)
+        headings = ", ".join(f"{s.heading} ({display_spec(s)})" for s in report.sections)
         table.add_row(report.title, headings, report.visibility.value, report.id)
     out.print(table)

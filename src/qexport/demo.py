@@ -129,7 +129,15 @@ def register_demo_report(deps: Container, requester: Requester, queries: list[Qu
             title=DEMO_REPORT_TITLE,
             description="Revenue per month and the first orders, from the demo dataset.",
             sections=(
-                Section("Revenue per month", by_name["revenue_by_month"].id, display=Display.LINE),
+                # One row per month and category: a line per category, revenue and order
+                # counts in panels of their own (their scales differ a thousandfold).
+                Section(
+                    "Revenue per month",
+                    by_name["revenue_by_month"].id,
+                    display=Display.LINE,
+                    series="category",
+                    values=("revenue", "orders"),
+                ),
                 Section("First orders", by_name["orders"].id, row_cap=500),
             ),
             owner=requester.user_id,

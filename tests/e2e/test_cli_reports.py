@@ -18,8 +18,9 @@ def _add_orders(env: Env) -> None:
 
 
 def test_a_report_added_on_the_command_line_is_listed_and_exported(env: Env) -> None:
-    """Sections keep their order, display, row cap and fixed values; the query is stored by
-    id; the report can then be requested by title as a pdf export of subject type report."""
+    """Sections keep their order, display (with a chart's value columns), row cap and fixed
+    values; the query is stored by id; the report can then be requested by title as a pdf
+    export of subject type report."""
     _add_orders(env)
     added = env.run(
         "reports",
@@ -30,7 +31,7 @@ def test_a_report_added_on_the_command_line_is_listed_and_exported(env: Env) -> 
         "--section",
         "First ten|orders|table",
         "--section",
-        "First fifty|orders|bar|20",
+        "First fifty|orders|bar of total|20",
         "--param",
         "2:n=50",
     )
@@ -47,6 +48,8 @@ def test_a_report_added_on_the_command_line_is_listed_and_exported(env: Env) -> 
             "parameters": {},
             "display": "table",
             "row_cap": 1000,
+            "series": None,
+            "values": [],
         },
         {
             "heading": "First fifty",
@@ -54,6 +57,8 @@ def test_a_report_added_on_the_command_line_is_listed_and_exported(env: Env) -> 
             "parameters": {"n": "50"},
             "display": "bar",
             "row_cap": 20,
+            "series": None,
+            "values": ["total"],
         },
     ]
     export = env.json("exports", "create", "--report", "Sales", "--format", "pdf", "--param", "n=5")
@@ -69,6 +74,12 @@ def test_a_report_added_on_the_command_line_is_listed_and_exported(env: Env) -> 
         (["--section", "Only a heading"], "--section expects HEADING|QUERY|DISPLAY"),
         (["--section", "S|orders|pie"], "unknown display 'pie'"),
         (["--section", "S|orders|table|lots"], "is not a whole number"),
+        (["--section", "S|orders|table by total"], "section 1 series: a table has no series"),
+        (
+            ["--section", "S|orders|line of total by total"],
+            "section 1 series: the series column 'total' cannot also be a value column",
+        ),
+        (["--section", "S|orders|bar of total,"], "has an empty value column"),
         (["--section", "S|orders|table|0"], "section 1 row_cap: a row cap is 1 to"),
         (["--section", "S|nope|table"], "section 1: no query 'nope'"),
         (["--section", "S|orders|table", "--param", "2:n=5"], "there are sections 1 to 1"),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import openpyxl
 import pypdf
@@ -385,3 +386,28 @@ def test_a_chart_of_huge_labels_fails_limit_exceeded_without_exhausting_the_work
     assert "section 'Wide labels'" in detail
     assert "QEXPORT_REPORT_MAX_BYTES" in detail
     assert int(peak_kib) < 1280 * 1024, f"peak {int(peak_kib) / 1024:.0f} MiB"
+
+
+@pytest.mark.parametrize("fmt", ["pdf", "xlsx", "html"])
+@pytest.mark.parametrize(
+    ("chart", "reason"),
+    [
+        ({"series": "colour"}, "its series column 'colour' is not in the query's result"),
+        ({"values": ("customer",)}, "its value column 'customer' is not numeric"),
+        ({"series": "day"}, "its series column 'day' is the first column"),
+    ],
+)
+def test_chart_columns_the_result_lacks_fail_render_failed(
+    env: ReportEnv, fmt: str, chart: dict[str, Any], reason: str
+) -> None:
+    """A series column the query does not return, a value column that is not numeric, or a
+    series column that is the label column: the export settles render_failed before any row
+    is read, saying which section and column, and listing the columns there are."""
+    daily = env.add_query("daily", "SELECT day, customer, owner, amount FROM orders LIMIT 5")
+    report = env.add_report("Chart", section("Per day", daily, Display.LINE, **chart))
+    record = env.run(env.request(report, fmt))
+    assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.RENDER_FAILED)
+    detail = record.failure_detail or ""
+    assert "section 'Per day' is a line chart" in detail
+    assert reason in detail
+    assert env.deps.objects.head(record.storage_key) is None

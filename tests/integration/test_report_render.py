@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from openpyxl.utils.escape import unescape
 
 from qexport.domain.exports import Status
 from qexport.domain.queries import Parameter, ParamType
-from qexport.domain.reports import Display
+from qexport.domain.reports import Display, Report
 from qexport.store.tables import workspaces
 from tests.integration.report_env import ALICE, WORKSPACE, ReportEnv, make_env, section
 from tests.stores import SqlMetadataStore
@@ -91,8 +92,10 @@ CHART_SQL = (
 
 def test_pdf_charts_are_drawn_from_the_data(env: ReportEnv) -> None:
     """A bar and a line chart each draw the query's categories on the x axis, its numeric
-    columns' names in the legend and the value axis up to the largest value (15,000): text
-    that only the charts can have put in the document, since no table shows these rows."""
+    columns' names and the value axis up to the largest value (15,000): text that only the
+    charts can have put in the document, since no table shows these rows. Takings (up to
+    15,000) and parcel counts (up to 42) differ too much to share an axis: each chart draws
+    them in two panels, titled with the column's name."""
     weekly = env.add_query("weekly", CHART_SQL)
     report = env.add_report(
         "Charts", section("Takings", weekly, Display.BAR), section("Trend", weekly, Display.LINE)
@@ -100,12 +103,14 @@ def test_pdf_charts_are_drawn_from_the_data(env: ReportEnv) -> None:
     record = env.run(env.request(report, "pdf"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
     pages = _pdf_pages(env.file(record))
-    assert len(pages) == 1  # both charts on the first page
-    lines = [line.strip() for line in pages[0].splitlines()]
-    for label in (*(f"Week {i}" for i in range(1, 7)), "Gross takings", "Parcel count"):
-        assert lines.count(label) == 2, (label, lines)  # once in each chart
-    assert lines.count("15000") == 2  # the value axis's top tick (6 x 2.5 x 1,000)
-    assert lines.count("0") == 2
+    lines = [line.strip() for page in pages for line in page.splitlines()]
+    for label in (f"Week {i}" for i in range(1, 7)):
+        assert lines.count(label) == 4, (label, lines)  # once in each panel of each chart
+    for label in ("Gross takings", "Parcel count"):
+        assert lines.count(label) == 2, (label, lines)  # a panel's title, in each chart
+    assert lines.count("15000") == 2  # the takings axis's top tick (6 x 2.5 x 1,000)
+    assert lines.count("50") == 2  # the parcel count's own axis (6 x 7 = 42)
+    assert lines.count("0") == 4
 
 
 def test_request_parameters_reach_the_sections_that_leave_them_open(env: ReportEnv) -> None:
@@ -342,3 +347,105 @@ def test_generation_time_defaults_to_utc(env: ReportEnv) -> None:
     record = env.run(env.request(report, "pdf"))
     assert re.search(r"generated [\d: -]+ UTC", "\n".join(_pdf_pages(env.file(record))))
     assert ALICE.workspace_id == WORKSPACE
+
+
+GROUPED_SQL = (
+    "SELECT date_trunc('month', day)::DATE AS month, owner, count(*) AS orders,"
+    " sum(amount) AS revenue FROM orders GROUP BY ALL ORDER BY month, owner"
+)
+MONTHS = ("2025-01-01", "2025-02-01", "2025-03-01", "2025-04-01", "2025-05-01")
+
+
+def _grouped(env: ReportEnv, display: Display = Display.LINE) -> Report:
+    monthly = env.add_query("monthly", GROUPED_SQL)
+    return env.add_report(
+        "Grouped",
+        section("Per month", monthly, display, series="owner", values=("revenue", "orders")),
+    )
+
+
+def _expected_pivot(tmp_path: Path) -> dict[tuple[dt.date, str], tuple[int, float]]:
+    with duckdb.connect(str(tmp_path / "shop.duckdb"), read_only=True) as con:
+        rows = con.execute(GROUPED_SQL).fetchall()
+    return {(month, owner): (orders, revenue) for month, owner, orders, revenue in rows}
+
+
+@pytest.mark.parametrize("display", [Display.LINE, Display.BAR])
+def test_pdf_chart_grouped_by_a_series_column(env: ReportEnv, display: Display) -> None:
+    """A chart of one row per month and owner draws each month once on the x axis (not once
+    per row), one series per owner named in the legend, and revenue and the order count in
+    panels of their own, each titled, each with its own value axis."""
+    record = env.run(env.request(_grouped(env, display), "pdf"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    [page] = _pdf_pages(env.file(record))
+    lines = [line.strip() for line in page.splitlines()]
+    assert lines.count("revenue by owner") == lines.count("orders by owner") == 1
+    for month in MONTHS:
+        assert lines.count(month) == 2, (month, lines)  # once in each panel
+    assert lines.count("alice") == lines.count("bob") == 2  # each panel's legend
+    assert "1000" in lines  # revenue's own axis; the order counts' stops far below
+    assert lines.index("revenue by owner") < lines.index("orders by owner")
+
+
+def test_xlsx_chart_grouped_by_a_series_column(env: ReportEnv, tmp_path: Path) -> None:
+    """The sheet keeps the query's rows as they are; beside them, a block per value column
+    pivots them (a row per month, a column per owner, the query's numbers), and a native
+    chart per block draws one series per owner from it, named by its header cell, over an
+    axis of dates."""
+    expected = _expected_pivot(tmp_path)
+    record = env.run(env.request(_grouped(env), "xlsx"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    data = env.file(record)
+    sheet = openpyxl.load_workbook(io.BytesIO(data))["Per month"]
+    rows = list(sheet.iter_rows(values_only=True))
+    assert rows[0][:4] == ("month", "owner", "orders", "revenue")
+    header = rows[0]
+    revenue_at, orders_at = header.index("revenue by owner"), header.index("orders by owner")
+    assert header[revenue_at + 1 : revenue_at + 3] == ("alice", "bob")  # the ORDER BY's order
+    months = sorted({month for month, _ in expected})
+    for n, month in enumerate(months, start=1):
+        assert rows[n][revenue_at] == dt.datetime.combine(month, dt.time())
+        for offset, owner in ((1, "alice"), (2, "bob")):
+            orders, revenue = expected.get((month, owner), (None, None))
+            assert rows[n][revenue_at + offset] == pytest.approx(revenue)
+            assert rows[n][orders_at + offset] == orders
+    with zipfile.ZipFile(io.BytesIO(data)) as book:
+        charts = sorted(n for n in book.namelist() if n.startswith("xl/charts/chart"))
+        xml = [book.read(n).decode() for n in charts]
+    assert len(xml) == 2
+    for chart, title in zip(xml, ("revenue by owner", "orders by owner"), strict=True):
+        assert "<c:lineChart>" in chart
+        assert f"Per month: {title}" in chart
+        assert chart.count("<c:ser>") == 2  # one per owner
+        assert '<c:numFmt formatCode="yyyy-mm-dd"' in chart  # months, not serial numbers
+        names = re.findall(r"<c:tx><c:strRef><c:f>'Per month'!\$([A-Z]+)\$1</c:f>", chart)
+        first = revenue_at if title.startswith("revenue") else orders_at
+        assert names == [_column_letter(first + 1), _column_letter(first + 2)]
+
+
+def _column_letter(index: int) -> str:
+    """The sheet column of a 0-based index (A, ..., Z, AA, ...)."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(65 + rest) + letters
+    return letters
+
+
+def test_html_chart_grouped_by_a_series_column(env: ReportEnv) -> None:
+    """Inline SVG: a titled chart per value column, one line per owner in each, and a
+    legend naming the owners."""
+    record = env.run(env.request(_grouped(env), "html"))
+    assert record.status is Status.SUCCEEDED, record.failure_detail
+    page = env.file(record).decode("utf-8")
+    parser = _Collector()
+    parser.feed(page)
+    tags = [tag for tag, _ in parser.tags]
+    assert set(tags) <= _ALLOWED_TAGS
+    labels = [attrs.get("aria-label") for tag, attrs in parser.tags if tag == "svg"]
+    assert labels == ["Per month: revenue by owner", "Per month: orders by owner"]
+    assert tags.count("polyline") == 4
+    assert page.count(">alice</text>") == page.count(">bob</text>") == 2
+    for month in MONTHS:
+        assert page.count(f">{month}</text>") == 2

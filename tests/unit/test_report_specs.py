@@ -9,6 +9,7 @@ from qexport.domain.reports import (
     DEFAULT_ROW_CAP,
     Display,
     Section,
+    display_spec,
     parse_fixed_spec,
     parse_section_spec,
 )
@@ -43,3 +44,29 @@ def test_a_fixed_value_names_a_section_from_one() -> None:
         parse_fixed_spec("3:since=x", 2)
     with pytest.raises(InvalidRequestError, match="expects N:NAME=VALUE"):
         parse_fixed_spec("since=x", 2)
+
+
+@pytest.mark.parametrize(
+    ("display", "values", "series"),
+    [
+        ("line of revenue by category", ("revenue",), "category"),
+        ("bar by country", (), "country"),
+        ("bar of orders, revenue", ("orders", "revenue"), None),
+        ("line of rate of return by desk", ("rate of return",), "desk"),
+        ("line", (), None),
+    ],
+)
+def test_a_chart_display_may_name_its_value_and_series_columns(
+    display: str, values: tuple[str, ...], series: str | None
+) -> None:
+    """`DISPLAY of VALUES by SERIES` reads into the section's columns, and a section writes
+    its display back the same way (the web form shows it so)."""
+    section = parse_section_spec(f"Revenue|revenue_by_month|{display}|50")
+    assert (section.values, section.series, section.row_cap) == (values, series, 50)
+    assert display_spec(section) == display
+
+
+def test_a_display_with_an_empty_value_column_is_refused() -> None:
+    """`of revenue,` names an empty column: refused with the syntax."""
+    with pytest.raises(InvalidRequestError, match="has an empty value column"):
+        parse_section_spec("A|q|bar of revenue, by x")

@@ -13,8 +13,10 @@ from qexport.api.schemas import ParameterName, ParameterValue, problem_responses
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
     DEFAULT_ROW_CAP,
+    MAX_COLUMN_NAME_CHARS,
     MAX_ROW_CAP,
     MAX_SECTIONS,
+    MAX_VALUE_COLUMNS,
     Display,
     Report,
     Section,
@@ -26,6 +28,7 @@ from qexport.services.requests import MAX_PARAMETERS
 router = APIRouter(prefix="/reports", tags=["reports"])
 
 DisplayName = Literal["table", "bar", "line"]
+ColumnName = Annotated[str, Field(min_length=1, max_length=MAX_COLUMN_NAME_CHARS)]
 
 
 class SectionSpec(BaseModel):
@@ -43,10 +46,22 @@ class SectionSpec(BaseModel):
     )
     display: DisplayName = Field(
         default="table",
-        description='"bar" and "line": the first column labels, each numeric column a series',
+        description='"bar" and "line": the first column labels the x axis; each value column'
+        " is a series, or each distinct value of the series column is",
     )
     row_cap: int = Field(
         default=DEFAULT_ROW_CAP, ge=1, le=MAX_ROW_CAP, description="Rows shown at most"
+    )
+    series: ColumnName | None = Field(
+        default=None,
+        description="Charts: the column whose distinct values are the series (a line or bars"
+        ' each), e.g. "category"; beyond 7, the 6 largest and "other"',
+    )
+    values: list[ColumnName] = Field(
+        default_factory=list,
+        max_length=MAX_VALUE_COLUMNS,
+        description="Charts: the numeric columns drawn (default: every numeric column after"
+        " the first); measures of different scales are drawn in panels of their own",
     )
 
     def section(self) -> Section:
@@ -56,6 +71,8 @@ class SectionSpec(BaseModel):
             parameters=dict(self.parameters),
             display=Display(self.display),
             row_cap=self.row_cap,
+            series=self.series,
+            values=tuple(self.values),
         )
 
 
@@ -95,6 +112,8 @@ class SectionView(BaseModel):
     parameters: dict[str, ParameterValue]
     display: DisplayName
     row_cap: int
+    series: str | None
+    values: list[str]
 
 
 class ReportView(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -18,9 +19,16 @@ DEFAULT_ROW_CAP = 1_000
 MAX_ROW_CAP = 100_000
 
 
+MAX_VALUE_COLUMNS = 6  # value columns a chart section may name
+MAX_COLUMN_NAME_CHARS = 200
+
+
 class Display(StrEnum):
     TABLE = "table"
-    BAR = "bar"  # first column: labels; the numeric columns after it: one series each
+    # Charts: the first column labels the x axis. Without a series column, each numeric column
+    # after it is a series; with one, each distinct value of that column is a series of the
+    # value column(s). See reports/charts.py for how values become lines, bars and panels.
+    BAR = "bar"
     LINE = "line"
 
 
@@ -32,6 +40,10 @@ class Section:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     display: Display = Display.TABLE
     row_cap: int = DEFAULT_ROW_CAP
+    # Charts only: the column whose distinct values are the series (None: each value column
+    # is one), and the numeric columns drawn (none named: every numeric one after the first).
+    series: str | None = None
+    values: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,16 +52,55 @@ class Section:
             "parameters": dict(self.parameters),
             "display": self.display.value,
             "row_cap": self.row_cap,
+            "series": self.series,
+            "values": list(self.values),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Section:
+        """A stored section; those saved before charts could group have no series or values."""
         return cls(
             heading=data["heading"],
             query_id=data["query_id"],
             parameters=dict(data.get("parameters") or {}),
             display=Display(data.get("display", Display.TABLE.value)),
             row_cap=int(data.get("row_cap", DEFAULT_ROW_CAP)),
+            series=data.get("series") or None,
+            values=tuple(data.get("values") or ()),
+        )
+
+
+def check_chart_columns(section: Section, where: str) -> None:
+    """Refuse a section's series and value columns for what can be told without running its
+    query (InvalidRequestError on `{where}.series` or `{where}.values`). Whether the columns
+    exist and are numeric is only known once it runs: reports.model.chart_columns then fails
+    the export render_failed."""
+
+    def refuse(part: str, why: str) -> InvalidRequestError:
+        return InvalidRequestError(why, field=f"{where}.{part}")
+
+    if section.display is Display.TABLE and section.series is not None:
+        raise refuse("series", "a table has no series; show the section as a bar or line chart")
+    if section.display is Display.TABLE and section.values:
+        raise refuse("values", "a table has no value columns; show it as a bar or line chart")
+    if len(section.values) > MAX_VALUE_COLUMNS:
+        raise refuse("values", f"a chart draws at most {MAX_VALUE_COLUMNS} value columns")
+    named = [("values", name) for name in section.values]
+    named += [("series", section.series)] if section.series is not None else []
+    for part, name in named:
+        if not 1 <= len(name) <= MAX_COLUMN_NAME_CHARS or name != name.strip():
+            raise refuse(
+                part,
+                f"a column name has 1 to {MAX_COLUMN_NAME_CHARS} characters, without spaces"
+                " around it",
+            )
+    if len(set(section.values)) != len(section.values):
+        raise refuse("values", "a value column is named twice")
+    if section.series is not None and section.series in section.values:
+        raise refuse(
+            "series",
+            f"the series column {section.series!r} cannot also be a value column: its values"
+            " name the series, the value columns give their numbers",
         )
 
 
@@ -134,23 +185,25 @@ def bind_report_parameters(
 # ---------------------------------------------------------------- written forms
 
 
+_DISPLAY_SPEC = re.compile(
+    r"^(?P<display>\S+)(?:\s+of\s+(?P<values>.+?))?(?:\s+by\s+(?P<series>.+?))?$"
+)
+DISPLAY_SYNTAX = "DISPLAY [of VALUE[, VALUE...]] [by SERIES]"
+
+
 def parse_section_spec(spec: str) -> Section:
     """`HEADING|QUERY|DISPLAY[|ROW_CAP]` (the CLI's `--section`, the web form's lines); QUERY
-    is kept as written (a name or an id) for the caller to resolve. Messages read after the
-    place the spec came from: `--section expects ...`, `Line 2 has an unknown display ...`."""
+    is kept as written (a name or an id) for the caller to resolve. DISPLAY is `table`, `bar`
+    or `line`, a chart optionally followed by its value columns and series column:
+    `line of revenue by category`, `bar by country`, `bar of orders, revenue`. Messages read
+    after the place the spec came from: `--section expects ...`, `Line 2 has an unknown ...`."""
     parts = spec.split("|")
     if not 3 <= len(parts) <= 4:
         raise InvalidRequestError(
             f"expects HEADING|QUERY|DISPLAY[|ROW_CAP], got {spec!r}", field="sections"
         )
     heading, query, display = (p.strip() for p in parts[:3])
-    try:
-        shown = Display(display)
-    except ValueError:
-        raise InvalidRequestError(
-            f"has an unknown display {display!r} (choose from table, bar, line)",
-            field="sections",
-        ) from None
+    shown, values, series = parse_display_spec(display)
     row_cap = DEFAULT_ROW_CAP
     if len(parts) == 4:
         try:
@@ -159,7 +212,48 @@ def parse_section_spec(spec: str) -> Section:
             raise InvalidRequestError(
                 f"has a row cap {parts[3].strip()!r} that is not a whole number", field="sections"
             ) from None
-    return Section(heading=heading, query_id=query, display=shown, row_cap=row_cap)
+    return Section(
+        heading=heading,
+        query_id=query,
+        display=shown,
+        row_cap=row_cap,
+        series=series,
+        values=values,
+    )
+
+
+def parse_display_spec(text: str) -> tuple[Display, tuple[str, ...], str | None]:
+    """`line of revenue, orders by category` -> (LINE, ("revenue", "orders"), "category").
+    Column names are compared exactly with the query's; one holding " of ", " by " or a comma
+    can only be named through the API."""
+    found = _DISPLAY_SPEC.match(text.strip())
+    word = found["display"] if found else text.strip()
+    try:
+        shown = Display(word)
+    except ValueError:
+        raise InvalidRequestError(
+            f"has an unknown display {word!r} (choose from table, bar, line;"
+            f" a chart may add its columns: {DISPLAY_SYNTAX})",
+            field="sections",
+        ) from None
+    assert found is not None  # a display word has no spaces: the pattern matched
+    values = tuple(v.strip() for v in (found["values"] or "").split(",") if found["values"])
+    if any(not v for v in values):
+        raise InvalidRequestError(
+            f"has an empty value column in {text.strip()!r} ({DISPLAY_SYNTAX})", field="sections"
+        )
+    series = found["series"].strip() if found["series"] else None
+    return shown, values, series
+
+
+def display_spec(section: Section) -> str:
+    """The DISPLAY part of a section's spec, as parse_display_spec reads it back."""
+    text = section.display.value
+    if section.values:
+        text += " of " + ", ".join(section.values)
+    if section.series is not None:
+        text += f" by {section.series}"
+    return text
 
 
 def parse_fixed_spec(spec: str, sections: int) -> tuple[int, str, str]:

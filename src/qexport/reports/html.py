@@ -23,7 +23,8 @@ table{border-collapse:collapse;font-size:.85rem}
 th,td{border:1px solid #ccc;padding:.2rem .5rem;text-align:left;vertical-align:top}
 thead th{background:#eef2f7;position:sticky;top:0}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-svg{max-width:100%;height:auto;font-size:11px}svg .grid{stroke:#ddd}
+svg{display:block;max-width:100%;height:auto;font-size:11px;margin-bottom:.5rem}
+svg .grid{stroke:#ddd}svg .title{font-size:13px;font-weight:600}
 .note{color:#777;font-size:.85rem}
 """
 

@@ -39,25 +39,78 @@ class SectionData:
     types: tuple[pa.DataType, ...]
     rows: Sequence[tuple[Any, ...]]
     truncated: bool  # the query had more rows than the section's row cap
+    series: str | None = None  # the section's series column, as named
+    values: tuple[str, ...] = ()  # the section's value columns, as named
 
-    def numeric_columns(self) -> list[int]:
-        """Indexes of the columns a chart plots: the numeric ones after the label column."""
-        return chart_columns(self.heading, self.display, self.types)
+    def chart_columns(self) -> ChartColumns:
+        """Where the chart's series and value columns are (the checks of `chart_columns`)."""
+        return chart_columns(self, self.columns, self.types)
 
 
-def chart_columns(heading: str, display: Display, types: Sequence[pa.DataType]) -> list[int]:
-    """Indexes of the columns a chart plots, the numeric ones after the label column;
-    RenderFailedError when there is none (a table section plots nothing and never fails)."""
-    if display is Display.TABLE:
-        return []
-    numeric = [i for i in range(1, len(types)) if is_numeric(types[i])]
+class ChartSpec(Protocol):
+    """What a chart is asked to draw: a saved section, or a section's data as read."""
+
+    @property
+    def heading(self) -> str: ...
+    @property
+    def display(self) -> Display: ...
+    @property
+    def series(self) -> str | None: ...
+    @property
+    def values(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class ChartColumns:
+    """Indexes of a chart's columns: the label column is always the first."""
+
+    series: int | None
+    values: tuple[int, ...]
+
+
+def chart_columns(
+    spec: ChartSpec, names: Sequence[str], types: Sequence[pa.DataType]
+) -> ChartColumns:
+    """The columns a chart plots, checked against the query's result: the named series and
+    value columns must be in it, the value columns numeric; with no value column named, the
+    numeric ones after the label column (and other than the series column). RenderFailedError
+    otherwise; a table section plots nothing and never fails."""
+    if spec.display is Display.TABLE:
+        return ChartColumns(None, ())
+    where = f"section {spec.heading!r} is a {spec.display.value} chart, but"
+    series = None
+    if spec.series is not None:
+        series = _column_index(where, "series", spec.series, names)
+        if series == 0:
+            raise RenderFailedError(
+                f"{where} its series column {spec.series!r} is the first column, which labels"
+                " the x axis; put the labels first and the series column after them"
+            )
+    if spec.values:
+        values = tuple(_column_index(where, "value", name, names) for name in spec.values)
+        for name, i in zip(spec.values, values, strict=True):
+            if i == 0 or not is_numeric(types[i]):
+                raise RenderFailedError(
+                    f"{where} its value column {name!r} is not numeric ({types[i]}); name"
+                    " numeric columns after the first (label) column"
+                )
+        return ChartColumns(series, values)
+    numeric = tuple(i for i in range(1, len(types)) if i != series and is_numeric(types[i]))
     if not numeric:
         raise RenderFailedError(
-            f"section {heading!r} is a {display.value} chart, but its query has no numeric"
-            " column after the first (label) column; show it as a table, or add a numeric"
-            " column"
+            f"{where} its query has no numeric column after the first (label) column; show"
+            " it as a table, or add a numeric column"
         )
-    return numeric
+    return ChartColumns(series, numeric)
+
+
+def _column_index(where: str, role: str, name: str, names: Sequence[str]) -> int:
+    if name not in names:
+        raise RenderFailedError(
+            f"{where} its {role} column {name!r} is not in the query's result"
+            f" (columns: {', '.join(names)})"
+        )
+    return list(names).index(name)
 
 
 def is_numeric(dtype: pa.DataType) -> bool:

@@ -39,7 +39,7 @@ from qexport.domain.failures import LimitExceededError
 from qexport.domain.reports import Display
 from qexport.ports import Sink
 from qexport.reports.model import DocumentInfo, SectionData, cell_text, clip, is_numeric
-from qexport.reports.pdf_charts import FONT, chart_drawing
+from qexport.reports.pdf_charts import FONT, chart_drawings
 from qexport.reports.pdf_text import pdf_markup, pdf_text
 
 _PAGE_COUNT_FORM = "qexportPageCount"
@@ -140,7 +140,7 @@ class PdfDocument:
         if section.display is Display.TABLE:
             self._table(section)
         elif section.rows:
-            self._flow([chart_drawing(section, self._doc.width, _CHART_HEIGHT)])
+            self._flow(list(chart_drawings(section, self._doc.width, _CHART_HEIGHT)))
         if not section.rows:
             self._flow([Paragraph("No rows.", self._note)])
         elif section.truncated:

@@ -75,7 +75,7 @@ def _read(
     try:
         schema = stream.schema
         # A chart without numbers fails before any row is read, in every format.
-        chart_columns(section.heading, section.display, schema.types)
+        chart_columns(section, schema.names, schema.types)
         rows: list[tuple[Any, ...]] = []
         truncated = False
         batches = iter(stream)
@@ -101,6 +101,8 @@ def _read(
         types=tuple(field.type for field in schema),
         rows=rows,
         truncated=truncated,
+        series=section.series,
+        values=section.values,
     )
 
 

@@ -21,11 +21,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import xlsxwriter
 from xlsxwriter.worksheet import Worksheet
 
 from qexport.domain.reports import Display
 from qexport.ports import Sink
+from qexport.reports.charts import PALETTE, ChartData, Panel, chart_data, legend_shown
 from qexport.reports.model import DocumentInfo, SectionData
 from qexport.writers.textual import non_finite_label
 from qexport.writers.xlsx_parts import ooxml_escape
@@ -37,6 +39,8 @@ _RESERVED = {"history"}  # Excel refuses a sheet of this name
 _EXACT_INT = 2**53  # larger integers would lose digits as Excel numbers: kept as text
 _COPY_CHUNK = 1024 * 1024
 _WIDTH_SAMPLE = 100  # rows looked at to size the columns
+_CHART_COLUMNS = 12  # a 720 px chart covers about 12 columns of the default width...
+_CHART_ROWS = 19  # ...and 18 rows of 20 px: the next chart goes a row below
 
 
 def sheet_name(heading: str, taken: set[str]) -> str:
@@ -91,15 +95,35 @@ class XlsxDocument:
         sheet = self._book.add_worksheet(
             sheet_name(section.heading, self._taken), worksheet_class=_ExactWorksheet
         )
+        chart = (
+            chart_data(section) if section.display is not Display.TABLE and section.rows else None
+        )
+        blocks = _pivot_blocks(section, chart)
         for col, name in enumerate(section.columns):
             sheet.write_string(0, col, name, self._bold)
             sheet.set_column(col, col, _width(section, col))
+        for first, panel in blocks:
+            sheet.set_column(first, first + len(panel.names), 14)
+            sheet.write_string(0, first, panel.title or "", self._bold)
+            for s, name in enumerate(panel.names, start=1):
+                sheet.write_string(0, first + s, name, self._bold)
         sheet.freeze_panes(1, 0)
         for r, row in enumerate(section.rows, start=1):
             for c, value in enumerate(row):
                 self._cell(sheet, r, c, value)
-        if section.display is not Display.TABLE and section.rows:
-            self._chart(sheet, section)
+            if chart is not None and r <= len(chart.keys):  # rows must be written in order
+                self._pivot_row(sheet, r, chart, blocks)
+        if chart is not None:
+            self._charts(sheet, section, chart, blocks)
+
+    def _pivot_row(
+        self, sheet: Worksheet, r: int, chart: ChartData, blocks: list[tuple[int, Panel]]
+    ) -> None:
+        """Row `r` of each panel's pivoted values: the label, then one number per series."""
+        for first, panel in blocks:
+            self._cell(sheet, r, first, chart.keys[r - 1])
+            for s, values in enumerate(panel.series, start=1):
+                self._cell(sheet, r, first + s, values[r - 1])
 
     def _cell(self, sheet: Worksheet, row: int, col: int, value: Any) -> None:  # noqa: PLR0912 - one branch per type
         if value is None:
@@ -131,24 +155,51 @@ class XlsxDocument:
         else:
             sheet.write_string(row, col, str(value))
 
-    def _chart(self, sheet: Worksheet, section: SectionData) -> None:
-        """A native Excel chart of the sheet's own cells, to the right of the data."""
-        numeric = section.numeric_columns()
-        chart = self._book.add_chart(
-            {"type": "column" if section.display is Display.BAR else "line"}
-        )
-        last = len(section.rows)
-        for col in numeric:
-            chart.add_series(
-                {
-                    "name": [sheet.name, 0, col],
-                    "categories": [sheet.name, 1, 0, last, 0],
-                    "values": [sheet.name, 1, col, last, col],
-                }
+    def _charts(
+        self,
+        sheet: Worksheet,
+        section: SectionData,
+        data: ChartData,
+        blocks: list[tuple[int, Panel]],
+    ) -> None:
+        """Native Excel charts of the sheet's own cells, to the right of the data, one per
+        panel: of the value columns, or of a pivoted block when the section has a series
+        column (Excel charts plot cells, so the pivot is written into the sheet too)."""
+        for n, panel in enumerate(data.panels):
+            chart = self._book.add_chart(
+                {"type": "column" if section.display is Display.BAR else "line"}
             )
-        chart.set_title({"name": section.heading[:255]})
-        chart.set_size({"width": 720, "height": 360})
-        sheet.insert_chart(1, len(section.columns) + 1, chart)
+            if blocks:
+                first, _ = blocks[n]
+                columns = [first + s for s in range(1, len(panel.names) + 1)]
+                labels, last = first, len(data.keys)
+            else:
+                columns, labels, last = list(panel.columns), 0, len(section.rows)
+            for s, col in enumerate(columns):
+                color = {"color": PALETTE[s]}
+                chart.add_series(
+                    {
+                        "name": [sheet.name, 0, col],
+                        "categories": [sheet.name, 1, labels, last, labels],
+                        "values": [sheet.name, 1, col, last, col],
+                        **(
+                            {"fill": color, "border": {"none": True}}
+                            if section.display is Display.BAR
+                            else {"line": {**color, "width": 1.75}, "marker": {"type": "none"}}
+                        ),
+                    }
+                )
+            title = f"{section.heading}: {panel.title}" if panel.title else section.heading
+            chart.set_title({"name": title[:255], "name_font": {"size": 12}})
+            axis_format = _label_format(section)
+            if axis_format:  # else a date axis shows serial numbers in some readers
+                chart.set_x_axis({"num_format": axis_format})
+            if not legend_shown(data, panel):
+                chart.set_legend({"none": True})
+            else:
+                chart.set_legend({"position": "bottom"})
+            chart.set_size({"width": 720, "height": 360})
+            sheet.insert_chart(1 + n * _CHART_ROWS, len(section.columns) + 1, chart)
 
     def finish(self) -> None:
         self._closed = True
@@ -182,6 +233,29 @@ class _ExactWorksheet(Worksheet):  # type: ignore[misc]  # XlsxWriter ships no t
         if text.startswith("<r>") and text.endswith("</r>"):
             text = "_x003C_" + text[1:]  # the same character, no longer taken as markup
         return text
+
+
+def _pivot_blocks(section: SectionData, data: ChartData | None) -> list[tuple[int, Panel]]:
+    """Where each panel's pivoted values go (first column, panel), right of the charts;
+    none when the chart plots the section's own columns."""
+    if data is None or not data.pivoted:
+        return []
+    blocks = []
+    first = len(section.columns) + 1 + _CHART_COLUMNS + 1
+    for panel in data.panels:
+        blocks.append((first, panel))
+        first += len(panel.names) + 2  # the labels, the series, an empty column
+    return blocks
+
+
+def _label_format(section: SectionData) -> str | None:
+    """The number format of the x axis labels when the label column holds dates or times."""
+    dtype = section.types[0]
+    if pa.types.is_timestamp(dtype):
+        return "yyyy-mm-dd hh:mm:ss"
+    if pa.types.is_date(dtype):
+        return "yyyy-mm-dd"
+    return None
 
 
 def _width(section: SectionData, col: int) -> float:

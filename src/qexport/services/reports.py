@@ -24,6 +24,7 @@ from qexport.domain.reports import (
     ReportSubject,
     Section,
     can_read_report,
+    check_chart_columns,
 )
 from qexport.ports import AccountStore, Catalog
 from qexport.services.queries import check_visibility, workspace_members
@@ -108,6 +109,14 @@ def _check_section(index: int, section: Section, store: Catalog, requester: Requ
     _check_fixed_parameters(where, section, query)
     if not 1 <= section.row_cap <= MAX_ROW_CAP:
         raise InvalidRequestError(f"a row cap is 1 to {MAX_ROW_CAP:,}", field=f"{where}.row_cap")
+    named = [("values", name) for name in section.values]
+    named += [("series", section.series)] if section.series is not None else []
+    for part, name in named:
+        if not _encodable(name) or any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in name):
+            raise InvalidRequestError(
+                "a column name cannot contain control characters", field=f"{where}.{part}"
+            )
+    check_chart_columns(section, where)
 
 
 def check_draft(

@@ -13,6 +13,7 @@ from fastapi.responses import RedirectResponse
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
+from qexport.domain.reports import display_spec
 from qexport.services import reports as service
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
@@ -133,7 +134,7 @@ def report_page(
             "heading": s.heading,
             "query_id": s.query_id,
             "query": query_name(context, s.query_id),
-            "display": s.display.value,
+            "display": display_spec(s),
             "row_cap": s.row_cap,
             "fixed": dict(s.parameters),
         }

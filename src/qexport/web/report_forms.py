@@ -3,13 +3,19 @@ fixed values as `N:NAME=VALUE` lines, parsed exactly as the CLI's `--section` an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import to_json_value
-from qexport.domain.reports import Report, Section, parse_fixed_spec, parse_section_spec
+from qexport.domain.reports import (
+    Report,
+    Section,
+    display_spec,
+    parse_fixed_spec,
+    parse_section_spec,
+)
 from qexport.services.requests import find_readable_query
 from qexport.web.forms import field_of, member_lines, numbered_lines, on_line
 
@@ -37,7 +43,7 @@ def form_of(context: Container, report: Report) -> ReportForm:
     sections, fixed = [], []
     for number, s in enumerate(report.sections, start=1):
         name = query_name(context, s.query_id)
-        sections.append(f"{s.heading}|{name}|{s.display.value}|{s.row_cap}")
+        sections.append(f"{s.heading}|{name}|{display_spec(s)}|{s.row_cap}")
         for key, value in s.parameters.items():
             shown = to_json_value(value)
             text = str(shown).lower() if isinstance(shown, bool) else str(shown)
@@ -77,7 +83,7 @@ def parse_sections(
             raise InvalidRequestError(f"Line {number} {exc}", field="fixed") from None
         fixed.setdefault(index, {})[name] = value
     built = tuple(
-        Section(s.heading, query_id, fixed.get(i, {}), s.display, s.row_cap)
+        replace(s, query_id=query_id, parameters=fixed.get(i, {}))
         for i, (s, query_id) in enumerate(sections)
     )
     return built, [n for n, _ in lines]
