@@ -47,9 +47,17 @@ def write_private(path: Path, data: bytes | bytearray | memoryview) -> None:
 
 def make_private_file(path: Path) -> None:
     """Create `path` empty with mode 0600 if it is missing; tighten it to 0600 if it exists
-    readable by others (a file created before qexport set modes itself)."""
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE))
-    tighten(path)
+    readable by others (a file created before qexport set modes itself).
+
+    An existing file is never opened: closing any descriptor of a file drops every POSIX
+    lock this process holds on it, and SQLite's locks are POSIX locks. A second engine on a
+    database this process already had open would otherwise let another process take the
+    database for unused, checkpoint and delete the WAL that this process still writes to,
+    and those commits would be lost."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    except FileExistsError:
+        tighten(path)
 
 
 def tighten(path: Path) -> None:
