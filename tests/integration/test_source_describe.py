@@ -164,3 +164,21 @@ def test_postgres_describes_with_the_sources_role(database: Database) -> None:
     """A table the source's role may not read is refused when described, as when exported."""
     error = _refusal(database.source(), "SELECT * FROM secrets")
     assert "permission denied" in error.detail
+
+
+@pytest.mark.parametrize("end", ["\r", "\r\n"])
+def test_a_comment_ended_by_a_carriage_return_hides_no_second_statement(
+    database: Database, end: str
+) -> None:
+    """PostgreSQL ends a `--` comment at a carriage return as at a line feed: what follows a
+    `\\r` is SQL, not comment. A query that hides `COMMIT; UPDATE ...` there is refused when
+    saved, and nothing is written (describing it once left the read-only transaction and ran
+    the UPDATE with the source's role)."""
+    before = database.scalar("SELECT n FROM counters")
+    sql = (
+        f"SELECT 1 AS a --{end}) AS x; COMMIT; UPDATE counters SET n = n + 100;"
+        " SELECT * FROM (SELECT 1 AS a"
+    )
+    error = _refusal(database.source(), sql)
+    assert "only a single SELECT statement is allowed" in error.detail
+    assert database.scalar("SELECT n FROM counters") == before

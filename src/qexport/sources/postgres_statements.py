@@ -25,7 +25,9 @@ from qexport.domain.failures import QueryInvalidError
 _QUERY_KEYWORDS = frozenset({"select", "with", "values", "table"})
 
 _SPACE = re.compile(r"\s+")
-_LINE_COMMENT = re.compile(r"--[^\n]*")
+# PostgreSQL ends a `--` comment at a carriage return as well as at a line feed: what follows a
+# lone `\r` is SQL (a second statement could hide there from a scanner that read on).
+_LINE_COMMENT = re.compile(r"--[^\n\r]*")
 _WORD = re.compile(r"[^\W\d][\w$]*")
 _NUMBER = re.compile(r"\d[\w.]*")
 _STRING = re.compile(r"'(?:[^']|'')*'")
