@@ -8,11 +8,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from reportlab.graphics import renderPDF
 
 from qexport.domain.failures import InvalidRequestError, RenderFailedError
 from qexport.domain.reports import Display, Section, check_chart_columns
-from qexport.reports.charts import EMPTY_SERIES, MAX_SERIES, chart_data, scale_groups
+from qexport.reports.charts import EMPTY_SERIES, MAX_SERIES, chart_data, scale_groups, svg_chart
 from qexport.reports.model import SectionData
+from qexport.reports.pdf_charts import chart_drawings
 
 JAN, FEB, MAR = dt.date(2025, 1, 1), dt.date(2025, 2, 1), dt.date(2025, 3, 1)
 MONTHLY_TYPES = (pa.date32(), pa.string(), pa.int64(), pa.float64())
@@ -192,3 +194,28 @@ def test_a_grouped_section_is_stored_and_read_back_and_old_ones_still_read() -> 
     assert Section.from_json(section.to_json()) == section
     old = {"heading": "A", "query_id": "q", "display": "bar", "row_cap": 10, "parameters": {}}
     assert Section.from_json(old) == Section("A", "q", display=Display.BAR, row_cap=10)
+
+
+@pytest.mark.parametrize(
+    ("rows", "series", "display"),
+    [
+        ([(JAN, "a", 1, -1e308), (FEB, "a", 1, 1e308)], None, Display.LINE),
+        ([(JAN, "a", 1, 1e308), (FEB, "a", 1, -1e308)], None, Display.BAR),
+        ([(JAN, "a", 1, 1e308), (JAN, "a", 1, 1e308), (FEB, "a", 1, 1.0)], "category", Display.BAR),
+        ([(JAN, "a", 1, 5e-324), (FEB, "a", 1, 0.0)], None, Display.LINE),
+    ],
+    ids=["span-beyond-float-range", "bars-beyond-float-range", "sum-overflows", "subnormal"],
+)
+def test_extreme_values_still_draw_a_chart(
+    rows: list[tuple[Any, ...]], series: str | None, display: Display
+) -> None:
+    """Values near the ends of the float range (their span, or two of them added up, beyond
+    it) or a tiny non-zero one still give a chart in HTML and PDF, with finite coordinates
+    only: the report renders rather than failing as an internal error."""
+    section = _section(rows, series=series, values=("revenue",), display=display)
+    svg = svg_chart(section)
+    assert svg.startswith("<svg")
+    assert "nan" not in svg.lower()
+    assert "inf" not in svg.lower()
+    for drawing in chart_drawings(section, 500):  # the PDF's charts, drawn by ReportLab
+        assert renderPDF.drawToString(drawing).startswith(b"%PDF")

@@ -31,7 +31,14 @@ from html import escape
 from typing import Any
 
 from qexport.domain.reports import Display
-from qexport.reports.model import MAX_LABEL_CHARS, SectionData, as_number, cell_text, clip
+from qexport.reports.model import (
+    CHART_MAX_VALUE,
+    MAX_LABEL_CHARS,
+    SectionData,
+    as_number,
+    cell_text,
+    clip,
+)
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1")
 MAX_LABELS = 20  # category labels drawn on the x axis; the others are skipped
@@ -178,9 +185,15 @@ def _at(cells: dict[tuple[int, Any], list[float | None]], x: int, key: Any, v: i
 
 
 def _add(total: float | None, value: float | None) -> float | None:
+    """The sum, kept within ±CHART_MAX_VALUE like each value (many values near it could add
+    up to infinity, which no axis can show): such a sum is drawn at the chart's edge."""
     if value is None:
         return total
-    return value if total is None else total + value
+    return value if total is None else _finite(total + value)
+
+
+def _finite(value: float) -> float:
+    return max(-CHART_MAX_VALUE, min(CHART_MAX_VALUE, value))
 
 
 def _total(values: Any) -> float | None:
