@@ -11,7 +11,7 @@ import pytest
 from reportlab.graphics import renderPDF
 
 from qexport.domain.failures import InvalidRequestError, RenderFailedError
-from qexport.domain.reports import Display, Section, check_chart_columns
+from qexport.domain.reports import MAX_ROW_CAP, Display, Section, check_chart_columns
 from qexport.reports.charts import EMPTY_SERIES, MAX_SERIES, chart_data, scale_groups, svg_chart
 from qexport.reports.model import SectionData
 from qexport.reports.pdf_charts import chart_drawings
@@ -219,3 +219,24 @@ def test_extreme_values_still_draw_a_chart(
     assert "inf" not in svg.lower()
     for drawing in chart_drawings(section, 500):  # the PDF's charts, drawn by ReportLab
         assert renderPDF.drawToString(drawing).startswith(b"%PDF")
+
+
+def test_a_section_of_the_largest_row_cap_with_a_series_per_row_is_charted() -> None:
+    """100,000 rows (the largest row cap), each its own x position and its own series: the
+    six largest keep their lines and the other 99,994 are added up into one, per x
+    position, in one pass over the rows (ranking and adding them up position by position
+    took hours of a worker's time, and the report's export never finished)."""
+    count = MAX_ROW_CAP
+    rows = [(i, f"s{i}", 1, float(i)) for i in range(count)]
+    section = _section(
+        rows,
+        series="category",
+        values=("revenue",),
+        columns=("x", "category", "orders", "revenue"),
+        types=(pa.int64(), pa.string(), pa.int64(), pa.float64()),
+    )
+    [panel] = chart_data(section).panels
+    assert panel.names == [*(f"s{i}" for i in range(count - 6, count)), f"other ({count - 6})"]
+    assert panel.series[-1][:3] == [0.0, 1.0, 2.0]
+    assert panel.series[-1][count - 6 :] == [None] * 6
+    assert panel.series[0][count - 6] == float(count - 6)

@@ -145,13 +145,14 @@ def _pivot(section: SectionData, series: int, values: Sequence[int]) -> ChartDat
         sums = cells.setdefault((x, key), [None] * len(values))
         for v, column in enumerate(values):
             sums[v] = _add(sums[v], as_number(row[column]))
-    kept, others = _top_series(list(found), cells, len(keys))
+    kept, others = _top_series(list(found), cells)
     names = [found[k] for k in kept] + ([f"other ({len(others)})"] if others else [])
+    other = _others(cells, set(others), len(values))
     panels = []
     for v, column in enumerate(values):
         lines = [[_at(cells, x, k, v) for x in range(len(keys))] for k in kept]
         if others:
-            lines.append([_total(_at(cells, x, k, v) for k in others) for x in range(len(keys))])
+            lines.append([other[x][v] if x in other else None for x in range(len(keys))])
         panels.append(
             Panel(
                 title=f"{section.columns[column]} by {section.columns[series]}",
@@ -168,12 +169,16 @@ def _pivot(section: SectionData, series: int, values: Sequence[int]) -> ChartDat
 
 
 def _top_series(
-    order: list[Any], cells: dict[tuple[int, Any], list[float | None]], xs: int
+    order: list[Any], cells: dict[tuple[int, Any], list[float | None]]
 ) -> tuple[list[Any], list[Any]]:
-    """The series kept (in first-seen order) and those added up into "other"."""
+    """The series kept (in first-seen order) and those added up into "other". One pass over
+    the cells: a section may have as many series as x positions (100,000 of each), and
+    asking each series for each position would take hours."""
     if len(order) <= MAX_SERIES:
         return order, []
-    totals = {k: sum(abs(_at(cells, x, k, 0) or 0.0) for x in range(xs)) for k in order}
+    totals = dict.fromkeys(order, 0.0)
+    for (_, key), sums in cells.items():
+        totals[key] += abs(sums[0] or 0.0)
     ranked = sorted(order, key=lambda k: -totals[k])  # stable: ties keep first-seen order
     kept = set(ranked[: MAX_SERIES - 1])
     return [k for k in order if k in kept], [k for k in order if k not in kept]
@@ -196,11 +201,17 @@ def _finite(value: float) -> float:
     return max(-CHART_MAX_VALUE, min(CHART_MAX_VALUE, value))
 
 
-def _total(values: Any) -> float | None:
-    total: float | None = None
-    for value in values:
-        total = _add(total, value)
-    return total
+def _others(
+    cells: dict[tuple[int, Any], list[float | None]], others: set[Any], count: int
+) -> dict[int, list[float | None]]:
+    """The series in `others` added up at each x position where any has a value (one pass)."""
+    found: dict[int, list[float | None]] = {}
+    for (x, key), sums in cells.items():
+        if key in others:
+            total = found.setdefault(x, [None] * count)
+            for v in range(count):
+                total[v] = _add(total[v], sums[v])
+    return found
 
 
 def _key(value: Any) -> Any:
