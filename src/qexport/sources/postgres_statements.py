@@ -28,12 +28,17 @@ _SPACE = re.compile(r"\s+")
 # PostgreSQL ends a `--` comment at a carriage return as well as at a line feed: what follows a
 # lone `\r` is SQL (a second statement could hide there from a scanner that read on).
 _LINE_COMMENT = re.compile(r"--[^\n\r]*")
-_WORD = re.compile(r"[^\W\d][\w$]*")
-_NUMBER = re.compile(r"\d[\w.]*")
+# PostgreSQL's identifier and dollar-quote tag characters (scan.l): ASCII letters, `_` and
+# every non-ASCII character start one; ASCII digits (and `$`, in an identifier) continue it.
+# Python's \w and \d differ (`$€$` is a dollar quote's tag to PostgreSQL, not to \w).
+_START = r"[A-Za-z_\u0080-\U0010ffff]"
+_CONTINUE = r"[A-Za-z_0-9\u0080-\U0010ffff]"
+_WORD = re.compile(rf"{_START}(?:{_CONTINUE}|\$)*")
+_NUMBER = re.compile(r"[0-9][\w.]*")
 _STRING = re.compile(r"'(?:[^']|'')*'")
 _ESCAPE_STRING = re.compile(r"'(?:[^'\\]|\\.|'')*'", re.DOTALL)
 _IDENTIFIER = re.compile(r'"(?:[^"]|"")*"')
-_DOLLAR_TAG = re.compile(r"\$(?:[^\W\d]\w*)?\$")
+_DOLLAR_TAG = re.compile(rf"\$(?:{_START}{_CONTINUE}*)?\$")
 _PLACEHOLDER = re.compile(r"\$([^\W\d]\w*)")
 _POSITIONAL = re.compile(r"\$(\d+)")
 
