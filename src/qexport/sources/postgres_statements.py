@@ -24,7 +24,10 @@ from qexport.domain.failures import QueryInvalidError
 
 _QUERY_KEYWORDS = frozenset({"select", "with", "values", "table"})
 
-_SPACE = re.compile(r"\s+")
+# PostgreSQL's blanks only: another Unicode space (a no-break space) is an identifier's
+# character to it, so `\u00a0$b$` is an identifier there, not a blank before a `$b$` quote.
+_BLANKS = " \t\n\r\f\v"
+_SPACE = re.compile(f"[{_BLANKS}]+")
 # PostgreSQL ends a `--` comment at a carriage return as well as at a line feed: what follows a
 # lone `\r` is SQL (a second statement could hide there from a scanner that read on).
 _LINE_COMMENT = re.compile(r"--[^\n\r]*")
@@ -109,7 +112,7 @@ class _Scanner:
         sql = self.sql
         while self.pos < len(sql):
             char = sql[self.pos]
-            if char.isspace():
+            if char in _BLANKS:
                 self._skip(_SPACE)
             elif sql.startswith("--", self.pos):
                 self._skip(_LINE_COMMENT)
