@@ -240,3 +240,17 @@ def test_a_section_of_the_largest_row_cap_with_a_series_per_row_is_charted() -> 
     assert panel.series[-1][:3] == [0.0, 1.0, 2.0]
     assert panel.series[-1][count - 6 :] == [None] * 6
     assert panel.series[0][count - 6] == float(count - 6)
+
+
+def test_a_grouped_chart_draws_at_most_seven_value_columns() -> None:
+    """A query with a series column and 500 numeric columns gets seven panels (the first
+    seven value columns, as a chart without a series column draws at most seven), not one
+    per column: each panel holds a line per series across every row, and 500 of them over
+    100,000 rows would take more memory than a worker has."""
+    count = 500
+    columns = ("month", "category", *(f"v{i}" for i in range(count)))
+    types = (pa.date32(), pa.string(), *([pa.float64()] * count))
+    rows = [(JAN, "a", *range(count)), (FEB, "b", *range(count))]
+    data = chart_data(_section(rows, series="category", columns=columns, types=types))
+    assert [p.title for p in data.panels] == [f"v{i} by category" for i in range(MAX_SERIES)]
+    assert data.panels[-1].series == [[6.0, None], [None, 6.0]]

@@ -16,7 +16,8 @@ reader to match each line to its axis, and suggests crossings that only come fro
 two axes happen to start; panels work for any number of measures, in every format, the same
 way. So:
 - with a series column, each value column gets its own panel (its series share its axis:
-  they are the same measure, and comparing them is the point);
+  they are the same measure, and comparing them is the point); at most MAX_SERIES value
+  columns are drawn, the first ones, as without a series column;
 - without one, value columns share a panel when their largest values are within a factor
   of SCALE_RATIO, and otherwise go to separate panels (a count of orders is no longer
   drawn flat along zero under revenue in the hundred thousands).
@@ -131,7 +132,10 @@ def scale_groups(peaks: dict[int, float]) -> list[list[int]]:
     return groups
 
 
-def _pivot(section: SectionData, series: int, values: Sequence[int]) -> ChartData:
+def _pivot(section: SectionData, series: int, columns: Sequence[int]) -> ChartData:
+    # At most MAX_SERIES value columns, as without a series column: each is a panel with a
+    # line per series across every row, and memory grows with their number.
+    values = columns[:MAX_SERIES]
     xs: dict[Any, int] = {}  # label key -> x position
     keys: list[Any] = []
     found: dict[Any, str] = {}  # series key -> its name, in first-seen order
