@@ -164,3 +164,36 @@ def test_postgres_describes_with_the_sources_role(database: Database) -> None:
     """A table the source's role may not read is refused when described, as when exported."""
     error = _refusal(database.source(), "SELECT * FROM secrets")
     assert "permission denied" in error.detail
+
+
+_HIDDEN = "COMMIT; UPDATE counters SET n = n + 100; SELECT * FROM (SELECT 1 AS a"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT 1 AS a --\r) AS x; {_HIDDEN}",
+        f"SELECT 1 AS a --\r\n) AS x; {_HIDDEN}",
+        f"SELECT $\u20ac$'$\u20ac$ AS a) AS x; {_HIDDEN} --'",
+        f"SELECT $\u0661$'$\u0661$ AS a) AS x; {_HIDDEN} --'",
+        f"SELECT 1 AS \u00a0$b$) AS x; {_HIDDEN}, 2 AS \u00a0$b$",
+    ],
+    ids=[
+        "comment-ended-by-cr",
+        "comment-ended-by-crlf",
+        "dollar-tag-euro",
+        "dollar-tag-digit",
+        "identifier-starting-with-nbsp",
+    ],
+)
+def test_a_second_statement_hidden_from_the_check_is_refused(database: Database, sql: str) -> None:
+    """PostgreSQL ends a `--` comment at a carriage return as at a line feed, and takes any
+    non-ASCII character in a dollar quote's tag (`$€$...$€$`) or an identifier (a no-break
+    space starts one, `\u00a0$b$`, rather than being blank before a `$b$` quote): what the
+    check had read as a comment or a string literal is SQL there. A query that hides
+    `COMMIT; UPDATE ...` so is refused when saved, and nothing is written (describing it
+    once left the read-only transaction and ran the UPDATE with the source's role)."""
+    before = database.scalar("SELECT n FROM counters")
+    error = _refusal(database.source(), sql)
+    assert "only a single SELECT statement is allowed" in error.detail
+    assert database.scalar("SELECT n FROM counters") == before

@@ -8,11 +8,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from reportlab.graphics import renderPDF
 
 from qexport.domain.failures import InvalidRequestError, RenderFailedError
-from qexport.domain.reports import Display, Section, check_chart_columns
-from qexport.reports.charts import EMPTY_SERIES, MAX_SERIES, chart_data, scale_groups
+from qexport.domain.reports import MAX_ROW_CAP, Display, Section, check_chart_columns
+from qexport.reports.charts import EMPTY_SERIES, MAX_SERIES, chart_data, scale_groups, svg_chart
 from qexport.reports.model import SectionData
+from qexport.reports.pdf_charts import chart_drawings
 
 JAN, FEB, MAR = dt.date(2025, 1, 1), dt.date(2025, 2, 1), dt.date(2025, 3, 1)
 MONTHLY_TYPES = (pa.date32(), pa.string(), pa.int64(), pa.float64())
@@ -192,3 +194,63 @@ def test_a_grouped_section_is_stored_and_read_back_and_old_ones_still_read() -> 
     assert Section.from_json(section.to_json()) == section
     old = {"heading": "A", "query_id": "q", "display": "bar", "row_cap": 10, "parameters": {}}
     assert Section.from_json(old) == Section("A", "q", display=Display.BAR, row_cap=10)
+
+
+@pytest.mark.parametrize(
+    ("rows", "series", "display"),
+    [
+        ([(JAN, "a", 1, -1e308), (FEB, "a", 1, 1e308)], None, Display.LINE),
+        ([(JAN, "a", 1, 1e308), (FEB, "a", 1, -1e308)], None, Display.BAR),
+        ([(JAN, "a", 1, 1e308), (JAN, "a", 1, 1e308), (FEB, "a", 1, 1.0)], "category", Display.BAR),
+        ([(JAN, "a", 1, 5e-324), (FEB, "a", 1, 0.0)], None, Display.LINE),
+    ],
+    ids=["span-beyond-float-range", "bars-beyond-float-range", "sum-overflows", "subnormal"],
+)
+def test_extreme_values_still_draw_a_chart(
+    rows: list[tuple[Any, ...]], series: str | None, display: Display
+) -> None:
+    """Values near the ends of the float range (their span, or two of them added up, beyond
+    it) or a tiny non-zero one still give a chart in HTML and PDF, with finite coordinates
+    only: the report renders rather than failing as an internal error."""
+    section = _section(rows, series=series, values=("revenue",), display=display)
+    svg = svg_chart(section)
+    assert svg.startswith("<svg")
+    assert "nan" not in svg.lower()
+    assert "inf" not in svg.lower()
+    for drawing in chart_drawings(section, 500):  # the PDF's charts, drawn by ReportLab
+        assert renderPDF.drawToString(drawing).startswith(b"%PDF")
+
+
+def test_a_section_of_the_largest_row_cap_with_a_series_per_row_is_charted() -> None:
+    """100,000 rows (the largest row cap), each its own x position and its own series: the
+    six largest keep their lines and the other 99,994 are added up into one, per x
+    position, in one pass over the rows (ranking and adding them up position by position
+    took hours of a worker's time, and the report's export never finished)."""
+    count = MAX_ROW_CAP
+    rows = [(i, f"s{i}", 1, float(i)) for i in range(count)]
+    section = _section(
+        rows,
+        series="category",
+        values=("revenue",),
+        columns=("x", "category", "orders", "revenue"),
+        types=(pa.int64(), pa.string(), pa.int64(), pa.float64()),
+    )
+    [panel] = chart_data(section).panels
+    assert panel.names == [*(f"s{i}" for i in range(count - 6, count)), f"other ({count - 6})"]
+    assert panel.series[-1][:3] == [0.0, 1.0, 2.0]
+    assert panel.series[-1][count - 6 :] == [None] * 6
+    assert panel.series[0][count - 6] == float(count - 6)
+
+
+def test_a_grouped_chart_draws_at_most_seven_value_columns() -> None:
+    """A query with a series column and 500 numeric columns gets seven panels (the first
+    seven value columns, as a chart without a series column draws at most seven), not one
+    per column: each panel holds a line per series across every row, and 500 of them over
+    100,000 rows would take more memory than a worker has."""
+    count = 500
+    columns = ("month", "category", *(f"v{i}" for i in range(count)))
+    types = (pa.date32(), pa.string(), *([pa.float64()] * count))
+    rows = [(JAN, "a", *range(count)), (FEB, "b", *range(count))]
+    data = chart_data(_section(rows, series="category", columns=columns, types=types))
+    assert [p.title for p in data.panels] == [f"v{i} by category" for i in range(MAX_SERIES)]
+    assert data.panels[-1].series == [[6.0, None], [None, 6.0]]

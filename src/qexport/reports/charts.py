@@ -16,7 +16,8 @@ reader to match each line to its axis, and suggests crossings that only come fro
 two axes happen to start; panels work for any number of measures, in every format, the same
 way. So:
 - with a series column, each value column gets its own panel (its series share its axis:
-  they are the same measure, and comparing them is the point);
+  they are the same measure, and comparing them is the point); at most MAX_SERIES value
+  columns are drawn, the first ones, as without a series column;
 - without one, value columns share a panel when their largest values are within a factor
   of SCALE_RATIO, and otherwise go to separate panels (a count of orders is no longer
   drawn flat along zero under revenue in the hundred thousands).
@@ -31,7 +32,14 @@ from html import escape
 from typing import Any
 
 from qexport.domain.reports import Display
-from qexport.reports.model import MAX_LABEL_CHARS, SectionData, as_number, cell_text, clip
+from qexport.reports.model import (
+    CHART_MAX_VALUE,
+    MAX_LABEL_CHARS,
+    SectionData,
+    as_number,
+    cell_text,
+    clip,
+)
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1")
 MAX_LABELS = 20  # category labels drawn on the x axis; the others are skipped
@@ -124,7 +132,10 @@ def scale_groups(peaks: dict[int, float]) -> list[list[int]]:
     return groups
 
 
-def _pivot(section: SectionData, series: int, values: Sequence[int]) -> ChartData:
+def _pivot(section: SectionData, series: int, columns: Sequence[int]) -> ChartData:
+    # At most MAX_SERIES value columns, as without a series column: each is a panel with a
+    # line per series across every row, and memory grows with their number.
+    values = columns[:MAX_SERIES]
     xs: dict[Any, int] = {}  # label key -> x position
     keys: list[Any] = []
     found: dict[Any, str] = {}  # series key -> its name, in first-seen order
@@ -138,13 +149,14 @@ def _pivot(section: SectionData, series: int, values: Sequence[int]) -> ChartDat
         sums = cells.setdefault((x, key), [None] * len(values))
         for v, column in enumerate(values):
             sums[v] = _add(sums[v], as_number(row[column]))
-    kept, others = _top_series(list(found), cells, len(keys))
+    kept, others = _top_series(list(found), cells)
     names = [found[k] for k in kept] + ([f"other ({len(others)})"] if others else [])
+    other = _others(cells, set(others), len(values))
     panels = []
     for v, column in enumerate(values):
         lines = [[_at(cells, x, k, v) for x in range(len(keys))] for k in kept]
         if others:
-            lines.append([_total(_at(cells, x, k, v) for k in others) for x in range(len(keys))])
+            lines.append([other[x][v] if x in other else None for x in range(len(keys))])
         panels.append(
             Panel(
                 title=f"{section.columns[column]} by {section.columns[series]}",
@@ -161,12 +173,16 @@ def _pivot(section: SectionData, series: int, values: Sequence[int]) -> ChartDat
 
 
 def _top_series(
-    order: list[Any], cells: dict[tuple[int, Any], list[float | None]], xs: int
+    order: list[Any], cells: dict[tuple[int, Any], list[float | None]]
 ) -> tuple[list[Any], list[Any]]:
-    """The series kept (in first-seen order) and those added up into "other"."""
+    """The series kept (in first-seen order) and those added up into "other". One pass over
+    the cells: a section may have as many series as x positions (100,000 of each), and
+    asking each series for each position would take hours."""
     if len(order) <= MAX_SERIES:
         return order, []
-    totals = {k: sum(abs(_at(cells, x, k, 0) or 0.0) for x in range(xs)) for k in order}
+    totals = dict.fromkeys(order, 0.0)
+    for (_, key), sums in cells.items():
+        totals[key] += abs(sums[0] or 0.0)
     ranked = sorted(order, key=lambda k: -totals[k])  # stable: ties keep first-seen order
     kept = set(ranked[: MAX_SERIES - 1])
     return [k for k in order if k in kept], [k for k in order if k not in kept]
@@ -178,16 +194,28 @@ def _at(cells: dict[tuple[int, Any], list[float | None]], x: int, key: Any, v: i
 
 
 def _add(total: float | None, value: float | None) -> float | None:
+    """The sum, kept within ±CHART_MAX_VALUE like each value (many values near it could add
+    up to infinity, which no axis can show): such a sum is drawn at the chart's edge."""
     if value is None:
         return total
-    return value if total is None else total + value
+    return value if total is None else _finite(total + value)
 
 
-def _total(values: Any) -> float | None:
-    total: float | None = None
-    for value in values:
-        total = _add(total, value)
-    return total
+def _finite(value: float) -> float:
+    return max(-CHART_MAX_VALUE, min(CHART_MAX_VALUE, value))
+
+
+def _others(
+    cells: dict[tuple[int, Any], list[float | None]], others: set[Any], count: int
+) -> dict[int, list[float | None]]:
+    """The series in `others` added up at each x position where any has a value (one pass)."""
+    found: dict[int, list[float | None]] = {}
+    for (x, key), sums in cells.items():
+        if key in others:
+            total = found.setdefault(x, [None] * count)
+            for v in range(count):
+                total[v] = _add(total[v], sums[v])
+    return found
 
 
 def _key(value: Any) -> Any:

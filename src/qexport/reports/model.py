@@ -154,15 +154,28 @@ def as_text(value: Any) -> str:  # noqa: PLR0911 - one return per kind of value
     return str(value)
 
 
+# What a chart draws lies within ±CHART_MAX_VALUE, and a value nearer zero than
+# CHART_MIN_MAGNITUDE is drawn as zero: an axis over values near the ends of the float range
+# (or over a subnormal one against zero) has a span or a step that overflows or underflows,
+# and the chart fails to render. The table shows the values as they are.
+CHART_MAX_VALUE = 1e300
+CHART_MIN_MAGNITUDE = 1e-300
+
+
 def as_number(value: Any) -> float | None:
-    """A chart value: None where the cell is empty or not a finite number."""
+    """A chart value: None where the cell is empty or not a finite number; within
+    ±CHART_MAX_VALUE, and 0.0 when nearer zero than CHART_MIN_MAGNITUDE."""
     if value is None or isinstance(value, bool):
         return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return number if math.isfinite(number) else None
+    if not math.isfinite(number):
+        return None
+    if abs(number) < CHART_MIN_MAGNITUDE:
+        return 0.0
+    return max(-CHART_MAX_VALUE, min(CHART_MAX_VALUE, number))
 
 
 class DocumentWriter(Protocol):

@@ -131,7 +131,12 @@ class Session:
         self.start_statement()
         try:
             with self.conn.cursor() as cursor:
-                cursor.execute(f"{_DESCRIBED}{rendered.text}\n) AS qexport_result LIMIT 0")
+                # binary=True: the extended protocol, which refuses more than one statement
+                # (the simple one would run a second statement parse_query missed, COMMIT
+                # included, outside the read-only transaction).
+                cursor.execute(
+                    f"{_DESCRIBED}{rendered.text}\n) AS qexport_result LIMIT 0", binary=True
+                )
                 result = cursor.pgresult
                 if result is None or not cursor.description:
                     raise QueryInvalidError("the query returns no columns")

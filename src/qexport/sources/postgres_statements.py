@@ -24,14 +24,24 @@ from qexport.domain.failures import QueryInvalidError
 
 _QUERY_KEYWORDS = frozenset({"select", "with", "values", "table"})
 
-_SPACE = re.compile(r"\s+")
-_LINE_COMMENT = re.compile(r"--[^\n]*")
-_WORD = re.compile(r"[^\W\d][\w$]*")
-_NUMBER = re.compile(r"\d[\w.]*")
+# PostgreSQL's blanks only: another Unicode space (a no-break space) is an identifier's
+# character to it, so `\u00a0$b$` is an identifier there, not a blank before a `$b$` quote.
+_BLANKS = " \t\n\r\f\v"
+_SPACE = re.compile(f"[{_BLANKS}]+")
+# PostgreSQL ends a `--` comment at a carriage return as well as at a line feed: what follows a
+# lone `\r` is SQL (a second statement could hide there from a scanner that read on).
+_LINE_COMMENT = re.compile(r"--[^\n\r]*")
+# PostgreSQL's identifier and dollar-quote tag characters (scan.l): ASCII letters, `_` and
+# every non-ASCII character start one; ASCII digits (and `$`, in an identifier) continue it.
+# Python's \w and \d differ (`$€$` is a dollar quote's tag to PostgreSQL, not to \w).
+_START = r"[A-Za-z_\u0080-\U0010ffff]"
+_CONTINUE = r"[A-Za-z_0-9\u0080-\U0010ffff]"
+_WORD = re.compile(rf"{_START}(?:{_CONTINUE}|\$)*")
+_NUMBER = re.compile(r"[0-9][\w.]*")
 _STRING = re.compile(r"'(?:[^']|'')*'")
 _ESCAPE_STRING = re.compile(r"'(?:[^'\\]|\\.|'')*'", re.DOTALL)
 _IDENTIFIER = re.compile(r'"(?:[^"]|"")*"')
-_DOLLAR_TAG = re.compile(r"\$(?:[^\W\d]\w*)?\$")
+_DOLLAR_TAG = re.compile(rf"\$(?:{_START}{_CONTINUE}*)?\$")
 _PLACEHOLDER = re.compile(r"\$([^\W\d]\w*)")
 _POSITIONAL = re.compile(r"\$(\d+)")
 
@@ -102,7 +112,7 @@ class _Scanner:
         sql = self.sql
         while self.pos < len(sql):
             char = sql[self.pos]
-            if char.isspace():
+            if char in _BLANKS:
                 self._skip(_SPACE)
             elif sql.startswith("--", self.pos):
                 self._skip(_LINE_COMMENT)
