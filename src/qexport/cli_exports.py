@@ -112,7 +112,9 @@ def exports_create(
     neutralize: Annotated[
         bool, typer.Option(help="Neutralise formula-looking strings in csv/tsv/xlsx.")
     ] = True,
-    wait: Annotated[bool, typer.Option(help="Wait until the export settles.")] = False,
+    wait: Annotated[
+        bool, typer.Option(help="Wait until the export settles (a worker must be running).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
     email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
     webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,
