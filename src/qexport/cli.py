@@ -293,10 +293,10 @@ def scheduler(
     once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
 ) -> None:
     """Fire due schedules and send deliveries until stopped (SIGTERM/SIGINT): each pass
-    creates the export and the deliveries of every due schedule, then sends the deliveries
-    whose export has settled (email, webhook), every QEXPORT_SCHEDULER_POLL_SECONDS. Any
-    number of schedulers may run at once: each due time still fires exactly one export, and
-    each recipient hears once."""
+    creates the export and the deliveries of every due schedule, and the deliveries whose
+    export has settled are sent (email, webhook, Slack, Teams) every poll
+    (QEXPORT_SCHEDULER_POLL_SECONDS). Any number of schedulers may run at once: each due
+    time still fires exactly one export, and each recipient hears once."""
     from qexport.schedules.loop import Scheduler
 
     configure_logging(level=logging.INFO)
@@ -359,7 +359,7 @@ def queries_add(
         typer.Option(help="Restrict to these users (default: the whole workspace)."),
     ] = None,
 ) -> None:
-    """Save a query."""
+    """Save a query; its source checks the SQL first, and nothing is saved if it refuses."""
     st, deps = local_deps(ctx)
     try:
         params = tuple(parse_param_spec(p) for p in param or [])

@@ -108,7 +108,7 @@ def exports_create(
     report: Annotated[
         str | None, typer.Option(help="Report title or id, instead of --query (local only).")
     ] = None,
-    param: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, repeatable.")] = None,
     neutralize: Annotated[
         bool, typer.Option(help="Neutralise formula-looking strings in csv/tsv/xlsx.")
     ] = True,
