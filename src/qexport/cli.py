@@ -9,10 +9,11 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from qexport import bootstrap
@@ -23,7 +24,7 @@ from qexport.cli_members import members_app
 from qexport.cli_reports import reports_app
 from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
-from qexport.config import Settings, declared
+from qexport.config import Setting, Settings, declared
 from qexport.container import Container
 from qexport.domain.exports import Requester
 from qexport.domain.failures import (
@@ -58,6 +59,16 @@ app.add_typer(members_app, name="members")
 DEMO_HOST = "127.0.0.1"
 
 
+def _metavar(s: Setting) -> str:
+    """What a flag twin's value is, as its help shows it: the setting's own type (the flag
+    itself hands Settings text, parsed like the variable's)."""
+    if s.name.endswith("_url"):
+        return "<url>"
+    if s.type is float:
+        return "<seconds>" if s.name.endswith("_seconds") else "<float>"
+    return {Path: "<path>", timedelta: "<duration>", int: "<int>"}.get(s.type, "<str>")
+
+
 def _setting_flags(callback: Callable[..., None]) -> Callable[..., None]:
     """`callback` behind one global option per setting declared with a flag twin
     (config.Settings, `flag=True`): each also reads its QEXPORT_* variable, and their values
@@ -82,6 +93,7 @@ def _setting_flags(callback: Callable[..., None]) -> Callable[..., None]:
                 str | None,
                 typer.Option(
                     s.flag_name,
+                    metavar=_metavar(s),
                     envvar=s.env,
                     help=s.help,
                     show_default=False,
@@ -281,10 +293,10 @@ def scheduler(
     once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
 ) -> None:
     """Fire due schedules and send deliveries until stopped (SIGTERM/SIGINT): each pass
-    creates the export and the deliveries of every due schedule, then sends the deliveries
-    whose export has settled (email, webhook), every QEXPORT_SCHEDULER_POLL_SECONDS. Any
-    number of schedulers may run at once: each due time still fires exactly one export, and
-    each recipient hears once."""
+    creates the export and the deliveries of every due schedule, and the deliveries whose
+    export has settled are sent (email, webhook, Slack, Teams) every poll
+    (QEXPORT_SCHEDULER_POLL_SECONDS). Any number of schedulers may run at once: each due
+    time still fires exactly one export, and each recipient hears once."""
     from qexport.schedules.loop import Scheduler
 
     configure_logging(level=logging.INFO)
@@ -347,7 +359,7 @@ def queries_add(
         typer.Option(help="Restrict to these users (default: the whole workspace)."),
     ] = None,
 ) -> None:
-    """Save a query."""
+    """Save a query; its source checks the SQL first, and nothing is saved if it refuses."""
     st, deps = local_deps(ctx)
     try:
         params = tuple(parse_param_spec(p) for p in param or [])
@@ -421,7 +433,7 @@ def queries_update(
 
 def _print_columns(columns: tuple[ResultColumn, ...]) -> None:
     words = ", ".join(f"{c.name} {c.type}" for c in columns)
-    out.print(escape(f"columns: {words}"), highlight=False)
+    out.print(f"columns: {words}", highlight=False)
 
 
 def _described(
@@ -432,7 +444,7 @@ def _described(
     try:
         check_sql(sql)
     except InvalidRequestError as exc:
-        fail_input(escape(exc.detail))
+        fail_input(exc.detail)
     try:
         return describe_statement(
             deps.sources,
@@ -443,11 +455,11 @@ def _described(
             timeout_seconds=describe_timeout(deps.settings.statement_timeout_seconds),
         )
     except StatementRefusedError as exc:
-        fail_input(escape(f"source {source!r} refuses the SQL: {exc.detail}"))
+        fail_input(f"source {source!r} refuses the SQL: {exc.detail}")
     except InvalidRequestError as exc:
-        fail_input(escape(exc.detail))
+        fail_input(exc.detail)
     except SourceUnavailableError as exc:
-        fail(escape(exc.detail))
+        fail(exc.detail)
 
 
 @queries_app.command("list")

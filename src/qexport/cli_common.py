@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from qexport import bootstrap
 from qexport.config import Settings
@@ -19,8 +20,10 @@ from qexport.domain.exports import Requester
 if TYPE_CHECKING:
     from qexport.client import QExportClient
 
-out = Console()
-err = Console(stderr=True)
+# No console markup: what is printed holds names, SQL and messages people typed, where
+# `[by SERIES]` would vanish and `[/x]` would crash the command.
+out = Console(markup=False)
+err = Console(stderr=True, markup=False)
 
 
 @dataclass
@@ -42,7 +45,7 @@ BAD_INPUT = 2  # the exit status for input refused before anything happened
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -108,11 +108,13 @@ def exports_create(
     report: Annotated[
         str | None, typer.Option(help="Report title or id, instead of --query (local only).")
     ] = None,
-    param: Annotated[list[str] | None, typer.Option(help="KEY=VALUE, repeatable.")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, repeatable.")] = None,
     neutralize: Annotated[
         bool, typer.Option(help="Neutralise formula-looking strings in csv/tsv/xlsx.")
     ] = True,
-    wait: Annotated[bool, typer.Option(help="Wait until the export settles.")] = False,
+    wait: Annotated[
+        bool, typer.Option(help="Wait until the export settles (a worker must be running).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
     email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
     webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,

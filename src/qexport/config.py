@@ -261,7 +261,8 @@ class Settings:
     # internal destinations by default (loopback, private, link-local...).
     egress_allow: str = setting(
         "",
-        "Internal destinations webhooks may reach: comma-separated CIDRs and host names.",
+        "Internal destinations that webhooks, Slack and Teams channels and members' sources may"
+        " reach: comma-separated CIDRs and host names.",
         flag=True,
     )
     # String and binary values count by length, others at a fixed size each.

@@ -267,7 +267,10 @@ REFUSED_AT_SAVE = [
     ("SELECT order_id\n  FORM orders", 'syntax error at or near "orders" (line 2, column 8)'),
     ("SELECT * FROM no_such_table", "Table with name no_such_table does not exist"),
     ("DELETE FROM orders", "only a single SELECT statement is allowed; got DELETE"),
-    ("SELECT * FROM orders WHERE order_id = $id", "no value given for parameter $id"),
+    (
+        "SELECT * FROM orders WHERE order_id = $id",
+        "the SQL uses $id, but the query declares no such parameter",
+    ),
     ("SELECT 1; SELECT 2", "only a single SELECT statement is allowed; got 2 statements"),
     ("SELECT * FROM read_csv('/etc/passwd')", "table function read_csv() is not allowed"),
     # 100 kB: one argument of a command line may not be much longer (MAX_ARG_STRLEN).

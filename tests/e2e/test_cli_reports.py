@@ -100,6 +100,24 @@ def test_bad_reports_are_refused_and_nothing_is_saved(
     assert env.store.list_reports("demo") == []
 
 
+def test_brackets_in_names_and_messages_are_printed_as_written(env: Env) -> None:
+    """Square brackets are text, not console markup: a refusal keeps its `[by SERIES]`, a
+    name holding `[/b]` is quoted back in the error instead of crashing the command, a
+    query so named is listed like any other, and a list column's type reads `INTEGER[]`."""
+    _add_orders(env)
+    pie = env.run("reports", "add", "Sales", "--section", "S|orders|pie", check=False)
+    assert pie.returncode == 2
+    assert "DISPLAY [of VALUE[, VALUE...]] [by SERIES])" in pie.stderr
+    odd = env.run("reports", "add", "Sales", "--section", "S|a[/b]|table", check=False)
+    assert odd.returncode == 2
+    assert odd.stderr.strip() == "error: section 1: no query 'a[/b]' that you can read"
+    env.add_query("x[/y]", "SELECT 1 AS a")
+    listed = env.run("queries", "list")
+    assert "x[/y]" in listed.stdout
+    saved = env.run("queries", "add", "lists", "--sql", "SELECT [1, 2] AS xs")
+    assert "columns: xs INTEGER[]" in saved.stdout
+
+
 def test_bad_report_export_requests_are_refused(env: Env) -> None:
     """A non-report format, an unknown report, or both --query and --report: exit 2 and
     nothing recorded."""

@@ -137,7 +137,10 @@ def test_a_missing_column_is_placed_after_a_parameter(database: Database) -> Non
     [
         ("SELECT * FROM no_such_table", "no_such_table"),
         ("DELETE FROM docs", "only a single SELECT statement is allowed; got DELETE"),
-        ("SELECT * FROM docs WHERE id = $id", "no value given for parameter $id"),
+        (
+            "SELECT * FROM docs WHERE id = $id",
+            "the SQL uses $id, but the query declares no such parameter",
+        ),
         ("SELECT 1; SELECT 2", "only a single SELECT statement is allowed; got 2 statements"),
     ],
 )

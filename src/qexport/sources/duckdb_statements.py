@@ -251,5 +251,10 @@ def bound_values(
         else:
             missing.append(f"${name}")
     if missing:
-        raise QueryInvalidError(f"no value given for parameter {', '.join(missing)}")
+        # Every declared parameter is bound (None when optional and not given): what is
+        # missing is a $name the query does not declare.
+        such = "such parameter" if len(missing) == 1 else "such parameters"
+        raise QueryInvalidError(
+            f"the SQL uses {', '.join(missing)}, but the query declares no {such}"
+        )
     return values
