@@ -56,7 +56,7 @@ REFUSED: list[tuple[str, str, str, dict[str, int] | None]] = [
     ("missing table", "SELECT * FROM no_such_table", "no_such_table does not exist", None),
     ("missing column", "SELECT nope FROM orders", 'column "nope" not found', None),
     ("delete", "DELETE FROM orders", "only a single SELECT statement is allowed; got DELETE", None),
-    ("unbound parameter", "SELECT * FROM orders WHERE id = $id", "parameter $id", None),
+    ("unbound parameter", "SELECT * FROM orders WHERE id = $id", "no such parameter", None),
     (
         "two statements",
         "SELECT 1; SELECT 2",
