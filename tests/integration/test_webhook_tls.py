@@ -3,7 +3,6 @@ name as TLS SNI and in `Host`, and the certificate is verified against the name.
 
 from __future__ import annotations
 
-import datetime as dt
 import ssl
 import threading
 from collections.abc import Iterator
@@ -13,14 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from qexport.deliveries.errors import DeliveryError
 from qexport.deliveries.webhook import WebhookSender
 from qexport.egress import EgressPolicy
+from tests.receivers import localhost_certificate
 
 
 @dataclass
@@ -33,32 +29,7 @@ class TlsReceiver:
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for the name `localhost` only (no IP address in it)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    folder = tmp_path_factory.mktemp("webhook-tls")
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
+    return localhost_certificate(tmp_path_factory.mktemp("webhook-tls"))
 
 
 @pytest.fixture
