@@ -32,6 +32,10 @@ case "$cmd" in
         ;;
     test)
         setup requirements-dev.lock
+        # The browser tests inject axe-core (pinned by tests/web/axe/package-lock.json).
+        if command -v npm >/dev/null && [ ! -f tests/web/axe/node_modules/axe-core/axe.min.js ]; then
+            npm ci --prefix tests/web/axe --no-audit --no-fund --silent
+        fi
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     lint)

@@ -3,125 +3,30 @@ and a worker, both real subprocesses: what a person does, with a screenshot of e
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
-import pytest
 
-from qexport.clock import SystemClock
-from qexport.domain.queries import Parameter, ParamType
-from qexport.services.accounts import add_user
-from qexport.sources.demo_data import build_demo_database
-from qexport.store.accounts import SqlAccountStore
-from tests.e2e.conftest import Env
-from tests.e2e.test_serve import bearer, start_server
-from tests.web.conftest import PASSWORD
+from tests.e2e.test_serve import bearer
+from tests.web.browser import (
+    CHROMIUM,
+    Site,
+    chromium,
+    page,
+    require_browser,
+    site,
+)
+from tests.web.browser import request_export as _request
+from tests.web.browser import status_badge as _status
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail("Chromium (/usr/bin/chromium, Debian's chromium) is required in CI")
-    pytest.skip(
-        "Chromium is not installed at /usr/bin/chromium (apt-get install chromium):"
-        " browser tests skipped",
-        allow_module_level=True,
-    )
+require_browser()
 
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
-EMAIL = "ann@example.com"
-SMALL = "SELECT order_id, total FROM orders WHERE order_id <= $n ORDER BY order_id"
-# Hundreds of millions of rows with a hash each: runs far longer than any test waits.
-SLOW = "SELECT i, sha256(i::VARCHAR) AS h FROM range(500000000) t(i)"
-BAD_CAST = "SELECT 'not a number'::INTEGER AS n"
-TIMEOUT_MS = 20_000
-
-
-class Site:
-    """A server and a worker on a private data dir, with a member who has a password."""
-
-    def __init__(
-        self, env: Env, url: str, token: str, artifacts: Path, worker: subprocess.Popen[bytes]
-    ) -> None:
-        self.env, self.url, self.token, self.artifacts = env, url, token, artifacts
-        self.worker = worker
-
-    def shot(self, page: Page, name: str) -> None:
-        page.screenshot(path=str(self.artifacts / f"{name}.png"), full_page=True)
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    data_dir = tmp_path_factory.mktemp("web")
-    artifacts = Path(os.environ.get("QEXPORT_TEST_ARTIFACTS") or data_dir / "screenshots")
-    artifacts.mkdir(parents=True, exist_ok=True)
-    build_demo_database(data_dir / "demo.duckdb", orders=2_000)
-    env = Env(data_dir)
-    env.run("db", "upgrade")
-    env.add_query("small_orders", SMALL, Parameter("n", ParamType.INTEGER, False, "100"))
-    env.add_query("every_number", SLOW)
-    env.add_query("bad_cast", BAD_CAST)
-    add_user(
-        SqlAccountStore(env.store.engine),
-        SystemClock(),
-        EMAIL,
-        workspace="demo",
-        role="editor",
-        password=PASSWORD,
-    )
-    token = env.run("tokens", "create", EMAIL).stdout.strip()
-    worker = env.start_worker("--concurrency", "2")
-    url, _ = start_server(env)
-    yield Site(env, url, token, artifacts, worker)
-    for proc in env.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(site: Site, chromium: Browser) -> Iterator[Page]:
-    """A fresh browser context, signed in as the member."""
-    context = chromium.new_context(base_url=site.url, viewport={"width": 1100, "height": 700})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    page.goto("/")
-    expect(page).to_have_url(f"{site.url}/sign-in?next=%2F")
-    site.shot(page, "sign-in")
-    page.get_by_label("Email").fill(EMAIL)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Exports")).to_be_visible()
-    yield page
-    context.close()
-
-
-def _request(page: Page, query: str, fmt: str = "csv") -> str:
-    """Request an export with the new-export form; the id from the page it lands on."""
-    page.get_by_role("link", name="New export", exact=True).first.click()
-    page.get_by_label("Query or report").select_option(label=query)
-    page.get_by_role("button", name="Show its options").click()
-    page.get_by_label("Format").select_option(fmt)
-    page.get_by_role("button", name="Request export").click()
-    expect(page.get_by_text("The export was requested.")).to_be_visible()
-    return page.url.split("/exports/")[1].split("?")[0]
-
-
-def _status(page: Page) -> object:
-    return page.locator("#export .status .badge")
+__all__ = ["chromium", "page", "site"]  # fixtures
 
 
 def test_request_watch_and_download_a_csv(site: Site, page: Page) -> None:
