@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -124,11 +126,69 @@ class ObjectExistsError(QExportError):
 
 
 class InvalidRequestError(QExportError):
-    """A request refused before anything is recorded (unknown format, bad parameter...)."""
+    """A request refused before anything is recorded (unknown format, bad parameter...).
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    One refusal names one `field`; a request with several mistakes is refused with all of
+    them at once (`problems`, in the order of the request's fields), the first leading.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        problems: Sequence[InvalidRequestError] = (),
+    ) -> None:
         super().__init__(message)
         self.field = field
+        self.problems: tuple[InvalidRequestError, ...] = tuple(problems) or (self,)
+
+    @classmethod
+    def of(cls, problems: Sequence[InvalidRequestError]) -> InvalidRequestError:
+        """One refusal carrying every problem found (each kept as it was raised)."""
+        flat = [p for found in problems for p in found.problems]
+        if not flat:
+            raise ValueError("no problems to refuse with")
+        if len(flat) == 1:
+            return flat[0]
+        first = flat[0]
+        return cls(str(first), field=first.field, problems=flat)
+
+
+class Problems:
+    """Runs a request's checks one after another and refuses it with every mistake found.
+
+        problems = Problems()
+        with problems.check():
+            name = valid_name(form.name)
+        with problems.check():
+            fmt = valid_format(form.format)
+        problems.raise_any()
+
+    A check that raises `InvalidRequestError` adds its problems and lets the next check run;
+    any other error stops the request as before. Check fields in the order people read them.
+    """
+
+    def __init__(self) -> None:
+        self._found: list[InvalidRequestError] = []
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        try:
+            yield
+        except InvalidRequestError as exc:
+            self._found.append(exc)
+
+    def add(self, exc: InvalidRequestError) -> None:
+        self._found.append(exc)
+
+    def __bool__(self) -> bool:
+        return bool(self._found)
+
+    def raise_any(self) -> None:
+        """Raise every problem found so far together; nothing when all checks passed."""
+        if self._found:
+            raise InvalidRequestError.of(self._found)
 
 
 class StatementRefusedError(InvalidRequestError):

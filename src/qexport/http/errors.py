@@ -50,7 +50,11 @@ class Problem(BaseModel):
     code: str
     detail: str | None = None
     field: str | None = Field(None, description="The request member at fault (422).")
-    errors: list[dict[str, str]] | None = Field(None, description="Every invalid member (422).")
+    errors: list[dict[str, Any]] | None = Field(
+        None,
+        description="Every invalid member (422), in the request's order: {field, message}"
+        " (and `position` for a refused SQL).",
+    )
     position: dict[str, int] | None = Field(
         None,
         description="Where in `sql` the source found the mistake, {line, column} from 1"
@@ -121,13 +125,34 @@ def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
                 headers["Retry-After"] = str(RETRY_NOT_READY_SECONDS)
             if isinstance(exc, TooManyRequestsError):
                 headers["Retry-After"] = str(exc.retry_after)
-            if isinstance(exc, InvalidRequestError) and exc.field:
-                members["field"] = exc.field
-            if isinstance(exc, StatementRefusedError) and exc.position is not None:
-                members["position"] = {"line": exc.position.line, "column": exc.position.column}
+            if isinstance(exc, InvalidRequestError):
+                members.update(_invalid_members(exc))
             return problem(status, code, exc.detail, headers=headers or None, **members)
     log.error("api.unexpected_error", error=type(exc).__name__, detail=exc.detail)
     return problem(500, "internal", "an unexpected error occurred")
+
+
+def _position(exc: InvalidRequestError) -> dict[str, int] | None:
+    if isinstance(exc, StatementRefusedError) and exc.position is not None:
+        return {"line": exc.position.line, "column": exc.position.column}
+    return None
+
+
+def _invalid_members(exc: InvalidRequestError) -> dict[str, Any]:
+    """`field` and `position` of the first problem, and `errors`: every problem, in order."""
+    members: dict[str, Any] = {}
+    if exc.field:
+        members["field"] = exc.field
+    if (position := _position(exc.problems[0])) is not None:
+        members["position"] = position
+    errors: list[dict[str, Any]] = []
+    for found in exc.problems:
+        entry: dict[str, Any] = {"field": found.field or "body", "message": found.detail}
+        if (where := _position(found)) is not None:
+            entry["position"] = where
+        errors.append(entry)
+    members["errors"] = errors
+    return members
 
 
 def _member(loc: Any, body: Any) -> tuple[str, bool]:

@@ -4,7 +4,7 @@ addresses, and where on the form a refused value is shown."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from qexport.domain.accounts import Principal, normalize_email
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
@@ -38,6 +38,21 @@ def field_of(exc: InvalidRequestError, fields: Iterable[str]) -> str:
         if named == name or named.startswith((f"{name}.", f"{name}[")):
             return name
     return GENERAL
+
+
+def form_errors(
+    exc: InvalidRequestError,
+    fields: Iterable[str],
+    words: Callable[[InvalidRequestError], str] | None = None,
+) -> dict[str, str]:
+    """Every problem of a refusal on the form field it names, in the order found (two on one
+    field are shown together); `words` says a problem (default: its detail)."""
+    fields = tuple(fields)
+    found: dict[str, list[str]] = {}
+    for problem in exc.problems:
+        text = words(problem) if words else problem.detail
+        found.setdefault(field_of(problem, fields), []).append(text)
+    return {field: " ".join(texts) for field, texts in found.items()}
 
 
 def on_line(exc: InvalidRequestError, prefix: str, numbers: Sequence[int]) -> str:
