@@ -93,12 +93,22 @@ def test_a_public_link_opens_in_a_fresh_context_until_revoked(
 
 
 def test_cancel_a_long_export(site: Site, page: Page) -> None:
-    """A running export shows rows written as it goes and can be cancelled from its page."""
+    """A running export shows rows written as it goes and can be cancelled from its page,
+    once the person says yes in the dialog (Keep it leaves it running)."""
     _request(page, "every_number")
     expect(_status(page)).to_have_text("running")
     expect(page.locator("#export progress")).to_be_visible()
     site.shot(page, "export-running")
     page.get_by_role("button", name="Cancel this export").click()
+    dialog = page.get_by_role("dialog", name="Cancel the export of every_number (csv)?")
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_role("button", name="Keep it")).to_be_focused()
+    site.shot(page, "export-cancel-confirm")
+    dialog.get_by_role("button", name="Keep it").click()
+    expect(dialog).to_be_hidden()
+    expect(_status(page)).to_have_text("running")
+    page.get_by_role("button", name="Cancel this export").click()
+    dialog.get_by_role("button", name="Cancel the export").click()
     expect(page.get_by_text("The export was cancelled.").first).to_be_visible()
     expect(_status(page)).to_have_text("failed")
     expect(page.locator("#export .status")).to_contain_text("cancelled")

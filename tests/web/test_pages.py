@@ -77,7 +77,7 @@ def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(api: Api, browser:
     api.add_query()
     browser.sign_in("ann@example.com")
     export_id = _request_csv(browser)
-    for data in ({}, {"csrf": "forged"}):
+    for data in ({"confirmed": "yes"}, {"csrf": "forged", "confirmed": "yes"}):
         response = browser.client.post(f"/exports/{export_id}/cancel", data=data)
         assert response.status_code == 403
         assert "You may not do that" in response.text
@@ -103,7 +103,9 @@ def test_someone_elses_export_is_a_404_page(api: Api, browser: Browser) -> None:
         assert response.status_code == 404
         assert "Page not found" in response.text
     token = csrf_of(bob.page("/"))
-    assert bob.client.post(f"/exports/{export_id}/cancel", data={"csrf": token}).status_code == 404
+    for confirmed in ("", "yes"):
+        data = {"csrf": token, "confirmed": confirmed}
+        assert bob.client.post(f"/exports/{export_id}/cancel", data=data).status_code == 404
     assert export_id not in bob.page("/")
 
 
@@ -264,3 +266,27 @@ def test_an_unexpected_error_is_a_500_page_that_tells_nothing_more(
     assert response.status_code == 500
     assert "Something went wrong" in response.text
     assert "secret internals" not in response.text
+
+
+def test_cancel_asks_first_without_javascript(api: Api, browser: Browser) -> None:
+    """Cancel posted without `confirmed=yes` (a browser without JavaScript) answers with a
+    page asking first and changes nothing; its red button, posted, cancels the export."""
+    add_person(api, "ann@example.com")
+    api.add_query()
+    browser.sign_in("ann@example.com")
+    export_id = _request_csv(browser)
+    token = csrf_of(browser.page(f"/exports/{export_id}"))
+    asked = browser.client.post(f"/exports/{export_id}/cancel", data={"csrf": token})
+    assert asked.status_code == 200
+    assert "Cancel the export of orders (csv)?" in asked.text
+    assert 'class="danger">Cancel the export</button>' in asked.text
+    assert f'href="/exports/{export_id}">Keep it</a>' in asked.text
+    assert api.context.exports.get_export(export_id).status == "queued"  # type: ignore[union-attr]
+    done = browser.client.post(
+        f"/exports/{export_id}/cancel",
+        data={"csrf": csrf_of(asked.text), "confirmed": "yes", "back": "detail"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/exports/{export_id}?notice=cancelled"
+    assert api.context.exports.get_export(export_id).failure_code == "cancelled"  # type: ignore[union-attr]

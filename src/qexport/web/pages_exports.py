@@ -20,6 +20,7 @@ from qexport.services.exports import (
 )
 from qexport.services.links import CreatedLink, create_link, revoke_link
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
+from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.errors import PageRoute
 from qexport.web.present import export_row, when
 from qexport.web.render import page
@@ -126,12 +127,36 @@ def download(
 
 @router.post("/exports/{export_id}/cancel")
 def cancel(
+    request: Request,
     context: Context,
-    _session: CheckedForm,
+    session: CheckedForm,
     principal: WebPrincipal,
     export_id: str,
     back: Annotated[str, Form()] = "detail",
+    confirmed: ConfirmedField = "",
 ) -> Response:
+    """Cancel a queued or running export, once the person said yes (see web/confirm.py)."""
+    if not is_confirmed(confirmed):
+        record = get_visible_export(
+            context.exports,
+            principal.requester,
+            export_id,
+            whole_workspace=principal.sees_workspace,
+        )
+        detail = f"/exports/{quote(export_id, safe='')}"
+        return confirm_page(
+            request,
+            session,
+            Confirmation(
+                title=f"Cancel the export of {record.subject_name} ({record.format})?",
+                consequence="It stops now and settles as cancelled; no file is kept and"
+                " nothing is delivered. Request it again to get the file.",
+                action=f"{detail}/cancel",
+                yes="Cancel the export",
+                back="/" if back == "list" else detail,
+                fields={"back": back},
+            ),
+        )
     cancel_export(
         context.exports,
         context.clock,

@@ -12,6 +12,10 @@ function announcements(root) {
 function refreshLive() {
   const url = document.body.dataset.liveUrl;
   if (!url || !document.querySelector("[data-live][data-unsettled]")) return;
+  if (document.querySelector("dialog[open]")) {  // nothing moves under an open question
+    setTimeout(refreshLive, 1000);
+    return;
+  }
   fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
     .then((response) => {
       if (response.redirected) return "stop";  // signed out: the page stays as it was
@@ -49,7 +53,37 @@ function enableCopyButtons() {
   }
 }
 
+// A form marked data-confirm asks in the page's dialog first; "yes" sends it confirmed. Without
+// this script the server asks on a page of its own.
+function enableConfirmations() {
+  const dialog = document.getElementById("confirm");
+  if (!dialog || typeof dialog.showModal !== "function") return;
+  document.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (!(form instanceof HTMLFormElement) || !form.dataset.confirm) return;
+    const confirmed = form.querySelector("input[name=confirmed]");
+    if (!confirmed || confirmed.value === "yes") return;
+    event.preventDefault();
+    document.getElementById("confirm-title").textContent = form.dataset.confirm;
+    document.getElementById("confirm-detail").textContent = form.dataset.confirmDetail || "";
+    document.getElementById("confirm-yes").textContent = form.dataset.confirmYes || "Yes";
+    dialog.returnValue = "";
+    const action = form.getAttribute("action");
+    dialog.addEventListener("close", () => {
+      if (dialog.returnValue !== "yes") return;
+      // A live update may have swapped the form for a fresh copy meanwhile: send that one.
+      const current = form.isConnected ? form
+        : document.querySelector(`form[data-confirm][action="${CSS.escape(action)}"]`);
+      if (!current) return;
+      current.querySelector("input[name=confirmed]").value = "yes";
+      current.submit();
+    }, { once: true });
+    dialog.showModal();
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   enableCopyButtons();
+  enableConfirmations();
   setTimeout(refreshLive, 1000);
 });
