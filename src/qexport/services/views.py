@@ -85,4 +85,6 @@ def delivery_view(delivery: Delivery) -> dict[str, Any]:
         "failure_code": delivery.failure_code.value if delivery.failure_code else None,
         "sent_at": iso_time(delivery.sent_at),
         "created_at": iso_time(delivery.created_at),
+        "next_attempt_at": iso_time(delivery.next_attempt_at),
+        "resent_at": iso_time(delivery.resent_at),
     }
