@@ -25,8 +25,9 @@ def exports_deliveries(
     export_id: Annotated[str, typer.Argument(help="The export's id.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
 ) -> None:
-    """List an export's deliveries: each recipient, its status (waiting, sending, sent,
-    failed), attempts, and when it was sent, why it failed or when it is tried next."""
+    """List who hears about an export and how far each delivery got.
+
+    Per recipient: waiting, sending, sent or failed; attempts; sent when, why, or next try."""
     client = remote(ctx)
     if client is not None:
         with client, server_errors():

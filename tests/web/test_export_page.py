@@ -137,7 +137,7 @@ def test_a_running_export_shows_rows_elapsed_time_and_rate(api: Api) -> None:
     )
     page = ann.page(f"/exports/{export_id}")
     assert "250,000 rows written · 2 min 05 s · 2,000 rows/s" in page
-    assert "<dt>Running for</dt><dd>2 min 05 s</dd>" in page
+    assert "<dt>Took</dt>" not in page
     assert "This page updates as it progresses." in page
     assert store.fail(
         export_id, claimed.lease_token, now=clock.now(), code=FailureCode.QUERY_TIMEOUT, detail="t"
