@@ -20,12 +20,15 @@ from qexport.services.reports import list_readable_reports
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import NOTICES, require_writer
+from qexport.web.present_deliveries import run_row
 from qexport.web.render import page
 from qexport.web.schedule_forms import ScheduleForm, error_of, parse, schedule_row
 from qexport.web.session import Session
 from qexport.writers.registry import FORMATS
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+RECENT_RUNS = 10  # the runs a schedule's page shows, newest first
 
 Text = Annotated[str, Form()]
 
@@ -146,14 +149,31 @@ def schedule_page(
     schedule_id: str,
     notice: str | None = None,
 ) -> Response:
-    """One schedule: what it exports, when, to whom; with its actions for those who may."""
+    """One schedule: what it exports, when, to whom, and how its recent runs went; with its
+    actions for those who may."""
     actor = service.Actor.of(principal)
     schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
+    now = context.clock.now()
+    full = service.sees_recipients(actor, schedule)
+    runs = [
+        run_row(
+            run.due_at,
+            run.export,
+            context.deliveries.list_deliveries(run.export.id),
+            now,
+            zone=schedule.timezone,
+            principal=principal,
+            full=full,
+        )
+        for run in context.schedules.list_runs(schedule.id, limit=RECENT_RUNS)
+    ]
     return page(
         request,
         "schedule.html",
         session=session,
         row=schedule_row(context, actor, schedule),
+        runs=runs,
+        runs_unsettled=any(r.export.unsettled or any(d.unsent for d in r.deliveries) for r in runs),
         notice=NOTICES.get(notice or ""),
     )
 
