@@ -490,6 +490,15 @@ class ResultStream(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class PreviewRows:
+    """The first rows of a result, as a source read them for a preview."""
+
+    columns: tuple[ResultColumn, ...]  # names and the engine's own type names
+    table: pa.Table  # at most the rows asked for, in the result's order
+    more: bool  # the result goes on past these rows (or reading stopped at the byte bound)
+
+
 class Source(Protocol):
     name: str
 
@@ -525,6 +534,26 @@ class Source(Protocol):
         The same checks and binding as `execute`, with the requester's rights; nothing is read
         but the catalogue. Raises QueryInvalidError (with the position in `sql` when the
         engine gives one), QueryTimeoutError or SourceUnavailableError.
+        """
+        ...
+
+    def preview(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        max_rows: int,
+        max_cell_chars: int,
+        max_bytes: int,
+    ) -> PreviewRows:
+        """The first `max_rows` rows of `sql` and its columns, run as `execute` runs it (the
+        same checks and binding, the requester's context, read-only, the timeout), reading
+        no more than it shows: the statement is cut after `max_rows` + 1 rows, and reading
+        stops once about `max_bytes` of values came (`more` then says so). A text or binary
+        value longer than `max_cell_chars` may come cut to `max_cell_chars` + 1 characters
+        (bytes): the caller still sees it was longer. Raises as `execute` does.
         """
         ...
 

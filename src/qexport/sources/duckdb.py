@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+import pyarrow as pa
 
 from qexport.domain.queries import ResultColumn
+from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
 from qexport.sources.duckdb_statements import bound_values, single_select
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from qexport.ports import Sink
 
 BATCH_ROWS = 131_072
+# A preview reads in small batches, so that it stops soon after its byte bound.
+PREVIEW_BATCH_ROWS = 10
 
 # Read-only is not enough: without these a SELECT could read any file the process can
 # (read_csv('/etc/passwd')), write one (COPY ... TO), ATTACH another database, or fetch and load
@@ -247,6 +251,55 @@ class DuckDBSource:
             deadline.cancel()
             cursor.close()
             release()
+
+    def preview(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        max_rows: int,
+        max_cell_chars: int,  # unused: DuckDB's memory limit bounds what 101 rows can hold
+        max_bytes: int,
+    ) -> PreviewRows:
+        """The first `max_rows` rows: the statement as `execute` runs it, under a LIMIT of one
+        row more (DuckDB stops producing there), read a few rows at a time until that row or
+        `max_bytes`."""
+        del max_cell_chars
+        cursor, statement, values, release = self._prepare(
+            sql, parameters, requester, timeout_seconds, None
+        )
+        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        try:
+            relation = cursor.sql(statement, params=values or None)
+            columns = tuple(
+                ResultColumn(name, str(kind))
+                for name, kind in zip(relation.columns, relation.types, strict=True)
+            )
+            reader = relation.limit(max_rows + 1).to_arrow_reader(PREVIEW_BATCH_ROWS)
+            batches: list[pa.RecordBatch] = []
+            rows = size = 0
+            stopped = False
+            while rows <= max_rows:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                batches.append(batch)
+                rows, size = rows + batch.num_rows, size + batch.nbytes
+                if size > max_bytes and rows <= max_rows:
+                    stopped = True
+                    break
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+        except Exception as exc:
+            raise deadline.error_for(exc, sql) from exc
+        finally:
+            deadline.cancel()
+            cursor.close()
+            release()
+        more = stopped or table.num_rows > max_rows
+        return PreviewRows(columns, table.slice(0, max_rows), more)
 
     def _prepare(
         self,
