@@ -70,6 +70,7 @@ _WHY: dict[int, tuple[str, dict[str, Any]]] = {
         " source is unavailable.",
         {},
     ),
+    504: ("The data source did not answer within the statement timeout (query_timeout).", {}),
 }
 
 

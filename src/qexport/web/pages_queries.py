@@ -128,7 +128,7 @@ def _save(
     require_writer(principal)
     sources = usable_source_names(context.settings, context.accounts, principal.workspace_id)
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    describe = describer(context.sources, principal.requester, timeout)
+    describe = describer(context.sources, principal.requester, timeout, context.source_slots)
     numbers: list[int] = []
     try:
         draft, numbers = _draft(context, form)
