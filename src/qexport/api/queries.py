@@ -289,20 +289,7 @@ class PreviewView(BaseModel):
 
     @classmethod
     def of(cls, found: preview.Preview) -> PreviewView:
-        return cls(
-            query_id=found.query.id,
-            query_name=found.query.name,
-            parameters=found.parameters,
-            columns=[ColumnView(name=c.name, type=c.type) for c in found.columns],
-            rows=found.rows,
-            row_count=len(found.rows),
-            truncated=found.truncated,
-            more_rows=found.more_rows,
-            cut_cells=found.cut_cells,
-            limits=PreviewLimits(
-                rows=found.limit, cell_chars=preview.MAX_CELL_CHARS, bytes=preview.MAX_BYTES
-            ),
-        )
+        return cls.model_validate(preview.preview_json(found))
 
 
 _PREVIEW_RESPONSES = {

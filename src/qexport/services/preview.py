@@ -52,6 +52,22 @@ class Preview:
         return self.more_rows or self.cut_cells > 0
 
 
+def preview_json(found: Preview) -> dict[str, Any]:
+    """The preview as the API answers it (and `qexport queries preview --json` prints it)."""
+    return {
+        "query_id": found.query.id,
+        "query_name": found.query.name,
+        "parameters": found.parameters,
+        "columns": [c.to_json() for c in found.columns],
+        "rows": found.rows,
+        "row_count": len(found.rows),
+        "truncated": found.truncated,
+        "more_rows": found.more_rows,
+        "cut_cells": found.cut_cells,
+        "limits": {"rows": found.limit, "cell_chars": MAX_CELL_CHARS, "bytes": MAX_BYTES},
+    }
+
+
 def preview_timeout(statement_timeout_seconds: float) -> float:
     """How long a preview may run: the statement timeout (0: none), at most 30 s."""
     if statement_timeout_seconds <= 0:

@@ -4,7 +4,7 @@ create and change them with (the API's services and rules)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request, Response
@@ -212,15 +212,31 @@ def query_page(
 ) -> Response:
     """One query: its SQL, parameters and who reads it, with a button to export it."""
     query = service.get_readable_query(context.catalog, principal, query_id)
+    return render_query_page(request, context, session, query, notice=NOTICES.get(notice or ""))
+
+
+def render_query_page(
+    request: Request,
+    context: Container,
+    session: Session,
+    query: Query,
+    *,
+    notice: str | None = None,
+    status: int = 200,
+    **extra: Any,
+) -> Response:
+    """The query's page; `extra` for the template (the preview, pages_preview.py)."""
     return page(
         request,
         "query.html",
+        status=status,
         session=session,
         query=query,
         params=[param_line(p) for p in query.parameters],
         members=member_lines(context.accounts, query.members).splitlines(),
         owner=email_of(context.accounts, query.owner),
-        notice=NOTICES.get(notice or ""),
+        notice=notice,
+        **extra,
     )
 
 
