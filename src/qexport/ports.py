@@ -254,6 +254,23 @@ class ScheduleStore(Protocol):
         """A secret shared by every process of this installation, generated on first use."""
         ...
 
+    # subscribers: members who asked for each run's export at their own address
+    def subscribe(self, schedule_id: str, user_id: str, *, now: datetime) -> bool:
+        """Add the user to the schedule's subscribers; False when they already were."""
+        ...
+
+    def unsubscribe(self, schedule_id: str, user_id: str) -> bool:
+        """Take the user off the schedule's subscribers; False when they were not on it."""
+        ...
+
+    def subscribers(self, schedule_id: str) -> list[str]:
+        """The user ids subscribed to the schedule, in the order they subscribed."""
+        ...
+
+    def subscriptions(self, workspace_id: str, user_id: str) -> frozenset[str]:
+        """The ids of the workspace's live schedules the user is subscribed to."""
+        ...
+
 
 @dataclass(frozen=True)
 class ClaimedDelivery:

@@ -317,6 +317,9 @@ class NewDelivery:
     id: str  # also the idempotency key the recipient sees
     recipient: Recipient
     schedule_id: str | None = None
+    # The member who subscribed their own address to the schedule (schedules/subscriptions.py):
+    # checked again when it is sent. None for the recipients the schedule's owner named.
+    subscriber: str | None = None
 
 
 @dataclass(frozen=True)
@@ -335,6 +338,7 @@ class Delivery:
     outcome: Outcome | None = None
     last_error: str | None = None
     failure_code: FailureCode | None = None
+    subscriber: str | None = None  # see NewDelivery
 
     @property
     def idempotency_key(self) -> str:

@@ -57,6 +57,7 @@ def _to_delivery(row: sa.Row[Any]) -> Delivery:
         outcome=Outcome(m["outcome"]) if m["outcome"] else None,
         last_error=m["last_error"],
         failure_code=FailureCode(m["failure_code"]) if m["failure_code"] else None,
+        subscriber=m["subscriber_id"],
     )
 
 
