@@ -252,3 +252,12 @@ class QExportClient:
         if limit is not None:
             body["limit"] = limit
         return self._json("POST", f"/queries/{_path_segment(query_id)}/preview", json=body)
+
+    # ------------------------------------------------------------ subscribing oneself
+
+    def subscribe(self, schedule_id: str) -> dict[str, Any]:
+        """Mail each run of the schedule to the token's own address too."""
+        return self._json("POST", f"/schedules/{_path_segment(schedule_id)}/subscription")
+
+    def unsubscribe(self, schedule_id: str) -> None:
+        self._request("DELETE", f"/schedules/{_path_segment(schedule_id)}/subscription")

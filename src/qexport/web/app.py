@@ -17,6 +17,7 @@ from qexport.web import (
     pages_queries,
     pages_reports,
     pages_schedules,
+    pages_subscriptions,
 )
 from qexport.web.session import SessionKey
 
@@ -35,3 +36,4 @@ def install(app: FastAPI, context: Container) -> None:
     app.include_router(pages_queries.router)
     app.include_router(pages_reports.router)
     app.include_router(pages_schedules.router)
+    app.include_router(pages_subscriptions.router)
