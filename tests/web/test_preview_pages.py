@@ -26,7 +26,7 @@ def _cells(page: str) -> list[list[str]]:
     table = page.split('class="preview-table"', 1)[1].split("</table>", 1)[0]
     body = table.split("<tbody>", 1)[1]
     return [
-        [markup.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        [markup.unescape(c) for c in re.findall(r"<td[^>]*><div>(.*?)</div></td>", row, re.S)]
         for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)
     ]
 

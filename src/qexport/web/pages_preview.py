@@ -10,6 +10,7 @@ browser shows that section): no JavaScript is needed. The rows come from
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -78,11 +79,29 @@ def _summary(found: service.Preview) -> str:
     return words
 
 
+_DECIMAL_TYPE = re.compile(r"^(decimal|numeric)\b", re.IGNORECASE)
+_DECIMAL_TEXT = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def _numbers_as_such(column_type: str, cells: list[ShownCell]) -> list[ShownCell]:
+    """A decimal column's exact text lines up on the right like the other numbers."""
+    if not _DECIMAL_TYPE.match(column_type):
+        return cells
+    return [
+        ShownCell(c.text, "number") if c.kind == "text" and _DECIMAL_TEXT.match(c.text) else c
+        for c in cells
+    ]
+
+
 def shown(found: service.Preview) -> ShownPreview:
+    columns = [[_cell(row[i]) for row in found.rows] for i in range(len(found.columns))]
+    columns = [
+        _numbers_as_such(c.type, cells) for c, cells in zip(found.columns, columns, strict=True)
+    ]
     return ShownPreview(
         name=found.query.name,
         columns=[(c.name, c.type) for c in found.columns],
-        rows=[[_cell(v) for v in row] for row in found.rows],
+        rows=[list(row) for row in zip(*columns, strict=True)] if columns else [],
         summary=_summary(found),
     )
 
