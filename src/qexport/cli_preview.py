@@ -94,8 +94,7 @@ def _print_table(found: dict[str, Any]) -> None:
     widths = _widths(natural[:shown], out.width - _GAP * (shown - 1))
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for index, column in enumerate(columns[:shown]):
-        values = [row[index] for row in rows if row[index] is not None]
-        numeric = bool(values) and all(isinstance(v, int | float) for v in values)
+        numeric = service.is_number_column(column["type"], [row[index] for row in rows])
         table.add_column(
             Text.assemble(column["name"], "\n", (column["type"], "dim")),
             width=widths[index],

@@ -15,6 +15,8 @@ of the process's SourceSlots, which describing a saved query shares.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,23 @@ class Preview:
     def truncated(self) -> bool:
         """Whether a cap was hit: rows left out, or a text cut."""
         return self.more_rows or self.cut_cells > 0
+
+
+_DECIMAL_TYPE = re.compile(r"^(decimal|numeric)\b", re.IGNORECASE)
+_DECIMAL_TEXT = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def is_number_column(type_name: str, cells: Sequence[Cell]) -> bool:
+    """Whether a column's cells are numbers to line up on the right: every one that is not
+    NULL a JSON number, or, in a decimal column, a decimal's exact text."""
+    values = [c for c in cells if c is not None]
+    if not values:
+        return False
+    if all(isinstance(c, int | float) and not isinstance(c, bool) for c in values):
+        return True
+    return bool(_DECIMAL_TYPE.match(type_name)) and all(
+        isinstance(c, str) and _DECIMAL_TEXT.match(c) for c in values
+    )
 
 
 def preview_json(found: Preview) -> dict[str, Any]:

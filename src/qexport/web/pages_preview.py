@@ -10,7 +10,6 @@ browser shows that section): no JavaScript is needed. The rows come from
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -56,13 +55,15 @@ class ShownPreview:
     error: str | None = None
 
 
-def _cell(value: Cell) -> ShownCell:
+def _cell(value: Cell, number: bool) -> ShownCell:
     if value is None:
         return ShownCell("NULL", "null")
     if isinstance(value, bool):
         return ShownCell("true" if value else "false", "text")
     if isinstance(value, int | float):
         return ShownCell(repr(value) if isinstance(value, float) else str(value), "number")
+    if number:
+        return ShownCell(value, "number")
     return ShownCell(value, "cut" if value.endswith(CUT_MARK) else "text")
 
 
@@ -79,29 +80,15 @@ def _summary(found: service.Preview) -> str:
     return words
 
 
-_DECIMAL_TYPE = re.compile(r"^(decimal|numeric)\b", re.IGNORECASE)
-_DECIMAL_TEXT = re.compile(r"^-?\d+(\.\d+)?$")
-
-
-def _numbers_as_such(column_type: str, cells: list[ShownCell]) -> list[ShownCell]:
-    """A decimal column's exact text lines up on the right like the other numbers."""
-    if not _DECIMAL_TYPE.match(column_type):
-        return cells
-    return [
-        ShownCell(c.text, "number") if c.kind == "text" and _DECIMAL_TEXT.match(c.text) else c
-        for c in cells
-    ]
-
-
 def shown(found: service.Preview) -> ShownPreview:
-    columns = [[_cell(row[i]) for row in found.rows] for i in range(len(found.columns))]
-    columns = [
-        _numbers_as_such(c.type, cells) for c, cells in zip(found.columns, columns, strict=True)
+    numbers = [
+        service.is_number_column(c.type, [row[i] for row in found.rows])
+        for i, c in enumerate(found.columns)
     ]
     return ShownPreview(
         name=found.query.name,
         columns=[(c.name, c.type) for c in found.columns],
-        rows=[list(row) for row in zip(*columns, strict=True)] if columns else [],
+        rows=[[_cell(v, n) for v, n in zip(row, numbers, strict=True)] for row in found.rows],
         summary=_summary(found),
     )
 
