@@ -18,6 +18,7 @@ from qexport.domain.exports import Requester
 from qexport.domain.failures import QueryInvalidError, QueryTimeoutError
 from qexport.ports import PreviewRows, Source
 from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb_preview import without_trailing
 from qexport.writers.cells import CUT_MARK, preview_cells
 from tests.integration.test_postgres_source import HOSTILE, Database, database
 
@@ -136,13 +137,26 @@ def test_the_columns_carry_the_engines_type_names(any_source: Source, duck: Sour
         assert types == ["integer", "numeric(10,2)", "timestamp with time zone", "bytea"]
 
 
-def test_postgres_cuts_long_text_in_the_server(pg_tricky: Database) -> None:
-    """A long text arrives cut to the cap plus one character (so it reads as longer), bytea
-    to the cap plus one byte: nothing beyond what is shown crosses the network."""
-    sql = "SELECT repeat('x', 100000) AS t, decode(repeat('ab', 100000), 'hex') AS b"
-    read = _preview(pg_tricky.source(), sql)
+def test_long_values_are_cut_in_the_engine(any_source: Source, duck: Source) -> None:
+    """A long text arrives cut to the cap plus one character (so it reads as longer), binary
+    to the cap plus one byte, a nested value as its text cut the same: the engine never hands
+    over more than is shown (a 50 MB text a row made a DuckDB batch of 500 MB before)."""
+    if any_source is duck:
+        sql = (
+            "SELECT repeat('x', 100000) AS t, repeat('\\xAB'::BLOB, 100000) AS b,"
+            " [repeat('n', 100000)] AS l"
+        )
+    else:
+        sql = (
+            "SELECT repeat('x', 100000) AS t, decode(repeat('ab', 100000), 'hex') AS b,"
+            " ARRAY[repeat('n', 100000)] AS l"
+        )
+    read = _preview(any_source, sql)
     assert read.table.column("t").to_pylist() == ["x" * (CAP + 1)]
     assert read.table.column("b").to_pylist() == [b"\xab" * (CAP + 1)]
+    (nested,) = read.table.column("l").to_pylist()
+    assert len(nested) == CAP + 1
+    assert nested.startswith(('["nnn', "{nnn"))
 
 
 def test_only_the_rows_shown_are_read(any_source: Source, duck: Source) -> None:
@@ -163,16 +177,13 @@ def test_only_the_rows_shown_are_read(any_source: Source, duck: Source) -> None:
 
 def test_reading_stops_at_the_byte_bound(any_source: Source, duck: Source) -> None:
     """Past `max_bytes` of values the source stops reading (a few rows at a time) and says
-    there is more. (PostgreSQL cuts long text in the server already: an unconstrained
-    numeric of 30,000 digits, never cut, makes the rows large there.)"""
-    sql = (
-        "SELECT repeat('y', 30000) AS s FROM range(100) t(i)"
-        if any_source is duck
-        else "SELECT repeat('9', 30000)::numeric AS s FROM generate_series(1, 100)"
-    )
-    read = _preview(any_source, sql, max_rows=50, max_bytes=50_000)
+    there is more: sixty columns of cut text make rows of some 6 KB."""
+    wide = ", ".join(f"repeat('y', 500) AS c{i}" for i in range(60))
+    rows = "range(100) t(i)" if any_source is duck else "generate_series(1, 100)"
+    read = _preview(any_source, f"SELECT {wide} FROM {rows}", max_rows=50, max_bytes=20_000)
     assert 1 <= read.table.num_rows < 50
     assert read.more
+    assert {len(v) for v in read.table.column("c0").to_pylist()} == {CAP + 1}
 
 
 def test_parameters_are_bound_never_interpolated(any_source: Source) -> None:
@@ -225,3 +236,26 @@ def test_the_timeout_ends_a_slow_preview(any_source: Source, duck: Source) -> No
     )
     with pytest.raises(QueryTimeoutError):
         _preview(any_source, sql, timeout_seconds=0.5)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1 AS one -- the answer\n; -- done",
+        "SELECT 1 AS one; /* done; */",
+        "SELECT 1 AS one --",
+    ],
+    ids=["comment and semicolon", "block comment", "dangling comment"],
+)
+def test_a_trailing_semicolon_and_comment_are_accepted(any_source: Source, sql: str) -> None:
+    """The text as people write it previews as it exports."""
+    assert _preview(any_source, sql).table.to_pylist() == [{"one": 1}]
+
+
+def test_duckdb_trims_only_what_trails() -> None:
+    """A `;` or `--` inside a string or a dollar quote stays; only the statement's own tail
+    goes."""
+    assert without_trailing("SELECT ';' AS x ; -- é") == "SELECT ';' AS x"
+    assert without_trailing("SELECT $$;--$$ AS d;") == "SELECT $$;--$$ AS d"
+    assert without_trailing("SELECT 'é' AS x /* ; */ ;") == "SELECT 'é' AS x"
+    assert without_trailing("SELECT 1") == "SELECT 1"

@@ -18,6 +18,7 @@ from qexport.domain.queries import ResultColumn
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
+from qexport.sources.duckdb_preview import preview_sql
 from qexport.sources.duckdb_statements import bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
 from qexport.sources.scratch import Scratch, make_scratch
@@ -260,13 +261,12 @@ class DuckDBSource:
         *,
         timeout_seconds: float,
         max_rows: int,
-        max_cell_chars: int,  # unused: DuckDB's memory limit bounds what 101 rows can hold
+        max_cell_chars: int,
         max_bytes: int,
     ) -> PreviewRows:
-        """The first `max_rows` rows: the statement as `execute` runs it, under a LIMIT of one
-        row more (DuckDB stops producing there), read a few rows at a time until that row or
-        `max_bytes`."""
-        del max_cell_chars
+        """The first `max_rows` rows: the query, checked and bound as `execute` runs it, as a
+        subquery with long values cut and a LIMIT of one row more (duckdb_preview.py), read a
+        few rows at a time until that row or `max_bytes`."""
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
@@ -277,21 +277,16 @@ class DuckDBSource:
                 ResultColumn(name, str(kind))
                 for name, kind in zip(relation.columns, relation.types, strict=True)
             )
-            reader = relation.limit(max_rows + 1).to_arrow_reader(PREVIEW_BATCH_ROWS)
-            batches: list[pa.RecordBatch] = []
-            rows = size = 0
-            stopped = False
-            while rows <= max_rows:
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    break
-                batches.append(batch)
-                rows, size = rows + batch.num_rows, size + batch.nbytes
-                if size > max_bytes and rows <= max_rows:
-                    stopped = True
-                    break
-            table = pa.Table.from_batches(batches, schema=reader.schema)
+            wrapped = preview_sql(
+                statement.query,
+                [kind.id for kind in relation.types],
+                keep=max_cell_chars + 1,
+                limit=max_rows + 1,
+            )
+            checked = single_select(cursor, wrapped)  # the statement check, on what runs
+            bound = bound_values(set(checked.named_parameters), parameters, requester)
+            reader = cursor.sql(checked, params=bound or None).to_arrow_reader(PREVIEW_BATCH_ROWS)
+            table, stopped = _bounded(reader, max_rows=max_rows, max_bytes=max_bytes)
         except Exception as exc:
             raise deadline.error_for(exc, sql) from exc
         finally:
@@ -299,7 +294,8 @@ class DuckDBSource:
             cursor.close()
             release()
         more = stopped or table.num_rows > max_rows
-        return PreviewRows(columns, table.slice(0, max_rows), more)
+        shown = table.slice(0, max_rows).rename_columns([c.name for c in columns])
+        return PreviewRows(columns, shown, more)
 
     def _prepare(
         self,
@@ -373,3 +369,19 @@ class DuckDBSource:
             )
         except duckdb.Error as exc:
             raise connect_error(self.name, exc) from exc
+
+
+def _bounded(reader: Any, *, max_rows: int, max_bytes: int) -> tuple[pa.Table, bool]:
+    """Up to `max_rows` + 1 rows from `reader`, and whether reading stopped at `max_bytes`."""
+    batches: list[pa.RecordBatch] = []
+    rows = size = 0
+    while rows <= max_rows:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        batches.append(batch)
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if size > max_bytes and rows <= max_rows:
+            return pa.Table.from_batches(batches, schema=reader.schema), True
+    return pa.Table.from_batches(batches, schema=reader.schema), False
