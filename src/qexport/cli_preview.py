@@ -46,8 +46,7 @@ def queries_preview(
     ] = service.MAX_ROWS,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
-    """Show a query's first rows (at most 100), run with your rights as an export would be;
-    nothing is saved, e.g. `qexport queries preview orders --param since=2024-01-01`."""
+    """Show a query's first rows (at most 100), run with your rights; nothing is saved."""
     parameters = parse_kv(param or [])
     client = remote(ctx)
     if client is not None:

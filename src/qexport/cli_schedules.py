@@ -368,11 +368,12 @@ def schedules_signing_key(ctx: typer.Context) -> None:
 
 # ---------------------------------------------------------------- subscribing oneself
 
+_SCHEDULE_ID = typer.Argument(help="The schedule's id, as schedules list shows it.")
+
 
 @schedules_app.command("subscribe")
-def schedules_subscribe(ctx: typer.Context, schedule_id: str) -> None:
-    """Mail each run's export to your own address too (any member who may read the subject;
-    you do not become its owner). Subscribing again changes nothing."""
+def schedules_subscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
+    """Mail each run's export to your own address too; you do not become its owner."""
     client = remote(ctx)
     if client is not None:
         with client, server_errors():
@@ -393,7 +394,7 @@ def schedules_subscribe(ctx: typer.Context, schedule_id: str) -> None:
 
 
 @schedules_app.command("unsubscribe")
-def schedules_unsubscribe(ctx: typer.Context, schedule_id: str) -> None:
+def schedules_unsubscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Stop mailing a schedule's exports to you (also once you may no longer see it)."""
     client = remote(ctx)
     if client is not None:
