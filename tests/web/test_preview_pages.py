@@ -9,6 +9,7 @@ import re
 
 import httpx2
 
+from qexport.domain.exports import Requester
 from qexport.domain.queries import Parameter, ParamType, Visibility
 from tests.api.conftest import Api
 from tests.web.conftest import Browser, add_person, csrf_of
@@ -159,3 +160,26 @@ def test_the_preview_address_opened_again_leads_to_the_page(api: Api, browser: B
     assert response.headers["location"] == f"/queries/{ORDERS}"
     response = browser.client.get("/exports/new/preview", follow_redirects=False)
     assert response.headers["location"] == "/exports/new"
+
+
+def test_saving_a_query_with_no_slot_free_keeps_the_form(api: Api, browser: Browser) -> None:
+    """With the editor's two describe-or-preview slots taken, saving a query answers 429 with
+    the reason above the form and everything typed kept (nothing saved)."""
+    add_person(api, "ed@example.com", "editor")
+    browser.sign_in("ed@example.com")
+    editor = Requester(api.user_id("ed@example.com"), "acme")
+    slots = api.context.source_slots
+    with slots.hold(editor), slots.hold(editor):
+        response = _post(
+            browser,
+            "/queries/new",
+            "/queries/new",
+            name="held",
+            source="shop",
+            sql="SELECT 42 AS answer",
+            visibility="workspace",
+        )
+    assert response.status_code == 429
+    assert "previews or query checks running" in response.text
+    assert "SELECT 42 AS answer</textarea>" in response.text
+    assert api.deps.catalog.find_query("acme", "held") is None

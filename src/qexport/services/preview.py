@@ -16,9 +16,12 @@ of the process's SourceSlots, which describing a saved query shares.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Query, ResultColumn, to_json_value
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from qexport.domain.exports import Requester
     from qexport.ports import Catalog, SourceCatalog
     from qexport.services.slots import SourceSlots
+
+log = structlog.get_logger()
 
 MAX_ROWS = 100
 MAX_CELL_CHARS = 1_000
@@ -125,6 +130,7 @@ def preview_query(
     query = find_readable_query(catalog, requester, query_ref, match_name=match_name)
     values = bind_query_values(query, parameters or {})
     source = sources.source_for(query.source, requester.workspace_id)
+    started = time.monotonic()
     with slots.hold(requester):
         read = source.preview(
             query.sql,
@@ -136,6 +142,15 @@ def preview_query(
             max_bytes=MAX_BYTES,
         )
     cells = preview_cells(read.table, max_chars=MAX_CELL_CHARS, max_bytes=MAX_BYTES)
+    log.info(
+        "query_previewed",
+        query_id=query.id,
+        source=query.source,
+        rows=len(cells.rows),
+        more_rows=read.more or cells.dropped,
+        cut_cells=cells.cut,
+        duration_s=round(time.monotonic() - started, 3),
+    )
     return Preview(
         query=query,
         parameters={k: to_json_value(v) for k, v in values.items()},

@@ -12,7 +12,11 @@ from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.failures import InvalidRequestError, SourceUnavailableError
+from qexport.domain.failures import (
+    InvalidRequestError,
+    SourceUnavailableError,
+    TooManyRequestsError,
+)
 from qexport.domain.queries import Parameter, Query, parse_param_spec, to_json_value
 from qexport.services import queries as service
 from qexport.services.describe import describe_timeout, describer
@@ -160,6 +164,11 @@ def _save(
         errors = {GENERAL: exc.detail}
         return _form_page(
             request, context, session, form, query_id=query_id, status=503, errors=errors
+        )
+    except TooManyRequestsError as exc:  # no slot to describe it (services/slots.py)
+        errors = {GENERAL: exc.detail}
+        return _form_page(
+            request, context, session, form, query_id=query_id, status=429, errors=errors
         )
     return RedirectResponse(f"/queries/{quote(query.id, safe='')}?notice=saved", status_code=303)
 
