@@ -241,5 +241,12 @@ def dispatcher(container: Container, *, settings: Settings | None = None) -> Del
 
     c = container
     return DeliveryDispatcher(
-        c.exports, c.deliveries, c.schedules, c.accounts, c.objects, c.clock, settings or c.settings
+        c.exports,
+        c.deliveries,
+        c.schedules,
+        c.accounts,
+        c.objects,
+        c.clock,
+        settings or c.settings,
+        catalog=c.catalog,
     )

@@ -22,6 +22,7 @@ from qexport.cli_common import State, fail, fail_input, local_deps, out, state
 from qexport.cli_deliveries import exports_deliveries
 from qexport.cli_exports import exports_app
 from qexport.cli_members import members_app
+from qexport.cli_preview import queries_preview
 from qexport.cli_reports import reports_app
 from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
@@ -492,6 +493,9 @@ def queries_delete(ctx: typer.Context, name: str) -> None:
     if query is None or not deps.catalog.delete_query(query.id):
         fail(f"no query named {name!r}")
     out.print(f"deleted query {name!r}")
+
+
+queries_app.command("preview")(queries_preview)
 
 
 def _query_json(q: Query) -> dict[str, Any]:

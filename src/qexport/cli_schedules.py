@@ -1,4 +1,5 @@
-"""`qexport schedules add|list|pause|resume|run-now|signing-key`: exports on a cron timetable.
+"""`qexport schedules add|list|pause|resume|run-now|signing-key|subscribe|unsubscribe`: exports
+on a cron timetable.
 
 Local (the metadata database, acting as --user in --workspace) or, with QEXPORT_URL and
 QEXPORT_TOKEN, through a server. Bad input exits 2 with one line on stderr.
@@ -225,7 +226,7 @@ def schedules_add(
             )
         except QExportError as exc:
             _refused(exc)
-        view = schedule_view(schedule)
+        view = {**schedule_view(schedule), "subscribed": False}  # as the server answers
     if as_json:
         _print_schedule(view, True)
     else:
@@ -250,6 +251,8 @@ def schedules_list(
         found = service.list_visible_schedules(deps.catalog, deps.schedules, actor)
         items = [schedule_view(s, full_recipients=service.sees_recipients(actor, s)) for s in found]
         names = {s.subject_id: _subject_name(deps, s.subject_type, s.subject_id) for s in found}
+        subscribed = service.subscribed_ids(deps.schedules, actor)
+        items = [{**view, "subscribed": view["id"] in subscribed} for view in items]
     if as_json:
         print(json.dumps({"items": items}, indent=2))
         return
@@ -264,7 +267,8 @@ def schedules_list(
         next_run = view["next_run_at"]
         table.add_row(
             view["id"],
-            f"{subject} {view['format']}" if view["query_id"] else f"report {subject}",
+            (f"{subject} {view['format']}" if view["query_id"] else f"report {subject}")
+            + ("\nmailed to you" if view.get("subscribed") else ""),  # you subscribed
             f"{view['cron']} {view['timezone']}",
             next_run.replace("T", " ")[:16] if next_run else "paused",
         )
@@ -335,6 +339,7 @@ def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
                 actor,
                 schedule_id,
                 max_unsettled=deps.settings.max_unsettled_per_user,
+                accounts=deps.accounts,
             ).id
         except QExportError as exc:
             _refused(exc, FAILED)
@@ -359,3 +364,46 @@ def schedules_signing_key(ctx: typer.Context) -> None:
             _refused(exc, FAILED)
         key = signing_key(deps.settings, deps.schedules, deps.clock, actor.requester.workspace_id)
     print(key)
+
+
+# ---------------------------------------------------------------- subscribing oneself
+
+_SCHEDULE_ID = typer.Argument(help="The schedule's id, as schedules list shows it.")
+
+
+@schedules_app.command("subscribe")
+def schedules_subscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
+    """Mail each run's export to your own address too; you do not become its owner."""
+    client = remote(ctx)
+    if client is not None:
+        with client, server_errors():
+            email = client.subscribe(schedule_id)["email"]
+    else:
+        deps, actor = _local(ctx)
+        try:
+            email = service.subscribe(
+                deps.catalog, deps.schedules, deps.accounts, deps.clock, actor, schedule_id
+            ).email
+        except QExportError as exc:
+            _refused(exc, FAILED)
+    out.print(
+        f"subscribed to schedule {schedule_id}: each run's export is mailed to {email}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@schedules_app.command("unsubscribe")
+def schedules_unsubscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
+    """Stop mailing a schedule's exports to you (also once you may no longer see it)."""
+    client = remote(ctx)
+    if client is not None:
+        with client, server_errors():
+            client.unsubscribe(schedule_id)
+    else:
+        deps, actor = _local(ctx)
+        try:
+            service.unsubscribe(deps.catalog, deps.schedules, actor, schedule_id)
+        except QExportError as exc:
+            _refused(exc, FAILED)
+    out.print(f"unsubscribed from schedule {schedule_id}", highlight=False, soft_wrap=True)

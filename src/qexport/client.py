@@ -245,3 +245,23 @@ class QExportClient:
     def signing_key(self) -> dict[str, Any]:
         """The workspace's webhook signing key (workspace admins)."""
         return self._json("GET", "/schedules/signing-key")
+
+    # ------------------------------------------------------------ preview
+
+    def preview_query(
+        self, query_id: str, parameters: dict[str, Any], *, limit: int | None = None
+    ) -> dict[str, Any]:
+        """The first rows of a query (POST /queries/{id}/preview), run with the token's rights."""
+        body: dict[str, Any] = {"parameters": parameters}
+        if limit is not None:
+            body["limit"] = limit
+        return self._json("POST", f"/queries/{_path_segment(query_id)}/preview", json=body)
+
+    # ------------------------------------------------------------ subscribing oneself
+
+    def subscribe(self, schedule_id: str) -> dict[str, Any]:
+        """Mail each run of the schedule to the token's own address too."""
+        return self._json("POST", f"/schedules/{_path_segment(schedule_id)}/subscription")
+
+    def unsubscribe(self, schedule_id: str) -> None:
+        self._request("DELETE", f"/schedules/{_path_segment(schedule_id)}/subscription")

@@ -7,7 +7,7 @@ all receive this one object; none of them picks or inspects an adapter.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from qexport.config import Settings
@@ -23,6 +23,7 @@ from qexport.ports import (
     ScheduleStore,
     SourceCatalog,
 )
+from qexport.services.slots import SourceSlots
 
 
 @dataclass(frozen=True)
@@ -46,3 +47,5 @@ class Container:
     retention_rules: Callable[[], RetentionRules | None]
     # Close the database connections (before forking, and at exit); reopened on next use.
     close: Callable[[], None]
+    # How many describes and previews may hold a source connection at once (this process).
+    source_slots: SourceSlots = field(default_factory=SourceSlots)

@@ -192,7 +192,7 @@ def run_demo(
             )
             for fmt in sorted(REPORT_FORMATS)
         ]
-        scheduled = run_now(deps.catalog, schedules, deps.clock, schedule)
+        scheduled = run_now(deps.catalog, schedules, deps.clock, schedule, accounts=deps.accounts)
         labels = {r.id: _label(r) for r in records} | {scheduled.id: f"schedule {scheduled.format}"}
         records = _produce(deps, [*records, scheduled], labels, rows, console)
         _print_results(deps, records, labels, console)

@@ -258,6 +258,23 @@ class ScheduleStore(Protocol):
         """The schedule's latest fired due times (run now included), newest first."""
         ...
 
+    # subscribers: members who asked for each run's export at their own address
+    def subscribe(self, schedule_id: str, user_id: str, *, now: datetime) -> bool:
+        """Add the user to the schedule's subscribers; False when they already were."""
+        ...
+
+    def unsubscribe(self, schedule_id: str, user_id: str) -> bool:
+        """Take the user off the schedule's subscribers; False when they were not on it."""
+        ...
+
+    def subscribers(self, schedule_id: str) -> list[str]:
+        """The user ids subscribed to the schedule, in the order they subscribed."""
+        ...
+
+    def subscriptions(self, workspace_id: str, user_id: str) -> frozenset[str]:
+        """The ids of the workspace's live schedules the user is subscribed to."""
+        ...
+
 
 @dataclass(frozen=True)
 class ScheduleRun:
@@ -516,6 +533,15 @@ class ResultStream(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class PreviewRows:
+    """The first rows of a result, as a source read them for a preview."""
+
+    columns: tuple[ResultColumn, ...]  # names and the engine's own type names
+    table: pa.Table  # at most the rows asked for, in the result's order
+    more: bool  # the result goes on past these rows (or reading stopped at the byte bound)
+
+
 class Source(Protocol):
     name: str
 
@@ -551,6 +577,26 @@ class Source(Protocol):
         The same checks and binding as `execute`, with the requester's rights; nothing is read
         but the catalogue. Raises QueryInvalidError (with the position in `sql` when the
         engine gives one), QueryTimeoutError or SourceUnavailableError.
+        """
+        ...
+
+    def preview(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        max_rows: int,
+        max_cell_chars: int,
+        max_bytes: int,
+    ) -> PreviewRows:
+        """The first `max_rows` rows of `sql` and its columns, run as `execute` runs it (the
+        same checks and binding, the requester's context, read-only, the timeout), reading
+        no more than it shows: the statement is cut after `max_rows` + 1 rows, and reading
+        stops once about `max_bytes` of values came (`more` then says so). A text or binary
+        value longer than `max_cell_chars` may come cut to `max_cell_chars` + 1 characters
+        (bytes): the caller still sees it was longer. Raises as `execute` does.
         """
         ...
 

@@ -60,6 +60,7 @@ BODIES: dict[str, dict[str, Any]] = {
         "options": OPTIONS,
         "notify": RECIPIENTS,
     },
+    "PreviewRequest": {"parameters": {"since": "2024-01-01"}, "limit": 10},
     "ScheduleRequest": {
         "query_id": ORDERS,
         "format": "csv",

@@ -11,6 +11,7 @@ from qexport.ports import (
     ExportQueue,
     ObjectStore,
     ScheduleStore,
+    Source,
     SourceCatalog,
 )
 from tests.fakes.accounts import InMemoryAccountStore
@@ -20,6 +21,7 @@ from tests.fakes.exports import InMemoryMetadataStore
 from tests.fakes.objects import InMemoryObjectStore
 from tests.fakes.schedules import InMemoryScheduleStore
 from tests.fakes.sources import FixedSources
+from tests.unit.fakes import FakeSource
 
 
 def export_queue(fake: InMemoryMetadataStore) -> ExportQueue:
@@ -51,4 +53,8 @@ def sources(fake: FixedSources) -> SourceCatalog:
 
 
 def clock(fake: FrozenClock) -> Clock:
+    return fake
+
+
+def source(fake: FakeSource) -> Source:
     return fake

@@ -61,6 +61,7 @@ class InMemoryDeliveryStore:
                 attempt=0,
                 created_at=export.created_at,
                 schedule_id=new.schedule_id,
+                subscriber=new.subscriber,
             )
 
     def claim_delivery(self, *, now: datetime, lease_seconds: float) -> ClaimedDelivery | None:

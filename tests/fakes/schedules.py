@@ -28,6 +28,8 @@ class InMemoryScheduleStore:
         self._schedules: dict[str, Schedule] = {}
         self._runs: dict[tuple[str, datetime], str] = {}  # (schedule, due time) -> export id
         self._secrets: dict[str, str] = {}
+        # (schedule, user) -> when they subscribed; a dict keeps the order of subscribing.
+        self._subscribers: dict[tuple[str, str], datetime] = {}
         self._lock = threading.RLock()
 
     def add_schedule(self, schedule: Schedule, *, max_per_workspace: int | None = None) -> Schedule:
@@ -166,3 +168,29 @@ class InMemoryScheduleStore:
             )[:limit]
         found = [(due, self._exports.get_export(export_id)) for due, export_id in runs]
         return [ScheduleRun(due, record) for due, record in found if record is not None]
+
+    def subscribe(self, schedule_id: str, user_id: str, *, now: datetime) -> bool:
+        with self._lock:
+            key = (schedule_id, user_id)
+            if schedule_id not in self._schedules or key in self._subscribers:
+                return False  # the database refuses both (a foreign key, the primary key)
+            self._subscribers[key] = now
+            return True
+
+    def unsubscribe(self, schedule_id: str, user_id: str) -> bool:
+        with self._lock:
+            return self._subscribers.pop((schedule_id, user_id), None) is not None
+
+    def subscribers(self, schedule_id: str) -> list[str]:
+        with self._lock:
+            found = [
+                (at, user) for (sid, user), at in self._subscribers.items() if sid == schedule_id
+            ]
+        return [user for _, user in sorted(found)]
+
+    def subscriptions(self, workspace_id: str, user_id: str) -> frozenset[str]:
+        with self._lock:
+            live = {s.id for s in self._live(workspace_id)}
+            return frozenset(
+                sid for sid, user in self._subscribers if user == user_id and sid in live
+            )

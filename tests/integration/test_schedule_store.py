@@ -23,6 +23,7 @@ from qexport.domain.schedules import (
     Schedule,
 )
 from qexport.ports import DeliveryStore, ScheduleStore
+from qexport.store.accounts import SqlAccountStore
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
 from tests import queue_helpers
@@ -357,3 +358,53 @@ def test_a_schedule_is_updated_paused_and_capped(schedules: ScheduleStore) -> No
     assert not schedules.delete_schedule(other.id, now=NOW)
     schedules.add_schedule(_schedule(), max_per_workspace=2)
     assert len(schedules.list_schedules("w1")) == 2
+
+
+def _users(store: MetadataStore, *user_ids: str) -> None:
+    """Accounts for `user_ids` in the SQL stores (a subscriber refers to one); the in-memory
+    store keeps no users."""
+    if isinstance(store, SqlMetadataStore):
+        accounts = SqlAccountStore(store.engine)
+        for user_id in user_ids:
+            accounts.create_user(
+                f"{user_id}@example.com", password_hash=None, now=NOW, user_id=user_id
+            )
+
+
+def test_subscribers_are_kept_apart_from_the_schedule(
+    store: MetadataStore, schedules: ScheduleStore
+) -> None:
+    """Subscribing twice is one subscription; subscribers come back in the order they
+    subscribed; replacing the schedule's settings keeps them; `subscriptions` names the live
+    schedules of that workspace only; unsubscribing ends it once."""
+    _users(store, "vera", "bob")
+    first = schedules.add_schedule(_schedule())
+    other = schedules.add_schedule(_schedule(workspace_id="w2"))
+    assert schedules.subscribe(first.id, "vera", now=NOW)
+    assert not schedules.subscribe(first.id, "vera", now=NOW + timedelta(seconds=1))
+    assert schedules.subscribe(first.id, "bob", now=NOW + timedelta(seconds=2))
+    assert schedules.subscribe(other.id, "vera", now=NOW)
+    assert not schedules.subscribe("no-such-schedule", "vera", now=NOW)
+    assert schedules.subscribers(first.id) == ["vera", "bob"]
+    assert schedules.update_schedule(replace(first, recipients=(), owner="bob"))
+    assert schedules.subscribers(first.id) == ["vera", "bob"]
+    assert schedules.subscriptions("w1", "vera") == {first.id}
+    assert schedules.subscriptions("w2", "vera") == {other.id}
+    assert schedules.subscriptions("w1", "carol") == frozenset()
+    assert schedules.delete_schedule(first.id, now=NOW)
+    assert schedules.subscriptions("w1", "vera") == frozenset()
+    assert schedules.unsubscribe(other.id, "vera")
+    assert not schedules.unsubscribe(other.id, "vera")
+    assert schedules.subscriptions("w2", "vera") == frozenset()
+
+
+def test_a_delivery_remembers_its_subscriber(
+    store: MetadataStore, deliveries: DeliveryStore
+) -> None:
+    """A subscriber's delivery reads back with their id; the owner's recipients with none."""
+    subscriber = NewDelivery(
+        str(uuid.uuid4()), Recipient(Channel.EMAIL, "vera@x.test"), None, "vera"
+    )
+    record = store.insert_export(new_export(NOW), [*_deliveries(), subscriber])
+    found = {d.recipient.target: d.subscriber for d in deliveries.list_deliveries(record.id)}
+    assert found == {ALICE.target: None, HOOK.target: None, "vera@x.test": "vera"}

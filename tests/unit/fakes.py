@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from qexport.domain.exports import Requester
 from qexport.domain.queries import ResultColumn
+from qexport.ports import PreviewRows
 
 
 class TableStream:
@@ -38,6 +39,7 @@ class FakeSource:
         error: Exception | None = None,
         fail_at_batch: int | None = None,
         on_batch: Callable[[int], None] | None = None,
+        on_preview: Callable[[], None] | None = None,
     ) -> None:
         self.name = "fake"
         self.table = (
@@ -46,6 +48,7 @@ class FakeSource:
         self.error = error
         self.fail_at_batch = fail_at_batch
         self.on_batch = on_batch
+        self.on_preview = on_preview
         self.calls: list[tuple[str, dict[str, Any], Requester]] = []
         self.streams: list[TableStream] = []
 
@@ -86,3 +89,24 @@ class FakeSource:
         if self.error is not None:
             raise self.error
         return [ResultColumn(f.name, str(f.type)) for f in self.table.schema]
+
+    def preview(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        max_rows: int,
+        max_cell_chars: int,
+        max_bytes: int,
+    ) -> PreviewRows:
+        """The table's first `max_rows` rows (`on_preview` called first, e.g. to block), or
+        `error` when one is scripted; nothing is cut (a source may leave that to the caller)."""
+        self.calls.append((sql, parameters, requester))
+        if self.on_preview is not None:
+            self.on_preview()
+        if self.error is not None:
+            raise self.error
+        columns = tuple(ResultColumn(f.name, str(f.type)) for f in self.table.schema)
+        return PreviewRows(columns, self.table.slice(0, max_rows), self.table.num_rows > max_rows)

@@ -46,6 +46,10 @@ require_browser()
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
+# A state the page reaches through a worker (settled, failed) may wait for a free worker slot
+# on a busy machine: assertions wait as long as actions do.
+expect.set_options(timeout=TIMEOUT_MS)
+
 from qexport.clock import SystemClock  # noqa: E402
 from qexport.domain.queries import Parameter, ParamType  # noqa: E402
 from qexport.services.accounts import add_user  # noqa: E402

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import problem_responses
+from qexport.api.schemas import Parameters, problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.queries import MAX_PARAMETER_CHARS, Parameter, ParamType, Query, Visibility
+from qexport.services import preview
 from qexport.services import queries as service
 from qexport.services.describe import Describe, describe_timeout, describer
 from qexport.sources.registry import usable_source_names
@@ -153,7 +154,7 @@ def _sources(context: Container, principal: Principal) -> frozenset[str]:
 def _describe(context: Container, principal: Principal) -> Describe:
     """The caller's source describes the statement before it is saved, with their rights."""
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    return describer(context.sources, principal.requester, timeout)
+    return describer(context.sources, principal.requester, timeout, context.source_slots)
 
 
 @router.post(
@@ -240,3 +241,90 @@ def replace_query(
 def delete_query(query_id: str, principal: CurrentPrincipal, context: Context) -> Response:
     service.delete_query(context.catalog, principal, query_id)
     return Response(status_code=204)
+
+
+# ---------------------------------------------------------------- preview
+
+
+class PreviewRequest(BaseModel):
+    """The parameters of the run, as an export request gives them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parameters: Parameters = Field(default_factory=dict)
+    limit: int = Field(
+        default=preview.MAX_ROWS, ge=1, le=preview.MAX_ROWS, description="Rows shown at most"
+    )
+
+
+class PreviewLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rows: int = Field(description="Rows shown at most")
+    cell_chars: int = Field(description="Characters a text is cut to, then marked …[cut]")
+    bytes: int = Field(description="About how much cell text is shown at most")
+
+
+class PreviewView(BaseModel):
+    """The first rows of the query's result, as an export of it would read them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: str
+    query_name: str
+    parameters: dict[str, Any] = Field(description="The values the query ran with")
+    columns: list[ColumnView]
+    rows: list[list[Any]] = Field(
+        description="One list of cells per row, in the columns' order: null, booleans,"
+        " numbers (integers beyond ±(2^53 - 1) as text), decimals as exact text,"
+        " NaN/Infinity/-Infinity as text, dates and times in ISO 8601 (with the offset of"
+        " their zone, when they have one), binary as \\x and hex, lists and structs as JSON"
+        " text"
+    )
+    row_count: int = Field(description="How many rows are shown")
+    truncated: bool = Field(description="Whether a cap was hit: more rows, or a text cut")
+    more_rows: bool = Field(description="The result goes on past the rows shown")
+    cut_cells: int = Field(description="How many texts were cut (they end with …[cut])")
+    limits: PreviewLimits
+
+    @classmethod
+    def of(cls, found: preview.Preview) -> PreviewView:
+        return cls.model_validate(preview.preview_json(found))
+
+
+_PREVIEW_RESPONSES = {
+    **problem_responses(400, 401, 403, 404, 413, 422, 503, 504),
+    429: {
+        **problem_responses(429)[429],
+        "description": "You (or the server) already run as many previews and query checks as"
+        " allowed at once; Retry-After says when to ask again.",
+    },
+}
+
+
+@router.post(
+    "/{query_id}/preview",
+    response_model=PreviewView,
+    responses=_PREVIEW_RESPONSES,
+    summary="The first rows of a query (at most 100), run with your rights",
+    description="Runs the query as an export of it would run (your rights, the requester"
+    " context, read-only, the statement timeout, at most 30 s) but reads only what it shows:"
+    " at most `limit` rows and about 256 KiB of cell text, long texts cut. A query you may not"
+    " read is 404; a bad parameter 422 naming it; a source your workspace may no longer use"
+    " 403 `access_lost`; a statement the source refuses 422 `query_invalid`; one that runs"
+    " too long 504 `query_timeout`; an unreachable source 503 `source_unavailable`.",
+)
+def preview_query(
+    query_id: str, body: PreviewRequest, principal: CurrentPrincipal, context: Context
+) -> PreviewView:
+    found = preview.preview_query(
+        context.catalog,
+        context.sources,
+        context.source_slots,
+        principal.requester,
+        query_ref=query_id,
+        parameters=dict(body.parameters),
+        statement_timeout_seconds=context.settings.statement_timeout_seconds,
+        limit=body.limit,
+    )
+    return PreviewView.of(found)

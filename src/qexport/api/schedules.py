@@ -21,6 +21,7 @@ from qexport.api.schemas import (
     ScheduleList,
     ScheduleRequest,
     SigningKey,
+    Subscription,
     problem_responses,
 )
 from qexport.api.schemas import Schedule as ScheduleView
@@ -38,9 +39,12 @@ _NULLABLE = frozenset({"timezone", "query_id", "report_id"})
 _OTHER_SUBJECT = {"query_id": "report_id", "report_id": "query_id"}
 
 
-def _view(schedule: Schedule, actor: service.Actor) -> ScheduleView:
+def _view(
+    schedule: Schedule, actor: service.Actor, subscribed: frozenset[str] = frozenset()
+) -> ScheduleView:
     full = service.sees_recipients(actor, schedule)
-    return ScheduleView.model_validate(schedule_view(schedule, full_recipients=full))
+    view = ScheduleView.model_validate(schedule_view(schedule, full_recipients=full))
+    return view.model_copy(update={"subscribed": schedule.id in subscribed})
 
 
 @router.get(
@@ -115,7 +119,8 @@ def create_schedule(
 def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleList:
     actor = service.Actor.of(principal)
     found = service.list_visible_schedules(context.catalog, context.schedules, actor)
-    return ScheduleList(items=[_view(s, actor) for s in found])
+    subscribed = service.subscribed_ids(context.schedules, actor)
+    return ScheduleList(items=[_view(s, actor, subscribed) for s in found])
 
 
 @router.get(
@@ -126,9 +131,8 @@ def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleLis
 )
 def read_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> ScheduleView:
     actor = service.Actor.of(principal)
-    return _view(
-        service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id), actor
-    )
+    schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
+    return _view(schedule, actor, service.subscribed_ids(context.schedules, actor))
 
 
 @router.patch(
@@ -167,7 +171,8 @@ def change_schedule(
         egress=context.settings.egress_policy(),
         limits=service.ScheduleLimits.of(context.settings),
     )
-    return _view(schedule, service.Actor.of(principal))
+    actor = service.Actor.of(principal)
+    return _view(schedule, actor, service.subscribed_ids(context.schedules, actor))
 
 
 @router.delete(
@@ -209,6 +214,7 @@ def run_schedule(
         service.Actor.of(principal),
         schedule_id,
         max_unsettled=context.settings.max_unsettled_per_user,
+        accounts=context.accounts,
     )
     response.headers["Location"] = f"/api/v1/exports/{record.id}"
     return Export.model_validate(export_view(record, context.clock.now()))
@@ -230,3 +236,43 @@ def list_deliveries(export_id: str, principal: CurrentPrincipal, context: Contex
         whole_workspace=principal.sees_workspace,
     )
     return DeliveryList(items=[Delivery.model_validate(delivery_view(d)) for d in found])
+
+
+# ---------------------------------------------------------------- subscribing oneself
+
+
+@router.post(
+    "/schedules/{schedule_id}/subscription",
+    response_model=Subscription,
+    responses=problem_responses(401, 403, 404, 409, 503),
+    summary="Subscribe yourself: each run's export is mailed to your own address too",
+)
+def subscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Subscription:
+    """Any member who may read the schedule's subject, viewers included; it does not make you
+    the owner (the exports still run with the owner's rights) and changes nothing else. Each
+    run is mailed to you only while you may still read the subject. 404 for a schedule you
+    cannot see; 403 when you see it but may not read its subject; 409 for a subject whose rows
+    depend on who runs it (its SQL reads $user_id). Subscribing again changes nothing."""
+    found = service.subscribe(
+        context.catalog,
+        context.schedules,
+        context.accounts,
+        context.clock,
+        service.Actor.of(principal),
+        schedule_id,
+    )
+    return Subscription(schedule_id=found.schedule_id, subscribed=True, email=found.email)
+
+
+@router.delete(
+    "/schedules/{schedule_id}/subscription",
+    status_code=204,
+    response_class=Response,
+    responses=problem_responses(401, 404, 503),
+    summary="Unsubscribe yourself (also once you may no longer see the schedule)",
+)
+def unsubscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Response:
+    service.unsubscribe(
+        context.catalog, context.schedules, service.Actor.of(principal), schedule_id
+    )
+    return Response(status_code=204)

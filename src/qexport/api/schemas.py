@@ -70,6 +70,7 @@ _WHY: dict[int, tuple[str, dict[str, Any]]] = {
         " source is unavailable.",
         {},
     ),
+    504: ("The data source did not answer within the statement timeout (query_timeout).", {}),
 }
 
 
@@ -419,6 +420,10 @@ class Schedule(BaseModel):
     owner: str = Field(description="Whose rights its exports run with: its creator")
     next_run_at: datetime | None = Field(description="The next due time (UTC); null when paused")
     created_at: datetime
+    subscribed: bool = Field(
+        default=False,
+        description="Whether you subscribed: each run's export is also mailed to your address",
+    )
 
 
 class ScheduleList(BaseModel):
@@ -495,3 +500,13 @@ class SigningKey(BaseModel):
 
     workspace: str
     key: str
+
+
+class Subscription(BaseModel):
+    """Your subscription to a schedule: each run's export mailed to your own address too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schedule_id: str
+    subscribed: bool
+    email: str | None = Field(description="Where each run's export is mailed to you")

@@ -92,7 +92,16 @@ def email_text(notice: Notice) -> str:
     footer = [f"Export:    {export.id}", f"Delivery:  {notice.delivery.id}"]
     if notice.delivery.schedule_id:
         footer.append(f"Schedule:  {notice.delivery.schedule_id}")
+    if notice.delivery.subscriber is not None:
+        footer += ["", _SUBSCRIBED]
     return "\n".join([intro, "", *lines, "", "--", *footer, ""])
+
+
+# Said to a subscriber (services/subscribers.py), who asked for these mails themselves.
+_SUBSCRIBED = (
+    "You get this because you subscribed to the schedule; Unsubscribe on its page in qexport"
+    " (or `qexport schedules unsubscribe ID`) to stop."
+)
 
 
 def email_message(notice: Notice, *, attachment: bytes | None = None) -> EmailMessage:

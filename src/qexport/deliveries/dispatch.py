@@ -31,6 +31,7 @@ from qexport.domain.lifecycle import backoff
 from qexport.domain.schedules import CHAT_CHANNELS, Channel, Delivery, Outcome
 from qexport.ports import (
     AccountStore,
+    Catalog,
     ClaimedDelivery,
     Clock,
     DeliveryStore,
@@ -39,6 +40,7 @@ from qexport.ports import (
     ScheduleStore,
 )
 from qexport.services.links import public_url
+from qexport.services.subscribers import subscriber_refusal
 
 log = structlog.get_logger()
 
@@ -56,6 +58,7 @@ class DeliveryDispatcher:
         *,
         email: SmtpSender | None = None,
         webhook: WebhookSender | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         self._exports = exports
         self._deliveries = deliveries
@@ -64,6 +67,8 @@ class DeliveryDispatcher:
         self._objects = objects
         self._clock = clock
         self._settings = settings
+        # Subscribers are checked against it when sent; without it their deliveries fail.
+        self._catalog = catalog
         if email is None and settings.smtp_url:
             email = SmtpSender(settings.smtp_url, timeout=settings.delivery_timeout_seconds)
         self._email = email
@@ -99,6 +104,10 @@ class DeliveryDispatcher:
                 reason += f": {delivery.last_error}"
             self._fail(delivery, reason)
             return
+        refusal = self._subscriber_refusal(delivery, export)
+        if refusal is not None:  # never sent: the export ran with its owner's rights
+            self._fail(delivery, f"not sent: {refusal}", code=FailureCode.ACCESS_LOST)
+            return
         try:
             outcome = self._send(delivery, export)
         except DeliveryError as exc:
@@ -124,6 +133,23 @@ class DeliveryDispatcher:
                 log.info("delivery_sent", **_fields(delivery), outcome=outcome.value)
             else:  # the lease expired meanwhile and another sender took it over
                 log.warning("delivery_lease_lost", **_fields(delivery))
+
+    def _subscriber_refusal(self, delivery: Delivery, export: ExportRecord) -> str | None:
+        """Why a subscriber's delivery may not go out now (services/subscribers.py), or None;
+        None for the recipients the owner named."""
+        if delivery.subscriber is None:
+            return None
+        if self._catalog is None:
+            return "the subscriber could not be checked"
+        refusal = subscriber_refusal(
+            self._catalog,
+            self._accounts,
+            workspace_id=export.workspace_id,
+            user_id=delivery.subscriber,
+            subject_type=export.subject_type,
+            subject_id=export.subject_id,
+        )
+        return None if refusal is None else refusal.reason
 
     def _send(self, delivery: Delivery, export: ExportRecord) -> Outcome:
         now = self._clock.now()

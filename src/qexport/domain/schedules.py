@@ -317,6 +317,9 @@ class NewDelivery:
     id: str  # also the idempotency key the recipient sees
     recipient: Recipient
     schedule_id: str | None = None
+    # The member who subscribed their own address to the schedule (schedules/subscriptions.py):
+    # checked again when it is sent. None for the recipients the schedule's owner named.
+    subscriber: str | None = None
 
 
 @dataclass(frozen=True)
@@ -338,6 +341,7 @@ class Delivery:
     attempts_spent: int = 0  # attempts made before it was last sent again
     resent_at: datetime | None = None
     resent_by: str | None = None
+    subscriber: str | None = None  # see NewDelivery
 
     @property
     def idempotency_key(self) -> str:

@@ -24,6 +24,8 @@ from qexport.domain.failures import (
     MetadataUnavailableError,
     NotFoundError,
     QExportError,
+    QueryInvalidError,
+    QueryTimeoutError,
     SourceUnavailableError,
     StatementRefusedError,
     StorageUnavailableError,
@@ -82,6 +84,9 @@ _STATUS: tuple[tuple[type[QExportError], int, str], ...] = (
     (MetadataUnavailableError, 503, "unavailable"),
     (StorageUnavailableError, 503, "unavailable"),
     (SourceUnavailableError, 503, "source_unavailable"),
+    # A statement run while the caller waits (a preview): refused by its source, or too slow.
+    (QueryInvalidError, 422, "query_invalid"),
+    (QueryTimeoutError, 504, "query_timeout"),
 )
 
 

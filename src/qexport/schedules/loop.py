@@ -106,6 +106,7 @@ class Scheduler:
                 deps.clock,
                 grace=deps.settings.schedule_grace,
                 max_unsettled=deps.settings.max_unsettled_per_user,
+                accounts=deps.accounts,
             ),
         )
 

@@ -17,9 +17,10 @@ from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import TooManyRequestsError
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report
-from qexport.domain.schedules import Schedule, plan_tick
-from qexport.ports import Catalog, Clock, NewExport, ScheduleStore
+from qexport.domain.schedules import NewDelivery, Schedule, plan_tick
+from qexport.ports import AccountStore, Catalog, Clock, NewExport, ScheduleStore
 from qexport.services.requests import new_deliveries, query_export, report_export
+from qexport.services.subscribers import subscriber_deliveries
 
 log = structlog.get_logger()
 
@@ -48,6 +49,17 @@ def schedule_export(store: Catalog, schedule: Schedule, now: datetime) -> NewExp
     )
 
 
+def schedule_deliveries(
+    store: Catalog, schedules: ScheduleStore, schedule: Schedule, accounts: AccountStore | None
+) -> list[NewDelivery]:
+    """Who hears about one run: the owner's recipients, then (with `accounts` to check them
+    against) the subscribers who may receive it now (services/subscribers.py)."""
+    found = new_deliveries(schedule.recipients, schedule.id)
+    if accounts is not None:
+        found += subscriber_deliveries(store, accounts, schedules, schedule)
+    return found
+
+
 def run_now(
     store: Catalog,
     schedules: ScheduleStore,
@@ -55,15 +67,17 @@ def run_now(
     schedule: Schedule,
     *,
     max_unsettled: int | None = None,
+    accounts: AccountStore | None = None,
 ) -> ExportRecord:
     """Fire a schedule at once, outside its timetable (which is left as it is); counted
-    toward the owner's unsettled cap like any request (TooManyRequestsError)."""
+    toward the owner's unsettled cap like any request (TooManyRequestsError). Subscribers
+    hear about it too when `accounts` is given."""
     now = clock.now()
     record = schedules.fire(
         schedule.id,
         due_at=now,
         new=schedule_export(store, schedule, now),
-        deliveries=new_deliveries(schedule.recipients, schedule.id),
+        deliveries=schedule_deliveries(store, schedules, schedule, accounts),
         max_unsettled=max_unsettled,
     )
     if record is None:  # only if the very same instant was fired already
@@ -96,10 +110,12 @@ def tick(
     grace: timedelta,
     limit: int = 100,
     max_unsettled: int | None = None,
+    accounts: AccountStore | None = None,
 ) -> TickResult:
     """Fire every due schedule at most once. Safe to run in any number of processes at once:
     a due time that another scheduler fired first is left alone. A due time whose owner is
-    at the unsettled cap stays due, and fires at a later pass (or is missed past `grace`)."""
+    at the unsettled cap stays due, and fires at a later pass (or is missed past `grace`).
+    With `accounts`, each run's subscribers who may receive it hear about it too."""
     now = clock.now()
     runs: list[FiredRun] = []
     skipped = 0
@@ -127,12 +143,13 @@ def tick(
                     next_due_at=plan.next_due_at.isoformat(),
                 )
             continue
+        deliveries = schedule_deliveries(store, schedules, schedule, accounts)
         try:
             record = schedules.fire(
                 schedule.id,
                 due_at=plan.due_at,
                 new=schedule_export(store, schedule, now),
-                deliveries=new_deliveries(schedule.recipients, schedule.id),
+                deliveries=deliveries,
                 expected=schedule.next_due_at,
                 next_due_at=plan.next_due_at,
                 max_unsettled=max_unsettled,
@@ -147,6 +164,6 @@ def tick(
                 schedule_id=schedule.id,
                 export_id=record.id,
                 due_at=plan.due_at.isoformat(),
-                deliveries=len(schedule.recipients),
+                deliveries=len(deliveries),
             )
     return TickResult(runs, skipped)

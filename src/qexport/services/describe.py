@@ -13,6 +13,7 @@ true of every query saved from now on. Saving again once the source answers cost
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -37,6 +38,7 @@ from qexport.domain.queries import (
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
     from qexport.ports import SourceCatalog
+    from qexport.services.slots import SourceSlots
 
 # Describing plans a statement and reads the catalogue: milliseconds. A save waits at most
 # this long (or the statement timeout, if shorter) before it is refused.
@@ -79,8 +81,10 @@ def describe_statement(
     sql: str,
     parameters: Sequence[Parameter],
     timeout_seconds: float,
+    slots: SourceSlots | None = None,
 ) -> tuple[ResultColumn, ...]:
-    """The columns of `sql` on `source`, described with `requester`'s rights.
+    """The columns of `sql` on `source`, described with `requester`'s rights (holding one of
+    `slots` meanwhile: TooManyRequestsError when none is free).
 
     StatementRefusedError (field `sql`) for a statement the source refuses; an
     InvalidRequestError on `source` for a source the workspace may not use;
@@ -92,7 +96,8 @@ def describe_statement(
         raise InvalidRequestError(f"unknown source {source!r}", field="source") from None
     values = describe_values(parameters)
     try:
-        columns = found.describe(sql, values, requester, timeout_seconds=timeout_seconds)
+        with slots.hold(requester) if slots is not None else contextlib.nullcontext():
+            columns = found.describe(sql, values, requester, timeout_seconds=timeout_seconds)
     except QueryInvalidError as exc:
         raise StatementRefusedError(exc.detail, position=exc.position) from exc
     except QueryTimeoutError as exc:
@@ -108,7 +113,12 @@ def describe_statement(
     return tuple(columns)
 
 
-def describer(sources: SourceCatalog, requester: Requester, timeout_seconds: float) -> Describe:
+def describer(
+    sources: SourceCatalog,
+    requester: Requester,
+    timeout_seconds: float,
+    slots: SourceSlots | None = None,
+) -> Describe:
     """`describe_statement` for one requester, as the query services take it."""
 
     def describe(
@@ -121,6 +131,7 @@ def describer(sources: SourceCatalog, requester: Requester, timeout_seconds: flo
             sql=sql,
             parameters=parameters,
             timeout_seconds=timeout_seconds,
+            slots=slots,
         )
 
     return describe

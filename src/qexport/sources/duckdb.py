@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+import pyarrow as pa
 
 from qexport.domain.queries import ResultColumn
+from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
+from qexport.sources.duckdb_preview import preview_sql
 from qexport.sources.duckdb_statements import bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
 from qexport.sources.scratch import Scratch, make_scratch
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
     from qexport.ports import Sink
 
 BATCH_ROWS = 131_072
+# A preview reads in small batches, so that it stops soon after its byte bound.
+PREVIEW_BATCH_ROWS = 10
 
 # Read-only is not enough: without these a SELECT could read any file the process can
 # (read_csv('/etc/passwd')), write one (COPY ... TO), ATTACH another database, or fetch and load
@@ -248,6 +253,50 @@ class DuckDBSource:
             cursor.close()
             release()
 
+    def preview(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        max_rows: int,
+        max_cell_chars: int,
+        max_bytes: int,
+    ) -> PreviewRows:
+        """The first `max_rows` rows: the query, checked and bound as `execute` runs it, as a
+        subquery with long values cut and a LIMIT of one row more (duckdb_preview.py), read a
+        few rows at a time until that row or `max_bytes`."""
+        cursor, statement, values, release = self._prepare(
+            sql, parameters, requester, timeout_seconds, None
+        )
+        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        try:
+            relation = cursor.sql(statement, params=values or None)
+            columns = tuple(
+                ResultColumn(name, str(kind))
+                for name, kind in zip(relation.columns, relation.types, strict=True)
+            )
+            wrapped = preview_sql(
+                statement.query,
+                [kind.id for kind in relation.types],
+                keep=max_cell_chars + 1,
+                limit=max_rows + 1,
+            )
+            checked = single_select(cursor, wrapped)  # the statement check, on what runs
+            bound = bound_values(set(checked.named_parameters), parameters, requester)
+            reader = cursor.sql(checked, params=bound or None).to_arrow_reader(PREVIEW_BATCH_ROWS)
+            table, stopped = _bounded(reader, max_rows=max_rows, max_bytes=max_bytes)
+        except Exception as exc:
+            raise deadline.error_for(exc, sql) from exc
+        finally:
+            deadline.cancel()
+            cursor.close()
+            release()
+        more = stopped or table.num_rows > max_rows
+        shown = table.slice(0, max_rows).rename_columns([c.name for c in columns])
+        return PreviewRows(columns, shown, more)
+
     def _prepare(
         self,
         sql: str,
@@ -320,3 +369,19 @@ class DuckDBSource:
             )
         except duckdb.Error as exc:
             raise connect_error(self.name, exc) from exc
+
+
+def _bounded(reader: Any, *, max_rows: int, max_bytes: int) -> tuple[pa.Table, bool]:
+    """Up to `max_rows` + 1 rows from `reader`, and whether reading stopped at `max_bytes`."""
+    batches: list[pa.RecordBatch] = []
+    rows = size = 0
+    while rows <= max_rows:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        batches.append(batch)
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if size > max_bytes and rows <= max_rows:
+            return pa.Table.from_batches(batches, schema=reader.schema), True
+    return pa.Table.from_batches(batches, schema=reader.schema), False

@@ -21,18 +21,20 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+import pyarrow as pa
 import structlog
 from psycopg.conninfo import conninfo_to_dict
 
 from qexport.domain.failures import LimitExceededError
 from qexport.domain.queries import ResultColumn
+from qexport.ports import PreviewRows
 from qexport.sources.postgres_arrow import CsvBatches
 from qexport.sources.postgres_copy import CopyOut, crlf_lines
 from qexport.sources.postgres_errors import connect_error, query_error, scrub
 from qexport.sources.postgres_role import refusal, role_findings
 from qexport.sources.postgres_session import Session, validate_timeout, wrapped
 from qexport.sources.postgres_stream import PostgresResultStream
-from qexport.sources.postgres_types import csv_select, positional_names
+from qexport.sources.postgres_types import csv_select, positional_names, preview_select
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -151,6 +153,52 @@ class PostgresSource:
         finally:
             session.close()
 
+    def preview(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+        max_rows: int,
+        max_cell_chars: int,
+        max_bytes: int,
+    ) -> PreviewRows:
+        """The first `max_rows` rows, in the export's read-only transaction (same role check,
+        requester context and statement timeout): one COPY of the query under a LIMIT of one
+        row more, long text cut in the server (postgres_types.preview_select), read until
+        that row or `max_bytes` of csv, then stopped."""
+        validate_timeout(timeout_seconds)
+        session = Session(
+            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
+        )
+        exits = contextlib.ExitStack()
+        try:
+            session.open(requester)
+            if not self._role_checked:
+                self._judge_role(session.conn)
+            rendered = session.render_mapped(sql, parameters, requester)
+            typed = session.typed_columns(sql, rendered)
+            described = [column for column, _ in typed]
+            parser = CsvBatches(described)
+            select = preview_select(described, max_chars=max_cell_chars)
+            statement = wrapped(rendered.text, select, limit=max_rows + 1)
+            session.start_statement()
+            cursor = exits.enter_context(session.conn.cursor())
+            exits.enter_context(cursor.copy(f"COPY ({statement}) TO STDOUT (FORMAT csv)"))
+            batches, stopped = _preview_batches(
+                CopyOut(session.conn), parser, max_rows=max_rows, max_bytes=max_bytes
+            )
+        except psycopg.Error as exc:
+            raise session.error_for(exc) from exc
+        finally:
+            session.close()  # before the COPY's exit: a COPY stopped early is cancelled
+            with contextlib.suppress(psycopg.Error):
+                exits.close()
+        table = pa.Table.from_batches(batches, schema=parser.schema)
+        columns = tuple(ResultColumn(column.name, name) for column, name in typed)
+        return PreviewRows(columns, table.slice(0, max_rows), stopped or table.num_rows > max_rows)
+
     def copy(
         self,
         sql: str,
@@ -248,6 +296,25 @@ class PostgresSource:
             )
         self._role_checked = True
         return findings
+
+
+# A preview reads the COPY in small chunks, so that it stops soon after its byte bound.
+_PREVIEW_CHUNK_BYTES = 64 * 1024
+
+
+def _preview_batches(
+    reader: CopyOut, parser: CsvBatches, *, max_rows: int, max_bytes: int
+) -> tuple[list[pa.RecordBatch], bool]:
+    """The batches of up to `max_rows` + 1 rows, and whether reading stopped at `max_bytes`
+    first (whole rows only: a chunk always ends at a row's end)."""
+    batches: list[pa.RecordBatch] = []
+    rows = size = 0
+    for chunk, count in reader.chunks(_PREVIEW_CHUNK_BYTES):
+        batches.extend(parser.parse(chunk))
+        rows, size = rows + count, size + len(chunk)
+        if size > max_bytes and rows <= max_rows:
+            return batches, True
+    return batches, False
 
 
 def _stream_text(

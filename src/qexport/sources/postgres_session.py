@@ -128,6 +128,11 @@ class Session:
         """Each result column's name and type as PostgreSQL writes it (`numeric(10,2)`), from
         planning the query (`written` as the user wrote it, `rendered` with its values)
         without running it to any row; a refusal carries its position in `written`."""
+        return [(column.name, name) for column, name in self.typed_columns(written, rendered)]
+
+    def typed_columns(self, written: str, rendered: Rendered) -> list[tuple[Column, str]]:
+        """`type_names`, with each column as `describe` gives it (its type's oid, precision
+        and scale): one planning of the query for both."""
         self.start_statement()
         try:
             with self.conn.cursor() as cursor:
@@ -140,7 +145,10 @@ class Session:
                 result = cursor.pgresult
                 if result is None or not cursor.description:
                     raise QueryInvalidError("the query returns no columns")
-                names = [c.name for c in cursor.description]
+                described = [
+                    Column(c.name, c.type_code, c.precision, c.scale) for c in cursor.description
+                ]
+                names = [c.name for c in described]
                 oids = [result.ftype(i) for i in range(len(names))]
                 mods = [result.fmod(i) for i in range(len(names))]
                 types = cursor.execute(
@@ -156,7 +164,7 @@ class Session:
                 position = TextPosition.at(written, offset)
                 error = QueryInvalidError(f"{error} ({position.words()})", position=position)
             raise error from exc
-        return [(name, str(row[0])) for name, row in zip(names, types, strict=True)]
+        return [(column, str(row[0])) for column, row in zip(described, types, strict=True)]
 
     def describe(self, query: str) -> list[Column]:
         """The result's columns, from planning the query without running it to any row.

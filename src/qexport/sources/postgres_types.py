@@ -143,3 +143,20 @@ def csv_select(columns: Sequence[Column], *, neutralize: bool) -> list[str]:
             )
         exprs.append(f"{expr} AS {ident(name)}")
     return exprs
+
+
+def preview_select(columns: Sequence[Column], *, max_chars: int) -> list[str]:
+    """The SELECT list of a preview: each value as `execute` reads it, but text cut to
+    `max_chars` + 1 characters and bytea to as many bytes in the server, so that a long value
+    costs no more than it shows (the caller marks it cut). Unconstrained numerics, which read
+    as their text too, are never cut: every digit counts."""
+    keep = max_chars + 1
+    exprs = []
+    for column, alias in zip(columns, positional_names(len(columns)), strict=True):
+        if column.oid == BYTEA:
+            exprs.append(f"substring({alias} FROM 1 FOR {keep})")
+        elif pa.types.is_string(arrow_type(column)) and column.oid != NUMERIC:
+            exprs.append(f"left({alias}::text, {keep})")
+        else:
+            exprs.append(alias)
+    return exprs

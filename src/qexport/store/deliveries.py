@@ -61,6 +61,7 @@ def _to_delivery(row: sa.Row[Any]) -> Delivery:
         attempts_spent=m["attempts_spent"],
         resent_at=m["resent_at"],
         resent_by=m["resent_by"],
+        subscriber=m["subscriber_id"],
     )
 
 

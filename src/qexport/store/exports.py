@@ -339,6 +339,7 @@ def insert_export_in(
                     "id": d.id,
                     "export_id": new.id,
                     "schedule_id": d.schedule_id,
+                    "subscriber_id": d.subscriber,
                     "channel": d.recipient.channel.value,
                     "target": d.recipient.target,
                     "status": DeliveryStatus.WAITING.value,

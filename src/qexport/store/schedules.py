@@ -20,7 +20,13 @@ from qexport.domain.schedules import (
 from qexport.ports import NewExport, ScheduleRun
 from qexport.store.engine import transaction
 from qexport.store.exports import _to_record, check_unsettled_cap, insert_export_in
-from qexport.store.tables import exports, instance_secrets, schedule_runs, schedules
+from qexport.store.tables import (
+    exports,
+    instance_secrets,
+    schedule_runs,
+    schedule_subscribers,
+    schedules,
+)
 
 _LIVE = schedules.c.deleted_at.is_(None)
 
@@ -231,3 +237,42 @@ class SqlScheduleStore:
         )
         with self._tx() as conn:
             return [ScheduleRun(row.run_due_at, _to_record(row)) for row in conn.execute(stmt)]
+
+    def subscribe(self, schedule_id: str, user_id: str, *, now: datetime) -> bool:
+        row = {"schedule_id": schedule_id, "user_id": user_id, "created_at": now}
+        try:
+            with self._tx() as conn:
+                conn.execute(schedule_subscribers.insert().values(**row))
+        except sa.exc.IntegrityError:
+            return False  # subscribed already (or, racing a delete, no such user or schedule)
+        return True
+
+    def unsubscribe(self, schedule_id: str, user_id: str) -> bool:
+        stmt = schedule_subscribers.delete().where(
+            schedule_subscribers.c.schedule_id == schedule_id,
+            schedule_subscribers.c.user_id == user_id,
+        )
+        with self._tx() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def subscribers(self, schedule_id: str) -> list[str]:
+        stmt = (
+            sa.select(schedule_subscribers.c.user_id)
+            .where(schedule_subscribers.c.schedule_id == schedule_id)
+            .order_by(schedule_subscribers.c.created_at, schedule_subscribers.c.user_id)
+        )
+        with self._tx() as conn:
+            return [str(user_id) for user_id in conn.execute(stmt).scalars()]
+
+    def subscriptions(self, workspace_id: str, user_id: str) -> frozenset[str]:
+        stmt = (
+            sa.select(schedules.c.id)
+            .join(schedule_subscribers, schedule_subscribers.c.schedule_id == schedules.c.id)
+            .where(
+                schedule_subscribers.c.user_id == user_id,
+                schedules.c.workspace_id == workspace_id,
+                _LIVE,
+            )
+        )
+        with self._tx() as conn:
+            return frozenset(str(found) for found in conn.execute(stmt).scalars())

@@ -403,6 +403,17 @@ schedule_runs = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
 
+# Members who subscribed their own email address to a schedule: kept apart from the owner's
+# recipients, so that the owner's edits never drop them and subscribing changes nothing else.
+schedule_subscribers = sa.Table(
+    "schedule_subscribers",
+    metadata,
+    sa.Column("schedule_id", sa.String(36), sa.ForeignKey("schedules.id"), primary_key=True),
+    sa.Column("user_id", sa.String(200), sa.ForeignKey("users.id"), primary_key=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_schedule_subscribers_user_id", schedule_subscribers.c.user_id)
+
 _SENDING_LEASED = (
     "status <> 'sending' OR (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL"
     " AND attempt >= 1)"
@@ -437,6 +448,9 @@ deliveries = sa.Table(
     sa.Column("attempts_spent", sa.Integer, nullable=False, server_default="0"),
     sa.Column("resent_at", UTCDateTime),
     sa.Column("resent_by", sa.String(200)),
+    # The member whose subscription this delivery is (their own address): checked again when
+    # it is sent. NULL for the recipients the schedule's owner named.
+    sa.Column("subscriber_id", sa.String(200)),
     sa.UniqueConstraint("export_id", "channel", "target"),
     sa.CheckConstraint(CHANNELS, name="channel"),
     sa.CheckConstraint("status IN ('waiting', 'sending', 'sent', 'failed')", name="status"),

@@ -13,9 +13,11 @@ from qexport.web import (
     pages_auth,
     pages_exports,
     pages_new,
+    pages_preview,
     pages_queries,
     pages_reports,
     pages_schedules,
+    pages_subscriptions,
 )
 from qexport.web.session import SessionKey
 
@@ -29,7 +31,9 @@ def install(app: FastAPI, context: Container) -> None:
     app.mount("/static", StaticFiles(packages=[("qexport.web", "static")]), name="static")
     app.include_router(pages_auth.router)
     app.include_router(pages_new.router)  # /exports/new before /exports/{export_id}
+    app.include_router(pages_preview.router)  # /exports/new/preview too
     app.include_router(pages_exports.router)
     app.include_router(pages_queries.router)
     app.include_router(pages_reports.router)
     app.include_router(pages_schedules.router)
+    app.include_router(pages_subscriptions.router)

@@ -109,6 +109,7 @@ def _form_page(
     values: dict[str, str] | None = None,
     fmt: str = "",
     errors: dict[str, str] | None = None,
+    **extra: Any,
 ) -> Response:
     return page(
         request,
@@ -121,6 +122,7 @@ def _form_page(
         inputs=_inputs(subject, values or {}),
         fmt=fmt,
         errors=errors or {},
+        **extra,  # e.g. the preview (pages_preview.py)
     )
 
 

@@ -4,7 +4,7 @@ create and change them with (the API's services and rules)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request, Response
@@ -12,7 +12,11 @@ from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.failures import InvalidRequestError, SourceUnavailableError
+from qexport.domain.failures import (
+    InvalidRequestError,
+    SourceUnavailableError,
+    TooManyRequestsError,
+)
 from qexport.domain.queries import Parameter, Query, parse_param_spec, to_json_value
 from qexport.services import queries as service
 from qexport.services.describe import describe_timeout, describer
@@ -128,7 +132,7 @@ def _save(
     require_writer(principal)
     sources = usable_source_names(context.settings, context.accounts, principal.workspace_id)
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    describe = describer(context.sources, principal.requester, timeout)
+    describe = describer(context.sources, principal.requester, timeout, context.source_slots)
     numbers: list[int] = []
     try:
         draft, numbers = _draft(context, form)
@@ -160,6 +164,11 @@ def _save(
         errors = {GENERAL: exc.detail}
         return _form_page(
             request, context, session, form, query_id=query_id, status=503, errors=errors
+        )
+    except TooManyRequestsError as exc:  # no slot to describe it (services/slots.py)
+        errors = {GENERAL: exc.detail}
+        return _form_page(
+            request, context, session, form, query_id=query_id, status=429, errors=errors
         )
     return RedirectResponse(f"/queries/{quote(query.id, safe='')}?notice=saved", status_code=303)
 
@@ -212,15 +221,31 @@ def query_page(
 ) -> Response:
     """One query: its SQL, parameters and who reads it, with a button to export it."""
     query = service.get_readable_query(context.catalog, principal, query_id)
+    return render_query_page(request, context, session, query, notice=NOTICES.get(notice or ""))
+
+
+def render_query_page(
+    request: Request,
+    context: Container,
+    session: Session,
+    query: Query,
+    *,
+    notice: str | None = None,
+    status: int = 200,
+    **extra: Any,
+) -> Response:
+    """The query's page; `extra` for the template (the preview, pages_preview.py)."""
     return page(
         request,
         "query.html",
+        status=status,
         session=session,
         query=query,
         params=[param_line(p) for p in query.parameters],
         members=member_lines(context.accounts, query.members).splitlines(),
         owner=email_of(context.accounts, query.owner),
-        notice=NOTICES.get(notice or ""),
+        notice=notice,
+        **extra,
     )
 
 

@@ -20,6 +20,7 @@ from qexport.services.reports import list_readable_reports
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import NOTICES, require_writer
+from qexport.web.pages_subscriptions import subscription_of
 from qexport.web.present_deliveries import run_row
 from qexport.web.render import page
 from qexport.web.schedule_forms import ScheduleForm, error_of, parse, schedule_row
@@ -111,7 +112,8 @@ def schedules_page(
     actor = service.Actor.of(principal)
     found = service.list_visible_schedules(context.catalog, context.schedules, actor)
     rows = [schedule_row(context, actor, s) for s in found]
-    return page(request, "schedules.html", session=session, rows=rows)
+    subscribed = service.subscribed_ids(context.schedules, actor)  # pages_subscriptions.py
+    return page(request, "schedules.html", session=session, rows=rows, subscribed=subscribed)
 
 
 @router.get("/schedules/new")
@@ -175,6 +177,7 @@ def schedule_page(
         runs=runs,
         runs_unsettled=any(r.export.unsettled or any(d.unsent for d in r.deliveries) for r in runs),
         notice=NOTICES.get(notice or ""),
+        subscription=subscription_of(context, actor, schedule),
     )
 
 
@@ -252,6 +255,7 @@ def run_now(
         service.Actor.of(principal),
         schedule_id,
         max_unsettled=context.settings.max_unsettled_per_user,
+        accounts=context.accounts,
     )
     return RedirectResponse(
         f"/exports/{quote(record.id, safe='')}?notice=requested", status_code=303

@@ -28,7 +28,11 @@ function refreshLive() {
         const fresh = new DOMParser().parseFromString(html, "text/html");
         for (const region of fresh.querySelectorAll("[data-live][id]")) {
           const current = document.getElementById(region.id);
-          if (current && current.outerHTML !== region.outerHTML) current.replaceWith(region);
+          if (current && current.outerHTML !== region.outerHTML) {
+            const scrolled = sidewaysOffsets(current);
+            current.replaceWith(region);
+            restoreSideways(region, scrolled);
+          }
         }
         const changed = [...announcements(document)].filter((text) => !before.has(text));
         const announcer = document.getElementById("announcer");
@@ -96,3 +100,15 @@ document.addEventListener("DOMContentLoaded", () => {
   announceOnLoad();
   setTimeout(refreshLive, 1000);
 });
+
+// A table scrolled sideways in its .table-scroll box (a narrow screen) stays where it was when
+// a live update swaps its region for a fresh copy.
+function sidewaysOffsets(region) {
+  return [...region.querySelectorAll(".table-scroll")].map((box) => box.scrollLeft);
+}
+
+function restoreSideways(region, offsets) {
+  [...region.querySelectorAll(".table-scroll")].forEach((box, i) => {
+    if (offsets[i]) box.scrollLeft = offsets[i];
+  });
+}

@@ -1,0 +1,333 @@
+"""Previewing a query on the in-memory fakes: who may, how parameters are bound, the caps, the
+cells a page shows (exact, JSON-safe, long texts cut and marked), and the slots a preview and
+a describe share."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from qexport.domain.exports import Requester
+from qexport.domain.failures import (
+    AccessLostError,
+    InvalidRequestError,
+    NotFoundError,
+    QueryInvalidError,
+    TooManyRequestsError,
+)
+from qexport.domain.queries import Parameter, ParamType, Query, Visibility
+from qexport.services.describe import describe_statement
+from qexport.services.preview import MAX_CELL_CHARS, Preview, preview_query, preview_timeout
+from qexport.services.slots import SourceSlots
+from qexport.writers.cells import CUT_MARK, MAX_SAFE_INTEGER, column_cells, preview_cells
+from tests.fakes import FixedSources, InMemoryMetadataStore
+from tests.unit.fakes import FakeSource
+
+ANN = Requester("ann", "acme")
+BOB = Requester("bob", "acme")
+EVE = Requester("eve", "evil")
+
+
+@pytest.fixture
+def catalog() -> InMemoryMetadataStore:
+    store = InMemoryMetadataStore()
+    store.add_query(
+        Query(
+            "q-orders",
+            "acme",
+            "orders",
+            "SELECT * FROM orders WHERE n >= $above",
+            "shop",
+            parameters=(Parameter("above", ParamType.INTEGER, required=False, default="0"),),
+        )
+    )
+    store.add_query(
+        Query(
+            "q-secret",
+            "acme",
+            "secret",
+            "SELECT 1",
+            "shop",
+            visibility=Visibility.MEMBERS,
+            owner="bob",
+        )
+    )
+    return store
+
+
+def _preview(
+    catalog: InMemoryMetadataStore,
+    source: FakeSource,
+    requester: Requester = ANN,
+    *,
+    ref: str = "q-orders",
+    slots: SourceSlots | None = None,
+    workspaces: tuple[str, ...] = ("acme",),
+    **kwargs: object,
+) -> Preview:
+    return preview_query(
+        catalog,
+        FixedSources({"shop": source}, workspaces),
+        slots or SourceSlots(),
+        requester,
+        query_ref=ref,
+        statement_timeout_seconds=300,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_a_preview_runs_the_query_with_bound_values_as_the_requester(
+    catalog: InMemoryMetadataStore,
+) -> None:
+    """The source gets the query's SQL, the parameters typed as an export binds them and the
+    requester; the answer carries the columns, the rows and the values it ran with."""
+    source = FakeSource(pa.table({"n": [1, 2, 3], "s": ["a", "b", "c"]}))
+    found = _preview(catalog, source, parameters={"above": "2"})
+    assert source.calls == [("SELECT * FROM orders WHERE n >= $above", {"above": 2}, ANN)]
+    assert [(c.name, c.type) for c in found.columns] == [("n", "int64"), ("s", "string")]
+    assert found.rows == [[1, "a"], [2, "b"], [3, "c"]]
+    assert found.parameters == {"above": 2}
+    assert not found.truncated
+
+
+def test_rows_past_the_limit_are_left_out_and_said_so(catalog: InMemoryMetadataStore) -> None:
+    """At most `limit` rows; `more_rows` and `truncated` say the result goes on."""
+    source = FakeSource(pa.table({"n": list(range(500))}))
+    found = _preview(catalog, source, limit=100)
+    assert len(found.rows) == 100
+    assert found.more_rows
+    assert found.truncated
+    assert len(_preview(catalog, source, limit=7).rows) == 7
+
+
+@pytest.mark.parametrize("limit", [0, 101, -1, True, "5"])
+def test_a_limit_outside_1_to_100_is_refused(catalog: InMemoryMetadataStore, limit: object) -> None:
+    """The limit is a whole number from 1 to 100; anything else is refused, naming it."""
+    source = FakeSource()
+    with pytest.raises(InvalidRequestError) as caught:
+        _preview(catalog, source, limit=limit)
+    assert caught.value.field == "limit"
+    assert source.calls == []
+
+
+def test_a_query_the_requester_may_not_read_is_not_found(catalog: InMemoryMetadataStore) -> None:
+    """A members-only query of someone else, and any query of another workspace, are not found
+    (the same answer as a missing one), and the source is never asked."""
+    source = FakeSource()
+    with pytest.raises(NotFoundError):
+        _preview(catalog, source, ANN, ref="q-secret")
+    with pytest.raises(NotFoundError):
+        _preview(catalog, source, EVE, workspaces=("acme", "evil"))
+    assert source.calls == []
+    assert _preview(catalog, source, BOB, ref="q-secret").rows  # its owner reads it
+
+
+def test_a_bad_parameter_is_refused_naming_it(catalog: InMemoryMetadataStore) -> None:
+    """A value that is not the parameter's type, or an undeclared parameter, is refused with
+    the field `parameters.<name>` before the source is asked."""
+    source = FakeSource()
+    with pytest.raises(InvalidRequestError) as caught:
+        _preview(catalog, source, parameters={"above": "many"})
+    assert caught.value.field == "parameters.above"
+    with pytest.raises(InvalidRequestError) as caught:
+        _preview(catalog, source, parameters={"nope": 1})
+    assert caught.value.field == "parameters.nope"
+    assert source.calls == []
+
+
+def test_a_source_the_workspace_may_no_longer_use_is_access_lost(
+    catalog: InMemoryMetadataStore,
+) -> None:
+    """As the worker refuses an export of it: access_lost, nothing run."""
+    source = FakeSource()
+    with pytest.raises(AccessLostError):
+        _preview(catalog, source, workspaces=("other",))
+    assert source.calls == []
+
+
+def test_the_timeout_is_the_statement_timeout_at_most_30_seconds() -> None:
+    """A person waits for a preview: the statement timeout applies, capped at 30 s."""
+    assert preview_timeout(300) == 30
+    assert preview_timeout(5) == 5
+    assert preview_timeout(0) == 30
+
+
+# ---------------------------------------------------------------- cells
+
+
+def test_cells_are_exact_and_json_safe() -> None:
+    """Decimals as their exact text, integers past 2^53 as text, NaN and the infinities as
+    text, NULL as null, aware timestamps in ISO 8601 with their offset, binary as \\x hex,
+    nested values as JSON text; the whole answer is strict JSON."""
+    stamp = dt.datetime(2024, 5, 1, 10, 30, tzinfo=dt.UTC)
+    table = pa.table(
+        {
+            "d": pa.array([Decimal("12.50"), Decimal("0.00000010"), None], pa.decimal128(12, 8)),
+            "i": [MAX_SAFE_INTEGER, MAX_SAFE_INTEGER + 2, None],
+            "f": [0.1, float("nan"), float("-inf")],
+            "t": pa.array([stamp, None, stamp], pa.timestamp("us", tz="Europe/Berlin")),
+            "b": [b"\x00\xff", None, b""],
+            "l": [[1, 2], None, []],
+            "day": [dt.date(2024, 2, 29), None, dt.date(1, 1, 1)],
+            "ok": [True, None, False],
+        }
+    )
+    cells = preview_cells(table, max_chars=100, max_bytes=10_000)
+    assert cells.rows == [
+        [
+            "12.50000000",
+            MAX_SAFE_INTEGER,
+            0.1,
+            "2024-05-01T12:30:00.000000+02:00",
+            "\\x00ff",
+            "[1,2]",
+            "2024-02-29",
+            True,
+        ],
+        ["0.00000010", str(MAX_SAFE_INTEGER + 2), "NaN", None, None, None, None, None],
+        [
+            None,
+            None,
+            "-Infinity",
+            "2024-05-01T12:30:00.000000+02:00",
+            "\\x",
+            "[]",
+            "0001-01-01",
+            False,
+        ],
+    ]
+    json.dumps(cells.rows, allow_nan=False)  # strict JSON: no NaN or Infinity numbers
+
+
+def test_long_texts_are_cut_with_a_mark_and_numbers_never() -> None:
+    """A text past the cap ends with the cut mark and is counted; a long number is not cut."""
+    table = pa.table(
+        {"s": ["x" * 50, "short"], "n": pa.array([Decimal(10) ** 30, 1], pa.decimal128(38, 0))}
+    )
+    cells = preview_cells(table, max_chars=10, max_bytes=10_000)
+    assert cells.rows[0] == ["x" * 10 + CUT_MARK, "1" + "0" * 30]
+    assert cells.rows[1] == ["short", "1"]
+    assert cells.cut == 1
+
+
+def test_rows_stop_at_the_byte_bound_but_the_first_is_shown() -> None:
+    """Rows are shown while their text stays within the bound; one that would pass it is left
+    out (`dropped`), but never the first."""
+    table = pa.table({"s": ["a" * 400, "b" * 400, "c" * 400]})
+    cells = preview_cells(table, max_chars=1_000, max_bytes=900)
+    assert [row[0][0] for row in cells.rows] == ["a", "b"]
+    assert cells.dropped
+    assert len(preview_cells(table, max_chars=1_000, max_bytes=10).rows) == 1
+
+
+def test_the_service_cuts_what_a_source_returned_uncut(catalog: InMemoryMetadataStore) -> None:
+    """A source may leave long values whole: the service still cuts them at MAX_CELL_CHARS."""
+    source = FakeSource(pa.table({"s": ["é" * (MAX_CELL_CHARS + 500)]}))
+    found = _preview(catalog, source)
+    assert found.rows == [["é" * MAX_CELL_CHARS + CUT_MARK]]
+    assert found.cut_cells == 1
+    assert found.truncated
+
+
+def test_every_arrow_kind_becomes_a_cell() -> None:
+    """Intervals read as ISO 8601 durations, dictionaries as their values, half floats as
+    floats, a NULL column as nulls."""
+    assert column_cells(pa.array([pa.MonthDayNano([1, 2, 3_000_000_000])])) == ["P1M2DT3S"]
+    assert column_cells(pa.array(["a", "b", "a"]).dictionary_encode()) == ["a", "b", "a"]
+    assert column_cells(pa.array([1], pa.int64()).dictionary_encode()) == [1]
+    assert column_cells(pa.array([0.5], pa.float32()).cast(pa.float16())) == [0.5]
+    assert column_cells(pa.nulls(2)) == [None, None]
+
+
+# ---------------------------------------------------------------- slots
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def _blocked(
+    catalog: InMemoryMetadataStore, slots: SourceSlots, gate: threading.Event, *who: Requester
+) -> tuple[list[threading.Thread], threading.Barrier]:
+    """Previews by `who`, each blocked inside its source until `gate` is set."""
+    started = threading.Barrier(len(who) + 1)
+
+    def wait() -> None:
+        started.wait(timeout=10)
+        gate.wait(timeout=10)
+
+    threads = [
+        threading.Thread(
+            target=_preview,
+            args=(catalog, FakeSource(on_preview=wait), requester),
+            kwargs={"slots": slots},
+        )
+        for requester in who
+    ]
+    for thread in threads:
+        thread.start()
+    return threads, started
+
+
+def test_a_requester_holds_at_most_two_source_slots(
+    catalog: InMemoryMetadataStore, gate: threading.Event
+) -> None:
+    """With two of Ann's previews running, her third preview and a describe are refused
+    (429 with a Retry-After), without the source being asked; Bob's still runs; once hers
+    finish she may preview again."""
+    slots = SourceSlots(per_requester=2, per_process=8)
+    threads, started = _blocked(catalog, slots, gate, ANN, ANN)
+    started.wait(timeout=10)
+    third = FakeSource()
+    with pytest.raises(TooManyRequestsError) as caught:
+        _preview(catalog, third, slots=slots)
+    assert caught.value.retry_after > 0
+    with pytest.raises(TooManyRequestsError):
+        describe_statement(
+            FixedSources({"shop": third}),
+            ANN,
+            source="shop",
+            sql="SELECT 1",
+            parameters=(),
+            timeout_seconds=5,
+            slots=slots,
+        )
+    assert third.calls == []
+    assert _preview(catalog, FakeSource(), BOB, slots=slots).rows
+    gate.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert slots.held(ANN) == 0
+    assert _preview(catalog, FakeSource(), slots=slots).rows
+
+
+def test_the_process_holds_at_most_its_bound(
+    catalog: InMemoryMetadataStore, gate: threading.Event
+) -> None:
+    """Past the per-process bound anyone's preview is refused, whoever holds the slots."""
+    slots = SourceSlots(per_requester=2, per_process=2)
+    threads, started = _blocked(catalog, slots, gate, ANN, BOB)
+    started.wait(timeout=10)
+    with pytest.raises(TooManyRequestsError, match="the server"):
+        _preview(catalog, FakeSource(), Requester("carol", "acme"), slots=slots)
+    gate.set()
+    for thread in threads:
+        thread.join(timeout=10)
+
+
+def test_a_failed_preview_gives_its_slot_back(catalog: InMemoryMetadataStore) -> None:
+    """A source's refusal passes through, and the slot is free again."""
+    slots = SourceSlots(per_requester=1, per_process=1)
+    with pytest.raises(QueryInvalidError):
+        _preview(catalog, FakeSource(error=QueryInvalidError("no such table")), slots=slots)
+    assert slots.held(ANN) == 0
+    assert _preview(catalog, FakeSource(), slots=slots).rows
