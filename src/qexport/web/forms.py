@@ -16,6 +16,9 @@ NOTICES = {
     "saved": "Saved.",
     "paused": "The schedule is paused: it makes no exports until it is resumed.",
     "resumed": "The schedule is resumed; its next run counts from now.",
+    "query-deleted": "The query was deleted.",
+    "report-deleted": "The report was deleted.",
+    "schedule-deleted": "The schedule was deleted; it makes no more exports.",
 }
 _INDEXED = re.compile(r"^[.\[]?(\d+)\]?(?:\.|$)")
 

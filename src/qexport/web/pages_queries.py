@@ -13,17 +13,19 @@ from fastapi.responses import RedirectResponse
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError, SourceUnavailableError
-from qexport.domain.queries import Parameter, Query, parse_param_spec, to_json_value
+from qexport.domain.queries import Parameter, Query, Visibility, parse_param_spec, to_json_value
 from qexport.services import queries as service
 from qexport.services.describe import describe_timeout, describer
 from qexport.sources.registry import usable_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
+from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
+from qexport.web.deleting import query_consequence
 from qexport.web.errors import PageRoute
 from qexport.web.forms import (
     GENERAL,
     NOTICES,
     email_of,
-    field_of,
+    form_errors,
     member_ids,
     member_lines,
     numbered_lines,
@@ -36,7 +38,7 @@ from qexport.web.session import Session
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
-FIELDS = ("name", "source", "sql", "parameters", "visibility", "members")
+FIELDS = service.QUERY_FIELDS
 Text = Annotated[str, Form()]
 
 
@@ -72,24 +74,41 @@ def _form_of(context: Container, query: Query) -> QueryForm:
     )
 
 
-def _draft(context: Container, form: QueryForm) -> tuple[service.QueryDraft, list[int]]:
-    """The draft the form describes, and the line number of each parameter."""
-    lines = numbered_lines(form.parameters)
-    params = []
-    for number, line in lines:
+@dataclass(frozen=True)
+class _Read:
+    """The draft a form describes, what could not be read of it, and the line number of each
+    parameter the draft holds."""
+
+    draft: service.QueryDraft
+    found: list[InvalidRequestError]
+    numbers: list[int]
+
+
+def _draft(context: Container, form: QueryForm) -> _Read:
+    """The draft the form describes: a parameter line that cannot be read is a problem of its
+    own (the draft goes on without it), so that every mistake is told at once."""
+    found: list[InvalidRequestError] = []
+    params, numbers = [], []
+    for number, line in numbered_lines(form.parameters):
         try:
             params.append(parse_param_spec(line))
+            numbers.append(number)
         except InvalidRequestError as exc:
-            raise InvalidRequestError(f"Line {number}: {exc}", field="parameters") from None
+            found.append(InvalidRequestError(f"Line {number}: {exc}", field="parameters"))
+    try:
+        visibility = visibility_of(form.visibility)
+    except InvalidRequestError as exc:
+        found.append(exc)
+        visibility = Visibility.MEMBERS if form.members.strip() else Visibility.WORKSPACE
     draft = service.QueryDraft(
         name=form.name.strip(),
         sql=form.sql,
         source=form.source,
         parameters=tuple(params),
-        visibility=visibility_of(form.visibility),
+        visibility=visibility,
         members=member_ids(context.accounts, form.members),
     )
-    return draft, [n for n, _ in lines]
+    return _Read(draft, found, numbers)
 
 
 def _form_page(
@@ -129,17 +148,17 @@ def _save(
     sources = usable_source_names(context.settings, context.accounts, principal.workspace_id)
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
     describe = describer(context.sources, principal.requester, timeout)
-    numbers: list[int] = []
+    read = _draft(context, form)
     try:
-        draft, numbers = _draft(context, form)
         if query_id is None:
             query = service.create_query(
                 context.catalog,
                 context.accounts,
                 principal,
-                draft,
+                read.draft,
                 sources=sources,
                 describe=describe,
+                found=read.found,
             )
         else:
             query = service.replace_query(
@@ -147,12 +166,13 @@ def _save(
                 context.accounts,
                 principal,
                 query_id,
-                draft,
+                read.draft,
                 sources=sources,
                 describe=describe,
+                found=read.found,
             )
     except InvalidRequestError as exc:
-        errors = {field_of(exc, FIELDS): on_line(exc, "parameters", numbers)}
+        errors = form_errors(exc, FIELDS, lambda p: on_line(p, "parameters", read.numbers))
         return _form_page(
             request, context, session, form, query_id=query_id, status=400, errors=errors
         )
@@ -166,11 +186,21 @@ def _save(
 
 @router.get("/queries")
 def queries_page(
-    request: Request, context: Context, session: SignedIn, principal: WebPrincipal
+    request: Request,
+    context: Context,
+    session: SignedIn,
+    principal: WebPrincipal,
+    notice: str | None = None,
 ) -> Response:
     """The queries the person may read, by name."""
     queries = service.list_readable_queries(context.catalog, principal)
-    return page(request, "queries.html", session=session, queries=queries)
+    return page(
+        request,
+        "queries.html",
+        session=session,
+        queries=queries,
+        notice=NOTICES.get(notice or ""),
+    )
 
 
 @router.get("/queries/new")
@@ -221,6 +251,9 @@ def query_page(
         members=member_lines(context.accounts, query.members).splitlines(),
         owner=email_of(context.accounts, query.owner),
         notice=NOTICES.get(notice or ""),
+        delete_consequence=query_consequence(context.catalog, context.schedules, query)
+        if principal.can_write_queries
+        else "",
     )
 
 
@@ -249,3 +282,32 @@ def edit_query(
 ) -> Response:
     form = QueryForm(name, source, sql, parameters, visibility, members)
     return _save(request, context, session, principal, form, query_id)
+
+
+@router.post("/queries/{query_id}/delete")
+def delete_query(
+    request: Request,
+    context: Context,
+    session: CheckedForm,
+    principal: WebPrincipal,
+    query_id: str,
+    confirmed: ConfirmedField = "",
+) -> Response:
+    """Delete the query once the person said yes (see web/confirm.py); editors and admins."""
+    require_writer(principal)
+    query = service.get_readable_query(context.catalog, principal, query_id)
+    if not is_confirmed(confirmed):
+        path = f"/queries/{quote(query.id, safe='')}"
+        return confirm_page(
+            request,
+            session,
+            Confirmation(
+                title=f"Delete the query {query.name}?",
+                consequence=query_consequence(context.catalog, context.schedules, query),
+                action=f"{path}/delete",
+                yes="Delete the query",
+                back=path,
+            ),
+        )
+    service.delete_query(context.catalog, principal, query.id)
+    return RedirectResponse("/queries?notice=query-deleted", status_code=303)
