@@ -177,15 +177,16 @@ def test_report_sections_are_rows_added_moved_removed_and_saved(site: Site, page
 
 
 def test_a_report_row_shows_its_own_mistakes(site: Site, page: Page) -> None:
-    """A row without a heading or query and with rows at most that is not a number: each
-    refusal is on its row's field and in the summary, led by the section's number."""
+    """No title (the browser does not stop at it: the server tells everything at once) and a
+    row without a heading or query and with rows at most that is not a number: each refusal
+    is on its row's field and in the summary, led by the section's number."""
     page.goto("/reports/new")
-    page.get_by_label("Title").fill("Broken")
     page.locator("#section-1").get_by_label("Rows at most").fill("lots")
     page.get_by_role("button", name="Save report", exact=True).last.click()
     summary = page.locator(".error-summary")
     expect(summary.get_by_role("link")).to_have_text(
         [
+            re.compile("^a title has 1 to 200 characters"),
             re.compile("^Section 1: a heading"),
             re.compile("^Section 1: choose"),
             re.compile("^Section 1: rows at most"),
