@@ -242,9 +242,7 @@ def _checked(
     order: the SQL is described whenever the source is known and the SQL and parameters can
     be read, so that a bad name and a bad SQL are told together. A source that cannot be
     reached refuses the save only when nothing else is wrong."""
-    problems = Problems()
-    for problem in found:
-        problems.add(problem)
+    problems = Problems(found)
     check_draft(
         draft, sources=sources, members=workspace_members(accounts, principal), problems=problems
     )

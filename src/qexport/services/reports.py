@@ -184,9 +184,7 @@ def check_draft(
     """Refuse a draft with a bad title or section, a query the writer cannot read, or
     members from outside the workspace: every mistake at once (with those the caller `found`
     reading its form), in the form's order."""
-    problems = Problems()
-    for problem in found:
-        problems.add(problem)
+    problems = Problems(found)
     with problems.check():
         _check_label(draft.title, what="title", limit=MAX_TITLE_CHARS, field="title")
     if len(draft.description) > MAX_DESCRIPTION_CHARS or not _encodable(draft.description):
