@@ -19,6 +19,7 @@ from rich.table import Table
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
 from qexport.cli_common import State, fail, fail_input, local_deps, out, state
+from qexport.cli_deliveries import exports_deliveries
 from qexport.cli_exports import exports_app
 from qexport.cli_members import members_app
 from qexport.cli_reports import reports_app
@@ -48,6 +49,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(storage_app, name="storage")
 app.add_typer(queries_app, name="queries")
 app.add_typer(exports_app, name="exports")
+exports_app.command("deliveries")(exports_deliveries)
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(sources_app, name="sources")

@@ -177,6 +177,10 @@ class QExportClient:
     def cancel_export(self, export_id: str) -> dict[str, Any]:
         return self._json("POST", f"/exports/{_path_segment(export_id)}/cancel")
 
+    def list_deliveries(self, export_id: str) -> dict[str, Any]:
+        """Who hears about the export, and how far each delivery got (`{"items": [...]}`)."""
+        return self._json("GET", f"/exports/{_path_segment(export_id)}/deliveries")
+
     def file_location(self, export_id: str) -> str | None:
         """Where the server sends downloads of the file (a presigned URL on S3); None when
         it serves the bytes itself."""

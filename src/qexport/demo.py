@@ -26,6 +26,7 @@ from qexport.demo_schedule import (
 )
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.exports import ExportRecord, Requester, effective_status
+from qexport.domain.failures import readable_detail
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
@@ -291,7 +292,7 @@ def _print_results(
             path = _display_path(deps.objects.local_path(r.storage_key))
         status = effective_status(r, now)
         if r.failure_code:
-            status += f" ({r.failure_code.value}: {r.failure_detail})"
+            status += f" ({r.failure_code.value}: {readable_detail(r.failure_detail)})"
         table.add_row(
             labels[r.id],
             status,

@@ -254,6 +254,18 @@ class ScheduleStore(Protocol):
         """A secret shared by every process of this installation, generated on first use."""
         ...
 
+    def list_runs(self, schedule_id: str, *, limit: int = 10) -> list[ScheduleRun]:
+        """The schedule's latest fired due times (run now included), newest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """One fired due time of a schedule and the export it made."""
+
+    due_at: datetime
+    export: ExportRecord
+
 
 @dataclass(frozen=True)
 class ClaimedDelivery:
@@ -280,6 +292,12 @@ class DeliveryStore(Protocol):
         error: str,
         code: FailureCode | None = None,
     ) -> bool: ...
+    def send_again(self, export_id: str, delivery_id: str, *, now: datetime, by: str) -> bool:
+        """A failed delivery of the export back to waiting, due now, with a fresh attempt
+        budget (`Delivery.tries` from 0), recording when and by whom; False, with nothing
+        written, unless it was failed."""
+        ...
+
     def list_deliveries(self, export_id: str) -> list[Delivery]: ...
     def has_unsent(self) -> bool: ...
 
@@ -378,6 +396,14 @@ class AccountStore(Protocol):
     def get_link(self, link_id: str) -> Link | None: ...
     def find_link(self, token_hash: str) -> Link | None: ...
     def revoke_link(self, link_id: str, *, now: datetime) -> bool: ...
+    def list_links(self, export_id: str) -> list[Link]:
+        """The export's unrevoked links, oldest first."""
+        ...
+
+    def touch_link(self, link_id: str, *, now: datetime, unless_since: datetime) -> bool:
+        """Record that the link served its file at `now`, unless it already did at or after
+        `unless_since` (one guarded write); whether it was written."""
+        ...
 
     def add_source(self, source: RegisteredSource) -> None:
         """Register a source (its URL as it is to be stored); a taken name is refused."""

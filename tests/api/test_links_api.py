@@ -189,3 +189,53 @@ def test_links_are_only_made_for_downloadable_exports(api: Api) -> None:
     api.deps.catalog.update_query(query)
     api.clock.advance(7 * DAY)
     refused(done, 410, "expired")
+
+
+# ---------------------------------------------------------------- listing and last use
+
+
+def test_live_links_are_listed_to_those_who_may_revoke_them(
+    shared: tuple[Api, str, dict[str, Any], bytes],
+) -> None:
+    """GET /exports/{id}/links: its creator sees their links (never the URL again), an admin
+    every link; a revoked one is listed no more; a member who cannot see the export, and
+    another workspace's member, get 404 as for a missing export."""
+    api, export_id, link, _ = shared
+    admins = _link(api, export_id, ADMIN)
+    mine = api.get(f"/api/v1/exports/{export_id}/links", ALICE)
+    assert mine.status_code == 200
+    (item,) = mine.json()["items"]
+    assert item["id"] == link["id"]
+    assert item["created_by"] == api.user_id(ALICE)
+    assert item["expires_at"] == link["expires_at"]
+    assert item["last_used_at"] is None
+    assert "url" not in item
+    every = api.get(f"/api/v1/exports/{export_id}/links", ADMIN).json()["items"]
+    assert [i["id"] for i in every] == [link["id"], admins["id"]]
+    api.member("mallory@other.test", "admin", workspace="other")
+    for who in (BOB, "mallory@other.test"):
+        response = api.get(f"/api/v1/exports/{export_id}/links", who)
+        assert response.status_code == 404, who
+        assert link["id"] not in response.text
+    assert api.delete(f"/api/v1/links/{link['id']}", ALICE).status_code == 204
+    assert api.get(f"/api/v1/exports/{export_id}/links", ALICE).json()["items"] == []
+
+
+def test_a_links_last_use_is_recorded_at_most_once_a_minute(
+    shared: tuple[Api, str, dict[str, Any], bytes],
+) -> None:
+    """Serving the file records `last_used_at` (after the response); downloads within the
+    minute after write nothing more, the first one after it does."""
+    api, export_id, link, body = shared
+    first = api.clock.now()
+    assert _open(api, link).content == body
+    listed = api.get(f"/api/v1/exports/{export_id}/links", ALICE).json()["items"]
+    assert listed[0]["last_used_at"] == first.isoformat().replace("+00:00", "Z")
+    api.clock.advance(30)
+    assert _open(api, link).status_code == 200
+    row = api.get(f"/api/v1/exports/{export_id}/links", ALICE).json()["items"][0]
+    assert row["last_used_at"] == listed[0]["last_used_at"]
+    api.clock.advance(31)
+    assert _open(api, link, Range="bytes=0-9").status_code == 206
+    later = api.get(f"/api/v1/exports/{export_id}/links", ADMIN).json()["items"][0]
+    assert later["last_used_at"] == api.clock.now().isoformat().replace("+00:00", "Z")

@@ -88,11 +88,15 @@ def _with_null_members(spec: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def world(api: Api) -> tuple[Api, dict[str, str]]:
-    """A caller, a query, a report, a schedule, a succeeded export and a link to it, in a
-    workspace; and the path parameters that name them."""
+    """A caller, a query, a report, a schedule, a succeeded export with a delivery and a link
+    to it, in a workspace; and the path parameters that name them."""
     api.member(CALLER, "admin")
     api.add_query("orders")
-    export = api.post("/api/v1/exports", CALLER, json={"query_id": ORDERS, "format": "csv"})
+    export = api.post(
+        "/api/v1/exports",
+        CALLER,
+        json={"query_id": ORDERS, "format": "csv", "notify": [{"email": CALLER}]},
+    )
     report = api.post(
         "/api/v1/reports",
         CALLER,
@@ -106,12 +110,14 @@ def world(api: Api) -> tuple[Api, dict[str, str]]:
     api.drain()
     link = api.post(f"/api/v1/exports/{export.json()['id']}/links", CALLER)
     assert [r.status_code for r in (export, report, schedule, link)] == [202, 201, 201, 201]
+    (delivery,) = api.context.deliveries.list_deliveries(export.json()["id"])
     return api, {
         "query_id": ORDERS,
         "report_id": report.json()["id"],
         "schedule_id": schedule.json()["id"],
         "export_id": export.json()["id"],
         "link_id": link.json()["id"],
+        "delivery_id": delivery.id,
         "token": link.json()["url"].rsplit("/", 1)[-1],
         "workspace_id": "acme",
     }

@@ -281,6 +281,26 @@ class InMemoryAccountStore:
             self._links[link_id] = (replace(entry[0], revoked_at=now), entry[1])
             return True
 
+    def list_links(self, export_id: str) -> list[Link]:
+        with self._lock:
+            found = [
+                link
+                for link, _ in self._links.values()
+                if link.export_id == export_id and link.revoked_at is None
+            ]
+        return sorted(found, key=lambda link: (link.created_at, link.id))
+
+    def touch_link(self, link_id: str, *, now: datetime, unless_since: datetime) -> bool:
+        with self._lock:
+            entry = self._links.get(link_id)
+            if entry is None:
+                return False
+            used = entry[0].last_used_at
+            if used is not None and used >= unless_since:
+                return False
+            self._links[link_id] = (replace(entry[0], last_used_at=now), entry[1])
+            return True
+
     # registered sources
     def add_source(self, source: RegisteredSource) -> None:
         with self._lock:

@@ -2,7 +2,8 @@
 once their export has settled, every write fenced by the lease.
 
 waiting -> sending (claim; or sending -> sending when a sender died and its lease expired)
-sending -> sent | failed (fenced by the lease token), sending -> waiting (retry later).
+sending -> sent | failed (fenced by the lease token), sending -> waiting (retry later);
+failed -> waiting when a person sends it again.
 """
 
 from __future__ import annotations
@@ -140,6 +141,27 @@ class InMemoryDeliveryStore:
             lease_token=None,
             lease_expires_at=None,
         )
+
+    def send_again(self, export_id: str, delivery_id: str, *, now: datetime, by: str) -> bool:
+        with self._lock:
+            self._sync()
+            current = self._deliveries.get(delivery_id)
+            if (
+                current is None
+                or current.export_id != export_id
+                or current.status is not DeliveryStatus.FAILED
+            ):
+                return False
+            self._deliveries[delivery_id] = replace(
+                current,
+                status=DeliveryStatus.WAITING,
+                next_attempt_at=None,
+                failure_code=None,
+                attempts_spent=current.attempt,
+                resent_at=now,
+                resent_by=by,
+            )
+            return True
 
     def list_deliveries(self, export_id: str) -> list[Delivery]:
         with self._lock:

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from qexport.domain.exports import ExportRecord
 from qexport.domain.schedules import NewDelivery, Schedule, schedule_cap_reached
-from qexport.ports import NewExport
+from qexport.ports import NewExport, ScheduleRun
 from tests.fakes.exports import InMemoryMetadataStore
 
 
@@ -153,3 +153,16 @@ class InMemoryScheduleStore:
             if name not in self._secrets:
                 self._secrets[name] = generate()
             return self._secrets[name]
+
+    def list_runs(self, schedule_id: str, *, limit: int = 10) -> list[ScheduleRun]:
+        with self._lock:
+            runs = sorted(
+                (
+                    (due, export_id)
+                    for (sid, due), export_id in self._runs.items()
+                    if sid == schedule_id
+                ),
+                reverse=True,
+            )[:limit]
+        found = [(due, self._exports.get_export(export_id)) for due, export_id in runs]
+        return [ScheduleRun(due, record) for due, record in found if record is not None]

@@ -261,6 +261,58 @@ def test_links_are_found_by_id_and_hash_and_revoked_once(
     assert revoked.revoked_at == clock.now()
 
 
+def test_an_exports_live_links_are_listed_oldest_first(
+    backend: Backend, clock: FrozenClock
+) -> None:
+    """list_links holds the export's unrevoked links only, oldest first; another export's
+    links are not among them."""
+    export = backend.store.insert_export(new_export(clock.now(), "acme"))
+    other = backend.store.insert_export(new_export(clock.now(), "acme"))
+    accounts = backend.accounts
+    first = accounts.add_link(
+        export_id=export.id, created_by="ann", token_hash=hash_secret("a"), now=clock.now()
+    )
+    clock.advance(1)
+    second = accounts.add_link(
+        export_id=export.id, created_by="bob", token_hash=hash_secret("b"), now=clock.now()
+    )
+    accounts.add_link(
+        export_id=other.id, created_by="ann", token_hash=hash_secret("c"), now=clock.now()
+    )
+    revoked = accounts.add_link(
+        export_id=export.id, created_by="ann", token_hash=hash_secret("d"), now=clock.now()
+    )
+    accounts.revoke_link(revoked.id, now=clock.now())
+    assert accounts.list_links(export.id) == [first, second]
+    assert accounts.list_links("no-such-export") == []
+
+
+def test_a_links_last_use_is_written_at_most_once_per_window(
+    backend: Backend, clock: FrozenClock
+) -> None:
+    """touch_link writes `last_used_at` unless it was already written at or after the
+    window's start: a link downloaded in a loop writes once a minute."""
+    export = backend.store.insert_export(new_export(clock.now(), "acme"))
+    accounts = backend.accounts
+    link = accounts.add_link(
+        export_id=export.id, created_by="ann", token_hash=hash_secret("a"), now=clock.now()
+    )
+    assert link.last_used_at is None
+    first = clock.now()
+    assert accounts.touch_link(link.id, now=first, unless_since=first - timedelta(minutes=1))
+    clock.advance(30)
+    soon = clock.now()
+    assert not accounts.touch_link(link.id, now=soon, unless_since=soon - timedelta(minutes=1))
+    assert accounts.list_links(export.id)[0].last_used_at == first
+    clock.advance(31)
+    later = clock.now()
+    assert accounts.touch_link(link.id, now=later, unless_since=later - timedelta(minutes=1))
+    found = accounts.find_link(hash_secret("a"))
+    assert found is not None
+    assert found.last_used_at == later
+    assert not accounts.touch_link("nope", now=later, unless_since=later)
+
+
 # ---------------------------------------------------------------- registered sources
 
 

@@ -200,6 +200,69 @@ def test_a_sender_that_died_has_its_delivery_taken_over(
     assert not deliveries.has_unsent()
 
 
+def test_a_failed_delivery_sent_again_waits_with_a_fresh_budget_and_one_claim(
+    store: MetadataStore, deliveries: DeliveryStore
+) -> None:
+    """send_again moves only a failed delivery (of that export) back to waiting, due now,
+    with `tries` from 0 while `attempt` keeps counting, and who and when recorded; the next
+    claim takes it once, under a new lease, and the old lease settles nothing."""
+    record = store.insert_export(new_export(NOW), _deliveries()[:1])
+    assert queue_helpers.fail_before_run(
+        store, record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x"
+    )
+    claimed = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
+    assert claimed is not None
+    delivery, old_token = claimed.delivery, claimed.delivery.lease_token
+    assert old_token is not None
+    assert not deliveries.send_again(record.id, delivery.id, now=NOW, by="ann")  # sending
+    assert deliveries.mark_failed(
+        delivery.id, old_token, now=NOW, error="refused", code=FailureCode.DESTINATION_REFUSED
+    )
+    later = NOW + timedelta(minutes=5)
+    assert not deliveries.send_again("another-export", delivery.id, now=later, by="ann")
+    assert deliveries.send_again(record.id, delivery.id, now=later, by="ann")
+    assert not deliveries.send_again(record.id, delivery.id, now=later, by="ann")  # waiting
+    (waiting,) = deliveries.list_deliveries(record.id)
+    assert waiting.status is DeliveryStatus.WAITING
+    assert (waiting.attempt, waiting.attempts_spent, waiting.tries) == (1, 1, 0)
+    assert (waiting.resent_at, waiting.resent_by) == (later, "ann")
+    assert waiting.failure_code is None
+    assert waiting.last_error == "refused"  # why it failed, until the next attempt says
+    assert deliveries.has_unsent()
+    again = deliveries.claim_delivery(now=later, lease_seconds=LEASE)
+    assert again is not None
+    assert deliveries.claim_delivery(now=later, lease_seconds=LEASE) is None
+    assert (again.delivery.id, again.delivery.attempt, again.delivery.tries) == (delivery.id, 2, 1)
+    assert again.delivery.lease_token not in (None, old_token)
+    assert not deliveries.mark_sent(delivery.id, old_token, now=later, outcome=Outcome.FAILURE)
+    assert again.delivery.lease_token is not None
+    assert deliveries.mark_sent(
+        delivery.id, again.delivery.lease_token, now=later, outcome=Outcome.FAILURE
+    )
+    assert not deliveries.send_again(record.id, delivery.id, now=later, by="ann")  # sent
+
+
+def test_a_schedules_runs_are_listed_newest_first_with_their_exports(
+    store: MetadataStore, schedules: ScheduleStore
+) -> None:
+    """list_runs gives each fired due time (run now included) and its export, newest first,
+    at most `limit`; another schedule's runs are not among them."""
+    schedule = schedules.add_schedule(_schedule())
+    other = schedules.add_schedule(_schedule())
+    fired = []
+    for hours in range(3):
+        due = NOW + timedelta(hours=hours)
+        record = schedules.fire(schedule.id, due_at=due, new=new_export(due), deliveries=[])
+        assert record is not None
+        fired.append((due, record.id))
+    schedules.fire(other.id, due_at=NOW, new=new_export(NOW), deliveries=[])
+    runs = schedules.list_runs(schedule.id, limit=2)
+    assert [(r.due_at, r.export.id) for r in runs] == fired[::-1][:2]
+    assert runs[0].export.status.value == "queued"
+    assert len(schedules.list_runs(schedule.id)) == 3
+    assert schedules.list_runs("no-such-schedule") == []
+
+
 def test_instance_secret_is_generated_once(schedules: ScheduleStore) -> None:
     """Every caller gets the value the first one stored."""
     first = schedules.instance_secret("webhook", lambda: "one", now=NOW)

@@ -107,14 +107,19 @@ class Site:
         assert overflow == 0, f"{name} ({page.url}) scrolls sideways by {overflow} px"
 
 
-def make_site(tmp_path_factory: pytest.TempPathFactory, name: str = "web") -> Iterator[Site]:
+def make_site(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str = "web",
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Site]:
     """A fresh site: demo data, three queries, an editor with a password and a token, a
-    worker and `qexport serve`; every process is killed afterwards."""
+    worker and `qexport serve` (with `extra_env` QEXPORT_* settings); every process is
+    killed afterwards."""
     data_dir = tmp_path_factory.mktemp(name)
     artifacts = Path(os.environ.get("QEXPORT_TEST_ARTIFACTS") or data_dir / "screenshots")
     artifacts.mkdir(parents=True, exist_ok=True)
     build_demo_database(data_dir / "demo.duckdb", orders=2_000)
-    env = Env(data_dir)
+    env = Env(data_dir, extra=dict(extra_env or {}))
     env.run("db", "upgrade")
     env.add_query("small_orders", SMALL, Parameter("n", ParamType.INTEGER, False, "100"))
     env.add_query("every_number", SLOW)

@@ -41,14 +41,14 @@ def test_request_watch_and_download_a_csv(site: Site, page: Page) -> None:
     site.worker.send_signal(signal.SIGSTOP)  # idle: it holds no lease; resumed below
     try:
         page.get_by_role("button", name="Request export").click()
-        expect(_status(page)).to_have_text("queued")
+        expect(_status(page)).to_have_text("Queued")
         page.evaluate("window.notReloaded = true")
     finally:
         site.worker.send_signal(signal.SIGCONT)
     export_id = page.url.split("/exports/")[1].split("?")[0]
-    expect(_status(page)).to_have_text("succeeded")
+    expect(_status(page)).to_have_text("Succeeded")
     assert page.evaluate("window.notReloaded === true"), "the page was reloaded"
-    expect(page.locator("#announcer")).to_have_text("small_orders: succeeded")
+    expect(page.locator("#announcer")).to_have_text("small_orders: Succeeded")
     expect(page.locator("#export .status")).to_contain_text("1,500 rows")
     expect(page.locator("#export")).to_contain_text(re.compile(r"expires in [67] days"))
     site.shot(page, "export-succeeded")
@@ -59,7 +59,7 @@ def test_request_watch_and_download_a_csv(site: Site, page: Page) -> None:
     assert api.status_code == 200
     assert downloaded == api.content
     page.get_by_role("link", name="Exports", exact=True).click()
-    expect(page.locator(f"#export-{export_id}")).to_contain_text("succeeded")
+    expect(page.locator(f"#export-{export_id}")).to_contain_text("Succeeded")
     site.shot(page, "exports")
 
 
@@ -67,10 +67,12 @@ def test_a_public_link_opens_in_a_fresh_context_until_revoked(
     site: Site, page: Page, chromium: Browser
 ) -> None:
     """The link shown once after creating it downloads the file without a session; once
-    revoked it opens the invalid-link page."""
+    revoked (from the page's list of links, after the question) it opens the invalid-link
+    page."""
     _request(page, "small_orders")
-    expect(_status(page)).to_have_text("succeeded")
+    expect(_status(page)).to_have_text("Succeeded")
     page.get_by_role("button", name="Create a public link").click()
+    expect(page.get_by_label("Link", exact=True)).to_be_focused()
     url = page.get_by_label("Link", exact=True).input_value()
     assert url.startswith(f"{site.url}/p/")
     expect(page.get_by_role("button", name="Copy link")).to_be_visible()
@@ -80,7 +82,8 @@ def test_a_public_link_opens_in_a_fresh_context_until_revoked(
         shared = stranger.request.get(url)
         assert shared.status == 200
         assert shared.body().startswith(b"order_id,total")
-        page.get_by_role("button", name="Revoke this link").click()
+        page.locator("#links").get_by_role("button", name=re.compile("^Revoke the link")).click()
+        page.get_by_role("dialog").get_by_role("button", name="Revoke the link").click()
         expect(page.get_by_text("The public link was revoked")).to_be_visible()
         invalid = stranger.new_page()
         response = invalid.goto(url)
@@ -96,7 +99,7 @@ def test_cancel_a_long_export(site: Site, page: Page) -> None:
     """A running export shows rows written as it goes and can be cancelled from its page,
     once the person says yes in the dialog (Keep it leaves it running)."""
     _request(page, "every_number")
-    expect(_status(page)).to_have_text("running")
+    expect(_status(page)).to_have_text("Running")
     expect(page.locator("#export progress")).to_be_visible()
     site.shot(page, "export-running")
     page.get_by_role("button", name="Cancel this export").click()
@@ -106,12 +109,12 @@ def test_cancel_a_long_export(site: Site, page: Page) -> None:
     site.shot(page, "export-cancel-confirm")
     dialog.get_by_role("button", name="Keep it").click()
     expect(dialog).to_be_hidden()
-    expect(_status(page)).to_have_text("running")
+    expect(_status(page)).to_have_text("Running")
     page.get_by_role("button", name="Cancel this export").click()
     dialog.get_by_role("button", name="Cancel the export").click()
     expect(page.get_by_text("The export was cancelled.").first).to_be_visible()
-    expect(_status(page)).to_have_text("failed")
-    expect(page.locator("#export .status")).to_contain_text("cancelled")
+    expect(_status(page)).to_have_text("Cancelled")
+    expect(page.locator("#export .status")).to_contain_text("no file was made")
     site.shot(page, "export-cancelled")
 
 
@@ -119,7 +122,7 @@ def test_a_failed_export_shows_its_code_and_reason(site: Site, page: Page) -> No
     """A query that fails at run time settles failed with query_invalid and a readable reason,
     shown without a reload; its history lists the attempt."""
     _request(page, "bad_cast")
-    expect(_status(page)).to_have_text("failed")
+    expect(_status(page)).to_have_text("Failed")
     status = page.locator("#export .status")
     expect(status).to_contain_text("query_invalid")
     expect(status).to_contain_text("The query could not run.")

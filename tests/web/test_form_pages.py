@@ -353,8 +353,8 @@ def _delete(browser: Browser, path: str, **data: str) -> httpx2.Response:
 
 def test_an_editor_deletes_a_query_after_the_confirmation_page(api: Api, browser: Browser) -> None:
     """The query's page has a red Delete whose dialog says what happens; without JavaScript
-    the POST answers with the confirmation page, and yes deletes it and goes to the list with
-    a notice."""
+    the POST (or a GET of its URL) answers with the confirmation page, and yes deletes it and
+    goes to the list with a notice."""
     add_person(api, "ann@example.com")
     query = api.add_query()
     browser.sign_in("ann@example.com")
@@ -369,6 +369,9 @@ def test_an_editor_deletes_a_query_after_the_confirmation_page(api: Api, browser
     assert "<h1>Delete the query orders?</h1>" in asked.text
     assert "fail as access lost before they run" in asked.text
     assert '<input type="hidden" name="confirmed" value="yes">' in asked.text
+    reloaded = browser.client.get(f"{path}/delete")  # the URL from the address bar: asks too
+    assert reloaded.status_code == 200
+    assert "<h1>Delete the query orders?</h1>" in reloaded.text
     assert api.context.catalog.get_query(query.id) is not None
     assert not api.context.catalog.get_query(query.id).deleted  # type: ignore[union-attr]
     done = _delete(browser, path, confirmed="yes")

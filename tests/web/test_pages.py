@@ -138,10 +138,10 @@ def test_without_javascript_a_person_requests_and_downloads_a_csv(
     browser.sign_in("ann@example.com")
     export_id = _request_csv(browser, since="2024-01-10")
     page = browser.page(f"/exports/{export_id}?notice=requested")
-    assert ">queued<" in page
+    assert ">Queued<" in page
     api.drain()
     page = browser.page("/")
-    assert ">succeeded<" in page
+    assert ">Succeeded<" in page
     assert "expires in 7 days" in page
     link = f"/exports/{export_id}/download"
     assert f'href="{link}"' in page
@@ -153,23 +153,36 @@ def test_without_javascript_a_person_requests_and_downloads_a_csv(
 
 
 def test_a_public_link_is_created_shown_once_and_revoked(api: Api, browser: Browser) -> None:
-    """The form creates a link whose URL downloads the file; revoking it makes it invalid."""
+    """Creating a link redirects to the export's page (POST-redirect-GET), which shows its URL
+    once; a reload shows it no more and makes no other link, and the page lists it; revoking
+    it (after the question) makes it invalid."""
     add_person(api, "ann@example.com")
     api.add_query()
     browser.sign_in("ann@example.com")
     export_id = _request_csv(browser)
     api.drain()
     token = csrf_of(browser.page(f"/exports/{export_id}"))
-    created = browser.client.post(f"/exports/{export_id}/links", data={"csrf": token})
-    assert created.status_code == 200
-    url = re.search(r'id="public-url" type="text" readonly value="([^"]+)"', created.text)
+    created = browser.client.post(
+        f"/exports/{export_id}/links", data={"csrf": token}, follow_redirects=False
+    )
+    assert created.status_code == 303
+    assert created.headers["location"] == f"/exports/{export_id}"
+    shown = browser.page(f"/exports/{export_id}")
+    url = re.search(r'id="public-url" type="text" readonly value="([^"]+)" autofocus', shown)
     assert url
     path = url.group(1).removeprefix("http://127.0.0.1:8000")
     assert TestClient(api.client.app).get(path).status_code == 200
-    revoke = re.search(r'action="(/links/[^"]+/revoke)"', created.text)
-    assert revoke
-    done = browser.client.post(revoke.group(1), data={"csrf": token, "export_id": export_id})
+    reloaded = browser.page(f"/exports/{export_id}")
+    assert "public-url" not in reloaded
+    assert url.group(1) not in reloaded
+    revoke = re.findall(rf'action="(/exports/{export_id}/links/[^"]+/revoke)"', reloaded)
+    assert len(revoke) == 1  # the one link, listed; the reload made no other
+    asked = browser.client.post(revoke[0], data={"csrf": token})
+    assert "Revoke this public link to orders.csv?" in asked.text
+    assert TestClient(api.client.app).get(path).status_code == 200
+    done = browser.client.post(revoke[0], data={"csrf": token, "confirmed": "yes"})
     assert "The public link was revoked" in done.text
+    assert "No live public links" in done.text
     gone = TestClient(api.client.app).get(path)
     assert gone.status_code == 410
     assert "This link is not valid" in gone.text
@@ -221,7 +234,7 @@ def test_a_report_is_requested_with_its_open_parameters(api: Api, browser: Brows
     assert response.status_code == 303, response.text
     api.drain()
     page = browser.page(response.headers["location"])
-    assert ">succeeded<" in page
+    assert ">Succeeded<" in page
     assert 'href="/exports/' in page
     assert "Download Orders-review.html" in page
 
@@ -238,7 +251,7 @@ def test_an_admin_sees_the_workspaces_exports_and_a_viewer_only_their_own(
     admin = Browser(TestClient(api.client.app))
     admin.sign_in("ada@example.com")
     assert f'href="/exports/{export_id}"' in admin.page("/")
-    assert ">queued<" in admin.page(f"/exports/{export_id}")
+    assert ">Queued<" in admin.page(f"/exports/{export_id}")
 
 
 def test_sign_out_ends_the_session(api: Api, browser: Browser) -> None:

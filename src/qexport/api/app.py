@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from qexport.api import (
+    deliveries,
     exports,
     health,
     links,
@@ -24,6 +25,7 @@ def install(app: FastAPI) -> None:
     app.include_router(exports.router, prefix="/api/v1")
     app.include_router(links.router, prefix="/api/v1")
     app.include_router(schedules.router, prefix="/api/v1")
+    app.include_router(deliveries.router, prefix="/api/v1")
     app.include_router(workspaces.router, prefix="/api/v1")
     app.include_router(sources.router, prefix="/api/v1")
     app.include_router(public.router)

@@ -1,13 +1,13 @@
-"""Public delivery links: created for a downloadable export, revoked by their creator or
-a workspace admin. The link itself is served by `api.public`."""
+"""Public delivery links: created for a downloadable export, listed and revoked by their
+creator or a workspace admin. The link itself is served by `api.public`."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import CreatedLink, problem_responses
-from qexport.services.links import create_link, revoke_link
+from qexport.api.schemas import CreatedLink, LinkItem, LinkList, problem_responses
+from qexport.services.links import create_link, list_live_links, revoke_link
 
 router = APIRouter(tags=["links"])
 
@@ -34,6 +34,29 @@ def create(export_id: str, principal: CurrentPrincipal, context: Context) -> Cre
         max_live=context.settings.max_links_per_export,
     )
     return CreatedLink(id=created.link.id, url=created.url, expires_at=created.expires_at)
+
+
+@router.get(
+    "/exports/{export_id}/links",
+    response_model=LinkList,
+    responses=problem_responses(401, 404, 503),
+)
+def list_links(export_id: str, principal: CurrentPrincipal, context: Context) -> LinkList:
+    """The export's unrevoked links that the caller may revoke: their own, or every one for a
+    workspace admin; oldest first. Their URLs are not shown again."""
+    record, found = list_live_links(context.exports, context.accounts, principal, export_id)
+    return LinkList(
+        items=[
+            LinkItem(
+                id=link.id,
+                created_by=link.created_by,
+                created_at=link.created_at,
+                expires_at=record.expires_at,
+                last_used_at=link.last_used_at,
+            )
+            for link in found
+        ]
+    )
 
 
 @router.delete(

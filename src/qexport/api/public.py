@@ -7,6 +7,7 @@ other link gets the same small page: 410 once it was revoked or expired, 404 if 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from starlette.background import BackgroundTask
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from qexport.api.auth import Context
@@ -17,7 +18,7 @@ from qexport.http.download import (
     file_responses,
     presigned_redirect,
 )
-from qexport.services.links import LinkGoneError, LinkUnknownError, resolve_public_link
+from qexport.services.links import LinkGoneError, LinkUnknownError, note_link_used, resolve_link
 
 router = APIRouter(tags=["public"])
 
@@ -74,15 +75,18 @@ def download_public(
 ) -> Response:
     """The shared file while the link is valid; otherwise the invalid-link page."""
     try:
-        record = resolve_public_link(
+        link, record = resolve_link(
             context.exports, context.catalog, context.accounts, context.clock, token
         )
     except LinkUnknownError:
         return invalid_link(404)
     except LinkGoneError:
         return invalid_link(410)
-    redirect = presigned_redirect(context.objects, record, context.clock.now())
-    if redirect is not None:
-        redirect.headers.update(_PUBLIC_HEADERS)
-        return redirect
-    return file_response(context.objects, record, conditions, extra_headers=_PUBLIC_HEADERS)
+    response = presigned_redirect(context.objects, record, context.clock.now())
+    if response is not None:
+        response.headers.update(_PUBLIC_HEADERS)
+    else:
+        response = file_response(context.objects, record, conditions, extra_headers=_PUBLIC_HEADERS)
+    # After the response is sent: recording the use never delays the file.
+    response.background = BackgroundTask(note_link_used, context.accounts, context.clock, link)
+    return response

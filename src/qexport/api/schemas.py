@@ -309,6 +309,22 @@ class CreatedLink(BaseModel):
     expires_at: datetime
 
 
+class LinkItem(BaseModel):
+    """A live public link: its URL is never shown again (only its hash is kept)."""
+
+    id: str
+    created_by: str = Field(description="The user id of whoever created it")
+    created_at: datetime
+    expires_at: datetime | None = Field(description="When the export's file expires, and it")
+    last_used_at: datetime | None = Field(
+        description="When it last served the file (to the minute); null if it never did"
+    )
+
+
+class LinkList(BaseModel):
+    items: list[LinkItem]
+
+
 # ---------------------------------------------------------------- schedules and deliveries
 
 MissedChoice = Literal["once", "skip"]
@@ -433,6 +449,12 @@ class Delivery(BaseModel):
     )
     sent_at: datetime | None
     created_at: datetime
+    next_attempt_at: datetime | None = Field(
+        None, description="When a waiting delivery is tried next; null: as soon as it can be"
+    )
+    resent_at: datetime | None = Field(
+        None, description="When a person last sent it again after it failed; null if never"
+    )
 
 
 class DeliveryList(BaseModel):

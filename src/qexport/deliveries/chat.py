@@ -23,6 +23,7 @@ from typing import Any
 
 from qexport.deliveries.content import Notice, email_subject, readable_time
 from qexport.deliveries.webhook import WebhookSender
+from qexport.domain.failures import readable_detail
 from qexport.domain.schedules import Channel, Outcome
 from qexport.humanize import human_size
 
@@ -58,7 +59,7 @@ def facts(notice: Notice) -> list[tuple[str, str]]:
 
 def _reason(notice: Notice) -> str | None:
     if notice.outcome is Outcome.FAILURE:
-        return notice.export.failure_detail or "unknown"
+        return readable_detail(notice.export.failure_detail) or "unknown"
     if notice.outcome is Outcome.EXPIRED:
         return "Ask for the export again to get a new file."
     return None

@@ -15,6 +15,7 @@ from email.message import EmailMessage
 from typing import Any
 
 from qexport.domain.exports import ExportRecord, Status
+from qexport.domain.failures import readable_detail
 from qexport.domain.schedules import Delivery, Outcome
 from qexport.humanize import human_size
 from qexport.services.views import iso_time
@@ -77,7 +78,7 @@ def email_text(notice: Notice) -> str:
         lines = [
             f"Format:    {export.format}",
             f"Code:      {export.failure_code or 'internal'}",
-            f"Reason:    {export.failure_detail or 'unknown'}",
+            f"Reason:    {readable_detail(export.failure_detail) or 'unknown'}",
         ]
     else:
         intro = (
@@ -114,7 +115,10 @@ def email_message(notice: Notice, *, attachment: bytes | None = None) -> EmailMe
 def webhook_payload(notice: Notice) -> dict[str, Any]:
     export, delivered = notice.export, notice.outcome is Outcome.FILE
     failure = (
-        {"code": str(export.failure_code or "internal"), "detail": export.failure_detail or ""}
+        {
+            "code": str(export.failure_code or "internal"),
+            "detail": readable_detail(export.failure_detail),
+        }
         if notice.outcome is Outcome.FAILURE
         else None
     )

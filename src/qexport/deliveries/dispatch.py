@@ -92,7 +92,8 @@ class DeliveryDispatcher:
         """One attempt at one delivery; no sending error escapes (a store error does)."""
         delivery, export = claimed.delivery, claimed.export
         limit = self._settings.delivery_max_attempts
-        if delivery.attempt > limit:  # earlier senders died holding it
+        # `tries`, not `attempt`: a delivery sent again by a person starts a fresh budget.
+        if delivery.tries > limit:  # earlier senders died holding it
             reason = _gave_up(limit)
             if delivery.last_error:
                 reason += f": {delivery.last_error}"
@@ -181,10 +182,10 @@ class DeliveryDispatcher:
         limit = self._settings.delivery_max_attempts
         if permanent:
             self._fail(delivery, error)
-        elif delivery.attempt < limit:
+        elif delivery.tries < limit:
             settings = self._settings
             base, cap = settings.delivery_retry_base_seconds, settings.delivery_retry_max_seconds
-            delay = backoff(delivery.attempt, base, cap)
+            delay = backoff(delivery.tries, base, cap)
             retry_at = self._clock.now() + timedelta(seconds=delay)
             self._deliveries.release_delivery(
                 delivery.id, _token(delivery), retry_at=retry_at, error=error

@@ -116,6 +116,7 @@ class Link:
     created_by: str
     created_at: datetime
     revoked_at: datetime | None = None
+    last_used_at: datetime | None = None  # when it last served the file (to the minute)
 
 
 def may_share(role: Role | None, sharer: str, requested_by: str) -> bool:

@@ -42,6 +42,52 @@ def bounded_detail(text: str) -> str:
     return text
 
 
+# ---------------------------------------------------------------- the detail people read
+
+# Read-time, not write-time: the record's detail is also what its `failed` event holds (the
+# event is written from the row, in the same transaction), so the engine's own words stay in
+# the history while every reader shows this; records written before it read clean too.
+READABLE_MAX_CHARS = 280  # about two lines of a page; a longer headline is cut
+# DuckDB and PostgreSQL quote the statement and point under the mistake: "LINE 2: FROM t" and
+# a line of carets. Stored details are one paragraph (bounded_detail), so the caret line may
+# follow on the same line; a detail cut at 500 characters may have lost the carets.
+_CARET_ART = re.compile(r"\s*\bLINE \d+:(?:[^\n]*\n\s*\^+[^\n]*|.*?\s\^+(?=\s|$)|.*$)", re.DOTALL)
+_POSITION = re.compile(r"\s*\((line \d+, column \d+)\)\s*$")
+# Sentences: split after . ! ? (or a "Label:" list) when the next one starts like a sentence.
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])|\s+(?=Candidate \w+:)")
+# What people cannot act on: the engine's catalogue and settings (DuckDB suggests "pg_tables"
+# for any unknown table), and qexport's own wrapping of the statement.
+_INTERNAL = re.compile(
+    r"\b(?:pg_\w+|duckdb_\w+|sqlite_\w+|information_schema|qexport_\w+)\b|\bSET \w+\s*=|PRAGMA ",
+    re.IGNORECASE,
+)
+HINT_MAX_CHARS = 120  # a hint longer than this is a list (DuckDB's candidate functions)
+
+
+def readable_detail(detail: str | None) -> str:
+    """A failure's detail as people read it (pages, the API's `failure.detail`, the CLI,
+    messages): no caret art, no suggestion naming the engine's internals, at most two
+    sentences of at most READABLE_MAX_CHARS; the position in words is kept."""
+    if not detail:
+        return ""
+    text = _CARET_ART.sub("", detail).strip()
+    position = _POSITION.search(text)
+    if position:
+        text = text[: position.start()]
+    sentences = [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+    if not sentences:
+        return ""
+    headline, *rest = sentences
+    hints = [s for s in rest if len(s) <= HINT_MAX_CHARS and not _INTERNAL.search(s)]
+    text = " ".join([headline, *hints[:1]])
+    if position:
+        text = f"{text} ({position.group(1)})"
+    text = re.sub(r"\s+", " ", text).strip()
+    if len(text) > READABLE_MAX_CHARS:
+        text = text[: READABLE_MAX_CHARS - 1].rstrip() + "…"
+    return text
+
+
 class QExportError(Exception):
     """Root of every qexport error; carries the failure code an export settles with."""
 

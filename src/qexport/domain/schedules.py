@@ -368,7 +368,16 @@ class Delivery:
     outcome: Outcome | None = None
     last_error: str | None = None
     failure_code: FailureCode | None = None
+    attempts_spent: int = 0  # attempts made before it was last sent again
+    resent_at: datetime | None = None
+    resent_by: str | None = None
 
     @property
     def idempotency_key(self) -> str:
         return self.id
+
+    @property
+    def tries(self) -> int:
+        """Attempts since it was last sent again (all of them if it never was): what the
+        attempt limit and the backoff count."""
+        return self.attempt - self.attempts_spent

@@ -22,6 +22,7 @@ from qexport.domain.failures import (
     ConflictError,
     NotFoundError,
     QExportError,
+    readable_detail,
 )
 from qexport.ports import Catalog, Clock, ExportQueue, ObjectStore
 from qexport.services.reports import may_read_subject
@@ -132,7 +133,9 @@ def downloadable(
         raise NotReadyError(f"export {export_id} is {status}; the file is not ready yet")
     if status == Status.FAILED:
         code = record.failure_code.value if record.failure_code else "failed"
-        raise ExportFailedError(f"export {export_id} failed ({code}): {record.failure_detail}")
+        raise ExportFailedError(
+            f"export {export_id} failed ({code}): {readable_detail(record.failure_detail)}"
+        )
     if status == EXPIRED:
         assert record.expires_at is not None
         raise ExpiredError(f"export {export_id} expired at {record.expires_at:%Y-%m-%d %H:%M} UTC")

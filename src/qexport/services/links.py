@@ -4,12 +4,17 @@ Only the token's hash is stored. A link works while the export is succeeded and 
 the link is not revoked, and its creator is still a member who may read the export's subject
 and still holds the role that let them share it (`may_share`): nobody receives data through
 someone else's rights. An export has at most `max_live` unrevoked links.
+
+A link is managed (listed, revoked) by its creator or a workspace admin; to anyone else it
+looks missing. When it serves its file it records `last_used_at`, at most once a minute.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+
+import structlog
 
 from qexport.domain.accounts import (
     Link,
@@ -22,10 +27,15 @@ from qexport.domain.accounts import (
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import NotFoundError, QExportError
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
-from qexport.services.exports import downloadable
+from qexport.services.exports import downloadable, get_visible_export
 from qexport.services.reports import may_read_subject
 
+log = structlog.get_logger()
+
 MAX_LINK_ID_CHARS = 64  # link ids are UUIDs; anything much longer is not worth a lookup
+# How stale `last_used_at` may get: a link downloaded in a loop writes once a minute, not once
+# a request, so its downloads never queue behind the metadata database's writers.
+LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 class LinkGoneError(QExportError):
@@ -81,29 +91,73 @@ def create_link(
     return CreatedLink(link, public_url(base_url, token), record.expires_at)
 
 
-def revoke_link(
-    store: ExportQueue, accounts: AccountStore, clock: Clock, principal: Principal, link_id: str
-) -> None:
-    """Revoke a link of the caller's (or, for an admin, of the workspace's).
+def may_manage_link(principal: Principal, link: Link) -> bool:
+    """Whether the caller may list and revoke the link: its creator, or a workspace admin."""
+    return link.created_by == principal.user_id or principal.sees_workspace
 
-    Revoking an already revoked link succeeds again; someone else's link looks missing.
-    """
+
+def list_live_links(
+    exports: ExportQueue, accounts: AccountStore, principal: Principal, export_id: str
+) -> tuple[ExportRecord, list[Link]]:
+    """An export the caller may see and its unrevoked links the caller may manage, oldest
+    first (NotFoundError for an export they cannot see)."""
+    record = get_visible_export(
+        exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
+    )
+    found = [link for link in accounts.list_links(record.id) if may_manage_link(principal, link)]
+    return record, found
+
+
+def manageable_link(
+    store: ExportQueue, accounts: AccountStore, principal: Principal, link_id: str
+) -> tuple[Link, ExportRecord]:
+    """A link of the caller's workspace that they may manage, with its export; someone else's
+    link, or another workspace's, looks missing."""
     link = accounts.get_link(link_id) if len(link_id) <= MAX_LINK_ID_CHARS else None
     record = store.get_export(link.export_id) if link else None
     if (
         link is None
         or record is None
         or record.workspace_id != principal.workspace_id
-        or (link.created_by != principal.user_id and not principal.sees_workspace)
+        or not may_manage_link(principal, link)
     ):
         raise NotFoundError(f"no link {link_id!r}")
+    return link, record
+
+
+def revoke_link(
+    store: ExportQueue,
+    accounts: AccountStore,
+    clock: Clock,
+    principal: Principal,
+    link_id: str,
+    *,
+    export_id: str | None = None,
+) -> Link:
+    """Revoke a link of the caller's (or, for an admin, of the workspace's); with
+    `export_id`, only a link of that export.
+
+    Revoking an already revoked link succeeds again; someone else's link looks missing.
+    """
+    link, record = manageable_link(store, accounts, principal, link_id)
+    if export_id is not None and record.id != export_id:
+        raise NotFoundError(f"no link {link_id!r}")
     accounts.revoke_link(link.id, now=clock.now())
+    return link
 
 
 def resolve_public_link(
     exports: ExportQueue, catalog: Catalog, accounts: AccountStore, clock: Clock, token: str
 ) -> ExportRecord:
     """The export a public token downloads; LinkUnknownError or LinkGoneError otherwise."""
+    return resolve_link(exports, catalog, accounts, clock, token)[1]
+
+
+def resolve_link(
+    exports: ExportQueue, catalog: Catalog, accounts: AccountStore, clock: Clock, token: str
+) -> tuple[Link, ExportRecord]:
+    """The link a public token is, and the export it downloads; LinkUnknownError or
+    LinkGoneError otherwise."""
     link = accounts.find_link(hash_secret(token)) if valid_link_token(token) else None
     record = exports.get_export(link.export_id) if link else None
     if link is None or record is None:
@@ -116,4 +170,18 @@ def resolve_public_link(
         raise LinkGoneError("the link's creator may no longer share this export")
     if not may_read_subject(catalog, creator, record):
         raise LinkGoneError("the link's creator may no longer read what the export was made from")
-    return record
+    return link, record
+
+
+def note_link_used(accounts: AccountStore, clock: Clock, link: Link) -> None:
+    """Record that the link served its file, unless it did within the last minute (as read
+    with the link: most downloads write nothing). Run after the response is sent; a
+    failure only costs the record, never the download."""
+    now = clock.now()
+    since = now - LAST_USED_PRECISION
+    if link.last_used_at is not None and link.last_used_at >= since:
+        return
+    try:
+        accounts.touch_link(link.id, now=now, unless_since=since)
+    except Exception:  # after the response: a failure costs only the record
+        log.warning("link_use_not_recorded", link_id=link.id, exc_info=True)

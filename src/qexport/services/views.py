@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from qexport.domain.exports import ExportRecord, effective_status
+from qexport.domain.failures import readable_detail
 from qexport.domain.reports import SUBJECT_REPORT
 from qexport.domain.schedules import Delivery, Schedule
 
@@ -17,7 +18,8 @@ def iso_time(value: datetime | None) -> str | None:
 
 
 def export_view(record: ExportRecord, now: datetime) -> dict[str, Any]:
-    """The export as JSON; `status` is the effective one (`expired` when past expiry)."""
+    """The export as JSON; `status` is the effective one (`expired` when past expiry), the
+    failure's detail the readable one (its events keep the engine's words)."""
     return {
         "id": record.id,
         "status": effective_status(record, now),
@@ -40,7 +42,7 @@ def export_view(record: ExportRecord, now: datetime) -> dict[str, Any]:
         "attempts": record.attempt,
         "progress": {"rows": record.progress_rows},
         "failure": (
-            {"code": record.failure_code.value, "detail": record.failure_detail}
+            {"code": record.failure_code.value, "detail": readable_detail(record.failure_detail)}
             if record.failure_code
             else None
         ),
@@ -83,4 +85,6 @@ def delivery_view(delivery: Delivery) -> dict[str, Any]:
         "failure_code": delivery.failure_code.value if delivery.failure_code else None,
         "sent_at": iso_time(delivery.sent_at),
         "created_at": iso_time(delivery.created_at),
+        "next_attempt_at": iso_time(delivery.next_attempt_at),
+        "resent_at": iso_time(delivery.resent_at),
     }

@@ -57,7 +57,9 @@ def _token(row: sa.Row[Any]) -> ApiToken:
 
 
 def _link(row: sa.Row[Any]) -> Link:
-    return Link(row.id, row.export_id, row.created_by, row.created_at, row.revoked_at)
+    return Link(
+        row.id, row.export_id, row.created_by, row.created_at, row.revoked_at, row.last_used_at
+    )
 
 
 class SqlAccountStore:
@@ -383,6 +385,21 @@ class SqlAccountStore:
         live = sa.and_(links.c.id == link_id, links.c.revoked_at.is_(None))
         with self._tx() as conn:
             return conn.execute(links.update().where(live).values(revoked_at=now)).rowcount == 1
+
+    def list_links(self, export_id: str) -> list[Link]:
+        stmt = (
+            sa.select(links)
+            .where(links.c.export_id == export_id, links.c.revoked_at.is_(None))
+            .order_by(links.c.created_at, links.c.id)
+        )
+        with self._tx() as conn:
+            return [_link(row) for row in conn.execute(stmt)]
+
+    def touch_link(self, link_id: str, *, now: datetime, unless_since: datetime) -> bool:
+        stale = sa.or_(links.c.last_used_at.is_(None), links.c.last_used_at < unless_since)
+        stmt = links.update().where(links.c.id == link_id, stale).values(last_used_at=now)
+        with self._tx() as conn:
+            return conn.execute(stmt).rowcount == 1
 
     # ------------------------------------------------------------ registered sources
 

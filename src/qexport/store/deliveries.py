@@ -1,7 +1,8 @@
 """Deliveries on SQLAlchemy Core: claimed once their export settles, every write fenced.
 
 waiting -> sending (claim; or sending -> sending when a sender died and its lease expired)
-sending -> sent | failed (fenced by the lease token), sending -> waiting (retry later).
+sending -> sent | failed (fenced by the lease token), sending -> waiting (retry later);
+failed -> waiting when a person sends it again (guarded by `status = 'failed'`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def _to_delivery(row: sa.Row[Any]) -> Delivery:
         outcome=Outcome(m["outcome"]) if m["outcome"] else None,
         last_error=m["last_error"],
         failure_code=FailureCode(m["failure_code"]) if m["failure_code"] else None,
+        attempts_spent=m["attempts_spent"],
+        resent_at=m["resent_at"],
+        resent_by=m["resent_by"],
     )
 
 
@@ -158,6 +162,32 @@ class SqlDeliveryStore:
             lease_token=None,
             lease_expires_at=None,
         )
+
+    def send_again(self, export_id: str, delivery_id: str, *, now: datetime, by: str) -> bool:
+        """failed -> waiting, due now, with a fresh attempt budget; False unless it was failed.
+
+        A failed delivery holds no lease, so no sender can be writing it; from waiting it is
+        claimed like any other (one lease, one send per claim) under its same id, so that a
+        receiver dropping repeats still sees it once.
+        """
+        stmt = (
+            deliveries.update()
+            .where(
+                deliveries.c.id == delivery_id,
+                deliveries.c.export_id == export_id,
+                deliveries.c.status == DeliveryStatus.FAILED.value,
+            )
+            .values(
+                status=DeliveryStatus.WAITING.value,
+                next_attempt_at=None,
+                failure_code=None,
+                attempts_spent=deliveries.c.attempt,
+                resent_at=now,
+                resent_by=by,
+            )
+        )
+        with self._tx() as conn:
+            return conn.execute(stmt).rowcount == 1
 
     def list_deliveries(self, export_id: str) -> list[Delivery]:
         stmt = (

@@ -17,10 +17,10 @@ from qexport.domain.schedules import (
     parse_recipient,
     schedule_cap_reached,
 )
-from qexport.ports import NewExport
+from qexport.ports import NewExport, ScheduleRun
 from qexport.store.engine import transaction
-from qexport.store.exports import check_unsettled_cap, insert_export_in
-from qexport.store.tables import instance_secrets, schedule_runs, schedules
+from qexport.store.exports import _to_record, check_unsettled_cap, insert_export_in
+from qexport.store.tables import exports, instance_secrets, schedule_runs, schedules
 
 _LIVE = schedules.c.deleted_at.is_(None)
 
@@ -219,3 +219,15 @@ class SqlScheduleStore:
                     sa.select(instance_secrets.c.value).where(instance_secrets.c.name == name)
                 ).scalar_one()
             )
+
+    def list_runs(self, schedule_id: str, *, limit: int = 10) -> list[ScheduleRun]:
+        # The primary key (schedule_id, due_at) serves the filter and the order.
+        stmt = (
+            sa.select(exports, schedule_runs.c.due_at.label("run_due_at"))
+            .join(schedule_runs, schedule_runs.c.export_id == exports.c.id)
+            .where(schedule_runs.c.schedule_id == schedule_id)
+            .order_by(schedule_runs.c.due_at.desc())
+            .limit(limit)
+        )
+        with self._tx() as conn:
+            return [ScheduleRun(row.run_due_at, _to_record(row)) for row in conn.execute(stmt)]

@@ -268,6 +268,8 @@ links = sa.Table(
     sa.Column("created_by", sa.String(200), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("revoked_at", UTCDateTime),
+    # When the link last served its file, written at most once a minute (services/links.py).
+    sa.Column("last_used_at", UTCDateTime),
 )
 sa.Index("ix_links_export_id", links.c.export_id)  # live links per export (the link limit)
 
@@ -430,6 +432,11 @@ deliveries = sa.Table(
     sa.Column("last_error", sa.String(500)),
     # Set when a delivery failed with a failure code (destination_refused); NULL otherwise.
     sa.Column("failure_code", sa.String(30)),
+    # Sending a failed delivery again (store/deliveries.py): the attempts made before, so that
+    # it gets a fresh budget while `attempt` keeps counting; and when and by whom.
+    sa.Column("attempts_spent", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("resent_at", UTCDateTime),
+    sa.Column("resent_by", sa.String(200)),
     sa.UniqueConstraint("export_id", "channel", "target"),
     sa.CheckConstraint(CHANNELS, name="channel"),
     sa.CheckConstraint("status IN ('waiting', 'sending', 'sent', 'failed')", name="status"),

@@ -1,16 +1,33 @@
 """The exports pages: the list, one export with its history, and the actions on it
-(download, cancel, create and revoke a public link), all as plain links and forms."""
+(download, cancel, request again, create and revoke a public link, send a failed delivery
+again), all as plain links and forms that redirect to a page (a reload repeats nothing)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from qexport.domain.accounts import Principal
+from qexport.container import Container
+from qexport.deliveries.resend import may_name, may_send_again, send_again
+from qexport.deliveries.signing import link_token, master_secret
+from qexport.domain.accounts import Principal, hash_secret
+from qexport.domain.failures import (
+    ConflictError,
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    QExportError,
+    TooManyRequestsError,
+    readable_detail,
+)
+from qexport.domain.schedules import Delivery
+from qexport.http import errors as api_errors
 from qexport.http.download import DownloadConditions, file_response, presigned_redirect
+from qexport.services.again import SubjectGoneError, request_again
 from qexport.services.exports import (
     cancel_export,
     downloadable,
@@ -18,11 +35,14 @@ from qexport.services.exports import (
     list_visible_events,
     list_visible_exports,
 )
-from qexport.services.links import CreatedLink, create_link, revoke_link
+from qexport.services.links import create_link, list_live_links, manageable_link, revoke_link
+from qexport.web import link_flash
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
-from qexport.web.errors import PageRoute
+from qexport.web.errors import PageRoute, asks_first
+from qexport.web.forms import email_of
 from qexport.web.present import export_row, when
+from qexport.web.present_deliveries import delivery_row, link_row
 from qexport.web.render import page
 from qexport.web.session import Session
 
@@ -32,8 +52,11 @@ LIST_LIMIT = 50
 NOTICES = {
     "cancelled": "The export was cancelled.",
     "link-revoked": "The public link was revoked; it no longer downloads the file.",
-    "requested": "The export was requested. This page updates as it progresses.",
+    "requested": "The export was requested.",
+    "sending-again": "The delivery is waiting to be sent again; its new state shows below.",
 }
+# What a refused action says on the export's page (anything else is an error page).
+_REFUSALS = (SubjectGoneError, ConflictError, ForbiddenError, InvalidRequestError)
 
 
 @router.get("/")
@@ -53,27 +76,68 @@ def exports_page(
     return page(request, "exports.html", session=session, rows=rows)
 
 
+def _path(export_id: str) -> str:
+    return f"/exports/{quote(export_id, safe='')}"
+
+
 def _detail(
     request: Request,
-    context: Context,
+    context: Container,
     session: Session,
     principal: Principal,
     export_id: str,
     *,
-    link: CreatedLink | None = None,
     notice: str | None = None,
+    error: QExportError | None = None,
 ) -> Response:
+    """The export's page; with `error`, the refusal of an action on it, above everything."""
     record = get_visible_export(
         context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
+    now = context.clock.now()
+    row = export_row(record, now)
     events = list_visible_events(
         context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
-    return page(
+    emails: dict[str | None, str] = {}
+
+    def email(user_id: str | None) -> str:
+        if user_id not in emails:
+            emails[user_id] = email_of(context.accounts, user_id)
+        return emails[user_id]
+
+    found = context.deliveries.list_deliveries(record.id)
+    links = []
+    if row.downloadable:
+        _, live = list_live_links(context.exports, context.accounts, principal, record.id)
+        carried = _delivery_links(context, found) if live else {}
+        links = [link_row(link, record, email, carried.get(link.id, "")) for link in live]
+    new_link = link_flash.read(request, session, record.id)
+    if new_link is not None and new_link.link_id not in {link.id for link in links}:
+        new_link = None  # revoked meanwhile, or the file expired: its URL no longer works
+    # The export's page is its owner's and the workspace admins': they see recipients whole.
+    full = may_send_again(principal, record)
+    deliveries = [
+        delivery_row(
+            d,
+            record,
+            now,
+            full=full,
+            can_send_again=full and row.status != "expired" and may_name(principal, d.recipient),
+            email_of=email,
+        )
+        for d in found
+    ]
+    status = 200
+    if error is not None:
+        mapped = api_errors.status_of(error)
+        status = mapped[0] if mapped else 500
+    response = page(
         request,
         "export.html",
+        status=status,
         session=session,
-        row=export_row(record, context.clock.now()),
+        row=row,
         events=[
             {
                 "at": when(e.at),
@@ -81,14 +145,35 @@ def _detail(
                 "status": str(e.status),
                 "attempt": e.attempt,
                 "code": e.code.value if e.code else "",
-                "detail": e.detail or "",
+                "detail": readable_detail(e.detail),
+                "full": e.detail if e.detail and readable_detail(e.detail) != e.detail else "",
             }
             for e in events
         ],
-        link=link,
-        link_expires=when(link.expires_at) if link else "",
+        links=links,
+        new_link=new_link,
+        link_expires=when(record.expires_at),
+        deliveries=deliveries,
+        deliveries_unsent=any(d.unsent for d in deliveries),
         notice=NOTICES.get(notice or ""),
+        error=error.detail if error is not None else None,
     )
+    link_flash.drop(request, response, record.id)
+    return response
+
+
+def _delivery_links(context: Container, deliveries: list[Delivery]) -> dict[str, str]:
+    """Which live links the export's deliveries carry (link id: the recipient), so that
+    the page says whose message holds a link nobody made by hand."""
+    if not deliveries:
+        return {}
+    master = master_secret(context.settings, context.schedules, context.clock)
+    carried: dict[str, str] = {}
+    for delivery in deliveries:
+        link = context.accounts.find_link(hash_secret(link_token(master, delivery.id)))
+        if link is not None:
+            carried[link.id] = f"{delivery.recipient.channel.value} {delivery.recipient.target}"
+    return carried
 
 
 @router.get("/exports/{export_id}")
@@ -100,7 +185,7 @@ def export_page(
     export_id: str,
     notice: str | None = None,
 ) -> Response:
-    """One export: its status, details and event history."""
+    """One export: its status and progress, its links and deliveries, and its history."""
     return _detail(request, context, session, principal, export_id, notice=notice)
 
 
@@ -125,6 +210,31 @@ def download(
     return redirect or file_response(context.objects, record, conditions)
 
 
+@asks_first("/exports/{export_id}/cancel")
+def _ask_cancel(
+    _request: Request,
+    context: Container,
+    _session: Session,
+    principal: Principal,
+    params: Mapping[str, str],
+    back: str = "detail",
+) -> Confirmation:
+    export_id = params["export_id"]
+    record = get_visible_export(
+        context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
+    )
+    detail = _path(export_id)
+    return Confirmation(
+        title=f"Cancel the export of {record.subject_name} ({record.format})?",
+        consequence="It stops now and settles as cancelled; no file is kept and"
+        " nothing is delivered. Request it again to get the file.",
+        action=f"{detail}/cancel",
+        yes="Cancel the export",
+        back="/" if back == "list" else detail,
+        fields={"back": back},
+    )
+
+
 @router.post("/exports/{export_id}/cancel")
 def cancel(
     request: Request,
@@ -137,26 +247,9 @@ def cancel(
 ) -> Response:
     """Cancel a queued or running export, once the person said yes (see web/confirm.py)."""
     if not is_confirmed(confirmed):
-        record = get_visible_export(
-            context.exports,
-            principal.requester,
-            export_id,
-            whole_workspace=principal.sees_workspace,
-        )
-        detail = f"/exports/{quote(export_id, safe='')}"
-        return confirm_page(
-            request,
-            session,
-            Confirmation(
-                title=f"Cancel the export of {record.subject_name} ({record.format})?",
-                consequence="It stops now and settles as cancelled; no file is kept and"
-                " nothing is delivered. Request it again to get the file.",
-                action=f"{detail}/cancel",
-                yes="Cancel the export",
-                back="/" if back == "list" else detail,
-                fields={"back": back},
-            ),
-        )
+        params = {"export_id": export_id}
+        ask = _ask_cancel(request, context, session, principal, params, back)
+        return confirm_page(request, session, ask)
     cancel_export(
         context.exports,
         context.clock,
@@ -168,6 +261,30 @@ def cancel(
     return RedirectResponse(target, status_code=303)
 
 
+@router.post("/exports/{export_id}/again")
+def again(
+    request: Request,
+    context: Context,
+    session: CheckedForm,
+    principal: WebPrincipal,
+    export_id: str,
+) -> Response:
+    """A new export of the same subject, format, parameters and options, requested as any
+    other; its page follows. A refusal (the subject gone, a cap) shows on this export's page."""
+    try:
+        record = request_again(
+            context.exports,
+            context.catalog,
+            context.clock,
+            principal,
+            export_id,
+            max_unsettled=context.settings.max_unsettled_per_user,
+        )
+    except (*_REFUSALS, TooManyRequestsError) as exc:
+        return _detail(request, context, session, principal, export_id, error=exc)
+    return RedirectResponse(f"{_path(record.id)}?notice=requested", status_code=303)
+
+
 @router.post("/exports/{export_id}/links")
 def create_public_link(
     request: Request,
@@ -176,28 +293,93 @@ def create_public_link(
     principal: WebPrincipal,
     export_id: str,
 ) -> Response:
-    """A new public link, shown once on the export's page with a copy button."""
-    created = create_link(
-        context.exports,
-        context.catalog,
-        context.accounts,
-        context.clock,
-        principal,
-        export_id,
-        base_url=context.settings.public_base_url,
-        max_live=context.settings.max_links_per_export,
+    """A new public link, then the export's page, which shows its URL once (web/link_flash.py)."""
+    try:
+        created = create_link(
+            context.exports,
+            context.catalog,
+            context.accounts,
+            context.clock,
+            principal,
+            export_id,
+            base_url=context.settings.public_base_url,
+            max_live=context.settings.max_links_per_export,
+        )
+    except InvalidRequestError as exc:  # the export's live links are at their cap
+        return _detail(request, context, session, principal, export_id, error=exc)
+    # No #fragment: a page opened at one does not focus its autofocus field (the new URL).
+    response = RedirectResponse(_path(created.link.export_id), status_code=303)
+    new = link_flash.NewLink(created.link.id, created.url)
+    link_flash.remember(response, request, session, created.link.export_id, new)
+    return response
+
+
+@asks_first("/exports/{export_id}/links/{link_id}/revoke")
+def _ask_revoke(
+    _request: Request,
+    context: Container,
+    _session: Session,
+    principal: Principal,
+    params: Mapping[str, str],
+) -> Confirmation:
+    link, record = manageable_link(context.exports, context.accounts, principal, params["link_id"])
+    if record.id != params["export_id"]:
+        raise NotFoundError(f"no link {params['link_id']!r}")
+    detail = _path(record.id)
+    return Confirmation(
+        title=f"Revoke this public link to {record.filename}?",
+        consequence=f"Whoever has it can no longer download the file (link created"
+        f" {when(link.created_at)}). The file and your other links stay.",
+        action=f"{detail}/links/{quote(link.id, safe='')}/revoke",
+        yes="Revoke the link",
+        back=f"{detail}#links",
     )
-    return _detail(request, context, session, principal, export_id, link=created)
 
 
-@router.post("/links/{link_id}/revoke")
+@router.post("/exports/{export_id}/links/{link_id}/revoke")
 def revoke_public_link(
+    request: Request,
     context: Context,
-    _session: CheckedForm,
+    session: CheckedForm,
     principal: WebPrincipal,
+    export_id: str,
     link_id: str,
-    export_id: Annotated[str, Form(max_length=64)],
+    confirmed: ConfirmedField = "",
 ) -> Response:
-    revoke_link(context.exports, context.accounts, context.clock, principal, link_id)
-    target = f"/exports/{quote(export_id, safe='')}?notice=link-revoked"
-    return RedirectResponse(target, status_code=303)
+    """Revoke one of the export's links, once the person said yes."""
+    if not is_confirmed(confirmed):
+        params = {"export_id": export_id, "link_id": link_id}
+        ask = _ask_revoke(request, context, session, principal, params)
+        return confirm_page(request, session, ask)
+    revoke_link(
+        context.exports, context.accounts, context.clock, principal, link_id, export_id=export_id
+    )
+    return RedirectResponse(f"{_path(export_id)}?notice=link-revoked#links", status_code=303)
+
+
+@router.post("/exports/{export_id}/deliveries/{delivery_id}/retry")
+def send_delivery_again(
+    request: Request,
+    context: Context,
+    session: CheckedForm,
+    principal: WebPrincipal,
+    export_id: str,
+    delivery_id: str,
+) -> Response:
+    """Send a failed delivery again (deliveries/resend.py); a refusal shows on the page."""
+    master = master_secret(context.settings, context.schedules, context.clock)
+    try:
+        send_again(
+            context.exports,
+            context.deliveries,
+            context.accounts,
+            context.clock,
+            principal,
+            export_id,
+            delivery_id,
+            egress=context.settings.egress_policy(),
+            link_token=lambda delivery_id: link_token(master, delivery_id),
+        )
+    except _REFUSALS as exc:
+        return _detail(request, context, session, principal, export_id, error=exc)
+    return RedirectResponse(f"{_path(export_id)}?notice=sending-again#deliveries", status_code=303)

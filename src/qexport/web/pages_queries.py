@@ -3,6 +3,7 @@ create and change them with (the API's services and rules)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Annotated
 from urllib.parse import quote
@@ -20,7 +21,7 @@ from qexport.sources.registry import usable_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.deleting import query_consequence
-from qexport.web.errors import PageRoute
+from qexport.web.errors import PageRoute, asks_first
 from qexport.web.forms import (
     GENERAL,
     NOTICES,
@@ -284,6 +285,26 @@ def edit_query(
     return _save(request, context, session, principal, form, query_id)
 
 
+@asks_first("/queries/{query_id}/delete")
+def _ask_delete(
+    _request: Request,
+    context: Container,
+    _session: Session,
+    principal: Principal,
+    params: Mapping[str, str],
+) -> Confirmation:
+    require_writer(principal)
+    query = service.get_readable_query(context.catalog, principal, params["query_id"])
+    path = f"/queries/{quote(query.id, safe='')}"
+    return Confirmation(
+        title=f"Delete the query {query.name}?",
+        consequence=query_consequence(context.catalog, context.schedules, query),
+        action=f"{path}/delete",
+        yes="Delete the query",
+        back=path,
+    )
+
+
 @router.post("/queries/{query_id}/delete")
 def delete_query(
     request: Request,
@@ -294,20 +315,8 @@ def delete_query(
     confirmed: ConfirmedField = "",
 ) -> Response:
     """Delete the query once the person said yes (see web/confirm.py); editors and admins."""
-    require_writer(principal)
-    query = service.get_readable_query(context.catalog, principal, query_id)
+    ask = _ask_delete(request, context, session, principal, {"query_id": query_id})
     if not is_confirmed(confirmed):
-        path = f"/queries/{quote(query.id, safe='')}"
-        return confirm_page(
-            request,
-            session,
-            Confirmation(
-                title=f"Delete the query {query.name}?",
-                consequence=query_consequence(context.catalog, context.schedules, query),
-                action=f"{path}/delete",
-                yes="Delete the query",
-                back=path,
-            ),
-        )
-    service.delete_query(context.catalog, principal, query.id)
+        return confirm_page(request, session, ask)
+    service.delete_query(context.catalog, principal, query_id)
     return RedirectResponse("/queries?notice=query-deleted", status_code=303)

@@ -4,6 +4,7 @@ services and rules)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from urllib.parse import quote
 
@@ -20,7 +21,7 @@ from qexport.services.queries import list_readable_queries
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.deleting import report_consequence
-from qexport.web.errors import PageRoute
+from qexport.web.errors import PageRoute, asks_first
 from qexport.web.forms import NOTICES, email_of, member_lines, require_writer
 from qexport.web.render import page
 from qexport.web.report_forms import (
@@ -216,6 +217,26 @@ async def edit_report(
     return await run_in_threadpool(_submit, request, context, session, principal, fields, report_id)
 
 
+@asks_first("/reports/{report_id}/delete")
+def _ask_delete(
+    _request: Request,
+    context: Container,
+    _session: Session,
+    principal: Principal,
+    params: Mapping[str, str],
+) -> Confirmation:
+    require_writer(principal)
+    report = service.get_readable_report(context.catalog, principal, params["report_id"])
+    path = f"/reports/{quote(report.id, safe='')}"
+    return Confirmation(
+        title=f"Delete the report {report.title}?",
+        consequence=report_consequence(context.schedules, report),
+        action=f"{path}/delete",
+        yes="Delete the report",
+        back=path,
+    )
+
+
 @router.post("/reports/{report_id}/delete")
 def delete_report(
     request: Request,
@@ -226,20 +247,8 @@ def delete_report(
     confirmed: ConfirmedField = "",
 ) -> Response:
     """Delete the report once the person said yes (see web/confirm.py); editors and admins."""
-    require_writer(principal)
-    report = service.get_readable_report(context.catalog, principal, report_id)
+    ask = _ask_delete(request, context, session, principal, {"report_id": report_id})
     if not is_confirmed(confirmed):
-        path = f"/reports/{quote(report.id, safe='')}"
-        return confirm_page(
-            request,
-            session,
-            Confirmation(
-                title=f"Delete the report {report.title}?",
-                consequence=report_consequence(context.schedules, report),
-                action=f"{path}/delete",
-                yes="Delete the report",
-                back=path,
-            ),
-        )
-    service.delete_report(context.catalog, principal, report.id)
+        return confirm_page(request, session, ask)
+    service.delete_report(context.catalog, principal, report_id)
     return RedirectResponse("/reports?notice=report-deleted", status_code=303)

@@ -4,6 +4,7 @@ resume, run now and delete for its owner or an admin (the API's services and rul
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote
@@ -21,8 +22,9 @@ from qexport.services.reports import list_readable_reports
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.deleting import schedule_consequence
-from qexport.web.errors import PageRoute
+from qexport.web.errors import PageRoute, asks_first
 from qexport.web.forms import NOTICES, require_writer
+from qexport.web.present_deliveries import run_row
 from qexport.web.render import PAGE_HEADERS, page
 from qexport.web.schedule_forms import (
     NO_SMTP,
@@ -40,6 +42,7 @@ router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 MAX_FORM_FIELDS = 120  # the form's own fields and one per parameter of its subject
 CHECKED = "Nothing to fix: saving it makes the exports shown above."
+RECENT_RUNS = 10  # the runs a schedule's page shows, newest first
 
 
 def _path(schedule_id: str) -> str:
@@ -251,15 +254,32 @@ def schedule_page(
     schedule_id: str,
     notice: str | None = None,
 ) -> Response:
-    """One schedule: what it exports, when, to whom; with its actions for those who may."""
+    """One schedule: what it exports, when, to whom, and how its recent runs went; with its
+    actions for those who may."""
     actor = service.Actor.of(principal)
     schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
     row = schedule_row(context, actor, schedule)
+    now = context.clock.now()
+    full = service.sees_recipients(actor, schedule)
+    runs = [
+        run_row(
+            run.due_at,
+            run.export,
+            context.deliveries.list_deliveries(run.export.id),
+            now,
+            zone=schedule.timezone,
+            principal=principal,
+            full=full,
+        )
+        for run in context.schedules.list_runs(schedule.id, limit=RECENT_RUNS)
+    ]
     return page(
         request,
         "schedule.html",
         session=session,
         row=row,
+        runs=runs,
+        runs_unsettled=any(r.export.unsettled or any(d.unsent for d in r.deliveries) for r in runs),
         notice=NOTICES.get(notice or ""),
         no_smtp=NO_SMTP if row["no_smtp"] else "",
         delete_consequence=schedule_consequence(schedule) if row["manage"] else "",
@@ -340,6 +360,30 @@ def run_now(
     )
 
 
+@asks_first("/schedules/{schedule_id}/delete")
+def _ask_delete(
+    _request: Request,
+    context: Container,
+    _session: Session,
+    principal: Principal,
+    params: Mapping[str, str],
+) -> Confirmation:
+    actor = service.Actor.of(principal)
+    schedule = service.get_visible_schedule(
+        context.catalog, context.schedules, actor, params["schedule_id"]
+    )
+    if not service.may_manage(actor, schedule):
+        raise ForbiddenError("only the schedule's owner or a workspace admin may delete it")
+    row = schedule_row(context, actor, schedule)
+    return Confirmation(
+        title=f"Delete the schedule of {row['subject']}?",
+        consequence=schedule_consequence(schedule),
+        action=f"{_path(schedule.id)}/delete",
+        yes="Delete the schedule",
+        back=_path(schedule.id),
+    )
+
+
 @router.post("/schedules/{schedule_id}/delete")
 def delete_schedule(
     request: Request,
@@ -351,22 +395,9 @@ def delete_schedule(
 ) -> Response:
     """Delete the schedule once the person said yes (see web/confirm.py); its owner or an
     admin."""
-    actor = service.Actor.of(principal)
-    schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
-    if not service.may_manage(actor, schedule):
-        raise ForbiddenError("only the schedule's owner or a workspace admin may delete it")
+    ask = _ask_delete(request, context, session, principal, {"schedule_id": schedule_id})
     if not is_confirmed(confirmed):
-        row = schedule_row(context, actor, schedule)
-        return confirm_page(
-            request,
-            session,
-            Confirmation(
-                title=f"Delete the schedule of {row['subject']}?",
-                consequence=schedule_consequence(schedule),
-                action=f"{_path(schedule.id)}/delete",
-                yes="Delete the schedule",
-                back=_path(schedule.id),
-            ),
-        )
-    service.delete_schedule(context.catalog, context.schedules, context.clock, actor, schedule.id)
+        return confirm_page(request, session, ask)
+    actor = service.Actor.of(principal)
+    service.delete_schedule(context.catalog, context.schedules, context.clock, actor, schedule_id)
     return RedirectResponse("/schedules?notice=schedule-deleted", status_code=303)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from qexport.deliveries.dispatch import DeliveryDispatcher
+from qexport.domain.failures import readable_detail
 from qexport.domain.schedules import DeliveryStatus, Outcome
 from tests.api.deliveries.env import LINK, Deliveries
 from tests.receivers import Hook
@@ -78,7 +79,8 @@ def test_a_succeeded_export_reaches_every_recipient_with_a_working_link(
 
 
 def test_a_failed_export_sends_its_code_and_reason_and_no_file(deliveries: Deliveries) -> None:
-    """Recipients of a failed export learn why (code and reason), with no link and no file."""
+    """Recipients of a failed export learn why (code and the readable reason, without the
+    engine's internal suggestion), with no link and no file."""
     env = deliveries
     env.api.add_query("broken", sql="SELECT * FROM no_such_table", parameters=())
     export = env.export({"email": MAIL}, {"webhook": env.hooks.url()}, query="q-broken-acme")
@@ -89,14 +91,17 @@ def test_a_failed_export_sends_its_code_and_reason_and_no_file(deliveries: Deliv
     (mail,) = env.smtp.to(MAIL)
     assert mail.message["Subject"] == "Export failed: broken"
     assert "query_invalid" in mail.text
-    assert str(export.failure_detail) in mail.text
+    reason = readable_detail(export.failure_detail)
+    assert "no_such_table does not exist" in reason
+    assert reason in mail.text
+    assert "pg_tables" not in mail.text
     assert not LINK.search(mail.text)
     assert mail.attachments() == []
     body = payload(env.hooks.at("/hook")[0])
     assert body["status"] == "failed"
     assert body["link"] is None
     assert body["rows"] is None
-    assert body["failure"] == {"code": "query_invalid", "detail": export.failure_detail}
+    assert body["failure"] == {"code": "query_invalid", "detail": reason}
 
 
 def test_the_link_in_the_mail_shows_the_invalid_link_page_once_the_file_expired(

@@ -179,10 +179,19 @@ function enableScheduleForm() {
   }
 }
 
+// A message that a page loads with (a new public link) is read out: a live region announces
+// changes, not what it held on load, so its words are put into the announcer once loaded.
+function announceOnLoad() {
+  const message = document.querySelector("[data-announce-now]");
+  const announcer = document.getElementById("announcer");
+  if (message && announcer) setTimeout(() => { announcer.textContent = message.textContent; }, 300);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   enableCopyButtons();
   enableConfirmations();
   enableSectionRows();
   enableScheduleForm();
+  announceOnLoad();
   setTimeout(refreshLive, 1000);
 });
