@@ -472,3 +472,27 @@ def test_who_may_not_delete_sees_no_button_and_is_refused(api: Api, browser: Bro
     assert not query_now.deleted
     assert api.context.catalog.get_report(report_id) is not None
     assert len(api.context.schedules.list_schedules("acme")) == 1
+
+
+def test_deleting_a_query_names_only_the_reports_one_may_read(api: Api, browser: Browser) -> None:
+    """The question counts every report that shows the query but names only those the person
+    may read: a report kept to its owner is counted, its title not shown."""
+    add_person(api, "ann@example.com")
+    add_person(api, "bob@example.com")
+    api.member("bob@example.com", "editor")
+    query = api.add_query()
+    for title, visibility in (("Open review", "workspace"), ("Secret plans", "members")):
+        made = api.post(
+            "/api/v1/reports",
+            "bob@example.com",
+            json={
+                "title": title,
+                "visibility": visibility,
+                "sections": [{"heading": "A", "query_id": query.id}],
+            },
+        )
+        assert made.status_code == 201, made.text
+    browser.sign_in("ann@example.com")
+    asked = markup.unescape(_delete(browser, f"/queries/{query.id}").text)
+    assert "2 reports show it (Open review and 1 more)" in asked
+    assert "Secret plans" not in asked

@@ -14,8 +14,9 @@ delivered as before (deliveries do not look at the schedule).
 
 from __future__ import annotations
 
+from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
-from qexport.domain.reports import SUBJECT_REPORT, Report
+from qexport.domain.reports import SUBJECT_REPORT, Report, can_read_report
 from qexport.domain.schedules import Schedule
 from qexport.ports import Catalog, ScheduleStore
 
@@ -38,8 +39,11 @@ def _schedules_of(schedules: ScheduleStore, workspace_id: str, kind: str, ident:
     )
 
 
-def query_consequence(catalog: Catalog, schedules: ScheduleStore, query: Query) -> str:
-    """What deleting the query does, with the schedules and reports that use it."""
+def query_consequence(
+    catalog: Catalog, schedules: ScheduleStore, query: Query, requester: Requester
+) -> str:
+    """What deleting the query does, with the schedules and reports that use it (the titles
+    of those only the reports the requester may read; the others are counted)."""
     words = [_EXPORTS]
     scheduled = _schedules_of(schedules, query.workspace_id, "query", query.id)
     if scheduled:
@@ -53,10 +57,13 @@ def query_consequence(catalog: Catalog, schedules: ScheduleStore, query: Query) 
         if any(s.query_id == query.id for s in r.sections)
     ]
     if shown:
-        titles = ", ".join(r.title for r in shown[:3]) + (" and others" if len(shown) > 3 else "")
+        titles = [r.title for r in shown if can_read_report(requester, r)][:3]
+        hidden = len(shown) - len(titles)
+        named = ", ".join(titles) + (f" and {hidden} more" if titles and hidden else "")
         words.append(
-            f"{_count(len(shown), 'report shows', 'reports show')} it ({titles}): their exports"
-            " will fail as access lost until that section is changed."
+            f"{_count(len(shown), 'report shows', 'reports show')} it"
+            + (f" ({named})" if titles else "")
+            + ": their exports will fail as access lost until that section is changed."
         )
     return " ".join(words)
 

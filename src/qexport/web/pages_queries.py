@@ -252,7 +252,9 @@ def query_page(
         members=member_lines(context.accounts, query.members).splitlines(),
         owner=email_of(context.accounts, query.owner),
         notice=NOTICES.get(notice or ""),
-        delete_consequence=query_consequence(context.catalog, context.schedules, query)
+        delete_consequence=query_consequence(
+            context.catalog, context.schedules, query, principal.requester
+        )
         if principal.can_write_queries
         else "",
     )
@@ -298,7 +300,9 @@ def _ask_delete(
     path = f"/queries/{quote(query.id, safe='')}"
     return Confirmation(
         title=f"Delete the query {query.name}?",
-        consequence=query_consequence(context.catalog, context.schedules, query),
+        consequence=query_consequence(
+            context.catalog, context.schedules, query, principal.requester
+        ),
         action=f"{path}/delete",
         yes="Delete the query",
         back=path,
