@@ -38,7 +38,7 @@ def _schedule_form(**changes: str) -> dict[str, str]:
         "timezone": "Europe/Berlin",
         "recipients": "ops@example.com\nhttps://hooks.example.com/qexport",
         "missed": "skip",
-        "parameters": "since=2024-01-02",
+        "p.since": "2024-01-02",
     }
     return {**form, **changes}
 
@@ -94,8 +94,9 @@ def test_an_editor_creates_and_edits_a_query(api: Api, browser: Browser) -> None
 
 
 def test_an_editor_creates_and_edits_a_report(api: Api, browser: Browser) -> None:
-    """Sections written `HEADING|QUERY|DISPLAY[|ROW_CAP]` with a fixed value `N:NAME=VALUE`
-    make a report whose page lists them; editing it replaces them."""
+    """Sections written as rows (heading, query picked by name, display, chart columns, rows
+    at most, fixed values) make a report whose page lists them; the edit form starts from
+    its rows and replacing them saves the new ones."""
     add_person(api, "ann@example.com")
     api.add_query()
     browser.sign_in("ann@example.com")
@@ -105,25 +106,43 @@ def test_an_editor_creates_and_edits_a_report(api: Api, browser: Browser) -> Non
         "/reports/new",
         title="Orders review",
         description="Every order, then by day",
-        sections="All orders|orders|table\nBy day|orders|bar|20",
-        fixed="2:since=2024-01-15",
+        **{
+            "section-1-heading": "All orders",
+            "section-1-query": ORDERS_ID,
+            "section-1-display": "table",
+            "section-2-heading": "By day",
+            "section-2-query": ORDERS_ID,
+            "section-2-display": "bar",
+            "section-2-values": "amount",
+            "section-2-series": "customer",
+            "section-2-rows": "20",
+            "section-2-fixed": "since=2024-01-15",
+        },
     )
     report_id = _saved(response, "reports")
     page = browser.page(f"/reports/{report_id}")
     assert "By day" in page
     assert f'<a href="/queries/{ORDERS_ID}">orders</a>' in page
     assert "<code>since</code> = 2024-01-15" in page
+    assert "bar of amount by customer" in page
     assert f'href="/exports/new?subject=report:{report_id}"' in page
     edit = browser.page(f"/reports/{report_id}/edit")
-    assert "All orders|orders|table|1000\nBy day|orders|bar|20</textarea>" in edit
-    assert "2:since=2024-01-15</textarea>" in edit
+    assert 'id="section-2-heading" name="section-2-heading" type="text" value="By day"' in edit
+    assert f'<option value="{ORDERS_ID}" selected>orders</option>' in edit
+    assert 'name="section-2-values" type="text" value="amount"' in edit
+    assert ">since=2024-01-15</textarea>" in edit
     response = _post(
         browser,
         f"/reports/{report_id}/edit",
         f"/reports/{report_id}/edit",
         title="Orders by day",
-        sections="By day|orders|line|50",
-        fixed="1:since=2024-01-20",
+        **{
+            "section-1-heading": "By day",
+            "section-1-query": ORDERS_ID,
+            "section-1-display": "line",
+            "section-1-rows": "50",
+            "section-1-fixed": "since=2024-01-20",
+        },
     )
     assert _saved(response, "reports") == report_id
     report = api.context.catalog.get_report(report_id)
@@ -152,7 +171,8 @@ def test_an_editor_creates_and_edits_a_schedule(api: Api, browser: Browser) -> N
     assert "webhook https://hooks.example.com/qexport" in row
     assert ">active<" in row
     edit = browser.page(f"/schedules/{schedule_id}/edit")
-    assert f'<option value="query:{ORDERS_ID}" selected>' in edit
+    assert f'<option value="query:{ORDERS_ID}" data-kind="query" selected>' in edit
+    assert 'id="param-since" name="p.since" type="date" value="2024-01-02"' in edit
     assert "ops@example.com\nhttps://hooks.example.com/qexport</textarea>" in edit
     assert 'value="skip" checked' in edit
     response = _post(
@@ -260,7 +280,11 @@ def test_a_viewer_browses_but_cannot_create_or_edit(api: Api, browser: Browser) 
     forms = {
         "/queries/new": {"name": "x", "source": "shop", "sql": "SELECT 1"},
         f"/queries/{ORDERS_ID}/edit": {"name": "x", "source": "shop", "sql": "SELECT 1"},
-        "/reports/new": {"title": "x", "sections": "A|orders|table"},
+        "/reports/new": {
+            "title": "x",
+            "section-1-heading": "A",
+            "section-1-query": ORDERS_ID,
+        },
         "/schedules/new": _schedule_form(),
     }
     for path, data in forms.items():
@@ -298,9 +322,15 @@ def test_refused_values_are_shown_next_to_their_field_with_the_entries_kept(
     assert 'value="typed"' in text
     assert "SELECT $since AS s</textarea>" in text
     report = _post(
-        browser, "/reports/new", "/reports/new", title="R", sections="A|orders|table\nB|nope|bar"
+        browser,
+        "/reports/new",
+        "/reports/new",
+        title="R",
+        **{"section-1-heading": "A", "section-1-query": ORDERS_ID, "section-2-heading": "B"},
     )
-    assert "Line 2: no query &#39;nope&#39; that you can read" in report.text
+    assert report.status_code == 400
+    assert re.search(r'id="error-section-2-query">Section 2: choose the query', report.text)
+    assert 'value="B"' in report.text
     schedule = _post(
         browser, "/schedules/new", "/schedules/new", **_schedule_form(cron="every monday")
     )

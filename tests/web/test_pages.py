@@ -121,8 +121,8 @@ def test_an_invalid_parameter_is_shown_next_to_its_field(api: Api, browser: Brow
         data={"csrf": csrf_of(html), "subject": ORDERS, "format": "csv", "p.since": "soon"},
     )
     assert response.status_code == 400
-    assert 'id="error-since"' in response.text
-    assert 'aria-describedby="error-since" aria-invalid="true"' in response.text
+    assert 'id="error-param-since"' in response.text
+    assert 'aria-describedby=" error-param-since" aria-invalid="true"' in response.text
     assert "must be a date" in response.text
     assert api.context.exports.list_exports(workspace_id="acme", limit=5) == []
 

@@ -56,7 +56,11 @@ def test_a_viewer_subscribes_and_unsubscribes_on_the_page(api: Api, browser: Bro
     assert "each run's export is mailed to vic@example.com too" in page
     assert ">Unsubscribe</button>" in page
     listed = browser.page("/schedules")
-    assert re.search(rf'id="schedule-{schedule_id}".*?<td>subscribed</td>', listed, re.S)
+    assert re.search(
+        rf'id="schedule-{schedule_id}".*?<td data-label="Mailed to you">subscribed</td>',
+        listed,
+        re.S,
+    )
     response = _press(browser, schedule_id, "unsubscribe")
     assert response.headers["location"] == f"/schedules/{schedule_id}?notice=unsubscribed"
     assert ">Subscribe</button>" in browser.page(f"/schedules/{schedule_id}")

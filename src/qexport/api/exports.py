@@ -21,7 +21,8 @@ from qexport.api.schemas import (
     problem_responses,
 )
 from qexport.domain.exports import ExportRecord
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, Problems, in_field_order
+from qexport.domain.schedules import Recipient
 from qexport.http.download import (
     DownloadConditions,
     file_response,
@@ -36,7 +37,12 @@ from qexport.services.exports import (
     list_visible_exports,
 )
 from qexport.services.recipients import RecipientRules, admit_recipients
-from qexport.services.requests import request_export, request_report_export
+from qexport.services.requests import (
+    REQUEST_FIELDS,
+    check_any_format,
+    request_export,
+    request_report_export,
+)
 from qexport.services.views import export_view
 
 router = APIRouter(tags=["exports"])
@@ -67,15 +73,24 @@ def create_export(
     Reports take the formats pdf, xlsx and html; queries the tabular formats. Viewers may
     `notify` only their own email address; webhooks and other addresses need the editor
     role (403)."""
-    if (body.query_id is None) == (body.report_id is None):
-        raise InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
     rules = RecipientRules(
         role=principal.role,
         own_email=principal.email,
         webhook_hosts=context.accounts.workspace_webhook_hosts(principal.workspace_id),
         egress=context.settings.egress_policy(),
     )
-    notify = admit_recipients([r.model_dump() for r in body.notify], rules, "notify")
+    # Every mistake of the body at once: these with those the request's checks find.
+    found = Problems()
+    notify: tuple[Recipient, ...] = ()
+    with found.check():
+        notify = admit_recipients([r.model_dump() for r in body.notify], rules, "notify")
+    if (body.query_id is None) == (body.report_id is None):
+        found.add(
+            InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
+        )
+        with found.check():
+            check_any_format(body.format)
+        found.raise_any(in_field_order(REQUEST_FIELDS))
     if body.report_id is not None:
         record = request_report_export(
             context.exports,
@@ -88,6 +103,7 @@ def create_export(
             neutralize_formulas=body.options.neutralize_formulas,
             max_unsettled=context.settings.max_unsettled_per_user,
             notify=notify,
+            found=found.found(),
         )
         response.headers["Location"] = f"/api/v1/exports/{record.id}"
         return _view(record, context)
@@ -104,6 +120,7 @@ def create_export(
         match_name=False,
         max_unsettled=context.settings.max_unsettled_per_user,
         notify=notify,
+        found=found.found(),
     )
     response.headers["Location"] = f"/api/v1/exports/{record.id}"
     return _view(record, context)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import Parameters, problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import MAX_PARAMETER_CHARS, Parameter, ParamType, Query, Visibility
 from qexport.services import preview
 from qexport.services import queries as service
@@ -34,10 +35,17 @@ class ParameterSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # The name's and type's rules are checked with the rest of the query (every mistake of a
+    # body at once, services/queries.py); the schema documents them.
     name: str = Field(
-        min_length=1, max_length=63, pattern=service.PARAMETER_NAME.pattern, examples=["since"]
+        examples=["since"],
+        json_schema_extra={
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": service.PARAMETER_NAME.pattern,
+        },
     )
-    type: ParamType
+    type: str = Field(json_schema_extra={"enum": [t.value for t in ParamType]})
     required: StrictBool | None = Field(
         default=None, description="Whether a request must give it; default: true without a default"
     )
@@ -56,45 +64,78 @@ class ParameterView(BaseModel):
 
 
 class QueryWrite(BaseModel):
-    """A query as written: created with POST, replaced whole with PUT."""
+    """A query as written: created with POST, replaced whole with PUT. Its values are checked
+    together, so that a 422 lists every mistake (`errors`) in the order name, source, sql,
+    parameters, visibility, members."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=service.MAX_NAME_CHARS, examples=["daily orders"])
-    sql: str = Field(
-        min_length=1,
-        max_length=service.MAX_SQL_CHARS,
-        examples=["SELECT * FROM orders WHERE day >= $since"],
+    name: str = Field(
+        examples=["daily orders"],
+        json_schema_extra={"minLength": 1, "maxLength": service.MAX_NAME_CHARS},
     )
-    source: str = Field(min_length=1, max_length=200, description="A data source name")
-    parameters: list[ParameterSpec] = Field(default_factory=list, max_length=service.MAX_PARAMETERS)
-    visibility: Literal["workspace", "members"] = Field(
+    sql: str = Field(
+        examples=["SELECT * FROM orders WHERE day >= $since"],
+        json_schema_extra={"minLength": 1, "maxLength": service.MAX_SQL_CHARS},
+    )
+    source: str = Field(
+        description="A data source name", json_schema_extra={"minLength": 1, "maxLength": 200}
+    )
+    parameters: list[ParameterSpec] = Field(
+        default_factory=list, json_schema_extra={"maxItems": service.MAX_PARAMETERS}
+    )
+    visibility: str = Field(
         default="workspace",
         description='"workspace": every member reads it; "members": only `members` and its owner',
+        json_schema_extra={"enum": [v.value for v in Visibility]},
     )
-    members: list[Annotated[str, Field(max_length=200)]] = Field(
+    members: list[Annotated[str, WithJsonSchema({"type": "string", "maxLength": 200})]] = Field(
         default_factory=list,
-        max_length=service.MAX_MEMBERS,
         description='User ids of workspace members, with "visibility": "members"',
+        json_schema_extra={"maxItems": service.MAX_MEMBERS},
     )
 
-    def draft(self) -> service.QueryDraft:
-        return service.QueryDraft(
-            name=self.name,
-            sql=self.sql,
-            source=self.source,
-            parameters=tuple(
+    def draft(self) -> tuple[service.QueryDraft, list[InvalidRequestError]]:
+        """The draft, and the problems found reading it (a type or visibility no query has:
+        the draft then carries a stand-in, so the other checks still run)."""
+        found: list[InvalidRequestError] = []
+        parameters = []
+        for index, p in enumerate(self.parameters):
+            try:
+                kind = ParamType(p.type)
+            except ValueError:
+                choices = ", ".join(t.value for t in ParamType)
+                found.append(
+                    InvalidRequestError(
+                        f"unknown parameter type {p.type[:40]!r} (choose from {choices})",
+                        field=f"parameters.{index}.type",
+                    )
+                )
+                kind = ParamType.STRING
+            parameters.append(
                 Parameter(
                     p.name,
-                    p.type,
+                    kind,
                     required=p.default is None if p.required is None else p.required,
                     default=p.default,
                 )
-                for p in self.parameters
-            ),
-            visibility=Visibility(self.visibility),
+            )
+        try:
+            visibility = Visibility(self.visibility)
+        except ValueError:
+            found.append(
+                InvalidRequestError('visibility is "workspace" or "members"', field="visibility")
+            )
+            visibility = Visibility.MEMBERS if self.members else Visibility.WORKSPACE
+        draft = service.QueryDraft(
+            name=self.name,
+            sql=self.sql,
+            source=self.source,
+            parameters=tuple(parameters),
+            visibility=visibility,
             members=frozenset(self.members),
         )
+        return draft, found
 
 
 class ColumnView(BaseModel):
@@ -177,13 +218,15 @@ def create_query(
     request: Request,
     response: Response,
 ) -> QueryView:
+    draft, found = body.draft()
     query = service.create_query(
         context.catalog,
         context.accounts,
         principal,
-        body.draft(),
+        draft,
         sources=_sources(context, principal),
         describe=_describe(context, principal),
+        found=found,
     )
     response.headers["Location"] = request.app.url_path_for("read_query", query_id=query.id)
     return QueryView.of(query)
@@ -219,14 +262,16 @@ def read_query(query_id: str, principal: CurrentPrincipal, context: Context) -> 
 def replace_query(
     query_id: str, body: QueryWrite, principal: CurrentPrincipal, context: Context
 ) -> QueryView:
+    draft, found = body.draft()
     query = service.replace_query(
         context.catalog,
         context.accounts,
         principal,
         query_id,
-        body.draft(),
+        draft,
         sources=_sources(context, principal),
         describe=_describe(context, principal),
+        found=found,
     )
     return QueryView.of(query)
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.config import JsonDict
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import ParameterName, ParameterValue, problem_responses
+from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
     DEFAULT_ROW_CAP,
@@ -28,7 +30,15 @@ from qexport.services.requests import MAX_PARAMETERS
 router = APIRouter(prefix="/reports", tags=["reports"])
 
 DisplayName = Literal["table", "bar", "line"]
-ColumnName = Annotated[str, Field(min_length=1, max_length=MAX_COLUMN_NAME_CHARS)]
+# Checked with the rest of the report (every mistake of a body at once, services/reports.py);
+# the schema documents the rules.
+ColumnName = Annotated[
+    str, WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_COLUMN_NAME_CHARS})
+]
+
+
+def _bounded(low: int, high: int) -> JsonDict:
+    return {"minLength": low, "maxLength": high}
 
 
 class SectionSpec(BaseModel):
@@ -36,21 +46,24 @@ class SectionSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    heading: str = Field(min_length=1, max_length=service.MAX_HEADING_CHARS)
-    query_id: str = Field(min_length=1, max_length=service.MAX_ID_CHARS)
+    heading: str = Field(json_schema_extra=_bounded(1, service.MAX_HEADING_CHARS))
+    query_id: str = Field(json_schema_extra=_bounded(1, service.MAX_ID_CHARS))
     parameters: dict[ParameterName, ParameterValue] = Field(
         default_factory=dict,
         max_length=MAX_PARAMETERS,
         description="Values fixed by the report; the query's other parameters come from the"
         " export request (or their defaults)",
     )
-    display: DisplayName = Field(
+    display: str = Field(
         default="table",
         description='"bar" and "line": the first column labels the x axis; each value column'
         " is a series, or each distinct value of the series column is",
+        json_schema_extra={"enum": [d.value for d in Display]},
     )
     row_cap: int = Field(
-        default=DEFAULT_ROW_CAP, ge=1, le=MAX_ROW_CAP, description="Rows shown at most"
+        default=DEFAULT_ROW_CAP,
+        description="Rows shown at most",
+        json_schema_extra={"minimum": 1, "maximum": MAX_ROW_CAP},
     )
     series: ColumnName | None = Field(
         default=None,
@@ -59,17 +72,30 @@ class SectionSpec(BaseModel):
     )
     values: list[ColumnName] = Field(
         default_factory=list,
-        max_length=MAX_VALUE_COLUMNS,
         description="Charts: the numeric columns drawn (default: every numeric column after"
         " the first); measures of different scales are drawn in panels of their own",
+        json_schema_extra={"maxItems": MAX_VALUE_COLUMNS},
     )
 
-    def section(self) -> Section:
+    def section(self, index: int, found: list[InvalidRequestError]) -> Section:
+        """The section; a display no section has is added to `found` (a stand-in keeps the
+        other checks running)."""
+        try:
+            display = Display(self.display)
+        except ValueError:
+            found.append(
+                InvalidRequestError(
+                    f"unknown display {self.display[:40]!r} (choose from table, bar, line)",
+                    field=f"sections.{index}.display",
+                )
+            )
+            chart = self.series is not None or bool(self.values)
+            display = Display.BAR if chart else Display.TABLE
         return Section(
             heading=self.heading,
             query_id=self.query_id,
             parameters=dict(self.parameters),
-            display=Display(self.display),
+            display=display,
             row_cap=self.row_cap,
             series=self.series,
             values=tuple(self.values),
@@ -77,31 +103,49 @@ class SectionSpec(BaseModel):
 
 
 class ReportWrite(BaseModel):
-    """A report as written: created with POST, replaced whole with PUT."""
+    """A report as written: created with POST, replaced whole with PUT. Its values are checked
+    together, so that a 422 lists every mistake (`errors`) in the order title, description,
+    sections (each in its own order), visibility, members."""
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(min_length=1, max_length=service.MAX_TITLE_CHARS, examples=["monthly sales"])
-    description: str = Field(default="", max_length=service.MAX_DESCRIPTION_CHARS)
-    sections: list[SectionSpec] = Field(min_length=1, max_length=MAX_SECTIONS)
-    visibility: Literal["workspace", "members"] = Field(
+    title: str = Field(
+        examples=["monthly sales"], json_schema_extra=_bounded(1, service.MAX_TITLE_CHARS)
+    )
+    description: str = Field(
+        default="", json_schema_extra={"maxLength": service.MAX_DESCRIPTION_CHARS}
+    )
+    sections: list[SectionSpec] = Field(json_schema_extra={"minItems": 1, "maxItems": MAX_SECTIONS})
+    visibility: str = Field(
         default="workspace",
         description='"workspace": every member reads it; "members": only `members` and its owner',
+        json_schema_extra={"enum": [v.value for v in Visibility]},
     )
-    members: list[Annotated[str, Field(max_length=200)]] = Field(
+    members: list[Annotated[str, WithJsonSchema({"type": "string", "maxLength": 200})]] = Field(
         default_factory=list,
-        max_length=MAX_MEMBERS,
         description='User ids of workspace members, with "visibility": "members"',
+        json_schema_extra={"maxItems": MAX_MEMBERS},
     )
 
-    def draft(self) -> service.ReportDraft:
-        return service.ReportDraft(
+    def draft(self) -> tuple[service.ReportDraft, list[InvalidRequestError]]:
+        """The draft, and the problems found reading it (see SectionSpec.section)."""
+        found: list[InvalidRequestError] = []
+        sections = tuple(s.section(i, found) for i, s in enumerate(self.sections))
+        try:
+            visibility = Visibility(self.visibility)
+        except ValueError:
+            found.append(
+                InvalidRequestError('visibility is "workspace" or "members"', field="visibility")
+            )
+            visibility = Visibility.MEMBERS if self.members else Visibility.WORKSPACE
+        draft = service.ReportDraft(
             title=self.title,
             description=self.description,
-            sections=tuple(s.section() for s in self.sections),
-            visibility=Visibility(self.visibility),
+            sections=sections,
+            visibility=visibility,
             members=frozenset(self.members),
         )
+        return draft, found
 
 
 class SectionView(BaseModel):
@@ -160,7 +204,8 @@ def create_report(
     request: Request,
     response: Response,
 ) -> ReportView:
-    report = service.create_report(context.catalog, context.accounts, principal, body.draft())
+    draft, found = body.draft()
+    report = service.create_report(context.catalog, context.accounts, principal, draft, found=found)
     response.headers["Location"] = request.app.url_path_for("read_report", report_id=report.id)
     return ReportView.of(report)
 
@@ -195,8 +240,9 @@ def read_report(report_id: str, principal: CurrentPrincipal, context: Context) -
 def replace_report(
     report_id: str, body: ReportWrite, principal: CurrentPrincipal, context: Context
 ) -> ReportView:
+    draft, found = body.draft()
     report = service.replace_report(
-        context.catalog, context.accounts, principal, report_id, body.draft()
+        context.catalog, context.accounts, principal, report_id, draft, found=found
     )
     return ReportView.of(report)
 

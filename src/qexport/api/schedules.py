@@ -81,7 +81,9 @@ def create_schedule(
 ) -> ScheduleView:
     """Validated like an export request: a subject the caller cannot read is 404; a bad
     format, parameter, cron, time zone or recipient is 422 naming the field (a webhook to a
-    loopback, private, link-local or other internal address included)."""
+    loopback, private, link-local or other internal address included), every mistake at
+    once in `errors`, in the order subject, format, cron, timezone, recipients, missed,
+    parameters."""
     draft = service.ScheduleDraft(
         query_id=body.query_id,
         report_id=body.report_id,
@@ -147,13 +149,18 @@ def change_schedule(
     """`{"enabled": false}` pauses, `{"enabled": true}` resumes from now on (due times that
     passed while paused never fire); a new cron or time zone also counts from now."""
     changes: dict[str, Any] = {}
+    found: list[InvalidRequestError] = []  # refused with the service's own, all at once
     for name in sorted(body.model_fields_set):
         value = getattr(body, name)
         if value is None and name not in _NULLABLE:
-            raise InvalidRequestError(f"{name} cannot be null", field=name)
+            found.append(InvalidRequestError(f"{name} cannot be null", field=name))
+            continue
         other = _OTHER_SUBJECT.get(name)
         if value is None and other and getattr(body, other) is None:
-            raise InvalidRequestError(f"{name} may be null only beside a {other}", field=name)
+            found.append(
+                InvalidRequestError(f"{name} may be null only beside a {other}", field=name)
+            )
+            continue
         if name == "options":
             changes["neutralize_formulas"] = value.neutralize_formulas
         elif name == "recipients":
@@ -170,6 +177,7 @@ def change_schedule(
         changes,
         egress=context.settings.egress_policy(),
         limits=service.ScheduleLimits.of(context.settings),
+        found=found,
     )
     actor = service.Actor.of(principal)
     return _view(schedule, actor, service.subscribed_ids(context.schedules, actor))

@@ -211,7 +211,8 @@ Recipient = Annotated[
 # A constraint belongs on the type it limits, inside the union: given to a field typed
 # `X | SkipJsonSchema[None]`, pydantic checks it on null too and fails with a TypeError (a 500).
 Parameters = Annotated[dict[ParameterName, ParameterValue], Field(max_length=MAX_PARAMETERS)]
-Recipients = Annotated[list[Recipient], Field(max_length=MAX_RECIPIENTS)]
+# The count is checked with the request's other values (every mistake at once); documented here.
+Recipients = Annotated[list[Recipient], Field(json_schema_extra={"maxItems": MAX_RECIPIENTS})]
 
 
 class ExportRequest(BaseModel):
@@ -223,17 +224,15 @@ class ExportRequest(BaseModel):
     report_id: Ref | None = None
     # Checked against the registry (422 with field "format"); the enum documents the choice.
     format: str = Field(
-        max_length=20,
         description="Queries: csv, tsv, jsonl, parquet, xlsx; reports: pdf, xlsx, html",
-        json_schema_extra={"enum": list(ANY_FORMAT)},
+        json_schema_extra={"enum": list(ANY_FORMAT), "maxLength": 20},
     )
     parameters: dict[ParameterName, ParameterValue] = Field(
         default_factory=dict, max_length=MAX_PARAMETERS
     )
     options: ExportOptions = ExportOptions(neutralize_formulas=True)
-    notify: list[Recipient] = Field(
+    notify: Recipients = Field(
         default_factory=list,
-        max_length=MAX_RECIPIENTS,
         description="Who hears once the export settles, each recipient once",
     )
 
@@ -330,9 +329,14 @@ class LinkList(BaseModel):
 # ---------------------------------------------------------------- schedules and deliveries
 
 MissedChoice = Literal["once", "skip"]
-Cron = Annotated[str, StringConstraints(max_length=MAX_CRON_CHARS)]
-TimeZoneName = Annotated[str, StringConstraints(max_length=64)]
-FormatName = Annotated[str, StringConstraints(max_length=20)]
+# A schedule's values are checked by schedules/catalog.py all together, so that a 422 lists
+# every mistake at once in the form's order; these types document the rules they check.
+Cron = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_CRON_CHARS})]
+TimeZoneName = Annotated[str, WithJsonSchema({"type": "string", "maxLength": 64})]
+FormatName = Annotated[
+    str, WithJsonSchema({"type": "string", "maxLength": 20, "enum": list(ANY_FORMAT)})
+]
+MissedText = Annotated[str, WithJsonSchema({"type": "string", "enum": ["once", "skip"]})]
 _CRON_HELP = (
     "5 fields (minute hour day-of-month month day-of-week) on the wall clock of `timezone`;"
     " a time skipped by a daylight-saving change fires right after it, a repeated one once"
@@ -350,18 +354,16 @@ class ScheduleRequest(BaseModel):
 
     query_id: Ref | None = None
     report_id: Ref | None = None
-    format: str = Field(
-        max_length=20, description=_FORMAT_HELP, json_schema_extra={"enum": list(ANY_FORMAT)}
-    )
+    format: FormatName = Field(description=_FORMAT_HELP)
     parameters: dict[ParameterName, ParameterValue] = Field(
         default_factory=dict, max_length=MAX_PARAMETERS
     )
-    cron: str = Field(max_length=MAX_CRON_CHARS, description=_CRON_HELP, examples=["0 8 * * 1"])
+    cron: Cron = Field(description=_CRON_HELP, examples=["0 8 * * 1"])
     timezone: TimeZoneName | None = Field(
         None, description=_TIMEZONE_HELP, examples=["Europe/Berlin"]
     )
-    recipients: list[Recipient] = Field(default_factory=list, max_length=MAX_RECIPIENTS)
-    missed: MissedChoice = Field("once", description=_MISSED_HELP)
+    recipients: Recipients = Field(default_factory=list)
+    missed: MissedText = Field("once", description=_MISSED_HELP)
     enabled: StrictBool = True
     options: ExportOptions = ExportOptions(neutralize_formulas=True)
 
@@ -385,9 +387,7 @@ class ScheduleChange(BaseModel):
     report_id: Ref | None = Field(
         None, description="A report to export instead; null only beside a `query_id`"
     )
-    format: FormatName | SkipJsonSchema[None] = Field(
-        None, description=_FORMAT_HELP, json_schema_extra={"enum": list(ANY_FORMAT)}
-    )
+    format: FormatName | SkipJsonSchema[None] = Field(None, description=_FORMAT_HELP)
     parameters: Parameters | SkipJsonSchema[None] = None
     cron: Cron | SkipJsonSchema[None] = Field(
         None, description=_CRON_HELP, examples=["30 7 * * 1-5"]
@@ -396,7 +396,7 @@ class ScheduleChange(BaseModel):
         None, description=_TIMEZONE_HELP, examples=["America/New_York"]
     )
     recipients: Recipients | SkipJsonSchema[None] = None
-    missed: MissedChoice | SkipJsonSchema[None] = Field(None, description=_MISSED_HELP)
+    missed: MissedText | SkipJsonSchema[None] = Field(None, description=_MISSED_HELP)
     enabled: StrictBool | SkipJsonSchema[None] = Field(
         None, description="false pauses the schedule; true resumes it from now on"
     )

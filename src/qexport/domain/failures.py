@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -200,6 +200,36 @@ class InvalidRequestError(QExportError):
         first = flat[0]
         return cls(str(first), field=first.field, problems=flat)
 
+    def within(self, prefix: str) -> InvalidRequestError:
+        """The same problems with each field put under `prefix` (`since` ->
+        `parameters.since`; a problem naming no field names `prefix` itself)."""
+
+        def moved(problem: InvalidRequestError) -> InvalidRequestError:
+            named = problem.field or ""
+            if not named:
+                named = prefix
+            elif named != prefix and not named.startswith((f"{prefix}.", f"{prefix}[")):
+                named = f"{prefix}.{named}"
+            return InvalidRequestError(str(problem), field=named)
+
+        return InvalidRequestError.of([moved(p) for p in self.problems])
+
+
+def top_field(field: str | None) -> str:
+    """The request member a problem's field is part of: `sections.2.heading` -> `sections`."""
+    return re.split(r"[.\[]", field or "", maxsplit=1)[0]
+
+
+# Where a problem goes among a request's others: compared as tuples, smallest first.
+ProblemOrder = Callable[["InvalidRequestError"], tuple[int, ...]]
+
+
+def in_field_order(fields: Sequence[str]) -> ProblemOrder:
+    """A sort key that puts problems in the order of their top-level `fields` (a field not
+    listed goes last); problems of one field keep the order they were found in."""
+    rank = {name: index for index, name in enumerate(fields)}
+    return lambda problem: (rank.get(top_field(problem.field), len(rank)),)
+
 
 class Problems:
     """Runs a request's checks one after another and refuses it with every mistake found.
@@ -215,8 +245,8 @@ class Problems:
     any other error stops the request as before. Check fields in the order people read them.
     """
 
-    def __init__(self) -> None:
-        self._found: list[InvalidRequestError] = []
+    def __init__(self, found: Sequence[InvalidRequestError] = ()) -> None:
+        self._found: list[InvalidRequestError] = list(found)
 
     @contextmanager
     def check(self) -> Iterator[None]:
@@ -228,13 +258,34 @@ class Problems:
     def add(self, exc: InvalidRequestError) -> None:
         self._found.append(exc)
 
+    def passes(self, check: Callable[[], object]) -> bool:
+        """Run one check: True when it passed, False when it refused (its problems kept)."""
+        with self.check():
+            check()
+            return True
+        return False
+
+    def found(self) -> tuple[InvalidRequestError, ...]:
+        """Every problem found so far, one by one, in the order found."""
+        return tuple(p for found in self._found for p in found.problems)
+
+    def fields(self) -> set[str]:
+        """The top-level fields refused so far (`parameters` for `parameters.0.name`)."""
+        return {top_field(p.field) for found in self._found for p in found.problems}
+
     def __bool__(self) -> bool:
         return bool(self._found)
 
-    def raise_any(self) -> None:
-        """Raise every problem found so far together; nothing when all checks passed."""
-        if self._found:
-            raise InvalidRequestError.of(self._found)
+    def raise_any(self, order: ProblemOrder | None = None) -> None:
+        """Raise every problem found so far together; nothing when all checks passed. With
+        `order` (a sort key, such as `in_field_order(...)`), in that order rather than the
+        order the checks ran in."""
+        if not self._found:
+            return
+        refused = InvalidRequestError.of(self._found)
+        if order is not None and len(refused.problems) > 1:
+            refused = InvalidRequestError.of(sorted(refused.problems, key=order))
+        raise refused
 
 
 class StatementRefusedError(InvalidRequestError):

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from qexport.domain.exports import Requester
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, Problems
 
 MAX_PARAMETER_CHARS = 10_000
 # The requester context every query may read ($user_id, $workspace_id): always bound by the
@@ -163,29 +163,37 @@ def _coerce(param: Parameter, raw: object) -> Any:
 
 
 def bind_parameters(query: Query, raw: dict[str, Any]) -> dict[str, Any]:
-    """Validate request parameters against the query's declaration; return typed values."""
+    """Validate request parameters against the query's declaration; return typed values.
+    Every unknown, mistyped or missing parameter is refused at once, in declaration order
+    (unknown names first)."""
     declared = {p.name: p for p in query.parameters}
-    unknown = sorted(set(raw) - set(declared))
-    if unknown:
-        raise InvalidRequestError(
-            f"unknown parameter {unknown[0]!r} for query {query.name!r}"
-            f" (declared: {', '.join(declared) or 'none'})",
-            field=unknown[0],
+    problems = Problems()
+    for name in sorted(set(raw) - set(declared)):
+        problems.add(
+            InvalidRequestError(
+                f"unknown parameter {name!r} for query {query.name!r}"
+                f" (declared: {', '.join(declared) or 'none'})",
+                field=name,
+            )
         )
     values: dict[str, Any] = {}
     for param in query.parameters:
-        if param.name in raw and raw[param.name] is not None:
-            values[param.name] = _coerce(param, raw[param.name])
-        elif param.default is not None:
-            values[param.name] = _coerce(param, param.default)
-        elif param.required:
-            raise InvalidRequestError(
-                f"missing required parameter {param.name!r} ({param.type.value})",
-                field=param.name,
-            )
-        else:
-            values[param.name] = None
+        with problems.check():
+            values[param.name] = _bound(param, raw)
+    problems.raise_any()
     return values
+
+
+def _bound(param: Parameter, raw: dict[str, Any]) -> Any:
+    if param.name in raw and raw[param.name] is not None:
+        return _coerce(param, raw[param.name])
+    if param.default is not None:
+        return _coerce(param, param.default)
+    if param.required:
+        raise InvalidRequestError(
+            f"missing required parameter {param.name!r} ({param.type.value})", field=param.name
+        )
+    return None
 
 
 def to_json_value(value: Any) -> Any:

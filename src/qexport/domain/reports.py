@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from qexport.domain.exports import Requester
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.domain.queries import Query, Visibility, bind_parameters, can_read
 
 SUBJECT_REPORT = "report"
@@ -72,35 +72,53 @@ class Section:
 
 def check_chart_columns(section: Section, where: str) -> None:
     """Refuse a section's series and value columns for what can be told without running its
-    query (InvalidRequestError on `{where}.series` or `{where}.values`). Whether the columns
-    exist and are numeric is only known once it runs: reports.model.chart_columns then fails
-    the export render_failed."""
+    query (InvalidRequestError on `{where}.values` and `{where}.series`, both at once).
+    Whether the columns exist and are numeric is only known once it runs:
+    reports.model.chart_columns then fails the export render_failed."""
+    problems = Problems()
+    with problems.check():
+        _check_value_columns(section, f"{where}.values")
+    with problems.check():
+        _check_series_column(section, f"{where}.series")
+    problems.raise_any()
 
-    def refuse(part: str, why: str) -> InvalidRequestError:
-        return InvalidRequestError(why, field=f"{where}.{part}")
 
-    if section.display is Display.TABLE and section.series is not None:
-        raise refuse("series", "a table has no series; show the section as a bar or line chart")
+def _check_column_name(name: str, field: str) -> None:
+    if not 1 <= len(name) <= MAX_COLUMN_NAME_CHARS or name != name.strip():
+        raise InvalidRequestError(
+            f"a column name has 1 to {MAX_COLUMN_NAME_CHARS} characters, without spaces around it",
+            field=field,
+        )
+
+
+def _check_value_columns(section: Section, field: str) -> None:
     if section.display is Display.TABLE and section.values:
-        raise refuse("values", "a table has no value columns; show it as a bar or line chart")
+        raise InvalidRequestError(
+            "a table has no value columns; show it as a bar or line chart", field=field
+        )
     if len(section.values) > MAX_VALUE_COLUMNS:
-        raise refuse("values", f"a chart draws at most {MAX_VALUE_COLUMNS} value columns")
-    named = [("values", name) for name in section.values]
-    named += [("series", section.series)] if section.series is not None else []
-    for part, name in named:
-        if not 1 <= len(name) <= MAX_COLUMN_NAME_CHARS or name != name.strip():
-            raise refuse(
-                part,
-                f"a column name has 1 to {MAX_COLUMN_NAME_CHARS} characters, without spaces"
-                " around it",
-            )
+        raise InvalidRequestError(
+            f"a chart draws at most {MAX_VALUE_COLUMNS} value columns", field=field
+        )
+    for name in section.values:
+        _check_column_name(name, field)
     if len(set(section.values)) != len(section.values):
-        raise refuse("values", "a value column is named twice")
-    if section.series is not None and section.series in section.values:
-        raise refuse(
-            "series",
+        raise InvalidRequestError("a value column is named twice", field=field)
+
+
+def _check_series_column(section: Section, field: str) -> None:
+    if section.series is None:
+        return
+    if section.display is Display.TABLE:
+        raise InvalidRequestError(
+            "a table has no series; show the section as a bar or line chart", field=field
+        )
+    _check_column_name(section.series, field)
+    if section.series in section.values:
+        raise InvalidRequestError(
             f"the series column {section.series!r} cannot also be a value column: its values"
             " name the series, the value columns give their numbers",
+            field=field,
         )
 
 
@@ -170,15 +188,23 @@ def bind_report_parameters(
         for p in queries[section.query_id].parameters
         if p.name not in section.parameters
     }
-    unknown = sorted(set(requested) - open_names)
-    if unknown:
-        raise InvalidRequestError(
-            f"unknown parameter {unknown[0]!r} for report {report.title!r}"
-            f" (accepted: {', '.join(sorted(open_names)) or 'none'})",
-            field=f"parameters.{unknown[0]}",
+    accepted = ", ".join(sorted(open_names)) or "none"
+    problems: dict[tuple[str | None, str], InvalidRequestError] = {}
+    for name in sorted(set(requested) - open_names):
+        refused = InvalidRequestError(
+            f"unknown parameter {name!r} for report {report.title!r} (accepted: {accepted})",
+            field=f"parameters.{name}",
         )
+        problems[(refused.field, str(refused))] = refused
     for section in report.sections:
-        section_parameters(section, queries[section.query_id], requested)
+        try:
+            section_parameters(section, queries[section.query_id], requested)
+        except InvalidRequestError as exc:
+            # Two sections of one query ask for the same value: it is refused once.
+            for found in exc.problems:
+                problems.setdefault((found.field, str(found)), found)
+    if problems:
+        raise InvalidRequestError.of(list(problems.values()))
     return dict(requested)
 
 

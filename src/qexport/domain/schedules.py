@@ -14,9 +14,11 @@ from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cron_descriptor import ExpressionDescriptor
+from cron_descriptor.Exception import FormatException, MissingFieldException
 from cronsim import CronSim, CronSimError
 
-from qexport.domain.failures import FailureCode, InvalidRequestError
+from qexport.domain.failures import FailureCode, InvalidRequestError, Problems
 
 MAX_RECIPIENTS = 50
 MAX_URL_CHARS = 2000
@@ -130,17 +132,21 @@ def _masked_url(url: str) -> str:
 
 
 def parse_recipients(data: Any, field_name: str = "recipients") -> tuple[Recipient, ...]:
-    """A list of recipients, duplicates removed (each recipient hears once per export)."""
+    """A list of recipients, duplicates removed (each recipient hears once per export); every
+    malformed one is refused at once."""
     if not isinstance(data, list):
         raise InvalidRequestError("recipients must be a list", field=field_name)
     if len(data) > MAX_RECIPIENTS:
         raise InvalidRequestError(
             f"at most {MAX_RECIPIENTS} recipients may be given", field=field_name
         )
+    problems = Problems()
     found: dict[tuple[Channel, str], Recipient] = {}
     for index, item in enumerate(data):
-        recipient = parse_recipient(item, f"{field_name}[{index}]")
-        found.setdefault((recipient.channel, recipient.target.lower()), recipient)
+        with problems.check():
+            recipient = parse_recipient(item, f"{field_name}[{index}]")
+            found.setdefault((recipient.channel, recipient.target.lower()), recipient)
+    problems.raise_any()
     return tuple(found.values())
 
 
@@ -190,6 +196,33 @@ def next_due(cron: str, timezone: str, after: datetime) -> datetime:
     """
     local = after.astimezone(ZoneInfo(timezone))
     return next(iter(CronSim(cron, local))).astimezone(UTC)
+
+
+def next_runs(cron: str, timezone: str, after: datetime, count: int = 3) -> list[datetime]:
+    """The next `count` due times after `after`, on the wall clock of `timezone` (aware)."""
+    zone = ZoneInfo(timezone)
+    found, at = [], after
+    for _ in range(count):
+        at = next_due(cron, timezone, at)
+        found.append(at.astimezone(zone))
+    return found
+
+
+def describe_cron(cron: str) -> str:
+    """A checked cron expression in words: `0 8 * * 1` -> "At 08:00, only on Monday"; ""
+    if it cannot be told.
+
+    cron-descriptor reads the expression with the same rules as cronsim (day-of-week 0 and 7
+    are Sunday; a restricted day of the month and day of the week fire on either: "on day 1
+    of the month, or on Monday"); its words are English, with a 24-hour clock.
+    """
+    try:
+        descriptor = ExpressionDescriptor(
+            cron, use_24hour_time_format=True, verbose=False, day_of_week_start_index_zero=True
+        )
+        return str(descriptor.get_description())
+    except (FormatException, MissingFieldException):
+        return ""  # none seen for an expression cronsim takes; the expression is shown anyway
 
 
 def schedule_cap_reached(live: int, cap: int) -> InvalidRequestError:

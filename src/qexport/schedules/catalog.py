@@ -22,12 +22,15 @@ from qexport.domain.failures import (
     ForbiddenError,
     InvalidRequestError,
     NotFoundError,
+    Problems,
+    in_field_order,
 )
 from qexport.domain.queries import can_read, to_json_value
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
 from qexport.domain.schedules import (
     Delivery,
     Missed,
+    Recipient,
     Schedule,
     check_cron,
     check_min_interval,
@@ -39,10 +42,12 @@ from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQue
 from qexport.schedules.tick import run_now
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
+from qexport.services.reports import find_readable_report
 from qexport.services.requests import (
     SUBJECT_QUERY,
     bind_query_values,
-    bind_report_request,
+    bind_report_values,
+    check_any_format,
     check_report_format,
     find_readable_query,
 )
@@ -130,27 +135,70 @@ def _manager(actor: Actor, schedule: Schedule) -> None:
         )
 
 
+# The order a schedule's problems are told in: the schedule form's, then the API's extras.
+SCHEDULE_FIELDS = (
+    "query_id",
+    "report_id",
+    "format",
+    "cron",
+    "timezone",
+    "recipients",
+    "missed",
+    "parameters",
+    "enabled",
+    "options",
+    "schedules",
+)
+_IN_ORDER = in_field_order(SCHEDULE_FIELDS)
+
+
+@dataclass(frozen=True)
+class _SubjectCheck:
+    """The subject checked (None when refused), or why it is not found."""
+
+    subject: _Subject | None = None
+    missing: NotFoundError | None = None
+
+
 def _check_subject(
-    store: Catalog, requester: Requester, draft: ScheduleDraft, *, match_name: bool
-) -> _Subject:
+    store: Catalog,
+    requester: Requester,
+    draft: ScheduleDraft,
+    problems: Problems,
+    *,
+    match_name: bool,
+) -> _SubjectCheck:
     """The subject the requester may read, the format valid for it and the parameters bound
-    exactly as an export request binds them."""
+    exactly as an export request binds them; each mistake added to `problems`. A subject the
+    requester cannot read is `missing` (NotFoundError, unless the request is refused anyway)."""
     if (draft.query_id is None) == (draft.report_id is None):
-        raise InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
-    parameters = dict(draft.parameters)
-    if draft.report_id is not None:
-        check_report_format(draft.format)
-        report, values = bind_report_request(
-            store, requester, draft.report_id, parameters, match_title=match_name
+        problems.add(
+            InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
         )
-        return _Subject(SUBJECT_REPORT, report.id, draft.format, values)
-    assert draft.query_id is not None
-    get_writer(draft.format)
-    query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
-    values = bind_query_values(query, parameters)
-    return _Subject(
-        SUBJECT_QUERY, query.id, draft.format, {k: to_json_value(v) for k, v in values.items()}
-    )
+        with problems.check():
+            check_any_format(draft.format)
+        return _SubjectCheck()
+    parameters = dict(draft.parameters)
+    try:
+        if draft.report_id is not None:
+            with problems.check():
+                check_report_format(draft.format)
+            report = find_readable_report(store, requester, draft.report_id, match_title=match_name)
+            with problems.check():
+                values = bind_report_values(store, requester, report, parameters)
+                return _SubjectCheck(_Subject(SUBJECT_REPORT, report.id, draft.format, values))
+            return _SubjectCheck()
+        assert draft.query_id is not None
+        with problems.check():
+            get_writer(draft.format)
+        query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
+    except NotFoundError as exc:
+        return _SubjectCheck(missing=exc)
+    with problems.check():
+        bound = bind_query_values(query, parameters)
+        values = {k: to_json_value(v) for k, v in bound.items()}
+        return _SubjectCheck(_Subject(SUBJECT_QUERY, query.id, draft.format, values))
+    return _SubjectCheck()
 
 
 def _ownership_fields(schedule: Schedule) -> tuple[Any, ...]:
@@ -170,20 +218,49 @@ def _reads_subject(store: Catalog, requester: Requester, kind: str, subject_id: 
     return can_read(requester, store.get_query(subject_id))
 
 
-def _check_flags(draft: ScheduleDraft) -> Missed:
-    if not isinstance(draft.enabled, bool):
-        raise InvalidRequestError("enabled must be true or false", field="enabled")
-    if not isinstance(draft.neutralize_formulas, bool):
-        raise InvalidRequestError(
-            "neutralize_formulas must be true or false", field="options.neutralize_formulas"
-        )
+def _check_flags(draft: ScheduleDraft, problems: Problems) -> Missed:
+    """Missed runs, enabled and the formula option; each mistake added to `problems`."""
+    missed = Missed.ONCE
     try:
-        return Missed(draft.missed)
+        missed = Missed(draft.missed)
     except ValueError:
-        raise InvalidRequestError(
-            f"unknown choice {str(draft.missed)[:20]!r} for missed runs; choose once or skip",
-            field="missed",
-        ) from None
+        problems.add(
+            InvalidRequestError(
+                f"unknown choice {str(draft.missed)[:20]!r} for missed runs; choose once or skip",
+                field="missed",
+            )
+        )
+    if not isinstance(draft.enabled, bool):
+        problems.add(InvalidRequestError("enabled must be true or false", field="enabled"))
+    if not isinstance(draft.neutralize_formulas, bool):
+        problems.add(
+            InvalidRequestError(
+                "neutralize_formulas must be true or false", field="options.neutralize_formulas"
+            )
+        )
+    return missed
+
+
+def _timetable(
+    problems: Problems,
+    accounts: AccountStore,
+    workspace_id: str,
+    draft: ScheduleDraft,
+) -> tuple[str, str] | None:
+    """The cron and time zone, checked (each mistake added to `problems`); None if refused."""
+    cron = zone = None
+    with problems.check():
+        cron = check_cron(draft.cron)
+    with problems.check():
+        zone = _timezone(accounts, workspace_id, draft.timezone)
+    return (cron, zone) if cron is not None and zone is not None else None
+
+
+def _refuse_any(problems: Problems, subject: _SubjectCheck) -> None:
+    """Every problem at once, in the form's order; or, with none, a subject not found."""
+    problems.raise_any(_IN_ORDER)
+    if subject.missing is not None:
+        raise subject.missing
 
 
 def _rules(accounts: AccountStore, actor: Actor, egress: EgressPolicy | None) -> RecipientRules:
@@ -208,6 +285,59 @@ def _timezone(accounts: AccountStore, workspace_id: str, given: str | None) -> s
 # ---------------------------------------------------------------- use cases
 
 
+def check_new_schedule(
+    store: Catalog,
+    accounts: AccountStore,
+    clock: Clock,
+    actor: Actor,
+    draft: ScheduleDraft,
+    *,
+    match_name: bool = False,
+    egress: EgressPolicy | None = None,
+    limits: ScheduleLimits | None = None,
+    found: Sequence[InvalidRequestError] = (),
+) -> Schedule:
+    """The schedule a draft makes, checked as `create_schedule` checks it, nothing saved:
+    every mistake at once (with those the caller `found` reading its form), in the form's
+    order (subject, format, cron, time zone, recipients, missed runs, parameters)."""
+    _writer(actor)
+    limits = limits or ScheduleLimits()
+    problems = Problems(found)
+    subject = _check_subject(store, actor.requester, draft, problems, match_name=match_name)
+    timetable = _timetable(problems, accounts, actor.requester.workspace_id, draft)
+    now = clock.now()
+    if timetable is not None:
+        with problems.check():
+            check_min_interval(*timetable, limits.min_interval, now)
+    recipients: tuple[Recipient, ...] = ()
+    with problems.check():
+        recipients = admit_recipients(
+            draft.recipients, _rules(accounts, actor, egress), "recipients"
+        )
+    missed = _check_flags(draft, problems)
+    _refuse_any(problems, subject)
+    assert subject.subject is not None
+    assert timetable is not None
+    cron, zone = timetable
+    return Schedule(
+        id=str(uuid.uuid4()),
+        workspace_id=actor.requester.workspace_id,
+        owner=actor.requester.user_id,
+        subject_type=subject.subject.type,
+        subject_id=subject.subject.id,
+        format=subject.subject.format,
+        parameters=subject.subject.parameters,
+        cron=cron,
+        timezone=zone,
+        recipients=recipients,
+        missed=missed,
+        enabled=draft.enabled,
+        next_due_at=next_due(cron, zone, now),
+        created_at=now,
+        options={"neutralize_formulas": draft.neutralize_formulas},
+    )
+
+
 def create_schedule(
     store: Catalog,
     schedules: ScheduleStore,
@@ -219,39 +349,24 @@ def create_schedule(
     match_name: bool = False,
     egress: EgressPolicy | None = None,
     limits: ScheduleLimits | None = None,
+    found: Sequence[InvalidRequestError] = (),
 ) -> Schedule:
     """Check and save a schedule owned by the caller (an editor or admin); with `match_name`
     the subject may also be named by its query name or report title (the CLI). Webhooks are
     checked against `egress` (by default every internal address is refused)."""
-    _writer(actor)
     limits = limits or ScheduleLimits()
-    subject = _check_subject(store, actor.requester, draft, match_name=match_name)
-    cron = check_cron(draft.cron)
-    zone = _timezone(accounts, actor.requester.workspace_id, draft.timezone)
-    now = clock.now()
-    check_min_interval(cron, zone, limits.min_interval, now)
-    recipients = admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
-    missed = _check_flags(draft)
-    return schedules.add_schedule(
-        Schedule(
-            id=str(uuid.uuid4()),
-            workspace_id=actor.requester.workspace_id,
-            owner=actor.requester.user_id,
-            subject_type=subject.type,
-            subject_id=subject.id,
-            format=subject.format,
-            parameters=subject.parameters,
-            cron=cron,
-            timezone=zone,
-            recipients=recipients,
-            missed=missed,
-            enabled=draft.enabled,
-            next_due_at=next_due(cron, zone, now),
-            created_at=now,
-            options={"neutralize_formulas": draft.neutralize_formulas},
-        ),
-        max_per_workspace=limits.max_per_workspace,
+    schedule = check_new_schedule(
+        store,
+        accounts,
+        clock,
+        actor,
+        draft,
+        match_name=match_name,
+        egress=egress,
+        limits=limits,
+        found=found,
     )
+    return schedules.add_schedule(schedule, max_per_workspace=limits.max_per_workspace)
 
 
 def get_visible_schedule(
@@ -299,6 +414,86 @@ def draft_of(schedule: Schedule) -> ScheduleDraft:
     )
 
 
+def changed_schedule(
+    store: Catalog,
+    schedules: ScheduleStore,
+    accounts: AccountStore,
+    clock: Clock,
+    actor: Actor,
+    schedule_id: str,
+    changes: Mapping[str, Any],
+    *,
+    egress: EgressPolicy | None = None,
+    limits: ScheduleLimits | None = None,
+    found: Sequence[InvalidRequestError] = (),
+) -> Schedule:
+    """The schedule as `update_schedule` would save it, nothing saved; every mistake at once
+    (with those the caller `found`), in the form's order. A body refused as it was read is
+    refused so even for a schedule the caller cannot see."""
+    try:
+        current = get_visible_schedule(store, schedules, actor, schedule_id)
+    except NotFoundError:
+        Problems(found).raise_any(_IN_ORDER)
+        raise
+    _manager(actor, current)
+    unknown = sorted(set(changes) - set(ScheduleDraft.__dataclass_fields__))
+    if unknown:
+        raise InvalidRequestError(f"unknown setting {unknown[0]!r}", field=unknown[0])
+    given = dict(changes)
+    if given.get("query_id") is not None and given.get("report_id") is None:
+        given["report_id"] = None
+    elif given.get("report_id") is not None and given.get("query_id") is None:
+        given["query_id"] = None
+    draft = replace(draft_of(current), **given)
+    problems = Problems(found)
+    recipients: tuple[Recipient, ...] | None = current.recipients
+    if "recipients" in given:
+        recipients = None
+        with problems.check():
+            recipients = admit_recipients(
+                draft.recipients, _rules(accounts, actor, egress), "recipients"
+            )
+    subject = _SubjectCheck()
+    checks_subject = _SUBJECT_FIELDS & set(given) or recipients != current.recipients
+    if checks_subject:
+        subject = _check_subject(store, actor.requester, draft, problems, match_name=False)
+    timetable = _timetable(problems, accounts, current.workspace_id, draft)
+    moved = timetable is not None and timetable != (current.cron, current.timezone)
+    if timetable is not None and moved:
+        minimum = (limits or ScheduleLimits()).min_interval
+        with problems.check():
+            check_min_interval(*timetable, minimum, clock.now())
+    missed = _check_flags(draft, problems)
+    _refuse_any(problems, subject)
+    assert timetable is not None
+    assert recipients is not None
+    updated = current
+    if subject.subject is not None:
+        updated = replace(
+            updated,
+            subject_type=subject.subject.type,
+            subject_id=subject.subject.id,
+            format=subject.subject.format,
+            parameters=subject.subject.parameters,
+            recipients=recipients,
+        )
+        if _ownership_fields(updated) != _ownership_fields(current):
+            updated = replace(updated, owner=actor.requester.user_id)
+    cron, zone = timetable
+    updated = replace(
+        updated,
+        cron=cron,
+        timezone=zone,
+        missed=missed,
+        enabled=draft.enabled,
+        options={**current.options, "neutralize_formulas": draft.neutralize_formulas},
+    )
+    resumed = updated.enabled and not current.enabled
+    if resumed or moved:
+        updated = replace(updated, next_due_at=next_due(cron, zone, clock.now()))
+    return updated
+
+
 def update_schedule(
     store: Catalog,
     schedules: ScheduleStore,
@@ -310,6 +505,7 @@ def update_schedule(
     *,
     egress: EgressPolicy | None = None,
     limits: ScheduleLimits | None = None,
+    found: Sequence[InvalidRequestError] = (),
 ) -> Schedule:
     """Change the given settings (ScheduleDraft field names) of a schedule the caller owns or
     administers.
@@ -321,51 +517,18 @@ def update_schedule(
     round. Changing the cron or time zone, or resuming, moves the next run to the first due
     time after now: due times that passed while a schedule was paused never fire.
     """
-    current = get_visible_schedule(store, schedules, actor, schedule_id)
-    _manager(actor, current)
-    unknown = sorted(set(changes) - set(ScheduleDraft.__dataclass_fields__))
-    if unknown:
-        raise InvalidRequestError(f"unknown setting {unknown[0]!r}", field=unknown[0])
-    given = dict(changes)
-    if given.get("query_id") is not None and given.get("report_id") is None:
-        given["report_id"] = None
-    elif given.get("report_id") is not None and given.get("query_id") is None:
-        given["query_id"] = None
-    draft = replace(draft_of(current), **given)
-    updated = current
-    recipients = (
-        admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
-        if "recipients" in given
-        else current.recipients
+    updated = changed_schedule(
+        store,
+        schedules,
+        accounts,
+        clock,
+        actor,
+        schedule_id,
+        changes,
+        egress=egress,
+        limits=limits,
+        found=found,
     )
-    if _SUBJECT_FIELDS & set(given) or recipients != current.recipients:
-        subject = _check_subject(store, actor.requester, draft, match_name=False)
-        updated = replace(
-            updated,
-            subject_type=subject.type,
-            subject_id=subject.id,
-            format=subject.format,
-            parameters=subject.parameters,
-            recipients=recipients,
-        )
-        if _ownership_fields(updated) != _ownership_fields(current):
-            updated = replace(updated, owner=actor.requester.user_id)
-    cron = check_cron(draft.cron)
-    zone = _timezone(accounts, current.workspace_id, draft.timezone)
-    if (cron, zone) != (current.cron, current.timezone):
-        check_min_interval(cron, zone, (limits or ScheduleLimits()).min_interval, clock.now())
-    missed = _check_flags(draft)
-    updated = replace(
-        updated,
-        cron=cron,
-        timezone=zone,
-        missed=missed,
-        enabled=draft.enabled,
-        options={**current.options, "neutralize_formulas": draft.neutralize_formulas},
-    )
-    resumed = updated.enabled and not current.enabled
-    if resumed or (cron, zone) != (current.cron, current.timezone):
-        updated = replace(updated, next_due_at=next_due(cron, zone, clock.now()))
     if not schedules.update_schedule(updated):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_SCHEDULE)
     return updated

@@ -9,14 +9,22 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from qexport.domain.accounts import Principal
-from qexport.domain.failures import ForbiddenError, InvalidRequestError, NotFoundError
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    Problems,
+    SourceUnavailableError,
+    in_field_order,
+)
 from qexport.domain.queries import (
     Parameter,
     Query,
+    ResultColumn,
     Visibility,
     bind_parameters,
     can_read,
@@ -117,23 +125,56 @@ def _check_parameter(index: int, param: Parameter, seen: set[str]) -> None:
         )
 
 
-def check_draft(draft: QueryDraft, *, sources: Collection[str], members: Collection[str]) -> None:
-    """Refuse a draft naming an unknown source or non-members, or with bad parameters."""
-    _check_name(draft.name)
-    check_sql(draft.sql)
-    if draft.source not in sources:
+# The order a query's problems are told in: the query form's.
+QUERY_FIELDS = ("name", "source", "sql", "parameters", "visibility", "members")
+# What the source needs to describe the SQL: a source it knows, SQL and parameters it can read.
+_DESCRIBE_NEEDS = frozenset({"source", "sql", "parameters"})
+
+
+def check_draft(
+    draft: QueryDraft,
+    *,
+    sources: Collection[str],
+    members: Collection[str],
+    problems: Problems | None = None,
+) -> None:
+    """Refuse a draft naming an unknown source or non-members, or with bad parameters: every
+    mistake at once (into `problems` when given, for the caller to raise with others)."""
+    own = problems is None
+    problems = problems if problems is not None else Problems()
+    with problems.check():
+        _check_name(draft.name)
+    with problems.check():
+        check_source(draft.source, sources)
+    with problems.check():
+        check_sql(draft.sql)
+    with problems.check():
+        check_parameters(draft.parameters)
+    with problems.check():
+        check_visibility(draft.visibility, draft.members, members)
+    if own:
+        problems.raise_any(in_field_order(QUERY_FIELDS))
+
+
+def check_source(source: str, sources: Collection[str]) -> None:
+    if source not in sources:
         known = ", ".join(sorted(sources))
-        raise InvalidRequestError(
-            f"unknown source {draft.source!r} (known: {known})", field="source"
-        )
-    if len(draft.parameters) > MAX_PARAMETERS:
+        what = f"unknown source {source[:80]!r}" if source else "choose a source"
+        raise InvalidRequestError(f"{what} (known: {known})", field="source")
+
+
+def check_parameters(parameters: Sequence[Parameter]) -> None:
+    """Every declared parameter's name, type and default, each problem on its own field."""
+    if len(parameters) > MAX_PARAMETERS:
         raise InvalidRequestError(
             f"a query has at most {MAX_PARAMETERS} parameters", field="parameters"
         )
+    problems = Problems()
     seen: set[str] = set()
-    for index, param in enumerate(draft.parameters):
-        _check_parameter(index, param, seen)
-    check_visibility(draft.visibility, draft.members, members)
+    for index, param in enumerate(parameters):
+        with problems.check():
+            _check_parameter(index, param, seen)
+    problems.raise_any()
 
 
 def check_visibility(
@@ -185,6 +226,49 @@ def get_readable_query(store: Catalog, principal: Principal, query_id: str) -> Q
     return query
 
 
+def _checked(
+    store: Catalog,
+    accounts: AccountStore,
+    principal: Principal,
+    draft: QueryDraft,
+    *,
+    sources: Collection[str],
+    describe: Describe,
+    found: Sequence[InvalidRequestError],
+    current: Query | None,
+) -> tuple[ResultColumn, ...]:
+    """Every check of a draft, with the problems the caller `found` reading its form; then
+    the columns its source describes. All the mistakes are refused at once, in the form's
+    order: the SQL is described whenever the source is known and the SQL and parameters can
+    be read, so that a bad name and a bad SQL are told together. A source that cannot be
+    reached refuses the save only when nothing else is wrong."""
+    problems = Problems(found)
+    check_draft(
+        draft, sources=sources, members=workspace_members(accounts, principal), problems=problems
+    )
+    if "name" not in problems.fields():
+        with problems.check():
+            _check_name_free(store, principal.workspace_id, draft.name, current)
+    columns: tuple[ResultColumn, ...] = ()
+    unavailable: SourceUnavailableError | None = None
+    if not problems.fields() & _DESCRIBE_NEEDS:
+        try:
+            with problems.check():
+                columns = describe(draft.source, draft.sql, draft.parameters)
+        except SourceUnavailableError as exc:
+            unavailable = exc
+    problems.raise_any(in_field_order(QUERY_FIELDS))
+    if unavailable is not None:
+        raise unavailable
+    return columns
+
+
+def _check_name_free(store: Catalog, workspace_id: str, name: str, current: Query | None) -> None:
+    taken = store.find_query(workspace_id, name)
+    if taken is not None and (current is None or taken.id != current.id):
+        raise InvalidRequestError(f"a query named {name!r} already exists", field="name")
+
+
 def create_query(
     store: Catalog,
     accounts: AccountStore,
@@ -193,13 +277,22 @@ def create_query(
     *,
     sources: Collection[str],
     describe: Describe,
+    found: Sequence[InvalidRequestError] = (),
 ) -> Query:
     """Save a new query owned by the caller (an editor or admin), with the columns its
     source describes (a statement the source refuses is not saved)."""
     _writer(principal)
-    check_draft(draft, sources=sources, members=workspace_members(accounts, principal))
-    columns = describe(draft.source, draft.sql, draft.parameters)
-    # The store refuses a name taken by a live query of the workspace (field "name").
+    columns = _checked(
+        store,
+        accounts,
+        principal,
+        draft,
+        sources=sources,
+        describe=describe,
+        found=found,
+        current=None,
+    )
+    # The store also refuses a name taken meanwhile by a live query of the workspace.
     return store.add_query(
         Query(
             id=str(uuid.uuid4()),
@@ -225,6 +318,7 @@ def replace_query(
     *,
     sources: Collection[str],
     describe: Describe,
+    found: Sequence[InvalidRequestError] = (),
 ) -> Query:
     """Replace a readable query's name, SQL, source, parameters and visibility; the owner stays.
     The source describes the new statement first, as for a new query.
@@ -233,12 +327,16 @@ def replace_query(
     """
     _writer(principal)
     current = get_readable_query(store, principal, query_id)
-    check_draft(draft, sources=sources, members=workspace_members(accounts, principal))
-    if draft.name != current.name:
-        taken = store.find_query(principal.workspace_id, draft.name)
-        if taken is not None and taken.id != current.id:
-            raise InvalidRequestError(f"a query named {draft.name!r} already exists", field="name")
-    columns = describe(draft.source, draft.sql, draft.parameters)
+    columns = _checked(
+        store,
+        accounts,
+        principal,
+        draft,
+        sources=sources,
+        describe=describe,
+        found=found,
+        current=current,
+    )
     updated = replace(
         current,
         name=draft.name,

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from qexport.domain.accounts import Role, at_least
-from qexport.domain.failures import ForbiddenError, InvalidRequestError
+from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
 from qexport.domain.schedules import Channel, Recipient, parse_recipient, parse_recipients
 from qexport.egress import (
     EgressPolicy,
@@ -106,15 +106,19 @@ def set_webhook_hosts(
 def admit_recipients(
     raw: Sequence[Any], rules: RecipientRules, field_name: str = "recipients"
 ) -> tuple[Recipient, ...]:
-    """The recipients, parsed and checked; errors name the field (`recipients[1].webhook`)."""
+    """The recipients, parsed and checked; every refused one at once, each naming its field
+    (`recipients[1].webhook`). One the person's role may not name is ForbiddenError."""
     items = list(raw)
     recipients = parse_recipients(items, field_name)  # the shape of every item, and the count
+    problems = Problems()
     for index, item in enumerate(items):
         recipient = parse_recipient(item, f"{field_name}[{index}]")
         where = f"{field_name}[{index}].{recipient.channel.value}"
         _check_role(recipient, rules, where)
         if recipient.posts:
-            check_destination(recipient.target, rules, where)
+            with problems.check():
+                check_destination(recipient.target, rules, where)
+    problems.raise_any()
     return recipients
 
 

@@ -7,15 +7,23 @@ naming a query the writer cannot read is refused with the same words as a missin
 
 from __future__ import annotations
 
+import re
 import unicodedata
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from qexport.domain.accounts import Principal
 from qexport.domain.exports import ExportRecord, Requester
-from qexport.domain.failures import ForbiddenError, InvalidRequestError, NotFoundError
-from qexport.domain.queries import Query, Visibility, bind_parameters, can_read
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    Problems,
+    in_field_order,
+)
+from qexport.domain.queries import Parameter, Query, Visibility, bind_parameters, can_read
 from qexport.domain.reports import (
     MAX_ROW_CAP,
     MAX_SECTIONS,
@@ -35,6 +43,7 @@ MAX_DESCRIPTION_CHARS = 5_000
 MAX_ID_CHARS = 200  # ids are UUIDs; longer refs are not worth a lookup
 NO_SUCH_REPORT = "no report with this id that you can read"
 NO_SUCH_QUERY = "no query with this id that you can read"
+CHOOSE_QUERY = "choose the query this section shows"
 # As for query names: control, format (bidi overrides, zero-width), surrogate, private-use
 # characters and line or paragraph separators are nothing a person means to put in a title.
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
@@ -72,69 +81,128 @@ def _check_fixed_parameters(where: str, section: Section, query: Query) -> None:
     """Fixed values must name the query's parameters and coerce to their types; the others
     may come from the export request, so a missing required one is no error here."""
     declared = {p.name: p for p in query.parameters}
+    problems = Problems()
     for name, value in section.parameters.items():
-        field = f"{where}.parameters.{name}"
-        if name not in declared:
-            accepted = ", ".join(declared) or "none"
-            raise InvalidRequestError(
-                f"the query has no parameter {name!r} (declared: {accepted})", field=field
-            )
-        if value is None:
-            raise InvalidRequestError(
-                f"a fixed value for {name!r} cannot be null; leave it out to take it from"
-                " the export request",
-                field=field,
-            )
-        if isinstance(value, str) and not _encodable(value):
-            raise InvalidRequestError(
-                "the value contains a NUL or an unpaired surrogate", field=field
-            )
-        probe = replace(query, parameters=(declared[name],))
-        try:
-            bind_parameters(probe, {name: value})
-        except InvalidRequestError as exc:
-            raise InvalidRequestError(str(exc), field=field) from None
+        with problems.check():
+            _check_fixed_value(f"{where}.parameters.{name}", name, value, query, declared)
+    problems.raise_any()
 
 
-def _check_section(index: int, section: Section, store: Catalog, requester: Requester) -> None:
+def _check_fixed_value(
+    field: str, name: str, value: Any, query: Query, declared: Mapping[str, Parameter]
+) -> None:
+    if name not in declared:
+        accepted = ", ".join(declared) or "none"
+        raise InvalidRequestError(
+            f"the query has no parameter {name!r} (declared: {accepted})", field=field
+        )
+    if value is None:
+        raise InvalidRequestError(
+            f"a fixed value for {name!r} cannot be null; leave it out to take it from"
+            " the export request",
+            field=field,
+        )
+    if isinstance(value, str) and not _encodable(value):
+        raise InvalidRequestError("the value contains a NUL or an unpaired surrogate", field=field)
+    probe = replace(query, parameters=(declared[name],))
+    try:
+        bind_parameters(probe, {name: value})
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(str(exc), field=field) from None
+
+
+def _check_section(
+    index: int, section: Section, store: Catalog, requester: Requester, problems: Problems
+) -> None:
+    """Every problem of one section, each on its own field (`sections.2.row_cap`)."""
     where = f"sections.{index}"
-    _check_label(section.heading, what="heading", limit=MAX_HEADING_CHARS, field=f"{where}.heading")
+    with problems.check():
+        _check_label(
+            section.heading, what="heading", limit=MAX_HEADING_CHARS, field=f"{where}.heading"
+        )
     query = (
         store.get_query(section.query_id)
         if len(section.query_id) <= MAX_ID_CHARS and _encodable(section.query_id)
         else None
     )
-    if query is None or not can_read(requester, query):
-        raise InvalidRequestError(NO_SUCH_QUERY, field=f"{where}.query_id")
-    _check_fixed_parameters(where, section, query)
+    if not section.query_id:
+        problems.add(InvalidRequestError(CHOOSE_QUERY, field=f"{where}.query_id"))
+    elif query is None or not can_read(requester, query):
+        problems.add(InvalidRequestError(NO_SUCH_QUERY, field=f"{where}.query_id"))
+    else:
+        with problems.check():
+            _check_fixed_parameters(where, section, query)
     if not 1 <= section.row_cap <= MAX_ROW_CAP:
-        raise InvalidRequestError(f"a row cap is 1 to {MAX_ROW_CAP:,}", field=f"{where}.row_cap")
+        problems.add(
+            InvalidRequestError(f"a row cap is 1 to {MAX_ROW_CAP:,}", field=f"{where}.row_cap")
+        )
     named = [("values", name) for name in section.values]
     named += [("series", section.series)] if section.series is not None else []
-    for part, name in named:
-        if not _encodable(name) or any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in name):
-            raise InvalidRequestError(
-                "a column name cannot contain control characters", field=f"{where}.{part}"
+    hidden = {
+        part
+        for part, name in named
+        if not _encodable(name) or any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in name)
+    }
+    for part in ("values", "series"):
+        if part in hidden:
+            problems.add(
+                InvalidRequestError(
+                    "a column name cannot contain control characters", field=f"{where}.{part}"
+                )
             )
-    check_chart_columns(section, where)
+    if not hidden:
+        with problems.check():
+            check_chart_columns(section, where)
+
+
+# The order a report's problems are told in: the report form's, a section's in its row's.
+REPORT_FIELDS = ("title", "description", "sections", "visibility", "members")
+SECTION_FIELDS = ("heading", "query_id", "display", "values", "series", "row_cap", "parameters")
+_SECTION_FIELD = re.compile(r"^sections\.(\d+)(?:\.([a-z_]+))?")
+
+
+def report_order(problem: InvalidRequestError) -> tuple[int, ...]:
+    """Where a problem of a report goes: by field, then section by section and, in one, by
+    the order of its row's fields."""
+    (top,) = in_field_order(REPORT_FIELDS)(problem)
+    found = _SECTION_FIELD.match(problem.field or "")
+    if found is None:
+        return (top, -1, -1)
+    part = found[2] or ""
+    rank = SECTION_FIELDS.index(part) if part in SECTION_FIELDS else len(SECTION_FIELDS)
+    return (top, int(found[1]), rank)
 
 
 def check_draft(
-    draft: ReportDraft, store: Catalog, requester: Requester, *, members: Collection[str]
+    draft: ReportDraft,
+    store: Catalog,
+    requester: Requester,
+    *,
+    members: Collection[str],
+    found: Sequence[InvalidRequestError] = (),
 ) -> None:
     """Refuse a draft with a bad title or section, a query the writer cannot read, or
-    members from outside the workspace."""
-    _check_label(draft.title, what="title", limit=MAX_TITLE_CHARS, field="title")
+    members from outside the workspace: every mistake at once (with those the caller `found`
+    reading its form), in the form's order."""
+    problems = Problems(found)
+    with problems.check():
+        _check_label(draft.title, what="title", limit=MAX_TITLE_CHARS, field="title")
     if len(draft.description) > MAX_DESCRIPTION_CHARS or not _encodable(draft.description):
-        raise InvalidRequestError(
-            f"a description has at most {MAX_DESCRIPTION_CHARS:,} characters, no NUL",
-            field="description",
+        problems.add(
+            InvalidRequestError(
+                f"a description has at most {MAX_DESCRIPTION_CHARS:,} characters, no NUL",
+                field="description",
+            )
         )
     if not 1 <= len(draft.sections) <= MAX_SECTIONS:
-        raise InvalidRequestError(f"a report has 1 to {MAX_SECTIONS} sections", field="sections")
-    for index, section in enumerate(draft.sections):
-        _check_section(index, section, store, requester)
-    check_visibility(draft.visibility, draft.members, members)
+        problems.add(
+            InvalidRequestError(f"a report has 1 to {MAX_SECTIONS} sections", field="sections")
+        )
+    for index, section in enumerate(draft.sections[:MAX_SECTIONS]):
+        _check_section(index, section, store, requester, problems)
+    with problems.check():
+        check_visibility(draft.visibility, draft.members, members)
+    problems.raise_any(report_order)
 
 
 def _writer(principal: Principal) -> None:
@@ -214,12 +282,21 @@ def get_readable_report(store: Catalog, principal: Principal, report_id: str) ->
 
 
 def create_report(
-    store: Catalog, accounts: AccountStore, principal: Principal, draft: ReportDraft
+    store: Catalog,
+    accounts: AccountStore,
+    principal: Principal,
+    draft: ReportDraft,
+    *,
+    found: Sequence[InvalidRequestError] = (),
 ) -> Report:
     """Save a new report owned by the caller (an editor or admin)."""
     _writer(principal)
     return add_report(
-        store, principal.requester, draft, members=workspace_members(accounts, principal)
+        store,
+        principal.requester,
+        draft,
+        members=workspace_members(accounts, principal),
+        found=found,
     )
 
 
@@ -229,9 +306,10 @@ def add_report(
     draft: ReportDraft,
     *,
     members: Collection[str],
+    found: Sequence[InvalidRequestError] = (),
 ) -> Report:
     """Check and save a report owned by `requester` (the CLI's entry, which has no roles)."""
-    check_draft(draft, store, requester, members=members)
+    check_draft(draft, store, requester, members=members, found=found)
     return store.add_report(
         Report(
             id=str(uuid.uuid4()),
@@ -252,12 +330,15 @@ def replace_report(
     principal: Principal,
     report_id: str,
     draft: ReportDraft,
+    *,
+    found: Sequence[InvalidRequestError] = (),
 ) -> Report:
     """Replace a readable report whole; the owner stays. Exports already requested run with
     the report as it is when they are claimed."""
     _writer(principal)
     current = get_readable_report(store, principal, report_id)
-    check_draft(draft, store, principal.requester, members=workspace_members(accounts, principal))
+    members = workspace_members(accounts, principal)
+    check_draft(draft, store, principal.requester, members=members, found=found)
     updated = replace(
         current,
         title=draft.title,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
-from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, in_field_order
 from qexport.domain.queries import Query, bind_parameters, can_read, to_json_value
 from qexport.domain.reports import (
     REPORT_FORMATS,
@@ -19,11 +19,14 @@ from qexport.domain.reports import (
 from qexport.domain.schedules import NewDelivery, Recipient
 from qexport.ports import Catalog, Clock, ExportQueue, NewExport
 from qexport.services.reports import find_readable_report, report_queries
-from qexport.writers.registry import get_writer
+from qexport.writers.registry import FORMATS, get_writer
 
 SUBJECT_QUERY = "query"
+# The order a request's problems are told in: the new-export form's, then the API's extras.
+REQUEST_FIELDS = ("query_id", "report_id", "format", "parameters", "options", "notify")
 MAX_PARAMETERS = 64  # far more than any query declares; bounds the work a request can ask for
 MAX_REF_CHARS = 200  # the longest query id or name worth a lookup
+T = TypeVar("T")
 
 
 def find_readable_query(
@@ -52,20 +55,26 @@ def request_export(
     match_name: bool = True,
     max_unsettled: int | None = None,
     notify: Sequence[Recipient] = (),
+    found: Sequence[InvalidRequestError] = (),
 ) -> ExportRecord:
     """Validate the request and record it as queued (with a delivery per `notify` recipient,
-    in the same transaction); bad input records nothing.
+    in the same transaction); bad input records nothing. Every mistake is refused at once,
+    with those the caller `found` reading the request (its `notify`, say).
 
     With `max_unsettled`, a requester who already has that many queued or running exports
     is refused (TooManyRequestsError), checked in the inserting transaction.
     """
-    get_writer(fmt)  # an unknown format is refused before anything is read
-    query = find_readable_query(catalog, requester, query_ref, match_name=match_name)
-    values = bind_query_values(query, parameters or {})
-    if not isinstance(neutralize_formulas, bool):
-        raise InvalidRequestError(
-            "neutralize_formulas must be true or false", field="options.neutralize_formulas"
-        )
+    problems = Problems(found)
+    with problems.check():
+        get_writer(fmt)  # a bad format is refused whether or not the query exists
+    query = _found(
+        problems, lambda: find_readable_query(catalog, requester, query_ref, match_name=match_name)
+    )
+    values: dict[str, Any] = {}
+    with problems.check():
+        values = bind_query_values(query, parameters or {})
+    _check_options(problems, neutralize_formulas)
+    problems.raise_any(in_field_order(REQUEST_FIELDS))
     new = query_export(
         requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
@@ -85,23 +94,57 @@ def request_report_export(
     match_title: bool = False,
     max_unsettled: int | None = None,
     notify: Sequence[Recipient] = (),
+    found: Sequence[InvalidRequestError] = (),
 ) -> ExportRecord:
     """Validate a report export request and record it as queued; bad input records nothing.
+    Every mistake is refused at once, as for a query.
 
     A report the requester cannot read, or with a query they cannot read, is NotFoundError.
     """
-    check_report_format(fmt)
-    report, values = bind_report_request(
-        catalog, requester, report_ref, parameters or {}, match_title=match_title
+    problems = Problems(found)
+    with problems.check():
+        check_report_format(fmt)
+    report = _found(
+        problems,
+        lambda: find_readable_report(catalog, requester, report_ref, match_title=match_title),
     )
-    if not isinstance(neutralize_formulas, bool):
-        raise InvalidRequestError(
-            "neutralize_formulas must be true or false", field="options.neutralize_formulas"
-        )
+    values: dict[str, Any] = {}
+    with problems.check():
+        values = bind_report_values(catalog, requester, report, parameters or {})
+    _check_options(problems, neutralize_formulas)
+    problems.raise_any(in_field_order(REQUEST_FIELDS))
     new = report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
     return exports.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
+
+
+def _found(problems: Problems, lookup: Callable[[], T]) -> T:
+    """The subject; a missing or unreadable one is NotFoundError, unless the request is
+    refused anyway (a bad format is refused the same whether or not the subject exists)."""
+    try:
+        return lookup()
+    except NotFoundError:
+        problems.raise_any(in_field_order(REQUEST_FIELDS))
+        raise
+
+
+def _check_options(problems: Problems, neutralize_formulas: object) -> None:
+    if not isinstance(neutralize_formulas, bool):
+        problems.add(
+            InvalidRequestError(
+                "neutralize_formulas must be true or false", field="options.neutralize_formulas"
+            )
+        )
+
+
+def check_any_format(fmt: str) -> None:
+    """A format some subject takes (when it is not yet known which)."""
+    if fmt not in FORMATS and fmt not in REPORT_FORMATS:
+        names = ", ".join(dict.fromkeys((*FORMATS, *sorted(REPORT_FORMATS))))
+        raise InvalidRequestError(
+            f"unknown format {fmt[:20]!r}; valid formats: {names}", field="format"
+        )
 
 
 def check_report_format(fmt: str) -> None:
@@ -123,21 +166,23 @@ def bind_report_request(
     """A report the requester may read (with every query in it) and the request's parameter
     values bound to it; errors name the field as `parameters.<name>`."""
     report = find_readable_report(store, requester, report_ref, match_title=match_title)
+    return report, bind_report_values(store, requester, report, parameters)
+
+
+def bind_report_values(
+    store: Catalog, requester: Requester, report: Report, parameters: dict[str, Any]
+) -> dict[str, Any]:
+    """The request's parameter values bound to a readable report (NotFoundError when one of
+    its queries is not); every problem at once, each named `parameters.<name>`."""
     queries = report_queries(store, requester, report)
     if len(parameters) > MAX_PARAMETERS:
         raise InvalidRequestError(
             f"at most {MAX_PARAMETERS} parameters may be given", field="parameters"
         )
     try:
-        values = bind_report_parameters(report, queries, parameters)
+        return bind_report_parameters(report, queries, parameters)
     except InvalidRequestError as exc:
-        field = exc.field or "parameters"
-        if field != "parameters" and not field.startswith(
-            "parameters."
-        ):  # a section's query named its bare parameter
-            field = f"parameters.{field}"
-        raise InvalidRequestError(str(exc), field=field) from None
-    return report, values
+        raise exc.within("parameters") from None
 
 
 def query_export(
@@ -212,5 +257,4 @@ def bind_query_values(query: Query, parameters: dict[str, Any]) -> dict[str, Any
     try:
         return bind_parameters(query, parameters)
     except InvalidRequestError as exc:
-        field = f"parameters.{exc.field}" if exc.field else "parameters"
-        raise InvalidRequestError(str(exc), field=field) from None
+        raise exc.within("parameters") from None

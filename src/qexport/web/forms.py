@@ -19,6 +19,9 @@ NOTICES = {
     # pages_subscriptions.py
     "subscribed": "You are subscribed: each run's export is mailed to you too.",
     "unsubscribed": "You are unsubscribed: its runs are no longer mailed to you.",
+    "query-deleted": "The query was deleted.",
+    "report-deleted": "The report was deleted.",
+    "schedule-deleted": "The schedule was deleted; it makes no more exports.",
 }
 _INDEXED = re.compile(r"^[.\[]?(\d+)\]?(?:\.|$)")
 

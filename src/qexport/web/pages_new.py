@@ -1,12 +1,13 @@
-"""The new-export page: a query or report, a format, and one input per parameter.
+"""The new-export page: a query or report, a format it takes, and one typed input per
+parameter (web/subjects.py).
 
-Choosing the subject is a GET form (it reloads the page with that subject's parameters;
-a script submits it on change), requesting is a POST that redirects to the export's page.
+Choosing the subject is a GET form (it reloads the page with that subject's formats and
+parameters), requesting is a POST that redirects to the export's page, or shows every refusal
+at once, each on its field.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -18,84 +19,27 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
-from qexport.domain.queries import Parameter, ParamType
-from qexport.domain.reports import REPORT_FORMATS
 from qexport.services.queries import list_readable_queries
-from qexport.services.reports import list_readable_reports, report_queries
-from qexport.services.requests import find_readable_query, request_export, request_report_export
+from qexport.services.reports import list_readable_reports
+from qexport.services.requests import request_export, request_report_export
 from qexport.web.auth import Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
+from qexport.web.forms import field_of
 from qexport.web.render import page
 from qexport.web.session import Session
-from qexport.writers.registry import FORMATS
+from qexport.web.subjects import (
+    Subject,
+    given_parameters,
+    param_field,
+    param_inputs,
+    subject_of,
+    typed_values,
+)
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
-INPUT_TYPES = {
-    ParamType.INTEGER: "number",
-    ParamType.NUMBER: "number",
-    ParamType.DATE: "date",
-    ParamType.BOOLEAN: "checkbox",
-    ParamType.STRING: "text",
-}
-PARAM_PREFIX = "p."
 MAX_FORM_FIELDS = 80
-
-
-@dataclass(frozen=True)
-class Subject:
-    """What is exported: `query:ID` or `report:ID` in the form."""
-
-    kind: str
-    id: str
-    name: str
-    parameters: tuple[Parameter, ...]
-    formats: tuple[str, ...]
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind}:{self.id}"
-
-
-def _subject(context: Container, principal: Principal, ref: str) -> Subject | None:
-    kind, _, ident = ref.partition(":")
-    if not ident:
-        return None
-    requester = principal.requester
-    if kind == "query":
-        query = find_readable_query(context.catalog, requester, ident, match_name=False)
-        return Subject("query", query.id, query.name, query.parameters, FORMATS)
-    if kind == "report":
-        report = next(
-            (r for r in list_readable_reports(context.catalog, principal) if r.id == ident), None
-        )
-        if report is None:
-            return None
-        queries = report_queries(context.catalog, requester, report)
-        open_params: dict[str, Parameter] = {}
-        for section in report.sections:
-            for param in queries[section.query_id].parameters:
-                if param.name not in section.parameters:
-                    open_params.setdefault(param.name, param)
-        formats = tuple(sorted(REPORT_FORMATS))
-        return Subject("report", report.id, report.title, tuple(open_params.values()), formats)
-    return None
-
-
-def _inputs(subject: Subject | None, values: dict[str, str]) -> list[dict[str, Any]]:
-    if subject is None:
-        return []
-    return [
-        {
-            "name": p.name,
-            "type": p.type.value,
-            "input": INPUT_TYPES[p.type],
-            "step": "1" if p.type is ParamType.INTEGER else "any",
-            "required": p.required and p.default is None,
-            "value": values.get(p.name, "" if p.default is None else str(p.default)),
-        }
-        for p in subject.parameters
-    ]
+FIELDS = ("subject", "format")
 
 
 def _form_page(
@@ -106,7 +50,7 @@ def _form_page(
     subject: Subject | None,
     *,
     status: int = 200,
-    values: dict[str, str] | None = None,
+    values: dict[str, Any] | None = None,
     fmt: str = "",
     errors: dict[str, str] | None = None,
     **extra: Any,
@@ -119,7 +63,7 @@ def _form_page(
         queries=list_readable_queries(context.catalog, principal),
         reports=list_readable_reports(context.catalog, principal),
         subject=subject,
-        inputs=_inputs(subject, values or {}),
+        inputs=param_inputs(subject, values or {}),
         fmt=fmt,
         errors=errors or {},
         **extra,  # e.g. the preview (pages_preview.py)
@@ -134,26 +78,20 @@ def new_export_page(
     principal: WebPrincipal,
     subject: str = "",
 ) -> Response:
-    chosen = _subject(context, principal, subject[:300]) if subject else None
+    chosen = subject_of(context, principal, subject) if subject else None
     return _form_page(request, context, session, principal, chosen)
 
 
-def _parameters(subject: Subject, form: dict[str, str]) -> dict[str, Any]:
-    """The form's values: empty means not given (the default applies); a checkbox that is
-    not ticked is false."""
-    given: dict[str, Any] = {}
-    for param in subject.parameters:
-        raw = form.get(PARAM_PREFIX + param.name)
-        if param.type is ParamType.BOOLEAN:
-            given[param.name] = raw == "true"
-        elif raw is not None and raw.strip():
-            given[param.name] = raw
-    return given
-
-
-def _field_of(exc: InvalidRequestError) -> str:
-    field = exc.field or ""
-    return field.removeprefix("parameters.") if field.startswith("parameters.") else field
+def errors_of(exc: InvalidRequestError, subject: Subject) -> dict[str, str]:
+    """Every refusal on its field: the subject, the format, each parameter's input."""
+    errors: dict[str, list[str]] = {}
+    for problem in exc.problems:
+        named = problem.field or ""
+        name = param_field(named, subject) or (
+            "subject" if named in ("query_id", "report_id") else field_of(problem, FIELDS)
+        )
+        errors.setdefault(name, []).append(problem.detail)
+    return {name: " ".join(texts) for name, texts in errors.items()}
 
 
 @router.post("/exports/new")
@@ -175,17 +113,15 @@ def _submit(
     principal: Principal,
     form: dict[str, str],
 ) -> Response:
-    subject = _subject(context, principal, form.get("subject", "")[:300])
+    subject = subject_of(context, principal, form.get("subject", ""))
     if subject is None:
         errors = {"subject": "Choose a query or a report."}
         return _form_page(request, context, session, principal, None, status=400, errors=errors)
     fmt = form.get("format", "")
-    values = {p.name: form.get(PARAM_PREFIX + p.name, "") for p in subject.parameters}
+    typed = typed_values(subject, form)
     try:
-        record = _request(context, principal, subject, fmt, _parameters(subject, form))
+        record = _request(context, principal, subject, fmt, given_parameters(subject, typed))
     except InvalidRequestError as exc:
-        field = _field_of(exc)
-        errors = {field if field in values or field == "format" else "form": exc.detail}
         return _form_page(
             request,
             context,
@@ -193,9 +129,9 @@ def _submit(
             principal,
             subject,
             status=400,
-            values=values,
+            values=typed,
             fmt=fmt,
-            errors=errors,
+            errors=errors_of(exc, subject),
         )
     return RedirectResponse(f"/exports/{quote(record.id)}?notice=requested", status_code=303)
 

@@ -30,6 +30,7 @@ from qexport.web.auth import Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.pages_queries import render_query_page
 from qexport.web.session import Session
+from qexport.web.subjects import PARAM_PREFIX, subject_of
 from qexport.writers.cells import CUT_MARK, Cell
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
@@ -98,7 +99,7 @@ def given_parameters(parameters: tuple[Parameter, ...], form: dict[str, str]) ->
     applies), an unticked checkbox is false."""
     given: dict[str, Any] = {}
     for param in parameters:
-        raw = form.get(pages_new.PARAM_PREFIX + param.name)
+        raw = form.get(PARAM_PREFIX + param.name)
         if param.type is ParamType.BOOLEAN:
             given[param.name] = raw == "true"
         elif raw is not None and raw.strip():
@@ -162,9 +163,7 @@ async def preview_on_query_page(
             query,
             status=status,
             preview=preview,
-            preview_values={
-                p.name: form.get(pages_new.PARAM_PREFIX + p.name, "") for p in query.parameters
-            },
+            preview_values={p.name: form.get(PARAM_PREFIX + p.name, "") for p in query.parameters},
             errors=errors,
         )
 
@@ -179,7 +178,7 @@ async def preview_on_new_export_page(
     form = await _checked_form(request, session)
 
     def answer() -> Response:
-        subject = pages_new._subject(context, principal, form.get("subject", "")[:300])
+        subject = subject_of(context, principal, form.get("subject", ""))
         if subject is None or subject.kind != "query":
             errors = {"subject": "Choose a query: a preview shows a query's first rows."}
             return pages_new._form_page(
@@ -187,7 +186,7 @@ async def preview_on_new_export_page(
             )
         query = get_readable_query(context.catalog, principal, subject.id)
         preview, errors, status = _run(context, principal, query, form)
-        values = {p.name: form.get(pages_new.PARAM_PREFIX + p.name, "") for p in query.parameters}
+        values = {p.name: form.get(PARAM_PREFIX + p.name, "") for p in query.parameters}
         return pages_new._form_page(
             request,
             context,

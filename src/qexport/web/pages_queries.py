@@ -3,6 +3,7 @@ create and change them with (the API's services and rules)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -17,17 +18,19 @@ from qexport.domain.failures import (
     SourceUnavailableError,
     TooManyRequestsError,
 )
-from qexport.domain.queries import Parameter, Query, parse_param_spec, to_json_value
+from qexport.domain.queries import Parameter, Query, Visibility, parse_param_spec, to_json_value
 from qexport.services import queries as service
 from qexport.services.describe import describe_timeout, describer
 from qexport.sources.registry import usable_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
-from qexport.web.errors import PageRoute
+from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
+from qexport.web.deleting import query_consequence
+from qexport.web.errors import PageRoute, asks_first
 from qexport.web.forms import (
     GENERAL,
     NOTICES,
     email_of,
-    field_of,
+    form_errors,
     member_ids,
     member_lines,
     numbered_lines,
@@ -40,7 +43,7 @@ from qexport.web.session import Session
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
-FIELDS = ("name", "source", "sql", "parameters", "visibility", "members")
+FIELDS = service.QUERY_FIELDS
 Text = Annotated[str, Form()]
 
 
@@ -76,24 +79,41 @@ def _form_of(context: Container, query: Query) -> QueryForm:
     )
 
 
-def _draft(context: Container, form: QueryForm) -> tuple[service.QueryDraft, list[int]]:
-    """The draft the form describes, and the line number of each parameter."""
-    lines = numbered_lines(form.parameters)
-    params = []
-    for number, line in lines:
+@dataclass(frozen=True)
+class _Read:
+    """The draft a form describes, what could not be read of it, and the line number of each
+    parameter the draft holds."""
+
+    draft: service.QueryDraft
+    found: list[InvalidRequestError]
+    numbers: list[int]
+
+
+def _draft(context: Container, form: QueryForm) -> _Read:
+    """The draft the form describes: a parameter line that cannot be read is a problem of its
+    own (the draft goes on without it), so that every mistake is told at once."""
+    found: list[InvalidRequestError] = []
+    params, numbers = [], []
+    for number, line in numbered_lines(form.parameters):
         try:
             params.append(parse_param_spec(line))
+            numbers.append(number)
         except InvalidRequestError as exc:
-            raise InvalidRequestError(f"Line {number}: {exc}", field="parameters") from None
+            found.append(InvalidRequestError(f"Line {number}: {exc}", field="parameters"))
+    try:
+        visibility = visibility_of(form.visibility)
+    except InvalidRequestError as exc:
+        found.append(exc)
+        visibility = Visibility.MEMBERS if form.members.strip() else Visibility.WORKSPACE
     draft = service.QueryDraft(
         name=form.name.strip(),
         sql=form.sql,
         source=form.source,
         parameters=tuple(params),
-        visibility=visibility_of(form.visibility),
+        visibility=visibility,
         members=member_ids(context.accounts, form.members),
     )
-    return draft, [n for n, _ in lines]
+    return _Read(draft, found, numbers)
 
 
 def _form_page(
@@ -133,17 +153,17 @@ def _save(
     sources = usable_source_names(context.settings, context.accounts, principal.workspace_id)
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
     describe = describer(context.sources, principal.requester, timeout, context.source_slots)
-    numbers: list[int] = []
+    read = _draft(context, form)
     try:
-        draft, numbers = _draft(context, form)
         if query_id is None:
             query = service.create_query(
                 context.catalog,
                 context.accounts,
                 principal,
-                draft,
+                read.draft,
                 sources=sources,
                 describe=describe,
+                found=read.found,
             )
         else:
             query = service.replace_query(
@@ -151,12 +171,13 @@ def _save(
                 context.accounts,
                 principal,
                 query_id,
-                draft,
+                read.draft,
                 sources=sources,
                 describe=describe,
+                found=read.found,
             )
     except InvalidRequestError as exc:
-        errors = {field_of(exc, FIELDS): on_line(exc, "parameters", numbers)}
+        errors = form_errors(exc, FIELDS, lambda p: on_line(p, "parameters", read.numbers))
         return _form_page(
             request, context, session, form, query_id=query_id, status=400, errors=errors
         )
@@ -175,11 +196,21 @@ def _save(
 
 @router.get("/queries")
 def queries_page(
-    request: Request, context: Context, session: SignedIn, principal: WebPrincipal
+    request: Request,
+    context: Context,
+    session: SignedIn,
+    principal: WebPrincipal,
+    notice: str | None = None,
 ) -> Response:
     """The queries the person may read, by name."""
     queries = service.list_readable_queries(context.catalog, principal)
-    return page(request, "queries.html", session=session, queries=queries)
+    return page(
+        request,
+        "queries.html",
+        session=session,
+        queries=queries,
+        notice=NOTICES.get(notice or ""),
+    )
 
 
 @router.get("/queries/new")
@@ -235,6 +266,7 @@ def render_query_page(
     **extra: Any,
 ) -> Response:
     """The query's page; `extra` for the template (the preview, pages_preview.py)."""
+    principal: Principal = request.state.web_principal
     return page(
         request,
         "query.html",
@@ -245,6 +277,11 @@ def render_query_page(
         members=member_lines(context.accounts, query.members).splitlines(),
         owner=email_of(context.accounts, query.owner),
         notice=notice,
+        delete_consequence=query_consequence(
+            context.catalog, context.schedules, query, principal.requester
+        )
+        if principal.can_write_queries
+        else "",
         **extra,
     )
 
@@ -274,3 +311,42 @@ def edit_query(
 ) -> Response:
     form = QueryForm(name, source, sql, parameters, visibility, members)
     return _save(request, context, session, principal, form, query_id)
+
+
+@asks_first("/queries/{query_id}/delete")
+def _ask_delete(
+    _request: Request,
+    context: Container,
+    _session: Session,
+    principal: Principal,
+    params: Mapping[str, str],
+) -> Confirmation:
+    require_writer(principal)
+    query = service.get_readable_query(context.catalog, principal, params["query_id"])
+    path = f"/queries/{quote(query.id, safe='')}"
+    return Confirmation(
+        title=f"Delete the query {query.name}?",
+        consequence=query_consequence(
+            context.catalog, context.schedules, query, principal.requester
+        ),
+        action=f"{path}/delete",
+        yes="Delete the query",
+        back=path,
+    )
+
+
+@router.post("/queries/{query_id}/delete")
+def delete_query(
+    request: Request,
+    context: Context,
+    session: CheckedForm,
+    principal: WebPrincipal,
+    query_id: str,
+    confirmed: ConfirmedField = "",
+) -> Response:
+    """Delete the query once the person said yes (see web/confirm.py); editors and admins."""
+    ask = _ask_delete(request, context, session, principal, {"query_id": query_id})
+    if not is_confirmed(confirmed):
+        return confirm_page(request, session, ask)
+    service.delete_query(context.catalog, principal, query_id)
+    return RedirectResponse("/queries?notice=query-deleted", status_code=303)

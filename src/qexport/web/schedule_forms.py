@@ -1,27 +1,48 @@
-"""A schedule as its form writes it (recipients and parameters one per line) and as its pages
-show it (the subject by name, the next run on the schedule's wall clock)."""
+"""A schedule as its form writes it (recipients one per line, one typed input per parameter
+of its subject) and as its pages show it (the subject by name, the cron in words, the next
+runs on the schedule's wall clock)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import to_json_value
 from qexport.domain.reports import SUBJECT_REPORT
-from qexport.domain.schedules import CHAT_CHANNELS, Recipient, Schedule
+from qexport.domain.schedules import (
+    CHAT_CHANNELS,
+    Channel,
+    Recipient,
+    Schedule,
+    check_cron,
+    check_timezone,
+    describe_cron,
+    next_runs,
+)
 from qexport.schedules import catalog as service
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
+from qexport.web.subjects import Subject, given_parameters, param_field, typed_values
 
 FIELDS = ("format", "cron", "timezone", "recipients", "missed", "parameters")
 _SUBJECT_FIELDS = ("query_id", "report_id")
+RUNS_SHOWN = 3
+NO_SMTP = (
+    "Email is not configured on this server (QEXPORT_SMTP_URL is not set): email recipients"
+    " will not get anything until an operator sets it. Webhook, Slack and Teams recipients"
+    " are not affected."
+)
 
 
 @dataclass(frozen=True)
 class ScheduleForm:
-    """The form's values, as typed; `subject` is `query:ID` or `report:ID`."""
+    """The form's values, as typed; `subject` is `query:ID` or `report:ID`, `parameters` the
+    subject's inputs by parameter name."""
 
     subject: str = ""
     format: str = "csv"
@@ -29,7 +50,7 @@ class ScheduleForm:
     timezone: str = ""
     recipients: str = ""
     missed: str = "once"
-    parameters: str = ""
+    parameters: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, schedule: Schedule) -> ScheduleForm:
@@ -40,7 +61,20 @@ class ScheduleForm:
             timezone=schedule.timezone,
             recipients="\n".join(recipient_line(r) for r in schedule.recipients),
             missed=schedule.missed.value,
-            parameters="\n".join(f"{k}={_text(v)}" for k, v in schedule.parameters.items()),
+            parameters={k: _text(v) for k, v in schedule.parameters.items() if v is not None},
+        )
+
+    @classmethod
+    def read(cls, form: Mapping[str, str], subject: Subject | None) -> ScheduleForm:
+        """The form's values from its fields; the parameters are the chosen subject's."""
+        return cls(
+            subject=form.get("subject", "")[:300],
+            format=form.get("format", ""),
+            cron=form.get("cron", ""),
+            timezone=form.get("timezone", ""),
+            recipients=form.get("recipients", ""),
+            missed=form.get("missed", "once"),
+            parameters=typed_values(subject, form),
         )
 
 
@@ -74,23 +108,15 @@ class Parsed:
     recipient_lines: list[int]
 
 
-def parse(form: ScheduleForm) -> Parsed:
-    """Settings named as `ScheduleDraft`'s fields; a malformed parameter line is refused."""
+def parse(form: ScheduleForm, subject: Subject | None) -> Parsed:
+    """Settings named as `ScheduleDraft`'s fields."""
     kind, _, ident = form.subject.partition(":")
-    parameters: dict[str, str] = {}
-    for number, line in numbered_lines(form.parameters):
-        name, equals, value = line.partition("=")
-        if not equals or not name.strip():
-            raise InvalidRequestError(
-                f"Line {number} expects NAME=VALUE, got {line[:80]!r}", field="parameters"
-            )
-        parameters[name.strip()] = value.strip()
     recipients = numbered_lines(form.recipients)
     settings = {
         "query_id": ident if kind == "query" and ident else None,
         "report_id": ident if kind == SUBJECT_REPORT and ident else None,
         "format": form.format,
-        "parameters": parameters,
+        "parameters": given_parameters(subject, form.parameters) if subject else {},
         "cron": form.cron,
         "timezone": form.timezone.strip() or None,
         "recipients": [recipient_of(r) for _, r in recipients],
@@ -99,11 +125,41 @@ def parse(form: ScheduleForm) -> Parsed:
     return Parsed(settings, [n for n, _ in recipients])
 
 
-def error_of(exc: InvalidRequestError, recipient_lines: list[int]) -> dict[str, str]:
-    """Where the refusal is shown: the subject, the recipient's line, or its field."""
-    if field_of(exc, _SUBJECT_FIELDS) != GENERAL:
-        return {"subject": exc.detail}
-    return {field_of(exc, FIELDS): on_line(exc, "recipients", recipient_lines)}
+def errors_of(
+    exc: InvalidRequestError, recipient_lines: list[int], subject: Subject | None
+) -> dict[str, str]:
+    """Every refusal on its field, in the order found: the subject, each parameter's input,
+    a recipient's line, or its field."""
+    errors: dict[str, list[str]] = {}
+    for problem in exc.problems:
+        if field_of(problem, _SUBJECT_FIELDS) != GENERAL:
+            chosen = subject is not None
+            name, text = "subject", problem.detail if chosen else "Choose a query or a report."
+        else:
+            name = param_field(problem.field, subject) or field_of(problem, FIELDS)
+            text = on_line(problem, "recipients", recipient_lines)
+        errors.setdefault(name, []).append(text)
+    return {name: " ".join(texts) for name, texts in errors.items()}
+
+
+def timetable(cron: str, zone: str, now: datetime) -> dict[str, Any] | None:
+    """The cron in words and its next runs on the zone's wall clock (`Mon 2026-01-12 08:00
+    CET`), for a cron and zone that are valid; None otherwise."""
+    try:
+        checked = check_cron(cron)
+        check_timezone(zone)
+    except InvalidRequestError:
+        return None
+    return {
+        "words": describe_cron(checked),
+        "zone": zone,
+        "runs": [f"{at:%a %Y-%m-%d %H:%M %Z}" for at in next_runs(checked, zone, now, RUNS_SHOWN)],
+    }
+
+
+def mails_without_smtp(settings: Settings, recipients: list[dict[str, str]]) -> bool:
+    """Whether some recipient is an email address while the server cannot send mail."""
+    return not settings.smtp_url and any(Channel.EMAIL.value in r for r in recipients)
 
 
 def next_run(schedule: Schedule) -> str:
@@ -131,6 +187,7 @@ def schedule_row(context: Container, actor: service.Actor, schedule: Schedule) -
         "subject_href": f"/{schedule.subject_type}s/{schedule.subject_id}",
         "format": schedule.format,
         "cron": schedule.cron,
+        "cron_words": describe_cron(schedule.cron),
         "timezone": schedule.timezone,
         "next_run": next_run(schedule),
         "recipients": [
@@ -138,6 +195,7 @@ def schedule_row(context: Container, actor: service.Actor, schedule: Schedule) -
             for r in schedule.recipients
             for shown in [r if service.sees_recipients(actor, schedule) else r.masked()]
         ],
+        "no_smtp": mails_without_smtp(context.settings, [r.to_json() for r in schedule.recipients]),
         "state": "active" if schedule.enabled else "paused",
         "enabled": schedule.enabled,
         "missed": schedule.missed.value,

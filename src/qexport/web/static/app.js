@@ -86,6 +86,103 @@ function enableConfirmations() {
   });
 }
 
+// The report form: a section's chart columns are for charts only, so they are hidden while
+// its display is a table (unless something is typed in them, which the server then refuses).
+function enableSectionRows() {
+  for (const select of document.querySelectorAll("select[data-display]")) {
+    const row = select.closest("fieldset");
+    const columns = row && row.querySelector("[data-chart-columns]");
+    if (!columns) continue;
+    const sync = () => {
+      const typed = [...columns.querySelectorAll("input")].some((input) => input.value.trim());
+      columns.hidden = select.value === "table" && !typed;
+    };
+    select.addEventListener("change", sync);
+    sync();
+  }
+}
+
+function showTimetable(box, found) {
+  box.replaceChildren();
+  if (!found.words && !(found.runs || []).length) {
+    box.hidden = true;
+    return;
+  }
+  const words = document.createElement("p");
+  const strong = document.createElement("strong");
+  strong.textContent = found.words || "";
+  words.append(strong);
+  const lead = document.createElement("p");
+  lead.textContent = `Next runs in ${found.zone}:`;
+  const list = document.createElement("ul");
+  for (const at of found.runs) {
+    const item = document.createElement("li");
+    item.textContent = at;
+    list.append(item);
+  }
+  box.append(words, lead, list);
+  box.hidden = false;
+}
+
+// The schedule form: the formats narrowed to what the chosen subject takes, the cron in words
+// with its next runs as it is typed (GET /schedules/timetable), and the warning that email is
+// not configured shown as soon as an email address is typed. Without this script the same
+// appears once the form is sent ("Check" or "Show its formats and parameters").
+function enableScheduleForm() {
+  const form = document.getElementById("schedule-form");
+  if (!form) return;
+  const subject = form.querySelector("#subject");
+  const format = form.querySelector("#format");
+  if (subject && format) {
+    const narrow = () => {
+      const chosen = subject.selectedOptions[0];
+      const kind = chosen ? chosen.dataset.kind : undefined;
+      for (const option of format.options) {
+        const fits = !kind || (option.dataset.for || "").split(" ").includes(kind);
+        option.hidden = !fits;
+        option.disabled = !fits;
+      }
+      const selected = format.selectedOptions[0];
+      if (!selected || selected.disabled) {
+        const first = [...format.options].find((option) => !option.disabled);
+        if (first) format.value = first.value;
+      }
+    };
+    subject.addEventListener("change", narrow);
+    narrow();
+  }
+  const cron = form.querySelector("#cron");
+  const zone = form.querySelector("#timezone");
+  const box = document.getElementById("timetable");
+  if (cron && zone && box) {
+    let timer;
+    const refresh = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        const query = new URLSearchParams({ cron: cron.value, timezone: zone.value });
+        fetch(`/schedules/timetable?${query}`, {
+          credentials: "same-origin",
+          headers: { Accept: "application/json" },
+        })
+          .then((response) => (response.ok && !response.redirected ? response.json() : null))
+          .then((found) => { if (found) showTimetable(box, found); })
+          .catch(() => {});
+      }, 300);
+    };
+    cron.addEventListener("input", refresh);
+    zone.addEventListener("input", refresh);
+  }
+  const warning = document.getElementById("no-smtp");
+  const recipients = form.querySelector("#recipients");
+  if (warning && recipients) {
+    const mails = () => recipients.value.split("\n").some((line) => {
+      const text = line.trim();
+      return text.includes("@") && !text.includes("://");
+    });
+    recipients.addEventListener("input", () => { warning.hidden = !mails(); });
+  }
+}
+
 // A message that a page loads with (a new public link) is read out: a live region announces
 // changes, not what it held on load, so its words are put into the announcer once loaded.
 function announceOnLoad() {
@@ -97,6 +194,8 @@ function announceOnLoad() {
 document.addEventListener("DOMContentLoaded", () => {
   enableCopyButtons();
   enableConfirmations();
+  enableSectionRows();
+  enableScheduleForm();
   announceOnLoad();
   setTimeout(refreshLive, 1000);
 });

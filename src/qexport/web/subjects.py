@@ -1,0 +1,139 @@
+"""What the new-export and schedule forms export: a query or a report the person may read
+(`query:ID` or `report:ID` in a form), the formats it takes, and one typed input per parameter
+it asks for (`p.NAME`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from qexport.container import Container
+from qexport.domain.accounts import Principal
+from qexport.domain.failures import NotFoundError
+from qexport.domain.queries import Parameter, ParamType, to_json_value
+from qexport.domain.reports import REPORT_FORMATS
+from qexport.services.reports import find_readable_report, report_queries
+from qexport.services.requests import find_readable_query
+from qexport.writers.registry import FORMATS
+
+INPUT_TYPES = {
+    ParamType.INTEGER: "number",
+    ParamType.NUMBER: "number",
+    ParamType.DATE: "date",
+    ParamType.BOOLEAN: "checkbox",
+    ParamType.STRING: "text",
+}
+PARAM_PREFIX = "p."
+QUERY_FORMATS: tuple[str, ...] = FORMATS
+REPORT_FORMAT_NAMES: tuple[str, ...] = tuple(sorted(REPORT_FORMATS))
+# Every format, each with the kinds of subject that take it (for the script that narrows the
+# choice as soon as a subject is picked).
+ALL_FORMATS: tuple[tuple[str, str], ...] = tuple(
+    (f, " ".join(k for k, names in (("query", FORMATS), ("report", REPORT_FORMATS)) if f in names))
+    for f in (*FORMATS, *sorted(REPORT_FORMATS - set(FORMATS)))
+)
+_TRUE_WORDS = ("true", "1", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is exported: its kind, id and name, the parameters a request gives, its formats."""
+
+    kind: str
+    id: str
+    name: str
+    parameters: tuple[Parameter, ...]
+    formats: tuple[str, ...]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
+def subject_of(context: Container, principal: Principal, ref: str) -> Subject | None:
+    """The query or report a form names, if the person may read it (every query of a report
+    included); None for an empty, malformed, missing or unreadable one."""
+    kind, _, ident = ref[:300].partition(":")
+    if not ident:
+        return None
+    requester = principal.requester
+    try:
+        if kind == "query":
+            query = find_readable_query(context.catalog, requester, ident, match_name=False)
+            return Subject("query", query.id, query.name, query.parameters, QUERY_FORMATS)
+        if kind == "report":
+            report = find_readable_report(context.catalog, requester, ident)
+            queries = report_queries(context.catalog, requester, report)
+        else:
+            return None
+    except NotFoundError:
+        return None
+    open_params: dict[str, Parameter] = {}
+    for section in report.sections:
+        for param in queries[section.query_id].parameters:
+            if param.name not in section.parameters:
+                open_params.setdefault(param.name, param)
+    params = tuple(open_params.values())
+    return Subject("report", report.id, report.title, params, REPORT_FORMAT_NAMES)
+
+
+def _shown(value: Any) -> str:
+    shown = to_json_value(value)
+    return str(shown).lower() if isinstance(shown, bool) else str(shown)
+
+
+def param_inputs(subject: Subject | None, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One input per parameter, typed (a date picker for a date, a checkbox for a boolean),
+    holding the value given or else the parameter's default."""
+    if subject is None:
+        return []
+    found = []
+    for p in subject.parameters:
+        given = values.get(p.name)
+        value = _shown(given) if given is not None else "" if p.default is None else p.default
+        found.append(
+            {
+                "name": p.name,
+                "id": f"param-{p.name}",
+                "type": p.type.value,
+                "input": INPUT_TYPES[p.type],
+                "step": "1" if p.type is ParamType.INTEGER else "any",
+                "required": p.required and p.default is None,
+                "value": str(value),
+                "checked": str(value).strip().lower() in _TRUE_WORDS,
+            }
+        )
+    return found
+
+
+def given_parameters(subject: Subject, typed: Mapping[str, str]) -> dict[str, Any]:
+    """The values a form gives for the subject's parameters (`typed`: as `typed_values` reads
+    them): an empty input gives none (the default applies); a checkbox not ticked gives false."""
+    given: dict[str, Any] = {}
+    for param in subject.parameters:
+        raw = typed.get(param.name)
+        if param.type is ParamType.BOOLEAN:
+            given[param.name] = raw == "true"
+        elif raw is not None and raw.strip():
+            given[param.name] = raw
+    return given
+
+
+def typed_values(subject: Subject | None, form: Mapping[str, str]) -> dict[str, str]:
+    """The subject's parameter inputs of a submitted form (`p.NAME`), as typed; those it did
+    not send (a subject just chosen, a box not ticked) are left out."""
+    if subject is None:
+        return {}
+    names = (PARAM_PREFIX + p.name for p in subject.parameters)
+    return {name.removeprefix(PARAM_PREFIX): form[name] for name in names if name in form}
+
+
+def param_field(field: str | None, subject: Subject | None) -> str | None:
+    """The input a refusal of `parameters.NAME` is shown on (`param-NAME`); None if the
+    subject asks for no such parameter."""
+    named = field or ""
+    if subject is None or not named.startswith("parameters."):
+        return None
+    name = named.removeprefix("parameters.")
+    return f"param-{name}" if any(p.name == name for p in subject.parameters) else None
