@@ -138,6 +138,11 @@ class ExportQueue(Protocol):
     def heartbeat(
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
     ) -> bool: ...
+    def record_progress(self, export_id: str, token: str, *, rows: int) -> bool:
+        """Rows written so far, fenced by the lease token, the lease itself untouched and no
+        event written; False when the lease is lost (the same as a heartbeat's)."""
+        ...
+
     def release_with_backoff(
         self,
         export_id: str,

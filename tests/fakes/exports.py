@@ -7,7 +7,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from qexport.domain.accounts import Standing
@@ -271,6 +271,13 @@ class InMemoryExportQueue:
             token=token,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             progress_rows=progress_rows,
+        )
+        return updated is not None
+
+    def record_progress(self, export_id: str, token: str, *, rows: int) -> bool:
+        # The fake's clock never matters to a fenced guard.
+        updated = self.apply(
+            Step.PROGRESS, export_id, now=datetime.now(UTC), token=token, progress_rows=rows
         )
         return updated is not None
 

@@ -98,6 +98,7 @@ _EVENT_COLUMNS = (
     exports.c.last_error_detail,
 )
 _HEARTBEAT = _guarded(Step.HEARTBEAT)
+_PROGRESS = _guarded(Step.PROGRESS)
 _TRANSITIONS = {
     step: _guarded(step).returning(*_EVENT_COLUMNS)
     for step in (Step.RELEASE, Step.SUCCEED, Step.FAIL, Step.REFUSE, Step.CANCEL)
@@ -512,6 +513,9 @@ class SqlExportQueue:
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             progress_rows=progress_rows,
         )
+
+    def record_progress(self, export_id: str, token: str, *, rows: int) -> bool:
+        return self._update(_PROGRESS, export_id_=export_id, token_=token, progress_rows=rows)
 
     def release_with_backoff(
         self,
