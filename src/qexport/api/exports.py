@@ -11,7 +11,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.pagination import MAX_CURSOR_CHARS, decode_cursor, encode_cursor
 from qexport.api.schemas import (
     Export,
     ExportEventItem,
@@ -22,6 +21,7 @@ from qexport.api.schemas import (
 )
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError
+from qexport.http.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
 from qexport.http.download import (
     DownloadConditions,
     file_response,
@@ -32,8 +32,9 @@ from qexport.services.exports import (
     cancel_export,
     downloadable,
     get_visible_export,
+    list_export_page,
     list_visible_events,
-    list_visible_exports,
+    parse_listing,
 )
 from qexport.services.recipients import RecipientRules, admit_recipients
 from qexport.services.requests import request_export, request_report_export
@@ -113,25 +114,72 @@ def create_export(
 def list_exports(
     principal: CurrentPrincipal,
     context: Context,
-    status: Literal["queued", "running", "succeeded", "failed", "expired"] | None = None,
+    status: Annotated[
+        Literal["queued", "running", "succeeded", "failed", "expired"] | None,
+        Query(description="Only exports in this status (`expired`: past their expiry)."),
+    ] = None,
+    format: Annotated[
+        str | None, Query(max_length=20, description="Only exports in this format.")
+    ] = None,
+    subject: Annotated[
+        str | None, Query(max_length=64, description="Only exports of this query or report id.")
+    ] = None,
+    requested_by: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="Only exports requested by this user id (an admin's filter: a member"
+            " sees only their own exports whatever it says).",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        Query(max_length=40, description="Requested at or after: a date (UTC) or ISO 8601 time."),
+    ] = None,
+    until: Annotated[
+        str | None,
+        Query(
+            max_length=40,
+            description="Requested before: a time, or a date (that whole day included).",
+        ),
+    ] = None,
+    q: Annotated[
+        str | None, Query(max_length=200, description="Found in the subject's name (any case).")
+    ] = None,
+    id_prefix: Annotated[
+        str | None,
+        Query(max_length=64, description="Ids that start with this (at least 4 characters)."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> ExportList:
-    """The caller's exports (an admin's: the workspace's), newest first."""
-    records = list_visible_exports(
+    """The caller's exports (an admin's: the workspace's), newest first, narrowed by the
+    filters given. `next_cursor` continues with older exports, `prev_cursor` with newer."""
+    listing = parse_listing(
+        status=status,
+        fmt=format,
+        subject=subject,
+        requested_by=requested_by,
+        since=since,
+        until=until,
+        search=q,
+        id_prefix=id_prefix,
+    )
+    at = decode_page_cursor(cursor) if cursor is not None else None
+    page = list_export_page(
         context.exports,
         context.clock,
         principal.requester,
+        listing,
         whole_workspace=principal.sees_workspace,
-        status=status,
-        limit=limit + 1,
-        before=decode_cursor(cursor) if cursor is not None else None,
+        limit=limit,
+        before=at.at if at is not None and not at.newer else None,
+        after=at.at if at is not None and at.newer else None,
     )
-    page = records[:limit]
-    more = len(records) > limit
     return ExportList(
-        items=[_view(record, context) for record in page],
-        next_cursor=encode_cursor(page[-1]) if more else None,
+        items=[_view(record, context) for record in page.items],
+        next_cursor=encode_page_cursor(page.older) if page.older else None,
+        prev_cursor=encode_page_cursor(page.newer, newer=True) if page.newer else None,
     )
 
 

@@ -90,6 +90,41 @@ def is_downloadable(record: ExportRecord, now: datetime) -> bool:
     return effective_status(record, now) == Status.SUCCEEDED.value
 
 
+@dataclass(frozen=True)
+class ExportFilter:
+    """What a list of exports is narrowed to, beyond who may see it (which no filter widens).
+
+    `since` and `until` bound `created_at` (since <= created_at < until); `search` is found
+    anywhere in the subject's name, ignoring ASCII case; `id_prefix` starts the id."""
+
+    format: str | None = None
+    subject_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: str | None = None
+    id_prefix: str | None = None
+
+    def matches(self, record: ExportRecord) -> bool:
+        """The same narrowing, on one record (what the store's query compiles)."""
+        return (
+            (self.format is None or record.format == self.format)
+            and (self.subject_id is None or record.subject_id == self.subject_id)
+            and (self.since is None or record.created_at >= self.since)
+            and (self.until is None or record.created_at < self.until)
+            and (
+                self.search is None
+                or _ascii_lower(self.search) in _ascii_lower(record.subject_name)
+            )
+            and (self.id_prefix is None or record.id.startswith(self.id_prefix))
+        )
+
+
+def _ascii_lower(text: str) -> str:
+    """Lower case as SQLite's and PostgreSQL's `lower()` agree on it: ASCII letters only."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
