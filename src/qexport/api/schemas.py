@@ -284,6 +284,10 @@ class ExportList(BaseModel):
     next_cursor: str | None = Field(
         description="Pass as `cursor` for the next page; null at the end."
     )
+    prev_cursor: str | None = Field(
+        default=None,
+        description="Pass as `cursor` for the page of newer exports; null on the newest page.",
+    )
 
 
 class ExportEventItem(BaseModel):
@@ -347,6 +351,13 @@ class ScheduleRequest(BaseModel):
     missed: MissedChoice = Field("once", description=_MISSED_HELP)
     enabled: StrictBool = True
     options: ExportOptions = ExportOptions(neutralize_formulas=True)
+    filename_template: str | None = Field(
+        None,
+        max_length=200,
+        description="How its exports' files are named: {name}, {date}, {time}, {format} and the"
+        " subject's parameters ({since}); null: the query's own template",
+        examples=["{name}_{since}_{date}"],
+    )
 
 
 def _without_defaults(schema: dict[str, Any]) -> None:
@@ -384,6 +395,13 @@ class ScheduleChange(BaseModel):
         None, description="false pauses the schedule; true resumes it from now on"
     )
     options: ExportOptions | SkipJsonSchema[None] = None
+    filename_template: str | None = Field(
+        None,
+        max_length=200,
+        description="How its exports' files are named: {name}, {date}, {time}, {format} and the"
+        " subject's parameters ({since}); null: the query's own template",
+        examples=["{name}_{since}_{date}"],
+    )
 
 
 class Schedule(BaseModel):
@@ -403,6 +421,9 @@ class Schedule(BaseModel):
     owner: str = Field(description="Whose rights its exports run with: its creator")
     next_run_at: datetime | None = Field(description="The next due time (UTC); null when paused")
     created_at: datetime
+    filename_template: str | None = Field(
+        None, description="How its exports' files are named; null: its subject's template"
+    )
 
 
 class ScheduleList(BaseModel):

@@ -23,7 +23,7 @@ from qexport.domain.failures import (
     InvalidRequestError,
     NotFoundError,
 )
-from qexport.domain.queries import can_read, to_json_value
+from qexport.domain.queries import can_read, check_filename_template, to_json_value
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
 from qexport.domain.schedules import (
     Delivery,
@@ -98,6 +98,7 @@ class ScheduleDraft:
     missed: str = Missed.ONCE.value
     enabled: bool = True
     neutralize_formulas: bool = True
+    filename_template: str | None = None  # None: the subject's own
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class _Subject:
     id: str
     format: str
     parameters: dict[str, Any]
+    names: tuple[str, ...] = ()  # every parameter a file name template may use
 
 
 # ---------------------------------------------------------------- checks
@@ -142,14 +144,28 @@ def _check_subject(
         report, values = bind_report_request(
             store, requester, draft.report_id, parameters, match_title=match_name
         )
-        return _Subject(SUBJECT_REPORT, report.id, draft.format, values)
+        return _Subject(SUBJECT_REPORT, report.id, draft.format, values, tuple(values))
     assert draft.query_id is not None
     get_writer(draft.format)
     query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
     values = bind_query_values(query, parameters)
     return _Subject(
-        SUBJECT_QUERY, query.id, draft.format, {k: to_json_value(v) for k, v in values.items()}
+        SUBJECT_QUERY,
+        query.id,
+        draft.format,
+        {k: to_json_value(v) for k, v in values.items()},
+        tuple(p.name for p in query.parameters),
     )
+
+
+def _filename_template(draft: ScheduleDraft, subject: _Subject) -> str | None:
+    """The draft's template, checked against its subject's parameters; blank means none."""
+    given = draft.filename_template
+    if given is None or (isinstance(given, str) and not given.strip()):
+        return None
+    if not isinstance(given, str):
+        raise InvalidRequestError("filename_template must be text", field="filename_template")
+    return check_filename_template(given, subject.names)
 
 
 def _ownership_fields(schedule: Schedule) -> tuple[Any, ...]:
@@ -231,6 +247,7 @@ def create_schedule(
     check_min_interval(cron, zone, limits.min_interval, now)
     recipients = admit_recipients(draft.recipients, _rules(accounts, actor, egress), "recipients")
     missed = _check_flags(draft)
+    template = _filename_template(draft, subject)
     return schedules.add_schedule(
         Schedule(
             id=str(uuid.uuid4()),
@@ -248,6 +265,7 @@ def create_schedule(
             next_due_at=next_due(cron, zone, now),
             created_at=now,
             options={"neutralize_formulas": draft.neutralize_formulas},
+            filename_template=template,
         ),
         max_per_workspace=limits.max_per_workspace,
     )
@@ -295,6 +313,7 @@ def draft_of(schedule: Schedule) -> ScheduleDraft:
         missed=schedule.missed.value,
         enabled=schedule.enabled,
         neutralize_formulas=bool(schedule.options.get("neutralize_formulas", True)),
+        filename_template=schedule.filename_template,
     )
 
 
@@ -337,6 +356,10 @@ def update_schedule(
         if "recipients" in given
         else current.recipients
     )
+    if "filename_template" in given or _SUBJECT_FIELDS & set(given):
+        # A subject's template may name parameters that another subject lacks.
+        named = _check_subject(store, actor.requester, draft, match_name=False)
+        updated = replace(updated, filename_template=_filename_template(draft, named))
     if _SUBJECT_FIELDS & set(given) or recipients != current.recipients:
         subject = _check_subject(store, actor.requester, draft, match_name=False)
         updated = replace(

@@ -21,6 +21,7 @@ from qexport.domain.queries import (
     bind_parameters,
     can_read,
     check_declared_name,
+    check_filename_template,
 )
 from qexport.ports import AccountStore, Catalog
 from qexport.services.describe import Describe
@@ -49,6 +50,7 @@ class QueryDraft:
     parameters: tuple[Parameter, ...] = ()
     visibility: Visibility = Visibility.WORKSPACE
     members: frozenset[str] = frozenset()
+    filename_template: str | None = None  # None or blank: DEFAULT_FILENAME
 
 
 # ---------------------------------------------------------------- checks
@@ -134,6 +136,8 @@ def check_draft(draft: QueryDraft, *, sources: Collection[str], members: Collect
     for index, param in enumerate(draft.parameters):
         _check_parameter(index, param, seen)
     check_visibility(draft.visibility, draft.members, members)
+    if draft.filename_template is not None and draft.filename_template.strip():
+        check_filename_template(draft.filename_template, [p.name for p in draft.parameters])
 
 
 def check_visibility(
@@ -212,6 +216,7 @@ def create_query(
             members=draft.members,
             owner=principal.user_id,
             columns=columns,
+            filename_template=_template(draft),
         )
     )
 
@@ -248,10 +253,16 @@ def replace_query(
         visibility=draft.visibility,
         members=draft.members,
         columns=columns,
+        filename_template=_template(draft),
     )
     if not store.update_query(updated):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_QUERY)
     return updated
+
+
+def _template(draft: QueryDraft) -> str | None:
+    text = (draft.filename_template or "").strip()
+    return text or None
 
 
 def delete_query(store: Catalog, principal: Principal, query_id: str) -> None:

@@ -36,7 +36,7 @@ from qexport.web.session import Session
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
-FIELDS = ("name", "source", "sql", "parameters", "visibility", "members")
+FIELDS = ("name", "source", "sql", "parameters", "visibility", "members", "filename_template")
 Text = Annotated[str, Form()]
 
 
@@ -50,6 +50,7 @@ class QueryForm:
     parameters: str = ""
     visibility: str = "workspace"
     members: str = ""
+    filename_template: str = ""
 
 
 def param_line(param: Parameter) -> str:
@@ -69,6 +70,7 @@ def _form_of(context: Container, query: Query) -> QueryForm:
         parameters="\n".join(param_line(p) for p in query.parameters),
         visibility=query.visibility.value,
         members=member_lines(context.accounts, query.members),
+        filename_template=query.filename_template or "",
     )
 
 
@@ -88,6 +90,7 @@ def _draft(context: Container, form: QueryForm) -> tuple[service.QueryDraft, lis
         parameters=tuple(params),
         visibility=visibility_of(form.visibility),
         members=member_ids(context.accounts, form.members),
+        filename_template=form.filename_template,
     )
     return draft, [n for n, _ in lines]
 
@@ -196,8 +199,9 @@ def create_query(
     parameters: Text = "",
     visibility: Text = "workspace",
     members: Text = "",
+    filename_template: Text = "",
 ) -> Response:
-    form = QueryForm(name, source, sql, parameters, visibility, members)
+    form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
     return _save(request, context, session, principal, form, None)
 
 
@@ -246,6 +250,7 @@ def edit_query(
     parameters: Text = "",
     visibility: Text = "workspace",
     members: Text = "",
+    filename_template: Text = "",
 ) -> Response:
-    form = QueryForm(name, source, sql, parameters, visibility, members)
+    form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
     return _save(request, context, session, principal, form, query_id)

@@ -132,8 +132,11 @@ def create_schedule(
     recipients: Text = "",
     missed: Text = "once",
     parameters: Text = "",
+    filename_template: Text = "",
 ) -> Response:
-    form = ScheduleForm(subject, format, cron, timezone, recipients, missed, parameters)
+    form = ScheduleForm(
+        subject, format, cron, timezone, recipients, missed, parameters, filename_template
+    )
     return _save(request, context, session, principal, form, None)
 
 
@@ -184,8 +187,11 @@ def edit_schedule(
     recipients: Text = "",
     missed: Text = "once",
     parameters: Text = "",
+    filename_template: Text = "",
 ) -> Response:
-    form = ScheduleForm(subject, format, cron, timezone, recipients, missed, parameters)
+    form = ScheduleForm(
+        subject, format, cron, timezone, recipients, missed, parameters, filename_template
+    )
     return _save(request, context, session, principal, form, schedule_id)
 
 

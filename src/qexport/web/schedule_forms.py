@@ -15,7 +15,7 @@ from qexport.domain.schedules import CHAT_CHANNELS, Recipient, Schedule
 from qexport.schedules import catalog as service
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
 
-FIELDS = ("format", "cron", "timezone", "recipients", "missed", "parameters")
+FIELDS = ("format", "cron", "timezone", "recipients", "missed", "parameters", "filename_template")
 _SUBJECT_FIELDS = ("query_id", "report_id")
 
 
@@ -30,6 +30,7 @@ class ScheduleForm:
     recipients: str = ""
     missed: str = "once"
     parameters: str = ""
+    filename_template: str = ""
 
     @classmethod
     def of(cls, schedule: Schedule) -> ScheduleForm:
@@ -41,6 +42,7 @@ class ScheduleForm:
             recipients="\n".join(recipient_line(r) for r in schedule.recipients),
             missed=schedule.missed.value,
             parameters="\n".join(f"{k}={_text(v)}" for k, v in schedule.parameters.items()),
+            filename_template=schedule.filename_template or "",
         )
 
 
@@ -95,6 +97,7 @@ def parse(form: ScheduleForm) -> Parsed:
         "timezone": form.timezone.strip() or None,
         "recipients": [recipient_of(r) for _, r in recipients],
         "missed": form.missed,
+        "filename_template": form.filename_template.strip() or None,
     }
     return Parsed(settings, [n for n, _ in recipients])
 
