@@ -177,6 +177,14 @@ def schedules_add(
     report: Annotated[bool, typer.Option("--report", help="SUBJECT is a report.")] = False,
     disabled: Annotated[bool, typer.Option("--disabled", help="Save it paused.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+    filename: Annotated[
+        str | None,
+        typer.Option(
+            "--filename",
+            help="File name template of its exports: {name}, {date}, {time}, {format} and"
+            " parameters such as {since} (default: the query's).",
+        ),
+    ] = None,
 ) -> None:
     """Save a schedule, e.g. `qexport schedules add orders --format csv --cron '0 8 * * 1'
     --timezone Europe/Berlin --email ops@example.com`."""
@@ -197,6 +205,8 @@ def schedules_add(
             }
             if timezone is not None:
                 body["timezone"] = timezone
+            if filename is not None:
+                body["filename_template"] = filename
             view = client.create_schedule(body)
     else:
         deps, actor = _local(ctx)
@@ -210,6 +220,7 @@ def schedules_add(
             recipients=recipients,
             missed=missed,
             enabled=not disabled,
+            filename_template=filename,
         )
         try:
             schedule = service.create_schedule(
