@@ -121,7 +121,8 @@ def test_create_wait_ends_with_rows_size_time_and_the_next_command(env: Env) -> 
                    "n=42", "--wait")  # fmt: skip
     summary, hint = done.stdout.strip().splitlines()[-2:]
     assert " succeeded: 42 rows, " in summary
-    assert " bytes in " in summary and summary.split(" in ")[-1].split()[1] == "s"
+    assert " bytes in " in summary
+    assert summary.split(" in ")[-1].split()[1] == "s"
     assert hint.startswith("download it: qexport exports download ")
     short = hint.rsplit(" ", 1)[1]
     assert json.loads(env.run("exports", "get", short, "--json").stdout)["row_count"] == 42
@@ -141,8 +142,8 @@ def test_the_list_fits_80_columns_and_its_ids_are_accepted(env: Env) -> None:
     _add_orders(env)
     for fmt in ("csv", "jsonl", "parquet"):
         env.run("exports", "create", "--query", "orders", "--format", fmt)
-    env.run("exports", "create", "--query",
-            "a_query_with_a_rather_long_name_that_would_wrap_the_table", "--format", "csv")  # fmt: skip
+    long_name = "a_query_with_a_rather_long_name_that_would_wrap_the_table"
+    env.run("exports", "create", "--query", long_name, "--format", "csv")
     listed = env.run("exports", "list", check=True)
     narrow = subprocess.run(
         [sys.executable, "-m", "qexport", "exports", "list"],
@@ -164,27 +165,34 @@ def test_the_list_fits_80_columns_and_its_ids_are_accepted(env: Env) -> None:
     by_name = env.json("exports", "list", "--search", "RATHER")["items"]
     assert len(by_name) == 1
     of_orders = env.json("exports", "list", "--subject", "orders", "--limit", "2")
-    assert len(of_orders["items"]) == 2 and of_orders["next_cursor"]
+    assert len(of_orders["items"]) == 2
+    assert of_orders["next_cursor"]
     rest = env.json("exports", "list", "--subject", "orders", "--cursor", of_orders["next_cursor"])
     assert len(rest["items"]) == 1
     assert len(env.json("exports", "list", "--all")["items"]) == 4
     bad = env.run("exports", "list", "--status", "done", "--since", "soon", check=False)
     assert bad.returncode == 2
-    assert "--status:" in bad.stderr and "--since:" in bad.stderr
+    assert "--status:" in bad.stderr
+    assert "--since:" in bad.stderr
 
 
 def test_help_shows_the_kind_of_every_value_and_no_kind_for_flags(env: Env) -> None:
     """Options that take a value show its kind (the global twins theirs: seconds, int);
     flags show none; --report no longer claims to be local only."""
-    top = subprocess.run([sys.executable, "-m", "qexport", "--help"], env={**env.environ,
-                         "COLUMNS": "120"}, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    wide = {**env.environ, "COLUMNS": "120"}
+    top = subprocess.run(
+        [sys.executable, "-m", "qexport", "--help"], env=wide, capture_output=True, text=True,
+        check=True,
+    ).stdout  # fmt: skip
     assert "--lease-seconds          <seconds>" in top
     assert "--max-attempts           <int>" in top
     create = subprocess.run([sys.executable, "-m", "qexport", "exports", "create", "--help"],
                             env={**env.environ, "COLUMNS": "120"}, capture_output=True,
                             text=True, check=True).stdout  # fmt: skip
-    assert "<bool>" not in create and "list[" not in create
-    assert "--param" in create and "<str>" in create
+    assert "<bool>" not in create
+    assert "list[" not in create
+    assert "--param" in create
+    assert "<str>" in create
     assert "(local only)" not in create
 
 
@@ -223,11 +231,13 @@ def test_prefixes_suggestions_and_downloads_through_a_server(
     assert typo.returncode == 2
     assert "did you mean 'small_orders'?" in typo.stderr
     unknown = client.run("exports", "get", "ffff0", check=False)
-    assert unknown.returncode == 1 and "no export 'ffff0'" in unknown.stderr
+    assert unknown.returncode == 1
+    assert "no export 'ffff0'" in unknown.stderr
     here = tmp_path / "dl"
     here.mkdir()
     got = _in(client, here, "exports", "download", created["id"][:8])
     assert got.returncode == 0, got.stderr
     assert (here / created["filename"]).exists()
     refused = _in(client, here, "exports", "download", created["id"][:8])
-    assert refused.returncode == 2 and "already exists" in refused.stderr
+    assert refused.returncode == 2
+    assert "already exists" in refused.stderr

@@ -30,7 +30,8 @@ def test_progress_is_written_under_the_lease_without_touching_it(
     claimed = queue_helpers.claim(
         store, record.id, worker_id="w", now=clock.now(), lease_seconds=LEASE
     )
-    assert claimed is not None and claimed.lease_token is not None
+    assert claimed is not None
+    assert claimed.lease_token is not None
     events = len(store.list_events(record.id))
     assert store.record_progress(record.id, claimed.lease_token, rows=1234)
     after = store.get_export(record.id)
@@ -40,7 +41,8 @@ def test_progress_is_written_under_the_lease_without_touching_it(
     assert len(store.list_events(record.id)) == events
     assert not store.record_progress(record.id, "not-the-token", rows=99)
     again = store.get_export(record.id)
-    assert again is not None and again.progress_rows == 1234
+    assert again is not None
+    assert again.progress_rows == 1234
 
 
 def test_filters_narrow_by_format_subject_dates_name_and_id_prefix(
@@ -109,13 +111,19 @@ def test_pages_go_older_and_newer_with_the_filters_kept(
         return [r.id for r in found.items], found.older, found.newer
 
     first, older, newer = page()
-    assert first == csv_ids[:3] and newer is None and older is not None
+    assert first == csv_ids[:3]
+    assert newer is None
+    assert older is not None
     second, older2, newer2 = page(before=older)
-    assert second == csv_ids[3:6] and older2 is not None and newer2 is not None
+    assert second == csv_ids[3:6]
+    assert older2 is not None
+    assert newer2 is not None
     third, older3, _ = page(before=older2)
-    assert third == csv_ids[6:] and older3 is None
+    assert third == csv_ids[6:]
+    assert older3 is None
     back, _, newer_back = page(after=newer2)
-    assert back == first and newer_back is None
+    assert back == first
+    assert newer_back is None
 
 
 def test_a_member_never_sees_others_through_a_requester_filter(

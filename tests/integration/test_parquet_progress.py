@@ -28,5 +28,3 @@ def test_parquet_rows_are_read_from_the_pages_as_the_bytes_go_by(tmp_path: Path)
     assert seen == sorted(seen)
     assert seen[-1] == 500_000
     assert leaf_count(con.sql("SELECT [1, 2] AS l").types) is None
-
-

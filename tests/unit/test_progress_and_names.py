@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
+
 import pytest
 
 from qexport.domain.failures import InvalidRequestError
@@ -34,7 +35,8 @@ def test_rows_are_published_between_heartbeats_without_extending_the_lease() -> 
     claimed = queue_helpers.claim(
         store, record.id, worker_id="w", now=clock.now(), lease_seconds=30
     )
-    assert claimed is not None and claimed.lease_token is not None
+    assert claimed is not None
+    assert claimed.lease_token is not None
     lease = Lease(
         store,
         clock,
@@ -61,7 +63,8 @@ def test_a_progress_write_that_matches_no_row_stops_production() -> None:
     claimed = queue_helpers.claim(
         store, record.id, worker_id="w", now=clock.now(), lease_seconds=30
     )
-    assert claimed is not None and claimed.lease_token is not None
+    assert claimed is not None
+    assert claimed.lease_token is not None
     stopped = threading.Event()
     lease = Lease(
         store,
