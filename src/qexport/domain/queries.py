@@ -287,6 +287,6 @@ def export_filename(
         template or DEFAULT_FILENAME
     ):
         text += literal
-        if placeholder is not None:
-            text += str(filled.get(placeholder, ""))
+        if placeholder is not None:  # a value's own edge punctuation would pile up at a "_"
+            text += str(filled.get(placeholder, "")).strip(" -._/\\")
     return safe_filename(text, extension)
