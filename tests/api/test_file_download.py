@@ -91,8 +91,8 @@ def test_a_unicode_query_name_gives_a_safe_file_name(api: Api) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/x-ndjson"
     assert response.headers["content-disposition"] == (
-        'attachment; filename="Ventes-ete-2024-_2026-01-05.jsonl";'
-        " filename*=UTF-8''Ventes-ete-2024-_2026-01-05.jsonl"
+        'attachment; filename="Ventes-ete-2024_2026-01-05.jsonl";'
+        " filename*=UTF-8''Ventes-ete-2024_2026-01-05.jsonl"
     )
     assert response.content.count(b"\n") == 100
 

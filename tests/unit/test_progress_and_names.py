@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from qexport.domain.exports import safe_filename
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import check_filename_template, export_filename
 from qexport.services.exports import check_id_prefix, parse_listing
@@ -104,6 +105,33 @@ def test_a_file_name_is_filled_from_its_template_and_made_safe(
         template, name="orders", fmt="csv", extension="csv", values=values, at=at
     )
     assert made == name
+
+
+def test_a_name_ending_in_a_symbol_leaves_one_separator_before_the_date() -> None:
+    """`Ventes été 2024 !` with the default template is `Ventes-ete-2024_2026-01-05`: the
+    symbol's `-` and the template's `_` do not pile up into `-_`."""
+    at = datetime(2026, 1, 5, 9, tzinfo=UTC)
+    made = export_filename(
+        None, name="Ventes été 2024 !", fmt="jsonl", extension="jsonl", values={}, at=at
+    )
+    assert made == "Ventes-ete-2024_2026-01-05.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"),
+    [
+        ("a - b", "a-b.csv"),
+        ("x_-_y", "x_y.csv"),
+        ("Mr. Smith", "Mr-Smith.csv"),
+        ("v1..2", "v1.2.csv"),
+        ("---", "export.csv"),
+        ("a" * 79 + " !b", "a" * 79 + ".csv"),  # cut at 80: no separator left at the end
+    ],
+)
+def test_separators_never_double_up_or_end_a_name(name: str, safe: str) -> None:
+    """A run of `-`, `_` and `.` (symbols replaced included) becomes one separator, `_`
+    first, then `-`; the name never starts or ends with one, even once cut to 80."""
+    assert safe_filename(name, "csv") == safe
 
 
 @pytest.mark.parametrize(

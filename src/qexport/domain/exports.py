@@ -128,11 +128,22 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+_SEPARATORS = re.compile(r"[-._]{2,}")
+
+
+def _one_separator(run: re.Match[str]) -> str:
+    """A run of separators as the one that says most: `_` (a template's), else `-`, else `.`
+    (`Ventes été 2024 !_2026-01-05` is `Ventes-ete-2024_2026-01-05`, not `...2024-_2026...`)."""
+    text = run.group()
+    return "_" if "_" in text else "-" if "-" in text else "."
+
+
 def safe_filename(name: str, extension: str) -> str:
-    """A file name that is safe on every OS and in a Content-Disposition header."""
+    """A file name that is safe on every OS and in a Content-Disposition header: ASCII
+    letters, digits and single separators, never starting or ending with one."""
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    stem = _UNSAFE.sub("-", ascii_name).strip("-._") or "export"
-    return f"{stem[:80]}.{extension}"
+    stem = _SEPARATORS.sub(_one_separator, _UNSAFE.sub("-", ascii_name)).strip("-._")
+    return f"{stem[:80].rstrip('-._') or 'export'}.{extension}"
 
 
 def storage_key(workspace_id: str, export_id: str, filename: str) -> str:
