@@ -5,9 +5,10 @@ list's indexes (migration 0013), on SQLite and PostgreSQL.
 
 Fills a fresh metadata database with `--exports` settled exports in one workspace (20
 requesters, 50 queries, five formats, a year of request times), then times the first page (50
-items) of the list as an admin and as a member, with each filter the list offers, as the
-services run it (`list_export_page`). Prints the median of 5 runs per case, then the same
-with the 0013 indexes dropped (the reference, measured in the same run).
+items) of the list as an admin and as a member, with each filter the list offers, and a page
+halfway down the list (a cursor), as the services run it (`list_export_page`). Prints the
+median of 5 runs per case, then the same with the indexes of 0013 dropped and 0001's
+ix_exports_requester back (the reference, measured in the same run).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ INDEXES = (
     "ix_exports_requester_created",
     "ix_exports_subject_created",
     "ix_exports_status_created",
+    "ix_exports_requester_status_created",
+)
+# 0013 drops it (ix_exports_requester_created serves all it did); the reference has it back.
+SUPERSEDED = (
+    "CREATE INDEX IF NOT EXISTS ix_exports_requester"
+    " ON exports (workspace_id, requested_by, created_at)"
 )
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "xlsx")
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -86,7 +93,7 @@ def fill(engine: sa.Engine, count: int) -> None:
 
 
 def cases() -> dict[str, tuple[bool, ExportListing]]:
-    """name -> (as admin, filters)."""
+    """name -> (as admin, filters); a name ending in "deep" is read from halfway down."""
     mid = START + timedelta(days=180)
     return {
         "admin, no filter": (True, ExportListing()),
@@ -101,7 +108,10 @@ def cases() -> dict[str, tuple[bool, ExportListing]]:
         ),
         "admin, search 'number 4'": (True, ExportListing(narrow=ExportFilter(search="number 4"))),
         "member, status failed": (False, ExportListing(status="failed")),
+        "member, status succeeded": (False, ExportListing(status="succeeded")),
         "admin, id prefix": (True, ExportListing(narrow=ExportFilter(id_prefix="abcd"))),
+        "admin, no filter, deep": (True, ExportListing()),
+        "member, no filter, deep": (False, ExportListing()),
     }
 
 
@@ -114,15 +124,30 @@ def timed(run: Callable[[], object], repeat: int = 5) -> float:
     return statistics.median(samples) * 1000
 
 
+def halfway(engine: sa.Engine) -> tuple[datetime, str]:
+    """The (created_at, id) of the export halfway down the list: a deep page's cursor."""
+    with engine.connect() as conn:
+        total = conn.execute(sa.select(sa.func.count()).select_from(exports)).scalar_one()
+        row = conn.execute(
+            sa.select(exports.c.created_at, exports.c.id)
+            .order_by(exports.c.created_at.desc(), exports.c.id.desc())
+            .offset(total // 2)
+            .limit(1)
+        ).one()
+    return row.created_at, row.id
+
+
 def measure(engine: sa.Engine) -> dict[str, float]:
     queue = SqlExportQueue(engine, notify=False)
     clock = SystemClock()
+    middle = halfway(engine)
     found = {}
     for name, (admin, listing) in cases().items():
         requester = Requester("user3", "bench")
+        before = middle if name.endswith("deep") else None
         found[name] = timed(
-            lambda a=admin, listing=listing, r=requester: list_export_page(
-                queue, clock, r, listing, whole_workspace=a, limit=50
+            lambda a=admin, listing=listing, r=requester, b=before: list_export_page(
+                queue, clock, r, listing, whole_workspace=a, limit=50, before=b
             )
         )
     return found
@@ -137,7 +162,8 @@ def run(url: str, count: int) -> None:
     with_indexes = measure(engine)
     with engine.begin() as conn:
         for name in INDEXES:
-            conn.execute(sa.text(f"DROP INDEX {name}"))
+            conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))
+        conn.execute(sa.text(SUPERSEDED))
         conn.execute(sa.text("ANALYZE"))
     without = measure(engine)
     for name, ms in with_indexes.items():

@@ -199,17 +199,17 @@ _OLDEST_OF_PG = _with_query(_REQUESTER_CANDIDATE.with_for_update(skip_locked=Tru
 
 
 def _keyset(at: tuple[datetime, str], *, older: bool) -> sa.ColumnElement[bool]:
-    """Exports listed before (`older`) or after `at` (created_at, id) in the list's order."""
+    """Exports listed before (`older`) or after `at` (created_at, id) in the list's order.
+
+    A row value rather than `created_at < :t OR (created_at = :t AND id < :id)`: both
+    databases seek an index to a row value, while the OR form made SQLite read every newer
+    export first (a page 180k exports deep: 81 ms, 0.5 ms as a row value)."""
     created_at, export_id = at
-    if older:
-        return sa.or_(
-            exports.c.created_at < created_at,
-            sa.and_(exports.c.created_at == created_at, exports.c.id < export_id),
-        )
-    return sa.or_(
-        exports.c.created_at > created_at,
-        sa.and_(exports.c.created_at == created_at, exports.c.id > export_id),
+    key = sa.tuple_(exports.c.created_at, exports.c.id)
+    value = sa.tuple_(
+        sa.literal(created_at, exports.c.created_at.type), sa.literal(export_id, exports.c.id.type)
     )
+    return key < value if older else key > value
 
 
 # The first characters of an export id (a UUID) before its first hyphen: a range over them

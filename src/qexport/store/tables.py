@@ -163,9 +163,6 @@ sa.Index(
     sqlite_where=sa.text(UNSETTLED),
     postgresql_where=sa.text(UNSETTLED),
 )
-sa.Index(
-    "ix_exports_requester", exports.c.workspace_id, exports.c.requested_by, exports.c.created_at
-)
 # The fair claim's second read (store/exports.py): one requester's unsettled exports in queue
 # order, without their settled history.
 sa.Index(
@@ -189,10 +186,22 @@ sa.Index(
 # subject's or a status's: every filter the list offers finds its first page by an index
 # seek and reads on in order. Measured by bench/exports_list.py on 200k exports.
 sa.Index("ix_exports_workspace_created", exports.c.workspace_id, exports.c.created_at, exports.c.id)
+# A member's list; it also serves what 0001's ix_exports_requester (the same columns without
+# `id`) did, which 0013 drops.
 sa.Index(
     "ix_exports_requester_created",
     exports.c.workspace_id,
     exports.c.requested_by,
+    exports.c.created_at,
+    exports.c.id,
+)
+# A member's list by status: without it the page walked the member's whole history checking
+# each row's status (10k exports and none failed: 20 ms on SQLite, 0.3 ms with it).
+sa.Index(
+    "ix_exports_requester_status_created",
+    exports.c.workspace_id,
+    exports.c.requested_by,
+    exports.c.status,
     exports.c.created_at,
     exports.c.id,
 )
