@@ -191,6 +191,7 @@ def parse_listing(
 
 
 MAX_USER_CHARS = 200
+MAX_INSTANT_CHARS = 40  # 2026-12-01T10:00:00.123456+05:30 and then some
 
 
 def _one_of(value: str | None, choices: tuple[str, ...], field: str) -> None:
@@ -204,6 +205,12 @@ def _instant(text: str | None, field: str, *, end_of_day: bool) -> datetime | No
     """A date (the whole day, UTC) or an ISO 8601 instant (UTC unless it says otherwise)."""
     if text is None:
         return None
+    invalid = InvalidRequestError(
+        f"{field} must be a date (2026-12-01) or a time (2026-12-01T10:00:00Z), not {text[:40]!r}",
+        field=field,
+    )
+    if len(text) > MAX_INSTANT_CHARS:
+        raise invalid
     try:
         if len(text) == len("2026-01-01"):
             day = date.fromisoformat(text)
@@ -211,11 +218,7 @@ def _instant(text: str | None, field: str, *, end_of_day: bool) -> datetime | No
             return start + timedelta(days=1) if end_of_day else start
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidRequestError(
-            f"{field} must be a date (2026-12-01) or a time (2026-12-01T10:00:00Z),"
-            f" not {text[:40]!r}",
-            field=field,
-        ) from None
+        raise invalid from None
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
@@ -294,9 +297,9 @@ def resolve_export_id(
     """The id of the one export the requester may see whose id is `ref` or starts with it
     (like git's abbreviations); NotFoundError for none, AmbiguousIdError naming the
     candidates for several."""
-    if len(ref) == FULL_ID_CHARS or len(ref) > MAX_EXPORT_ID_CHARS:
+    prefix = id_prefix_of(ref)
+    if prefix is None:
         return ref
-    prefix = check_id_prefix(ref)
     found = list_visible_exports(
         store,
         clock,
@@ -314,6 +317,20 @@ def resolve_export_id(
 
 FULL_ID_CHARS = 36
 MAX_CANDIDATES = 10
+
+
+def id_prefix_of(ref: str) -> str | None:
+    """The id prefix `ref` is, lower case; None when it is to be taken as a whole id (as
+    long as one, or not the start of any: a lookup then finds no export). Fewer than
+    MIN_ID_PREFIX characters are refused: they would match too much."""
+    if len(ref) == FULL_ID_CHARS:
+        return None
+    try:
+        return check_id_prefix(ref)
+    except InvalidRequestError:
+        if len(ref.strip()) < MIN_ID_PREFIX:
+            raise
+        return None
 
 
 def ambiguous_message(ref: str, candidates: list[tuple[str, str]]) -> str:
