@@ -117,6 +117,19 @@ def server_errors(client_error_code: int = 1) -> Iterator[None]:
         fail(str(exc), client_error_code if 400 <= exc.status < 500 else 1)
 
 
+@contextlib.contextmanager
+def server_refusals() -> Iterator[None]:
+    """A server's refusal as one line with its code: 2 when it refused the values given
+    (422), as the same values are refused locally; 1 for any other (a bad token, someone
+    else's thing, the server down)."""
+    from qexport.client import ApiError
+
+    try:
+        yield
+    except ApiError as exc:
+        fail(str(exc), BAD_INPUT if exc.status == 422 else 1)
+
+
 def did_you_mean(word: str, names: Iterable[str]) -> str:
     """`; did you mean 'orders'?` when a known name is close to `word` (else ``), to end an
     error about an unknown name."""

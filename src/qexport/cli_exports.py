@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -29,6 +30,7 @@ from qexport.cli_common import (
     parse_kv,
     remote,
     server_errors,
+    server_refusals,
 )
 from qexport.cli_schedules import (
     EMAIL_HELP,
@@ -39,21 +41,21 @@ from qexport.cli_schedules import (
     parse_notify,
 )
 from qexport.container import Container
-from qexport.domain.exports import EXPIRED, ExportRecord, Requester
-from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
+from qexport.domain.exports import EXPIRED, ExportRecord, Requester, safe_filename
+from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, QExportError
 from qexport.domain.queries import can_read
 from qexport.domain.reports import can_read_report
 from qexport.http.cursors import decode_page_cursor, encode_page_cursor
 from qexport.humanize import human_size
 from qexport.ports import Presigner
 from qexport.services.exports import (
-    FULL_ID_CHARS,
     MAX_CANDIDATES,
+    ExportListing,
     ambiguous_message,
     cancel_export,
-    check_id_prefix,
     downloadable,
     get_visible_export,
+    id_prefix_of,
     list_export_page,
     open_download,
     parse_listing,
@@ -66,6 +68,16 @@ if TYPE_CHECKING:
     from qexport.client import QExportClient
 
 SHORT_ID_CHARS = 8  # what `exports list` shows of an id, at least
+# Optional for click, so that leaving it out gets a sentence saying where ids are found.
+ExportRef = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="ID",
+        help="The export's id, or its start (at least 4 characters): `qexport exports list`"
+        " shows them.",
+        show_default=False,
+    ),
+]
 
 exports_app = typer.Typer(
     no_args_is_help=True,
@@ -77,6 +89,8 @@ exports_app = typer.Typer(
 SETTLED_VIEWS = frozenset({"succeeded", "failed", EXPIRED})
 # A server is asked less often than the local database: other clients share it.
 REMOTE_POLL_SECONDS = 0.5
+# How long `--wait` sees an export queued before it says that a worker must take it.
+QUEUED_HINT_SECONDS = 5.0
 
 
 def _print_export(record: ExportRecord, deps: Container, as_json: bool) -> None:
@@ -215,11 +229,23 @@ def _local_suggestion(
         if can_read_report(requester, r)
     ]
     if report is not None:
-        return did_you_mean(report, principal_reports)
+        return did_you_mean(report, principal_reports) or _none_yet("report", principal_reports)
     names = [
         q.name for q in deps.catalog.list_queries(requester.workspace_id) if can_read(requester, q)
     ]
-    return did_you_mean(query or "", names)
+    return did_you_mean(query or "", names) or _none_yet("query", names)
+
+
+def _none_yet(what: str, names: list[str]) -> str:
+    """Where to start when there is nothing to export: a fresh data directory."""
+    if names:
+        return ""
+    if what == "report":
+        return "; there are no reports you can read yet (qexport reports add, or qexport demo)"
+    return (
+        "; there are no queries you can read yet: add one with"
+        " qexport queries add NAME --sql 'SELECT …' (or try qexport demo)"
+    )
 
 
 def _remote_create(
@@ -247,9 +273,10 @@ def _remote_create(
             subject_id, fmt, parameters, neutralize_formulas=neutralize, notify=notify
         )
     except ApiError as exc:
-        if exc.status == 404 and subject_id == ref:
+        if exc.status == 404 and subject_id == ref:  # no such name: perhaps a typo
             what = "report" if report is not None else "query"
-            fail_input(f"no {what} {ref!r} that you can read" + did_you_mean(ref, names))
+            hint = did_you_mean(ref, names) or _none_yet(what, names)
+            fail_input(f"{exc.detail}{hint} ({exc.code})")
         raise
 
 
@@ -277,6 +304,7 @@ def _print_summary(view: dict[str, Any]) -> None:
             f"export {short} succeeded: {rows:,} rows, {human_size(view['size_bytes'])}{took}"
             f" ({view['filename']})",
             highlight=False,
+            soft_wrap=True,
         )
         out.print(f"download it: qexport exports download {short}", highlight=False)
         return
@@ -319,9 +347,11 @@ def _duration(seconds: float) -> str:
 
 @exports_app.command("get")
 def exports_get(
-    ctx: typer.Context, export_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
+    ctx: typer.Context,
+    export_id: ExportRef = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
 ) -> None:
-    """Show one export (its id, or the start of it)."""
+    """Show one export: its status, file, rows, size and times."""
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
     if client is not None:
@@ -365,8 +395,10 @@ def exports_list(
         bool, typer.Option("--all", help="Every matching export, however many.")
     ] = False,
 ) -> None:
-    """List your exports, newest first (on a server, an admin sees the workspace's); ids are
-    shortened to what tells them apart, and the other commands accept them."""
+    """List your exports, newest first, a page at a time.
+
+    On a server, an admin sees the workspace's. Ids are shortened to what tells them apart;
+    the other commands accept them."""
     client = remote(ctx)
     if client is not None:
         filters = {
@@ -379,16 +411,18 @@ def exports_list(
             }.items()
             if value
         }
-        with client, server_errors(client_error_code=2):
+        with client, server_refusals():
             if subject:
                 filters["subject"] = _remote_subject(client, subject)
             page = client.list_exports(
                 limit=None if all_pages else limit, status=status, cursor=cursor, filters=filters
             )
-        _print_list(page, as_json)
+        _print_list(page, as_json, filtered=bool(filters or status))
         return
     st, deps = local_deps(ctx)
-    try:
+    problems = Problems()
+    listing, at = ExportListing(), None
+    with problems.check():
         listing = parse_listing(
             status=status,
             fmt=fmt,
@@ -397,12 +431,16 @@ def exports_list(
             until=until,
             search=search,
         )
+    with problems.check():
         at = decode_page_cursor(cursor) if cursor else None
+    try:
+        problems.raise_any()
     except InvalidRequestError as exc:
         fail_input(_flag_words(exc))
     items: list[dict[str, Any]] = []
-    before = at.at if at is not None else None
     now = deps.clock.now()
+    before = at.at if at is not None and not at.newer else None
+    after = at.at if at is not None and at.newer else None  # an API's prev_cursor: one page
     while True:
         found = list_export_page(
             deps.exports,
@@ -411,13 +449,14 @@ def exports_list(
             listing,
             limit=min(limit - len(items), PAGE_SIZE) if not all_pages else PAGE_SIZE,
             before=before,
+            after=after,
         )
         items.extend(export_view(r, now) for r in found.items)
-        before = found.older
+        before, after = found.older, None
         if before is None or (not all_pages and len(items) >= limit):
             break
     next_cursor = encode_page_cursor(before) if before is not None else None
-    _print_list({"items": items, "next_cursor": next_cursor}, as_json)
+    _print_list({"items": items, "next_cursor": next_cursor}, as_json, filtered=listing.filtered)
 
 
 PAGE_SIZE = 200
@@ -487,7 +526,7 @@ _GAP = 2  # spaces between two columns
 _MIN_SUBJECT = 8
 
 
-def _print_list(page: dict[str, Any], as_json: bool) -> None:
+def _print_list(page: dict[str, Any], as_json: bool, *, filtered: bool = False) -> None:
     if as_json:
         print(json.dumps(page, indent=2))
         return
@@ -524,8 +563,13 @@ def _print_list(page: dict[str, Any], as_json: bool) -> None:
         table.add_row(*row)
     if views:
         out.print(table)
+    elif filtered:
+        out.print("no exports match these filters")
     else:
-        out.print("no exports")
+        out.print(
+            "no exports yet; request one: qexport exports create --query NAME --format csv",
+            highlight=False,
+        )
     if page.get("next_cursor"):
         err.print(
             f"more: qexport exports list --cursor {page['next_cursor']} (or --all)",
@@ -564,8 +608,18 @@ def _wait(
         short = short_id(export_id)
         task = progress.add_task(short, total=None, rows=0, rate="")
         rate = _Rate()
+        hint_at = time.monotonic() + QUEUED_HINT_SECONDS
         while True:
             view = fetch()
+            if view["status"] == "queued" and hint_at and time.monotonic() >= hint_at:
+                hint_at = 0.0
+                if not quiet:
+                    progress.console.print(
+                        f"export {short} is still queued: it starts when a worker takes it"
+                        " (is one running? qexport worker)",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
             rows = view["progress"]["rows"] or 0
             progress.update(
                 task,
@@ -598,10 +652,13 @@ class _Rate:
 
 @exports_app.command("wait")
 def exports_wait(
-    ctx: typer.Context, export_id: str, as_json: Annotated[bool, typer.Option("--json")] = False
+    ctx: typer.Context,
+    export_id: ExportRef = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
 ) -> None:
-    """Wait until the export settles, showing its progress; then its rows, size and time, or
-    why it failed (exit 1)."""
+    """Wait until an export settles, showing its progress.
+
+    Then its rows, size and time taken, or why it failed (exit 1)."""
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
     if client is not None:
@@ -626,21 +683,25 @@ def exports_wait(
         raise typer.Exit(1)
 
 
-def resolve_export_id(ctx: typer.Context, ref: str) -> str:
+def resolve_export_id(ctx: typer.Context, ref: str | None) -> str:
     """The full id of the export `ref` names: its id, or a start of it (at least 4
     characters) that no other export the caller may see shares, locally or on the server
     (QEXPORT_URL). Like git, an ambiguous start is refused with the candidates (exit 2) and
-    an unknown one says so (exit 1)."""
+    an unknown one says so (exit 1); none at all says where ids are found (exit 2)."""
+    if ref is None or not ref.strip():
+        fail_input(
+            "which export? give its id or the start of it; `qexport exports list` shows them"
+        )
     ref = ref.strip()
-    if len(ref) == FULL_ID_CHARS:
-        return ref
     client = remote(ctx)
     if client is not None:
-        with client, server_errors(client_error_code=2):
-            try:
-                prefix = check_id_prefix(ref)
-            except InvalidRequestError as exc:
-                fail_input(exc.detail)
+        try:
+            prefix = id_prefix_of(ref)
+        except InvalidRequestError as exc:
+            fail_input(exc.detail)
+        if prefix is None:  # a whole id, or nothing like one: the server says which
+            return ref
+        with client, server_refusals():
             found = client.exports_starting(prefix, MAX_CANDIDATES + 1)
         if not found:
             fail(f"no export {ref!r}")
@@ -677,7 +738,7 @@ def _print_download_link(deps: Container, requester: Requester, export_id: str) 
 @exports_app.command("download")
 def exports_download(
     ctx: typer.Context,
-    export_id: str,
+    export_id: ExportRef = None,
     output: Annotated[
         str | None,
         typer.Option(
@@ -695,9 +756,10 @@ def exports_download(
         bool, typer.Option("--url", help="Print a short-lived download link instead (S3).")
     ] = False,
 ) -> None:
-    """Download the file of a succeeded export (refused once it has expired); from a server,
-    the file is checked against the export's sha256. An existing file is never replaced
-    without --force."""
+    """Download an export's file, by default to its file name here.
+
+    Refused once it has expired; from a server, the file is checked against the export's
+    sha256. An existing file is never replaced without --force."""
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
     if client is not None:
@@ -726,9 +788,27 @@ def exports_download(
     )
 
 
+# What every export's file name looks like (domain/exports.py's safe_filename makes them).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def plain_file_name(filename: str) -> str:
+    """The export's file name as one plain name inside the directory it is written to: what
+    qexport names files is kept; anything else (a server's `../../.bashrc`, `/etc/x`, `..`)
+    is made safe the same way, so it can never leave that directory."""
+    if _PLAIN_NAME.fullmatch(filename) and ".." not in filename:
+        return filename
+    stem, dot, extension = filename.rpartition(".")
+    if not dot or not stem:
+        stem, extension = filename, ""
+    return safe_filename(stem, re.sub(r"[^A-Za-z0-9]", "", extension)[:10] or "bin")
+
+
 def download_target(output: str | None, filename: str, *, force: bool) -> Path:
-    """Where a download goes: `output` if it names a file, `filename` inside it if it names a
-    directory (`.`, `DIR/`), else `filename` here; an existing file only with `force`."""
+    """Where a download goes: `output` if it names a file, the export's file name inside it
+    if it names a directory (`.`, `DIR/`), else that name here; an existing file only with
+    `force`. The export's own name never reaches outside the directory (`plain_file_name`)."""
+    filename = plain_file_name(filename)
     if output is None:
         target = Path(filename)
     elif Path(output).is_dir():
@@ -794,8 +874,8 @@ def _remote_download(
 
 
 @exports_app.command("cancel")
-def exports_cancel(ctx: typer.Context, export_id: str) -> None:
-    """Cancel a queued or running export (its id, or the start of it)."""
+def exports_cancel(ctx: typer.Context, export_id: ExportRef = None) -> None:
+    """Cancel a queued or running export."""
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
     if client is not None:

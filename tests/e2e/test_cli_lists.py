@@ -12,7 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from qexport.cli_exports import plain_file_name
+from qexport.store.tables import exports
 from tests.e2e.conftest import Env
 from tests.e2e.test_serve import SMALL_ORDERS, N, new_token, start_server
 from tests.factories import new_export
@@ -241,3 +244,79 @@ def test_prefixes_suggestions_and_downloads_through_a_server(
     refused = _in(client, here, "exports", "download", created["id"][:8])
     assert refused.returncode == 2
     assert "already exists" in refused.stderr
+
+
+def test_a_prefix_of_someone_elses_export_is_no_export_through_a_server(
+    env: Env, client: Env
+) -> None:
+    """Through a server, a prefix resolves among the caller's own exports only: one that
+    starts only others' exports (even several) is "no export", naming none of their ids; a
+    prefix shared with someone else's export is not ambiguous; their full id is not found."""
+    mine = client.json("exports", "create", "--query", "small_orders", "--format", "csv")
+    _insert(env, "beef0001-0000-4000-8000-000000000001")  # alice's, not the client's
+    _insert(env, "beef0002-0000-4000-8000-000000000002")
+    _insert(env, "cafe0001-0000-4000-8000-000000000001")
+    own = replace(
+        new_export(datetime.now(UTC), "demo"),
+        id="cafe0002-0000-4000-8000-000000000002",
+        requested_by=mine["requested_by"],
+        storage_key="exports/demo/cafe0002-0000-4000-8000-000000000002/orders.csv",
+    )
+    env.store.insert_export(own)
+    for command in ("get", "wait", "download", "cancel"):
+        theirs = client.run("exports", command, "beef", check=False)
+        assert theirs.returncode == 1, (command, theirs.stderr)
+        assert theirs.stderr.strip() == "error: no export 'beef'"
+    shown = client.json("exports", "get", "cafe")
+    assert shown["id"] == own.id
+    full = client.run("exports", "get", "beef0001-0000-4000-8000-000000000001", check=False)
+    assert full.returncode == 1
+    assert full.stderr.strip().endswith("(not_found)")
+    listed = {i["id"] for i in client.json("exports", "list", "--all")["items"]}
+    assert listed == {mine["id"], own.id}
+
+
+def _rename(env: Env, export_id: str, filename: str) -> None:
+    """Give a record a file name qexport would never make (a hostile or broken server's)."""
+    with env.store.engine.begin() as conn:
+        conn.execute(sa.update(exports).where(exports.c.id == export_id).values(filename=filename))
+
+
+@pytest.mark.parametrize("where", ["local", "server"])
+def test_an_exports_own_file_name_never_leaves_the_target_directory(
+    env: Env, tmp_path: Path, where: str
+) -> None:
+    """A record whose file name has `../` or `/` in it (qexport never makes one; a server
+    could send one) is written inside the directory asked for, or the current one, under
+    that name made safe; nothing is written anywhere else. `-o` naming a file elsewhere is
+    the user's own choice and is honoured."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    cli = env
+    if where == "server":
+        url, _ = start_server(env)
+        token = new_token(env, "ann@example.com")
+        cli = Env(tmp_path / "client", {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})
+    outside = tmp_path / "abs" / "x.csv"  # an absolute path as the name
+    absolute = plain_file_name(str(outside))
+    assert absolute.endswith("-abs-x.csv")
+    assert "/" not in absolute
+    named = {}
+    for hostile, safe in (("../../escaped.csv", "escaped.csv"), (str(outside), absolute)):
+        created = cli.json("exports", "create", "--query", "small_orders", "--format", "csv")
+        _rename(env, created["id"], hostile)  # while queued: a settled record never changes
+        named[created["id"]] = safe
+    _drain(env)
+    into = tmp_path / "a" / "b" / "into"
+    into.mkdir(parents=True)
+    for export_id, safe in named.items():
+        got = cli.run("exports", "download", export_id, "-o", str(into))
+        assert (into / safe).exists(), got.stderr
+        here = _in(cli, into, "exports", "download", export_id, "--force")
+        assert here.returncode == 0, here.stderr
+    assert sorted(p.name for p in into.iterdir()) == sorted(["escaped.csv", absolute])
+    assert not (tmp_path / "a" / "escaped.csv").exists()
+    assert not (tmp_path / "escaped.csv").exists()
+    assert not outside.exists()
+    chosen = tmp_path / "elsewhere.csv"
+    cli.run("exports", "download", next(iter(named)), "-o", str(chosen))
+    assert chosen.exists()

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from qexport.cli_exports import plain_file_name
 from qexport.domain.exports import safe_filename
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import check_filename_template, export_filename
@@ -132,6 +133,26 @@ def test_separators_never_double_up_or_end_a_name(name: str, safe: str) -> None:
     """A run of `-`, `_` and `.` (symbols replaced included) becomes one separator, `_`
     first, then `-`; the name never starts or ends with one, even once cut to 80."""
     assert safe_filename(name, "csv") == safe
+
+
+@pytest.mark.parametrize(
+    ("given", "plain"),
+    [
+        ("orders_2026-12-02.csv", "orders_2026-12-02.csv"),  # qexport's own: kept as it is
+        ("Sales.pdf", "Sales.pdf"),
+        ("../../.bashrc", "export.bashrc"),
+        ("/etc/cron.d/x.csv", "etc-cron.d-x.csv"),
+        ("..", "export.bin"),
+        ("a/../../b.csv", "a-b.csv"),
+        ("C:\\Windows\\x.csv", "C-Windows-x.csv"),
+        (".hidden.csv", "hidden.csv"),
+    ],
+)
+def test_a_downloads_own_name_is_one_plain_name(given: str, plain: str) -> None:
+    """The name a download is written under when it comes from the export (a server could
+    send anything) never has a separator or `..` in it and never starts with a dot, so it
+    stays inside the directory it is written to; qexport's own names pass unchanged."""
+    assert plain_file_name(given) == plain
 
 
 @pytest.mark.parametrize(
