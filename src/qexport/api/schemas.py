@@ -368,8 +368,8 @@ def _without_defaults(schema: dict[str, Any]) -> None:
 
 class ScheduleChange(BaseModel):
     """The settings to change; members left out keep their value. A `query_id` replaces a
-    report and a `report_id` a query; a null `timezone` means the workspace's. Only these
-    three may be null."""
+    report and a `report_id` a query; a null `timezone` means the workspace's, a null
+    `filename_template` the query's. Only these four may be null."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_without_defaults)
 
