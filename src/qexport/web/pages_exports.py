@@ -136,6 +136,11 @@ _FILTER_LABELS = {"q": "Search", "requested_by": "Requested by"}
 
 
 def _filter_words(exc: InvalidRequestError) -> str:
+    if exc.field == "cursor":  # only ever a link changed by hand: there is no field for it
+        return (
+            "This page's link was changed or is not one of this list's; start again from"
+            " the newest exports."
+        )
     detail = exc.detail
     for name, label in _FILTER_LABELS.items():
         if exc.field == name and detail.startswith(name + " "):
