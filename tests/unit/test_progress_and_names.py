@@ -187,9 +187,10 @@ def test_list_filters_are_checked_together_naming_each_parameter() -> None:
     assert parse_listing(status="", fmt="").filtered is False
 
 
-@pytest.mark.parametrize("prefix", ["abc", "abcd'; --", "zzzz", "a" * 65])
+@pytest.mark.parametrize("prefix", ["abc", "abcd'; --", "zzzz", "a" * 65, "----", "ab-cd"])
 def test_an_id_prefix_is_four_hex_characters_or_more(prefix: str) -> None:
-    """Too short, not hex, or too long: refused before anything is looked up."""
+    """Too short, not hex, too long, or not starting with 4 hex digits as every id does:
+    refused before anything is looked up."""
     with pytest.raises(InvalidRequestError):
         check_id_prefix(prefix)
     assert check_id_prefix(" ABCD ") == "abcd"

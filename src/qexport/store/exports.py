@@ -215,6 +215,7 @@ def _keyset(at: tuple[datetime, str], *, older: bool) -> sa.ColumnElement[bool]:
 # The first characters of an export id (a UUID) before its first hyphen: a range over them
 # lets the primary key find an id prefix on both databases, whatever the collation.
 _HEX_HEAD = 8
+_HEX_RUN = re.compile(r"[0-9a-f]+")
 
 
 def _narrowed(narrow: ExportFilter) -> list[sa.ColumnElement[bool]]:
@@ -233,8 +234,9 @@ def _narrowed(narrow: ExportFilter) -> list[sa.ColumnElement[bool]]:
         clauses.append(sa.func.lower(exports.c.subject_name).like(f"%{escaped}%", escape="\\"))
     if narrow.id_prefix:
         prefix = narrow.id_prefix
-        head = prefix[:_HEX_HEAD]
-        if head and all(c in "0123456789abcdef" for c in head):
+        run = _HEX_RUN.match(prefix[:_HEX_HEAD])  # "abcd" of "abcd-12": the id's own range
+        if run:
+            head = run.group()
             last = head[-1]
             upper = head[:-1] + ("a" if last == "9" else chr(ord(last) + 1))
             clauses.extend([exports.c.id >= head, exports.c.id < upper])
