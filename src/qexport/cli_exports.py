@@ -236,10 +236,13 @@ def _local_suggestion(
     return did_you_mean(query or "", names) or _none_yet("query", names)
 
 
-def _none_yet(what: str, names: list[str]) -> str:
+def _none_yet(what: str, names: list[str], *, on_server: bool = False) -> str:
     """Where to start when there is nothing to export: a fresh data directory."""
     if names:
         return ""
+    if on_server:
+        plural = "reports" if what == "report" else "queries"
+        return f"; there are no {plural} you can read on this server"
     if what == "report":
         return "; there are no reports you can read yet (qexport reports add, or qexport demo)"
     return (
@@ -275,7 +278,7 @@ def _remote_create(
     except ApiError as exc:
         if exc.status == 404 and subject_id == ref:  # no such name: perhaps a typo
             what = "report" if report is not None else "query"
-            hint = did_you_mean(ref, names) or _none_yet(what, names)
+            hint = did_you_mean(ref, names) or _none_yet(what, names, on_server=True)
             fail_input(f"{exc.detail}{hint} ({exc.code})")
         raise
 

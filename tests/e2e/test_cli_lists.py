@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from qexport.cli_exports import plain_file_name
 from qexport.store.tables import exports
-from tests.e2e.conftest import Env
+from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_serve import SMALL_ORDERS, N, new_token, start_server
 from tests.factories import new_export
 
@@ -320,3 +320,40 @@ def test_an_exports_own_file_name_never_leaves_the_target_directory(
     chosen = tmp_path / "elsewhere.csv"
     cli.run("exports", "download", next(iter(named)), "-o", str(chosen))
     assert chosen.exists()
+
+
+def test_a_newcomer_is_told_where_to_start(env: Env, tmp_path: Path) -> None:
+    """In a data dir with nothing in it: the empty list says how to request an export, an
+    unknown query says there are none yet and how to add one, a command without an id says
+    where ids are (exit 2); a list that nothing matches says so; `--wait` with no worker
+    running says that a worker must take the export, and ends once one does."""
+    empty = env.run("exports", "list").stdout
+    assert "no exports yet; request one: qexport exports create --query NAME" in empty
+    none = env.run("exports", "create", "--query", "orders", "--format", "csv", check=False)
+    assert none.returncode == 2
+    assert "there are no queries you can read yet: add one with qexport queries add" in (
+        none.stderr
+    )
+    for command in ("get", "wait", "download", "cancel"):
+        bare = env.run("exports", command, check=False)
+        assert bare.returncode == 2, command
+        assert "which export? give its id or the start of it; `qexport exports list`" in (
+            bare.stderr
+        )
+    _add_orders(env)
+    assert (
+        "no exports match these filters" in env.run("exports", "list", "--status", "failed").stdout
+    )
+    errors = tmp_path / "wait.err"
+    with errors.open("w") as stderr:
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "qexport", "exports", "create", "--query", "orders",
+             "--format", "csv", "--wait"],
+            env=env.environ, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )  # fmt: skip
+    env.procs.append(waiting)  # type: ignore[arg-type]
+    wait_for(lambda: "is still queued: it starts when a worker takes it" in errors.read_text())
+    env.start_worker(QEXPORT_POLL_SECONDS="0.1")
+    out, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0
+    assert " succeeded: 100 rows, " in out
