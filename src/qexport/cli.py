@@ -35,7 +35,14 @@ from qexport.domain.failures import (
     SourceUnavailableError,
     StatementRefusedError,
 )
-from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility, parse_param_spec
+from qexport.domain.queries import (
+    Parameter,
+    Query,
+    ResultColumn,
+    Visibility,
+    check_filename_template,
+    parse_param_spec,
+)
 from qexport.logs import configure_logging
 from qexport.services.describe import describe_statement, describe_timeout
 from qexport.services.queries import check_sql
@@ -361,6 +368,14 @@ def queries_add(
         list[str] | None,
         typer.Option(help="Restrict to these users (default: the whole workspace)."),
     ] = None,
+    filename: Annotated[
+        str | None,
+        typer.Option(
+            "--filename",
+            help="File name template of its exports: {name}, {date}, {time}, {format} and"
+            " parameters such as {since} (default {name}_{date}).",
+        ),
+    ] = None,
 ) -> None:
     """Save a query; its source checks the SQL first, and nothing is saved if it refuses."""
     st, deps = local_deps(ctx)
@@ -378,6 +393,7 @@ def queries_add(
         fail_input(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
         )
+    template = _filename_template(filename, params)
     columns = _described(st, deps, source, sql, params)
     query = Query(
         id=str(uuid.uuid4()),
@@ -390,6 +406,7 @@ def queries_add(
         members=frozenset(visible_to or ()),
         owner=st.requester.user_id,
         columns=columns,
+        filename_template=template,
     )
     deps.catalog.add_query(query)
     out.print(f"saved query {name!r} ({query.id})")
@@ -407,6 +424,14 @@ def queries_update(
     param: Annotated[
         list[str] | None,
         typer.Option(help="NAME:TYPE[=DEFAULT], replacing every parameter when given."),
+    ] = None,
+    filename: Annotated[
+        str | None,
+        typer.Option(
+            "--filename",
+            help="File name template of its exports: {name}, {date}, {time}, {format} and"
+            " parameters such as {since} ('' for the default, {name}_{date}).",
+        ),
     ] = None,
 ) -> None:
     """Change a query's SQL, source or parameters; its source checks the result first."""
@@ -426,12 +451,34 @@ def queries_update(
             f" (usable: {', '.join(usable) or 'none'})"
         )
     sql = current.sql if sql is None else sql
+    template = (
+        _filename_template(filename, params)
+        if filename is not None
+        else current.filename_template and _filename_template(current.filename_template, params)
+    )
     columns = _described(st, deps, source, sql, params)
-    updated = replace(current, sql=sql, source=source, parameters=params, columns=columns)
+    updated = replace(
+        current,
+        sql=sql,
+        source=source,
+        parameters=params,
+        columns=columns,
+        filename_template=template,
+    )
     if not deps.catalog.update_query(updated):
         fail(f"no query named {name!r}")
     out.print(f"updated query {name!r} ({current.id})")
     _print_columns(columns)
+
+
+def _filename_template(given: str | None, params: tuple[Parameter, ...]) -> str | None:
+    """A checked file name template (None: the default); an unknown placeholder exits 2."""
+    if given is None or not given.strip():
+        return None
+    try:
+        return check_filename_template(given, [p.name for p in params])
+    except InvalidRequestError as exc:
+        fail_input(f"--filename: {exc.detail}")
 
 
 def _print_columns(columns: tuple[ResultColumn, ...]) -> None:

@@ -4,13 +4,15 @@ line with an exit status, and the client for a server when one is configured."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
 
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperOption
 
 from qexport import bootstrap
 from qexport.config import Settings
@@ -42,6 +44,28 @@ class State:
 
 
 BAD_INPUT = 2  # the exit status for input refused before anything happened
+
+
+def _value_kind(option: TyperOption, ctx: Any) -> str | None:
+    """What `--help` shows after an option: the kind of value it takes, as its annotation (or
+    its metavar) says, repeatable ones by their element (`--param <str>`, its help says it
+    repeats); nothing for a flag, which takes no value (`--json`, `--wait/--no-wait`)."""
+    if option.is_flag or option.count:
+        return None
+    if option.metavar is not None:
+        return option.metavar
+    annotation: Any = option.type_descriptor.annotation
+    if option.multiple and get_origin(annotation) is list:
+        (element,) = get_args(annotation)
+        return f"<{option._bare_type(element)}>"
+    return _TYPER_VALUE_KIND(option, ctx)
+
+
+# Every option of every command is shown by this one method: it is where the kinds are
+# derived, so it is where they are put right (typer shows `<bool>` for a flag and
+# `<list[str]>` for a repeatable option).
+_TYPER_VALUE_KIND = TyperOption.display_type_rich
+TyperOption.display_type_rich = _value_kind  # type: ignore[method-assign,assignment]
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -91,6 +115,28 @@ def server_errors(client_error_code: int = 1) -> Iterator[None]:
         yield
     except ApiError as exc:
         fail(str(exc), client_error_code if 400 <= exc.status < 500 else 1)
+
+
+@contextlib.contextmanager
+def server_refusals() -> Iterator[None]:
+    """A server's refusal as one line with its code: 2 when it refused the values given
+    (422), as the same values are refused locally; 1 for any other (a bad token, someone
+    else's thing, the server down)."""
+    from qexport.client import ApiError
+
+    try:
+        yield
+    except ApiError as exc:
+        fail(str(exc), BAD_INPUT if exc.status == 422 else 1)
+
+
+def did_you_mean(word: str, names: Iterable[str]) -> str:
+    """`; did you mean 'orders'?` when a known name is close to `word` (else ``), to end an
+    error about an unknown name."""
+    close = difflib.get_close_matches(word, sorted(set(names)), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(name) for name in close) + "?"
 
 
 def check_local_requester(deps: Container, requester: Requester) -> None:

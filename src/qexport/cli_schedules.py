@@ -1,5 +1,5 @@
-"""`qexport schedules add|list|pause|resume|run-now|signing-key|subscribe|unsubscribe`: exports
-on a cron timetable.
+"""`qexport schedules add|list|update|pause|resume|run-now|signing-key|subscribe|unsubscribe`:
+exports on a cron timetable.
 
 Local (the metadata database, acting as --user in --workspace) or, with QEXPORT_URL and
 QEXPORT_TOKEN, through a server. Bad input exits 2 with one line on stderr.
@@ -22,6 +22,7 @@ from qexport.cli_common import (
     parse_kv,
     remote,
     server_errors,
+    server_refusals,
     state,
 )
 from qexport.domain.accounts import Role
@@ -29,11 +30,13 @@ from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
 from qexport.schedules import catalog as service
 from qexport.services.recipients import admit_recipients, rules_for
+from qexport.services.reports import find_readable_report
+from qexport.services.requests import find_readable_query
 from qexport.services.views import schedule_view
 
 if TYPE_CHECKING:
     from qexport.container import Container
-    from qexport.domain.schedules import Recipient
+    from qexport.domain.schedules import Recipient, Schedule
 
 schedules_app = typer.Typer(
     no_args_is_help=True,
@@ -72,6 +75,10 @@ def _option(field: str) -> str:
         return f"--param {field.removeprefix('parameters.')}"
     if field in ("query_id", "report_id"):
         return "SUBJECT"
+    if field == "filename_template":
+        return "--filename"
+    if field == "neutralize_formulas":
+        return "--neutralize"
     return f"--{field.replace('_', '-')}" if "." not in field and "[" not in field else field
 
 
@@ -145,6 +152,8 @@ def _print_schedule(view: dict[str, Any], as_json: bool) -> None:
     if view["parameters"]:
         table.add_row("parameters", json.dumps(view["parameters"]))
     table.add_row("recipients", _recipients_text(view["recipients"]))
+    if view.get("filename_template"):
+        table.add_row("file names", view["filename_template"])
     out.print(table)
 
 
@@ -178,9 +187,19 @@ def schedules_add(
     report: Annotated[bool, typer.Option("--report", help="SUBJECT is a report.")] = False,
     disabled: Annotated[bool, typer.Option("--disabled", help="Save it paused.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+    filename: Annotated[
+        str | None,
+        typer.Option(
+            "--filename",
+            help="File name template of its exports: {name}, {date}, {time}, {format} and"
+            " parameters such as {since} (default: the query's).",
+        ),
+    ] = None,
 ) -> None:
-    """Save a schedule, e.g. `qexport schedules add orders --format csv --cron '0 8 * * 1'
-    --timezone Europe/Berlin --email ops@example.com`."""
+    """Save a schedule: a query or report exported on a cron timetable.
+
+    For example `qexport schedules add orders --format csv --cron '0 8 * * 1' --timezone
+    Europe/Berlin --email ops@example.com`."""
     parameters = parse_kv(param or [])
     recipients = recipients_json(email, webhook, slack, teams)
     client = remote(ctx)
@@ -198,6 +217,8 @@ def schedules_add(
             }
             if timezone is not None:
                 body["timezone"] = timezone
+            if filename is not None:
+                body["filename_template"] = filename
             view = client.create_schedule(body)
     else:
         deps, actor = _local(ctx)
@@ -211,6 +232,7 @@ def schedules_add(
             recipients=recipients,
             missed=missed,
             enabled=not disabled,
+            filename_template=filename,
         )
         try:
             schedule = service.create_schedule(
@@ -275,6 +297,170 @@ def schedules_list(
     out.print(table)
 
 
+@schedules_app.command("update")
+def schedules_update(
+    ctx: typer.Context,
+    schedule_id: Annotated[str, typer.Argument(help="The schedule's id (schedules list).")],
+    query: Annotated[
+        str | None, typer.Option(help="Export this query (name or id) instead.")
+    ] = None,
+    report: Annotated[
+        str | None, typer.Option(help="Export this report (title or id) instead.")
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format", help="csv, tsv, jsonl, parquet or xlsx; a report: pdf, xlsx or html."
+        ),
+    ] = None,
+    cron: Annotated[str | None, typer.Option(help=CRON_HELP)] = None,
+    timezone: Annotated[
+        str | None,
+        typer.Option(help="IANA time zone, e.g. Europe/Berlin; '' for the workspace's."),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=VALUE, repeatable: the parameters become exactly these."),
+    ] = None,
+    no_params: Annotated[
+        bool, typer.Option("--no-params", help="Remove every parameter value.")
+    ] = False,
+    email: Annotated[list[str] | None, typer.Option(help=EMAIL_HELP)] = None,
+    webhook: Annotated[list[str] | None, typer.Option(help=WEBHOOK_HELP)] = None,
+    slack: Annotated[list[str] | None, typer.Option(help=SLACK_HELP)] = None,
+    teams: Annotated[list[str] | None, typer.Option(help=TEAMS_HELP)] = None,
+    no_recipients: Annotated[
+        bool, typer.Option("--no-recipients", help="Remove every recipient.")
+    ] = False,
+    missed: Annotated[
+        str | None, typer.Option(help="After downtime: once (one export for all missed) or skip.")
+    ] = None,
+    neutralize: Annotated[
+        bool | None,
+        typer.Option(
+            "--neutralize/--no-neutralize",
+            help="Neutralise formula-looking strings in csv/tsv/xlsx.",
+            show_default=False,
+        ),
+    ] = None,
+    filename: Annotated[
+        str | None,
+        typer.Option(
+            "--filename",
+            help="File name template of its exports: {name}, {date}, {time}, {format} and"
+            " parameters such as {since}; '' for the query's.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+) -> None:
+    """Change some settings of a schedule; the others keep their value.
+
+    Its owner or a workspace admin may. A list given (--param, --email, ...) replaces the
+    schedule's whole list. Whoever changes the subject, format, parameters or recipients
+    becomes its owner. Pause and resume have their own commands."""
+    changes = _changes(
+        fmt=fmt,
+        cron=cron,
+        timezone=timezone,
+        param=param,
+        no_params=no_params,
+        recipients=recipients_json(email, webhook, slack, teams),
+        no_recipients=no_recipients,
+        missed=missed,
+        neutralize=neutralize,
+        filename=filename,
+    )
+    if query is not None and report is not None:
+        fail_input("give at most one of --query and --report")
+    if not changes and query is None and report is None:
+        fail_input("nothing to change: give at least one option (see --help)")
+    client = remote(ctx)
+    if client is not None:
+        with client, server_refusals():
+            if query is not None:
+                changes["query_id"] = client.resolve_query(query)
+            if report is not None:
+                changes["report_id"] = client.resolve_report(report)
+            view = client.update_schedule(schedule_id, _as_api(changes))
+    else:
+        deps, actor = _local(ctx)
+        try:
+            if query is not None:
+                changes["query_id"] = find_readable_query(deps.catalog, actor.requester, query).id
+            if report is not None:
+                changes["report_id"] = find_readable_report(
+                    deps.catalog, actor.requester, report, match_title=True
+                ).id
+            schedule = service.update_schedule(
+                deps.catalog,
+                deps.schedules,
+                deps.accounts,
+                deps.clock,
+                actor,
+                schedule_id,
+                changes,
+                egress=state(ctx).settings.egress_policy(),
+                limits=service.ScheduleLimits.of(deps.settings),
+            )
+        except QExportError as exc:
+            _refused(exc, FAILED)
+        view = _local_view(deps, actor, schedule)
+    if as_json:
+        _print_schedule(view, True)
+        return
+    next_run = view["next_run_at"] or "never (paused)"
+    out.print(
+        f"schedule {view['id']} updated; next run at {next_run}", highlight=False, soft_wrap=True
+    )
+
+
+def _changes(
+    *,
+    fmt: str | None,
+    cron: str | None,
+    timezone: str | None,
+    param: list[str] | None,
+    no_params: bool,
+    recipients: list[dict[str, str]],
+    no_recipients: bool,
+    missed: str | None,
+    neutralize: bool | None,
+    filename: str | None,
+) -> dict[str, Any]:
+    """The options given, as settings to change (ScheduleDraft's names); a blank time zone or
+    file name template goes back to the default (None)."""
+    if param and no_params:
+        fail_input("give --param or --no-params, not both")
+    if recipients and no_recipients:
+        fail_input("give recipients or --no-recipients, not both")
+    changes: dict[str, Any] = {}
+    if fmt is not None:
+        changes["format"] = fmt
+    if cron is not None:
+        changes["cron"] = cron
+    if timezone is not None:
+        changes["timezone"] = timezone.strip() or None
+    if param or no_params:
+        changes["parameters"] = parse_kv(param or [])
+    if recipients or no_recipients:
+        changes["recipients"] = recipients
+    if missed is not None:
+        changes["missed"] = missed
+    if neutralize is not None:
+        changes["neutralize_formulas"] = neutralize
+    if filename is not None:
+        changes["filename_template"] = filename.strip() or None
+    return changes
+
+
+def _as_api(changes: dict[str, Any]) -> dict[str, Any]:
+    """Settings to change as the PATCH body names them."""
+    body = dict(changes)
+    if "neutralize_formulas" in body:
+        body["options"] = {"neutralize_formulas": body.pop("neutralize_formulas")}
+    return body
+
+
 def _subject_name(deps: Container, kind: str, subject_id: str) -> str:
     found = deps.catalog.get_report(subject_id) if kind == "report" else None
     if found is not None:
@@ -301,7 +487,13 @@ def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict
         )
     except QExportError as exc:
         _refused(exc, FAILED)
-    return schedule_view(schedule)
+    return _local_view(deps, actor, schedule)
+
+
+def _local_view(deps: Container, actor: service.Actor, schedule: Schedule) -> dict[str, Any]:
+    """A schedule as the server would answer it to the actor (recipients, `subscribed`)."""
+    view = schedule_view(schedule, full_recipients=service.sees_recipients(actor, schedule))
+    return {**view, "subscribed": schedule.id in service.subscribed_ids(deps.schedules, actor)}
 
 
 @schedules_app.command("pause")
@@ -348,8 +540,9 @@ def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
 
 @schedules_app.command("signing-key")
 def schedules_signing_key(ctx: typer.Context) -> None:
-    """Print the workspace's webhook signing key (workspace admins): receivers verify
-    X-QExport-Signature with it."""
+    """Print the workspace's webhook signing key (workspace admins).
+
+    Receivers verify X-QExport-Signature with it."""
     client = remote(ctx)
     if client is not None:
         with client, server_errors():

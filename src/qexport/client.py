@@ -107,29 +107,36 @@ class QExportClient:
     def resolve_query(self, ref: str) -> str:
         """The id of the query named `ref` among those the caller can read; `ref` itself when
         none has that name (it is then taken as an id) or the server lists no queries."""
-        return self._resolve("/queries", "name", ref)
+        return self.lookup("/queries", "name", ref)[0]
 
     def resolve_report(self, ref: str) -> str:
         """The id of the report titled `ref` among those the caller can read, else `ref`."""
-        return self._resolve("/reports", "title", ref)
+        return self.lookup("/reports", "title", ref)[0]
 
-    def _resolve(self, path: str, label: str, ref: str) -> str:
+    def lookup(self, path: str, label: str, ref: str) -> tuple[str, list[str]]:
+        """The id of the item of `path` whose `label` is `ref` (else `ref`, taken as an id),
+        and every label seen on the way (for suggestions when `ref` turns out unknown)."""
         params: dict[str, str] = {}
+        seen: list[str] = []
         for _ in range(MAX_QUERY_PAGES):
             try:
                 page = self._json("GET", path, params=params)
             except ApiError as exc:
                 if exc.status in (404, 405):  # a server without that API
-                    return ref
+                    return ref, seen
                 raise
             for item in page.get("items", []):
-                if isinstance(item, dict) and item.get(label) == ref and "id" in item:
-                    return str(item["id"])
+                if not isinstance(item, dict):
+                    continue
+                if item.get(label) == ref and "id" in item:
+                    return str(item["id"]), seen
+                if isinstance(item.get(label), str):
+                    seen.append(item[label])
             cursor = page.get("next_cursor")
             if not cursor:
                 break
             params = {"cursor": str(cursor)}
-        return ref
+        return ref, seen
 
     def create_export(
         self,
@@ -157,22 +164,37 @@ class QExportClient:
     def get_export(self, export_id: str) -> dict[str, Any]:
         return self._json("GET", f"/exports/{_path_segment(export_id)}")
 
-    def list_exports(self, *, limit: int = 50, status: str | None = None) -> dict[str, Any]:
-        """Up to `limit` exports, newest first, over as many pages as that takes; the
-        `next_cursor` continues after the last one."""
+    def list_exports(
+        self,
+        *,
+        limit: int | None = 50,
+        status: str | None = None,
+        cursor: str | None = None,
+        filters: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Up to `limit` exports (None: all of them), newest first, over as many pages as that
+        takes, starting at `cursor`; `filters` are the list's query parameters (format,
+        subject, since, until, q, id_prefix...). The `next_cursor` continues after the last."""
         items: list[Any] = []
-        cursor: str | None = None
         while True:
-            params: dict[str, str | int] = {"limit": min(PAGE_LIMIT, limit - len(items))}
+            wanted = PAGE_LIMIT if limit is None else min(PAGE_LIMIT, limit - len(items))
+            params: dict[str, str | int] = {"limit": wanted, **(filters or {})}
             if status:
                 params["status"] = status
             if cursor:
                 params["cursor"] = cursor
             page = self._json("GET", "/exports", params=params)
-            items.extend(page.get("items", []))
+            found = page.get("items", [])
+            items.extend(found)
             cursor = page.get("next_cursor") or None
-            if cursor is None or len(items) >= limit:
-                return {"items": items[:limit], "next_cursor": cursor}
+            if cursor is None or (limit is not None and len(items) >= limit):
+                return {"items": items if limit is None else items[:limit], "next_cursor": cursor}
+
+    def exports_starting(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        """The caller's visible exports whose id starts with `prefix` (at most `limit`)."""
+        page = self._json("GET", "/exports", params={"id_prefix": prefix, "limit": limit})
+        items = page.get("items", [])
+        return [i for i in items if isinstance(i, dict)]
 
     def cancel_export(self, export_id: str) -> dict[str, Any]:
         return self._json("POST", f"/exports/{_path_segment(export_id)}/cancel")

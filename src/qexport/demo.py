@@ -317,7 +317,7 @@ def _print_next_steps(deps: Container, records: list[ExportRecord], console: Con
         "\nTry next:\n"
         "  .venv/bin/qexport exports list\n"
         f"  .venv/bin/qexport exports get {first} --json\n"
-        f"  .venv/bin/qexport exports download {first} -o orders.csv\n"
+        f"  .venv/bin/qexport exports download {first}   # here, under its file name\n"
         "  .venv/bin/qexport exports create --query orders --format xlsx"
         " --param since=2025-01-01 --wait\n"
         "  .venv/bin/qexport queries list\n"

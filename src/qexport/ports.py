@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from qexport.domain.accounts import ApiToken, Link, Membership, Role, Standing, User
-    from qexport.domain.exports import ExportEvent, ExportRecord, Requester, Result, Status
+    from qexport.domain.exports import (
+        ExportEvent,
+        ExportFilter,
+        ExportRecord,
+        Requester,
+        Result,
+        Status,
+    )
     from qexport.domain.failures import FailureCode
     from qexport.domain.queries import Query, ResultColumn
     from qexport.domain.reports import Report, ReportSubject
@@ -101,11 +108,14 @@ class ExportQueue(Protocol):
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
         expired_at: tuple[bool, datetime] | None = None,
+        after: tuple[datetime, str] | None = None,
+        narrow: ExportFilter | None = None,
     ) -> list[ExportRecord]:
-        """Newest first; `before` (created_at, id) continues after that export.
+        """Newest first; `before` (created_at, id) continues after that export, `after`
+        gives the `limit` exports just newer than that one (still newest first).
 
         `expired_at` (expired, now) keeps only exports whose expiry has (True) or has not
-        (False, incl. those without one) passed at `now`.
+        (False, incl. those without one) passed at `now`; `narrow` keeps those it matches.
         """
         ...
 
@@ -138,6 +148,11 @@ class ExportQueue(Protocol):
     def heartbeat(
         self, export_id: str, token: str, *, now: datetime, lease_seconds: float, progress_rows: int
     ) -> bool: ...
+    def record_progress(self, export_id: str, token: str, *, rows: int) -> bool:
+        """Rows written so far, fenced by the lease token, the lease itself untouched and no
+        event written; False when the lease is lost (the same as a heartbeat's)."""
+        ...
+
     def release_with_backoff(
         self,
         export_id: str,

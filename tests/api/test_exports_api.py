@@ -48,7 +48,11 @@ def test_an_export_goes_from_request_to_downloaded_csv(api: Api) -> None:
     assert export["status"] == "queued"
     assert export["subject"] == {"type": "query", "id": "q-orders-acme", "name": "orders"}
     assert export["parameters"] == {"since": "2024-01-20"}
-    assert (export["filename"], export["format"], export["failure"]) == ("orders.csv", "csv", None)
+    assert (export["filename"], export["format"], export["failure"]) == (
+        "orders_2026-01-05.csv",
+        "csv",
+        None,
+    )
     assert export["requested_by"] == api.user_id(ALICE)
 
     assert api.drain() == {"succeeded": 1}
@@ -134,7 +138,7 @@ def test_formats_and_options_are_recorded(api: Api) -> None:
     for fmt in ("csv", "tsv", "jsonl", "parquet", "xlsx"):
         response = _create(api, format=fmt, options={"neutralize_formulas": False})
         assert response.status_code == 202, fmt
-        assert response.json()["filename"] == f"orders.{fmt}"
+        assert response.json()["filename"] == f"orders_2026-01-05.{fmt}"
     assert api.drain() == {"succeeded": 5}
 
 

@@ -77,7 +77,7 @@ def test_the_file_comes_with_its_headers(done: tuple[Api, str, bytes]) -> None:
     assert response.headers["content-length"] == str(export["size_bytes"])
     assert response.headers["accept-ranges"] == "bytes"
     assert response.headers["content-disposition"] == (
-        "attachment; filename=\"orders.csv\"; filename*=UTF-8''orders.csv"
+        "attachment; filename=\"orders_2026-01-05.csv\"; filename*=UTF-8''orders_2026-01-05.csv"
     )
 
 
@@ -91,7 +91,8 @@ def test_a_unicode_query_name_gives_a_safe_file_name(api: Api) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/x-ndjson"
     assert response.headers["content-disposition"] == (
-        "attachment; filename=\"Ventes-ete-2024.jsonl\"; filename*=UTF-8''Ventes-ete-2024.jsonl"
+        'attachment; filename="Ventes-ete-2024_2026-01-05.jsonl";'
+        " filename*=UTF-8''Ventes-ete-2024_2026-01-05.jsonl"
     )
     assert response.content.count(b"\n") == 100
 

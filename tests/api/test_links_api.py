@@ -76,7 +76,9 @@ def test_a_link_serves_the_file_to_anyone(shared: tuple[Api, str, dict[str, Any]
     assert response.content == body
     assert response.headers["etag"] == f'"{export["sha256"]}"'
     assert response.headers["content-type"] == "text/csv; charset=utf-8"
-    assert response.headers["content-disposition"].startswith('attachment; filename="orders.csv"')
+    assert response.headers["content-disposition"].startswith(
+        'attachment; filename="orders_2026-01-05.csv"'
+    )
     assert response.headers["x-robots-tag"] == "noindex"
     part = _open(api, link, Range="bytes=5-9")
     assert (part.status_code, part.content) == (206, body[5:10])

@@ -78,6 +78,7 @@ def test_a_created_query_is_at_its_location(team: Api) -> None:
         "members": [],
         "owner": team.user_id(EDITOR),
         "columns": [{"name": "id", "type": "BIGINT"}, {"name": "amount", "type": "DECIMAL(10,2)"}],
+        "filename_template": "{name}_{date}",
     }
     fetched = team.get(response.headers["location"], VIEWER)
     assert fetched.status_code == 200

@@ -91,6 +91,7 @@ def test_a_schedule_is_created_read_listed_changed_and_deleted(api: Api) -> None
         "next_run_at": "2026-01-12T07:00:00Z",  # the frozen clock is Monday 2026-01-05 09:00Z
         "created_at": "2026-01-05T09:00:00Z",
         "subscribed": False,
+        "filename_template": None,  # its exports are named by the query's template
     }
     masked = [{"email": "o***@example.com"}, {"webhook": "https://hooks.test/***"}]
     assert api.get(response.headers["location"], VERA).json() == {

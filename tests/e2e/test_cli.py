@@ -254,10 +254,12 @@ def test_data_dir_flag_moves_the_default_database_and_files(env: Env, tmp_path: 
         "--param",
         "n:integer=5",
     )
-    env.run("--data-dir", str(other), "exports", "create", "--query", "orders", "--format", "csv")
+    created = env.json("--data-dir", str(other), "exports", "create", "--query", "orders",
+                       "--format", "csv")  # fmt: skip
     env.run("--data-dir", str(other), "worker", "--drain")
     assert (other / "qexport.db").is_file()
-    assert [p.name for p in (other / "objects").rglob("*.csv")] == ["orders.csv"]
+    assert created["filename"] == f"orders_{created['created_at'][:10]}.csv"  # {name}_{date}
+    assert [p.name for p in (other / "objects").rglob("*.csv")] == [created["filename"]]
     assert env.json("exports", "list")["items"] == []  # QEXPORT_DATA_DIR's database
 
 

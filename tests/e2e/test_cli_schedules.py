@@ -137,6 +137,50 @@ def test_slack_and_teams_recipients_from_the_command_line(env: Env) -> None:
     assert _delivered_to(env, export["id"]) == [("slack", slack, "waiting")]
 
 
+def test_update_changes_only_what_it_is_given_locally(env: Env) -> None:
+    """`schedules update` sets a file name template, a cron, parameters and recipients and
+    keeps the rest; '' puts the template back to the query's; the next run-now export is
+    named by the template; bad values exit 2 naming the option, an unknown schedule 1, and
+    no option at all is refused."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    created = _json(env, "schedules", "add", "small_orders", "--format", "csv",
+                    "--cron", "0 8 * * 1", "--timezone", "Europe/Berlin",
+                    "--email", "ops@example.com")  # fmt: skip
+    schedule_id = created["id"]
+    changed = _json(env, "schedules", "update", schedule_id, "--filename", "weekly_{n}_{date}",
+                    "--cron", "30 6 * * *", "--param", "n=3",
+                    "--webhook", "https://hooks.example.com/in")  # fmt: skip
+    assert changed["filename_template"] == "weekly_{n}_{date}"
+    assert (changed["cron"], changed["parameters"]) == ("30 6 * * *", {"n": 3})
+    assert changed["recipients"] == [{"webhook": "https://hooks.example.com/in"}]
+    assert (changed["timezone"], changed["format"]) == ("Europe/Berlin", "csv")  # kept
+    assert changed["next_run_at"] != created["next_run_at"]
+    export_id = env.run("schedules", "run-now", schedule_id).stdout.strip()
+    assert env.record(export_id).filename.startswith("weekly_3_20")
+    said = env.run("schedules", "update", schedule_id, "--missed", "skip").stdout
+    assert said.startswith(f"schedule {schedule_id} updated; next run at 20")
+    reset = _json(env, "schedules", "update", schedule_id, "--filename", "", "--no-recipients")
+    assert (reset["filename_template"], reset["recipients"], reset["missed"]) == (None, [], "skip")
+
+    for args, message in (
+        (("--filename", "{name}_{sinse}"), "--filename: unknown placeholder {sinse}"),
+        (("--cron", "0 8"), "--cron: cron '0 8' must have 5 fields"),
+        (("--format", "pdf"), "--format: unknown format 'pdf'"),
+        (("--param", "m=1"), "--param m: unknown parameter 'm'"),
+        ((), "nothing to change"),
+    ):
+        proc = env.run("schedules", "update", schedule_id, *args, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert message in proc.stderr
+    assert _json(env, "schedules", "list")["items"] == [reset]
+    unknown = env.run("schedules", "update", "0000", "--cron", "0 9 * * *", check=False)
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        1,
+        "error: no schedule with this id that you can see",
+    )
+
+
 def test_schedules_through_a_server(env: Env, tmp_path: Path) -> None:
     """Through QEXPORT_URL and QEXPORT_TOKEN: add (by query name), list, pause, resume and
     run-now as an editor; the signing key is refused to an editor (exit 1, one line) and
@@ -173,3 +217,39 @@ def test_schedules_through_a_server(env: Env, tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "must have 5 fields" in bad.stderr
     assert "(invalid_request)" in bad.stderr
+
+
+def test_update_through_a_server(env: Env, tmp_path: Path) -> None:
+    """Through a server, `schedules update` PATCHes only the options given (a file name
+    template the run-now export is named by, a cron, no formula neutralising); '' gives the
+    template back to the query; a bad template is 2 with the server's reason; another
+    editor is refused with 1, as pause is (their change is not saved)."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    url, _ = start_server(env)
+    editor = Env(
+        tmp_path / "ed", {"QEXPORT_URL": url, "QEXPORT_TOKEN": new_token(env, "ed@example.com")}
+    )
+    other = Env(
+        tmp_path / "ot", {"QEXPORT_URL": url, "QEXPORT_TOKEN": new_token(env, "ot@example.com")}
+    )
+    created = _json(editor, "schedules", "add", "small_orders", "--format", "csv",
+                    "--cron", "0 8 * * 1")  # fmt: skip
+    schedule_id = created["id"]
+    changed = _json(editor, "schedules", "update", schedule_id, "--filename", "orders_{n}",
+                    "--cron", "0 9 * * 1", "--no-neutralize")  # fmt: skip
+    assert (changed["filename_template"], changed["cron"]) == ("orders_{n}", "0 9 * * 1")
+    assert changed["options"] == {"neutralize_formulas": False}
+    assert (changed["format"], changed["timezone"]) == (created["format"], created["timezone"])
+    export_id = editor.run("schedules", "run-now", schedule_id).stdout.strip()
+    assert env.record(export_id).filename == "orders_100.csv"
+    reset = _json(editor, "schedules", "update", schedule_id, "--filename", "")
+    assert reset["filename_template"] is None
+
+    bad = editor.run("schedules", "update", schedule_id, "--filename", "{nn}", check=False)
+    assert bad.returncode == 2
+    assert "unknown placeholder {nn}" in bad.stderr
+    assert "(invalid_request)" in bad.stderr
+    refused = other.run("schedules", "update", schedule_id, "--cron", "* * * * *", check=False)
+    assert refused.returncode == 1
+    assert "(forbidden)" in refused.stderr
+    assert _json(editor, "schedules", "list")["items"][0]["cron"] == "0 9 * * 1"

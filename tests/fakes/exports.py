@@ -7,7 +7,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from qexport.domain.accounts import Standing
@@ -15,6 +15,7 @@ from qexport.domain.exports import (
     UNSETTLED,
     EventKind,
     ExportEvent,
+    ExportFilter,
     ExportRecord,
     Result,
     Status,
@@ -163,6 +164,8 @@ class InMemoryExportQueue:
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
         expired_at: tuple[bool, datetime] | None = None,
+        after: tuple[datetime, str] | None = None,
+        narrow: ExportFilter | None = None,
     ) -> list[ExportRecord]:
         with self._lock:
             rows = [
@@ -172,8 +175,13 @@ class InMemoryExportQueue:
                 and (requested_by is None or r.requested_by == requested_by)
                 and (status is None or r.status is status)
                 and (before is None or (r.created_at, r.id) < before)
+                and (after is None or (r.created_at, r.id) > after)
                 and (expired_at is None or _expired(r, expired_at[1]) is expired_at[0])
+                and (narrow is None or narrow.matches(r))
             ]
+        if after is not None:
+            rows.sort(key=lambda r: (r.created_at, r.id))
+            return rows[:limit][::-1]
         rows.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return rows[:limit]
 
@@ -271,6 +279,13 @@ class InMemoryExportQueue:
             token=token,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             progress_rows=progress_rows,
+        )
+        return updated is not None
+
+    def record_progress(self, export_id: str, token: str, *, rows: int) -> bool:
+        # The fake's clock never matters to a fenced guard.
+        updated = self.apply(
+            Step.PROGRESS, export_id, now=datetime.now(UTC), token=token, progress_rows=rows
         )
         return updated is not None
 

@@ -65,8 +65,9 @@ def test_a_valid_request_is_recorded_with_typed_parameters(store: InMemoryMetada
         "paid": True,
         "status": None,
     }
-    assert record.filename == "Orders-by-day.xlsx"
-    assert record.storage_key == f"exports/w1/{record.id}/Orders-by-day.xlsx"
+    # The default file name template: the query's name and the request's date.
+    assert record.filename == f"Orders-by-day_{record.created_at:%Y-%m-%d}.xlsx"
+    assert record.storage_key == f"exports/w1/{record.id}/{record.filename}"
     assert record.options == {"neutralize_formulas": True}
 
 

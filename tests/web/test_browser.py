@@ -52,8 +52,11 @@ def test_request_watch_and_download_a_csv(site: Site, page: Page) -> None:
     expect(page.locator("#export .status")).to_contain_text("1,500 rows")
     expect(page.locator("#export")).to_contain_text(re.compile(r"expires in [67] days"))
     site.shot(page, "export-succeeded")
+    record = httpx2.get(f"{site.url}/api/v1/exports/{export_id}", headers=bearer(site.token))
+    filename = f"small_orders_{record.json()['created_at'][:10]}.csv"  # {name}_{date}
     with page.expect_download() as download_info:
-        page.get_by_role("link", name="Download small_orders.csv").click()
+        page.get_by_role("link", name=f"Download {filename}").click()
+    assert download_info.value.suggested_filename == filename
     downloaded = Path(download_info.value.path()).read_bytes()
     api = httpx2.get(f"{site.url}/api/v1/exports/{export_id}/file", headers=bearer(site.token))
     assert api.status_code == 200
@@ -186,7 +189,7 @@ def test_browse_queries_reports_and_schedules(site: Site, page: Page) -> None:
     expect(page.get_by_label("n (integer)")).to_have_value("100")
     page.get_by_role("link", name="Queries", exact=True).click()
     page.get_by_role("link", name="New query").click()
-    page.get_by_label("Name").fill("first_orders")
+    page.get_by_label("Name", exact=True).fill("first_orders")
     page.get_by_label("Source").select_option(index=1)
     page.get_by_label("SQL").fill("SELECT order_id FROM orders WHERE order_id <= $n")
     page.get_by_label("Parameters").fill("n:integer=10")
@@ -221,7 +224,7 @@ def test_a_broken_query_is_refused_at_the_sql_field(site: Site, page: Page) -> N
     columns."""
     page.get_by_role("link", name="Queries", exact=True).click()
     page.get_by_role("link", name="New query").click()
-    page.get_by_label("Name").fill("broken_orders")
+    page.get_by_label("Name", exact=True).fill("broken_orders")
     page.get_by_label("Source").select_option(index=1)
     page.get_by_label("SQL").fill("SELECT order_id FROM no_such_table")
     page.get_by_role("button", name="Save query").click()

@@ -6,12 +6,12 @@ answers 404 exactly like an id that was never issued.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
+from pydantic.json_schema import SkipJsonSchema
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.pagination import MAX_CURSOR_CHARS, decode_cursor, encode_cursor
 from qexport.api.schemas import (
     Export,
     ExportEventItem,
@@ -23,6 +23,7 @@ from qexport.api.schemas import (
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError, Problems, in_field_order
 from qexport.domain.schedules import Recipient
+from qexport.http.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
 from qexport.http.download import (
     DownloadConditions,
     file_response,
@@ -30,11 +31,19 @@ from qexport.http.download import (
     presigned_redirect,
 )
 from qexport.services.exports import (
+    FORMAT_CHOICES,
+    MAX_EXPORT_ID_CHARS,
+    MAX_INSTANT_CHARS,
+    MAX_SEARCH_CHARS,
+    MAX_USER_CHARS,
+    STATUS_CHOICES,
+    ExportListing,
     cancel_export,
     downloadable,
     get_visible_export,
+    list_export_page,
     list_visible_events,
-    list_visible_exports,
+    parse_listing,
 )
 from qexport.services.recipients import RecipientRules, admit_recipients
 from qexport.services.requests import (
@@ -126,29 +135,125 @@ def create_export(
     return _view(record, context)
 
 
+# The list's filters are checked together by the service (one 422 naming every bad one, the
+# cursor's too), so their schema constraints are documented here rather than enforced by
+# FastAPI first, which would report only its own finds.
+_STATUS_ENUM: dict[str, Any] = {"enum": list(STATUS_CHOICES)}
+_FORMAT_ENUM: dict[str, Any] = {"enum": list(FORMAT_CHOICES)}
+
+
+def _at_most(chars: int) -> dict[str, Any]:
+    return {"maxLength": chars}
+
+
 @router.get("/exports", response_model=ExportList, responses=problem_responses(401, 422, 503))
 def list_exports(
     principal: CurrentPrincipal,
     context: Context,
-    status: Literal["queued", "running", "succeeded", "failed", "expired"] | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+    status: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="Only exports in this status (`expired`: past their expiry).",
+            json_schema_extra=_STATUS_ENUM,
+        ),
+    ] = None,
+    format: Annotated[
+        str | SkipJsonSchema[None],
+        Query(description="Only exports in this format.", json_schema_extra=_FORMAT_ENUM),
+    ] = None,
+    subject: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="Only exports of this query or report id.",
+            json_schema_extra=_at_most(MAX_EXPORT_ID_CHARS),
+        ),
+    ] = None,
+    requested_by: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="Only exports requested by this user id (an admin's filter: a member"
+            " sees only their own exports whatever it says).",
+            json_schema_extra=_at_most(MAX_USER_CHARS),
+        ),
+    ] = None,
+    since: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="Requested at or after: a date (UTC) or ISO 8601 time.",
+            json_schema_extra=_at_most(MAX_INSTANT_CHARS),
+        ),
+    ] = None,
+    until: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="Requested before: a time, or a date (that whole day included).",
+            json_schema_extra=_at_most(MAX_INSTANT_CHARS),
+        ),
+    ] = None,
+    q: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="Found in the subject's name (any case).",
+            json_schema_extra=_at_most(MAX_SEARCH_CHARS),
+        ),
+    ] = None,
+    id_prefix: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="Ids that start with this (at least 4 characters).",
+            json_schema_extra=_at_most(MAX_EXPORT_ID_CHARS),
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        Query(
+            description="Exports per page.", json_schema_extra={"minimum": 1, "maximum": MAX_PAGE}
+        ),
+    ] = 50,
+    cursor: Annotated[
+        str | SkipJsonSchema[None],
+        Query(
+            description="`next_cursor` or `prev_cursor` of a page, unchanged.",
+            json_schema_extra=_at_most(MAX_CURSOR_CHARS),
+        ),
+    ] = None,
 ) -> ExportList:
-    """The caller's exports (an admin's: the workspace's), newest first."""
-    records = list_visible_exports(
+    """The caller's exports (an admin's: the workspace's), newest first, narrowed by the
+    filters given. `next_cursor` continues with older exports, `prev_cursor` with newer."""
+    problems = Problems()
+    listing = ExportListing()
+    at = None
+    with problems.check():
+        listing = parse_listing(
+            status=status,
+            fmt=format,
+            subject=subject,
+            requested_by=requested_by,
+            since=since,
+            until=until,
+            search=q,
+            id_prefix=id_prefix,
+        )
+    with problems.check():
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequestError(f"limit must be 1 to {MAX_PAGE}, not {limit}", field="limit")
+    with problems.check():
+        at = decode_page_cursor(cursor) if cursor is not None else None
+    problems.raise_any()
+    page = list_export_page(
         context.exports,
         context.clock,
         principal.requester,
+        listing,
         whole_workspace=principal.sees_workspace,
-        status=status,
-        limit=limit + 1,
-        before=decode_cursor(cursor) if cursor is not None else None,
+        limit=limit,
+        before=at.at if at is not None and not at.newer else None,
+        after=at.at if at is not None and at.newer else None,
     )
-    page = records[:limit]
-    more = len(records) > limit
     return ExportList(
-        items=[_view(record, context) for record in page],
-        next_cursor=encode_cursor(page[-1]) if more else None,
+        items=[_view(record, context) for record in page.items],
+        next_cursor=encode_page_cursor(page.older) if page.older else None,
+        prev_cursor=encode_page_cursor(page.newer, newer=True) if page.newer else None,
     )
 
 

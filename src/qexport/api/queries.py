@@ -12,7 +12,14 @@ from qexport.api.schemas import Parameters, problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
-from qexport.domain.queries import MAX_PARAMETER_CHARS, Parameter, ParamType, Query, Visibility
+from qexport.domain.queries import (
+    DEFAULT_FILENAME,
+    MAX_PARAMETER_CHARS,
+    Parameter,
+    ParamType,
+    Query,
+    Visibility,
+)
 from qexport.services import preview
 from qexport.services import queries as service
 from qexport.services.describe import Describe, describe_timeout, describer
@@ -27,6 +34,13 @@ DefaultValue = (
     | Annotated[float, Field(strict=True, allow_inf_nan=False)]
     | Annotated[str, Field(strict=True, max_length=MAX_PARAMETER_CHARS)]
     | None
+)
+
+
+FILENAME_HELP = (
+    "How its exports' files are named, fixed when each is requested: {name}, {date} (UTC),"
+    " {time}, {format} and its parameters ({since}); sanitised, with the format's extension."
+    " Default {name}_{date}"
 )
 
 
@@ -94,6 +108,12 @@ class QueryWrite(BaseModel):
         description='User ids of workspace members, with "visibility": "members"',
         json_schema_extra={"maxItems": service.MAX_MEMBERS},
     )
+    filename_template: str | None = Field(
+        default=None,
+        max_length=200,
+        description=FILENAME_HELP,
+        examples=["{name}_{since}_{date}"],
+    )
 
     def draft(self) -> tuple[service.QueryDraft, list[InvalidRequestError]]:
         """The draft, and the problems found reading it (a type or visibility no query has:
@@ -134,6 +154,7 @@ class QueryWrite(BaseModel):
             parameters=tuple(parameters),
             visibility=visibility,
             members=frozenset(self.members),
+            filename_template=self.filename_template,
         )
         return draft, found
 
@@ -160,6 +181,7 @@ class QueryView(BaseModel):
         description="The result's columns as the source described them when the query was"
         " saved; null for a query saved before queries were described"
     )
+    filename_template: str = Field(description=FILENAME_HELP)
 
     @classmethod
     def of(cls, query: Query) -> QueryView:
@@ -178,6 +200,7 @@ class QueryView(BaseModel):
             columns=None
             if query.columns is None
             else [ColumnView(name=c.name, type=c.type) for c in query.columns],
+            filename_template=query.filename_template or DEFAULT_FILENAME,
         )
 
 

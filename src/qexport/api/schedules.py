@@ -35,7 +35,7 @@ router = APIRouter(tags=["schedules"])
 
 # The members of a change that may be null: a null timezone means the workspace's; a null
 # subject id names no subject, so the other id must (ScheduleChange documents both).
-_NULLABLE = frozenset({"timezone", "query_id", "report_id"})
+_NULLABLE = frozenset({"timezone", "query_id", "report_id", "filename_template"})
 _OTHER_SUBJECT = {"query_id": "report_id", "report_id": "query_id"}
 
 
@@ -95,6 +95,7 @@ def create_schedule(
         missed=body.missed,
         enabled=body.enabled,
         neutralize_formulas=body.options.neutralize_formulas,
+        filename_template=body.filename_template,
     )
     schedule = service.create_schedule(
         context.catalog,
@@ -165,7 +166,7 @@ def change_schedule(
             changes["neutralize_formulas"] = value.neutralize_formulas
         elif name == "recipients":
             changes[name] = [r.model_dump() for r in value]
-        elif value is not None or name == "timezone":
+        elif value is not None or name in ("timezone", "filename_template"):
             changes[name] = value
     schedule = service.update_schedule(
         context.catalog,

@@ -284,6 +284,10 @@ class ExportList(BaseModel):
     next_cursor: str | None = Field(
         description="Pass as `cursor` for the next page; null at the end."
     )
+    prev_cursor: str | None = Field(
+        default=None,
+        description="Pass as `cursor` for the page of newer exports; null on the newest page.",
+    )
 
 
 class ExportEventItem(BaseModel):
@@ -366,6 +370,13 @@ class ScheduleRequest(BaseModel):
     missed: MissedText = Field("once", description=_MISSED_HELP)
     enabled: StrictBool = True
     options: ExportOptions = ExportOptions(neutralize_formulas=True)
+    filename_template: str | None = Field(
+        None,
+        max_length=200,
+        description="How its exports' files are named: {name}, {date}, {time}, {format} and the"
+        " subject's parameters ({since}); null: the query's own template",
+        examples=["{name}_{since}_{date}"],
+    )
 
 
 def _without_defaults(schema: dict[str, Any]) -> None:
@@ -376,8 +387,8 @@ def _without_defaults(schema: dict[str, Any]) -> None:
 
 class ScheduleChange(BaseModel):
     """The settings to change; members left out keep their value. A `query_id` replaces a
-    report and a `report_id` a query; a null `timezone` means the workspace's. Only these
-    three may be null."""
+    report and a `report_id` a query; a null `timezone` means the workspace's, a null
+    `filename_template` the query's. Only these four may be null."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_without_defaults)
 
@@ -401,6 +412,13 @@ class ScheduleChange(BaseModel):
         None, description="false pauses the schedule; true resumes it from now on"
     )
     options: ExportOptions | SkipJsonSchema[None] = None
+    filename_template: str | None = Field(
+        None,
+        max_length=200,
+        description="How its exports' files are named: {name}, {date}, {time}, {format} and the"
+        " subject's parameters ({since}); null: the query's own template",
+        examples=["{name}_{since}_{date}"],
+    )
 
 
 class Schedule(BaseModel):
@@ -423,6 +441,9 @@ class Schedule(BaseModel):
     subscribed: bool = Field(
         default=False,
         description="Whether you subscribed: each run's export is also mailed to your address",
+    )
+    filename_template: str | None = Field(
+        None, description="How its exports' files are named; null: its subject's template"
     )
 
 

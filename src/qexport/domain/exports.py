@@ -90,14 +90,60 @@ def is_downloadable(record: ExportRecord, now: datetime) -> bool:
     return effective_status(record, now) == Status.SUCCEEDED.value
 
 
+@dataclass(frozen=True)
+class ExportFilter:
+    """What a list of exports is narrowed to, beyond who may see it (which no filter widens).
+
+    `since` and `until` bound `created_at` (since <= created_at < until); `search` is found
+    anywhere in the subject's name, ignoring ASCII case; `id_prefix` starts the id."""
+
+    format: str | None = None
+    subject_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: str | None = None
+    id_prefix: str | None = None
+
+    def matches(self, record: ExportRecord) -> bool:
+        """The same narrowing, on one record (what the store's query compiles)."""
+        return (
+            (self.format is None or record.format == self.format)
+            and (self.subject_id is None or record.subject_id == self.subject_id)
+            and (self.since is None or record.created_at >= self.since)
+            and (self.until is None or record.created_at < self.until)
+            and (
+                self.search is None
+                or _ascii_lower(self.search) in _ascii_lower(record.subject_name)
+            )
+            and (self.id_prefix is None or record.id.startswith(self.id_prefix))
+        )
+
+
+def _ascii_lower(text: str) -> str:
+    """Lower case as SQLite's and PostgreSQL's `lower()` agree on it: ASCII letters only."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+_SEPARATORS = re.compile(r"[-._]{2,}")
+
+
+def _one_separator(run: re.Match[str]) -> str:
+    """A run of separators as the one that says most: `_` (a template's), else `-`, else `.`
+    (`Ventes été 2024 !_2026-01-05` is `Ventes-ete-2024_2026-01-05`, not `...2024-_2026...`)."""
+    text = run.group()
+    return "_" if "_" in text else "-" if "-" in text else "."
+
+
 def safe_filename(name: str, extension: str) -> str:
-    """A file name that is safe on every OS and in a Content-Disposition header."""
+    """A file name that is safe on every OS and in a Content-Disposition header: ASCII
+    letters, digits and single separators, never starting or ending with one."""
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
-    stem = _UNSAFE.sub("-", ascii_name).strip("-._") or "export"
-    return f"{stem[:80]}.{extension}"
+    stem = _SEPARATORS.sub(_one_separator, _UNSAFE.sub("-", ascii_name)).strip("-._")
+    return f"{stem[:80].rstrip('-._') or 'export'}.{extension}"
 
 
 def storage_key(workspace_id: str, export_id: str, filename: str) -> str:

@@ -43,6 +43,7 @@ class Step(StrEnum):
     CLAIM = "claim"
     REDELIVER = "redeliver"
     HEARTBEAT = "heartbeat"
+    PROGRESS = "progress"
     RELEASE = "release"
     SUCCEED = "succeed"
     FAIL = "fail"
@@ -75,6 +76,8 @@ TRANSITIONS: Mapping[Step, Transition] = {
     Step.HEARTBEAT: Transition(
         Guard.FENCED, None, frozenset({"lease_expires_at", "progress_rows"}), None
     ),
+    # Rows written so far, between heartbeats: the lease is left as it is.
+    Step.PROGRESS: Transition(Guard.FENCED, None, frozenset({"progress_rows"}), None),
     Step.RELEASE: Transition(Guard.FENCED, None, _BACKOFF, EventKind.RELEASED),
     Step.SUCCEED: Transition(Guard.FENCED, Status.SUCCEEDED, _STORED, EventKind.SUCCEEDED),
     Step.FAIL: Transition(Guard.FENCED, Status.FAILED, _FAILED, EventKind.FAILED),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
 
-from qexport.domain.exports import Requester
+from qexport.domain.exports import Requester, safe_filename
 from qexport.domain.failures import InvalidRequestError, Problems
 
 MAX_PARAMETER_CHARS = 10_000
@@ -98,6 +99,8 @@ class Query:
     # What the source described when the query was saved; None for a query saved before
     # queries were described (they still run; their columns show as unknown).
     columns: tuple[ResultColumn, ...] | None = None
+    # How its exports' files are named (see `export_filename`); None: DEFAULT_FILENAME.
+    filename_template: str | None = None
 
 
 def can_read(requester: Requester, query: Query | None) -> bool:
@@ -225,3 +228,73 @@ def parse_param_spec(spec: str) -> Parameter:
     if default:
         _coerce(param, default)
     return param
+
+
+# ---------------------------------------------------------------- file names
+
+DEFAULT_FILENAME = "{name}_{date}"
+MAX_FILENAME_TEMPLATE_CHARS = 200
+# What every template may use besides the subject's parameters (which these shadow).
+FILENAME_FIELDS = ("name", "date", "time", "format")
+
+
+def check_filename_template(
+    template: str, parameters: Sequence[str], *, field: str = "filename_template"
+) -> str:
+    """The template, stripped, if every `{placeholder}` in it is one of FILENAME_FIELDS or a
+    parameter's name; refused naming the first unknown one otherwise."""
+    text = template.strip()
+    if not text:
+        raise InvalidRequestError("a file name template cannot be empty", field=field)
+    if len(text) > MAX_FILENAME_TEMPLATE_CHARS:
+        raise InvalidRequestError(
+            f"a file name template has at most {MAX_FILENAME_TEMPLATE_CHARS} characters",
+            field=field,
+        )
+    known = set(FILENAME_FIELDS) | set(parameters)
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError:
+        raise InvalidRequestError(
+            "the file name template has an unmatched { or }; write {{ or }} for the character",
+            field=field,
+        ) from None
+    for _literal, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if name not in known:
+            choices = ", ".join("{" + n + "}" for n in (*FILENAME_FIELDS, *parameters))
+            raise InvalidRequestError(
+                f"unknown placeholder {{{name}}} in the file name template (known: {choices})",
+                field=field,
+            )
+        if spec or conversion:
+            raise InvalidRequestError(
+                f"write {{{name}}} without a format or conversion", field=field
+            )
+    return text
+
+
+def export_filename(
+    template: str | None,
+    *,
+    name: str,
+    fmt: str,
+    extension: str,
+    values: Mapping[str, Any],
+    at: dt.datetime,
+) -> str:
+    """The file name of an export, fixed when it is requested: the template filled with the
+    subject's name, the request's date (`2026-12-02`, UTC) and time (`104100`), the format
+    and the parameters' values, made safe as every file name is, with the format's
+    extension. A placeholder without a value (an optional parameter left out) is empty."""
+    filled: dict[str, Any] = {k: "" if v is None else to_json_value(v) for k, v in values.items()}
+    filled |= {"name": name, "date": f"{at:%Y-%m-%d}", "time": f"{at:%H%M%S}", "format": fmt}
+    text = ""
+    for literal, placeholder, _spec, _conversion in string.Formatter().parse(
+        template or DEFAULT_FILENAME
+    ):
+        text += literal
+        if placeholder is not None:  # a value's own edge punctuation would pile up at a "_"
+            text += str(filled.get(placeholder, "")).strip(" -._/\\")
+    return safe_filename(text, extension)

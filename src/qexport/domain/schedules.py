@@ -325,6 +325,7 @@ class Schedule:
     created_at: datetime | None = None
     options: dict[str, Any] = field(default_factory=dict)
     deleted: bool = False
+    filename_template: str | None = None  # None: its subject's (see domain/queries.py)
 
 
 # ---------------------------------------------------------------- deliveries

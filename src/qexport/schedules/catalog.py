@@ -25,7 +25,7 @@ from qexport.domain.failures import (
     Problems,
     in_field_order,
 )
-from qexport.domain.queries import can_read, to_json_value
+from qexport.domain.queries import can_read, check_filename_template, to_json_value
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
 from qexport.domain.schedules import (
     Delivery,
@@ -104,6 +104,7 @@ class ScheduleDraft:
     missed: str = Missed.ONCE.value
     enabled: bool = True
     neutralize_formulas: bool = True
+    filename_template: str | None = None  # None: the subject's own
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class _Subject:
     id: str
     format: str
     parameters: dict[str, Any]
+    names: tuple[str, ...] = ()  # every parameter a file name template may use
 
 
 # ---------------------------------------------------------------- checks
@@ -145,6 +147,7 @@ SCHEDULE_FIELDS = (
     "recipients",
     "missed",
     "parameters",
+    "filename_template",
     "enabled",
     "options",
     "schedules",
@@ -186,7 +189,9 @@ def _check_subject(
             report = find_readable_report(store, requester, draft.report_id, match_title=match_name)
             with problems.check():
                 values = bind_report_values(store, requester, report, parameters)
-                return _SubjectCheck(_Subject(SUBJECT_REPORT, report.id, draft.format, values))
+                return _SubjectCheck(
+                    _Subject(SUBJECT_REPORT, report.id, draft.format, values, tuple(values))
+                )
             return _SubjectCheck()
         assert draft.query_id is not None
         with problems.check():
@@ -197,8 +202,42 @@ def _check_subject(
     with problems.check():
         bound = bind_query_values(query, parameters)
         values = {k: to_json_value(v) for k, v in bound.items()}
-        return _SubjectCheck(_Subject(SUBJECT_QUERY, query.id, draft.format, values))
+        names = tuple(p.name for p in query.parameters)
+        return _SubjectCheck(_Subject(SUBJECT_QUERY, query.id, draft.format, values, names))
     return _SubjectCheck()
+
+
+def _filename_template(draft: ScheduleDraft, subject: _Subject) -> str | None:
+    """The draft's template, checked against its subject's parameters; blank means none."""
+    given = draft.filename_template
+    if given is None or (isinstance(given, str) and not given.strip()):
+        return None
+    if not isinstance(given, str):
+        raise InvalidRequestError("filename_template must be text", field="filename_template")
+    return check_filename_template(given, subject.names)
+
+
+def _changed_template(
+    store: Catalog,
+    actor: Actor,
+    current: Schedule,
+    draft: ScheduleDraft,
+    problems: Problems,
+    subject: _SubjectCheck,
+    *,
+    checked: bool,
+    given: Mapping[str, Any],
+) -> tuple[str | None, _SubjectCheck]:
+    """A changed schedule's file name template, checked against the subject it will have (a
+    subject's template may name parameters that another subject lacks), and that subject."""
+    named = subject
+    if "filename_template" in given and not checked:
+        named = _check_subject(store, actor.requester, draft, problems, match_name=False)
+    if ("filename_template" not in given and not checked) or named.subject is None:
+        return current.filename_template, named
+    with problems.check():
+        return _filename_template(draft, named.subject), named
+    return current.filename_template, named
 
 
 def _ownership_fields(schedule: Schedule) -> tuple[Any, ...]:
@@ -315,6 +354,10 @@ def check_new_schedule(
             draft.recipients, _rules(accounts, actor, egress), "recipients"
         )
     missed = _check_flags(draft, problems)
+    template: str | None = None
+    if subject.subject is not None:
+        with problems.check():
+            template = _filename_template(draft, subject.subject)
     _refuse_any(problems, subject)
     assert subject.subject is not None
     assert timetable is not None
@@ -335,6 +378,7 @@ def check_new_schedule(
         next_due_at=next_due(cron, zone, now),
         created_at=now,
         options={"neutralize_formulas": draft.neutralize_formulas},
+        filename_template=template,
     )
 
 
@@ -411,6 +455,7 @@ def draft_of(schedule: Schedule) -> ScheduleDraft:
         missed=schedule.missed.value,
         enabled=schedule.enabled,
         neutralize_formulas=bool(schedule.options.get("neutralize_formulas", True)),
+        filename_template=schedule.filename_template,
     )
 
 
@@ -464,10 +509,13 @@ def changed_schedule(
         with problems.check():
             check_min_interval(*timetable, minimum, clock.now())
     missed = _check_flags(draft, problems)
-    _refuse_any(problems, subject)
+    template, named = _changed_template(
+        store, actor, current, draft, problems, subject, checked=bool(checks_subject), given=given
+    )
+    _refuse_any(problems, named)
     assert timetable is not None
     assert recipients is not None
-    updated = current
+    updated = replace(current, filename_template=template)
     if subject.subject is not None:
         updated = replace(
             updated,

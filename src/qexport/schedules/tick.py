@@ -35,7 +35,13 @@ def schedule_export(store: Catalog, schedule: Schedule, now: datetime) -> NewExp
             id=schedule.subject_id, workspace_id=schedule.workspace_id, title="deleted report"
         )
         return report_export(
-            requester, report, schedule.format, values, neutralize_formulas=neutralize, now=now
+            requester,
+            report,
+            schedule.format,
+            values,
+            neutralize_formulas=neutralize,
+            now=now,
+            filename_template=schedule.filename_template,
         )
     query = store.get_query(schedule.subject_id) or Query(
         id=schedule.subject_id,
@@ -45,7 +51,13 @@ def schedule_export(store: Catalog, schedule: Schedule, now: datetime) -> NewExp
         source="",
     )
     return query_export(
-        requester, query, schedule.format, values, neutralize_formulas=neutralize, now=now
+        requester,
+        query,
+        schedule.format,
+        values,
+        neutralize_formulas=neutralize,
+        now=now,
+        filename_template=schedule.filename_template,
     )
 
 

@@ -6,12 +6,15 @@ workspace. Anything else looks missing, exactly like an id that was never issued
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from typing import BinaryIO
 
 from qexport.domain.exports import (
     EXPIRED,
     ExportEvent,
+    ExportFilter,
     ExportRecord,
     Requester,
     Status,
@@ -20,12 +23,16 @@ from qexport.domain.exports import (
 from qexport.domain.failures import (
     AccessLostError,
     ConflictError,
+    InvalidRequestError,
     NotFoundError,
+    Problems,
     QExportError,
     readable_detail,
 )
+from qexport.domain.reports import REPORT_FORMATS
 from qexport.ports import Catalog, Clock, ExportQueue, ObjectStore
 from qexport.services.reports import may_read_subject
+from qexport.writers.registry import FORMATS
 
 # Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
 MAX_EXPORT_ID_CHARS = 64
@@ -66,9 +73,17 @@ def list_visible_exports(
     status: str | None = None,
     limit: int = 50,
     before: tuple[datetime, str] | None = None,
+    after: tuple[datetime, str] | None = None,
+    requested_by: str | None = None,
+    narrow: ExportFilter | None = None,
 ) -> list[ExportRecord]:
     """The exports the requester may see, newest first, by effective status (`expired` too;
-    `succeeded` then means not expired)."""
+    `succeeded` then means not expired). `requested_by` and `narrow` only ever narrow: a
+    member asking for someone else's exports gets none."""
+    if not whole_workspace:
+        if requested_by is not None and requested_by != requester.user_id:
+            return []
+        requested_by = requester.user_id
     stored: Status | None = None
     expired_at: tuple[bool, datetime] | None = None
     if status == EXPIRED:
@@ -79,12 +94,253 @@ def list_visible_exports(
             expired_at = (False, clock.now())
     return store.list_exports(
         workspace_id=requester.workspace_id,
-        requested_by=None if whole_workspace else requester.user_id,
+        requested_by=requested_by,
         status=stored,
         limit=limit,
         before=before,
+        after=after,
         expired_at=expired_at,
+        narrow=narrow,
     )
+
+
+# ---------------------------------------------------------------- the list, filtered and paged
+
+STATUS_CHOICES = ("queued", "running", "succeeded", "failed", EXPIRED)
+FORMAT_CHOICES = tuple(sorted(set(FORMATS) | REPORT_FORMATS))
+MIN_ID_PREFIX = 4  # like git's shortest abbreviation: fewer characters match too much
+MAX_SEARCH_CHARS = 200
+# A UUID starts with 8 hex digits: a prefix's first 4 are hex, which also lets the store find
+# it by a range of the primary key (store/exports.py) rather than by reading every id.
+_ID_PREFIX = re.compile(r"^[0-9a-f]{4}[0-9a-f-]*$")
+
+
+@dataclass(frozen=True)
+class ExportListing:
+    """A list's filters, checked: the status and requester besides the record filter."""
+
+    status: str | None = None
+    requested_by: str | None = None
+    narrow: ExportFilter = field(default_factory=ExportFilter)
+
+    @property
+    def filtered(self) -> bool:
+        return self != ExportListing()
+
+
+@dataclass(frozen=True)
+class ExportPage:
+    """One page of a list, newest first; `older`/`newer`: where the next pages start, None
+    when there is nothing further that way."""
+
+    items: list[ExportRecord]
+    older: tuple[datetime, str] | None
+    newer: tuple[datetime, str] | None
+
+
+def parse_listing(
+    *,
+    status: str | None = None,
+    fmt: str | None = None,
+    subject: str | None = None,
+    requested_by: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    search: str | None = None,
+    id_prefix: str | None = None,
+) -> ExportListing:
+    """Filters as people and programs give them (blank means unset), each checked; every
+    mistake is refused at once, named by its API parameter."""
+    problems = Problems()
+    status, fmt, subject, requested_by, since, until, search, id_prefix = (
+        (v.strip() or None) if isinstance(v, str) else None
+        for v in (status, fmt, subject, requested_by, since, until, search, id_prefix)
+    )
+    with problems.check():
+        _one_of(status, STATUS_CHOICES, "status")
+    with problems.check():
+        _one_of(fmt, FORMAT_CHOICES, "format")
+    with problems.check():
+        if subject is not None and len(subject) > MAX_EXPORT_ID_CHARS:
+            raise InvalidRequestError("subject must be a query or report id", field="subject")
+    with problems.check():
+        if requested_by is not None and len(requested_by) > MAX_USER_CHARS:
+            raise InvalidRequestError("requested_by must be a user id", field="requested_by")
+    start = end = None
+    with problems.check():
+        start = _instant(since, "since", end_of_day=False)
+    with problems.check():
+        end = _instant(until, "until", end_of_day=True)
+        if start is not None and end is not None and end <= start:
+            raise InvalidRequestError("until must come after since", field="until")
+    with problems.check():
+        if search is not None and len(search) > MAX_SEARCH_CHARS:
+            raise InvalidRequestError(f"q is at most {MAX_SEARCH_CHARS} characters", field="q")
+    with problems.check():
+        id_prefix = check_id_prefix(id_prefix) if id_prefix is not None else None
+    problems.raise_any()
+    return ExportListing(
+        status=status,
+        requested_by=requested_by,
+        narrow=ExportFilter(
+            format=fmt,
+            subject_id=subject,
+            since=start,
+            until=end,
+            search=search,
+            id_prefix=id_prefix,
+        ),
+    )
+
+
+MAX_USER_CHARS = 200
+MAX_INSTANT_CHARS = 40  # 2026-12-01T10:00:00.123456+05:30 and then some
+
+
+def _one_of(value: str | None, choices: tuple[str, ...], field: str) -> None:
+    if value is not None and value not in choices:
+        raise InvalidRequestError(
+            f"{field} must be one of {', '.join(choices)}, not {value[:40]!r}", field=field
+        )
+
+
+def _instant(text: str | None, field: str, *, end_of_day: bool) -> datetime | None:
+    """A date (the whole day, UTC) or an ISO 8601 instant (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    invalid = InvalidRequestError(
+        f"{field} must be a date (2026-12-01) or a time (2026-12-01T10:00:00Z), not {text[:40]!r}",
+        field=field,
+    )
+    if len(text) > MAX_INSTANT_CHARS:
+        raise invalid
+    try:
+        if len(text) == len("2026-01-01"):
+            day = date.fromisoformat(text)
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            return start + timedelta(days=1) if end_of_day else start
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise invalid from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def check_id_prefix(prefix: str) -> str:
+    """An export id or the start of one (at least MIN_ID_PREFIX characters), lower case."""
+    text = prefix.strip().lower()
+    if len(text) < MIN_ID_PREFIX:
+        raise InvalidRequestError(
+            f"an export id prefix needs at least {MIN_ID_PREFIX} characters, not {prefix!r}",
+            field="id_prefix",
+        )
+    if len(text) > MAX_EXPORT_ID_CHARS or not _ID_PREFIX.match(text):
+        raise InvalidRequestError(
+            f"{prefix[:40]!r} is not an export id or the start of one", field="id_prefix"
+        )
+    return text
+
+
+def list_export_page(
+    store: ExportQueue,
+    clock: Clock,
+    requester: Requester,
+    listing: ExportListing,
+    *,
+    whole_workspace: bool = False,
+    limit: int = 50,
+    before: tuple[datetime, str] | None = None,
+    after: tuple[datetime, str] | None = None,
+) -> ExportPage:
+    """One page of the visible exports that `listing` keeps: the newest, or the page older
+    than `before`, or the page newer than `after`."""
+    found = list_visible_exports(
+        store,
+        clock,
+        requester,
+        whole_workspace=whole_workspace,
+        status=listing.status,
+        limit=limit + 1,
+        before=before,
+        after=after,
+        requested_by=listing.requested_by,
+        narrow=listing.narrow,
+    )
+    if after is not None:
+        # The page just newer than `after`; one more than a page means more are newer still
+        # (that one is the newest, first in the list).
+        items = found[-limit:]
+        if not items:  # nothing is newer any more: the newest page, then
+            return list_export_page(
+                store, clock, requester, listing, whole_workspace=whole_workspace, limit=limit
+            )
+        newer = _key(items[0]) if len(found) > limit else None
+        return ExportPage(items, _key(items[-1]), newer)
+    items = found[:limit]
+    older = _key(items[-1]) if len(found) > limit else None
+    newer = _key(items[0]) if before is not None and items else None
+    return ExportPage(items, older, newer)
+
+
+def _key(record: ExportRecord) -> tuple[datetime, str]:
+    return record.created_at, record.id
+
+
+class AmbiguousIdError(InvalidRequestError):
+    """An id prefix that starts more than one export the caller may see."""
+
+
+def resolve_export_id(
+    store: ExportQueue,
+    clock: Clock,
+    requester: Requester,
+    ref: str,
+    *,
+    whole_workspace: bool = False,
+) -> str:
+    """The id of the one export the requester may see whose id is `ref` or starts with it
+    (like git's abbreviations); NotFoundError for none, AmbiguousIdError naming the
+    candidates for several."""
+    prefix = id_prefix_of(ref)
+    if prefix is None:
+        return ref
+    found = list_visible_exports(
+        store,
+        clock,
+        requester,
+        whole_workspace=whole_workspace,
+        limit=MAX_CANDIDATES + 1,
+        narrow=ExportFilter(id_prefix=prefix),
+    )
+    if not found:
+        raise NotFoundError(f"no export {ref!r}")
+    if len(found) > 1:
+        raise AmbiguousIdError(ambiguous_message(ref, [(r.id, r.subject_name) for r in found]))
+    return found[0].id
+
+
+FULL_ID_CHARS = 36
+MAX_CANDIDATES = 10
+
+
+def id_prefix_of(ref: str) -> str | None:
+    """The id prefix `ref` is, lower case; None when it is to be taken as a whole id (as
+    long as one, or not the start of any: a lookup then finds no export). Fewer than
+    MIN_ID_PREFIX characters are refused: they would match too much."""
+    if len(ref) == FULL_ID_CHARS:
+        return None
+    try:
+        return check_id_prefix(ref)
+    except InvalidRequestError:
+        if len(ref.strip()) < MIN_ID_PREFIX:
+            raise
+        return None
+
+
+def ambiguous_message(ref: str, candidates: list[tuple[str, str]]) -> str:
+    """`export id 'b0e6' is ambiguous; it starts: ...` with up to MAX_CANDIDATES ids."""
+    shown = "; ".join(f"{export_id} ({name})" for export_id, name in candidates[:MAX_CANDIDATES])
+    more = " and more" if len(candidates) > MAX_CANDIDATES else ""
+    return f"export id {ref!r} is ambiguous; it starts {shown}{more}"
 
 
 def list_visible_events(

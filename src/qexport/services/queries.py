@@ -29,6 +29,7 @@ from qexport.domain.queries import (
     bind_parameters,
     can_read,
     check_declared_name,
+    check_filename_template,
 )
 from qexport.ports import AccountStore, Catalog
 from qexport.services.describe import Describe
@@ -57,6 +58,7 @@ class QueryDraft:
     parameters: tuple[Parameter, ...] = ()
     visibility: Visibility = Visibility.WORKSPACE
     members: frozenset[str] = frozenset()
+    filename_template: str | None = None  # None or blank: DEFAULT_FILENAME
 
 
 # ---------------------------------------------------------------- checks
@@ -126,7 +128,7 @@ def _check_parameter(index: int, param: Parameter, seen: set[str]) -> None:
 
 
 # The order a query's problems are told in: the query form's.
-QUERY_FIELDS = ("name", "source", "sql", "parameters", "visibility", "members")
+QUERY_FIELDS = ("name", "source", "sql", "parameters", "filename_template", "visibility", "members")
 # What the source needs to describe the SQL: a source it knows, SQL and parameters it can read.
 _DESCRIBE_NEEDS = frozenset({"source", "sql", "parameters"})
 
@@ -150,6 +152,9 @@ def check_draft(
         check_sql(draft.sql)
     with problems.check():
         check_parameters(draft.parameters)
+    if draft.filename_template is not None and draft.filename_template.strip():
+        with problems.check():
+            check_filename_template(draft.filename_template, [p.name for p in draft.parameters])
     with problems.check():
         check_visibility(draft.visibility, draft.members, members)
     if own:
@@ -305,6 +310,7 @@ def create_query(
             members=draft.members,
             owner=principal.user_id,
             columns=columns,
+            filename_template=_template(draft),
         )
     )
 
@@ -346,10 +352,16 @@ def replace_query(
         visibility=draft.visibility,
         members=draft.members,
         columns=columns,
+        filename_template=_template(draft),
     )
     if not store.update_query(updated):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_QUERY)
     return updated
+
+
+def _template(draft: QueryDraft) -> str | None:
+    text = (draft.filename_template or "").strip()
+    return text or None
 
 
 def delete_query(store: Catalog, principal: Principal, query_id: str) -> None:

@@ -9,7 +9,13 @@ from typing import Any, TypeVar
 
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
 from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, in_field_order
-from qexport.domain.queries import Query, bind_parameters, can_read, to_json_value
+from qexport.domain.queries import (
+    Query,
+    bind_parameters,
+    can_read,
+    export_filename,
+    to_json_value,
+)
 from qexport.domain.reports import (
     REPORT_FORMATS,
     SUBJECT_REPORT,
@@ -193,10 +199,19 @@ def query_export(
     *,
     neutralize_formulas: bool,
     now: datetime,
+    filename_template: str | None = None,
 ) -> NewExport:
-    """The record of an export of `query` with already bound parameter values."""
+    """The record of an export of `query` with already bound parameter values; its file is
+    named by `filename_template` (a schedule's), else by the query's template."""
     export_id = str(uuid.uuid4())
-    filename = safe_filename(query.name, get_writer(fmt).extension)
+    filename = export_filename(
+        filename_template or query.filename_template,
+        name=query.name,
+        fmt=fmt,
+        extension=get_writer(fmt).extension,
+        values=values,
+        at=now,
+    )
     return NewExport(
         id=export_id,
         workspace_id=requester.workspace_id,
@@ -221,10 +236,18 @@ def report_export(
     *,
     neutralize_formulas: bool,
     now: datetime,
+    filename_template: str | None = None,
 ) -> NewExport:
-    """The record of an export of `report` with already bound parameter values."""
+    """The record of an export of `report` with already bound parameter values; named by
+    its title, or by `filename_template` (a schedule's)."""
     export_id = str(uuid.uuid4())
-    filename = safe_filename(report.title, fmt)
+    filename = (
+        export_filename(
+            filename_template, name=report.title, fmt=fmt, extension=fmt, values=values, at=now
+        )
+        if filename_template
+        else safe_filename(report.title, fmt)
+    )
     return NewExport(
         id=export_id,
         workspace_id=requester.workspace_id,

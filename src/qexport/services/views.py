@@ -69,6 +69,7 @@ def schedule_view(schedule: Schedule, *, full_recipients: bool = True) -> dict[s
         "options": {"neutralize_formulas": bool(schedule.options.get("neutralize_formulas", True))},
         "owner": schedule.owner,
         "next_run_at": iso_time(schedule.next_due_at) if schedule.enabled else None,
+        "filename_template": schedule.filename_template,
         "created_at": iso_time(schedule.created_at),
     }
 

@@ -34,6 +34,7 @@ QUERY_KEYS = (
     "owner",
     "deleted_at",
     "columns",
+    "filename_template",
 )
 
 
@@ -53,6 +54,7 @@ def to_query(row: sa.Row[Any], prefix: str = "") -> Query:
         columns=None
         if m["columns"] is None
         else tuple(ResultColumn.from_json(c) for c in m["columns"]),
+        filename_template=m["filename_template"],
     )
 
 
@@ -114,6 +116,7 @@ class SqlCatalog:
             "members": sorted(query.members),
             "owner": query.owner,
             "columns": None if query.columns is None else [c.to_json() for c in query.columns],
+            "filename_template": query.filename_template,
             "created_at": sa.func.current_timestamp(),
         }
 

@@ -7,6 +7,7 @@ allowed from the record's current state (or the caller lost its lease) and nothi
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -15,7 +16,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from qexport.domain.accounts import Role, Standing
-from qexport.domain.exports import EventKind, ExportEvent, ExportRecord, Result, Status
+from qexport.domain.exports import (
+    EventKind,
+    ExportEvent,
+    ExportFilter,
+    ExportRecord,
+    Result,
+    Status,
+)
 from qexport.domain.failures import (
     FailureCode,
     bounded_detail,
@@ -98,6 +106,7 @@ _EVENT_COLUMNS = (
     exports.c.last_error_detail,
 )
 _HEARTBEAT = _guarded(Step.HEARTBEAT)
+_PROGRESS = _guarded(Step.PROGRESS)
 _TRANSITIONS = {
     step: _guarded(step).returning(*_EVENT_COLUMNS)
     for step in (Step.RELEASE, Step.SUCCEED, Step.FAIL, Step.REFUSE, Step.CANCEL)
@@ -187,6 +196,52 @@ _OLDEST_OF = _with_query(_REQUESTER_CANDIDATE)
 # Concurrent workers skip the rows others hold instead of queueing behind them; the query's
 # row is only read, never locked.
 _OLDEST_OF_PG = _with_query(_REQUESTER_CANDIDATE.with_for_update(skip_locked=True))
+
+
+def _keyset(at: tuple[datetime, str], *, older: bool) -> sa.ColumnElement[bool]:
+    """Exports listed before (`older`) or after `at` (created_at, id) in the list's order.
+
+    A row value rather than `created_at < :t OR (created_at = :t AND id < :id)`: both
+    databases seek an index to a row value, while the OR form made SQLite read every newer
+    export first (a page 180k exports deep: 81 ms, 0.5 ms as a row value)."""
+    created_at, export_id = at
+    key = sa.tuple_(exports.c.created_at, exports.c.id)
+    value = sa.tuple_(
+        sa.literal(created_at, exports.c.created_at.type), sa.literal(export_id, exports.c.id.type)
+    )
+    return key < value if older else key > value
+
+
+# The first characters of an export id (a UUID) before its first hyphen: a range over them
+# lets the primary key find an id prefix on both databases, whatever the collation.
+_HEX_HEAD = 8
+_HEX_RUN = re.compile(r"[0-9a-f]+")
+
+
+def _narrowed(narrow: ExportFilter) -> list[sa.ColumnElement[bool]]:
+    """The filter as WHERE clauses (ExportFilter.matches says the same of one record)."""
+    clauses: list[sa.ColumnElement[bool]] = []
+    if narrow.format is not None:
+        clauses.append(exports.c.format == narrow.format)
+    if narrow.subject_id is not None:
+        clauses.append(exports.c.subject_id == narrow.subject_id)
+    if narrow.since is not None:
+        clauses.append(exports.c.created_at >= narrow.since)
+    if narrow.until is not None:
+        clauses.append(exports.c.created_at < narrow.until)
+    if narrow.search:
+        escaped = re.sub(r"([\\%_])", r"\\\1", narrow.search.lower())
+        clauses.append(sa.func.lower(exports.c.subject_name).like(f"%{escaped}%", escape="\\"))
+    if narrow.id_prefix:
+        prefix = narrow.id_prefix
+        run = _HEX_RUN.match(prefix[:_HEX_HEAD])  # "abcd" of "abcd-12": the id's own range
+        if run:
+            head = run.group()
+            last = head[-1]
+            upper = head[:-1] + ("a" if last == "9" else chr(ord(last) + 1))
+            clauses.extend([exports.c.id >= head, exports.c.id < upper])
+        clauses.append(sa.func.substr(exports.c.id, 1, len(prefix)) == prefix)
+    return clauses
 
 
 def failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
@@ -397,6 +452,8 @@ class SqlExportQueue:
         limit: int = 50,
         before: tuple[datetime, str] | None = None,
         expired_at: tuple[bool, datetime] | None = None,
+        after: tuple[datetime, str] | None = None,
+        narrow: ExportFilter | None = None,
     ) -> list[ExportRecord]:
         stmt = sa.select(exports).where(exports.c.workspace_id == workspace_id)
         if requested_by is not None:
@@ -404,17 +461,19 @@ class SqlExportQueue:
         if status is not None:
             stmt = stmt.where(exports.c.status == status.value)
         if before is not None:
-            created_at, export_id = before
-            stmt = stmt.where(
-                sa.or_(
-                    exports.c.created_at < created_at,
-                    sa.and_(exports.c.created_at == created_at, exports.c.id < export_id),
-                )
-            )
+            stmt = stmt.where(_keyset(before, older=True))
+        if after is not None:
+            stmt = stmt.where(_keyset(after, older=False))
         if expired_at is not None:
             expired, now = expired_at
             past = sa.and_(exports.c.expires_at.is_not(None), exports.c.expires_at <= now)
             stmt = stmt.where(past if expired else sa.not_(past))
+        if narrow is not None:
+            stmt = stmt.where(*_narrowed(narrow))
+        if after is not None:  # the page just newer than `after`: read upwards, shown newest first
+            stmt = stmt.order_by(exports.c.created_at, exports.c.id).limit(limit)
+            with self._tx() as conn:
+                return [_to_record(r) for r in conn.execute(stmt)][::-1]
         stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
         with self._tx() as conn:
             return [_to_record(r) for r in conn.execute(stmt)]
@@ -513,6 +572,9 @@ class SqlExportQueue:
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             progress_rows=progress_rows,
         )
+
+    def record_progress(self, export_id: str, token: str, *, rows: int) -> bool:
+        return self._update(_PROGRESS, export_id_=export_id, token_=token, progress_rows=rows)
 
     def release_with_backoff(
         self,

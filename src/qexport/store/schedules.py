@@ -49,6 +49,7 @@ def _to_schedule(row: sa.Row[Any]) -> Schedule:
         next_due_at=row.next_due_at,
         created_at=row.created_at,
         deleted=row.deleted_at is not None,
+        filename_template=row.filename_template,
     )
 
 
@@ -68,6 +69,7 @@ def _values(schedule: Schedule) -> dict[str, Any]:
         "missed": schedule.missed.value,
         "enabled": schedule.enabled,
         "next_due_at": schedule.next_due_at,
+        "filename_template": schedule.filename_template,
     }
 
 

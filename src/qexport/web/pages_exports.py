@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
@@ -26,22 +26,29 @@ from qexport.domain.failures import (
 )
 from qexport.domain.schedules import Delivery
 from qexport.http import errors as api_errors
+from qexport.http.cursors import decode_page_cursor, encode_page_cursor
 from qexport.http.download import DownloadConditions, file_response, presigned_redirect
+from qexport.services.accounts import list_members
 from qexport.services.again import SubjectGoneError, request_again
 from qexport.services.exports import (
+    FORMAT_CHOICES,
+    STATUS_CHOICES,
     cancel_export,
     downloadable,
     get_visible_export,
+    list_export_page,
     list_visible_events,
-    list_visible_exports,
+    parse_listing,
 )
 from qexport.services.links import create_link, list_live_links, manageable_link, revoke_link
+from qexport.services.queries import list_readable_queries
+from qexport.services.reports import list_readable_reports
 from qexport.web import link_flash
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.errors import PageRoute, asks_first
-from qexport.web.forms import email_of
-from qexport.web.present import export_row, when
+from qexport.web.forms import email_of, form_errors
+from qexport.web.present import ExportRow, export_row, when
 from qexport.web.present_deliveries import delivery_row, link_row
 from qexport.web.render import page
 from qexport.web.session import Session
@@ -59,21 +66,130 @@ NOTICES = {
 _REFUSALS = (SubjectGoneError, ConflictError, ForbiddenError, InvalidRequestError)
 
 
+FILTER_FIELDS = ("q", "status", "format", "subject", "requested_by", "since", "until")
+
+
 @router.get("/")
 def exports_page(
-    request: Request, context: Context, session: SignedIn, principal: WebPrincipal
+    request: Request,
+    context: Context,
+    session: SignedIn,
+    principal: WebPrincipal,
+    q: str = "",
+    status: str = "",
+    format: str = "",
+    subject: str = "",
+    requested_by: str = "",
+    since: str = "",
+    until: str = "",
+    cursor: str = "",
 ) -> Response:
-    """The person's exports (an admin's: the workspace's), newest first."""
-    now = context.clock.now()
-    records = list_visible_exports(
-        context.exports,
-        context.clock,
-        principal.requester,
-        whole_workspace=principal.sees_workspace,
-        limit=LIST_LIMIT,
+    """The person's exports (an admin's: the workspace's), newest first, a page at a time,
+    narrowed by the filter form; its values stay in the page links."""
+    values = {
+        "q": q,
+        "status": status,
+        "format": format,
+        "subject": subject,
+        "requested_by": requested_by if principal.sees_workspace else "",
+        "since": since,
+        "until": until,
+    }
+    values = {k: v[:MAX_FILTER_CHARS] for k, v in values.items()}
+    errors: dict[str, str] = {}
+    rows: list[ExportRow] = []
+    older = newer = ""
+    try:
+        listing = parse_listing(
+            status=values["status"],
+            fmt=values["format"],
+            subject=values["subject"],
+            requested_by=values["requested_by"],
+            since=values["since"],
+            until=values["until"],
+            search=values["q"],
+        )
+        at = decode_page_cursor(cursor) if cursor else None
+    except InvalidRequestError as exc:
+        errors = form_errors(exc, FILTER_FIELDS, _filter_words)
+    else:
+        found = list_export_page(
+            context.exports,
+            context.clock,
+            principal.requester,
+            listing,
+            whole_workspace=principal.sees_workspace,
+            limit=LIST_LIMIT,
+            before=at.at if at is not None and not at.newer else None,
+            after=at.at if at is not None and at.newer else None,
+        )
+        now = context.clock.now()
+        rows = [export_row(r, now) for r in found.items]
+        kept = {k: v for k, v in values.items() if v}
+        if found.older:
+            older = "/?" + urlencode({**kept, "cursor": encode_page_cursor(found.older)})
+        if found.newer:
+            newer = "/?" + urlencode(
+                {**kept, "cursor": encode_page_cursor(found.newer, newer=True)}
+            )
+    filtered = any(values.values())
+    # Only the newest page follows new exports: an older page stays where it was.
+    live_url = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+    return page(
+        request,
+        "exports.html",
+        session=session,
+        rows=rows,
+        values=values,
+        errors=errors,
+        filtered=filtered,
+        older=older,
+        newer=newer,
+        first_page=not cursor,
+        live_url=live_url,
+        choices=_filter_choices(context, principal),
     )
-    rows = [export_row(r, now) for r in records]
-    return page(request, "exports.html", session=session, rows=rows)
+
+
+MAX_FILTER_CHARS = 200
+# The API's parameter names, as the form's labels say them.
+_FILTER_LABELS = {"q": "Search", "requested_by": "Requested by"}
+
+
+def _filter_words(exc: InvalidRequestError) -> str:
+    if exc.field == "cursor":  # only ever a link changed by hand: there is no field for it
+        return (
+            "This page's link was changed or is not one of this list's; start again from"
+            " the newest exports."
+        )
+    detail = exc.detail
+    for name, label in _FILTER_LABELS.items():
+        if exc.field == name and detail.startswith(name + " "):
+            return label + detail[len(name) :]
+    return detail[:1].upper() + detail[1:]
+
+
+def _filter_choices(context: Context, principal: Principal) -> dict[str, list[tuple[str, str]]]:
+    """What the filter form's lists offer: statuses, formats, the subjects the person may
+    read and, for an admin, the workspace's members."""
+    subjects = [(q.id, q.name) for q in list_readable_queries(context.catalog, principal)]
+    subjects += [
+        (r.id, f"{r.title} (report)") for r in list_readable_reports(context.catalog, principal)
+    ]
+    members = (
+        [
+            (user.id, user.email)
+            for user, _m in list_members(context.accounts, principal.workspace_id)
+        ]
+        if principal.sees_workspace
+        else []
+    )
+    return {
+        "status": [(s, s.capitalize()) for s in STATUS_CHOICES],
+        "format": [(f, f) for f in FORMAT_CHOICES],
+        "subject": sorted(subjects, key=lambda item: item[1].lower()),
+        "requested_by": members,
+    }
 
 
 def _path(export_id: str) -> str:

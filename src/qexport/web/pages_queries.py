@@ -57,6 +57,7 @@ class QueryForm:
     parameters: str = ""
     visibility: str = "workspace"
     members: str = ""
+    filename_template: str = ""
 
 
 def param_line(param: Parameter) -> str:
@@ -76,6 +77,7 @@ def _form_of(context: Container, query: Query) -> QueryForm:
         parameters="\n".join(param_line(p) for p in query.parameters),
         visibility=query.visibility.value,
         members=member_lines(context.accounts, query.members),
+        filename_template=query.filename_template or "",
     )
 
 
@@ -112,6 +114,7 @@ def _draft(context: Container, form: QueryForm) -> _Read:
         parameters=tuple(params),
         visibility=visibility,
         members=member_ids(context.accounts, form.members),
+        filename_template=form.filename_template,
     )
     return _Read(draft, found, numbers)
 
@@ -236,8 +239,9 @@ def create_query(
     parameters: Text = "",
     visibility: Text = "workspace",
     members: Text = "",
+    filename_template: Text = "",
 ) -> Response:
-    form = QueryForm(name, source, sql, parameters, visibility, members)
+    form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
     return _save(request, context, session, principal, form, None)
 
 
@@ -308,8 +312,9 @@ def edit_query(
     parameters: Text = "",
     visibility: Text = "workspace",
     members: Text = "",
+    filename_template: Text = "",
 ) -> Response:
-    form = QueryForm(name, source, sql, parameters, visibility, members)
+    form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
     return _save(request, context, session, principal, form, query_id)
 
 

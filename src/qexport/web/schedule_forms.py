@@ -29,7 +29,7 @@ from qexport.schedules import catalog as service
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
 from qexport.web.subjects import Subject, given_parameters, param_field, typed_values
 
-FIELDS = ("format", "cron", "timezone", "recipients", "missed", "parameters")
+FIELDS = ("format", "cron", "timezone", "recipients", "missed", "parameters", "filename_template")
 _SUBJECT_FIELDS = ("query_id", "report_id")
 RUNS_SHOWN = 3
 NO_SMTP = (
@@ -51,6 +51,7 @@ class ScheduleForm:
     recipients: str = ""
     missed: str = "once"
     parameters: dict[str, str] = field(default_factory=dict)
+    filename_template: str = ""
 
     @classmethod
     def of(cls, schedule: Schedule) -> ScheduleForm:
@@ -62,6 +63,7 @@ class ScheduleForm:
             recipients="\n".join(recipient_line(r) for r in schedule.recipients),
             missed=schedule.missed.value,
             parameters={k: _text(v) for k, v in schedule.parameters.items() if v is not None},
+            filename_template=schedule.filename_template or "",
         )
 
     @classmethod
@@ -75,6 +77,7 @@ class ScheduleForm:
             recipients=form.get("recipients", ""),
             missed=form.get("missed", "once"),
             parameters=typed_values(subject, form),
+            filename_template=form.get("filename_template", "")[:300],
         )
 
 
@@ -121,6 +124,7 @@ def parse(form: ScheduleForm, subject: Subject | None) -> Parsed:
         "timezone": form.timezone.strip() or None,
         "recipients": [recipient_of(r) for _, r in recipients],
         "missed": form.missed,
+        "filename_template": form.filename_template.strip() or None,
     }
     return Parsed(settings, [n for n, _ in recipients])
 

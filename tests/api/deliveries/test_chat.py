@@ -121,7 +121,7 @@ def test_a_slack_channel_gets_blocks_with_the_export_its_facts_and_a_working_lin
     assert (button["type"], button["text"]["text"]) == ("button", "Download")
     assert LINK.fullmatch(button["url"])
     assert link["text"]["text"] == (
-        f"<{button['url']}|orders.csv> can be downloaded until 2026-01-12 09:00 UTC."
+        f"<{button['url']}|orders_2026-01-05.csv> can be downloaded until 2026-01-12 09:00 UTC."
     )
     assert context["elements"][0]["text"] == f"Export {export.id}"
     assert env.open_link(button["url"]).content == env.file(export.id)
@@ -156,7 +156,7 @@ def test_a_teams_channel_gets_an_adaptive_card_with_the_same_facts(
     }
     assert footer["text"] == f"Export {export.id}"
     (action,) = card["actions"]
-    assert (action["type"], action["title"]) == ("Action.OpenUrl", "Download orders.csv")
+    assert (action["type"], action["title"]) == ("Action.OpenUrl", "Download orders_2026-01-05.csv")
     assert env.open_link(action["url"]).content == env.file(export.id)
 
 

@@ -44,7 +44,7 @@ def test_a_succeeded_export_reaches_every_recipient_with_a_working_link(
     assert mail.message["Message-ID"] == f"<{by_target[MAIL].id}@qexport>"
     text = mail.text
     assert 'query "orders"' in text
-    assert "orders.csv (csv)" in text
+    assert "orders_2026-01-05.csv (csv)" in text
     assert "Rows:      100" in text
     assert "KB" in text
     assert "Expires:   2026-01-12 09:00 UTC" in text
@@ -65,7 +65,7 @@ def test_a_succeeded_export_reaches_every_recipient_with_a_working_link(
         "status": "succeeded",
         "subject": {"type": "query", "id": "q-orders-acme", "name": "orders"},
         "format": "csv",
-        "filename": "orders.csv",
+        "filename": "orders_2026-01-05.csv",
         "rows": 100,
         "size_bytes": export.size_bytes,
         "sha256": export.sha256,
@@ -148,7 +148,7 @@ def test_a_small_file_is_attached_and_a_large_one_is_not(deliveries: Deliveries)
 
     (mail,) = env.smtp.to("small@example.com")
     (attached,) = mail.message.iter_attachments()
-    assert attached.get_filename() == "orders.csv"
+    assert attached.get_filename() == "orders_2026-01-05.csv"
     assert attached.get_content_type() == "text/csv"
     assert attached.get_payload(decode=True) == env.file(small.id)  # byte for byte
     (mail,) = env.smtp.to("large@example.com")

@@ -8,10 +8,17 @@ function announcements(root) {
 
 // Live updates: while a [data-live][data-unsettled] region is on the page, fetch the page
 // again every second, swap in each [data-live] region that changed, and announce new
-// statuses to screen readers through one polite live region that stays in place.
+// statuses to screen readers through one polite live region that stays in place. A
+// [data-live][data-watch] region (the newest page of a list) is fetched every few seconds even
+// when nothing in it is unsettled, so that what was started elsewhere appears.
+function liveDelay() {
+  if (document.querySelector("[data-live][data-unsettled]")) return 1000;
+  return document.querySelector("[data-live][data-watch]") ? 3000 : 0;
+}
+
 function refreshLive() {
   const url = document.body.dataset.liveUrl;
-  if (!url || !document.querySelector("[data-live][data-unsettled]")) return;
+  if (!url || !liveDelay()) return;
   if (document.querySelector("dialog[open]")) {  // nothing moves under an open question
     setTimeout(refreshLive, 1000);
     return;
@@ -38,7 +45,8 @@ function refreshLive() {
         const announcer = document.getElementById("announcer");
         if (announcer && changed.length) announcer.textContent = changed.join(". ");
       }
-      setTimeout(refreshLive, 1000);
+      const delay = liveDelay();
+      if (delay) setTimeout(refreshLive, delay);
     })
     .catch(() => setTimeout(refreshLive, 5000));
 }
@@ -197,7 +205,8 @@ document.addEventListener("DOMContentLoaded", () => {
   enableSectionRows();
   enableScheduleForm();
   announceOnLoad();
-  setTimeout(refreshLive, 1000);
+  const delay = liveDelay();
+  if (delay) setTimeout(refreshLive, delay);
 });
 
 // A table scrolled sideways in its .table-scroll box (a narrow screen) stays where it was when

@@ -1,8 +1,8 @@
 """Members subscribe their own email address to a schedule: the subscribers, kept apart from
 the owner's recipients, and which deliveries are a subscriber's (checked again when sent).
 
-Revision ID: 0015
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-02
 """
 
@@ -13,8 +13,8 @@ from alembic import op
 
 from qexport.store.tables import UNSENT, UTCDateTime
 
-revision = "0015"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
