@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
 
@@ -18,9 +18,10 @@ from qexport import bootstrap
 from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.exports import Requester
+from qexport.domain.failures import InvalidRequestError
 
 if TYPE_CHECKING:
-    from qexport.client import QExportClient
+    from qexport.client import ApiError, QExportClient
 
 # No console markup: what is printed holds names, SQL and messages people typed, where
 # `[by SERIES]` would vanish and `[/x]` would crash the command.
@@ -68,14 +69,30 @@ _TYPER_VALUE_KIND = TyperOption.display_type_rich
 TyperOption.display_type_rich = _value_kind  # type: ignore[method-assign,assignment]
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def say_error(message: str) -> None:
+    """One `error: ...` line on stderr."""
     err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    say_error(message)
     raise typer.Exit(code)
 
 
 def fail_input(message: str) -> NoReturn:
     """Refuse bad input: one line on stderr, exit status 2."""
     fail(message, BAD_INPUT)
+
+
+def fail_problems(
+    exc: InvalidRequestError, label: Callable[[InvalidRequestError], str]
+) -> NoReturn:
+    """Refuse bad input with every mistake found, one line each in the request's order (each
+    led by `label(problem)`, e.g. the option at fault), exit status 2."""
+    *lines, last = [f"{label(problem)}{problem}" for problem in exc.problems]
+    for line in lines:
+        say_error(line)
+    fail_input(last)
 
 
 def state(ctx: typer.Context) -> State:
@@ -114,7 +131,9 @@ def server_errors(client_error_code: int = 1) -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        fail(str(exc), client_error_code if 400 <= exc.status < 500 else 1)
+        # A bad token or a forbidden action is not a mistake in the values given: 1.
+        refused = 400 <= exc.status < 500 and exc.status not in (401, 403)
+        fail_api(exc, client_error_code if refused else 1)
 
 
 @contextlib.contextmanager
@@ -127,7 +146,16 @@ def server_refusals() -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        fail(str(exc), BAD_INPUT if exc.status == 422 else 1)
+        fail_api(exc, BAD_INPUT if exc.status == 422 else 1)
+
+
+def fail_api(exc: ApiError, code: int) -> NoReturn:
+    """A server's refusal: one line, or one line per mistake when it found several."""
+    if len(exc.problems) > 1:
+        for line in exc.problems[:-1]:
+            say_error(line)
+        fail(f"{exc.problems[-1]} ({exc.code})", code)
+    fail(str(exc), code)
 
 
 def did_you_mean(word: str, names: Iterable[str]) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli_common import fail_input, local_deps, out
+from qexport.cli_common import fail_input, fail_problems, local_deps, out
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
@@ -132,7 +132,7 @@ def reports_add(
             members=_workspace_members(deps, st.requester, members),
         )
     except InvalidRequestError as exc:
-        fail_input(f"{_human_field(exc.field)}{exc}")
+        fail_problems(exc, lambda p: _human_field(p.field))
     out.print(f"saved report {title!r} ({report.id})")
 
 

@@ -17,6 +17,7 @@ from qexport.cli_common import (
     BAD_INPUT,
     fail,
     fail_input,
+    fail_problems,
     local_deps,
     out,
     parse_kv,
@@ -57,7 +58,7 @@ TEAMS_HELP = "Post a card to the Teams channel of this incoming-webhook https UR
 def _refused(exc: QExportError, code: int = BAD_INPUT) -> NoReturn:
     """One line naming the option at fault, e.g. `--cron: cron '0 8' must have 5 fields`."""
     if isinstance(exc, InvalidRequestError):
-        fail_input(f"{_option(exc.field)}: {exc}" if exc.field else str(exc))
+        fail_problems(exc, lambda p: f"{_option(p.field)}: " if p.field else "")
     fail(str(exc), code)
 
 

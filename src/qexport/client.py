@@ -27,15 +27,38 @@ MAX_QUERY_PAGES = 20
 class ApiError(Exception):
     """A problem document from the server, or a failure to talk to it, as one line."""
 
-    def __init__(self, status: int, code: str, detail: str, *, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        field: str | None = None,
+        problems: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
         self.field = field
+        # Every mistake of a refused request (422 `errors`), as `field: message`, in order.
+        self.problems = problems
 
     def __str__(self) -> str:
         return f"{self.detail} ({self.code})"
+
+
+def _problems(errors: Any) -> tuple[str, ...]:
+    """A 422's `errors` (`[{"field", "message"}...]`) as `field: message` lines."""
+    if not isinstance(errors, list):
+        return ()
+    lines = []
+    for entry in errors:
+        if isinstance(entry, dict) and isinstance(entry.get("message"), str):
+            message = " ".join(entry["message"].split())
+            field = entry.get("field")
+            lines.append(f"{field}: {message}" if isinstance(field, str) else message)
+    return tuple(lines)
 
 
 def _problem(response: httpx2.Response) -> ApiError:
@@ -51,6 +74,7 @@ def _problem(response: httpx2.Response) -> ApiError:
             body["code"],
             " ".join(detail.split()),
             field=field if isinstance(field, str) else None,
+            problems=_problems(body.get("errors")),
         )
     return ApiError(
         response.status_code,

@@ -125,6 +125,9 @@ def test_a_bad_token_or_a_missing_server(client: Env) -> None:
     proc = bad.run("exports", "list", check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip().endswith("(unauthorized)")
+    proc = bad.run("exports", "create", "--query", "small_orders", "--format", "csv", check=False)
+    assert proc.returncode == 1  # a bad token is not a mistake in the request's values
+    assert proc.stderr.strip().endswith("(unauthorized)")
 
     gone = f"http://127.0.0.1:{free_port()}"
     down = Env(client.data_dir, {**client.extra, "QEXPORT_URL": gone})

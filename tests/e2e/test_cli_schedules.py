@@ -93,6 +93,39 @@ def test_bad_input_exits_2_with_one_line(env: Env) -> None:
     assert _json(env, "schedules", "list")["items"] == []
 
 
+SEVERAL_MISTAKES = ("--cron", "0 8", "--timezone", "Mars/Olympus", "--email", "ops at example.com")
+
+
+def test_several_mistakes_are_refused_at_once_locally_and_through_a_server(
+    env: Env, tmp_path: Path
+) -> None:
+    """A schedule with three mistakes is refused with all three, one line each in the order
+    of the options, the same locally and through a server (exit 2); nothing is saved."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    local = env.run("schedules", "add", "small_orders", "--format", "csv", *SEVERAL_MISTAKES,
+                    check=False)  # fmt: skip
+    assert local.returncode == 2, local.stderr
+    lines = local.stderr.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["--cron", "--timezone", "--email"]
+    assert all(line.startswith("error: ") for line in lines)
+    assert _json(env, "schedules", "list")["items"] == []
+
+    url, _ = start_server(env)
+    editor = Env(
+        tmp_path / "ed", {"QEXPORT_URL": url, "QEXPORT_TOKEN": new_token(env, "ed@example.com")}
+    )
+    remote = editor.run("schedules", "add", "small_orders", "--format", "csv", *SEVERAL_MISTAKES,
+                        check=False)  # fmt: skip
+    assert remote.returncode == 2, remote.stderr
+    lines = remote.stderr.strip().splitlines()
+    assert len(lines) == 3, remote.stderr
+    assert "must have 5 fields" in lines[0]
+    assert "Mars/Olympus" in lines[1]
+    assert "ops at example.com" in lines[2]
+    assert lines[2].endswith("(invalid_request)")
+    assert _json(editor, "schedules", "list")["items"] == []
+
+
 def test_unknown_schedules_and_subjects_are_refused(env: Env) -> None:
     """An unknown subject is bad input (2); pausing or running an unknown schedule fails (1);
     each with one line; `exports create --email` with a bad address is 2 as well."""

@@ -125,7 +125,9 @@ def _session(api: httpx2.Client, url: str) -> None:
     file = api.get(f"{location}/file")
     assert file.status_code == 200
     assert hashlib.sha256(file.content).hexdigest() == export["sha256"]
-    assert "small_orders.csv" in file.headers["Content-Disposition"]
+    assert re.search(
+        r"filename=\"small_orders_\d{4}-\d{2}-\d{2}\.csv\"", file.headers["Content-Disposition"]
+    )
 
     link = api.post(f"{location}/links")
     assert link.status_code == 201, link.text

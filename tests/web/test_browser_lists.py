@@ -22,8 +22,10 @@ from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
 __all__ = ["chromium", "page", "site"]  # fixtures
 
-# Millions of rows, each with a hash: long enough for several 2 s progress publications.
-BIG = "SELECT i, md5(i::VARCHAR) AS h FROM range(15000000) t(i)"
+# Tens of millions of rows, each with a hash: about 10 s of writing even on a fast machine
+# (15M rows took 4 s in CI, one publication), so several 2 s progress publications.
+BIG_ROWS = 40_000_000
+BIG = f"SELECT i, md5(i::VARCHAR) AS h FROM range({BIG_ROWS}) t(i)"
 
 
 def _me(site: Site) -> Requester:
@@ -151,7 +153,7 @@ def test_a_new_export_appears_on_the_list_without_a_reload(site: Site, page: Pag
     row = page.locator(f"#export-{response.json()['id']}")
     expect(row).to_be_visible(timeout=20_000)
     expect(row.locator("td.parameters")).to_have_text("n=777")
-    expect(row.locator(".badge")).to_have_text("succeeded", timeout=20_000)
+    expect(row.locator(".badge")).to_have_text("Succeeded", timeout=20_000)
     assert page.evaluate("window.notReloaded === true"), "the page was reloaded"
     site.shot(page, "list-new-export-appeared")
 
@@ -160,7 +162,7 @@ def test_a_new_export_appears_on_the_list_without_a_reload(site: Site, page: Pag
 def test_rows_written_move_at_least_twice_during_a_large_export(
     site: Site, page: Page, fmt: str
 ) -> None:
-    """Polled while a 15M-row export runs, the API shows at least two distinct, increasing,
+    """Polled while a 40M-row export runs, the API shows at least two distinct, increasing,
     nonzero row counts before it settles (published every 2 s, parquet included); the
     export's page shows them too."""
     site.env.add_query(f"big_{fmt}", BIG)
@@ -192,5 +194,5 @@ def test_rows_written_move_at_least_twice_during_a_large_export(
     assert status == "succeeded", body
     assert len(seen) >= 2, seen
     assert seen == sorted(seen)
-    assert body["row_count"] == 15_000_000
+    assert body["row_count"] == BIG_ROWS
     site.shot(page, f"progress-{fmt}-settled")

@@ -165,7 +165,7 @@ def test_queries_preview_and_the_query_form(site: Site, narrow: Page) -> None:
 
     narrow.get_by_role("link", name="Queries", exact=True).click()
     narrow.get_by_role("link", name="New query").click()
-    narrow.get_by_label("Name").fill("broken_orders")
+    narrow.get_by_label("Name", exact=True).fill("broken_orders")
     narrow.get_by_label("Source").select_option(index=1)
     narrow.get_by_label("SQL").fill("SELECT order_id, a_column_that_does_not_exist FROM orders")
     narrow.get_by_label("Parameters").fill("n:integer=10")

@@ -213,6 +213,55 @@ def test_the_new_export_form_shows_every_mistake_at_once(api: Api, browser: Brow
     assert api.context.exports.list_exports(workspace_id="acme", limit=5) == []
 
 
+def _flagged(api: Api) -> None:
+    api.add_query(
+        "flagged",
+        sql="SELECT * FROM orders WHERE $all OR id < $top",
+        parameters=(
+            Parameter("all", ParamType.BOOLEAN, required=False, default=True),
+            Parameter("top", ParamType.INTEGER),
+        ),
+    )
+
+
+def _all_box(page: str) -> str:
+    return re.search(r'<input id="param-all"[^>]*>', page).group(0)  # type: ignore[union-attr]
+
+
+def test_an_unticked_box_stays_unticked_when_the_form_comes_back(
+    api: Api, browser: Browser
+) -> None:
+    """A yes/no parameter whose default is yes, unticked, with a mistake elsewhere: the form
+    comes back with the box still unticked (not the default again), on the new-export form and
+    the schedule form; saved, the schedule keeps no. A subject just chosen shows the default."""
+    add_person(api, "ann@example.com")
+    _flagged(api)
+    browser.sign_in("ann@example.com")
+    subject = "query:q-flagged-acme"
+    html = browser.page(f"/exports/new?subject={subject}")
+    assert " checked" in _all_box(html)
+    form = {"csrf": csrf_of(html), "subject": subject, "format": "csv", "params_of": subject}
+    refused = browser.client.post("/exports/new", data={**form, "p.top": "many"})
+    assert refused.status_code == 400
+    assert " checked" not in _all_box(refused.text)
+
+    shown = _post(browser, "/schedules/new", "/schedules/new", action="subject", subject=subject)
+    assert " checked" in _all_box(shown.text)
+    schedule = _schedule_form(subject=subject, params_of=subject, **{"p.top": "many"})
+    del schedule["p.since"]
+    refused = _post(browser, "/schedules/new", "/schedules/new", **schedule)
+    assert refused.status_code == 400
+    assert " checked" not in _all_box(refused.text)
+    saved = _saved(
+        _post(browser, "/schedules/new", "/schedules/new", **{**schedule, "p.top": "5"}),
+        "schedules",
+    )
+    assert api.context.schedules.get_schedule(saved).parameters == {  # type: ignore[union-attr]
+        "all": False,
+        "top": 5,
+    }
+
+
 def test_the_schedule_form_shows_five_mistakes_at_once_in_field_order(
     api: Api, browser: Browser
 ) -> None:

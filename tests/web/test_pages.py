@@ -178,7 +178,7 @@ def test_a_public_link_is_created_shown_once_and_revoked(api: Api, browser: Brow
     revoke = re.findall(rf'action="(/exports/{export_id}/links/[^"]+/revoke)"', reloaded)
     assert len(revoke) == 1  # the one link, listed; the reload made no other
     asked = browser.client.post(revoke[0], data={"csrf": token})
-    assert "Revoke this public link to orders.csv?" in asked.text
+    assert re.search(r"Revoke this public link to orders_\d{4}-\d{2}-\d{2}\.csv\?", asked.text)
     assert TestClient(api.client.app).get(path).status_code == 200
     done = browser.client.post(revoke[0], data={"csrf": token, "confirmed": "yes"})
     assert "The public link was revoked" in done.text

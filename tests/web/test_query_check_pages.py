@@ -47,12 +47,15 @@ def test_a_broken_query_is_refused_next_to_the_sql_field(api: Api, browser: Brow
 
 
 def test_a_missing_table_and_a_delete_are_refused(api: Api, browser: Browser) -> None:
-    """`SELECT * FROM no_such_table` and `DELETE FROM orders` are refused at save time."""
+    """`SELECT * FROM no_such_table` and `DELETE FROM orders` are refused at save time, said
+    as people read it (not the engine's suggestion of one of its own tables, no caret art)."""
     add_person(api, "ann@example.com")
     browser.sign_in("ann@example.com")
     status, page = _submit(browser, sql="SELECT * FROM no_such_table")
     assert status == 400
     assert "no_such_table does not exist" in _sql_error(page)
+    assert "pg_tables" not in _sql_error(page)
+    assert "^" not in _sql_error(page)
     status, page = _submit(browser, sql="DELETE FROM orders")
     assert status == 400
     assert "got DELETE" in _sql_error(page)

@@ -26,6 +26,7 @@ from qexport.domain.failures import (
     QueryTimeoutError,
     SourceUnavailableError,
     StatementRefusedError,
+    readable_detail,
 )
 from qexport.domain.queries import (
     Parameter,
@@ -99,7 +100,9 @@ def describe_statement(
         with slots.hold(requester) if slots is not None else contextlib.nullcontext():
             columns = found.describe(sql, values, requester, timeout_seconds=timeout_seconds)
     except QueryInvalidError as exc:
-        raise StatementRefusedError(exc.detail, position=exc.position) from exc
+        # Said as people read it (no caret art, no engine-internal suggestion); the position
+        # stays, as words in the text and as line/column for the form and the API.
+        raise StatementRefusedError(readable_detail(exc.detail), position=exc.position) from exc
     except QueryTimeoutError as exc:
         raise StatementRefusedError(
             f"the source took longer than {timeout_seconds:g} s to describe the query"

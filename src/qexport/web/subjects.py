@@ -109,24 +109,39 @@ def param_inputs(subject: Subject | None, values: Mapping[str, Any]) -> list[dic
 
 def given_parameters(subject: Subject, typed: Mapping[str, str]) -> dict[str, Any]:
     """The values a form gives for the subject's parameters (`typed`: as `typed_values` reads
-    them): an empty input gives none (the default applies); a checkbox not ticked gives false."""
+    them): an empty input gives none (the default applies); a checkbox the form showed and
+    that was not ticked gives false."""
     given: dict[str, Any] = {}
     for param in subject.parameters:
         raw = typed.get(param.name)
-        if param.type is ParamType.BOOLEAN:
+        if param.type is ParamType.BOOLEAN and raw is not None:
             given[param.name] = raw == "true"
         elif raw is not None and raw.strip():
             given[param.name] = raw
     return given
 
 
+# A form that shows a subject's parameter inputs says whose (`<input type=hidden
+# name=params_of value=query:ID>`): an unticked checkbox sends nothing, so only then is a
+# missing box known to be a "no" rather than an input the form never showed.
+PARAMS_OF = "params_of"
+
+
 def typed_values(subject: Subject | None, form: Mapping[str, str]) -> dict[str, str]:
-    """The subject's parameter inputs of a submitted form (`p.NAME`), as typed; those it did
-    not send (a subject just chosen, a box not ticked) are left out."""
+    """The subject's parameter inputs of a submitted form (`p.NAME`), as typed, a box shown
+    and not ticked as "false"; those the form did not show (a subject just chosen) are left
+    out."""
     if subject is None:
         return {}
-    names = (PARAM_PREFIX + p.name for p in subject.parameters)
-    return {name.removeprefix(PARAM_PREFIX): form[name] for name in names if name in form}
+    shown = form.get(PARAMS_OF) == subject.ref
+    typed: dict[str, str] = {}
+    for param in subject.parameters:
+        name = PARAM_PREFIX + param.name
+        if name in form:
+            typed[param.name] = form[name]
+        elif shown and param.type is ParamType.BOOLEAN:
+            typed[param.name] = "false"
+    return typed
 
 
 def param_field(field: str | None, subject: Subject | None) -> str | None:
