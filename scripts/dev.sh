@@ -36,7 +36,8 @@ case "$cmd" in
         if command -v npm >/dev/null && [ ! -f tests/web/axe/node_modules/axe-core/axe.min.js ]; then
             npm ci --prefix tests/web/axe --no-audit --no-fund --silent
         fi
-        exec "$VENV/bin/python" -m pytest "$@"
+        # One pytest worker per core (pytest-xdist); QEXPORT_TEST_WORKERS=0 runs in this process.
+        exec "$VENV/bin/python" -m pytest -n "${QEXPORT_TEST_WORKERS:-auto}" "$@"
         ;;
     lint)
         setup requirements-dev.lock
