@@ -17,6 +17,7 @@ from qexport.domain.sources import RegisteredSource
 from qexport.ports import Clock, ExportQueue, ObjectStore, RetentionRules, Source
 from qexport.sources.credentials import unseal
 from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb_lake import duckdb_location
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
 from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
@@ -59,11 +60,13 @@ def source_from_url(
 ) -> Source:
     parsed = urlparse(url)
     if parsed.scheme == "duckdb":
+        path, lake = duckdb_location(url, data_dir=settings.data_dir)
         return DuckDBSource(
             name,
-            Path(unquote(parsed.path)),
+            path,
             memory_limit=settings.duckdb_memory_limit,
             temp_limit=settings.duckdb_temp_limit,
+            lake=lake,
         )
     if parsed.scheme in ("postgresql", "postgres"):
         from qexport.sources.postgres import PostgresSource
