@@ -68,6 +68,10 @@ def source_from_url(
             temp_limit=settings.duckdb_temp_limit,
             lake=lake,
         )
+    if url.startswith("sqlalchemy+"):  # not parsed.scheme: `cx_oracle` is no URL scheme to it
+        from qexport.sources import generic
+
+        return generic.from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
     if parsed.scheme in ("postgresql", "postgres"):
         from qexport.sources.postgres import PostgresSource
 

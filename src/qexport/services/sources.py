@@ -75,6 +75,8 @@ def check_source_url(url: str) -> None:
         except ValueError as exc:
             raise InvalidRequestError(str(exc), field="url") from None
         return
+    if url.startswith("sqlalchemy+") and url.partition(":")[0] != "sqlalchemy+":
+        return  # the generic source checks the rest of its URL when it is built
     if parts.scheme in _POSTGRES_SCHEMES:
         if not parts.netloc and "host=" not in parts.query:
             raise InvalidRequestError(
