@@ -266,8 +266,9 @@ class GenericSource:
         session = _Session(self, timeout_seconds, on_interrupt)
         try:
             result = session.execute(statement)
+            described = _described(result)  # before any fetch: a drained result lets go of it
             first = list(result.fetchmany(size))
-            builder = self._builder(_described(result), first)
+            builder = self._builder(described, first)
         except BaseException as exc:
             error = session.error_for(exc)
             session.close()
@@ -314,8 +315,8 @@ class GenericSource:
         session = _Session(self, timeout_seconds, None)
         try:
             result = session.execute(statement)
-            first = list(result.fetchmany(PREVIEW_BATCH_ROWS))
             described = _described(result)
+            first = list(result.fetchmany(PREVIEW_BATCH_ROWS))
             builder = self._builder(described, first)
             batches, stopped = _bounded(
                 session, result, builder, first, max_rows=max_rows, max_bytes=max_bytes

@@ -163,8 +163,8 @@ def converter(column: Described, target: pa.DataType) -> Converter:
         except _CONVERSION_ERRORS:
             raise QueryInvalidError(
                 bounded_detail(
-                    f"the column {column.name!r} ({target}) has a value that is not exactly"
-                    f" a {target}: CAST it to one type in the query"
+                    f"the column {column.name!r} ({target}) has a value that does not fit"
+                    f" {target} exactly: CAST it to one type in the query"
                 )
             ) from None
 
