@@ -39,6 +39,7 @@ __all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
 
 ALICE = Requester("u-alice", "w1")
 SCHEME = "sqlalchemy+mysql+mysqldb"
+WRONG_PASSWORD = "Wrong s3cret"
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +208,7 @@ def test_bad_sql_is_query_invalid(source: GenericSource) -> None:
 def test_a_refused_login_names_the_source_never_the_password(server: MariaDBServer) -> None:
     """A wrong password, or no server at the address: source_unavailable naming the source;
     the password appears nowhere."""
-    wrong = from_url("maria", server.url(password="Wrong s3cret", scheme=SCHEME), Settings())
+    wrong = from_url("maria", server.url(password=WRONG_PASSWORD, scheme=SCHEME), Settings())
     with pytest.raises(SourceUnavailableError, match="'maria'") as caught:
         wrong.describe("SELECT 1", {}, ALICE, timeout_seconds=5)
     assert "s3cret" not in str(caught.value)
