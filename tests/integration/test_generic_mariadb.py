@@ -39,7 +39,7 @@ __all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
 
 ALICE = Requester("u-alice", "w1")
 SCHEME = "sqlalchemy+mysql+mysqldb"
-WRONG_PASSWORD = "Wrong s3cret"
+WRONG_PASSWORD = "Wrong s3cret"  # noqa: S105 - a password the server refuses
 
 
 @pytest.fixture(scope="module")
