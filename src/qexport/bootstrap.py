@@ -17,6 +17,7 @@ from qexport.domain.sources import RegisteredSource
 from qexport.ports import Clock, ExportQueue, ObjectStore, RetentionRules, Source
 from qexport.sources.credentials import unseal
 from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb_lake import duckdb_location
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
 from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
@@ -59,12 +60,18 @@ def source_from_url(
 ) -> Source:
     parsed = urlparse(url)
     if parsed.scheme == "duckdb":
+        path, lake = duckdb_location(url, data_dir=settings.data_dir)
         return DuckDBSource(
             name,
-            Path(unquote(parsed.path)),
+            path,
             memory_limit=settings.duckdb_memory_limit,
             temp_limit=settings.duckdb_temp_limit,
+            lake=lake,
         )
+    if url.startswith("sqlalchemy+"):  # not parsed.scheme: `cx_oracle` is no URL scheme to it
+        from qexport.sources import generic
+
+        return generic.from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
     if parsed.scheme in ("postgresql", "postgres"):
         from qexport.sources.postgres import PostgresSource
 

@@ -26,6 +26,7 @@ from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
 from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
+from qexport.sources.duckdb_lake import duckdb_location
 from qexport.sources.registry import configured_grants, configured_names, masked_url
 
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -69,7 +70,13 @@ def check_source_url(url: str) -> None:
                 "a DuckDB source URL names an absolute file: duckdb:///absolute/path.duckdb",
                 field="url",
             )
+        try:
+            duckdb_location(url)  # its lake folders, if any: absolute, existing folders
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), field="url") from None
         return
+    if url.startswith("sqlalchemy+") and url.partition(":")[0] != "sqlalchemy+":
+        return  # the generic source checks the rest of its URL when it is built
     if parts.scheme in _POSTGRES_SCHEMES:
         if not parts.netloc and "host=" not in parts.query:
             raise InvalidRequestError(

@@ -18,8 +18,9 @@ from qexport.domain.queries import ResultColumn
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
+from qexport.sources.duckdb_lake import Lake
 from qexport.sources.duckdb_preview import preview_sql
-from qexport.sources.duckdb_statements import bound_values, single_select
+from qexport.sources.duckdb_statements import PathCheck, bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
 from qexport.sources.scratch import Scratch, make_scratch
 
@@ -61,6 +62,7 @@ def connect_sandboxed(
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     spill_dir: Path | None = None,
     temp_limit: str = DEFAULT_TEMP_LIMIT,
+    lake: Lake | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """Open `path` read-only inside the sandbox, with the configuration locked.
 
@@ -68,7 +70,8 @@ def connect_sandboxed(
     named pipes of duckdb_copy. `spill_dir`, another, is where DuckDB spills what exceeds
     `memory_limit`, at most `temp_limit` of it. The sandbox alone does not keep a query out
     of either (the pipes are an allowed directory): duckdb_statements refuses, before a
-    statement runs, every file reader and every way to learn their paths.
+    statement runs, every file reader and every way to learn their paths. A `lake`'s folders
+    are allowed too: its queries may read files there (duckdb_lake.py).
     """
     check_size(memory_limit, "memory limit")
     check_size(temp_limit, "temp limit")
@@ -83,8 +86,10 @@ def connect_sandboxed(
         if spill_dir is not None:
             con.execute("SET temp_directory = $dir", {"dir": str(spill_dir / "duckdb")})
         con.execute(f"SET max_temp_directory_size = '{temp_limit}'")
-        if pipe_dir is not None:
-            con.execute("SET allowed_directories = $dirs", {"dirs": [f"{pipe_dir}/"]})
+        allowed = [f"{pipe_dir}/"] if pipe_dir is not None else []
+        allowed += lake.duckdb_directories() if lake is not None else []
+        if allowed:
+            con.execute("SET allowed_directories = $dirs", {"dirs": allowed})
         con.execute("SET enable_external_access = false")
         # DuckDB would otherwise draw its progress bar on stdout.
         con.execute("SET enable_progress_bar = false")
@@ -134,9 +139,11 @@ class DuckDBSource:
         batch_rows: int = BATCH_ROWS,
         memory_limit: str = DEFAULT_MEMORY_LIMIT,
         temp_limit: str = DEFAULT_TEMP_LIMIT,
+        lake: Lake | None = None,
     ) -> None:
         self.name = name
         self.path = path
+        self.lake = lake
         self.batch_rows = batch_rows
         self.memory_limit = memory_limit
         self.temp_limit = temp_limit
@@ -283,7 +290,7 @@ class DuckDBSource:
                 keep=max_cell_chars + 1,
                 limit=max_rows + 1,
             )
-            checked = single_select(cursor, wrapped)  # the statement check, on what runs
+            checked = single_select(cursor, wrapped, self._reads())  # the check, on what runs
             bound = bound_values(set(checked.named_parameters), parameters, requester)
             reader = cursor.sql(checked, params=bound or None).to_arrow_reader(PREVIEW_BATCH_ROWS)
             table, stopped = _bounded(reader, max_rows=max_rows, max_bytes=max_bytes)
@@ -311,7 +318,7 @@ class DuckDBSource:
         Deadline.validate(timeout_seconds)
         cursor, release = self._cursor()
         try:
-            statement = single_select(cursor, sql)
+            statement = single_select(cursor, sql, self._reads())
             values = bound_values(set(statement.named_parameters), parameters, requester)
             if on_interrupt is not None:
                 on_interrupt(cursor.interrupt)
@@ -320,6 +327,15 @@ class DuckDBSource:
             release()
             raise
         return cursor, statement, values, release
+
+    def _reads(self) -> PathCheck | None:
+        """What files a query may read: on a lake, those in its folders (never this
+        process's own pipes and spill); otherwise none."""
+        lake = self.lake
+        if lake is None:
+            return None
+        private = self.scratch_root
+        return lambda path: lake.check_path(path, private)
 
     def close(self) -> None:
         """Close the shared connection (streams still open keep their own cursors)."""
@@ -366,6 +382,7 @@ class DuckDBSource:
                 memory_limit=self.memory_limit,
                 spill_dir=self._scratch.spill,
                 temp_limit=self.temp_limit,
+                lake=self.lake,
             )
         except duckdb.Error as exc:
             raise connect_error(self.name, exc) from exc

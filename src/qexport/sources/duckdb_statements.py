@@ -32,7 +32,7 @@ as text, and DESCRIBE does the same.)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -40,6 +40,7 @@ import duckdb
 from qexport.domain.failures import QueryInvalidError, bounded_detail
 from qexport.domain.queries import CONTEXT_PARAMETERS, fold_name
 from qexport.sources.duckdb_errors import query_invalid
+from qexport.sources.duckdb_lake import LAKE_READERS, literal_paths
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -101,10 +102,14 @@ _PATH_CHARACTERS = ("/", "\\", "~", ":", ".")
 
 _REFUSAL = "queries may not read files or show the server's paths and settings"
 
+# Judges a file a lake query reads (QueryInvalidError if it may not); None: no lake, no file.
+PathCheck = Callable[[str], None]
 
-def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+
+def single_select(con: duckdb.DuckDBPyConnection, sql: str, reads: PathCheck | None = None) -> Any:
     """Parse `sql` and return its one statement; QueryInvalidError unless it is a single SELECT
-    that reads no files and reveals no paths or settings."""
+    that reads no files (but those `reads` allows, on a lake) and reveals no paths or
+    settings."""
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
@@ -124,13 +129,16 @@ def single_select(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
         raise _unknown_kind() from exc
     if kind != duckdb.StatementType.SELECT:
         raise QueryInvalidError(f"only a single SELECT statement is allowed; got {kind.name}")
-    check_reads_no_files(con, statement.query)
+    check_reads_no_files(con, statement.query, reads)
     return statement
 
 
-def check_reads_no_files(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+def check_reads_no_files(
+    con: duckdb.DuckDBPyConnection, sql: str, reads: PathCheck | None = None
+) -> None:
     """QueryInvalidError naming the first function or table reference in `sql` that reads a
-    file or reveals a path or setting, or if DuckDB cannot serialise its parse tree."""
+    file or reveals a path or setting, or if DuckDB cannot serialise its parse tree. With
+    `reads`, the lake readers may read the files it allows (duckdb_lake.py)."""
     try:
         # fetchall: DuckDB 2.0 refuses the cursor's next statement while a result is unread.
         rows = con.execute("SELECT json_serialize_sql($sql)", {"sql": sql}).fetchall()
@@ -144,7 +152,7 @@ def check_reads_no_files(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         )
     qualified: list[tuple[str, str, str]] = []
     for node in _nodes(tree["statements"]):
-        refused = _refused(node)
+        refused = _refused(node) if reads is None else _refused_on_lake(node, reads)
         if refused is not None:
             raise QueryInvalidError(bounded_detail(f"{refused} is not allowed: {_REFUSAL}"))
         if node.get("type") == "BASE_TABLE" and (
@@ -212,6 +220,27 @@ def _refused(node: dict[str, Any]) -> str | None:
         if folded in REFUSED_FUNCTIONS or folded.startswith(_INTERNAL_PREFIX):
             return f"function {name}()"
     return None
+
+
+def _refused_on_lake(node: dict[str, Any], reads: PathCheck) -> str | None:
+    """As `_refused`, but a lake reader given literal paths, and a replacement scan of an
+    absolute path, read the files `reads` allows (it raises for any other)."""
+    kind = node.get("type")
+    function = node.get("function")
+    name = function.get("function_name") if isinstance(function, dict) else None
+    if kind == "TABLE_FUNCTION" and isinstance(name, str) and name.lower() in LAKE_READERS:
+        assert isinstance(function, dict)  # name came from it
+        paths = literal_paths(function.get("arguments"))
+        if paths is None:
+            return f"{name}() of anything but a path written out ('/data/lake/x.parquet')"
+        for path in paths:
+            reads(path)
+        return None
+    table = node.get("table_name")
+    if kind == "BASE_TABLE" and isinstance(table, str) and table.startswith("/"):
+        reads(table)
+        return None
+    return _refused(node)
 
 
 def _unknown_kind() -> QueryInvalidError:
