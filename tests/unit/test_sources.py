@@ -205,7 +205,8 @@ def test_an_env_reference_is_stored_as_a_reference() -> None:
     ],
 )
 def test_masked_urls_hide_passwords_only(url: str, shown: str | None) -> None:
-    """The password goes, wherever it is; everything else stays readable."""
+    """The password (a Spark Connect token too) goes, wherever it is; everything else stays
+    readable."""
     masked = masked_url(url)
     assert "hunter2" not in masked
     if shown is not None:
