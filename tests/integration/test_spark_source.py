@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.domain.exports import Requester, Status
@@ -43,7 +44,10 @@ ENDLESS = "SELECT count(*) AS n FROM range(1000000000000) AS slow_marker"
 
 @pytest.fixture
 def source(spark_server: SparkServer) -> SparkSource:
-    return from_url("lake", spark_server.url, Settings())
+    """Built as a worker builds it: the sc:// scheme's `qexport.sources` entry point."""
+    built = bootstrap.source_from_url("lake", spark_server.url, Settings())
+    assert isinstance(built, SparkSource)
+    return built
 
 
 def _table(source: SparkSource, sql: str, parameters: dict[str, Any] | None = None) -> pa.Table:
