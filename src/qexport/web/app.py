@@ -13,6 +13,7 @@ from qexport.web import (
     pages_auth,
     pages_exports,
     pages_new,
+    pages_policy,
     pages_preview,
     pages_queries,
     pages_reports,
@@ -37,3 +38,4 @@ def install(app: FastAPI, context: Container) -> None:
     app.include_router(pages_reports.router)
     app.include_router(pages_schedules.router)
     app.include_router(pages_subscriptions.router)
+    app.include_router(pages_policy.router)
