@@ -76,6 +76,10 @@ def source_from_url(
         from qexport.sources.postgres import PostgresSource
 
         return PostgresSource(name, url, allow_privileged_role=allow_privileged_role)
+    if parsed.scheme in ("mysql", "mariadb"):
+        from qexport.sources import mysql
+
+        return mysql.from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
     # Only the scheme is echoed: the URL may hold a password.
     raise ValueError(
         f"unsupported source URL scheme {parsed.scheme!r} for {name!r}"
@@ -88,6 +92,12 @@ def check_source_role(
 ) -> list[str]:
     """Build the source as a worker will and, for PostgreSQL, connect and judge its role:
     SourceRefusedError for a privileged one not allowed; the allowed findings otherwise."""
+    if urlparse(url).scheme in ("mysql", "mariadb"):
+        from qexport.sources import mysql
+
+        return mysql.from_url(
+            name, url, settings, allow_privileged_role=allow_privileged_role
+        ).check_role()
     if urlparse(url).scheme not in ("postgresql", "postgres"):
         source_from_url(name, url, settings)
         return []
