@@ -40,7 +40,6 @@ import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -235,10 +234,6 @@ class RawBatches:
         arrays = [cast(flat.take(index)) for cast, index in zip(self._casts, indices, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def rows(self, fetched: Sequence[Sequence[Any]]) -> pa.RecordBatch:
-        """The batch of rows as mysqlclient fetched them."""
-        return self.batch(list(chain.from_iterable(fetched)), len(fetched))
-
 
 _KEPT_INDICES = 8
 
@@ -267,7 +262,7 @@ def _cast_for(column: Column, target: pa.DataType) -> Cast:
     if code in _TIMES:
         return _per_value(column, target, _microseconds)
     if pa.types.is_string(target):
-        return _checked(column, target, lambda text: text)  # cast() checks it is UTF-8
+        return _checked(column, target, lambda text: text, check_utf8=True)
     if code in _DATES or code in _DATETIMES or code in _TIMESTAMPS:
         return _dates(column, target)
     return _checked(column, target, lambda text: text.cast(target))
@@ -277,10 +272,16 @@ def _identity(raw: pa.Array) -> pa.Array:
     return raw
 
 
-def _checked(column: Column, target: pa.DataType, convert: Cast) -> Cast:
+def _checked(
+    column: Column, target: pa.DataType, convert: Cast, *, check_utf8: bool = False
+) -> Cast:
+    """`convert` over the column as text: checked to be UTF-8 (a text column), or only seen
+    as text (numbers and dates: their parse refuses anything else)."""
+
     def cast(raw: pa.Array) -> pa.Array:
         try:
-            return convert(raw.cast(pa.string()))
+            text = raw.cast(pa.string()) if check_utf8 else raw.view(pa.string())
+            return convert(text)
         except _CAST_ERRORS:
             raise _refused(column, target) from None
 
