@@ -15,9 +15,9 @@ from qexport.container import Container
 from qexport.domain.failures import MetadataUnavailableError, StorageUnavailableError
 from qexport.domain.sources import RegisteredSource
 from qexport.ports import Clock, ExportQueue, ObjectStore, RetentionRules, Source
+from qexport.sources import schemes
 from qexport.sources.credentials import unseal
 from qexport.sources.duckdb import DuckDBSource
-from qexport.sources.duckdb_lake import duckdb_location
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
 from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
@@ -58,52 +58,20 @@ def object_store(settings: Settings) -> ObjectStore:
 def source_from_url(
     name: str, url: str, settings: Settings, *, allow_privileged_role: bool = False
 ) -> Source:
-    parsed = urlparse(url)
-    if parsed.scheme == "duckdb":
-        path, lake = duckdb_location(url, data_dir=settings.data_dir)
-        return DuckDBSource(
-            name,
-            path,
-            memory_limit=settings.duckdb_memory_limit,
-            temp_limit=settings.duckdb_temp_limit,
-            lake=lake,
-        )
-    if url.startswith("sqlalchemy+"):  # not parsed.scheme: `cx_oracle` is no URL scheme to it
-        from qexport.sources import generic
-
-        return generic.from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
-    if parsed.scheme in ("postgresql", "postgres"):
-        from qexport.sources.postgres import PostgresSource
-
-        return PostgresSource(name, url, allow_privileged_role=allow_privileged_role)
-    if parsed.scheme in ("mysql", "mariadb"):
-        from qexport.sources import mysql
-
-        return mysql.from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
-    # Only the scheme is echoed: the URL may hold a password.
-    raise ValueError(
-        f"unsupported source URL scheme {parsed.scheme!r} for {name!r}"
-        " (expected duckdb:///path or postgresql://user@host/database)"
-    )
+    """The source a URL names, by its scheme's `qexport.sources` entry point (schemes.py);
+    ValueError, naming the installed schemes, for a scheme nothing serves."""
+    return schemes.source_from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
 
 
 def check_source_role(
     name: str, url: str, settings: Settings, allow_privileged_role: bool
 ) -> list[str]:
-    """Build the source as a worker will and, for PostgreSQL, connect and judge its role:
-    SourceRefusedError for a privileged one not allowed; the allowed findings otherwise."""
-    if urlparse(url).scheme in ("mysql", "mariadb"):
-        from qexport.sources import mysql
-
-        return mysql.from_url(
-            name, url, settings, allow_privileged_role=allow_privileged_role
-        ).check_role()
-    if urlparse(url).scheme not in ("postgresql", "postgres"):
-        source_from_url(name, url, settings)
-        return []
-    from qexport.sources.postgres import PostgresSource
-
-    return PostgresSource(name, url, allow_privileged_role=allow_privileged_role).check_role()
+    """Build the source as a worker will and, where its kind can judge a login (PostgreSQL,
+    MySQL), connect and judge it: SourceRefusedError for a privileged one not allowed; the
+    allowed findings otherwise."""
+    source = source_from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
+    check_role: Callable[[], list[str]] | None = getattr(source, "check_role", None)
+    return [] if check_role is None else check_role()
 
 
 def sources(settings: Settings) -> dict[str, Source]:

@@ -22,9 +22,11 @@ from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import (
+    FailureCode,
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
+    SourceLoginError,
     SourceUnavailableError,
 )
 from qexport.domain.queries import Query
@@ -206,12 +208,13 @@ def test_bad_sql_is_query_invalid(source: GenericSource) -> None:
 
 
 def test_a_refused_login_names_the_source_never_the_password(server: MariaDBServer) -> None:
-    """A wrong password, or no server at the address: source_unavailable naming the source;
-    the password appears nowhere."""
+    """A wrong password: access_lost at once (not retried), naming the source, as for every
+    source; no server at the address: source_unavailable. The password appears nowhere."""
     wrong = from_url("maria", server.url(password=WRONG_PASSWORD, scheme=SCHEME), Settings())
-    with pytest.raises(SourceUnavailableError, match="'maria'") as caught:
+    with pytest.raises(SourceLoginError, match="'maria' refused qexport's login") as refused:
         wrong.describe("SELECT 1", {}, ALICE, timeout_seconds=5)
-    assert "s3cret" not in str(caught.value)
+    assert refused.value.code is FailureCode.ACCESS_LOST
+    assert "s3cret" not in str(refused.value)
     gone = from_url(
         "gone", f"{SCHEME}://reader:{READER_PASSWORD.replace(' ', '%20')}@127.0.0.1:1/x", Settings()
     )

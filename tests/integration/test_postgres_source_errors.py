@@ -15,10 +15,10 @@ from qexport.domain.failures import (
     FailureCode,
     QExportError,
     QueryInvalidError,
+    SourceLoginError,
     SourceUnavailableError,
 )
 from qexport.sources.postgres import PostgresSource
-from qexport.sources.postgres_errors import SourceLoginError
 from tests.integration.test_postgres_source import (
     ALICE,
     Database,

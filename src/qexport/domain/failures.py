@@ -107,6 +107,11 @@ class AccessLostError(QExportError):
     code = FailureCode.ACCESS_LOST
 
 
+class SourceLoginError(AccessLostError):
+    """A data source refused qexport's credentials or database: a configuration error, so
+    not retried (every kind of source that can tell a refusal from an outage says it so)."""
+
+
 @dataclass(frozen=True)
 class TextPosition:
     """Where in a query's text the source found the mistake: 1-based line and column."""

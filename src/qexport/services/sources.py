@@ -25,6 +25,7 @@ from qexport.domain.failures import ForbiddenError, InvalidRequestError, QExport
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
 from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock
+from qexport.sources import schemes
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
 from qexport.sources.duckdb_lake import duckdb_location
 from qexport.sources.registry import configured_grants, configured_names, masked_url
@@ -75,8 +76,6 @@ def check_source_url(url: str) -> None:
         except ValueError as exc:
             raise InvalidRequestError(str(exc), field="url") from None
         return
-    if url.startswith("sqlalchemy+") and url.partition(":")[0] != "sqlalchemy+":
-        return  # the generic source checks the rest of its URL when it is built
     if parts.scheme in _POSTGRES_SCHEMES:
         if not parts.netloc and "host=" not in parts.query:
             raise InvalidRequestError(
@@ -84,11 +83,10 @@ def check_source_url(url: str) -> None:
                 field="url",
             )
         return
-    raise InvalidRequestError(
-        f"unsupported source URL scheme {parts.scheme!r}"
-        " (expected duckdb:///absolute/path.duckdb or postgresql://user@host/database)",
-        field="url",
-    )
+    scheme = schemes.scheme_of(url)
+    if scheme is None or schemes.kind_of(scheme) is None:
+        raise InvalidRequestError(schemes.unsupported(scheme), field="url")
+    # Any other installed kind checks the rest of its URL when it is built.
 
 
 def url_has_password(url: str) -> bool:

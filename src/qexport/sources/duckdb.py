@@ -18,13 +18,14 @@ from qexport.domain.queries import ResultColumn
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
-from qexport.sources.duckdb_lake import Lake
+from qexport.sources.duckdb_lake import Lake, duckdb_location
 from qexport.sources.duckdb_preview import preview_sql
 from qexport.sources.duckdb_statements import PathCheck, bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
 from qexport.sources.scratch import Scratch, make_scratch
 
 if TYPE_CHECKING:
+    from qexport.config import Settings
     from qexport.domain.exports import Requester
     from qexport.ports import Sink
 
@@ -119,6 +120,25 @@ class _Opened:
     connection: duckdb.DuckDBPyConnection
     identity: FileIdentity | None
     cursors: int = 0
+
+
+def from_url(
+    name: str,
+    url: str,
+    settings: Settings,
+    *,
+    allow_privileged_role: bool = False,  # a file has no roles
+) -> DuckDBSource:
+    """The source over `duckdb:///path.duckdb[?allow=/dir,...]` (the `qexport.sources` entry
+    point): a relative path is under the data folder; `allow` lists the lake's folders."""
+    path, lake = duckdb_location(url, data_dir=settings.data_dir)
+    return DuckDBSource(
+        name,
+        path,
+        memory_limit=settings.duckdb_memory_limit,
+        temp_limit=settings.duckdb_temp_limit,
+        lake=lake,
+    )
 
 
 class DuckDBSource:

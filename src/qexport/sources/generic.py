@@ -134,7 +134,7 @@ class _Session:
         try:
             self.conn = source.engine.connect()
         except sa.exc.SQLAlchemyError as exc:
-            raise connect_error(source.name, exc, source.secrets) from None
+            raise connect_error(source.name, exc, source.rules, source.secrets) from None
         self.deadline = Deadline(0, lambda: None)
         try:
             source.rules.begin(self.conn, timeout_seconds)

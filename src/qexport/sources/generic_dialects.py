@@ -58,6 +58,11 @@ class Rules:
         """Whether the server ended the statement at its own timeout."""
         return False
 
+    def is_login_refused(self, exc: BaseException) -> bool:
+        """Whether connecting failed because the server refused the credentials or the
+        database (not worth another attempt); False where the dialect cannot tell."""
+        return False
+
     def arrow_type(self, column: Described) -> pa.DataType | None:
         """The column's Arrow type as the cursor's description tells it; None: from values."""
         return None
@@ -124,6 +129,9 @@ _MYSQL_ARROW: dict[Any, pa.DataType] = {
 }
 # MariaDB: ER_STATEMENT_TIMEOUT; MySQL: ER_QUERY_TIMEOUT (max_execution_time).
 _MYSQL_TIMEOUTS = frozenset({1969, 3024})
+# ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_BAD_DB_ERROR,
+# ER_ACCESS_DENIED_NO_PASSWORD_ERROR: the login or its database refused.
+_MYSQL_LOGIN_REFUSED = frozenset({1044, 1045, 1049, 1698})
 _MYSQL_DECIMAL_POINT_AND_SIGN = 2
 
 
@@ -157,6 +165,9 @@ class MySQLRules(Rules):
     def is_timeout(self, exc: BaseException) -> bool:
         return _errno(exc) in _MYSQL_TIMEOUTS
 
+    def is_login_refused(self, exc: BaseException) -> bool:
+        return _errno(exc) in _MYSQL_LOGIN_REFUSED
+
     def arrow_type(self, column: Described) -> pa.DataType | None:
         if column.type_code in _MYSQL_DECIMALS and column.scale is not None:
             # The driver gives the display width (digits, point and sign): wide enough.
@@ -188,6 +199,13 @@ class PostgresRules(Rules):
     def is_timeout(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None)
         return _PG_CANCELLED in (getattr(orig, "sqlstate", None), getattr(orig, "pgcode", None))
+
+    def is_login_refused(self, exc: BaseException) -> bool:
+        # Class 28 (invalid authorization), 3D000 (no such database); libpq gives no
+        # SQLSTATE for a failed password check, only its message.
+        orig = getattr(exc, "orig", None)
+        state = str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
+        return state.startswith("28") or state == "3D000" or "authentication failed" in str(orig)
 
 
 def rules_for(dialect: sa.Dialect) -> Rules:

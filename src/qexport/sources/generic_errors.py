@@ -12,6 +12,7 @@ from qexport.domain.failures import (
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
+    SourceLoginError,
     SourceUnavailableError,
     bounded_detail,
 )
@@ -78,10 +79,21 @@ def _reason(exc: BaseException, secrets: Iterable[str]) -> str:
     return bounded_detail(scrub(str(orig), secrets) or type(orig).__name__)
 
 
-def connect_error(name: str, exc: BaseException, secrets: Iterable[str]) -> SourceUnavailableError:
-    """The source could not be reached or refused the login: retried with backoff."""
+def connect_error(
+    name: str, exc: BaseException, rules: Rules, secrets: Iterable[str]
+) -> SourceLoginError | SourceUnavailableError:
+    """The source refused the login (where the dialect tells it: not retried, as for every
+    source) or could not be reached (retried with backoff)."""
+    reason = _reason(exc, secrets)
+    if rules.is_login_refused(exc):
+        return SourceLoginError(
+            bounded_detail(
+                f"the data source {name!r} refused qexport's login ({reason}); check the"
+                " user, password and database in the source URL"
+            )
+        )
     return SourceUnavailableError(
-        bounded_detail(f"the data source {name!r} cannot be reached: {_reason(exc, secrets)}")
+        bounded_detail(f"the data source {name!r} cannot be reached: {reason}")
     )
 
 

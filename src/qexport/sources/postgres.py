@@ -37,6 +37,7 @@ from qexport.sources.postgres_stream import PostgresResultStream
 from qexport.sources.postgres_types import csv_select, positional_names, preview_select
 
 if TYPE_CHECKING:
+    from qexport.config import Settings
     from qexport.domain.exports import Requester
     from qexport.ports import Sink
 
@@ -63,6 +64,14 @@ _DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 OnInterrupt = Callable[[Callable[[], None]], None]
+
+
+def from_url(
+    name: str, url: str, settings: Settings, *, allow_privileged_role: bool = False
+) -> PostgresSource:
+    """The source over a libpq URL, `postgresql://` or `postgres://` (the `qexport.sources`
+    entry point)."""
+    return PostgresSource(name, url, allow_privileged_role=allow_privileged_role)
 
 
 class PostgresSource:

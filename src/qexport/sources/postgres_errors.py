@@ -27,21 +27,15 @@ import psycopg
 import structlog
 
 from qexport.domain.failures import (
-    FailureCode,
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
+    SourceLoginError,
     SourceUnavailableError,
     bounded_detail,
 )
 
 log = structlog.get_logger()
-
-
-class SourceLoginError(QExportError):
-    """The source refused qexport's credentials or database: a configuration error."""
-
-    code = FailureCode.ACCESS_LOST
 
 
 # SQLSTATE classes worth another attempt: connection exception, insufficient resources,
