@@ -24,10 +24,11 @@ from qexport.domain.failures import (
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
+    SourceLoginError,
     SourceUnavailableError,
     bounded_detail,
 )
-from qexport.sources.postgres_errors import SourceLoginError, scrub
+from qexport.sources.postgres_errors import scrub
 
 # Server errors (include/mysqld_error.h).
 ER_ACCESS_DENIED = 1045
