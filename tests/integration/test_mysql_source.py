@@ -24,7 +24,8 @@ from qexport.domain.failures import (
     QueryTimeoutError,
     SourceUnavailableError,
 )
-from qexport.sources.mysql import MySQLSource, from_url
+from qexport.sources.mysql import from_url
+from qexport.sources.mysql_source import MySQLSource
 from qexport.sources.postgres_role import SourceRefusedError
 from tests.mariadb import ADMIN, ADMIN_PASSWORD, READER_PASSWORD, MariaDBServer, mariadb_server
 

@@ -3,12 +3,15 @@ values are written in, and which grants make a login privileged."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
 
+from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.failures import QueryInvalidError
+from qexport.sources.mysql import from_url
 from qexport.sources.mysql_role import findings_of
 from qexport.sources.mysql_statements import parse_mysql_query, render
 from qexport.sources.mysql_types import Column, _microseconds
@@ -110,3 +113,13 @@ def test_time_values_become_microseconds() -> None:
     assert _microseconds(b"00:00:01") == 1_000_000
     with pytest.raises(ValueError, match="TIME"):
         _microseconds(b"soon")
+
+
+def test_without_mysqlclient_the_source_names_the_package_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The `mysql` extra not installed: a ValueError saying what to install, not the URL."""
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)  # what `import MySQLdb` then raises
+    with pytest.raises(ValueError, match=r"pip install 'qexport\[mysql\]'") as caught:
+        from_url("m", "mysql://reader:s3cret@db/shop", Settings())
+    assert "s3cret" not in str(caught.value)
