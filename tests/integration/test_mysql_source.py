@@ -25,7 +25,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.sources.mysql import from_url
-from qexport.sources.mysql_source import MySQLSource
+from qexport.sources.mysql_source import BATCH_BYTES, MySQLSource
 from qexport.sources.postgres_role import SourceRefusedError
 from tests.mariadb import ADMIN, ADMIN_PASSWORD, READER_PASSWORD, MariaDBServer, mariadb_server
 
@@ -427,3 +427,34 @@ def test_the_urls_of_both_schemes_make_this_source(server: MariaDBServer) -> Non
     with pytest.raises(ValueError, match="'nope' is not known") as caught:
         from_url("bad", server.url() + "?nope=1", Settings())
     assert READER_PASSWORD not in str(caught.value)
+
+
+def test_wide_values_come_in_batches_bounded_by_bytes(source: MySQLSource) -> None:
+    """300 values of 200 KB (60 MB): every row arrives, in batches of at most about 32 MiB."""
+    stream = source.execute(
+        "SELECT seq, REPEAT('x', 200000) AS big FROM seq_1_to_300", {}, ALICE, timeout_seconds=30
+    )
+    try:
+        batches = list(stream)
+    finally:
+        stream.close()
+    assert sum(b.num_rows for b in batches) == 300
+    assert len(batches) > 1
+    assert max(b.nbytes for b in batches) <= BATCH_BYTES + 200_000 * 8
+    assert {len(v) for b in batches for v in b.column("big").to_pylist()} == {200_000}
+
+
+def test_preview_stops_at_its_byte_bound(source: MySQLSource) -> None:
+    """Values past `max_bytes`: fewer rows than asked, and `more` says reading stopped."""
+    shown = source.preview(
+        "SELECT seq, REPEAT('y', 50000) AS big FROM seq_1_to_100",
+        {},
+        ALICE,
+        timeout_seconds=5,
+        max_rows=50,
+        max_cell_chars=10,
+        max_bytes=200_000,
+    )
+    assert 0 < shown.table.num_rows < 50
+    assert shown.more
+    assert {len(v) for v in shown.table.column("big").to_pylist()} == {11}
