@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 # Rows per batch, and per fetch_row call. 500 rows a call: a call makes its rows' tuples all
-# at once, and past ~700 of them the garbage collector runs, over and over (5M rows: 2.8 s of
-# CPU in calls of 500 rows, 3.8 s in calls of 1,000, 7.1 s in calls of 10,000).
+# at once, and past ~700 of them the garbage collector runs, over and over (5M rows fetched
+# and made into arrays: 2.8 s of CPU in calls of 500 rows, 3.8 s in calls of 1,000, 7.1 s in
+# calls of 10,000).
 BATCH_ROWS = 10_000
 FETCH_ROWS = 500
 # Of values per batch, and per fetch_row call, for rows wide enough to reach them (TEXT, BLOB):
@@ -49,11 +50,12 @@ class _Reader:
         self._result = result
         self._batch_rows = max(1, batch_rows)
         # Rows whose declared width (TEXT, BLOB, JSON: up to 4 GiB a value) could reach the
-        # byte bounds have their values weighed, and are fetched a few at a time at first;
+        # byte bounds have their values weighed, and are fetched one at a time at first;
         # narrow rows (numbers, dates, short strings) are not weighed at all.
         row_width = sum(max(c.length, 1) for c in columns)
         self._weigh = row_width * FETCH_ROWS > FETCH_BYTES
         self._fetch = _FIRST_WIDE_FETCH if self._weigh else FETCH_ROWS
+        self._row_bytes = 1  # what a row weighs, as the last fetch found
         self.done = False
 
     def next_batch(self, limit: int | None = None) -> pa.RecordBatch | None:
@@ -64,7 +66,10 @@ class _Reader:
         cells: list[Any] = []
         rows = size = 0
         while rows < wanted and size < BATCH_BYTES:
-            fetched = self._result.fetch_row(min(self._fetch, wanted - rows), 0)
+            count = min(self._fetch, wanted - rows)
+            if self._weigh:  # no further past BATCH_BYTES than one row
+                count = max(1, min(count, (BATCH_BYTES - size) // self._row_bytes))
+            fetched = self._result.fetch_row(count, 0)
             if not fetched:
                 self.done = True
                 break
@@ -72,8 +77,8 @@ class _Reader:
                 weight = sum(len(v) for row in fetched for v in row if v is not None)
                 size += weight
                 # As many rows as FETCH_BYTES holds, going by the rows just read.
-                per_row = max(1, weight // len(fetched))
-                self._fetch = max(1, min(FETCH_ROWS, FETCH_BYTES // per_row))
+                self._row_bytes = max(1, weight // len(fetched))
+                self._fetch = max(1, min(FETCH_ROWS, FETCH_BYTES // self._row_bytes))
             cells.extend(chain.from_iterable(fetched))
             rows += len(fetched)
         if rows == 0:
@@ -81,7 +86,7 @@ class _Reader:
         return self.builder.batch(cells, rows)
 
 
-_FIRST_WIDE_FETCH = 8
+_FIRST_WIDE_FETCH = 1
 
 
 class MySQLResultStream:
