@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.orphans import die_with_parent
+
 _START_SECONDS = 120
 SERVER_TIME_ZONE = "America/New_York"
 
@@ -149,6 +151,7 @@ def start_server(
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only the prctl call, before exec
         )
     server = SparkServer("127.0.0.1", port)
     deadline = time.monotonic() + _START_SECONDS
