@@ -22,6 +22,7 @@ from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414
 from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.audit import SqlAuditLog
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine, current_revision, migrate
@@ -155,6 +156,7 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
         accounts=accounts,
         schedules=SqlScheduleStore(engine, notify=settings.pg_notify),
         deliveries=SqlDeliveryStore(engine),
+        audit=SqlAuditLog(engine),
         objects=objects,
         sources=source_registry(settings, accounts),
         clock=clock or SystemClock(),

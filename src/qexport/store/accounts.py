@@ -18,9 +18,11 @@ from qexport.domain.accounts import (
     User,
     link_cap_reached,
 )
+from qexport.domain.audit import AuditEvent, naming
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
+from qexport.store.audit import append_if
 from qexport.store.engine import transaction
 from qexport.store.tables import (
     api_tokens,
@@ -170,10 +172,13 @@ class SqlAccountStore:
         with self._tx() as conn:
             return conn.execute(stmt).rowcount == 1
 
-    def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
+    def set_role(
+        self, workspace_id: str, user_id: str, role: Role, *, audit: AuditEvent | None = None
+    ) -> None:
         """Make the user a member of the workspace with `role` (or change their role)."""
         key = sa.and_(memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id)
         with self._tx() as conn:
+            append_if(conn, audit)
             if conn.execute(memberships.update().where(key).values(role=role.value)).rowcount:
                 return
             conn.execute(
@@ -183,7 +188,12 @@ class SqlAccountStore:
             )
 
     def remove_member(
-        self, workspace_id: str, user_id: str, *, keep_an_admin: bool = False
+        self,
+        workspace_id: str,
+        user_id: str,
+        *,
+        keep_an_admin: bool = False,
+        audit: AuditEvent | None = None,
     ) -> bool:
         """End the membership and the user's sessions; False if there was none. With
         `keep_an_admin`, ConflictError instead of removing the workspace's last admin."""
@@ -211,6 +221,7 @@ class SqlAccountStore:
             if conn.execute(memberships.delete().where(key)).rowcount != 1:
                 return False
             conn.execute(users.update().where(users.c.id == user_id).values(**_NEXT_EPOCH))
+            append_if(conn, audit)
             return True
 
     def role_of(self, workspace_id: str, user_id: str) -> Role | None:
@@ -242,7 +253,14 @@ class SqlAccountStore:
     # ------------------------------------------------------------ API tokens
 
     def add_token(
-        self, *, token_id: str, user_id: str, workspace_id: str, secret_hash: str, now: datetime
+        self,
+        *,
+        token_id: str,
+        user_id: str,
+        workspace_id: str,
+        secret_hash: str,
+        now: datetime,
+        audit: AuditEvent | None = None,
     ) -> ApiToken:
         token = ApiToken(token_id, user_id, workspace_id, now, secret_hash=secret_hash)
         with self._tx() as conn:
@@ -255,6 +273,7 @@ class SqlAccountStore:
                     created_at=now,
                 )
             )
+            append_if(conn, audit)
         return token
 
     def get_token(self, token_id: str) -> ApiToken | None:
@@ -284,12 +303,15 @@ class SqlAccountStore:
                 .values(last_used_at=now)
             )
 
-    def revoke_token(self, token_id: str, *, now: datetime) -> bool:
+    def revoke_token(
+        self, token_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool:
         live = sa.and_(api_tokens.c.id == token_id, api_tokens.c.revoked_at.is_(None))
         with self._tx() as conn:
-            return (
-                conn.execute(api_tokens.update().where(live).values(revoked_at=now)).rowcount == 1
-            )
+            if conn.execute(api_tokens.update().where(live).values(revoked_at=now)).rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int:
         """Revoke the user's live tokens for the workspace; how many there were."""
@@ -345,7 +367,9 @@ class SqlAccountStore:
         token_hash: str,
         now: datetime,
         max_live: int | None = None,
+        audit: AuditEvent | None = None,
     ) -> Link:
+        """An `audit` event without a target id is given the new link's."""
         link = Link(str(uuid.uuid4()), export_id, created_by, now)
         with self._tx() as conn:
             if max_live is not None:
@@ -369,6 +393,7 @@ class SqlAccountStore:
                     created_at=now,
                 )
             )
+            append_if(conn, audit and naming(audit, link.id))
         return link
 
     def get_link(self, link_id: str) -> Link | None:
@@ -381,10 +406,13 @@ class SqlAccountStore:
             row = conn.execute(sa.select(links).where(links.c.token_hash == token_hash)).first()
         return _link(row) if row else None
 
-    def revoke_link(self, link_id: str, *, now: datetime) -> bool:
+    def revoke_link(self, link_id: str, *, now: datetime, audit: AuditEvent | None = None) -> bool:
         live = sa.and_(links.c.id == link_id, links.c.revoked_at.is_(None))
         with self._tx() as conn:
-            return conn.execute(links.update().where(live).values(revoked_at=now)).rowcount == 1
+            if conn.execute(links.update().where(live).values(revoked_at=now)).rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     def list_links(self, export_id: str) -> list[Link]:
         stmt = (
@@ -403,7 +431,7 @@ class SqlAccountStore:
 
     # ------------------------------------------------------------ registered sources
 
-    def add_source(self, source: RegisteredSource) -> None:
+    def add_source(self, source: RegisteredSource, *, audit: AuditEvent | None = None) -> None:
         try:
             with self._tx() as conn:
                 conn.execute(
@@ -421,6 +449,7 @@ class SqlAccountStore:
                             source_name=source.name, workspace_id=workspace_id
                         )
                     )
+                append_if(conn, audit)
         except sa.exc.IntegrityError as exc:
             raise InvalidRequestError(
                 f"a source named {source.name!r} already exists", field="name"
@@ -443,7 +472,9 @@ class SqlAccountStore:
                 for r in conn.execute(sa.select(sources).order_by(sources.c.name))
             }
 
-    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+    def share_source(
+        self, name: str, workspace_id: str, *, shared: bool, audit: AuditEvent | None = None
+    ) -> bool:
         """Let `workspace_id` use the source (or stop it); False when nothing changed."""
         key = sa.and_(
             source_shares.c.source_name == name, source_shares.c.workspace_id == workspace_id
@@ -463,4 +494,5 @@ class SqlAccountStore:
                 )
             else:
                 conn.execute(source_shares.delete().where(key))
+            append_if(conn, audit)
             return True
