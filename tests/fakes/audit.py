@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from qexport.domain.audit import (
     GENESIS,
@@ -36,7 +36,7 @@ class InMemoryAuditLog:
                 (e.hash for e in reversed(self._events) if e.workspace_id == event.workspace_id),
                 self._anchors.get(event.workspace_id, GENESIS),
             )
-            row = chained(event, prev)
+            row = chained(event, prev, datetime.now(UTC))
             self._events.append(RecordedEvent(id=len(self._events) + 1, **row))
         return True
 

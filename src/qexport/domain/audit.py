@@ -25,8 +25,9 @@ from typing import Any
 INSTALLATION = "*"
 GENESIS = "0" * 64
 # Bounds on what an event carries, so that a hostile value cannot bloat the trail.
-MAX_DETAIL_CHARS = 4000
+MAX_DETAIL_CHARS = 12000
 MAX_VALUE_CHARS = 200
+MAX_SQL_CHARS = 4000  # a statement in a query's change, before and after
 
 
 class ActorKind(StrEnum):
@@ -57,7 +58,7 @@ class Action(StrEnum):
     FILE_PRESIGNED = "file.presigned"  # a presigned URL handed out (S3): the download itself
     LINK_CREATED = "link.created"
     LINK_REVOKED = "link.revoked"
-    LINK_USED = "link.used"
+    # A link's use is a download (file.downloaded or file.presigned) whose actor is the link.
     QUERY_CREATED = "query.created"
     QUERY_CHANGED = "query.changed"
     QUERY_DELETED = "query.deleted"
@@ -92,9 +93,10 @@ OPERATOR = Actor(ActorKind.OPERATOR, "cli")
 
 @dataclass(frozen=True)
 class AuditEvent:
-    """An event to record; the store gives it its id and its place in the chain."""
+    """An event to record; the store gives it its id and its place in the chain (and its
+    time, when `at` is None: for a service without a clock, as the catalogue's writes are)."""
 
-    at: datetime
+    at: datetime | None
     workspace_id: str
     actor_kind: ActorKind
     actor_id: str | None
@@ -140,6 +142,19 @@ def details_text(details: Mapping[str, Any]) -> str:
 
 def bounded(value: str | None, chars: int = MAX_VALUE_CHARS) -> str | None:
     return None if value is None else value[:chars]
+
+
+def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """What changed between two views of a thing: the names of the fields that differ, and
+    a statement's text before and after (cut to MAX_SQL_CHARS, with its full SHA-256)."""
+    changed = sorted(k for k in after if before.get(k) != after[k])
+    found: dict[str, Any] = {"changed": changed}
+    if "sql" in changed:
+        for side, values in (("before", before), ("after", after)):
+            text = str(values["sql"])
+            found[f"sql_{side}"] = text[:MAX_SQL_CHARS]
+            found[f"sql_{side}_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    return found
 
 
 def canonical(
@@ -196,10 +211,11 @@ def hash_of(event: RecordedEvent) -> str:
     ).hexdigest()
 
 
-def chained(event: AuditEvent, prev_hash: str) -> dict[str, Any]:
-    """The row to write for `event` after an event whose hash is `prev_hash`."""
+def chained(event: AuditEvent, prev_hash: str, now: datetime) -> dict[str, Any]:
+    """The row to write for `event` after an event whose hash is `prev_hash` (at `now`
+    unless the event has its own time)."""
     row: dict[str, Any] = {
-        "at": event.at.astimezone(UTC),
+        "at": (event.at or now).astimezone(UTC),
         "workspace_id": event.workspace_id,
         "actor_kind": event.actor_kind.value,
         "actor_id": bounded(event.actor_id),

@@ -13,9 +13,11 @@ from urllib.parse import quote
 from fastapi import Depends, Header
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
+from qexport.domain.audit import Action, Actor, Outcome
 from qexport.domain.exports import ExportRecord
 from qexport.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, problem
-from qexport.ports import ObjectStore, Presigner
+from qexport.ports import AuditLog, Clock, ObjectStore, Presigner
+from qexport.services.audit import event
 from qexport.writers.registry import FORMATS, get_writer
 
 CHUNK_BYTES = 256 * 1024
@@ -98,6 +100,39 @@ def presigned_redirect(
     valid = max(1, min(objects.presign_seconds, int(left)))
     url = objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
     return RedirectResponse(url, status_code=307, headers={"Cache-Control": "no-store"})
+
+
+def audited(
+    audit: AuditLog,
+    clock: Clock,
+    actor: Actor,
+    record: ExportRecord,
+    conditions: Conditions,
+    response: Response,
+) -> Response:
+    """Record the download `response` is about to make (or the presigned URL it hands out),
+    before the first byte: a transfer cut short is still on record. Never fails it."""
+    status = response.status_code
+    details: dict[str, object] = {"status": status, "filename": record.filename}
+    if status == 307:
+        action = Action.FILE_PRESIGNED
+    else:
+        action = Action.FILE_DOWNLOADED
+        details["bytes"] = int(response.headers.get("Content-Length", 0)) if status < 300 else 0
+        if conditions.range is not None:
+            details["range"] = conditions.range[:100]
+    audit.record(
+        event(
+            clock,
+            actor,
+            action,
+            workspace_id=record.workspace_id,
+            target=("export", record.id),
+            outcome=Outcome.OK if status < 400 else Outcome.REFUSED,
+            details=details,
+        )
+    )
+    return response
 
 
 def _chunks(stream: BinaryIO, start: int, length: int) -> Iterator[bytes]:

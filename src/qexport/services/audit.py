@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from qexport.domain.accounts import SESSION_TOKEN_ID, Principal
 from qexport.domain.audit import (
@@ -22,7 +23,8 @@ from qexport.domain.audit import (
     Outcome,
     bounded,
 )
-from qexport.ports import Clock
+from qexport.domain.schedules import Recipient
+from qexport.ports import Clock, NewExport
 
 
 @dataclass
@@ -75,7 +77,7 @@ def actor_of(principal: Principal) -> Actor:
 
 
 def event(
-    clock: Clock,
+    clock: Clock | None,
     actor: Actor | Principal,
     action: Action,
     *,
@@ -84,7 +86,8 @@ def event(
     outcome: Outcome = Outcome.OK,
     details: Mapping[str, Any] | None = None,
 ) -> AuditEvent:
-    """An event at the clock's now, from the current request's origin (if any).
+    """An event at the clock's now (no clock: when the store writes it), from the current
+    request's origin (if any).
 
     `workspace_id` defaults to the principal's. Never pass a secret, a token, a password or
     row data in `details`.
@@ -101,7 +104,7 @@ def event(
         extra.setdefault("user_agent", bounded(where.user_agent))
     kind, target_id = target if target is not None else (None, None)
     return AuditEvent(
-        at=clock.now(),
+        at=clock.now() if clock is not None else None,
         workspace_id=workspace_id,
         actor_kind=actor.kind,
         actor_id=actor.id,
@@ -112,3 +115,33 @@ def event(
         client_address=where.address,
         details=extra,
     )
+
+
+def export_requested(
+    clock: Clock, new: NewExport, recipients: int = 0, *, actor: Actor | None = None
+) -> AuditEvent:
+    """The event of a request for `new` (by its requester unless `actor` says otherwise):
+    its subject and format, and the names of its parameters, never their values."""
+    return event(
+        clock,
+        actor or actor_for(new.requested_by),
+        Action.EXPORT_REQUESTED,
+        workspace_id=new.workspace_id,
+        target=("export", new.id),
+        details={
+            "subject_type": new.subject_type,
+            "subject_id": new.subject_id,
+            "subject_name": new.subject_name,
+            "format": new.format,
+            "parameters": sorted(new.parameters),
+            "recipients": recipients,
+        },
+    )
+
+
+def recipient_on_record(recipient: Recipient) -> str:
+    """A recipient as the audit trail names it: an email address, or a URL's host (a
+    webhook's URL may be its secret)."""
+    if not recipient.posts:
+        return recipient.target
+    return f"{recipient.channel.value}:{urlsplit(recipient.target).hostname or '?'}"

@@ -24,9 +24,11 @@ from qexport.domain.accounts import (
     new_secret,
     valid_link_token,
 )
+from qexport.domain.audit import Action
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import NotFoundError, QExportError
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
+from qexport.services.audit import event
 from qexport.services.exports import downloadable, get_visible_export
 from qexport.services.reports import may_read_subject
 
@@ -40,6 +42,11 @@ LAST_USED_PRECISION = timedelta(minutes=1)
 
 class LinkGoneError(QExportError):
     """The link existed but no longer works: revoked, expired, or its creator lost access."""
+
+    def __init__(self, message: str, *, link: Link, record: ExportRecord) -> None:
+        super().__init__(message)
+        self.link = link
+        self.record = record
 
 
 class LinkUnknownError(NotFoundError):
@@ -81,12 +88,20 @@ def create_link(
     )
     assert record.expires_at is not None  # a succeeded record has one
     token = new_secret()
+    created = event(
+        clock,
+        principal,
+        Action.LINK_CREATED,
+        target=("link", None),  # the store names the new link
+        details={"export_id": record.id, "expires_at": record.expires_at.isoformat()},
+    )
     link = accounts.add_link(
         export_id=record.id,
         created_by=principal.user_id,
         token_hash=hash_secret(token),
         now=clock.now(),
         max_live=max_live,
+        audit=created,
     )
     return CreatedLink(link, public_url(base_url, token), record.expires_at)
 
@@ -142,7 +157,14 @@ def revoke_link(
     link, record = manageable_link(store, accounts, principal, link_id)
     if export_id is not None and record.id != export_id:
         raise NotFoundError(f"no link {link_id!r}")
-    accounts.revoke_link(link.id, now=clock.now())
+    revoked = event(
+        clock,
+        principal,
+        Action.LINK_REVOKED,
+        target=("link", link.id),
+        details={"export_id": record.id},
+    )
+    accounts.revoke_link(link.id, now=clock.now(), audit=revoked)
     return link
 
 
@@ -163,13 +185,19 @@ def resolve_link(
     if link is None or record is None:
         raise LinkUnknownError("unknown link")
     if link.revoked_at is not None or not is_downloadable(record, clock.now()):
-        raise LinkGoneError("the link was revoked or its file expired")
+        raise LinkGoneError("the link was revoked or its file expired", link=link, record=record)
     creator = Requester(link.created_by, record.workspace_id)
     role = accounts.role_of(record.workspace_id, link.created_by)
     if not may_share(role, link.created_by, record.requested_by):
-        raise LinkGoneError("the link's creator may no longer share this export")
+        raise LinkGoneError(
+            "the link's creator may no longer share this export", link=link, record=record
+        )
     if not may_read_subject(catalog, creator, record):
-        raise LinkGoneError("the link's creator may no longer read what the export was made from")
+        raise LinkGoneError(
+            "the link's creator may no longer read what the export was made from",
+            link=link,
+            record=record,
+        )
     return link, record
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -65,7 +65,7 @@ def append_in(conn: sa.Connection, event: AuditEvent) -> None:
     prev = conn.execute(_LAST_HASH, params).scalar()
     if prev is None:
         prev = conn.execute(_ANCHOR, params).scalar() or GENESIS
-    conn.execute(_INSERT, chained(event, prev))
+    conn.execute(_INSERT, chained(event, prev, datetime.now(UTC)))
 
 
 def append_if(conn: sa.Connection, event: AuditEvent | None) -> None:
