@@ -7,7 +7,6 @@ verifies and prunes them (`qexport audit`), reading the database directly.
 from __future__ import annotations
 
 import base64
-import binascii
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -52,7 +51,7 @@ def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
         text = raw.decode()
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, UnicodeDecodeError, non-ASCII text
         raise invalid from None
     number = text.removeprefix(_CURSOR_PREFIX)
     if not text.startswith(_CURSOR_PREFIX) or not number.isdigit() or len(number) > 18:
