@@ -69,7 +69,7 @@ def parse_filter(
     problems: Problems | None = None,
 ) -> AuditFilter:
     """The filters as given (each checked; every bad one named in one InvalidRequestError)."""
-    found = problems or Problems()
+    found = problems if problems is not None else Problems()
     for name, value in (("actor", actor), ("action", action), ("target", target)):
         with found.check():
             if value is not None and not 0 < len(value) <= MAX_FILTER_CHARS:
