@@ -66,7 +66,13 @@ def audit_page(
     rows: list[dict[str, str]] = []
     older = ""
     try:
-        narrow = audit_trail.parse_filter(**{k: v or None for k, v in values.items()})
+        narrow = audit_trail.parse_filter(
+            actor=values["actor"] or None,
+            action=values["action"] or None,
+            target=values["target"] or None,
+            since=values["since"] or None,
+            until=values["until"] or None,
+        )
         before = audit_trail.decode_cursor(cursor) if cursor else None
     except InvalidRequestError as exc:
         errors = form_errors(exc, FILTER_FIELDS)
