@@ -6,8 +6,9 @@ One installation per backend (a fresh SQLite data dir, or a throwaway PostgreSQL
 QEXPORT_BENCH_PG_URL or postgresql://postgres@127.0.0.1:5432/postgres), one succeeded csv
 export, and two servers over it (uvicorn, in this process): the anchor, whose audit log
 records nothing, and qexport as it ships, which records every download (once its first
-chunk has gone out: http/download.py says why). Requests alternate between the two on kept-alive connections, so that both see the
-same machine; TTFB is from sending the request to reading the first byte of the body.
+chunk has gone out: http/download.py says why). Requests alternate between the two on
+kept-alive connections, so that both see the same machine; TTFB is from sending the request
+to reading the first byte of the body.
 
 Prints p50 and p90 of each and the p50 difference (the issue's budget: at most 1 ms).
 """
