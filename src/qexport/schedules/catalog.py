@@ -8,6 +8,8 @@ not manage is ForbiddenError.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -741,7 +743,7 @@ def subscribed_ids(schedules: ScheduleStore, actor: Actor) -> frozenset[str]:
 
 def _audited_fields(schedule: Schedule) -> dict[str, Any]:
     """What the trail keeps of a schedule: a webhook's host, never its URL (which may be its
-    secret), and its parameters' names, never their values."""
+    secret), and its parameters' names and a digest of their values, never the values."""
     return {
         "subject": [schedule.subject_type, schedule.subject_id],
         "format": schedule.format,
@@ -749,7 +751,12 @@ def _audited_fields(schedule: Schedule) -> dict[str, Any]:
         "timezone": schedule.timezone,
         "owner": schedule.owner,
         "enabled": schedule.enabled,
-        "parameters": sorted(schedule.parameters),
+        "parameters": {
+            "names": sorted(schedule.parameters),
+            "sha256": hashlib.sha256(
+                json.dumps(schedule.parameters, sort_keys=True, default=str).encode()
+            ).hexdigest(),
+        },
         "recipients": [recipient_on_record(r) for r in schedule.recipients],
         "filename_template": schedule.filename_template,
     }
