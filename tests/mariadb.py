@@ -25,6 +25,8 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.orphans import die_with_parent
+
 MARIADBD = "/usr/sbin/mariadbd"
 DATABASE = "qexport_test"
 READER, READER_PASSWORD = "reader", "Read-0nly pw"
@@ -166,6 +168,7 @@ def start_server(directory: Path) -> tuple[MariaDBServer, subprocess.Popen[bytes
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,  # noqa: PLW1509 - only the prctl call, before exec
     )
     server = MariaDBServer("127.0.0.1", port, sock)
     deadline = time.monotonic() + _START_SECONDS

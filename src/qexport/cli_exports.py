@@ -195,6 +195,7 @@ def exports_create(
                 neutralize_formulas=neutralize,
                 match_title=True,
                 notify=notify,
+                policy=deps.accounts.workspace_policy(st.requester.workspace_id),
             )
         else:
             assert query is not None
@@ -208,6 +209,7 @@ def exports_create(
                 parameters=parameters,
                 neutralize_formulas=neutralize,
                 notify=notify,
+                policy=deps.accounts.workspace_policy(st.requester.workspace_id),
             )
     except NotFoundError as exc:
         fail_input(str(exc) + _local_suggestion(deps, st.requester, query, report))

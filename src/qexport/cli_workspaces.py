@@ -1,18 +1,20 @@
 """`qexport workspaces timezone W [ZONE]`: the time zone a workspace's reports are dated in;
-`qexport workspaces webhook-hosts W [HOST...]`: the only hosts its webhooks may go to."""
+`qexport workspaces webhook-hosts W [HOST...]`: the only hosts its webhooks may go to;
+`qexport workspaces policy W [--formats ...]`: what it lets leave."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 
 from qexport.cli_admin import admin_context, note
-from qexport.cli_common import fail_input
+from qexport.cli_common import fail_input, fail_problems
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError
 from qexport.ports import AccountStore
+from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
 
 workspaces_app = typer.Typer(no_args_is_help=True, help="Workspaces' settings.")
@@ -87,3 +89,80 @@ def workspaces_webhook_hosts(
         note(f"workspace {workspace}'s webhooks may go to any host the server allows")
     else:
         note(f"workspace {workspace}'s webhooks may only go to: {', '.join(saved)}")
+
+
+def _list_or_lift(value: str) -> list[str] | None:
+    """`a,b` -> ['a', 'b']; `any` lifts the rule."""
+    if value.strip().lower() == "any":
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _number_or_lift(value: str, option: str) -> int | None:
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        fail_input(f"{option} takes a whole number, or none to lift the rule (got {value!r})")
+        raise AssertionError("unreachable") from None
+
+
+@workspaces_app.command("policy")
+def workspaces_policy(
+    ctx: typer.Context,
+    workspace: str,
+    formats: Annotated[
+        str | None,
+        typer.Option("--formats", help="Comma-separated formats exports may use; 'any' lifts it."),
+    ] = None,
+    max_rows: Annotated[
+        str | None,
+        typer.Option("--max-rows", help="Most rows an export may hold; 'none' lifts it."),
+    ] = None,
+    links: Annotated[
+        str | None, typer.Option("--links", help="on: public links allowed; off: none.")
+    ] = None,
+    link_max_days: Annotated[
+        str | None,
+        typer.Option("--link-max-days", help="Longest a public link lives; 'none' lifts it."),
+    ] = None,
+    retention_days: Annotated[
+        str | None,
+        typer.Option("--retention-days", help="Days files are kept; 'none': the server's."),
+    ] = None,
+    recipient_domains: Annotated[
+        str | None,
+        typer.Option("--recipient-domains", help="Comma-separated email domains; 'any' lifts it."),
+    ] = None,
+) -> None:
+    """Print, or change, what the workspace lets leave (each rule narrows the server's)."""
+    accounts = _workspace_accounts(ctx, workspace)
+    changes: dict[str, Any] = {}
+    if formats is not None:
+        changes["formats"] = _list_or_lift(formats)
+    if max_rows is not None:
+        changes["max_rows"] = _number_or_lift(max_rows, "--max-rows")
+    if links is not None:
+        if links.lower() not in ("on", "off"):
+            fail_input(f"--links is on or off (got {links!r})")
+        changes["public_links"] = links.lower() == "on"
+    if link_max_days is not None:
+        changes["link_max_days"] = _number_or_lift(link_max_days, "--link-max-days")
+    if retention_days is not None:
+        changes["retention_days"] = _number_or_lift(retention_days, "--retention-days")
+    if recipient_domains is not None:
+        changes["recipient_domains"] = _list_or_lift(recipient_domains)
+    if not changes:
+        print("\n".join(accounts.workspace_policy(workspace).describe()))
+        return
+    settings = admin_context(ctx).settings
+    try:
+        policy = change_policy(accounts, settings, Role.ADMIN, workspace, changes)
+    except InvalidRequestError as exc:
+        fail_problems(
+            exc, lambda problem: f"--{(problem.field or '').split('[')[0].replace('_', '-')}: "
+        )
+    note(f"workspace {workspace}'s policy is now:")
+    for line in policy.describe():
+        note(f"  {line}")

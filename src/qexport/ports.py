@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         Status,
     )
     from qexport.domain.failures import FailureCode
+    from qexport.domain.policies import WorkspacePolicy
     from qexport.domain.queries import Query, ResultColumn
     from qexport.domain.reports import Report, ReportSubject
     from qexport.domain.schedules import Delivery, NewDelivery, Outcome, Schedule
@@ -377,6 +378,14 @@ class AccountStore(Protocol):
         there is no such workspace."""
         ...
 
+    def workspace_policy(self, workspace_id: str) -> WorkspacePolicy:
+        """The rules its admins set on what may leave (no rules when none are set)."""
+        ...
+
+    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+        """Store the workspace's policy; False when there is no such workspace."""
+        ...
+
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
     ) -> User: ...
@@ -454,11 +463,13 @@ class AccountStore(Protocol):
         token_hash: str,
         now: datetime,
         max_live: int | None = None,
+        expires_at: datetime | None = None,
         audit: AuditEvent | None = None,
     ) -> Link:
-        """Save a link; InvalidRequestError, with nothing written, when the export already
-        has `max_live` unrevoked links (counted in the inserting transaction). An `audit`
-        event without a target id is given the new link's."""
+        """Save a link (working until `expires_at`, or None: while its file does);
+        InvalidRequestError, with nothing written, when the export already has `max_live`
+        unrevoked links (counted in the inserting transaction). An `audit` event without a
+        target id is given the new link's."""
         ...
 
     def get_link(self, link_id: str) -> Link | None: ...

@@ -23,6 +23,7 @@ from qexport.domain.failures import (
     InvalidRequestError,
     NotFoundError,
 )
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
 from tests.fakes.audit import InMemoryAuditLog
@@ -41,6 +42,7 @@ class InMemoryAccountStore:
         self._workspaces: dict[str, datetime] = {}
         self._timezones: dict[str, str] = {}  # set ones only; the rest are UTC
         self._webhook_hosts: dict[str, tuple[str, ...]] = {}  # restricted workspaces only
+        self._policies: dict[str, WorkspacePolicy] = {}  # workspaces with rules only
         self._users: dict[str, User] = {}
         self._roles: dict[tuple[str, str], Role] = {}  # (workspace id, user id) -> role
         self._tokens: dict[str, ApiToken] = {}
@@ -90,6 +92,17 @@ class InMemoryAccountStore:
                 self._webhook_hosts.pop(workspace_id, None)
             else:
                 self._webhook_hosts[workspace_id] = hosts
+            return True
+
+    def workspace_policy(self, workspace_id: str) -> WorkspacePolicy:
+        with self._lock:
+            return self._policies.get(workspace_id, WorkspacePolicy())
+
+    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+        with self._lock:
+            if workspace_id not in self._workspaces:
+                return False
+            self._policies[workspace_id] = policy
             return True
 
     def create_user(
@@ -252,8 +265,9 @@ class InMemoryAccountStore:
         token_hash: str,
         now: datetime,
         max_live: int | None = None,
+        expires_at: datetime | None = None,
     ) -> Link:
-        link = Link(str(uuid.uuid4()), export_id, created_by, now)
+        link = Link(str(uuid.uuid4()), export_id, created_by, now, expires_at=expires_at)
         with self._lock:
             live = sum(
                 1
@@ -388,6 +402,7 @@ class InMemoryAccountStore:
         token_hash: str,
         now: datetime,
         max_live: int | None = None,
+        expires_at: datetime | None = None,
         audit: AuditEvent | None = None,
     ) -> Link:
         done = self._add_link_unaudited(
@@ -396,6 +411,7 @@ class InMemoryAccountStore:
             token_hash=token_hash,
             now=now,
             max_live=max_live,
+            expires_at=expires_at,
         )
         if audit is not None:
             self.audit_log.append(naming(audit, done.id))

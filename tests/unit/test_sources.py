@@ -193,10 +193,20 @@ def test_an_env_reference_is_stored_as_a_reference() -> None:
         ("postgresql://u@db/crm", "postgresql://u@db/crm"),
         ("duckdb:///data/shop.duckdb", "duckdb:///data/shop.duckdb"),
         ("postgresql://u:hunter2@db:99999/crm", None),
+        (
+            "sc://spark:15002/;token=hunter2;use_ssl=true",
+            "sc://spark:15002/;token=***;use_ssl=true",
+        ),
+        ("sc://spark:443/;use_ssl=true;TOKEN=hunter2", "sc://spark:443/;use_ssl=true;TOKEN=***"),
+        ("sc://spark:443/;token=ab?hunter2#x;user_id=r", "sc://spark:443/;token=***;user_id=r"),
+        ("sc://spark:15002;token=hunter2", "sc://spark:15002;token=***"),
+        ("sc://spark:15002/;user_id=reader", "sc://spark:15002/;user_id=reader"),
+        ("sc://localhost", "sc://localhost"),
     ],
 )
 def test_masked_urls_hide_passwords_only(url: str, shown: str | None) -> None:
-    """The password goes, wherever it is; everything else stays readable."""
+    """The password (a Spark Connect token too) goes, wherever it is; everything else stays
+    readable."""
     masked = masked_url(url)
     assert "hunter2" not in masked
     if shown is not None:

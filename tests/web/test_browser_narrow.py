@@ -217,6 +217,9 @@ def test_reports_and_schedules(site: Site, narrow: Page, catalog: tuple[str, str
     site.shot(narrow, "narrow-schedule-form")
     narrow.goto("/schedules/new")
     site.shot(narrow, "narrow-schedule-form-new")
+    narrow.goto("/workspace/policy")
+    expect(narrow.get_by_role("heading", name="Workspace policy")).to_be_visible()
+    site.shot(narrow, "narrow-policy")
     response = narrow.goto("/queries/no-such-query")
     assert response is not None
     assert response.status == 404

@@ -89,6 +89,7 @@ def create_export(
         own_email=principal.email,
         webhook_hosts=context.accounts.workspace_webhook_hosts(principal.workspace_id),
         egress=context.settings.egress_policy(),
+        policy=context.accounts.workspace_policy(principal.workspace_id),
     )
     # Every mistake of the body at once: these with those the request's checks find.
     found = Problems()
@@ -115,6 +116,7 @@ def create_export(
             max_unsettled=context.settings.max_unsettled_per_user,
             notify=notify,
             found=found.found(),
+            policy=context.accounts.workspace_policy(principal.workspace_id),
         )
         response.headers["Location"] = f"/api/v1/exports/{record.id}"
         return _view(record, context)
@@ -132,6 +134,7 @@ def create_export(
         max_unsettled=context.settings.max_unsettled_per_user,
         notify=notify,
         found=found.found(),
+        policy=context.accounts.workspace_policy(principal.workspace_id),
     )
     response.headers["Location"] = f"/api/v1/exports/{record.id}"
     return _view(record, context)

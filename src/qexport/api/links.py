@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import CreatedLink, LinkItem, LinkList, problem_responses
+from qexport.api.schemas import CreatedLink, LinkItem, LinkList, LinkRequest, problem_responses
 from qexport.services.links import create_link, list_live_links, revoke_link
 
 router = APIRouter(tags=["links"])
@@ -16,12 +16,20 @@ router = APIRouter(tags=["links"])
     "/exports/{export_id}/links",
     status_code=201,
     response_model=CreatedLink,
-    responses=problem_responses(401, 403, 404, 409, 410, 422, 503),
+    responses=problem_responses(400, 401, 403, 404, 409, 410, 413, 422, 503),
 )
-def create(export_id: str, principal: CurrentPrincipal, context: Context) -> CreatedLink:
-    """A public URL for an export the caller could download now; it expires with the file.
+def create(
+    export_id: str,
+    principal: CurrentPrincipal,
+    context: Context,
+    body: LinkRequest | None = None,
+) -> CreatedLink:
+    """A public URL for an export the caller could download now; it expires with the file,
+    or after `expires_in_days` when sooner (never longer than the workspace's policy lets a
+    link live: 422 past it).
 
-    The same refusals as the file: 409 not ready or failed, 410 expired, 403 access lost.
+    The same refusals as the file: 409 not ready or failed, 410 expired, 403 access lost,
+    403 where the workspace's policy allows no public links.
     """
     created = create_link(
         context.exports,
@@ -32,6 +40,7 @@ def create(export_id: str, principal: CurrentPrincipal, context: Context) -> Cre
         export_id,
         base_url=context.settings.public_base_url,
         max_live=context.settings.max_links_per_export,
+        days=None if body is None else body.expires_in_days,
     )
     return CreatedLink(id=created.link.id, url=created.url, expires_at=created.expires_at)
 
@@ -44,14 +53,16 @@ def create(export_id: str, principal: CurrentPrincipal, context: Context) -> Cre
 def list_links(export_id: str, principal: CurrentPrincipal, context: Context) -> LinkList:
     """The export's unrevoked links that the caller may revoke: their own, or every one for a
     workspace admin; oldest first. Their URLs are not shown again."""
-    record, found = list_live_links(context.exports, context.accounts, principal, export_id)
+    record, found = list_live_links(
+        context.exports, context.accounts, context.clock, principal, export_id
+    )
     return LinkList(
         items=[
             LinkItem(
                 id=link.id,
                 created_by=link.created_by,
                 created_at=link.created_at,
-                expires_at=record.expires_at,
+                expires_at=link.expires_at or record.expires_at,
                 last_used_at=link.last_used_at,
             )
             for link in found

@@ -306,6 +306,17 @@ class ExportEventList(BaseModel):
     items: list[ExportEventItem]
 
 
+class LinkRequest(BaseModel):
+    """How long a new link lives (optional): never past its file's expiry, nor past what the
+    workspace's policy allows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expires_in_days: int | None = Field(
+        None, ge=1, le=36_500, description="Days the link works; left out: until the file expires"
+    )
+
+
 class CreatedLink(BaseModel):
     """A public delivery link; the token in `url` is shown only this once."""
 
@@ -513,6 +524,34 @@ class WorkspaceChange(BaseModel):
         description="Restrict webhooks to these host names; null lifts the restriction",
         examples=[["hooks.example.com"]],
     )
+
+
+class WorkspacePolicyView(BaseModel):
+    """What the workspace lets leave; null: the installation's own limit (no rule)."""
+
+    formats: list[str] | None = Field(
+        description="The only formats exports may be made in", examples=[["csv", "parquet"]]
+    )
+    max_rows: int | None = Field(description="The most rows an export may hold")
+    public_links: bool = Field(description="Whether public links may be created and used")
+    link_max_days: int | None = Field(description="The longest a public link lives, in days")
+    retention_days: int | None = Field(description="Days files are kept (below the server's)")
+    recipient_domains: list[str] | None = Field(
+        description="The only email domains deliveries may go to", examples=[["example.com"]]
+    )
+
+
+class WorkspacePolicyChange(BaseModel):
+    """The rules to change; a rule given as null is lifted, one left out is kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    formats: list[str] | None = None
+    max_rows: int | None = None
+    public_links: bool | None = None
+    link_max_days: int | None = None
+    retention_days: int | None = None
+    recipient_domains: list[str] | None = Field(None, max_length=50)
 
 
 class SigningKey(BaseModel):

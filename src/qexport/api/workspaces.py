@@ -8,10 +8,18 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import WorkspaceChange, WorkspaceSettings, problem_responses
+from qexport.api.schemas import (
+    WorkspaceChange,
+    WorkspacePolicyChange,
+    WorkspacePolicyView,
+    WorkspaceSettings,
+    problem_responses,
+)
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import NotFoundError
+from qexport.domain.policies import WorkspacePolicy
+from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
 
 router = APIRouter(tags=["workspaces"])
@@ -61,3 +69,51 @@ def change_workspace(
     if "webhook_hosts" in body.model_fields_set:
         set_webhook_hosts(context.accounts, principal.role, workspace_id, body.webhook_hosts)
     return _view(context, workspace_id)
+
+
+def _policy_view(policy: WorkspacePolicy) -> WorkspacePolicyView:
+    return WorkspacePolicyView(
+        formats=None if policy.formats is None else sorted(policy.formats),
+        max_rows=policy.max_rows,
+        public_links=policy.public_links,
+        link_max_days=policy.link_max_days,
+        retention_days=policy.retention_days,
+        recipient_domains=None
+        if policy.recipient_domains is None
+        else list(policy.recipient_domains),
+    )
+
+
+@router.get(
+    "/workspaces/{workspace_id}/policy",
+    response_model=WorkspacePolicyView,
+    responses=problem_responses(401, 404, 503),
+    summary="What your workspace lets leave",
+)
+def read_policy(
+    workspace_id: str, principal: CurrentPrincipal, context: Context
+) -> WorkspacePolicyView:
+    _own(principal, workspace_id)
+    return _policy_view(context.accounts.workspace_policy(workspace_id))
+
+
+@router.patch(
+    "/workspaces/{workspace_id}/policy",
+    response_model=WorkspacePolicyView,
+    responses=problem_responses(400, 401, 403, 404, 413, 422, 503),
+    summary="Change what your workspace lets leave (workspace admins)",
+)
+def change_workspace_policy(
+    workspace_id: str, body: WorkspacePolicyChange, principal: CurrentPrincipal, context: Context
+) -> WorkspacePolicyView:
+    """`{"formats": ["csv"], "max_rows": 100000, "public_links": false, "link_max_days": 3,
+    "retention_days": 2, "recipient_domains": ["example.com"]}`: each rule narrows what the
+    server allows (422 naming a rule that would widen it); null lifts a rule. Requests in a
+    format no longer allowed are refused with 422; exports already queued in it fail
+    `access_lost` when they run; a result over `max_rows` fails `limit_exceeded`."""
+    _own(principal, workspace_id)
+    changes = {name: getattr(body, name) for name in body.model_fields_set}
+    policy = change_policy(
+        context.accounts, context.settings, principal.role, workspace_id, changes
+    )
+    return _policy_view(policy)

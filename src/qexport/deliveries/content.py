@@ -32,6 +32,7 @@ class Notice:
     export: ExportRecord
     outcome: Outcome
     link: str | None = None
+    link_expires_at: datetime | None = None  # sooner than the file's by the workspace's policy
 
 
 def outcome_of(export: ExportRecord, now: datetime) -> Outcome:
@@ -60,6 +61,14 @@ def email_subject(notice: Notice) -> str:
     return f"Export expired before delivery: {export.subject_name}"
 
 
+def _link_life(notice: Notice) -> str:
+    ends = notice.link_expires_at
+    file_ends = notice.export.expires_at
+    if ends is None or file_ends is None or ends >= file_ends:
+        return f"The link works until the file expires ({readable_time(file_ends)})."
+    return f"The link works until {readable_time(ends)} (the workspace's policy)."
+
+
 def email_text(notice: Notice) -> str:
     export = notice.export
     if notice.outcome is Outcome.FILE:
@@ -70,8 +79,17 @@ def email_text(notice: Notice) -> str:
             f"Size:      {human_size(export.size_bytes or 0)}",
             f"Expires:   {readable_time(export.expires_at)}",
             "",
-            f"Download:  {notice.link}",
-            f"The link works until the file expires ({readable_time(export.expires_at)}).",
+            *(
+                [
+                    f"Download:  {notice.link}",
+                    _link_life(notice),
+                ]
+                if notice.link
+                else [
+                    "Download:  sign in to qexport and open the export (this workspace's policy",
+                    "           allows no public links).",
+                ]
+            ),
         ]
     elif notice.outcome is Outcome.FAILURE:
         intro = f"The export of the {_subject_line(export)} failed; no file was made."

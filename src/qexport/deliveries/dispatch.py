@@ -8,7 +8,7 @@ One recipient's failure never touches another's delivery.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -169,8 +169,18 @@ class DeliveryDispatcher:
     def _send(self, delivery: Delivery, export: ExportRecord) -> Outcome:
         now = self._clock.now()
         outcome = outcome_of(export, now)
-        notice = Notice(delivery, export, outcome, self._link(delivery, export, outcome))
+        link, link_expires_at = self._link(delivery, export, outcome)
+        notice = Notice(delivery, export, outcome, link, link_expires_at)
         if delivery.recipient.channel is Channel.EMAIL:
+            policy = self._accounts.workspace_policy(export.workspace_id)
+            refusal = policy.address_refusal(delivery.recipient.target)
+            if refusal is not None:  # saved before the workspace restricted its domains
+                raise DeliveryError(
+                    "the workspace's policy does not allow email to this address's domain",
+                    permanent=True,
+                    internal=refusal,
+                    code=FailureCode.DESTINATION_REFUSED,
+                )
             if self._email is None:
                 raise DeliveryError(
                     "email is not configured (set QEXPORT_SMTP_URL)", permanent=True
@@ -197,13 +207,23 @@ class DeliveryDispatcher:
             self._master = master_secret(self._settings, self._schedules, self._clock)
         return self._master
 
-    def _link(self, delivery: Delivery, export: ExportRecord, outcome: Outcome) -> str | None:
-        """The delivery's public link, made on its first attempt and reused by the others."""
-        if outcome is not Outcome.FILE:
-            return None
+    def _link(
+        self, delivery: Delivery, export: ExportRecord, outcome: Outcome
+    ) -> tuple[str | None, datetime | None]:
+        """The delivery's public link and when it stops working (sooner than the file where
+        the workspace's policy says so), made on its first attempt and reused by the others;
+        none where the policy allows no public links."""
+        if outcome is not Outcome.FILE or export.expires_at is None:
+            return None, None
+        policy = self._accounts.workspace_policy(export.workspace_id)
+        if not policy.public_links:  # the recipient signs in to download it
+            return None, None
         token = link_token(self._master_secret(), delivery.id)
         token_hash = hash_secret(token)
-        if self._accounts.find_link(token_hash) is None:
+        link = self._accounts.find_link(token_hash)
+        if link is None:
+            now = self._clock.now()
+            expires_at = policy.link_expiry(now, export.expires_at)
             created = event(
                 self._clock,
                 SCHEDULER,
@@ -212,14 +232,16 @@ class DeliveryDispatcher:
                 target=("link", None),  # the store names the new link
                 details={"export_id": export.id, "delivery_id": delivery.id},
             )
-            self._accounts.add_link(
+            link = self._accounts.add_link(
                 export_id=export.id,
                 created_by=export.requested_by,
                 token_hash=token_hash,
-                now=self._clock.now(),
+                now=now,
+                expires_at=None if expires_at == export.expires_at else expires_at,
                 audit=created,
             )
-        return public_url(self._settings.public_base_url, token)
+        url = public_url(self._settings.public_base_url, token)
+        return url, link.expires_at or export.expires_at
 
     def _attachment(self, export: ExportRecord, outcome: Outcome) -> bytes | None:
         size = export.size_bytes or 0

@@ -121,6 +121,11 @@ class Link:
     created_at: datetime
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None  # when it last served the file (to the minute)
+    expires_at: datetime | None = None  # None: when its file expires
+
+    def expired(self, now: datetime) -> bool:
+        """Whether its own lifetime (a workspace policy's) is over."""
+        return self.expires_at is not None and now >= self.expires_at
 
 
 def may_share(role: Role | None, sharer: str, requested_by: str) -> bool:

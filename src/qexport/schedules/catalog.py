@@ -30,6 +30,7 @@ from qexport.domain.failures import (
     Problems,
     in_field_order,
 )
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import can_read, check_filename_template, to_json_value
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
 from qexport.domain.schedules import (
@@ -53,6 +54,7 @@ from qexport.services.requests import (
     SUBJECT_QUERY,
     bind_query_values,
     bind_report_values,
+    check_allowed_format,
     check_any_format,
     check_report_format,
     find_readable_query,
@@ -176,10 +178,13 @@ def _check_subject(
     problems: Problems,
     *,
     match_name: bool,
+    policy: WorkspacePolicy | None = None,
 ) -> _SubjectCheck:
     """The subject the requester may read, the format valid for it and the parameters bound
     exactly as an export request binds them; each mistake added to `problems`. A subject the
     requester cannot read is `missing` (NotFoundError, unless the request is refused anyway)."""
+    with problems.check():
+        check_allowed_format(policy, draft.format)
     if (draft.query_id is None) == (draft.report_id is None):
         problems.add(
             InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
@@ -348,7 +353,10 @@ def check_new_schedule(
     _writer(actor)
     limits = limits or ScheduleLimits()
     problems = Problems(found)
-    subject = _check_subject(store, actor.requester, draft, problems, match_name=match_name)
+    policy = accounts.workspace_policy(actor.requester.workspace_id)
+    subject = _check_subject(
+        store, actor.requester, draft, problems, match_name=match_name, policy=policy
+    )
     timetable = _timetable(problems, accounts, actor.requester.workspace_id, draft)
     now = clock.now()
     if timetable is not None:
@@ -511,7 +519,10 @@ def changed_schedule(
     subject = _SubjectCheck()
     checks_subject = _SUBJECT_FIELDS & set(given) or recipients != current.recipients
     if checks_subject:
-        subject = _check_subject(store, actor.requester, draft, problems, match_name=False)
+        policy = accounts.workspace_policy(current.workspace_id)
+        subject = _check_subject(
+            store, actor.requester, draft, problems, match_name=False, policy=policy
+        )
     timetable = _timetable(problems, accounts, current.workspace_id, draft)
     moved = timetable is not None and timetable != (current.cron, current.timezone)
     if timetable is not None and moved:

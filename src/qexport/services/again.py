@@ -12,6 +12,7 @@ from __future__ import annotations
 from qexport.domain.accounts import Principal
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import ConflictError, NotFoundError
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.reports import SUBJECT_REPORT
 from qexport.ports import Catalog, Clock, ExportQueue
 from qexport.services.exports import get_visible_export
@@ -30,6 +31,7 @@ def request_again(
     export_id: str,
     *,
     max_unsettled: int | None = None,
+    policy: WorkspacePolicy | None = None,
 ) -> ExportRecord:
     """The new export (queued) of a settled export the caller may see; NotFoundError for one
     they cannot see, ConflictError while it is unsettled, SubjectGoneError when its subject
@@ -53,6 +55,7 @@ def request_again(
                 parameters=parameters,
                 neutralize_formulas=neutralize,
                 max_unsettled=max_unsettled,
+                policy=policy,
             )
         return request_export(
             exports,
@@ -65,6 +68,7 @@ def request_again(
             neutralize_formulas=neutralize,
             match_name=False,
             max_unsettled=max_unsettled,
+            policy=policy,
         )
     except NotFoundError:
         what = "report" if record.subject_type == SUBJECT_REPORT else "query"

@@ -26,7 +26,13 @@ from qexport.domain.accounts import (
 )
 from qexport.domain.audit import Action
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
-from qexport.domain.failures import NotFoundError, QExportError
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    QExportError,
+)
+from qexport.domain.policies import MAX_DAYS
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
 from qexport.services.audit import event
 from qexport.services.exports import downloadable, get_visible_export
@@ -76,8 +82,25 @@ def create_link(
     *,
     base_url: str,
     max_live: int | None = None,
+    days: int | None = None,
 ) -> CreatedLink:
-    """A link to an export the caller could download now; it expires with the export."""
+    """A link to an export the caller could download now; it expires with the export, or
+    after `days` if sooner, and never later than the workspace's policy lets links live.
+    ForbiddenError where the policy allows no public links; InvalidRequestError for `days`
+    past its lifetime."""
+    policy = accounts.workspace_policy(principal.workspace_id)
+    if not policy.public_links:
+        raise ForbiddenError("the workspace's policy allows no public links")
+    if days is not None and (isinstance(days, bool) or not 1 <= days <= MAX_DAYS):
+        raise InvalidRequestError(
+            f"expires_in_days is a whole number from 1 to {MAX_DAYS}", field="expires_in_days"
+        )
+    if days is not None and policy.link_max_days is not None and days > policy.link_max_days:
+        raise InvalidRequestError(
+            f"the workspace's policy lets a public link live at most {policy.link_max_days}"
+            f" days (asked: {days})",
+            field="expires_in_days",
+        )
     record = downloadable(
         exports,
         catalog,
@@ -87,23 +110,28 @@ def create_link(
         whole_workspace=principal.sees_workspace,
     )
     assert record.expires_at is not None  # a succeeded record has one
+    now = clock.now()
+    expires_at = policy.link_expiry(now, record.expires_at)
+    if days is not None:
+        expires_at = min(expires_at, now + timedelta(days=days))
     token = new_secret()
     created = event(
         clock,
         principal,
         Action.LINK_CREATED,
         target=("link", None),  # the store names the new link
-        details={"export_id": record.id, "expires_at": record.expires_at.isoformat()},
+        details={"export_id": record.id, "expires_at": expires_at.isoformat()},
     )
     link = accounts.add_link(
         export_id=record.id,
         created_by=principal.user_id,
         token_hash=hash_secret(token),
-        now=clock.now(),
+        now=now,
         max_live=max_live,
+        expires_at=None if expires_at == record.expires_at else expires_at,
         audit=created,
     )
-    return CreatedLink(link, public_url(base_url, token), record.expires_at)
+    return CreatedLink(link, public_url(base_url, token), expires_at)
 
 
 def may_manage_link(principal: Principal, link: Link) -> bool:
@@ -112,14 +140,23 @@ def may_manage_link(principal: Principal, link: Link) -> bool:
 
 
 def list_live_links(
-    exports: ExportQueue, accounts: AccountStore, principal: Principal, export_id: str
+    exports: ExportQueue,
+    accounts: AccountStore,
+    clock: Clock,
+    principal: Principal,
+    export_id: str,
 ) -> tuple[ExportRecord, list[Link]]:
-    """An export the caller may see and its unrevoked links the caller may manage, oldest
-    first (NotFoundError for an export they cannot see)."""
+    """An export the caller may see and its unrevoked, unexpired links the caller may
+    manage, oldest first (NotFoundError for an export they cannot see)."""
     record = get_visible_export(
         exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
-    found = [link for link in accounts.list_links(record.id) if may_manage_link(principal, link)]
+    now = clock.now()
+    found = [
+        link
+        for link in accounts.list_links(record.id)
+        if may_manage_link(principal, link) and not link.expired(now)
+    ]
     return record, found
 
 
@@ -184,8 +221,15 @@ def resolve_link(
     record = exports.get_export(link.export_id) if link else None
     if link is None or record is None:
         raise LinkUnknownError("unknown link")
-    if link.revoked_at is not None or not is_downloadable(record, clock.now()):
+    now = clock.now()
+    if link.revoked_at is not None or not is_downloadable(record, now):
         raise LinkGoneError("the link was revoked or its file expired", link=link, record=record)
+    if link.expired(now):
+        raise LinkGoneError("the link expired", link=link, record=record)
+    if not accounts.workspace_policy(record.workspace_id).public_links:
+        raise LinkGoneError(
+            "the workspace's policy no longer allows public links", link=link, record=record
+        )
     creator = Requester(link.created_by, record.workspace_id)
     role = accounts.role_of(record.workspace_id, link.created_by)
     if not may_share(role, link.created_by, record.requested_by):

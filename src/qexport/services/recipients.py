@@ -6,6 +6,8 @@
   anywhere).
 - A webhook's host, and a Slack or Teams URL's, must be among the workspace's webhook hosts
   when its admin set them: they are all POSTs the server makes on a member's behalf.
+- An email address must be at one of the workspace's recipient domains when its policy
+  names them (domain/policies.py).
 - Their host must pass the egress policy: a literal internal address, or a name that
   resolves to one, is refused (422 naming the field). A name that does not resolve now is
   accepted; the send-time check decides.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +25,7 @@ import structlog
 
 from qexport.domain.accounts import Role, at_least
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.schedules import Channel, Recipient, parse_recipient, parse_recipients
 from qexport.egress import (
     EgressPolicy,
@@ -46,6 +49,7 @@ class RecipientRules:
     own_email: str | None  # a viewer may notify this address only
     webhook_hosts: tuple[str, ...] | None  # None: any host the egress policy allows
     egress: EgressPolicy
+    policy: WorkspacePolicy = field(default_factory=WorkspacePolicy)  # its email domains
 
 
 def rules_for(
@@ -61,6 +65,7 @@ def rules_for(
         own_email=user.email if user else None,
         webhook_hosts=accounts.workspace_webhook_hosts(workspace_id),
         egress=egress,
+        policy=accounts.workspace_policy(workspace_id),
     )
 
 
@@ -115,6 +120,11 @@ def admit_recipients(
         recipient = parse_recipient(item, f"{field_name}[{index}]")
         where = f"{field_name}[{index}].{recipient.channel.value}"
         _check_role(recipient, rules, where)
+        refusal = None
+        if recipient.channel is Channel.EMAIL:
+            refusal = rules.policy.address_refusal(recipient.target)
+        if refusal is not None:
+            problems.add(InvalidRequestError(refusal, field=where))
         if recipient.posts:
             with problems.check():
                 check_destination(recipient.target, rules, where)

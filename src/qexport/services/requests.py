@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
 from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, in_field_order
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import (
     Query,
     bind_parameters,
@@ -63,6 +64,7 @@ def request_export(
     max_unsettled: int | None = None,
     notify: Sequence[Recipient] = (),
     found: Sequence[InvalidRequestError] = (),
+    policy: WorkspacePolicy | None = None,
 ) -> ExportRecord:
     """Validate the request and record it as queued (with a delivery per `notify` recipient,
     in the same transaction); bad input records nothing. Every mistake is refused at once,
@@ -74,6 +76,7 @@ def request_export(
     problems = Problems(found)
     with problems.check():
         get_writer(fmt)  # a bad format is refused whether or not the query exists
+        check_allowed_format(policy, fmt)
     query = _found(
         problems, lambda: find_readable_query(catalog, requester, query_ref, match_name=match_name)
     )
@@ -107,6 +110,7 @@ def request_report_export(
     max_unsettled: int | None = None,
     notify: Sequence[Recipient] = (),
     found: Sequence[InvalidRequestError] = (),
+    policy: WorkspacePolicy | None = None,
 ) -> ExportRecord:
     """Validate a report export request and record it as queued; bad input records nothing.
     Every mistake is refused at once, as for a query.
@@ -116,6 +120,7 @@ def request_report_export(
     problems = Problems(found)
     with problems.check():
         check_report_format(fmt)
+        check_allowed_format(policy, fmt)
     report = _found(
         problems,
         lambda: find_readable_report(catalog, requester, report_ref, match_title=match_title),
@@ -162,6 +167,13 @@ def check_any_format(fmt: str) -> None:
         raise InvalidRequestError(
             f"unknown format {fmt[:20]!r}; valid formats: {names}", field="format"
         )
+
+
+def check_allowed_format(policy: WorkspacePolicy | None, fmt: str) -> None:
+    """Refuse a format the workspace's policy does not allow (naming the policy)."""
+    refusal = None if policy is None else policy.format_refusal(fmt)
+    if refusal is not None:
+        raise InvalidRequestError(refusal, field="format")
 
 
 def check_report_format(fmt: str) -> None:

@@ -334,7 +334,7 @@ class GenericSource:
             session.close()
         table = pa.Table.from_batches(batches, schema=builder.schema)
         more = stopped or table.num_rows > max_rows
-        shown = _cut(table.slice(0, max_rows), max_cell_chars + 1)
+        shown = cut_values(table.slice(0, max_rows), max_cell_chars + 1)
         columns = tuple(ResultColumn(c.name, self.rules.type_name(c)) for c in described)
         return PreviewRows(columns, shown, more)
 
@@ -394,7 +394,7 @@ def _bounded(
     return batches, False
 
 
-def _cut(table: pa.Table, keep: int) -> pa.Table:
+def cut_values(table: pa.Table, keep: int) -> pa.Table:
     """Texts to `keep` characters and binaries to `keep` bytes: the caller sees they were
     longer, and shows no more."""
     columns = []

@@ -193,14 +193,15 @@ class _Scanner:
         self.pos += 1
 
 
-def parse_query(sql: str) -> ParsedQuery:
+def parse_query(sql: str, *, lexer: type[_Scanner] | None = None) -> ParsedQuery:
     """Check that `sql` is one query (SELECT, WITH, VALUES or TABLE); find its placeholders.
 
     Raises QueryInvalidError for an empty text, a second statement or any other statement.
     Positional placeholders (`$1`) are reported as names made of digits, for the caller to
-    refuse with the same message as on DuckDB.
+    refuse with the same message as on DuckDB. `lexer`: a scanner with another engine's lexis
+    (MySQL's).
     """
-    scanner = _Scanner(sql)
+    scanner = (lexer or _Scanner)(sql)
     scanner.scan()
     if scanner.statements > 1:
         raise QueryInvalidError(

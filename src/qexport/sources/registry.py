@@ -132,8 +132,20 @@ def _masked_query(query: str) -> str:
     return "&".join(pieces)
 
 
+def _masked_spark_params(rest: str) -> str:
+    """Spark Connect's `;key=value` parameters with every `token=` value masked: the token
+    runs to the next `;`, whatever `?` or `#` it holds (pyspark's parser would cut it there
+    and show the rest)."""
+    pieces = []
+    for piece in rest.split(";"):
+        key, sep, _ = piece.partition("=")
+        pieces.append(f"{key}=***" if sep and unquote(key).strip().lower() == "token" else piece)
+    return ";".join(pieces)
+
+
 def masked_url(url: str) -> str:
-    """The URL with its password (if any) replaced by `***`, safe to print and log.
+    """The URL with its password (if any) replaced by `***`, safe to print and log; of a
+    Spark Connect URL (`sc://host:15002/;token=...`), its token.
 
     Cut as libpq cuts it, not as a URL parser would: libpq reads `user:password@` up to the
     last `@` before the first `/`, whatever `?` or `#` the password holds (a URL parser ends
@@ -148,6 +160,8 @@ def masked_url(url: str) -> str:
     if not slashes:  # not a URL of any source kind: show nothing of it
         return f"{scheme}:***"
     authority, slash, after = rest.partition("/")
+    if scheme.lower() == "sc":
+        authority, after = _masked_spark_params(authority), _masked_spark_params(after)
     userinfo, at, host = authority.rpartition("@")
     if at:
         user, colon, _ = userinfo.partition(":")

@@ -20,6 +20,7 @@ from qexport.domain.accounts import (
 )
 from qexport.domain.audit import AuditEvent, naming
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.store.audit import append_if
@@ -60,7 +61,13 @@ def _token(row: sa.Row[Any]) -> ApiToken:
 
 def _link(row: sa.Row[Any]) -> Link:
     return Link(
-        row.id, row.export_id, row.created_by, row.created_at, row.revoked_at, row.last_used_at
+        row.id,
+        row.export_id,
+        row.created_by,
+        row.created_at,
+        row.revoked_at,
+        row.last_used_at,
+        row.expires_at,
     )
 
 
@@ -116,6 +123,22 @@ class SqlAccountStore:
                 workspaces.update()
                 .where(workspaces.c.id == workspace_id)
                 .values(webhook_hosts=sa.null() if value is None else value)
+            )
+            return result.rowcount == 1
+
+    def workspace_policy(self, workspace_id: str) -> WorkspacePolicy:
+        with self._tx() as conn:
+            stmt = sa.select(workspaces.c.policy).where(workspaces.c.id == workspace_id)
+            stored = conn.execute(stmt).scalar_one_or_none()
+        return WorkspacePolicy.from_json(stored)
+
+    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+        stored = policy.to_json()
+        with self._tx() as conn:
+            result = conn.execute(
+                workspaces.update()
+                .where(workspaces.c.id == workspace_id)
+                .values(policy=stored or sa.null())
             )
             return result.rowcount == 1
 
@@ -367,10 +390,11 @@ class SqlAccountStore:
         token_hash: str,
         now: datetime,
         max_live: int | None = None,
+        expires_at: datetime | None = None,
         audit: AuditEvent | None = None,
     ) -> Link:
         """An `audit` event without a target id is given the new link's."""
-        link = Link(str(uuid.uuid4()), export_id, created_by, now)
+        link = Link(str(uuid.uuid4()), export_id, created_by, now, expires_at=expires_at)
         with self._tx() as conn:
             if max_live is not None:
                 if conn.dialect.name == "postgresql":  # serialise concurrent links to the export
@@ -391,6 +415,7 @@ class SqlAccountStore:
                     token_hash=token_hash,
                     created_by=created_by,
                     created_at=now,
+                    expires_at=expires_at,
                 )
             )
             append_if(conn, audit and naming(audit, link.id))

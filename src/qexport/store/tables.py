@@ -243,6 +243,8 @@ workspaces = sa.Table(
     # Host names webhooks may go to, set by a workspace admin (a JSON list); NULL: any host
     # the egress policy allows.
     sa.Column("webhook_hosts", sa.JSON),
+    # The workspace's export policy (domain/policies.py): the rules that are set; NULL: none.
+    sa.Column("policy", sa.JSON),
 )
 
 users = sa.Table(
@@ -306,6 +308,9 @@ links = sa.Table(
     sa.Column("revoked_at", UTCDateTime),
     # When the link last served its file, written at most once a minute (services/links.py).
     sa.Column("last_used_at", UTCDateTime),
+    # When the link stops working, sooner than its file by the workspace's policy; NULL: with
+    # the file.
+    sa.Column("expires_at", UTCDateTime),
 )
 sa.Index("ix_links_export_id", links.c.export_id)  # live links per export (the link limit)
 

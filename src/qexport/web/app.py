@@ -14,6 +14,7 @@ from qexport.web import (
     pages_auth,
     pages_exports,
     pages_new,
+    pages_policy,
     pages_preview,
     pages_queries,
     pages_reports,
@@ -38,4 +39,5 @@ def install(app: FastAPI, context: Container) -> None:
     app.include_router(pages_reports.router)
     app.include_router(pages_schedules.router)
     app.include_router(pages_subscriptions.router)
+    app.include_router(pages_policy.router)
     app.include_router(pages_audit.router)

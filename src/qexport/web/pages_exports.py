@@ -14,7 +14,7 @@ from fastapi.responses import RedirectResponse
 from qexport.container import Container
 from qexport.deliveries.resend import may_name, may_send_again, send_again
 from qexport.deliveries.signing import link_token, master_secret
-from qexport.domain.accounts import Principal, hash_secret
+from qexport.domain.accounts import Link, Principal, hash_secret
 from qexport.domain.failures import (
     ConflictError,
     ForbiddenError,
@@ -230,8 +230,11 @@ def _detail(
 
     found = context.deliveries.list_deliveries(record.id)
     links = []
+    live: list[Link] = []
     if row.downloadable:
-        _, live = list_live_links(context.exports, context.accounts, principal, record.id)
+        _, live = list_live_links(
+            context.exports, context.accounts, context.clock, principal, record.id
+        )
         carried = _delivery_links(context, found) if live else {}
         links = [link_row(link, record, email, carried.get(link.id, "")) for link in live]
     new_link = link_flash.read(request, session, record.id)
@@ -274,7 +277,12 @@ def _detail(
         ],
         links=links,
         new_link=new_link,
-        link_expires=when(record.expires_at),
+        link_expires=when(
+            next(
+                (link.expires_at for link in live if new_link and link.id == new_link.link_id), None
+            )
+            or record.expires_at
+        ),
         deliveries=deliveries,
         deliveries_unsent=any(d.unsent for d in deliveries),
         notice=NOTICES.get(notice or ""),
@@ -402,6 +410,7 @@ def again(
             principal,
             export_id,
             max_unsettled=context.settings.max_unsettled_per_user,
+            policy=context.accounts.workspace_policy(principal.workspace_id),
         )
     except (*_REFUSALS, TooManyRequestsError) as exc:
         return _detail(request, context, session, principal, export_id, error=exc)
@@ -428,7 +437,7 @@ def create_public_link(
             base_url=context.settings.public_base_url,
             max_live=context.settings.max_links_per_export,
         )
-    except InvalidRequestError as exc:  # the export's live links are at their cap
+    except (InvalidRequestError, ForbiddenError) as exc:  # at the cap; links off by policy
         return _detail(request, context, session, principal, export_id, error=exc)
     # No #fragment: a page opened at one does not focus its autofocus field (the new URL).
     response = RedirectResponse(_path(created.link.export_id), status_code=303)

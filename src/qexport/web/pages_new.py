@@ -149,6 +149,7 @@ def _request(
             fmt=fmt,
             parameters=params,
             max_unsettled=context.settings.max_unsettled_per_user,
+            policy=context.accounts.workspace_policy(principal.workspace_id),
         )
     return request_export(
         context.exports,
@@ -160,4 +161,5 @@ def _request(
         parameters=params,
         match_name=False,
         max_unsettled=context.settings.max_unsettled_per_user,
+        policy=context.accounts.workspace_policy(principal.workspace_id),
     )

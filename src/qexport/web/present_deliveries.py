@@ -130,7 +130,7 @@ def link_row(
         id=link.id,
         created_by=email_of(link.created_by),
         created=when(link.created_at),
-        expires=when(record.expires_at),
+        expires=when(link.expires_at or record.expires_at),
         last_used=when(link.last_used_at) if link.last_used_at else "never",
         delivered_to=delivered_to,
     )

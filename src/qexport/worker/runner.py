@@ -23,6 +23,7 @@ from qexport.domain.failures import (
     QueryInvalidError,
 )
 from qexport.domain.lifecycle import Outcome, Release, give_up, settle_decision
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.ports import (
@@ -73,6 +74,7 @@ class Attempt:
         self.size = 0
         self.code: FailureCode | None = None
         self.staged = False  # this attempt's upload may have left something staged
+        self._policy: WorkspacePolicy | None = None
 
     def run(self) -> Outcome:
         outcome = self._run()
@@ -157,10 +159,34 @@ class Attempt:
         self._release(token, 0.0, FailureCode.ATTEMPTS_EXHAUSTED, "the worker shut down mid-export")
         return Outcome.HANDED_BACK
 
+    @property
+    def policy(self) -> WorkspacePolicy:
+        """The workspace's policy, read once an attempt (a change applies from the next)."""
+        if self._policy is None:
+            self._policy = self.deps.accounts.workspace_policy(self.record.workspace_id)
+        return self._policy
+
     def _produce(self, lease: Lease) -> StoredObject:
         deps, record = self.deps, self.record
+        # Requested before the policy changed, or by a schedule: the policy holds at run time.
+        refusal = self.policy.format_refusal(record.format)
+        if refusal is not None:
+            raise AccessLostError(refusal)
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
+        limit = self.policy.row_limit(deps.settings.max_rows)
+        try:
+            return self._produce_query(lease, limit)
+        except LimitExceededError as exc:
+            if limit < deps.settings.max_rows and f"more than {limit:,} rows" in str(exc):
+                raise LimitExceededError(
+                    f"the result has more than {limit:,} rows, the most the workspace's policy"
+                    " allows an export"
+                ) from exc
+            raise
+
+    def _produce_query(self, lease: Lease, max_rows: int) -> StoredObject:
+        deps, record = self.deps, self.record
         query = (
             self.subject if self.subject is not None else deps.catalog.get_query(record.subject_id)
         )
@@ -194,7 +220,7 @@ class Attempt:
                     neutralize_formulas=options.neutralize_formulas,
                     sink=sink,
                     timeout_seconds=timeout,
-                    max_rows=deps.settings.max_rows,
+                    max_rows=max_rows,
                     on_progress=progress,
                     on_interrupt=lease.on_stop,
                 )
@@ -209,7 +235,7 @@ class Attempt:
         )
 
         def encode(sink: PartSink) -> int:
-            batches = _counted(iter(stream), lease, deps.settings.max_rows)
+            batches = _counted(iter(stream), lease, max_rows)
             return writer.write(stream.schema, batches, sink, options)
 
         try:
@@ -275,7 +301,7 @@ class Attempt:
                 token,
                 now=now,
                 result=result,
-                expires_at=now + deps.settings.retention,
+                expires_at=now + self.policy.retention(deps.settings.retention),
                 quota_bytes=deps.settings.workspace_quota,
             )
         except LimitExceededError:

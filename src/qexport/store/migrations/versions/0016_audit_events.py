@@ -1,8 +1,8 @@
 """The audit trail: append-only events in one hash chain per workspace, the chains' anchors
 after pruning, and the flag through which only `qexport audit prune` may delete events.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-02
 """
 
@@ -17,8 +17,8 @@ from qexport.store.tables import (
     UTCDateTime,
 )
 
-revision = "0015"
-down_revision = "0014"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,256 @@
+"""What a workspace lets leave: its export policy, set by its admins.
+
+Every rule narrows what the installation allows, never widens it:
+
+- `formats`: the only formats an export (or a schedule) may be made in; None: every one.
+- `max_rows`: the most rows one export may hold, below QEXPORT_MAX_ROWS; a larger result
+  fails `limit_exceeded` when it runs.
+- `public_links`: whether members may create public links at all (existing ones stop
+  working when this is turned off), and `link_max_days`, how long a new link lives (never
+  past its file's expiry, which is the only bound without it).
+- `retention_days`: files expire this many days after they are made, sooner than
+  QEXPORT_RETENTION_DAYS.
+- `recipient_domains`: the only email domains deliveries may be addressed to (a
+  subdomain of one counts); None: any address.
+
+A policy is stored as JSON with only the rules that are set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from qexport.domain.failures import InvalidRequestError, Problems
+
+MAX_DOMAINS = 50
+MAX_DAYS = 36_500  # a hundred years: past that a limit is no limit
+_DOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"
+)
+RULES = (
+    "formats",
+    "max_rows",
+    "public_links",
+    "link_max_days",
+    "retention_days",
+    "recipient_domains",
+)
+
+
+@dataclass(frozen=True)
+class WorkspacePolicy:
+    formats: frozenset[str] | None = None
+    max_rows: int | None = None
+    public_links: bool = True
+    link_max_days: int | None = None
+    retention_days: int | None = None
+    recipient_domains: tuple[str, ...] | None = None
+
+    # ------------------------------------------------------------ what it allows
+
+    def format_refusal(self, fmt: str) -> str | None:
+        """Why `fmt` may not be exported here, or None."""
+        if self.formats is None or fmt in self.formats:
+            return None
+        allowed = ", ".join(sorted(self.formats))
+        return f"the workspace's policy does not allow {fmt} exports (allowed: {allowed})"
+
+    def row_limit(self, installation: int) -> int:
+        """The most rows an export may hold: the installation's limit or the policy's."""
+        return installation if self.max_rows is None else min(self.max_rows, installation)
+
+    def retention(self, installation: timedelta) -> timedelta:
+        """How long a file is kept: the installation's retention or the policy's."""
+        if self.retention_days is None:
+            return installation
+        return min(timedelta(days=self.retention_days), installation)
+
+    def link_expiry(self, now: datetime, file_expiry: datetime) -> datetime:
+        """When a link created `now` stops working: with its file, or sooner by policy."""
+        if self.link_max_days is None:
+            return file_expiry
+        return min(file_expiry, now + timedelta(days=self.link_max_days))
+
+    def allows_address(self, address: str) -> bool:
+        """Whether a delivery may be addressed to the email `address`."""
+        if self.recipient_domains is None:
+            return True
+        domain = address.rpartition("@")[2].lower().rstrip(".")
+        return any(domain == d or domain.endswith(f".{d}") for d in self.recipient_domains)
+
+    def address_refusal(self, address: str) -> str | None:
+        if self.allows_address(address):
+            return None
+        domains = ", ".join(self.recipient_domains or ())
+        given = address.rpartition("@")[2].lower()[:80]
+        return (
+            f"the workspace's policy only allows email recipients at {domains} ({given} is not one)"
+        )
+
+    # ------------------------------------------------------------ stored form
+
+    def to_json(self) -> dict[str, Any]:
+        """The rules that are set, for storage and for the API."""
+        stored: dict[str, Any] = {}
+        if self.formats is not None:
+            stored["formats"] = sorted(self.formats)
+        if self.max_rows is not None:
+            stored["max_rows"] = self.max_rows
+        if not self.public_links:
+            stored["public_links"] = False
+        if self.link_max_days is not None:
+            stored["link_max_days"] = self.link_max_days
+        if self.retention_days is not None:
+            stored["retention_days"] = self.retention_days
+        if self.recipient_domains is not None:
+            stored["recipient_domains"] = list(self.recipient_domains)
+        return stored
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any] | None) -> WorkspacePolicy:
+        """The policy stored by `to_json` (None: no rules)."""
+        if not stored:
+            return cls()
+        formats = stored.get("formats")
+        domains = stored.get("recipient_domains")
+        return cls(
+            formats=None if formats is None else frozenset(str(f) for f in formats),
+            max_rows=_int_or_none(stored.get("max_rows")),
+            public_links=bool(stored.get("public_links", True)),
+            link_max_days=_int_or_none(stored.get("link_max_days")),
+            retention_days=_int_or_none(stored.get("retention_days")),
+            recipient_domains=None if domains is None else tuple(str(d) for d in domains),
+        )
+
+    def describe(self) -> list[str]:
+        """One line per rule, as people read them."""
+        return [
+            "formats: " + ("any" if self.formats is None else ", ".join(sorted(self.formats))),
+            "max rows: "
+            + ("the installation's" if self.max_rows is None else f"{self.max_rows:,}"),
+            "public links: " + ("allowed" if self.public_links else "off"),
+            "link lifetime: "
+            + (
+                "the file's" if self.link_max_days is None else f"at most {self.link_max_days} days"
+            ),
+            "retention: "
+            + (
+                "the installation's"
+                if self.retention_days is None
+                else f"{self.retention_days} days"
+            ),
+            "email recipients: "
+            + (
+                "any domain"
+                if self.recipient_domains is None
+                else ", ".join(self.recipient_domains)
+            ),
+        ]
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class PolicyLimits:
+    """What the installation allows, which a policy may only narrow."""
+
+    formats: frozenset[str]
+    max_rows: int
+    retention_days: int
+
+
+def changed_policy(
+    current: WorkspacePolicy, changes: Mapping[str, Any], limits: PolicyLimits
+) -> WorkspacePolicy:
+    """`current` with `changes` applied (a rule given as None is lifted); every mistake
+    refused at once, each naming its rule (InvalidRequestError)."""
+    problems = Problems()
+    unknown = sorted(set(changes) - set(RULES))
+    for name in unknown:
+        problems.add(
+            InvalidRequestError(f"no policy rule {name!r} (rules: {', '.join(RULES)})", field=name)
+        )
+    updates: dict[str, Any] = {}
+    for name in RULES:
+        if name not in changes:
+            continue
+        with problems.check():
+            updates[name] = _checked(name, changes[name], limits)
+    problems.raise_any()
+    return replace(current, **updates)
+
+
+def _checked(name: str, value: Any, limits: PolicyLimits) -> Any:  # noqa: PLR0911 - per rule
+    if name == "public_links":
+        if value is None:
+            return True
+        if not isinstance(value, bool):
+            raise InvalidRequestError("public_links is true or false", field=name)
+        return value
+    if value is None:
+        return None
+    if name == "formats":
+        return _formats(value, limits.formats)
+    if name == "recipient_domains":
+        return _domains(value)
+    if name == "max_rows":
+        return _count(name, value, limits.max_rows, "the installation's row limit")
+    if name == "retention_days":
+        return _count(name, value, limits.retention_days, "the installation's retention")
+    return _count(name, value, MAX_DAYS, "a hundred years")
+
+
+def _count(name: str, value: Any, most: int, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequestError(f"{name} is a whole number of at least 1", field=name)
+    if value > most:
+        raise InvalidRequestError(
+            f"{name} may not exceed {what} ({most:,}): a policy only narrows it", field=name
+        )
+    return value
+
+
+def _formats(value: Any, known: frozenset[str]) -> frozenset[str]:
+    if not isinstance(value, list | tuple) or not value:
+        raise InvalidRequestError(
+            "formats is a non-empty list of format names (null allows every one)",
+            field="formats",
+        )
+    wrong = [str(v)[:40] for v in value if not isinstance(v, str) or v not in known]
+    if wrong:
+        raise InvalidRequestError(
+            f"unknown format {wrong[0]!r} (known: {', '.join(sorted(known))})", field="formats"
+        )
+    return frozenset(value)
+
+
+def _domains(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise InvalidRequestError(
+            "recipient_domains is a non-empty list of domains (null allows any)",
+            field="recipient_domains",
+        )
+    if len(value) > MAX_DOMAINS:
+        raise InvalidRequestError(
+            f"at most {MAX_DOMAINS} recipient domains", field="recipient_domains"
+        )
+    found: dict[str, None] = {}
+    for index, item in enumerate(value):
+        domain = item.strip().lower().rstrip(".").removeprefix("@") if isinstance(item, str) else ""
+        if not _DOMAIN.match(domain):
+            raise InvalidRequestError(
+                f"{str(item)[:80]!r} is not an email domain (e.g. example.com)",
+                field=f"recipient_domains[{index}]",
+            )
+        found[domain] = None
+    return tuple(found)
+
+
+def every_format(*groups: Iterable[str]) -> frozenset[str]:
+    return frozenset(f for group in groups for f in group)

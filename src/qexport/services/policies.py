@@ -1,0 +1,42 @@
+"""A workspace's export policy: read by its members, changed by its admins (and the
+operator's CLI). The rules themselves are in domain/policies.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from qexport.config import Settings
+from qexport.domain.accounts import Role
+from qexport.domain.failures import ForbiddenError
+from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
+from qexport.domain.reports import REPORT_FORMATS
+from qexport.ports import AccountStore
+from qexport.writers.registry import FORMATS
+
+
+def policy_limits(settings: Settings) -> PolicyLimits:
+    """What the installation allows, which a workspace's policy may only narrow."""
+    return PolicyLimits(
+        formats=every_format(FORMATS, REPORT_FORMATS),
+        max_rows=settings.max_rows,
+        retention_days=settings.retention.days,
+    )
+
+
+def change_policy(
+    accounts: AccountStore,
+    settings: Settings,
+    role: Role,
+    workspace_id: str,
+    changes: Mapping[str, Any],
+) -> WorkspacePolicy:
+    """Apply `changes` (a rule given as None is lifted) to the workspace's policy; workspace
+    admins only. Every mistake at once, each naming its rule."""
+    if role is not Role.ADMIN:
+        raise ForbiddenError("only workspace admins may change the workspace's policy")
+    policy = changed_policy(
+        accounts.workspace_policy(workspace_id), changes, policy_limits(settings)
+    )
+    accounts.set_workspace_policy(workspace_id, policy)
+    return policy

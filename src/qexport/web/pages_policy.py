@@ -1,0 +1,146 @@
+"""The workspace's policy page (/workspace/policy): every member reads what may leave the
+workspace; its admins change it with the form (services/policies.py checks it as the API
+does, every mistake on its field)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request, Response
+from fastapi.responses import RedirectResponse
+
+from qexport.domain.accounts import Role
+from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
+from qexport.domain.policies import RULES, WorkspacePolicy
+from qexport.services.policies import change_policy, policy_limits
+from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
+from qexport.web.errors import PageRoute
+from qexport.web.forms import form_errors
+from qexport.web.render import page
+from qexport.web.session import Session
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+Text = Annotated[str, Form()]
+PATH = "/workspace/policy"
+
+
+@dataclass(frozen=True)
+class PolicyForm:
+    """The form's fields as typed (a number's field stays as typed when it is refused)."""
+
+    limit_formats: bool = False
+    formats: tuple[str, ...] = ()
+    max_rows: str = ""
+    public_links: bool = True
+    link_max_days: str = ""
+    retention_days: str = ""
+    recipient_domains: str = ""
+
+    @classmethod
+    def of(cls, policy: WorkspacePolicy) -> PolicyForm:
+        def number(value: int | None) -> str:
+            return "" if value is None else str(value)
+
+        return cls(
+            limit_formats=policy.formats is not None,
+            formats=tuple(sorted(policy.formats or ())),
+            max_rows=number(policy.max_rows),
+            public_links=policy.public_links,
+            link_max_days=number(policy.link_max_days),
+            retention_days=number(policy.retention_days),
+            recipient_domains="\n".join(policy.recipient_domains or ()),
+        )
+
+    def changes(self) -> dict[str, Any]:
+        """Every rule as the form sets it: an empty field lifts its rule."""
+        problems = Problems()
+        changes: dict[str, Any] = {
+            "formats": list(self.formats) if self.limit_formats else None,
+            "public_links": self.public_links,
+            "recipient_domains": self.recipient_domains.split() or None,
+        }
+        for name in ("max_rows", "link_max_days", "retention_days"):
+            typed = getattr(self, name).strip().replace(",", "").replace("_", "")
+            if not typed:
+                changes[name] = None
+            elif typed.isdigit():
+                changes[name] = int(typed)
+            else:
+                problems.add(
+                    InvalidRequestError("a whole number, or empty for no limit", field=name)
+                )
+        problems.raise_any()
+        return changes
+
+
+def _render(
+    request: Request,
+    context: Any,
+    session: Session,
+    principal: Any,
+    form: PolicyForm,
+    *,
+    errors: dict[str, str] | None = None,
+    notice: str | None = None,
+    status: int = 200,
+) -> Response:
+    policy = context.accounts.workspace_policy(principal.workspace_id)
+    limits = policy_limits(context.settings)
+    return page(
+        request,
+        "policy.html",
+        status=status,
+        session=session,
+        rules=policy.describe(),
+        form=form,
+        known_formats=sorted(limits.formats),
+        limits=limits,
+        editable=principal.role is Role.ADMIN,
+        errors=errors or {},
+        notice=notice,
+    )
+
+
+@router.get(PATH)
+def policy_page(
+    request: Request,
+    context: Context,
+    session: SignedIn,
+    principal: WebPrincipal,
+    notice: str | None = None,
+) -> Response:
+    policy = context.accounts.workspace_policy(principal.workspace_id)
+    said = "The policy was saved." if notice == "saved" else None
+    return _render(request, context, session, principal, PolicyForm.of(policy), notice=said)
+
+
+@router.post(PATH)
+async def save_policy(
+    request: Request, context: Context, session: CheckedForm, principal: WebPrincipal
+) -> Response:
+    if principal.role is not Role.ADMIN:
+        raise ForbiddenError("only workspace admins may change the workspace's policy")
+    data = await request.form()
+    form = PolicyForm(
+        limit_formats=data.get("limit_formats") == "on",
+        formats=tuple(str(f) for f in data.getlist("formats")),
+        max_rows=str(data.get("max_rows", "")),
+        public_links=data.get("public_links") == "on",
+        link_max_days=str(data.get("link_max_days", "")),
+        retention_days=str(data.get("retention_days", "")),
+        recipient_domains=str(data.get("recipient_domains", "")),
+    )
+    try:
+        change_policy(
+            context.accounts,
+            context.settings,
+            principal.role,
+            principal.workspace_id,
+            form.changes(),
+        )
+    except InvalidRequestError as exc:
+        errors = form_errors(exc, RULES)
+        return _render(request, context, session, principal, form, errors=errors, status=400)
+    return RedirectResponse(f"{PATH}?notice=saved", status_code=303)
