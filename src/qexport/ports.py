@@ -382,7 +382,9 @@ class AccountStore(Protocol):
         """The rules its admins set on what may leave (no rules when none are set)."""
         ...
 
-    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+    def set_workspace_policy(
+        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+    ) -> bool:
         """Store the workspace's policy; False when there is no such workspace."""
         ...
 

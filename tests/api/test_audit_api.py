@@ -230,3 +230,19 @@ def test_no_event_holds_a_token_a_link_token_a_password_or_row_data(api: Api) ->
     for row in rows:
         for secret in secrets:
             assert secret not in row, (secret, row)
+
+
+def test_a_policy_change_is_one_event_with_the_rules_before_and_after(api: Api) -> None:
+    """PATCH /workspaces/{id}/policy leaves one policy.changed event of the admin's; a
+    refused change (a non-admin's) leaves none."""
+    _team(api)
+    url = "/api/v1/workspaces/acme/policy"
+    refused = api.client.patch(url, headers=api.headers(EDITOR), json={"max_rows": 10})
+    assert refused.status_code == 403
+    done = api.client.patch(url, headers=api.headers(ADMIN), json={"max_rows": 1000})
+    assert done.status_code == 200, done.text
+    changed = _only(api, "policy.changed")
+    assert changed["actor"] == {"kind": "token", "id": api.user_id(ADMIN)}
+    assert changed["target"] == {"kind": "workspace", "id": "acme"}
+    assert changed["details"]["before"] == {}
+    assert changed["details"]["after"]["max_rows"] == 1000

@@ -98,12 +98,15 @@ class InMemoryAccountStore:
         with self._lock:
             return self._policies.get(workspace_id, WorkspacePolicy())
 
-    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+    def set_workspace_policy(
+        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+    ) -> bool:
         with self._lock:
             if workspace_id not in self._workspaces:
                 return False
             self._policies[workspace_id] = policy
-            return True
+        self.audit_log.append(audit)
+        return True
 
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None

@@ -132,7 +132,9 @@ class SqlAccountStore:
             stored = conn.execute(stmt).scalar_one_or_none()
         return WorkspacePolicy.from_json(stored)
 
-    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+    def set_workspace_policy(
+        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+    ) -> bool:
         stored = policy.to_json()
         with self._tx() as conn:
             result = conn.execute(
@@ -140,7 +142,10 @@ class SqlAccountStore:
                 .where(workspaces.c.id == workspace_id)
                 .values(policy=stored or sa.null())
             )
-            return result.rowcount == 1
+            if result.rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
