@@ -12,6 +12,7 @@ from qexport.container import Container
 from qexport.domain.stats import ExportStats
 from qexport.ports import (
     AccountStore,
+    AuditLog,
     Clock,
     DeliveryStore,
     ObjectStore,
@@ -20,11 +21,13 @@ from qexport.ports import (
     SourceCatalog,
 )
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.audit import SqlAuditLog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.stats import read_stats
 from tests.fakes import (
     InMemoryAccountStore,
+    InMemoryAuditLog,
     InMemoryDeliveryStore,
     InMemoryMetadataStore,
     InMemoryScheduleStore,
@@ -46,7 +49,9 @@ def container_of(
     """A container whose export queue and catalog are `store`: the other SQL stores over its
     engine when it has one, the in-memory fakes beside it otherwise (unless given)."""
     engine: sa.Engine | None = getattr(store, "engine", None)
+    audit: AuditLog
     if engine is not None:
+        audit = SqlAuditLog(engine)
         accounts = accounts or SqlAccountStore(engine)
         schedules = schedules or SqlScheduleStore(engine, notify=settings.pg_notify)
         deliveries = deliveries or SqlDeliveryStore(engine)
@@ -55,6 +60,9 @@ def container_of(
         accounts = accounts or InMemoryAccountStore()
         schedules = schedules or InMemoryScheduleStore(store)
         deliveries = deliveries or InMemoryDeliveryStore(store)
+        audit = InMemoryAuditLog()
+        for fake in (store, accounts, schedules, deliveries):  # their `audit=` events go here
+            fake.audit_log = audit
 
     def stats(now: datetime) -> ExportStats:
         assert engine is not None, "metrics are read from the SQL metadata database"
@@ -69,6 +77,7 @@ def container_of(
         accounts=accounts,
         schedules=schedules,
         deliveries=deliveries,
+        audit=audit,
         objects=objects,
         sources=sources,
         clock=clock,

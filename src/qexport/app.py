@@ -9,6 +9,7 @@ from qexport.api.app import install as install_api
 from qexport.container import Container
 from qexport.http import errors
 from qexport.http.limits import BodySizeLimit
+from qexport.http.origin import RequestOrigin
 from qexport.web.app import install as install_web
 
 
@@ -21,6 +22,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.context = container
     errors.install(app)
     app.add_middleware(BodySizeLimit)
+    app.add_middleware(RequestOrigin)
     install_api(app)
     install_web(app, container)
     return app

@@ -13,15 +13,17 @@ from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.failures import MetadataUnavailableError, StorageUnavailableError
-from qexport.domain.sources import RegisteredSource
-from qexport.ports import Clock, ExportQueue, ObjectStore, RetentionRules, Source
+from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource
+from qexport.ports import AuditLog, Clock, ExportQueue, ObjectStore, RetentionRules, Source
 from qexport.sources import schemes
+from qexport.sources.audit import AuditSource
 from qexport.sources.credentials import unseal
 from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.registry import AUDIT_SOURCE, SourceRegistry, configured_grants
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
-from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.audit import SqlAuditLog
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine, current_revision, migrate
@@ -98,11 +100,22 @@ def registered_source(source: RegisteredSource, settings: Settings) -> Source:
     )
 
 
-def source_registry(settings: Settings, accounts: SqlAccountStore) -> SourceRegistry:
-    """The configured sources, then those registered in the database (looked up on a miss)."""
+def source_registry(
+    settings: Settings, accounts: SqlAccountStore, audit: AuditLog | None = None
+) -> SourceRegistry:
+    """The configured sources (and the built-in `audit`, open to every workspace's admins),
+    then those registered in the database (looked up on a miss)."""
+    configured, grants = sources(settings), configured_grants(settings)
+    if audit is not None:
+        configured[AUDIT_SOURCE] = AuditSource(
+            audit,
+            accounts,
+            memory_limit=settings.duckdb_memory_limit,
+        )
+        grants[AUDIT_SOURCE] = frozenset({EVERY_WORKSPACE})
     return SourceRegistry(
-        sources(settings),
-        configured_grants(settings),
+        configured,
+        grants,
         accounts.registered_sources,
         lambda source: registered_source(source, settings),
     )
@@ -148,6 +161,7 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
         migrate(engine)
     exports = SqlExportQueue(engine, notify=settings.pg_notify)
     accounts = SqlAccountStore(engine)
+    audit = SqlAuditLog(engine)
     objects = object_store(settings)
     return Container(
         exports=exports,
@@ -155,8 +169,9 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
         accounts=accounts,
         schedules=SqlScheduleStore(engine, notify=settings.pg_notify),
         deliveries=SqlDeliveryStore(engine),
+        audit=audit,
         objects=objects,
-        sources=source_registry(settings, accounts),
+        sources=source_registry(settings, accounts, audit),
         clock=clock or SystemClock(),
         settings=settings,
         check_database=lambda: _check_database(settings, exports),

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
+from qexport.cli_audit import audit_app
 from qexport.cli_common import State, fail, fail_input, local_deps, out, state
 from qexport.cli_deliveries import exports_deliveries
 from qexport.cli_exports import exports_app
@@ -28,6 +29,7 @@ from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
 from qexport.config import Setting, Settings, declared
 from qexport.container import Container
+from qexport.domain.audit import OPERATOR, Action
 from qexport.domain.exports import Requester
 from qexport.domain.failures import (
     InvalidRequestError,
@@ -45,7 +47,7 @@ from qexport.domain.queries import (
 )
 from qexport.logs import configure_logging
 from qexport.services.describe import describe_statement, describe_timeout
-from qexport.services.queries import check_sql
+from qexport.services.queries import check_sql, query_event
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Turn saved SQL queries into files."
@@ -65,6 +67,7 @@ app.add_typer(reports_app, name="reports")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(workspaces_app, name="workspaces")
 app.add_typer(members_app, name="members")
+app.add_typer(audit_app, name="audit")
 
 DEMO_HOST = "127.0.0.1"
 
@@ -408,7 +411,7 @@ def queries_add(
         columns=columns,
         filename_template=template,
     )
-    deps.catalog.add_query(query)
+    deps.catalog.add_query(query, audit=query_event(OPERATOR, Action.QUERY_CREATED, query))
     out.print(f"saved query {name!r} ({query.id})")
     _print_columns(columns)
 
@@ -465,7 +468,8 @@ def queries_update(
         columns=columns,
         filename_template=template,
     )
-    if not deps.catalog.update_query(updated):
+    changed = query_event(OPERATOR, Action.QUERY_CHANGED, updated, before=current)
+    if not deps.catalog.update_query(updated, audit=changed):
         fail(f"no query named {name!r}")
     out.print(f"updated query {name!r} ({current.id})")
     _print_columns(columns)
@@ -537,7 +541,9 @@ def queries_delete(ctx: typer.Context, name: str) -> None:
     """Delete a query; its unsettled exports then fail with access_lost."""
     st, deps = local_deps(ctx)
     query = deps.catalog.find_query(st.requester.workspace_id, name)
-    if query is None or not deps.catalog.delete_query(query.id):
+    if query is None or not deps.catalog.delete_query(
+        query.id, audit=query_event(OPERATOR, Action.QUERY_DELETED, query)
+    ):
         fail(f"no query named {name!r}")
     out.print(f"deleted query {name!r}")
 

@@ -156,6 +156,10 @@ class Settings:
     retention: timedelta = setting(
         timedelta(days=7), "How long files stay downloadable (e.g. 7d, 12h).", flag=True
     )
+    # Whole days, not a duration: a bare number read as seconds would prune nearly all.
+    audit_retention: int = setting(
+        400, "Days `qexport audit prune` keeps audit events.", bound=Bound.AT_LEAST_1
+    )
     lease_seconds: float = setting(
         30.0, "A worker's lease on an export, in seconds.", flag=True, bound=Bound.POSITIVE
     )

@@ -14,6 +14,7 @@ from qexport.config import Settings
 from qexport.domain.stats import ExportStats
 from qexport.ports import (
     AccountStore,
+    AuditLog,
     Catalog,
     Clock,
     DeliveryStore,
@@ -33,6 +34,7 @@ class Container:
     accounts: AccountStore
     schedules: ScheduleStore
     deliveries: DeliveryStore
+    audit: AuditLog
     objects: ObjectStore
     sources: SourceCatalog
     clock: Clock

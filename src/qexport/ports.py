@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from qexport.domain.accounts import ApiToken, Link, Membership, Role, Standing, User
+    from qexport.domain.audit import AuditEvent, AuditFilter, RecordedEvent
     from qexport.domain.exports import (
         ExportEvent,
         ExportFilter,
@@ -90,8 +91,10 @@ class ExportQueue(Protocol):
         deliveries: Sequence[NewDelivery] = (),
         *,
         max_unsettled: int | None = None,
+        audit: AuditEvent | None = None,
     ) -> ExportRecord:
-        """Record and queue the export, with its deliveries, in one transaction.
+        """Record and queue the export, with its deliveries (and its `audit` event), in one
+        transaction.
 
         With `max_unsettled`, a requester who already has that many exports queued or
         running is refused (TooManyRequestsError) in the same transaction: concurrent
@@ -182,26 +185,26 @@ class ExportQueue(Protocol):
     def fail(
         self, export_id: str, token: str, *, now: datetime, code: FailureCode, detail: str
     ) -> bool: ...
-    def cancel(self, export_id: str, *, now: datetime) -> bool: ...
+    def cancel(self, export_id: str, *, now: datetime, audit: AuditEvent | None = None) -> bool: ...
 
 
 class Catalog(Protocol):
     """Saved queries and reports of every workspace."""
 
     # saved queries
-    def add_query(self, query: Query) -> Query: ...
+    def add_query(self, query: Query, *, audit: AuditEvent | None = None) -> Query: ...
     def get_query(self, query_id: str) -> Query | None: ...
     def find_query(self, workspace_id: str, name: str) -> Query | None: ...
     def list_queries(self, workspace_id: str) -> list[Query]: ...
-    def update_query(self, query: Query) -> bool: ...
-    def delete_query(self, query_id: str) -> bool: ...
+    def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool: ...
+    def delete_query(self, query_id: str, *, audit: AuditEvent | None = None) -> bool: ...
 
     # reports (a name is not unique; a deleted report stays readable by id, marked deleted)
-    def add_report(self, report: Report) -> Report: ...
+    def add_report(self, report: Report, *, audit: AuditEvent | None = None) -> Report: ...
     def get_report(self, report_id: str) -> Report | None: ...
     def list_reports(self, workspace_id: str) -> list[Report]: ...
-    def update_report(self, report: Report) -> bool: ...
-    def delete_report(self, report_id: str) -> bool: ...
+    def update_report(self, report: Report, *, audit: AuditEvent | None = None) -> bool: ...
+    def delete_report(self, report_id: str, *, audit: AuditEvent | None = None) -> bool: ...
 
 
 class AttemptLease(Protocol):
@@ -224,18 +227,26 @@ class AttemptLease(Protocol):
 class ScheduleStore(Protocol):
     """Schedules, and the one transaction that fires a due time."""
 
-    def add_schedule(self, schedule: Schedule, *, max_per_workspace: int | None = None) -> Schedule:
+    def add_schedule(
+        self,
+        schedule: Schedule,
+        *,
+        max_per_workspace: int | None = None,
+        audit: AuditEvent | None = None,
+    ) -> Schedule:
         """Save a new schedule; InvalidRequestError, with nothing written, when its workspace
         already has `max_per_workspace` live schedules (counted in the inserting transaction)."""
         ...
 
     def get_schedule(self, schedule_id: str) -> Schedule | None: ...
     def list_schedules(self, workspace_id: str) -> list[Schedule]: ...
-    def update_schedule(self, schedule: Schedule) -> bool:
+    def update_schedule(self, schedule: Schedule, *, audit: AuditEvent | None = None) -> bool:
         """Replace a live schedule's settings (and its next due time)."""
         ...
 
-    def delete_schedule(self, schedule_id: str, *, now: datetime) -> bool: ...
+    def delete_schedule(
+        self, schedule_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool: ...
     def pause_owned(self, workspace_id: str, owner: str) -> int:
         """Pause the enabled live schedules `owner` owns in the workspace; how many."""
         ...
@@ -258,6 +269,7 @@ class ScheduleStore(Protocol):
         expected: datetime | None = None,
         next_due_at: datetime | None = None,
         max_unsettled: int | None = None,
+        audit: AuditEvent | None = None,
     ) -> ExportRecord | None:
         """In ONE transaction: move the next due time from `expected` to `next_due_at` (when
         given), record the run (schedule, due_at), the export and its deliveries. None, with
@@ -311,7 +323,13 @@ class DeliveryStore(Protocol):
 
     def claim_delivery(self, *, now: datetime, lease_seconds: float) -> ClaimedDelivery | None: ...
     def mark_sent(
-        self, delivery_id: str, token: str, *, now: datetime, outcome: Outcome
+        self,
+        delivery_id: str,
+        token: str,
+        *,
+        now: datetime,
+        outcome: Outcome,
+        audit: AuditEvent | None = None,
     ) -> bool: ...
     def release_delivery(
         self, delivery_id: str, token: str, *, retry_at: datetime, error: str
@@ -364,7 +382,9 @@ class AccountStore(Protocol):
         """The rules its admins set on what may leave (no rules when none are set)."""
         ...
 
-    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+    def set_workspace_policy(
+        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+    ) -> bool:
         """Store the workspace's policy; False when there is no such workspace."""
         ...
 
@@ -387,9 +407,16 @@ class AccountStore(Protocol):
         there is no such user or it already was."""
         ...
 
-    def set_role(self, workspace_id: str, user_id: str, role: Role) -> None: ...
+    def set_role(
+        self, workspace_id: str, user_id: str, role: Role, *, audit: AuditEvent | None = None
+    ) -> None: ...
     def remove_member(
-        self, workspace_id: str, user_id: str, *, keep_an_admin: bool = False
+        self,
+        workspace_id: str,
+        user_id: str,
+        *,
+        keep_an_admin: bool = False,
+        audit: AuditEvent | None = None,
     ) -> bool:
         """End the membership and the user's sessions; False if there was none. With
         `keep_an_admin`, ConflictError rather than remove the workspace's last admin."""
@@ -400,12 +427,21 @@ class AccountStore(Protocol):
     def members(self, workspace_id: str) -> list[Membership]: ...
 
     def add_token(
-        self, *, token_id: str, user_id: str, workspace_id: str, secret_hash: str, now: datetime
+        self,
+        *,
+        token_id: str,
+        user_id: str,
+        workspace_id: str,
+        secret_hash: str,
+        now: datetime,
+        audit: AuditEvent | None = None,
     ) -> ApiToken: ...
     def get_token(self, token_id: str) -> ApiToken | None: ...
     def list_tokens(self, user_id: str) -> list[ApiToken]: ...
     def touch_token(self, token_id: str, *, now: datetime) -> None: ...
-    def revoke_token(self, token_id: str, *, now: datetime) -> bool: ...
+    def revoke_token(
+        self, token_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool: ...
     def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int: ...
 
     def sign_in_failures(
@@ -430,15 +466,19 @@ class AccountStore(Protocol):
         now: datetime,
         max_live: int | None = None,
         expires_at: datetime | None = None,
+        audit: AuditEvent | None = None,
     ) -> Link:
         """Save a link (working until `expires_at`, or None: while its file does);
         InvalidRequestError, with nothing written, when the export already has `max_live`
-        unrevoked links (counted in the inserting transaction)."""
+        unrevoked links (counted in the inserting transaction). An `audit` event without a
+        target id is given the new link's."""
         ...
 
     def get_link(self, link_id: str) -> Link | None: ...
     def find_link(self, token_hash: str) -> Link | None: ...
-    def revoke_link(self, link_id: str, *, now: datetime) -> bool: ...
+    def revoke_link(
+        self, link_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool: ...
     def list_links(self, export_id: str) -> list[Link]:
         """The export's unrevoked links, oldest first."""
         ...
@@ -448,14 +488,61 @@ class AccountStore(Protocol):
         `unless_since` (one guarded write); whether it was written."""
         ...
 
-    def add_source(self, source: RegisteredSource) -> None:
+    def add_source(self, source: RegisteredSource, *, audit: AuditEvent | None = None) -> None:
         """Register a source (its URL as it is to be stored); a taken name is refused."""
         ...
 
     def registered_sources(self) -> dict[str, RegisteredSource]: ...
-    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+    def share_source(
+        self, name: str, workspace_id: str, *, shared: bool, audit: AuditEvent | None = None
+    ) -> bool:
         """Let a workspace use a registered source, or stop it; False when nothing changed.
         NotFoundError for an unknown source."""
+        ...
+
+
+# ---------------------------------------------------------------- the audit trail
+
+
+class AuditLog(Protocol):
+    """The audit trail (domain/audit.py): a hash chain of events per workspace.
+
+    A store method that changes something takes `audit=`: the event it appends in its own
+    transaction when the change is made (none when its guard matched nothing), so that
+    neither is kept without the other. `record` is for the rest (downloads, sign-ins).
+    """
+
+    def record(self, event: AuditEvent) -> bool:
+        """Append `event` in a short transaction of its own; never raises (False, logged and
+        counted, when it could not be recorded)."""
+        ...
+
+    def list_events(
+        self,
+        *,
+        workspace_id: str | None,
+        narrow: AuditFilter,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[RecordedEvent]:
+        """Newest first; `before_id` continues after that event; None: every workspace."""
+        ...
+
+    def chains(self) -> list[str]:
+        """The workspaces that have a chain (events, or an anchor left by pruning)."""
+        ...
+
+    def anchor(self, workspace_id: str) -> str:
+        """The hash the workspace's chain starts from (64 zeros until it is pruned)."""
+        ...
+
+    def chain(self, workspace_id: str) -> Iterator[RecordedEvent]:
+        """The workspace's events, oldest first."""
+        ...
+
+    def prune(self, *, before: datetime, event: AuditEvent) -> dict[str, int]:
+        """Delete the events written before `before`, keeping each chain verifiable from its
+        first kept event, and record `event` in the same transaction; how many, per chain."""
         ...
 
 

@@ -6,6 +6,7 @@ They are test code: nothing in `src/` imports them.
 """
 
 from tests.fakes.accounts import InMemoryAccountStore
+from tests.fakes.audit import InMemoryAuditLog
 from tests.fakes.catalog import InMemoryCatalog
 from tests.fakes.clock import FrozenClock
 from tests.fakes.deliveries import InMemoryDeliveryStore
@@ -18,6 +19,7 @@ __all__ = [
     "FixedSources",
     "FrozenClock",
     "InMemoryAccountStore",
+    "InMemoryAuditLog",
     "InMemoryCatalog",
     "InMemoryDeliveryStore",
     "InMemoryExportQueue",

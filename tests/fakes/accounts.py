@@ -17,6 +17,7 @@ from qexport.domain.accounts import (
     User,
     link_cap_reached,
 )
+from qexport.domain.audit import AuditEvent, naming
 from qexport.domain.failures import (
     ConflictError,
     InvalidRequestError,
@@ -25,6 +26,7 @@ from qexport.domain.failures import (
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
+from tests.fakes.audit import InMemoryAuditLog
 
 
 class InMemoryAccountStore:
@@ -36,6 +38,7 @@ class InMemoryAccountStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.audit_log = InMemoryAuditLog()  # the container's, when it builds one
         self._workspaces: dict[str, datetime] = {}
         self._timezones: dict[str, str] = {}  # set ones only; the rest are UTC
         self._webhook_hosts: dict[str, tuple[str, ...]] = {}  # restricted workspaces only
@@ -95,12 +98,15 @@ class InMemoryAccountStore:
         with self._lock:
             return self._policies.get(workspace_id, WorkspacePolicy())
 
-    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+    def set_workspace_policy(
+        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+    ) -> bool:
         with self._lock:
             if workspace_id not in self._workspaces:
                 return False
             self._policies[workspace_id] = policy
-            return True
+        self.audit_log.append(audit)
+        return True
 
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
@@ -150,11 +156,11 @@ class InMemoryAccountStore:
                 self._next_epoch(user_id)
             return True
 
-    def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
+    def _set_role_unaudited(self, workspace_id: str, user_id: str, role: Role) -> None:
         with self._lock:
             self._roles[workspace_id, user_id] = role
 
-    def remove_member(
+    def _remove_member_unaudited(
         self, workspace_id: str, user_id: str, *, keep_an_admin: bool = False
     ) -> bool:
         with self._lock:
@@ -183,7 +189,7 @@ class InMemoryAccountStore:
         return sorted(found, key=lambda m: m.user_id)
 
     # API tokens
-    def add_token(
+    def _add_token_unaudited(
         self, *, token_id: str, user_id: str, workspace_id: str, secret_hash: str, now: datetime
     ) -> ApiToken:
         token = ApiToken(token_id, user_id, workspace_id, now, secret_hash=secret_hash)
@@ -210,7 +216,7 @@ class InMemoryAccountStore:
             if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
                 self._tokens[token_id] = replace(token, last_used_at=now)
 
-    def revoke_token(self, token_id: str, *, now: datetime) -> bool:
+    def _revoke_token_unaudited(self, token_id: str, *, now: datetime) -> bool:
         with self._lock:
             token = self._tokens.get(token_id)
             if token is None or token.revoked_at is not None:
@@ -254,7 +260,7 @@ class InMemoryAccountStore:
             self._failures = [(None if e == email else e, a, at) for e, a, at in self._failures]
 
     # public links
-    def add_link(
+    def _add_link_unaudited(
         self,
         *,
         export_id: str,
@@ -287,7 +293,7 @@ class InMemoryAccountStore:
         with self._lock:
             return next((link for link, h in self._links.values() if h == token_hash), None)
 
-    def revoke_link(self, link_id: str, *, now: datetime) -> bool:
+    def _revoke_link_unaudited(self, link_id: str, *, now: datetime) -> bool:
         with self._lock:
             entry = self._links.get(link_id)
             if entry is None or entry[0].revoked_at is not None:
@@ -316,7 +322,7 @@ class InMemoryAccountStore:
             return True
 
     # registered sources
-    def add_source(self, source: RegisteredSource) -> None:
+    def _add_source_unaudited(self, source: RegisteredSource) -> None:
         with self._lock:
             if source.name in self._sources:
                 raise InvalidRequestError(
@@ -328,7 +334,7 @@ class InMemoryAccountStore:
         with self._lock:
             return dict(sorted(self._sources.items()))
 
-    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+    def _share_source_unaudited(self, name: str, workspace_id: str, *, shared: bool) -> bool:
         with self._lock:
             source = self._sources.get(name)
             if source is None:
@@ -342,3 +348,92 @@ class InMemoryAccountStore:
             )
             self._sources[name] = replace(source, shared_with=frozenset(listed))
             return True
+
+    # the audited writes: each appends its `audit` event when the change is made
+    def set_role(
+        self, workspace_id: str, user_id: str, role: Role, *, audit: AuditEvent | None = None
+    ) -> None:
+        self._set_role_unaudited(workspace_id, user_id, role)
+        self.audit_log.append(audit)
+
+    def remove_member(
+        self,
+        workspace_id: str,
+        user_id: str,
+        *,
+        keep_an_admin: bool = False,
+        audit: AuditEvent | None = None,
+    ) -> bool:
+        done = self._remove_member_unaudited(workspace_id, user_id, keep_an_admin=keep_an_admin)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def add_token(
+        self,
+        *,
+        token_id: str,
+        user_id: str,
+        workspace_id: str,
+        secret_hash: str,
+        now: datetime,
+        audit: AuditEvent | None = None,
+    ) -> ApiToken:
+        done = self._add_token_unaudited(
+            token_id=token_id,
+            user_id=user_id,
+            workspace_id=workspace_id,
+            secret_hash=secret_hash,
+            now=now,
+        )
+        self.audit_log.append(audit)
+        return done
+
+    def revoke_token(
+        self, token_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool:
+        done = self._revoke_token_unaudited(token_id, now=now)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def add_link(
+        self,
+        *,
+        export_id: str,
+        created_by: str,
+        token_hash: str,
+        now: datetime,
+        max_live: int | None = None,
+        expires_at: datetime | None = None,
+        audit: AuditEvent | None = None,
+    ) -> Link:
+        done = self._add_link_unaudited(
+            export_id=export_id,
+            created_by=created_by,
+            token_hash=token_hash,
+            now=now,
+            max_live=max_live,
+            expires_at=expires_at,
+        )
+        if audit is not None:
+            self.audit_log.append(naming(audit, done.id))
+        return done
+
+    def revoke_link(self, link_id: str, *, now: datetime, audit: AuditEvent | None = None) -> bool:
+        done = self._revoke_link_unaudited(link_id, now=now)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def add_source(self, source: RegisteredSource, *, audit: AuditEvent | None = None) -> None:
+        self._add_source_unaudited(source)
+        self.audit_log.append(audit)
+
+    def share_source(
+        self, name: str, workspace_id: str, *, shared: bool, audit: AuditEvent | None = None
+    ) -> bool:
+        done = self._share_source_unaudited(name, workspace_id, shared=shared)
+        if done:
+            self.audit_log.append(audit)
+        return done

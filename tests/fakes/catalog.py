@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from qexport.domain.audit import AuditEvent
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Query
 from qexport.domain.reports import Report
+from tests.fakes.audit import InMemoryAuditLog
 
 
 class InMemoryCatalog:
@@ -17,9 +19,10 @@ class InMemoryCatalog:
         self._queries: dict[str, Query] = {}
         self._reports: dict[str, Report] = {}
         self._catalog_lock = threading.Lock()
+        self.audit_log = InMemoryAuditLog()  # the container's, when it builds one
 
     # saved queries
-    def add_query(self, query: Query) -> Query:
+    def _add_query_unaudited(self, query: Query) -> Query:
         with self._catalog_lock:
             if self._live_query(query.workspace_id, query.name) is not None:
                 raise InvalidRequestError(
@@ -51,7 +54,7 @@ class InMemoryCatalog:
             ]
         return sorted(live, key=lambda q: q.name)
 
-    def update_query(self, query: Query) -> bool:
+    def _update_query_unaudited(self, query: Query) -> bool:
         with self._catalog_lock:
             current = self._queries.get(query.id)
             if current is None or current.deleted:
@@ -59,7 +62,7 @@ class InMemoryCatalog:
             self._queries[query.id] = replace(query, workspace_id=current.workspace_id)
             return True
 
-    def delete_query(self, query_id: str) -> bool:
+    def _delete_query_unaudited(self, query_id: str) -> bool:
         with self._catalog_lock:
             current = self._queries.get(query_id)
             if current is None or current.deleted:
@@ -68,7 +71,7 @@ class InMemoryCatalog:
             return True
 
     # reports
-    def add_report(self, report: Report) -> Report:
+    def _add_report_unaudited(self, report: Report) -> Report:
         with self._catalog_lock:
             if report.id in self._reports:
                 raise ValueError("duplicate report id")
@@ -88,7 +91,7 @@ class InMemoryCatalog:
             ]
         return sorted(live, key=lambda r: (r.title, r.id))
 
-    def update_report(self, report: Report) -> bool:
+    def _update_report_unaudited(self, report: Report) -> bool:
         with self._catalog_lock:
             current = self._reports.get(report.id)
             if current is None or current.deleted:
@@ -96,10 +99,45 @@ class InMemoryCatalog:
             self._reports[report.id] = replace(report, workspace_id=current.workspace_id)
             return True
 
-    def delete_report(self, report_id: str) -> bool:
+    def _delete_report_unaudited(self, report_id: str) -> bool:
         with self._catalog_lock:
             current = self._reports.get(report_id)
             if current is None or current.deleted:
                 return False
             self._reports[report_id] = replace(current, deleted=True)
             return True
+
+    # the audited writes: each appends its `audit` event when the change is made
+    def add_query(self, query: Query, *, audit: AuditEvent | None = None) -> Query:
+        done = self._add_query_unaudited(query)
+        self.audit_log.append(audit)
+        return done
+
+    def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool:
+        done = self._update_query_unaudited(query)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def delete_query(self, query_id: str, *, audit: AuditEvent | None = None) -> bool:
+        done = self._delete_query_unaudited(query_id)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def add_report(self, report: Report, *, audit: AuditEvent | None = None) -> Report:
+        done = self._add_report_unaudited(report)
+        self.audit_log.append(audit)
+        return done
+
+    def update_report(self, report: Report, *, audit: AuditEvent | None = None) -> bool:
+        done = self._update_report_unaudited(report)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def delete_report(self, report_id: str, *, audit: AuditEvent | None = None) -> bool:
+        done = self._delete_report_unaudited(report_id)
+        if done:
+            self.audit_log.append(audit)
+        return done

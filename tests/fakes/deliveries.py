@@ -14,10 +14,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from qexport.domain.audit import AuditEvent
 from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode, bounded_detail
 from qexport.domain.schedules import Delivery, DeliveryStatus, Outcome
 from qexport.ports import ClaimedDelivery
+from tests.fakes.audit import InMemoryAuditLog
 from tests.fakes.exports import InMemoryMetadataStore
 
 _SETTLED = (Status.SUCCEEDED, Status.FAILED)
@@ -43,6 +45,7 @@ class InMemoryDeliveryStore:
         self._deliveries: dict[str, Delivery] = {}
         self._seen = 0  # how many of `exports.deliveries` are in `_deliveries`
         self._lock = threading.RLock()
+        self.audit_log = InMemoryAuditLog()  # the container's, when it builds one
 
     def _sync(self) -> None:
         """Take in the deliveries recorded since the last call, waiting, dated like their
@@ -99,7 +102,9 @@ class InMemoryDeliveryStore:
             self._deliveries[delivery_id] = replace(current, **changes)
             return True
 
-    def mark_sent(self, delivery_id: str, token: str, *, now: datetime, outcome: Outcome) -> bool:
+    def _mark_sent_unaudited(
+        self, delivery_id: str, token: str, *, now: datetime, outcome: Outcome
+    ) -> bool:
         return self._fenced(
             delivery_id,
             token,
@@ -174,3 +179,18 @@ class InMemoryDeliveryStore:
         with self._lock:
             self._sync()
             return any(d.status in _UNSENT for d in self._deliveries.values())
+
+    # the audited writes: each appends its `audit` event when the change is made
+    def mark_sent(
+        self,
+        delivery_id: str,
+        token: str,
+        *,
+        now: datetime,
+        outcome: Outcome,
+        audit: AuditEvent | None = None,
+    ) -> bool:
+        done = self._mark_sent_unaudited(delivery_id, token, now=now, outcome=outcome)
+        if done:
+            self.audit_log.append(audit)
+        return done

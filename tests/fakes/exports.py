@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from qexport.domain.accounts import Standing
+from qexport.domain.audit import AuditEvent
 from qexport.domain.exports import (
     UNSETTLED,
     EventKind,
@@ -32,6 +33,7 @@ from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import NewDelivery
 from qexport.ports import Admission, Catalog, ClaimResult, NewExport
+from tests.fakes.audit import InMemoryAuditLog
 from tests.fakes.catalog import InMemoryCatalog
 
 
@@ -58,6 +60,7 @@ class InMemoryExportQueue:
     ) -> None:
         self._exports: dict[str, ExportRecord] = {}
         self._events: list[ExportEvent] = []
+        self.audit_log = InMemoryAuditLog()  # the container's, when it builds one
         # (export id, delivery) as recorded with each export
         self.deliveries: list[tuple[str, NewDelivery]] = []
         # (workspace id, user id) -> the requester's standing; default: no accounts.
@@ -108,7 +111,7 @@ class InMemoryExportQueue:
         with self._lock:
             return [e for e in self._events if e.export_id == export_id]
 
-    def insert_export(
+    def _insert_export_unaudited(
         self,
         new: NewExport,
         deliveries: Sequence[NewDelivery] = (),
@@ -352,9 +355,28 @@ class InMemoryExportQueue:
         failed = failed_changes(now, code, detail)
         return self.apply(Step.FAIL, export_id, now=now, token=token, **failed) is not None
 
-    def cancel(self, export_id: str, *, now: datetime) -> bool:
+    def _cancel_unaudited(self, export_id: str, *, now: datetime) -> bool:
         failed = failed_changes(now, FailureCode.CANCELLED, "cancelled by the requester")
         return self.apply(Step.CANCEL, export_id, now=now, **failed) is not None
+
+    # the audited writes: each appends its `audit` event when the change is made
+    def insert_export(
+        self,
+        new: NewExport,
+        deliveries: Sequence[NewDelivery] = (),
+        *,
+        max_unsettled: int | None = None,
+        audit: AuditEvent | None = None,
+    ) -> ExportRecord:
+        done = self._insert_export_unaudited(new, deliveries, max_unsettled=max_unsettled)
+        self.audit_log.append(audit)
+        return done
+
+    def cancel(self, export_id: str, *, now: datetime, audit: AuditEvent | None = None) -> bool:
+        done = self._cancel_unaudited(export_id, now=now)
+        if done:
+            self.audit_log.append(audit)
+        return done
 
 
 class InMemoryMetadataStore(InMemoryExportQueue, InMemoryCatalog):

@@ -8,9 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from qexport.domain.audit import AuditEvent
 from qexport.domain.exports import ExportRecord
 from qexport.domain.schedules import NewDelivery, Schedule, schedule_cap_reached
 from qexport.ports import NewExport, ScheduleRun
+from tests.fakes.audit import InMemoryAuditLog
 from tests.fakes.exports import InMemoryMetadataStore
 
 
@@ -31,8 +33,11 @@ class InMemoryScheduleStore:
         # (schedule, user) -> when they subscribed; a dict keeps the order of subscribing.
         self._subscribers: dict[tuple[str, str], datetime] = {}
         self._lock = threading.RLock()
+        self.audit_log = InMemoryAuditLog()  # the container's, when it builds one
 
-    def add_schedule(self, schedule: Schedule, *, max_per_workspace: int | None = None) -> Schedule:
+    def _add_schedule_unaudited(
+        self, schedule: Schedule, *, max_per_workspace: int | None = None
+    ) -> Schedule:
         stored = replace(_checked(schedule), deleted=False)
         with self._lock:
             if schedule.id in self._schedules:
@@ -58,7 +63,7 @@ class InMemoryScheduleStore:
             live = self._live(workspace_id)
         return sorted(live, key=lambda s: (s.created_at, s.id))
 
-    def update_schedule(self, schedule: Schedule) -> bool:
+    def _update_schedule_unaudited(self, schedule: Schedule) -> bool:
         new = _checked(schedule)
         with self._lock:
             current = self._schedules.get(schedule.id)
@@ -73,7 +78,7 @@ class InMemoryScheduleStore:
             )
             return True
 
-    def delete_schedule(self, schedule_id: str, *, now: datetime) -> bool:
+    def _delete_schedule_unaudited(self, schedule_id: str, *, now: datetime) -> bool:
         with self._lock:
             current = self._schedules.get(schedule_id)
             if current is None or current.deleted:
@@ -118,7 +123,7 @@ class InMemoryScheduleStore:
             self._schedules[schedule_id] = replace(current, next_due_at=next_due_at)
             return True
 
-    def fire(
+    def _fire_unaudited(
         self,
         schedule_id: str,
         *,
@@ -194,3 +199,54 @@ class InMemoryScheduleStore:
             return frozenset(
                 sid for sid, user in self._subscribers if user == user_id and sid in live
             )
+
+    # the audited writes: each appends its `audit` event when the change is made
+    def add_schedule(
+        self,
+        schedule: Schedule,
+        *,
+        max_per_workspace: int | None = None,
+        audit: AuditEvent | None = None,
+    ) -> Schedule:
+        done = self._add_schedule_unaudited(schedule, max_per_workspace=max_per_workspace)
+        self.audit_log.append(audit)
+        return done
+
+    def update_schedule(self, schedule: Schedule, *, audit: AuditEvent | None = None) -> bool:
+        done = self._update_schedule_unaudited(schedule)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def delete_schedule(
+        self, schedule_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool:
+        done = self._delete_schedule_unaudited(schedule_id, now=now)
+        if done:
+            self.audit_log.append(audit)
+        return done
+
+    def fire(
+        self,
+        schedule_id: str,
+        *,
+        due_at: datetime,
+        new: NewExport,
+        deliveries: Sequence[NewDelivery],
+        expected: datetime | None = None,
+        next_due_at: datetime | None = None,
+        max_unsettled: int | None = None,
+        audit: AuditEvent | None = None,
+    ) -> ExportRecord | None:
+        done = self._fire_unaudited(
+            schedule_id,
+            due_at=due_at,
+            new=new,
+            deliveries=deliveries,
+            expected=expected,
+            next_due_at=next_due_at,
+            max_unsettled=max_unsettled,
+        )
+        if done is not None:
+            self.audit_log.append(audit)
+        return done

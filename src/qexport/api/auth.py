@@ -11,6 +11,7 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import UnauthorizedError
 from qexport.http.context import get_context
+from qexport.services.audit import note_principal
 from qexport.services.auth import authenticate
 
 _bearer = HTTPBearer(auto_error=False, description="An API token: `qexport tokens create EMAIL`")
@@ -25,6 +26,7 @@ def current_principal(
         raise UnauthorizedError("invalid token")  # the same answer for every refusal
     principal = authenticate(context.accounts, context.clock, credentials.credentials)
     request.state.principal = principal
+    note_principal(principal)
     return principal
 
 

@@ -26,10 +26,12 @@ from qexport.domain.schedules import Recipient
 from qexport.http.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
 from qexport.http.download import (
     DownloadConditions,
+    audited,
     file_response,
     file_responses,
     presigned_redirect,
 )
+from qexport.services.audit import actor_of
 from qexport.services.exports import (
     FORMAT_CHOICES,
     MAX_EXPORT_ID_CHARS,
@@ -293,7 +295,8 @@ def get_export_file(
         whole_workspace=principal.sees_workspace,
     )
     redirect = presigned_redirect(context.objects, record, context.clock.now())
-    return redirect or file_response(context.objects, record, conditions)
+    response = redirect or file_response(context.objects, record, conditions)
+    return audited(context.audit, context.clock, actor_of(principal), record, conditions, response)
 
 
 @router.post(

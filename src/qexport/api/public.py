@@ -12,8 +12,10 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from qexport.api.auth import Context
 from qexport.api.schemas import problem_responses
+from qexport.domain.audit import Actor, ActorKind
 from qexport.http.download import (
     DownloadConditions,
+    audited,
     file_response,
     file_responses,
     presigned_redirect,
@@ -80,13 +82,17 @@ def download_public(
         )
     except LinkUnknownError:
         return invalid_link(404)
-    except LinkGoneError:
-        return invalid_link(410)
+    except LinkGoneError as gone:
+        refused = invalid_link(410)
+        holder = Actor(ActorKind.PUBLIC_LINK, gone.link.id)
+        return audited(context.audit, context.clock, holder, gone.record, conditions, refused)
     response = presigned_redirect(context.objects, record, context.clock.now())
     if response is not None:
         response.headers.update(_PUBLIC_HEADERS)
     else:
         response = file_response(context.objects, record, conditions, extra_headers=_PUBLIC_HEADERS)
+    holder = Actor(ActorKind.PUBLIC_LINK, link.id)
+    audited(context.audit, context.clock, holder, record, conditions, response)
     # After the response is sent: recording the use never delays the file.
     response.background = BackgroundTask(note_link_used, context.accounts, context.clock, link)
     return response

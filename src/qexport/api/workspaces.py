@@ -19,6 +19,7 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import NotFoundError
 from qexport.domain.policies import WorkspacePolicy
+from qexport.services.audit import actor_of
 from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
 
@@ -114,6 +115,11 @@ def change_workspace_policy(
     _own(principal, workspace_id)
     changes = {name: getattr(body, name) for name in body.model_fields_set}
     policy = change_policy(
-        context.accounts, context.settings, principal.role, workspace_id, changes
+        context.accounts,
+        context.settings,
+        principal.role,
+        workspace_id,
+        changes,
+        actor=actor_of(principal),
     )
     return _policy_view(policy)

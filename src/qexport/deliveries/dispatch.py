@@ -25,6 +25,7 @@ from qexport.deliveries.errors import DeliveryError
 from qexport.deliveries.signing import link_token, master_secret, signature_header, workspace_key
 from qexport.deliveries.webhook import WebhookSender
 from qexport.domain.accounts import hash_secret
+from qexport.domain.audit import SCHEDULER, Action
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import FailureCode
 from qexport.domain.lifecycle import backoff
@@ -39,6 +40,7 @@ from qexport.ports import (
     ObjectStore,
     ScheduleStore,
 )
+from qexport.services.audit import event, recipient_on_record
 from qexport.services.links import public_url
 from qexport.services.subscribers import subscriber_refusal
 
@@ -127,8 +129,21 @@ class DeliveryDispatcher:
             log.exception("delivery_crashed", **_fields(delivery), error=type(exc).__name__)
             self._failed_attempt(delivery, "internal error", permanent=False)
         else:
+            sent = event(
+                self._clock,
+                SCHEDULER,
+                Action.DELIVERY_SENT,
+                workspace_id=export.workspace_id,
+                target=("delivery", delivery.id),
+                details={
+                    "export_id": export.id,
+                    "channel": delivery.recipient.channel.value,
+                    "recipient": recipient_on_record(delivery.recipient),
+                    "outcome": outcome.value,
+                },
+            )
             if self._deliveries.mark_sent(
-                delivery.id, _token(delivery), now=self._clock.now(), outcome=outcome
+                delivery.id, _token(delivery), now=self._clock.now(), outcome=outcome, audit=sent
             ):
                 log.info("delivery_sent", **_fields(delivery), outcome=outcome.value)
             else:  # the lease expired meanwhile and another sender took it over
@@ -209,12 +224,21 @@ class DeliveryDispatcher:
         if link is None:
             now = self._clock.now()
             expires_at = policy.link_expiry(now, export.expires_at)
+            created = event(
+                self._clock,
+                SCHEDULER,
+                Action.LINK_CREATED,
+                workspace_id=export.workspace_id,
+                target=("link", None),  # the store names the new link
+                details={"export_id": export.id, "delivery_id": delivery.id},
+            )
             link = self._accounts.add_link(
                 export_id=export.id,
                 created_by=export.requested_by,
                 token_hash=token_hash,
                 now=now,
                 expires_at=None if expires_at == export.expires_at else expires_at,
+                audit=created,
             )
         url = public_url(self._settings.public_base_url, token)
         return url, link.expires_at or export.expires_at

@@ -72,6 +72,10 @@ class Standing:
         return not self.registered or self.role is not None
 
 
+# The `token_id` of a Principal from a signed-in session rather than an API token.
+SESSION_TOKEN_ID = "session"  # noqa: S105 - a marker, not a secret
+
+
 @dataclass(frozen=True)
 class Principal:
     """The authenticated caller of the HTTP API: a user acting in one workspace."""

@@ -4,18 +4,21 @@ redirect to a short-lived presigned URL when the object store can sign one (S3).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, BinaryIO
 from urllib.parse import quote
 
+import anyio
 from fastapi import Depends, Header
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
+from qexport.domain.audit import Action, Actor, AuditEvent, Outcome
 from qexport.domain.exports import ExportRecord
 from qexport.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, problem
-from qexport.ports import ObjectStore, Presigner
+from qexport.ports import AuditLog, Clock, ObjectStore, Presigner
+from qexport.services.audit import event
 from qexport.writers.registry import FORMATS, get_writer
 
 CHUNK_BYTES = 256 * 1024
@@ -98,6 +101,62 @@ def presigned_redirect(
     valid = max(1, min(objects.presign_seconds, int(left)))
     url = objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
     return RedirectResponse(url, status_code=307, headers={"Cache-Control": "no-store"})
+
+
+def audited(
+    audit: AuditLog,
+    clock: Clock,
+    actor: Actor,
+    record: ExportRecord,
+    conditions: Conditions,
+    response: Response,
+) -> Response:
+    """Record the download `response` makes (or the presigned URL it hands out); never
+    fails it. A file's event is written once its first chunk has gone out, or when the
+    transfer ends (cut short, or empty), whichever comes first: written before the first
+    byte it cost that byte 2.0 ms at p50 on PostgreSQL (a commit's round trips and WAL
+    flush; bench/download_ttfb.py), against a budget of 1 ms. Any other response (a
+    redirect, 304, 416) is recorded before it is sent."""
+    status = response.status_code
+    details: dict[str, object] = {"status": status, "filename": record.filename}
+    if status == 307:
+        action = Action.FILE_PRESIGNED
+    else:
+        action = Action.FILE_DOWNLOADED
+        details["bytes"] = int(response.headers.get("Content-Length", 0)) if status < 300 else 0
+        if conditions.range is not None:
+            details["range"] = conditions.range[:100]
+    happened = event(
+        clock,
+        actor,
+        action,
+        workspace_id=record.workspace_id,
+        target=("export", record.id),
+        outcome=Outcome.OK if status < 400 else Outcome.REFUSED,
+        details=details,
+    )
+    if isinstance(response, StreamingResponse):
+        response.body_iterator = _recorded(response.body_iterator, audit, happened)
+    else:
+        audit.record(happened)
+    return response
+
+
+async def _recorded(
+    body: AsyncIterable[str | bytes | memoryview[int]], audit: AuditLog, happened: AuditEvent
+) -> AsyncIterator[str | bytes | memoryview[int]]:
+    """The body as it was, `happened` recorded after its first chunk (off the event loop),
+    or at the end when that did not come (an empty file, a transfer cut short)."""
+    recorded = False
+    try:
+        async for chunk in body:
+            yield chunk
+            if not recorded:
+                recorded = True
+                await anyio.to_thread.run_sync(audit.record, happened)
+    finally:
+        if not recorded:  # may be cancelled: no awaiting here
+            audit.record(happened)
 
 
 def _chunks(stream: BinaryIO, start: int, length: int) -> Iterator[bytes]:

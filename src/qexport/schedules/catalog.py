@@ -8,6 +8,8 @@ not manage is ForbiddenError.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,6 +18,9 @@ from typing import Any
 
 from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role, at_least
+from qexport.domain.audit import Action as AuditAction
+from qexport.domain.audit import AuditEvent
+from qexport.domain.audit import changes as audit_changes
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
     ConflictError,
@@ -41,6 +46,7 @@ from qexport.domain.schedules import (
 from qexport.egress import EgressPolicy
 from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQueue, ScheduleStore
 from qexport.schedules.tick import run_now
+from qexport.services.audit import actor_for, event, recipient_on_record
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
 from qexport.services.reports import find_readable_report
@@ -418,7 +424,11 @@ def create_schedule(
         limits=limits,
         found=found,
     )
-    return schedules.add_schedule(schedule, max_per_workspace=limits.max_per_workspace)
+    return schedules.add_schedule(
+        schedule,
+        max_per_workspace=limits.max_per_workspace,
+        audit=schedule_event(clock, actor, AuditAction.SCHEDULE_CREATED, schedule),
+    )
 
 
 def get_visible_schedule(
@@ -588,7 +598,9 @@ def update_schedule(
         limits=limits,
         found=found,
     )
-    if not schedules.update_schedule(updated):  # deleted in the meantime
+    current = schedules.get_schedule(schedule_id)
+    changed = schedule_event(clock, actor, AuditAction.SCHEDULE_CHANGED, updated, before=current)
+    if not schedules.update_schedule(updated, audit=changed):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_SCHEDULE)
     return updated
 
@@ -615,7 +627,8 @@ def delete_schedule(
     """Delete a schedule the caller owns or administers; exports it made stay as they are."""
     schedule = get_visible_schedule(store, schedules, actor, schedule_id)
     _manager(actor, schedule)
-    if not schedules.delete_schedule(schedule.id, now=clock.now()):
+    deleted = schedule_event(clock, actor, AuditAction.SCHEDULE_DELETED, schedule)
+    if not schedules.delete_schedule(schedule.id, now=clock.now(), audit=deleted):
         raise NotFoundError(NO_SUCH_SCHEDULE)
 
 
@@ -636,7 +649,13 @@ def run_schedule(
     _manager(actor, schedule)
     try:
         return run_now(
-            store, schedules, clock, schedule, max_unsettled=max_unsettled, accounts=accounts
+            store,
+            schedules,
+            clock,
+            schedule,
+            max_unsettled=max_unsettled,
+            accounts=accounts,
+            actor=actor_for(actor.requester.user_id),
         )
     except RuntimeError as exc:
         raise ConflictError(str(exc)) from None
@@ -731,3 +750,50 @@ def unsubscribe(
 def subscribed_ids(schedules: ScheduleStore, actor: Actor) -> frozenset[str]:
     """The ids of the workspace's schedules the caller is subscribed to."""
     return schedules.subscriptions(actor.requester.workspace_id, actor.requester.user_id)
+
+
+def _audited_fields(schedule: Schedule) -> dict[str, Any]:
+    """What the trail keeps of a schedule: a webhook's host, never its URL (which may be its
+    secret), and its parameters' names and a digest of their values, never the values."""
+    return {
+        "subject": [schedule.subject_type, schedule.subject_id],
+        "format": schedule.format,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "owner": schedule.owner,
+        "enabled": schedule.enabled,
+        "parameters": {
+            "names": sorted(schedule.parameters),
+            "sha256": hashlib.sha256(
+                json.dumps(schedule.parameters, sort_keys=True, default=str).encode()
+            ).hexdigest(),
+        },
+        "recipients": [recipient_on_record(r) for r in schedule.recipients],
+        "filename_template": schedule.filename_template,
+    }
+
+
+def schedule_event(
+    clock: Clock,
+    actor: Actor,
+    action: AuditAction,
+    schedule: Schedule,
+    *,
+    before: Schedule | None = None,
+) -> AuditEvent:
+    """A schedule created, changed (`before` it was) or deleted, by `actor`."""
+    fields = _audited_fields(schedule)
+    details = fields if before is None else audit_changes(_audited_fields(before), fields)
+    if before is not None:
+        details = {
+            **details,
+            **{k: fields[k] for k in details["changed"] if k not in ("parameters",)},
+        }
+    return event(
+        clock,
+        actor_for(actor.requester.user_id),
+        action,
+        workspace_id=schedule.workspace_id,
+        target=("schedule", schedule.id),
+        details=details,
+    )

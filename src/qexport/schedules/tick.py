@@ -8,17 +8,20 @@ may no longer read the subject, so the recipients hear about it instead of nothi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import structlog
 
+from qexport.domain.audit import SCHEDULER, AuditEvent
+from qexport.domain.audit import Actor as AuditActor
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import TooManyRequestsError
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report
 from qexport.domain.schedules import NewDelivery, Schedule, plan_tick
 from qexport.ports import AccountStore, Catalog, Clock, NewExport, ScheduleStore
+from qexport.services.audit import export_requested
 from qexport.services.requests import new_deliveries, query_export, report_export
 from qexport.services.subscribers import subscriber_deliveries
 
@@ -80,17 +83,21 @@ def run_now(
     *,
     max_unsettled: int | None = None,
     accounts: AccountStore | None = None,
+    actor: AuditActor | None = None,
 ) -> ExportRecord:
     """Fire a schedule at once, outside its timetable (which is left as it is); counted
     toward the owner's unsettled cap like any request (TooManyRequestsError). Subscribers
     hear about it too when `accounts` is given."""
     now = clock.now()
+    new = schedule_export(store, schedule, now)
+    deliveries = schedule_deliveries(store, schedules, schedule, accounts)
     record = schedules.fire(
         schedule.id,
         due_at=now,
-        new=schedule_export(store, schedule, now),
-        deliveries=schedule_deliveries(store, schedules, schedule, accounts),
+        new=new,
+        deliveries=deliveries,
         max_unsettled=max_unsettled,
+        audit=fired_event(clock, new, schedule, len(deliveries), actor=actor),
     )
     if record is None:  # only if the very same instant was fired already
         raise RuntimeError("the schedule was fired at this instant already; try again")
@@ -156,15 +163,17 @@ def tick(
                 )
             continue
         deliveries = schedule_deliveries(store, schedules, schedule, accounts)
+        new = schedule_export(store, schedule, now)
         try:
             record = schedules.fire(
                 schedule.id,
                 due_at=plan.due_at,
-                new=schedule_export(store, schedule, now),
+                new=new,
                 deliveries=deliveries,
                 expected=schedule.next_due_at,
                 next_due_at=plan.next_due_at,
                 max_unsettled=max_unsettled,
+                audit=fired_event(clock, new, schedule, len(deliveries)),
             )
         except TooManyRequestsError:
             log.info("schedule_deferred", schedule_id=schedule.id, reason="unsettled_cap")
@@ -179,3 +188,16 @@ def tick(
                 deliveries=len(deliveries),
             )
     return TickResult(runs, skipped)
+
+
+def fired_event(
+    clock: Clock,
+    new: NewExport,
+    schedule: Schedule,
+    recipients: int,
+    *,
+    actor: AuditActor | None = None,
+) -> AuditEvent:
+    """A schedule's export requested: by the scheduler, or by whoever said "run now"."""
+    requested = export_requested(clock, new, recipients, actor=actor or SCHEDULER)
+    return replace(requested, details={**requested.details, "schedule_id": schedule.id})

@@ -18,8 +18,10 @@ from qexport.domain.accounts import (
     normalize_email,
     parse_api_token,
 )
+from qexport.domain.audit import OPERATOR, Action
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
 from qexport.ports import AccountStore, Clock, ScheduleStore
+from qexport.services.audit import event
 
 MAX_PASSWORD_CHARS = 1024  # argon2 takes any length; a bound keeps hashing cheap to refuse
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -112,7 +114,20 @@ def add_user(
     now = clock.now()
     new_workspace = accounts.ensure_workspace(workspace, now=now)
     user = existing or accounts.create_user(email, password_hash=password_hash, now=now)
-    accounts.set_role(workspace, user.id, member_role)
+    before = accounts.role_of(workspace, user.id)
+    role_set = event(
+        clock,
+        OPERATOR,
+        Action.MEMBER_ROLE_SET,
+        workspace_id=workspace,
+        target=("user", user.id),
+        details={
+            "email": user.email,
+            "role": member_role.value,
+            "previous_role": before.value if before else None,
+        },
+    )
+    accounts.set_role(workspace, user.id, member_role, audit=role_set)
     return UserAdded(user, existing is None, new_workspace)
 
 
@@ -186,8 +201,16 @@ def remove_member(
     user, workspace = find_user(accounts, email), _workspace(workspace)
     if not accounts.workspace_exists(workspace):
         raise NotFoundError(f"no workspace {workspace!r}")
+    removed = event(
+        clock,
+        OPERATOR,
+        Action.MEMBER_REMOVED,
+        workspace_id=workspace,
+        target=("user", user.id),
+        details={"email": user.email},
+    )
     try:
-        was_member = accounts.remove_member(workspace, user.id, keep_an_admin=True)
+        was_member = accounts.remove_member(workspace, user.id, keep_an_admin=True, audit=removed)
     except ConflictError as exc:
         raise InvalidRequestError(
             f"{user.email} is the only admin of workspace {workspace!r}: removing them {exc};"
@@ -237,12 +260,21 @@ def issue_token(
             f"{user.email} is not a member of workspace {workspace!r}", field="workspace"
         )
     token_id, token, secret_hash = new_api_token()
+    created = event(
+        clock,
+        OPERATOR,
+        Action.TOKEN_CREATED,
+        workspace_id=workspace,
+        target=("token", token_id),  # the token's public id, never its secret
+        details={"user_id": user.id, "email": user.email},
+    )
     record = accounts.add_token(
         token_id=token_id,
         user_id=user.id,
         workspace_id=workspace,
         secret_hash=secret_hash,
         now=clock.now(),
+        audit=created,
     )
     return TokenIssued(record, token)
 
@@ -258,9 +290,18 @@ def revoke_token(accounts: AccountStore, clock: Clock, token_ref: str) -> bool:
     token_id = token_id_of(token_ref)
     # An id is 16 hex digits; anything else cannot name a token (and is not echoed whole,
     # in case it is a mistyped secret).
-    if not _TOKEN_ID.fullmatch(token_id) or accounts.get_token(token_id) is None:
+    stored = accounts.get_token(token_id) if _TOKEN_ID.fullmatch(token_id) else None
+    if stored is None:
         raise NotFoundError(f"no token {token_id[:16]!r}")
-    return accounts.revoke_token(token_id, now=clock.now())
+    revoked = event(
+        clock,
+        OPERATOR,
+        Action.TOKEN_REVOKED,
+        workspace_id=stored.workspace_id,
+        target=("token", stored.id),
+        details={"user_id": stored.user_id},
+    )
+    return accounts.revoke_token(token_id, now=clock.now(), audit=revoked)
 
 
 def list_tokens(accounts: AccountStore, email: str) -> list[ApiToken]:

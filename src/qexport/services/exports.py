@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import BinaryIO
 
+from qexport.domain.audit import Action
 from qexport.domain.exports import (
     EXPIRED,
     ExportEvent,
@@ -31,6 +32,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.reports import REPORT_FORMATS
 from qexport.ports import Catalog, Clock, ExportQueue, ObjectStore
+from qexport.services.audit import actor_for, event
 from qexport.services.reports import may_read_subject
 from qexport.writers.registry import FORMATS
 
@@ -168,9 +170,9 @@ def parse_listing(
             raise InvalidRequestError("requested_by must be a user id", field="requested_by")
     start = end = None
     with problems.check():
-        start = _instant(since, "since", end_of_day=False)
+        start = parse_instant(since, "since", end_of_day=False)
     with problems.check():
-        end = _instant(until, "until", end_of_day=True)
+        end = parse_instant(until, "until", end_of_day=True)
         if start is not None and end is not None and end <= start:
             raise InvalidRequestError("until must come after since", field="until")
     with problems.check():
@@ -204,7 +206,7 @@ def _one_of(value: str | None, choices: tuple[str, ...], field: str) -> None:
         )
 
 
-def _instant(text: str | None, field: str, *, end_of_day: bool) -> datetime | None:
+def parse_instant(text: str | None, field: str, *, end_of_day: bool) -> datetime | None:
     """A date (the whole day, UTC) or an ISO 8601 instant (UTC unless it says otherwise)."""
     if text is None:
         return None
@@ -361,7 +363,14 @@ def cancel_export(
 ) -> ExportRecord:
     """Settle an unsettled export as failed/cancelled; a settled one is a conflict."""
     record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
-    if not store.cancel(record.id, now=clock.now()):
+    cancelled_event = event(
+        clock,
+        actor_for(requester.user_id),
+        Action.EXPORT_CANCELLED,
+        workspace_id=record.workspace_id,
+        target=("export", record.id),
+    )
+    if not store.cancel(record.id, now=clock.now(), audit=cancelled_event):
         current = store.get_export(record.id)
         status = effective_status(current, clock.now()) if current else "missing"
         raise ConflictError(

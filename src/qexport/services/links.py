@@ -24,6 +24,7 @@ from qexport.domain.accounts import (
     new_secret,
     valid_link_token,
 )
+from qexport.domain.audit import Action
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import (
     ForbiddenError,
@@ -33,6 +34,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.policies import MAX_DAYS
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
+from qexport.services.audit import event
 from qexport.services.exports import downloadable, get_visible_export
 from qexport.services.reports import may_read_subject
 
@@ -46,6 +48,11 @@ LAST_USED_PRECISION = timedelta(minutes=1)
 
 class LinkGoneError(QExportError):
     """The link existed but no longer works: revoked, expired, or its creator lost access."""
+
+    def __init__(self, message: str, *, link: Link, record: ExportRecord) -> None:
+        super().__init__(message)
+        self.link = link
+        self.record = record
 
 
 class LinkUnknownError(NotFoundError):
@@ -108,6 +115,13 @@ def create_link(
     if days is not None:
         expires_at = min(expires_at, now + timedelta(days=days))
     token = new_secret()
+    created = event(
+        clock,
+        principal,
+        Action.LINK_CREATED,
+        target=("link", None),  # the store names the new link
+        details={"export_id": record.id, "expires_at": expires_at.isoformat()},
+    )
     link = accounts.add_link(
         export_id=record.id,
         created_by=principal.user_id,
@@ -115,6 +129,7 @@ def create_link(
         now=now,
         max_live=max_live,
         expires_at=None if expires_at == record.expires_at else expires_at,
+        audit=created,
     )
     return CreatedLink(link, public_url(base_url, token), expires_at)
 
@@ -179,7 +194,14 @@ def revoke_link(
     link, record = manageable_link(store, accounts, principal, link_id)
     if export_id is not None and record.id != export_id:
         raise NotFoundError(f"no link {link_id!r}")
-    accounts.revoke_link(link.id, now=clock.now())
+    revoked = event(
+        clock,
+        principal,
+        Action.LINK_REVOKED,
+        target=("link", link.id),
+        details={"export_id": record.id},
+    )
+    accounts.revoke_link(link.id, now=clock.now(), audit=revoked)
     return link
 
 
@@ -201,17 +223,25 @@ def resolve_link(
         raise LinkUnknownError("unknown link")
     now = clock.now()
     if link.revoked_at is not None or not is_downloadable(record, now):
-        raise LinkGoneError("the link was revoked or its file expired")
+        raise LinkGoneError("the link was revoked or its file expired", link=link, record=record)
     if link.expired(now):
-        raise LinkGoneError("the link expired")
+        raise LinkGoneError("the link expired", link=link, record=record)
     if not accounts.workspace_policy(record.workspace_id).public_links:
-        raise LinkGoneError("the workspace's policy no longer allows public links")
+        raise LinkGoneError(
+            "the workspace's policy no longer allows public links", link=link, record=record
+        )
     creator = Requester(link.created_by, record.workspace_id)
     role = accounts.role_of(record.workspace_id, link.created_by)
     if not may_share(role, link.created_by, record.requested_by):
-        raise LinkGoneError("the link's creator may no longer share this export")
+        raise LinkGoneError(
+            "the link's creator may no longer share this export", link=link, record=record
+        )
     if not may_read_subject(catalog, creator, record):
-        raise LinkGoneError("the link's creator may no longer read what the export was made from")
+        raise LinkGoneError(
+            "the link's creator may no longer read what the export was made from",
+            link=link,
+            record=record,
+        )
     return link, record
 
 

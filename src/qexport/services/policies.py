@@ -8,10 +8,12 @@ from typing import Any
 
 from qexport.config import Settings
 from qexport.domain.accounts import Role
+from qexport.domain.audit import OPERATOR, Action, Actor
 from qexport.domain.failures import ForbiddenError
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
 from qexport.domain.reports import REPORT_FORMATS
 from qexport.ports import AccountStore
+from qexport.services.audit import event
 from qexport.writers.registry import FORMATS
 
 
@@ -30,13 +32,23 @@ def change_policy(
     role: Role,
     workspace_id: str,
     changes: Mapping[str, Any],
+    *,
+    actor: Actor = OPERATOR,
 ) -> WorkspacePolicy:
     """Apply `changes` (a rule given as None is lifted) to the workspace's policy; workspace
-    admins only. Every mistake at once, each naming its rule."""
+    admins only. Every mistake at once, each naming its rule. The change is an audit event
+    of `actor`'s, in the same transaction (the rules before and after)."""
     if role is not Role.ADMIN:
         raise ForbiddenError("only workspace admins may change the workspace's policy")
-    policy = changed_policy(
-        accounts.workspace_policy(workspace_id), changes, policy_limits(settings)
+    before = accounts.workspace_policy(workspace_id)
+    policy = changed_policy(before, changes, policy_limits(settings))
+    changed = event(
+        None,
+        actor,
+        Action.POLICY_CHANGED,
+        workspace_id=workspace_id,
+        target=("workspace", workspace_id),
+        details={"before": before.to_json(), "after": policy.to_json()},
     )
-    accounts.set_workspace_policy(workspace_id, policy)
+    accounts.set_workspace_policy(workspace_id, policy, audit=changed)
     return policy

@@ -6,13 +6,16 @@ nobody learns that a query they may not see exists.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from qexport.domain.accounts import Principal
+from qexport.domain.audit import Action, Actor, AuditEvent, changes
 from qexport.domain.failures import (
     ForbiddenError,
     InvalidRequestError,
@@ -32,6 +35,7 @@ from qexport.domain.queries import (
     check_filename_template,
 )
 from qexport.ports import AccountStore, Catalog
+from qexport.services.audit import event
 from qexport.services.describe import Describe
 
 MAX_NAME_CHARS = 200
@@ -297,22 +301,21 @@ def create_query(
         found=found,
         current=None,
     )
-    # The store also refuses a name taken meanwhile by a live query of the workspace.
-    return store.add_query(
-        Query(
-            id=str(uuid.uuid4()),
-            workspace_id=principal.workspace_id,
-            name=draft.name,
-            sql=draft.sql,
-            source=draft.source,
-            parameters=draft.parameters,
-            visibility=draft.visibility,
-            members=draft.members,
-            owner=principal.user_id,
-            columns=columns,
-            filename_template=_template(draft),
-        )
+    query = Query(
+        id=str(uuid.uuid4()),
+        workspace_id=principal.workspace_id,
+        name=draft.name,
+        sql=draft.sql,
+        source=draft.source,
+        parameters=draft.parameters,
+        visibility=draft.visibility,
+        members=draft.members,
+        owner=principal.user_id,
+        columns=columns,
+        filename_template=_template(draft),
     )
+    # The store also refuses a name taken meanwhile by a live query of the workspace.
+    return store.add_query(query, audit=query_event(principal, Action.QUERY_CREATED, query))
 
 
 def replace_query(
@@ -354,7 +357,8 @@ def replace_query(
         columns=columns,
         filename_template=_template(draft),
     )
-    if not store.update_query(updated):  # deleted in the meantime
+    changed = query_event(principal, Action.QUERY_CHANGED, updated, before=current)
+    if not store.update_query(updated, audit=changed):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_QUERY)
     return updated
 
@@ -368,5 +372,38 @@ def delete_query(store: Catalog, principal: Principal, query_id: str) -> None:
     """Delete a readable query; its unsettled exports then fail access_lost before they run."""
     _writer(principal)
     query = get_readable_query(store, principal, query_id)
-    if not store.delete_query(query.id):
+    deleted = query_event(principal, Action.QUERY_DELETED, query)
+    if not store.delete_query(query.id, audit=deleted):
         raise NotFoundError(NO_SUCH_QUERY)
+
+
+def audited_fields(query: Query) -> dict[str, Any]:
+    """What the trail keeps of a query: its settings and statement, never data."""
+    return {
+        "name": query.name,
+        "sql": query.sql,
+        "source": query.source,
+        "parameters": [p.name for p in query.parameters],
+        "visibility": query.visibility.value,
+        "members": sorted(query.members),
+        "filename_template": query.filename_template,
+    }
+
+
+def query_event(
+    actor: Principal | Actor, action: Action, query: Query, *, before: Query | None = None
+) -> AuditEvent:
+    """A query created, changed (`before` it was) or deleted, by `actor`."""
+    details: dict[str, Any] = {"name": query.name, "source": query.source}
+    if before is not None:
+        details |= changes(audited_fields(before), audited_fields(query))
+    elif action is Action.QUERY_CREATED:
+        details["sql_sha256"] = hashlib.sha256(query.sql.encode()).hexdigest()
+    return event(
+        None,
+        actor,
+        action,
+        workspace_id=query.workspace_id,
+        target=("query", query.id),
+        details=details,
+    )

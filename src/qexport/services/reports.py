@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from qexport.domain.accounts import Principal
+from qexport.domain.audit import Action, Actor, AuditEvent, changes
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
     ForbiddenError,
@@ -35,6 +36,7 @@ from qexport.domain.reports import (
     check_chart_columns,
 )
 from qexport.ports import AccountStore, Catalog
+from qexport.services.audit import actor_for, event
 from qexport.services.queries import check_visibility, workspace_members
 
 MAX_TITLE_CHARS = 200
@@ -310,18 +312,18 @@ def add_report(
 ) -> Report:
     """Check and save a report owned by `requester` (the CLI's entry, which has no roles)."""
     check_draft(draft, store, requester, members=members, found=found)
-    return store.add_report(
-        Report(
-            id=str(uuid.uuid4()),
-            workspace_id=requester.workspace_id,
-            title=draft.title,
-            description=draft.description,
-            sections=draft.sections,
-            visibility=draft.visibility,
-            members=draft.members,
-            owner=requester.user_id,
-        )
+    report = Report(
+        id=str(uuid.uuid4()),
+        workspace_id=requester.workspace_id,
+        title=draft.title,
+        description=draft.description,
+        sections=draft.sections,
+        visibility=draft.visibility,
+        members=draft.members,
+        owner=requester.user_id,
     )
+    created = report_event(actor_for(requester.user_id), Action.REPORT_CREATED, report)
+    return store.add_report(report, audit=created)
 
 
 def replace_report(
@@ -347,7 +349,8 @@ def replace_report(
         visibility=draft.visibility,
         members=draft.members,
     )
-    if not store.update_report(updated):  # deleted in the meantime
+    changed = report_event(principal, Action.REPORT_CHANGED, updated, before=current)
+    if not store.update_report(updated, audit=changed):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_REPORT)
     return updated
 
@@ -356,5 +359,34 @@ def delete_report(store: Catalog, principal: Principal, report_id: str) -> None:
     """Delete a readable report; its unsettled exports then fail access_lost before they run."""
     _writer(principal)
     report = get_readable_report(store, principal, report_id)
-    if not store.delete_report(report.id):
+    deleted = report_event(principal, Action.REPORT_DELETED, report)
+    if not store.delete_report(report.id, audit=deleted):
         raise NotFoundError(NO_SUCH_REPORT)
+
+
+def _audited_fields(report: Report) -> dict[str, Any]:
+    """What the trail keeps of a report: its settings and which queries its sections show."""
+    return {
+        "title": report.title,
+        "description": report.description,
+        "sections": [[s.heading, s.query_id, s.display.value] for s in report.sections],
+        "visibility": report.visibility.value,
+        "members": sorted(report.members),
+    }
+
+
+def report_event(
+    actor: Principal | Actor, action: Action, report: Report, *, before: Report | None = None
+) -> AuditEvent:
+    """A report created, changed (`before` it was) or deleted, by `actor`."""
+    details: dict[str, Any] = {"title": report.title}
+    if before is not None:
+        details |= changes(_audited_fields(before), _audited_fields(report))
+    return event(
+        None,
+        actor,
+        action,
+        workspace_id=report.workspace_id,
+        target=("report", report.id),
+        details=details,
+    )

@@ -25,6 +25,7 @@ from qexport.domain.reports import (
 )
 from qexport.domain.schedules import NewDelivery, Recipient
 from qexport.ports import Catalog, Clock, ExportQueue, NewExport
+from qexport.services.audit import export_requested
 from qexport.services.reports import find_readable_report, report_queries
 from qexport.writers.registry import FORMATS, get_writer
 
@@ -87,7 +88,12 @@ def request_export(
     new = query_export(
         requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    return exports.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
+    return exports.insert_export(
+        new,
+        new_deliveries(notify),
+        max_unsettled=max_unsettled,
+        audit=export_requested(clock, new, len(notify)),
+    )
 
 
 def request_report_export(
@@ -127,7 +133,12 @@ def request_report_export(
     new = report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    return exports.insert_export(new, new_deliveries(notify), max_unsettled=max_unsettled)
+    return exports.insert_export(
+        new,
+        new_deliveries(notify),
+        max_unsettled=max_unsettled,
+        audit=export_requested(clock, new, len(notify)),
+    )
 
 
 def _found(problems: Problems, lookup: Callable[[], T]) -> T:

@@ -61,12 +61,33 @@ class Outcome(StrEnum):
     BUSY = "busy"  # no verification slot in time: try again shortly
 
 
+class Reason(StrEnum):
+    """Why a sign-in was refused, for the audit trail only: the person is told one answer."""
+
+    UNKNOWN_EMAIL = "unknown_email"
+    # Including a user who has no password.
+    WRONG_PASSWORD = "wrong_password"  # noqa: S105 - the name of a refusal, not a secret
+    DISABLED = "disabled"
+    NO_WORKSPACE = "no_workspace"
+    THROTTLED = "throttled"
+    BUSY = "busy"
+
+
 @dataclass(frozen=True)
 class Attempt:
     outcome: Outcome
     user: User | None = None
     workspace_id: str | None = None
     retry_after: int = 0
+    reason: Reason | None = None
+
+
+def _refusal(user: User | None, matches: bool) -> Reason:
+    if user is None:
+        return Reason.UNKNOWN_EMAIL
+    if not matches or not user.password_hash:
+        return Reason.WRONG_PASSWORD
+    return Reason.DISABLED if user.disabled else Reason.NO_WORKSPACE
 
 
 def sign_in(
@@ -83,7 +104,7 @@ def sign_in(
     key, now = email_key(email), clock.now()
     wait = _throttled(accounts, key, address, now)
     if wait:
-        return Attempt(Outcome.THROTTLED, retry_after=wait)
+        return Attempt(Outcome.THROTTLED, retry_after=wait, reason=Reason.THROTTLED)
     try:
         user = accounts.find_user(normalize_email(email))
     except ValueError:
@@ -91,13 +112,15 @@ def sign_in(
     stored = user.password_hash if user and user.password_hash else _dummy_hash()
     with gate.slot() as free:
         if not free:
-            return Attempt(Outcome.BUSY, retry_after=BUSY_RETRY_AFTER_SECONDS)
+            return Attempt(
+                Outcome.BUSY, user, retry_after=BUSY_RETRY_AFTER_SECONDS, reason=Reason.BUSY
+            )
         # Attempts sent at once all passed the check above before any of them failed; looked
         # at again in the slot, after those ahead recorded their failures, they stop at the
         # limit instead of each costing a guess.
         wait = _throttled(accounts, key, address, now)
         if wait:
-            return Attempt(Outcome.THROTTLED, retry_after=wait)
+            return Attempt(Outcome.THROTTLED, user, retry_after=wait, reason=Reason.THROTTLED)
         matches = password_matches(stored, password)
         workspaces = (
             sorted(m.workspace_id for m in accounts.memberships_of(user.id))
@@ -106,7 +129,7 @@ def sign_in(
         )
         if user is None or not workspaces:
             accounts.record_sign_in_failure(key, address, now=now, forget_before=now - WINDOW)
-            return Attempt(Outcome.REFUSED)
+            return Attempt(Outcome.REFUSED, user, reason=_refusal(user, matches))
     accounts.clear_sign_in_failures(key)
     return Attempt(Outcome.SIGNED_IN, user, workspaces[0])
 

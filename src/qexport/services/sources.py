@@ -21,10 +21,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role, check_workspace_id
+from qexport.domain.audit import INSTALLATION, OPERATOR, Action, Actor
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, QExportError
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
 from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock
+from qexport.services.audit import actor_of, event
 from qexport.sources import schemes
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
 from qexport.sources.duckdb_lake import duckdb_location
@@ -221,6 +223,7 @@ def register_source(
     request: SourceRequest,
     *,
     check_role: RoleCheck,
+    actor: Actor = OPERATOR,
 ) -> list[str]:
     """Check and store a source; return the findings on its role that were allowed (for a
     warning). The URL's credentials are sealed when QEXPORT_SECRET_KEY is set."""
@@ -235,6 +238,18 @@ def register_source(
     usable = unseal(name, request.url, settings.secret_key) if variable else request.url
     check_source_url(usable)
     findings = check_role(name, usable, request.allow_privileged_role)
+    created = event(
+        clock,
+        actor,
+        Action.SOURCE_CREATED,
+        workspace_id=workspace_id or INSTALLATION,
+        target=("source", name),
+        details={  # the URL's scheme only: the rest may hold its password
+            "scheme": urlsplit(usable).scheme,
+            "shared_with": sorted(shared - {workspace_id}),
+            "allow_privileged_role": request.allow_privileged_role,
+        },
+    )
     accounts.add_source(
         RegisteredSource(
             name=name,
@@ -243,7 +258,8 @@ def register_source(
             shared_with=shared - {workspace_id},
             allow_privileged_role=request.allow_privileged_role,
             created_at=clock.now(),
-        )
+        ),
+        audit=created,
     )
     return findings
 
@@ -274,13 +290,23 @@ def register_member_source(
             raise InvalidRequestError(str(exc), field="url") from exc
 
     request = SourceRequest(name, url, principal.workspace_id)
-    register_source(accounts, clock, settings, request, check_role=judged)
+    register_source(
+        accounts, clock, settings, request, check_role=judged, actor=actor_of(principal)
+    )
 
 
 def share_source(accounts: AccountStore, name: str, workspace_id: str, *, shared: bool) -> bool:
     """The operator lets another workspace (or `*`: every one) use a registered source, or
     stops it; exports of that workspace's queries on it then fail access_lost."""
-    return accounts.share_source(_name(name), _workspace(workspace_id), shared=shared)
+    name, workspace_id = _name(name), _workspace(workspace_id)
+    changed = event(
+        None,
+        OPERATOR,
+        Action.SOURCE_SHARED if shared else Action.SOURCE_UNSHARED,
+        workspace_id=INSTALLATION if workspace_id == EVERY_WORKSPACE else workspace_id,
+        target=("source", name),
+    )
+    return accounts.share_source(name, workspace_id, shared=shared, audit=changed)
 
 
 @dataclass(frozen=True)

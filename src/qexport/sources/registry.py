@@ -17,6 +17,7 @@ from qexport.ports import AccountStore, Source
 log = structlog.get_logger()
 
 DEMO_SOURCE = "demo"
+AUDIT_SOURCE = "audit"  # sources/audit.py: each workspace's own trail, for its admins
 DEMO_WORKSPACE = "demo"
 
 
@@ -92,8 +93,9 @@ def usable_names(
 
 
 def configured_names(settings: Settings) -> frozenset[str]:
-    """The sources of the configuration (QEXPORT_SOURCE_*), the built-in demo included."""
-    return frozenset({DEMO_SOURCE, *settings.sources})
+    """The sources of the configuration (QEXPORT_SOURCE_*), the built-in demo and audit
+    included."""
+    return frozenset({DEMO_SOURCE, AUDIT_SOURCE, *settings.sources})
 
 
 def configured_grants(settings: Settings) -> dict[str, frozenset[str]]:

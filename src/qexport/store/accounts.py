@@ -18,10 +18,12 @@ from qexport.domain.accounts import (
     User,
     link_cap_reached,
 )
+from qexport.domain.audit import AuditEvent, naming
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
+from qexport.store.audit import append_if
 from qexport.store.engine import transaction
 from qexport.store.tables import (
     api_tokens,
@@ -130,7 +132,9 @@ class SqlAccountStore:
             stored = conn.execute(stmt).scalar_one_or_none()
         return WorkspacePolicy.from_json(stored)
 
-    def set_workspace_policy(self, workspace_id: str, policy: WorkspacePolicy) -> bool:
+    def set_workspace_policy(
+        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+    ) -> bool:
         stored = policy.to_json()
         with self._tx() as conn:
             result = conn.execute(
@@ -138,7 +142,10 @@ class SqlAccountStore:
                 .where(workspaces.c.id == workspace_id)
                 .values(policy=stored or sa.null())
             )
-            return result.rowcount == 1
+            if result.rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
@@ -193,10 +200,13 @@ class SqlAccountStore:
         with self._tx() as conn:
             return conn.execute(stmt).rowcount == 1
 
-    def set_role(self, workspace_id: str, user_id: str, role: Role) -> None:
+    def set_role(
+        self, workspace_id: str, user_id: str, role: Role, *, audit: AuditEvent | None = None
+    ) -> None:
         """Make the user a member of the workspace with `role` (or change their role)."""
         key = sa.and_(memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id)
         with self._tx() as conn:
+            append_if(conn, audit)
             if conn.execute(memberships.update().where(key).values(role=role.value)).rowcount:
                 return
             conn.execute(
@@ -206,7 +216,12 @@ class SqlAccountStore:
             )
 
     def remove_member(
-        self, workspace_id: str, user_id: str, *, keep_an_admin: bool = False
+        self,
+        workspace_id: str,
+        user_id: str,
+        *,
+        keep_an_admin: bool = False,
+        audit: AuditEvent | None = None,
     ) -> bool:
         """End the membership and the user's sessions; False if there was none. With
         `keep_an_admin`, ConflictError instead of removing the workspace's last admin."""
@@ -234,6 +249,7 @@ class SqlAccountStore:
             if conn.execute(memberships.delete().where(key)).rowcount != 1:
                 return False
             conn.execute(users.update().where(users.c.id == user_id).values(**_NEXT_EPOCH))
+            append_if(conn, audit)
             return True
 
     def role_of(self, workspace_id: str, user_id: str) -> Role | None:
@@ -265,7 +281,14 @@ class SqlAccountStore:
     # ------------------------------------------------------------ API tokens
 
     def add_token(
-        self, *, token_id: str, user_id: str, workspace_id: str, secret_hash: str, now: datetime
+        self,
+        *,
+        token_id: str,
+        user_id: str,
+        workspace_id: str,
+        secret_hash: str,
+        now: datetime,
+        audit: AuditEvent | None = None,
     ) -> ApiToken:
         token = ApiToken(token_id, user_id, workspace_id, now, secret_hash=secret_hash)
         with self._tx() as conn:
@@ -278,6 +301,7 @@ class SqlAccountStore:
                     created_at=now,
                 )
             )
+            append_if(conn, audit)
         return token
 
     def get_token(self, token_id: str) -> ApiToken | None:
@@ -307,12 +331,15 @@ class SqlAccountStore:
                 .values(last_used_at=now)
             )
 
-    def revoke_token(self, token_id: str, *, now: datetime) -> bool:
+    def revoke_token(
+        self, token_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool:
         live = sa.and_(api_tokens.c.id == token_id, api_tokens.c.revoked_at.is_(None))
         with self._tx() as conn:
-            return (
-                conn.execute(api_tokens.update().where(live).values(revoked_at=now)).rowcount == 1
-            )
+            if conn.execute(api_tokens.update().where(live).values(revoked_at=now)).rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int:
         """Revoke the user's live tokens for the workspace; how many there were."""
@@ -369,7 +396,9 @@ class SqlAccountStore:
         now: datetime,
         max_live: int | None = None,
         expires_at: datetime | None = None,
+        audit: AuditEvent | None = None,
     ) -> Link:
+        """An `audit` event without a target id is given the new link's."""
         link = Link(str(uuid.uuid4()), export_id, created_by, now, expires_at=expires_at)
         with self._tx() as conn:
             if max_live is not None:
@@ -394,6 +423,7 @@ class SqlAccountStore:
                     expires_at=expires_at,
                 )
             )
+            append_if(conn, audit and naming(audit, link.id))
         return link
 
     def get_link(self, link_id: str) -> Link | None:
@@ -406,10 +436,13 @@ class SqlAccountStore:
             row = conn.execute(sa.select(links).where(links.c.token_hash == token_hash)).first()
         return _link(row) if row else None
 
-    def revoke_link(self, link_id: str, *, now: datetime) -> bool:
+    def revoke_link(self, link_id: str, *, now: datetime, audit: AuditEvent | None = None) -> bool:
         live = sa.and_(links.c.id == link_id, links.c.revoked_at.is_(None))
         with self._tx() as conn:
-            return conn.execute(links.update().where(live).values(revoked_at=now)).rowcount == 1
+            if conn.execute(links.update().where(live).values(revoked_at=now)).rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     def list_links(self, export_id: str) -> list[Link]:
         stmt = (
@@ -428,7 +461,7 @@ class SqlAccountStore:
 
     # ------------------------------------------------------------ registered sources
 
-    def add_source(self, source: RegisteredSource) -> None:
+    def add_source(self, source: RegisteredSource, *, audit: AuditEvent | None = None) -> None:
         try:
             with self._tx() as conn:
                 conn.execute(
@@ -446,6 +479,7 @@ class SqlAccountStore:
                             source_name=source.name, workspace_id=workspace_id
                         )
                     )
+                append_if(conn, audit)
         except sa.exc.IntegrityError as exc:
             raise InvalidRequestError(
                 f"a source named {source.name!r} already exists", field="name"
@@ -468,7 +502,9 @@ class SqlAccountStore:
                 for r in conn.execute(sa.select(sources).order_by(sources.c.name))
             }
 
-    def share_source(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+    def share_source(
+        self, name: str, workspace_id: str, *, shared: bool, audit: AuditEvent | None = None
+    ) -> bool:
         """Let `workspace_id` use the source (or stop it); False when nothing changed."""
         key = sa.and_(
             source_shares.c.source_name == name, source_shares.c.workspace_id == workspace_id
@@ -488,4 +524,5 @@ class SqlAccountStore:
                 )
             else:
                 conn.execute(source_shares.delete().where(key))
+            append_if(conn, audit)
             return True

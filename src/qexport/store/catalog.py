@@ -11,11 +11,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from qexport.domain.audit import AuditEvent
 from qexport.domain.failures import (
     InvalidRequestError,
 )
 from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
+from qexport.store.audit import append_if
 from qexport.store.engine import transaction
 from qexport.store.tables import (
     queries,
@@ -94,10 +96,11 @@ class SqlCatalog:
 
     # ------------------------------------------------------------ saved queries
 
-    def add_query(self, query: Query) -> Query:
+    def add_query(self, query: Query, *, audit: AuditEvent | None = None) -> Query:
         try:
             with self._tx() as conn:
                 conn.execute(queries.insert().values(**self._query_values(query)))
+                append_if(conn, audit)
         except sa.exc.IntegrityError as exc:
             raise InvalidRequestError(
                 f"a query named {query.name!r} already exists", field="name"
@@ -144,30 +147,36 @@ class SqlCatalog:
         with self._tx() as conn:
             return [to_query(r) for r in conn.execute(stmt)]
 
-    def update_query(self, query: Query) -> bool:
+    def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool:
         values = self._query_values(query)
         for fixed in ("id", "workspace_id", "created_at"):
             values.pop(fixed)
         guard = sa.and_(queries.c.id == query.id, queries.c.deleted_at.is_(None))
         try:
             with self._tx() as conn:
-                return conn.execute(queries.update().where(guard).values(**values)).rowcount == 1
+                if conn.execute(queries.update().where(guard).values(**values)).rowcount != 1:
+                    return False
+                append_if(conn, audit)
+                return True
         except sa.exc.IntegrityError as exc:
             raise InvalidRequestError(
                 f"a query named {query.name!r} already exists", field="name"
             ) from exc
 
-    def delete_query(self, query_id: str) -> bool:
+    def delete_query(self, query_id: str, *, audit: AuditEvent | None = None) -> bool:
         guard = sa.and_(queries.c.id == query_id, queries.c.deleted_at.is_(None))
         with self._tx() as conn:
             result = conn.execute(
                 queries.update().where(guard).values(deleted_at=sa.func.current_timestamp())
             )
-            return result.rowcount == 1
+            if result.rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     # ------------------------------------------------------------ reports
 
-    def add_report(self, report: Report) -> Report:
+    def add_report(self, report: Report, *, audit: AuditEvent | None = None) -> Report:
         values = {
             "id": report.id,
             "workspace_id": report.workspace_id,
@@ -176,6 +185,7 @@ class SqlCatalog:
         }
         with self._tx() as conn:
             conn.execute(reports.insert().values(**values))
+            append_if(conn, audit)
         return report
 
     def get_report(self, report_id: str) -> Report | None:
@@ -192,16 +202,22 @@ class SqlCatalog:
         with self._tx() as conn:
             return [to_report(r) for r in conn.execute(stmt)]
 
-    def update_report(self, report: Report) -> bool:
+    def update_report(self, report: Report, *, audit: AuditEvent | None = None) -> bool:
         guard = sa.and_(reports.c.id == report.id, reports.c.deleted_at.is_(None))
         with self._tx() as conn:
             result = conn.execute(reports.update().where(guard).values(**_report_values(report)))
-            return result.rowcount == 1
+            if result.rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
-    def delete_report(self, report_id: str) -> bool:
+    def delete_report(self, report_id: str, *, audit: AuditEvent | None = None) -> bool:
         guard = sa.and_(reports.c.id == report_id, reports.c.deleted_at.is_(None))
         with self._tx() as conn:
             result = conn.execute(
                 reports.update().where(guard).values(deleted_at=sa.func.current_timestamp())
             )
-            return result.rowcount == 1
+            if result.rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True

@@ -14,10 +14,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from qexport.domain.audit import AuditEvent
 from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode, bounded_detail
 from qexport.domain.schedules import Channel, Delivery, DeliveryStatus, Outcome, Recipient
 from qexport.ports import ClaimedDelivery
+from qexport.store.audit import append_if
 from qexport.store.engine import transaction
 from qexport.store.exports import _to_record
 from qexport.store.tables import UNSENT, deliveries, exports
@@ -107,7 +109,9 @@ class SqlDeliveryStore:
             export = conn.execute(sa.select(exports).where(exports.c.id == row.export_id)).one()
             return ClaimedDelivery(_to_delivery(row), _to_record(export))
 
-    def _fenced(self, delivery_id: str, token: str, **values: Any) -> bool:
+    def _fenced(
+        self, delivery_id: str, token: str, audit: AuditEvent | None = None, **values: Any
+    ) -> bool:
         stmt = (
             deliveries.update()
             .where(
@@ -118,12 +122,24 @@ class SqlDeliveryStore:
             .values(**values)
         )
         with self._tx() as conn:
-            return conn.execute(stmt).rowcount == 1
+            if conn.execute(stmt).rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
-    def mark_sent(self, delivery_id: str, token: str, *, now: datetime, outcome: Outcome) -> bool:
+    def mark_sent(
+        self,
+        delivery_id: str,
+        token: str,
+        *,
+        now: datetime,
+        outcome: Outcome,
+        audit: AuditEvent | None = None,
+    ) -> bool:
         return self._fenced(
             delivery_id,
             token,
+            audit,
             status=DeliveryStatus.SENT.value,
             sent_at=now,
             outcome=outcome.value,

@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from qexport.domain.accounts import Role, Standing
+from qexport.domain.audit import AuditEvent
 from qexport.domain.exports import (
     EventKind,
     ExportEvent,
@@ -36,6 +37,7 @@ from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
+from qexport.store.audit import append_if
 from qexport.store.catalog import QUERY_KEYS, to_query, to_report
 from qexport.store.engine import transaction
 from qexport.store.notify import notify_claimable
@@ -432,11 +434,14 @@ class SqlExportQueue:
         deliveries: Sequence[NewDelivery] = (),
         *,
         max_unsettled: int | None = None,
+        audit: AuditEvent | None = None,
     ) -> ExportRecord:
         with self._tx() as conn:
             if max_unsettled is not None:
                 check_unsettled_cap(conn, new, max_unsettled)
-            return insert_export_in(conn, new, deliveries, notify=self._notify)
+            record = insert_export_in(conn, new, deliveries, notify=self._notify)
+            append_if(conn, audit)
+            return record
 
     def get_export(self, export_id: str) -> ExportRecord | None:
         with self._tx() as conn:
@@ -655,9 +660,13 @@ class SqlExportQueue:
         values = failed_values(now, code, detail)
         return self._transition(Step.FAIL, now, export_id_=export_id, token_=token, **values)
 
-    def cancel(self, export_id: str, *, now: datetime) -> bool:
+    def cancel(self, export_id: str, *, now: datetime, audit: AuditEvent | None = None) -> bool:
         values = failed_values(now, FailureCode.CANCELLED, "cancelled by the requester")
-        return self._transition(Step.CANCEL, now, export_id_=export_id, **values)
+        with self._tx() as conn:
+            if not transition_in(conn, Step.CANCEL, now, export_id_=export_id, **values):
+                return False
+            append_if(conn, audit)
+            return True
 
     def _update(self, guarded: sa.Update, **params: Any) -> bool:
         """One guarded UPDATE; `params` fill the guard's parameters and the columns to set."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from qexport.domain.audit import AuditEvent
 from qexport.domain.exports import ExportRecord
 from qexport.domain.schedules import (
     Missed,
@@ -18,6 +19,7 @@ from qexport.domain.schedules import (
     schedule_cap_reached,
 )
 from qexport.ports import NewExport, ScheduleRun
+from qexport.store.audit import append_if
 from qexport.store.engine import transaction
 from qexport.store.exports import _to_record, check_unsettled_cap, insert_export_in
 from qexport.store.tables import (
@@ -83,7 +85,13 @@ class SqlScheduleStore:
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
 
-    def add_schedule(self, schedule: Schedule, *, max_per_workspace: int | None = None) -> Schedule:
+    def add_schedule(
+        self,
+        schedule: Schedule,
+        *,
+        max_per_workspace: int | None = None,
+        audit: AuditEvent | None = None,
+    ) -> Schedule:
         values = {
             "id": schedule.id,
             "workspace_id": schedule.workspace_id,
@@ -94,6 +102,7 @@ class SqlScheduleStore:
             if max_per_workspace is not None:
                 self._check_count(conn, schedule.workspace_id, max_per_workspace)
             conn.execute(schedules.insert().values(**values))
+            append_if(conn, audit)
         return schedule
 
     @staticmethod
@@ -123,15 +132,23 @@ class SqlScheduleStore:
         with self._tx() as conn:
             return [_to_schedule(r) for r in conn.execute(stmt)]
 
-    def update_schedule(self, schedule: Schedule) -> bool:
+    def update_schedule(self, schedule: Schedule, *, audit: AuditEvent | None = None) -> bool:
         stmt = schedules.update().where(schedules.c.id == schedule.id, _LIVE)
         with self._tx() as conn:
-            return conn.execute(stmt.values(**_values(schedule))).rowcount == 1
+            if conn.execute(stmt.values(**_values(schedule))).rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
-    def delete_schedule(self, schedule_id: str, *, now: datetime) -> bool:
+    def delete_schedule(
+        self, schedule_id: str, *, now: datetime, audit: AuditEvent | None = None
+    ) -> bool:
         stmt = schedules.update().where(schedules.c.id == schedule_id, _LIVE)
         with self._tx() as conn:
-            return conn.execute(stmt.values(deleted_at=now)).rowcount == 1
+            if conn.execute(stmt.values(deleted_at=now)).rowcount != 1:
+                return False
+            append_if(conn, audit)
+            return True
 
     def pause_owned(self, workspace_id: str, owner: str) -> int:
         stmt = schedules.update().where(
@@ -183,6 +200,7 @@ class SqlScheduleStore:
         expected: datetime | None = None,
         next_due_at: datetime | None = None,
         max_unsettled: int | None = None,
+        audit: AuditEvent | None = None,
     ) -> ExportRecord | None:
         try:
             with self._tx() as conn:
@@ -207,6 +225,7 @@ class SqlScheduleStore:
                         created_at=new.created_at,
                     )
                 )
+                append_if(conn, audit)
                 return record
         except sa.exc.IntegrityError:
             return None  # the (schedule, due time) was fired already: nothing was written

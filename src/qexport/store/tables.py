@@ -522,3 +522,90 @@ instance_secrets = sa.Table(
     sa.Column("value", sa.String(200), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
+
+# ---------------------------------------------------------------- the audit trail
+
+# Who did what with which thing (domain/audit.py): one hash chain per workspace, append-only.
+audit_events = sa.Table(
+    "audit_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("workspace_id", sa.String(200), nullable=False),
+    sa.Column("actor_kind", sa.String(20), nullable=False),
+    sa.Column("actor_id", sa.String(200)),
+    sa.Column("action", sa.String(40), nullable=False),
+    sa.Column("target_kind", sa.String(40)),
+    sa.Column("target_id", sa.String(200)),
+    sa.Column("outcome", sa.String(10), nullable=False),
+    sa.Column("client_address", sa.String(64)),
+    # Sorted-key compact JSON, as hashed: stored as text so that it reads back byte for byte.
+    sa.Column("details", sa.Text, nullable=False),
+    sa.Column("prev_hash", sa.String(64), nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.CheckConstraint(
+        "actor_kind IN ('user', 'token', 'public_link', 'scheduler', 'operator', 'anonymous')",
+        name="actor_kind",
+    ),
+    sa.CheckConstraint("outcome IN ('ok', 'refused', 'failed')", name="outcome"),
+    # Ids are never reused, even after a prune removed the newest rows (keyset cursors).
+    sqlite_autoincrement=True,
+)
+# A workspace's trail newest first (the list, keyset by id) and its chain's last hash.
+sa.Index("ix_audit_events_workspace_id", audit_events.c.workspace_id, audit_events.c.id)
+sa.Index("ix_audit_events_at", audit_events.c.at)
+
+# Where each workspace's chain starts once pruning removed its oldest events: the hash of the
+# last event pruned (the first kept event's prev_hash). No row: the chain starts at zeros.
+audit_anchors = sa.Table(
+    "audit_anchors",
+    metadata,
+    sa.Column("workspace_id", sa.String(200), primary_key=True),
+    sa.Column("anchor_hash", sa.String(64), nullable=False),
+    sa.Column("pruned_before", UTCDateTime, nullable=False),
+)
+
+# SQLite's side of the prune path: a DELETE of audit events is allowed only while this
+# one-row table says a prune is under way, which `qexport audit prune` sets and clears in its
+# own transaction (store/audit.py). SQLite has no session variables; the flag's row is written
+# inside the pruning transaction, so no other connection ever sees it set.
+audit_prune_flag = sa.Table(
+    "audit_prune_flag",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("active", sa.Boolean, nullable=False),
+    sa.CheckConstraint("id = 1", name="one_row"),
+)
+
+AUDIT_APPEND_ONLY_SQLITE = (
+    """
+CREATE TRIGGER audit_events_no_update BEFORE UPDATE ON audit_events
+BEGIN
+    SELECT RAISE(ABORT, 'audit events are append-only');
+END
+""",
+    """
+CREATE TRIGGER audit_events_no_delete BEFORE DELETE ON audit_events
+WHEN NOT EXISTS (SELECT 1 FROM audit_prune_flag WHERE id = 1 AND active)
+BEGIN
+    SELECT RAISE(ABORT, 'audit events are append-only');
+END
+""",
+)
+# PostgreSQL's side: a DELETE is allowed only in a transaction that said
+# `SET LOCAL qexport.audit_prune = 'on'` (the setting ends with the transaction).
+AUDIT_APPEND_ONLY_POSTGRESQL = (
+    """
+CREATE FUNCTION audit_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND current_setting('qexport.audit_prune', true) = 'on' THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'audit events are append-only' USING ERRCODE = 'check_violation';
+END $$
+""",
+    """
+CREATE TRIGGER audit_events_append_only BEFORE UPDATE OR DELETE ON audit_events
+FOR EACH ROW EXECUTE FUNCTION audit_events_append_only()
+""",
+)

@@ -10,6 +10,7 @@ from qexport.deliveries.signing import master_secret
 from qexport.services.sign_in import VerificationGate
 from qexport.web import (
     errors,
+    pages_audit,
     pages_auth,
     pages_exports,
     pages_new,
@@ -39,3 +40,4 @@ def install(app: FastAPI, context: Container) -> None:
     app.include_router(pages_schedules.router)
     app.include_router(pages_subscriptions.router)
     app.include_router(pages_policy.router)
+    app.include_router(pages_audit.router)

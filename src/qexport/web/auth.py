@@ -8,12 +8,10 @@ from typing import Annotated
 from fastapi import Depends, Form, Request
 
 from qexport.container import Container
-from qexport.domain.accounts import Principal
+from qexport.domain.accounts import SESSION_TOKEN_ID, Principal
 from qexport.domain.failures import ForbiddenError, QExportError
 from qexport.http.context import get_context
 from qexport.web.session import COOKIE, Session, decode
-
-SESSION_TOKEN_ID = "session"  # noqa: S105 - marks a Principal from a session, not a secret
 
 
 class SignInRequiredError(QExportError):

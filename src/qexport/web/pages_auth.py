@@ -7,9 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
+from qexport.domain.audit import INSTALLATION, Action, Actor, ActorKind
+from qexport.domain.audit import Outcome as AuditOutcome
 from qexport.domain.failures import ForbiddenError
 from qexport.services import sign_in as service
 from qexport.services.accounts import MAX_PASSWORD_CHARS
+from qexport.services.audit import event
 from qexport.web.auth import CheckedForm, Context, principal_of, read_session
 from qexport.web.errors import PageRoute
 from qexport.web.render import page, set_session_cookie
@@ -71,6 +74,7 @@ def sign_in(
         password=password,
         address=client_address(request),
     )
+    _record(context, attempt)
     if attempt.outcome is service.Outcome.SIGNED_IN:
         assert attempt.user is not None
         signed = Session.fresh(
@@ -90,6 +94,29 @@ def sign_in(
     if attempt.retry_after:
         response.headers["Retry-After"] = str(attempt.retry_after)
     return response
+
+
+def _record(context: Context, attempt: service.Attempt) -> None:
+    """One sign-in event: in the workspace signed into (or the user's first), by the user;
+    with an unknown email, by nobody, on the installation's chain (the email typed is not
+    kept: people type passwords into it). Never the password."""
+    user = attempt.user
+    workspace = attempt.workspace_id
+    if workspace is None and user is not None:
+        workspace = next((m.workspace_id for m in context.accounts.memberships_of(user.id)), None)
+    actor = Actor(ActorKind.USER, user.id) if user else Actor(ActorKind.ANONYMOUS)
+    signed_in = attempt.outcome is service.Outcome.SIGNED_IN
+    context.audit.record(
+        event(
+            context.clock,
+            actor,
+            Action.SIGN_IN,
+            workspace_id=workspace or INSTALLATION,
+            target=("user", user.id) if user else None,
+            outcome=AuditOutcome.OK if signed_in else AuditOutcome.REFUSED,
+            details={"reason": attempt.reason.value} if attempt.reason else {},
+        )
+    )
 
 
 @router.post("/sign-out")

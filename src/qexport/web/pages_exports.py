@@ -27,9 +27,15 @@ from qexport.domain.failures import (
 from qexport.domain.schedules import Delivery
 from qexport.http import errors as api_errors
 from qexport.http.cursors import decode_page_cursor, encode_page_cursor
-from qexport.http.download import DownloadConditions, file_response, presigned_redirect
+from qexport.http.download import (
+    DownloadConditions,
+    audited,
+    file_response,
+    presigned_redirect,
+)
 from qexport.services.accounts import list_members
 from qexport.services.again import SubjectGoneError, request_again
+from qexport.services.audit import actor_of
 from qexport.services.exports import (
     FORMAT_CHOICES,
     STATUS_CHOICES,
@@ -331,7 +337,8 @@ def download(
         whole_workspace=principal.sees_workspace,
     )
     redirect = presigned_redirect(context.objects, record, context.clock.now())
-    return redirect or file_response(context.objects, record, conditions)
+    response = redirect or file_response(context.objects, record, conditions)
+    return audited(context.audit, context.clock, actor_of(principal), record, conditions, response)
 
 
 @asks_first("/exports/{export_id}/cancel")

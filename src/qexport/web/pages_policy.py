@@ -13,6 +13,7 @@ from fastapi.responses import RedirectResponse
 from qexport.domain.accounts import Role
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
 from qexport.domain.policies import RULES, WorkspacePolicy
+from qexport.services.audit import actor_of
 from qexport.services.policies import change_policy, policy_limits
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
@@ -139,6 +140,7 @@ async def save_policy(
             principal.role,
             principal.workspace_id,
             form.changes(),
+            actor=actor_of(principal),
         )
     except InvalidRequestError as exc:
         errors = form_errors(exc, RULES)

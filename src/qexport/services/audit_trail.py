@@ -1,0 +1,155 @@
+"""Reading the audit trail, checking its chains and pruning it (domain/audit.py).
+
+Admins read their own workspace's trail (the API, the page); the operator reads any and
+verifies and prunes them (`qexport audit`), reading the database directly.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import timedelta
+
+from qexport.domain.accounts import Principal, Role
+from qexport.domain.audit import (
+    INSTALLATION,
+    OPERATOR,
+    Action,
+    AuditFilter,
+    ChainCheck,
+    RecordedEvent,
+    verify_chain,
+)
+from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
+from qexport.ports import AuditLog, Clock
+from qexport.services.audit import event
+from qexport.services.exports import parse_instant
+
+MAX_PAGE = 200
+MAX_FILTER_CHARS = 200
+_CURSOR_PREFIX = "a|"
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    items: list[RecordedEvent]
+    next_cursor: str | None  # continues with older events; None on the last page
+
+
+def encode_cursor(event_id: int) -> str:
+    raw = f"{_CURSOR_PREFIX}{event_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The event id an opaque cursor continues after; 422 for anything this did not write."""
+    invalid = InvalidRequestError(
+        "cursor is not one this API returned; pass it unchanged", field="cursor"
+    )
+    if len(cursor) > 40:
+        raise invalid
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+        text = raw.decode()
+    except ValueError:  # binascii.Error, UnicodeDecodeError, non-ASCII text
+        raise invalid from None
+    number = text.removeprefix(_CURSOR_PREFIX)
+    if not text.startswith(_CURSOR_PREFIX) or not number.isdigit() or len(number) > 18:
+        raise invalid
+    return int(number)
+
+
+def parse_filter(
+    *,
+    actor: str | None = None,
+    action: str | None = None,
+    target: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    problems: Problems | None = None,
+) -> AuditFilter:
+    """The filters as given (each checked; every bad one named in one InvalidRequestError)."""
+    found = problems if problems is not None else Problems()
+    for name, value in (("actor", actor), ("action", action), ("target", target)):
+        with found.check():
+            if value is not None and not 0 < len(value) <= MAX_FILTER_CHARS:
+                raise InvalidRequestError(
+                    f"{name} must be 1 to {MAX_FILTER_CHARS} characters", field=name
+                )
+    with found.check():
+        if action is not None and not action.endswith(".") and action not in set(Action):
+            raise InvalidRequestError(
+                f"action must be one of {', '.join(a.value for a in Action)}"
+                f" or a prefix ending in '.' (export.), not {action[:40]!r}",
+                field="action",
+            )
+    start = end = None
+    with found.check():
+        start = parse_instant(since, "since", end_of_day=False)
+    with found.check():
+        end = parse_instant(until, "until", end_of_day=True)
+    with found.check():
+        if start is not None and end is not None and end <= start:
+            raise InvalidRequestError("until must come after since", field="until")
+    if problems is None:
+        found.raise_any()
+    return AuditFilter(actor=actor, action=action, target=target, since=start, until=end)
+
+
+def require_admin(principal: Principal) -> None:
+    if principal.role is not Role.ADMIN:
+        raise ForbiddenError("only a workspace's admins may read its audit trail")
+
+
+def workspace_page(
+    audit: AuditLog,
+    principal: Principal,
+    narrow: AuditFilter,
+    *,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> AuditPage:
+    """A page of the caller's workspace's trail, newest first: admins only (403 otherwise)."""
+    require_admin(principal)
+    return page(audit, principal.workspace_id, narrow, before_id=before_id, limit=limit)
+
+
+def page(
+    audit: AuditLog,
+    workspace_id: str | None,
+    narrow: AuditFilter,
+    *,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> AuditPage:
+    """A page of one workspace's trail (None: every workspace's), newest first."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequestError(f"limit must be 1 to {MAX_PAGE}, not {limit}", field="limit")
+    found = audit.list_events(
+        workspace_id=workspace_id, narrow=narrow, before_id=before_id, limit=limit + 1
+    )
+    more = len(found) > limit
+    items = found[:limit]
+    return AuditPage(items, encode_cursor(items[-1].id) if more and items else None)
+
+
+def verify(audit: AuditLog, workspace_id: str | None = None) -> list[ChainCheck]:
+    """Walk each chain (or the one named) from its anchor; each one's first broken event."""
+    names = [workspace_id] if workspace_id is not None else audit.chains()
+    return [verify_chain(name, audit.anchor(name), audit.chain(name)) for name in names]
+
+
+def prune(audit: AuditLog, clock: Clock, *, retention_days: int) -> dict[str, int]:
+    """Delete the events older than `retention_days`, keeping every chain verifiable from
+    its first kept event; recorded as an event of the operator's (on the installation's
+    chain) in the same transaction. How many went, per chain."""
+    now = clock.now()
+    before = now - timedelta(days=retention_days)
+    pruned = event(
+        clock,
+        OPERATOR,
+        Action.AUDIT_PRUNED,
+        workspace_id=INSTALLATION,
+        details={"before": before.isoformat(), "retention_days": retention_days},
+    )
+    return audit.prune(before=before, event=pruned)

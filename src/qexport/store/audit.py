@@ -1,0 +1,236 @@
+"""The audit trail on SQLAlchemy Core: appended in the caller's transaction, or in a short one.
+
+`append_in(conn, event)` chains the event after its workspace's last one inside the caller's
+transaction: a store method that changes something (an export requested, a link created, a
+query changed) writes its event with the change, so that neither is kept without the other.
+Two writers of one workspace must not both chain after the same event (a fork): PostgreSQL
+serialises them with a transaction-scoped advisory lock per workspace taken before the last
+hash is read (released at commit, so it never outlives the action's own transaction); SQLite
+has one writer at a time already (every transaction begins IMMEDIATE, store/engine.py).
+
+`SqlAuditLog.record` is for what has no transaction of its own (a download, a sign-in): one
+short transaction that never fails the action; a failure to record is logged and counted.
+
+The database refuses UPDATE and DELETE of events (triggers in tables.py). Pruning alone may
+delete, through a path only its own transaction opens: `SET LOCAL qexport.audit_prune = 'on'`
+on PostgreSQL, the one-row `audit_prune_flag` set and cleared again within the transaction on
+SQLite; either way no other transaction can see it open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+
+from qexport.domain.audit import (
+    GENESIS,
+    AuditEvent,
+    AuditFilter,
+    RecordedEvent,
+    chained,
+)
+from qexport.store.engine import transaction
+from qexport.store.tables import audit_anchors, audit_events, audit_prune_flag
+
+log = structlog.get_logger()
+
+# The advisory locks' first key: the audit chains' own space, apart from the migrations' lock.
+_LOCK_SPACE = 0x41554454  # "AUDT"
+_WORKSPACE = sa.bindparam("workspace_", type_=audit_events.c.workspace_id.type)
+# Prebuilt, as the export queue's statements are (store/exports.py): built per call they
+# cost more to find in SQLAlchemy's cache than to run.
+_LOCK = sa.text(f"SELECT pg_advisory_xact_lock({_LOCK_SPACE}, hashtext(:workspace_))")
+_LAST_HASH = (
+    sa.select(audit_events.c.hash)
+    .where(audit_events.c.workspace_id == _WORKSPACE)
+    .order_by(audit_events.c.id.desc())
+    .limit(1)
+)
+_ANCHOR = sa.select(audit_anchors.c.anchor_hash).where(audit_anchors.c.workspace_id == _WORKSPACE)
+_INSERT = audit_events.insert()
+_CHAIN_PAGE = 1000
+
+
+def append_in(conn: sa.Connection, event: AuditEvent) -> None:
+    """Chain `event` after its workspace's last event, in the caller's transaction."""
+    params = {"workspace_": event.workspace_id}
+    if conn.dialect.name == "postgresql":
+        conn.execute(_LOCK, params)
+    prev = conn.execute(_LAST_HASH, params).scalar()
+    if prev is None:
+        prev = conn.execute(_ANCHOR, params).scalar() or GENESIS
+    conn.execute(_INSERT, chained(event, prev, datetime.now(UTC)))
+
+
+def append_if(conn: sa.Connection, event: AuditEvent | None) -> None:
+    """Append a store method's optional `audit=` event."""
+    if event is not None:
+        append_in(conn, event)
+
+
+def _to_event(row: sa.Row[Any]) -> RecordedEvent:
+    return RecordedEvent(
+        id=row.id,
+        at=row.at,
+        workspace_id=row.workspace_id,
+        actor_kind=row.actor_kind,
+        actor_id=row.actor_id,
+        action=row.action,
+        target_kind=row.target_kind,
+        target_id=row.target_id,
+        outcome=row.outcome,
+        client_address=row.client_address,
+        details=row.details,
+        prev_hash=row.prev_hash,
+        hash=row.hash,
+    )
+
+
+def _narrowed(stmt: sa.Select[Any], narrow: AuditFilter) -> sa.Select[Any]:
+    c = audit_events.c
+    if narrow.actor is not None:
+        stmt = stmt.where(c.actor_id == narrow.actor)
+    if narrow.action is not None:
+        if narrow.action.endswith("."):
+            stmt = stmt.where(c.action.startswith(narrow.action, autoescape=True))
+        else:
+            stmt = stmt.where(c.action == narrow.action)
+    if narrow.target is not None:
+        stmt = stmt.where(c.target_id == narrow.target)
+    if narrow.since is not None:
+        stmt = stmt.where(c.at >= narrow.since)
+    if narrow.until is not None:
+        stmt = stmt.where(c.at < narrow.until)
+    return stmt
+
+
+class SqlAuditLog:
+    """AuditLog over any SQLAlchemy engine."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+        # Events that could not be recorded by `record` (the metrics report it).
+        self.failures = 0
+
+    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return transaction(self._engine)
+
+    def record(self, event: AuditEvent) -> bool:
+        try:
+            with self._tx() as conn:
+                append_in(conn, event)
+        except Exception as exc:  # never fail the download or sign-in being recorded
+            self.failures += 1
+            log.warning(
+                "audit_event_not_recorded",
+                action=event.action.value,
+                workspace=event.workspace_id,
+                error=type(exc).__name__,
+            )
+            return False
+        return True
+
+    def list_events(
+        self,
+        *,
+        workspace_id: str | None,
+        narrow: AuditFilter,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[RecordedEvent]:
+        stmt = _narrowed(sa.select(audit_events), narrow)
+        if workspace_id is not None:
+            stmt = stmt.where(audit_events.c.workspace_id == workspace_id)
+        if before_id is not None:
+            stmt = stmt.where(audit_events.c.id < before_id)
+        stmt = stmt.order_by(audit_events.c.id.desc()).limit(limit)
+        with self._tx() as conn:
+            return [_to_event(row) for row in conn.execute(stmt)]
+
+    def chains(self) -> list[str]:
+        with self._tx() as conn:
+            names = set(conn.execute(sa.select(audit_events.c.workspace_id).distinct()).scalars())
+            names.update(conn.execute(sa.select(audit_anchors.c.workspace_id)).scalars())
+        return sorted(names)
+
+    def anchor(self, workspace_id: str) -> str:
+        with self._tx() as conn:
+            return conn.execute(_ANCHOR, {"workspace_": workspace_id}).scalar() or GENESIS
+
+    def chain(self, workspace_id: str) -> Iterator[RecordedEvent]:
+        """The workspace's events in id order, read a page at a time."""
+        after = 0
+        while True:
+            stmt = (
+                sa.select(audit_events)
+                .where(audit_events.c.workspace_id == workspace_id, audit_events.c.id > after)
+                .order_by(audit_events.c.id)
+                .limit(_CHAIN_PAGE)
+            )
+            with self._tx() as conn:
+                page = [_to_event(row) for row in conn.execute(stmt)]
+            yield from page
+            if len(page) < _CHAIN_PAGE:
+                return
+            after = page[-1].id
+
+    def prune(self, *, before: datetime, event: AuditEvent) -> dict[str, int]:
+        """Delete every chain's events up to its last one written before `before`, keep its
+        hash as the chain's anchor, and record `event` (given the counts) in the same
+        transaction; how many went, per workspace."""
+        c = audit_events.c
+        with self._tx() as conn:
+            cut = conn.execute(
+                sa.select(c.workspace_id, sa.func.max(c.id))
+                .where(c.at < before)
+                .group_by(c.workspace_id)
+            ).all()
+            if not cut:
+                append_in(conn, event)
+                return {}
+            self._open_prune(conn)
+            pruned: dict[str, int] = {}
+            for workspace_id, last_id in cut:
+                anchor = conn.execute(sa.select(c.hash).where(c.id == last_id)).scalar_one()
+                deleted = conn.execute(
+                    audit_events.delete().where(c.workspace_id == workspace_id, c.id <= last_id)
+                ).rowcount
+                pruned[workspace_id] = deleted
+                self._set_anchor(conn, workspace_id, anchor, before)
+            self._close_prune(conn)
+            details = {**event.details, "deleted": sum(pruned.values()), "chains": len(pruned)}
+            append_in(conn, _with_details(event, details))
+        return pruned
+
+    @staticmethod
+    def _open_prune(conn: sa.Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET LOCAL qexport.audit_prune = 'on'")
+        else:
+            conn.execute(audit_prune_flag.update().values(active=True))
+
+    @staticmethod
+    def _close_prune(conn: sa.Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET LOCAL qexport.audit_prune = 'off'")
+        else:
+            conn.execute(audit_prune_flag.update().values(active=False))
+
+    @staticmethod
+    def _set_anchor(conn: sa.Connection, workspace_id: str, anchor: str, before: datetime) -> None:
+        values = {"anchor_hash": anchor, "pruned_before": before}
+        done = conn.execute(
+            audit_anchors.update().where(audit_anchors.c.workspace_id == workspace_id), values
+        ).rowcount
+        if not done:
+            conn.execute(audit_anchors.insert(), {"workspace_id": workspace_id, **values})
+
+
+def _with_details(event: AuditEvent, details: dict[str, Any]) -> AuditEvent:
+    return replace(event, details=details)

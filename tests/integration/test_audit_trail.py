@@ -1,0 +1,219 @@
+"""The audit trail on SQLite and PostgreSQL: append-only in the database, one hash chain per
+workspace that names the first tampered event, pruning that keeps it verifiable, and
+concurrent writers that never fork a chain."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from qexport.domain.audit import (
+    GENESIS,
+    OPERATOR,
+    Action,
+    ActorKind,
+    AuditEvent,
+    AuditFilter,
+    Outcome,
+)
+from qexport.store.audit import SqlAuditLog
+from qexport.store.tables import audit_events
+from tests.fakes import FrozenClock
+from tests.stores import SqlMetadataStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
+    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
+
+
+def _event(n: int, workspace: str = "acme", at: datetime = T0) -> AuditEvent:
+    return AuditEvent(
+        at=at + timedelta(minutes=n),
+        workspace_id=workspace,
+        actor_kind=ActorKind.USER,
+        actor_id=f"user-{n % 3}",
+        action=Action.FILE_DOWNLOADED,
+        target_kind="export",
+        target_id=f"export-{n}",
+        outcome=Outcome.OK,
+        client_address="203.0.113.7",
+        details={"bytes": n * 10, "range": "bytes=0-"},
+    )
+
+
+def _verify(log: SqlAuditLog, workspace: str) -> tuple[int, int | None]:
+    """(events verified, id of the first broken event or None), as `audit verify` walks it."""
+    from qexport.services.audit_trail import verify
+
+    (check,) = verify(log, workspace)
+    return check.verified, check.broken.id if check.broken else None
+
+
+def test_events_chain_per_workspace_and_read_back_newest_first(
+    sql_store: SqlMetadataStore,
+) -> None:
+    """Each event names the hash of the one before in its own workspace (zeros first); the
+    list narrows by actor, action prefix, target and time, newest first, keyset by id."""
+    log = SqlAuditLog(sql_store.engine)
+    for n in range(6):
+        assert log.record(_event(n, "acme" if n % 2 == 0 else "beta"))
+    acme = list(log.chain("acme"))
+    assert [e.target_id for e in acme] == ["export-0", "export-2", "export-4"]
+    assert acme[0].prev_hash == GENESIS
+    assert [e.prev_hash for e in acme[1:]] == [e.hash for e in acme[:-1]]
+    assert _verify(log, "acme") == (3, None)
+    assert _verify(log, "beta") == (3, None)
+    assert log.chains() == ["acme", "beta"]
+    newest = log.list_events(workspace_id="acme", narrow=AuditFilter(), limit=2)
+    assert [e.target_id for e in newest] == ["export-4", "export-2"]
+    older = log.list_events(workspace_id="acme", narrow=AuditFilter(), before_id=newest[-1].id)
+    assert [e.target_id for e in older] == ["export-0"]
+    by_actor = log.list_events(workspace_id=None, narrow=AuditFilter(actor="user-1"))
+    assert sorted(e.target_id or "" for e in by_actor) == ["export-1", "export-4"]
+    assert log.list_events(workspace_id="acme", narrow=AuditFilter(action="file.")) != []
+    assert log.list_events(workspace_id="acme", narrow=AuditFilter(action="export.")) == []
+    window = AuditFilter(since=T0 + timedelta(minutes=2), until=T0 + timedelta(minutes=4))
+    assert [e.target_id for e in log.list_events(workspace_id="acme", narrow=window)] == [
+        "export-2"
+    ]
+
+
+def test_the_database_refuses_any_update_or_delete_of_an_event(
+    sql_store: SqlMetadataStore,
+) -> None:
+    """A trigger aborts even a raw UPDATE or DELETE of an audit row, on both databases."""
+    log = SqlAuditLog(sql_store.engine)
+    log.record(_event(1))
+    for statement in (
+        audit_events.update().values(outcome="refused"),
+        audit_events.update().values(details="{}"),
+        audit_events.delete(),
+    ):
+        with (
+            pytest.raises(sa.exc.DatabaseError, match="audit events are append-only"),
+            sql_store.engine.begin() as conn,
+        ):
+            conn.execute(statement)
+    assert len(list(log.chain("acme"))) == 1
+
+
+def _drop_triggers(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("DROP TRIGGER audit_events_append_only ON audit_events")
+        else:
+            conn.exec_driver_sql("DROP TRIGGER audit_events_no_update")
+            conn.exec_driver_sql("DROP TRIGGER audit_events_no_delete")
+
+
+def test_an_event_edited_behind_the_triggers_is_named_by_verify(
+    sql_store: SqlMetadataStore,
+) -> None:
+    """Someone who drops the trigger and rewrites an event's outcome, or removes an event,
+    is caught: verify names the first event that no longer matches."""
+    log = SqlAuditLog(sql_store.engine)
+    for n in range(5):
+        log.record(_event(n))
+    ids = [e.id for e in log.chain("acme")]
+    _drop_triggers(sql_store.engine)
+    with sql_store.engine.begin() as conn:
+        conn.execute(
+            audit_events.update().where(audit_events.c.id == ids[2]).values(outcome="refused")
+        )
+    assert _verify(log, "acme") == (2, ids[2])
+    with sql_store.engine.begin() as conn:  # undo, then remove an event instead
+        conn.execute(audit_events.update().where(audit_events.c.id == ids[2]).values(outcome="ok"))
+        conn.execute(audit_events.delete().where(audit_events.c.id == ids[1]))
+    assert _verify(log, "acme") == (1, ids[2])
+
+
+def test_pruning_keeps_each_chain_verifiable_and_is_itself_recorded(
+    sql_store: SqlMetadataStore,
+) -> None:
+    """Pruning deletes the old events through its own path, stores each chain's anchor so
+    that verify passes from the first kept event, records itself (the operator) in the same
+    transaction, and leaves the database refusing ordinary deletes afterwards."""
+    log = SqlAuditLog(sql_store.engine)
+    for n in range(6):
+        log.record(_event(n, "acme", at=T0 + timedelta(days=n * 100)))
+    log.record(_event(0, "beta", at=T0))
+    cutoff = T0 + timedelta(days=250)
+    pruned = log.prune(
+        before=cutoff,
+        event=AuditEvent(
+            at=cutoff,
+            workspace_id="*",
+            actor_kind=OPERATOR.kind,
+            actor_id=OPERATOR.id,
+            action=Action.AUDIT_PRUNED,
+            target_kind=None,
+            target_id=None,
+        ),
+    )
+    assert pruned == {"acme": 3, "beta": 1}
+    assert [e.target_id for e in log.chain("acme")] == ["export-3", "export-4", "export-5"]
+    assert log.anchor("acme") != GENESIS
+    assert _verify(log, "acme") == (3, None)
+    assert _verify(log, "beta") == (0, None)
+    log.record(_event(9, "beta"))  # a pruned-empty chain goes on from its anchor
+    assert _verify(log, "beta") == (1, None)
+    (pruning,) = log.list_events(workspace_id="*", narrow=AuditFilter(action="audit.pruned"))
+    assert pruning.actor_kind == "operator"
+    assert '"deleted":4' in pruning.details
+    with (
+        pytest.raises(sa.exc.DatabaseError, match="append-only"),
+        sql_store.engine.begin() as conn,
+    ):
+        conn.execute(audit_events.delete())
+
+
+def test_an_event_written_with_a_change_rolls_back_with_it(
+    sql_store: SqlMetadataStore, clock: FrozenClock
+) -> None:
+    """A store write's `audit=` event is in the write's transaction: a refused write (a
+    cancel of a settled export matches no row) leaves no event; a made one leaves one."""
+    from tests.factories import new_export
+
+    log = SqlAuditLog(sql_store.engine)
+    record = sql_store.insert_export(new_export(clock.now()), audit=_event(1))
+    cancelled = _event(2)
+    assert sql_store.cancel(record.id, now=clock.now(), audit=cancelled)
+    assert not sql_store.cancel(record.id, now=clock.now(), audit=cancelled)
+    assert [e.target_id for e in log.chain("acme")] == ["export-1", "export-2"]
+
+
+def test_concurrent_writers_of_one_workspace_never_fork_its_chain(
+    postgresql_store: SqlMetadataStore,
+) -> None:
+    """Eight threads recording into one workspace at once on PostgreSQL: every event is
+    kept, each chained after exactly one other, and the whole chain verifies."""
+    engine = postgresql_store.engine
+    log = SqlAuditLog(engine)
+    start = threading.Barrier(8)
+    failures: list[BaseException] = []
+
+    def write(worker: int) -> None:
+        try:
+            start.wait()
+            for n in range(25):
+                assert log.record(_event(worker * 100 + n))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    events = list(log.chain("acme"))
+    assert len(events) == 200
+    assert len({e.prev_hash for e in events}) == 200  # no two events after the same one
+    assert _verify(log, "acme") == (200, None)
+    assert log.failures == 0
