@@ -37,7 +37,9 @@ case "$cmd" in
             npm ci --prefix tests/web/axe --no-audit --no-fund --silent
         fi
         # One pytest worker per core (pytest-xdist); QEXPORT_TEST_WORKERS=0 runs in this process.
-        exec "$VENV/bin/python" -m pytest -n "${QEXPORT_TEST_WORKERS:-auto}" "$@"
+        # worksteal: a worker that runs out takes tests queued on the other (the slow e2e ones
+        # otherwise pile up on one while the other idles).
+        exec "$VENV/bin/python" -m pytest -n "${QEXPORT_TEST_WORKERS:-auto}" --dist worksteal "$@"
         ;;
     lint)
         setup requirements-dev.lock

@@ -84,6 +84,8 @@ BODIES: dict[str, dict[str, Any]] = {
         "options": OPTIONS,
     },
     "WorkspaceChange": {"webhook_hosts": ["hooks.example.com"]},
+    "LinkRequest": {"expires_in_days": 2},
+    "WorkspacePolicyChange": {"formats": ["csv"], "max_rows": 1000, "public_links": True},
 }
 
 
@@ -166,7 +168,11 @@ def _targets(api: Api) -> dict[str, str]:
     report = api.post("/api/v1/reports", CALLER, json=BODIES["ReportWrite"])
     schedule = api.post("/api/v1/schedules", CALLER, json=BODIES["ScheduleRequest"])
     assert (report.status_code, schedule.status_code) == (201, 201), report.text + schedule.text
+    export = api.post("/api/v1/exports", CALLER, json={"query_id": ORDERS, "format": "csv"})
+    assert export.status_code == 202, export.text
+    api.drain()  # a succeeded export: links may be made to it
     return {
+        "export_id": export.json()["id"],
         "query_id": ORDERS,
         "report_id": report.json()["id"],
         "schedule_id": schedule.json()["id"],

@@ -3,13 +3,18 @@ creator or a workspace admin. The link itself is served by `api.public`."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import CreatedLink, LinkItem, LinkList, LinkRequest, problem_responses
 from qexport.services.links import create_link, list_live_links, revoke_link
 
 router = APIRouter(tags=["links"])
+NO_OPTIONS = LinkRequest(
+    expires_in_days=None
+)  # no body: the link lives as long as its file (or the policy)
 
 
 @router.post(
@@ -22,7 +27,7 @@ def create(
     export_id: str,
     principal: CurrentPrincipal,
     context: Context,
-    body: LinkRequest | None = None,
+    body: Annotated[LinkRequest, Body()] = NO_OPTIONS,
 ) -> CreatedLink:
     """A public URL for an export the caller could download now; it expires with the file,
     or after `expires_in_days` when sooner (never longer than the workspace's policy lets a
@@ -40,7 +45,7 @@ def create(
         export_id,
         base_url=context.settings.public_base_url,
         max_live=context.settings.max_links_per_export,
-        days=None if body is None else body.expires_in_days,
+        days=body.expires_in_days,
     )
     return CreatedLink(id=created.link.id, url=created.url, expires_at=created.expires_at)
 
