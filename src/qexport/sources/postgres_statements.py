@@ -97,6 +97,22 @@ class Rendered:
         return 0
 
 
+def nested_comment_end(sql: str, pos: int) -> int:
+    """Where the `/*` comment at `pos` ends, nested ones included (PostgreSQL's and Spark's
+    rule); QueryInvalidError when it never does."""
+    depth = 0
+    while pos < len(sql):
+        if sql.startswith("/*", pos):
+            depth, pos = depth + 1, pos + 2
+        elif sql.startswith("*/", pos):
+            depth, pos = depth - 1, pos + 2
+            if depth == 0:
+                return pos
+        else:
+            pos += 1
+    raise QueryInvalidError("the query has an unterminated /* comment")
+
+
 class _Scanner:
     def __init__(self, sql: str) -> None:
         self.sql = sql
@@ -155,18 +171,7 @@ class _Scanner:
         self._skip(pattern, "an unterminated string literal")
 
     def _block_comment(self) -> None:
-        depth, pos, sql = 0, self.pos, self.sql
-        while pos < len(sql):
-            if sql.startswith("/*", pos):
-                depth, pos = depth + 1, pos + 2
-            elif sql.startswith("*/", pos):
-                depth, pos = depth - 1, pos + 2
-                if depth == 0:
-                    self.pos = pos
-                    return
-            else:
-                pos += 1
-        raise QueryInvalidError("the query has an unterminated /* comment")
+        self.pos = nested_comment_end(self.sql, self.pos)
 
     def _dollar(self) -> None:
         sql, pos = self.sql, self.pos

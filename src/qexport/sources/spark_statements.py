@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from qexport.domain.failures import QueryInvalidError
+from qexport.sources.postgres_statements import nested_comment_end
 
 _QUERY_KEYWORDS = frozenset({"select", "with", "values", "table", "from"})
 _SPACE = re.compile(r"\s+")
@@ -108,18 +109,7 @@ class _Scanner:
         self.pos = match.end()
 
     def _block_comment(self) -> None:
-        depth, pos, sql = 0, self.pos, self.sql
-        while pos < len(sql):
-            if sql.startswith("/*", pos):
-                depth, pos = depth + 1, pos + 2
-            elif sql.startswith("*/", pos):
-                depth, pos = depth - 1, pos + 2
-                if depth == 0:
-                    self.pos = pos
-                    return
-            else:
-                pos += 1
-        raise QueryInvalidError("the query has an unterminated /* comment")
+        self.pos = nested_comment_end(self.sql, self.pos)
 
     def _dollar(self) -> None:
         match = _PLACEHOLDER.match(self.sql, self.pos) or _POSITIONAL.match(self.sql, self.pos)
