@@ -12,6 +12,7 @@ from qexport.container import Container
 from qexport.domain.stats import ExportStats
 from qexport.ports import (
     AccountStore,
+    ApprovalStore,
     AuditLog,
     Clock,
     DeliveryStore,
@@ -21,12 +22,14 @@ from qexport.ports import (
     SourceCatalog,
 )
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.approvals import SqlApprovalStore
 from qexport.store.audit import SqlAuditLog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.stats import read_stats
 from tests.fakes import (
     InMemoryAccountStore,
+    InMemoryApprovalStore,
     InMemoryAuditLog,
     InMemoryDeliveryStore,
     InMemoryMetadataStore,
@@ -50,8 +53,10 @@ def container_of(
     engine when it has one, the in-memory fakes beside it otherwise (unless given)."""
     engine: sa.Engine | None = getattr(store, "engine", None)
     audit: AuditLog
+    approvals: ApprovalStore
     if engine is not None:
         audit = SqlAuditLog(engine)
+        approvals = SqlApprovalStore(engine, notify=settings.pg_notify)
         accounts = accounts or SqlAccountStore(engine)
         schedules = schedules or SqlScheduleStore(engine, notify=settings.pg_notify)
         deliveries = deliveries or SqlDeliveryStore(engine)
@@ -61,6 +66,8 @@ def container_of(
         schedules = schedules or InMemoryScheduleStore(store)
         deliveries = deliveries or InMemoryDeliveryStore(store)
         audit = InMemoryAuditLog()
+        approvals = fake_approvals = InMemoryApprovalStore(store)
+        fake_approvals.audit_log = audit
         for fake in (store, accounts, schedules, deliveries):  # their `audit=` events go here
             fake.audit_log = audit
 
@@ -75,6 +82,7 @@ def container_of(
         exports=store,
         catalog=store,
         accounts=accounts,
+        approvals=approvals,
         schedules=schedules,
         deliveries=deliveries,
         audit=audit,

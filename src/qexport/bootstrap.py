@@ -23,6 +23,7 @@ from qexport.sources.registry import AUDIT_SOURCE, SourceRegistry, configured_gr
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.approvals import SqlApprovalStore
 from qexport.store.audit import SqlAuditLog
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
@@ -166,6 +167,7 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
     return Container(
         exports=exports,
         catalog=SqlCatalog(engine),
+        approvals=SqlApprovalStore(engine, notify=settings.pg_notify),
         accounts=accounts,
         schedules=SqlScheduleStore(engine, notify=settings.pg_notify),
         deliveries=SqlDeliveryStore(engine),

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from qexport import bootstrap
 from qexport.cli_admin import sources_app, tokens_app, users_app
+from qexport.cli_approvals import approvals_app
 from qexport.cli_audit import audit_app
 from qexport.cli_common import State, fail, fail_input, local_deps, out, state
 from qexport.cli_deliveries import exports_deliveries
@@ -68,6 +69,7 @@ app.add_typer(schedules_app, name="schedules")
 app.add_typer(workspaces_app, name="workspaces")
 app.add_typer(members_app, name="members")
 app.add_typer(audit_app, name="audit")
+app.add_typer(approvals_app, name="approvals")
 
 DEMO_HOST = "127.0.0.1"
 

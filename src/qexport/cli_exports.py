@@ -41,6 +41,7 @@ from qexport.cli_schedules import (
     parse_notify,
 )
 from qexport.container import Container
+from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester, safe_filename
 from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, QExportError
 from qexport.domain.queries import can_read
@@ -62,7 +63,7 @@ from qexport.services.exports import (
 )
 from qexport.services.exports import resolve_export_id as resolve_local_export_id
 from qexport.services.requests import request_export, request_report_export
-from qexport.services.views import export_view
+from qexport.services.views import approval_view, export_view
 
 if TYPE_CHECKING:
     from qexport.client import QExportClient
@@ -168,6 +169,9 @@ def exports_create(
                     neutralize,
                     [r.to_json() for r in notify],
                 )
+            if view.get("kind") == "approval":
+                _print_awaiting(view, as_json=as_json)
+                return
             if wait:
                 export_id = view["id"]
                 with server_errors():
@@ -196,6 +200,7 @@ def exports_create(
                 match_title=True,
                 notify=notify,
                 policy=deps.accounts.workspace_policy(st.requester.workspace_id),
+                approvals=deps.approval_desk(),
             )
         else:
             assert query is not None
@@ -210,11 +215,16 @@ def exports_create(
                 neutralize_formulas=neutralize,
                 notify=notify,
                 policy=deps.accounts.workspace_policy(st.requester.workspace_id),
+                approvals=deps.approval_desk(),
             )
     except NotFoundError as exc:
         fail_input(str(exc) + _local_suggestion(deps, st.requester, query, report))
     except QExportError as exc:
         fail_input(str(exc))
+    if isinstance(record, ApprovalRequest):
+        now = deps.clock.now()
+        _print_awaiting(approval_view(record, now), as_json=as_json)
+        return
     view = export_view(record, deps.clock.now())
     if wait:
         view = _wait(_local_view(deps, st.requester, record.id), record.id, quiet=as_json)
@@ -283,6 +293,25 @@ def _remote_create(
             hint = did_you_mean(ref, names) or _none_yet(what, names, on_server=True)
             fail_input(f"{exc.detail}{hint} ({exc.code})")
         raise
+
+
+def _print_awaiting(view: dict[str, Any], *, as_json: bool) -> None:
+    """A sensitive query's request: recorded, waiting for another admin (nothing to wait for)."""
+    if as_json:
+        _print_view(view, True)
+        return
+    out.print(
+        f"export request {view['id']} awaits an admin's approval (until {view['expires_at']}):"
+        " the workspace's policy marks this query sensitive; nothing runs until another"
+        " admin approves it",
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print(
+        f"an admin approves it with: qexport approvals approve {view['id']} --user ADMIN",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _print_created(view: dict[str, Any], *, wait: bool, as_json: bool) -> None:

@@ -10,10 +10,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import typer
 
 from qexport.cli_admin import admin_context, note
-from qexport.cli_common import fail_input, fail_problems
+from qexport.cli_common import fail_input, fail_problems, state
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError
-from qexport.ports import AccountStore
+from qexport.ports import AccountStore, Catalog
 from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
 
@@ -98,6 +98,20 @@ def _list_or_lift(value: str) -> list[str] | None:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _query_ids(catalog: Catalog, workspace: str, value: str) -> list[str]:
+    """`a,b` (names or ids) -> the queries' ids; `none` -> []. An unknown one is left as
+    given, for the policy to refuse naming it."""
+    if value.strip().lower() == "none":
+        return []
+    ids = []
+    for ref in (part.strip() for part in value.split(",") if part.strip()):
+        query = catalog.get_query(ref)
+        if query is None or query.workspace_id != workspace:
+            query = catalog.find_query(workspace, ref)
+        ids.append(query.id if query is not None else ref)
+    return ids
+
+
 def _number_or_lift(value: str, option: str) -> int | None:
     if value.strip().lower() == "none":
         return None
@@ -135,6 +149,14 @@ def workspaces_policy(
         str | None,
         typer.Option("--recipient-domains", help="Comma-separated email domains; 'any' lifts it."),
     ] = None,
+    sensitive: Annotated[
+        str | None,
+        typer.Option(
+            "--sensitive-queries",
+            help="Comma-separated query names or ids whose exports need an admin's approval;"
+            " 'none' clears it.",
+        ),
+    ] = None,
 ) -> None:
     """Print, or change, what the workspace lets leave (each rule narrows the server's)."""
     accounts = _workspace_accounts(ctx, workspace)
@@ -153,12 +175,17 @@ def workspaces_policy(
         changes["retention_days"] = _number_or_lift(retention_days, "--retention-days")
     if recipient_domains is not None:
         changes["recipient_domains"] = _list_or_lift(recipient_domains)
+    deps = state(ctx).deps()
+    if sensitive is not None:
+        changes["sensitive_queries"] = _query_ids(deps.catalog, workspace, sensitive)
     if not changes:
         print("\n".join(accounts.workspace_policy(workspace).describe()))
         return
     settings = admin_context(ctx).settings
     try:
-        policy = change_policy(accounts, settings, Role.ADMIN, workspace, changes)
+        policy = change_policy(
+            accounts, settings, Role.ADMIN, workspace, changes, catalog=deps.catalog
+        )
     except InvalidRequestError as exc:
         fail_problems(
             exc, lambda problem: f"--{(problem.field or '').split('[')[0].replace('_', '-')}: "

@@ -156,6 +156,10 @@ class Settings:
     retention: timedelta = setting(
         timedelta(days=7), "How long files stay downloadable (e.g. 7d, 12h).", flag=True
     )
+    approval_ttl: timedelta = setting(
+        timedelta(days=3),
+        "How long an export request of a sensitive query waits for an admin (e.g. 3d, 12h).",
+    )
     # Whole days, not a duration: a bare number read as seconds would prune nearly all.
     audit_retention: int = setting(
         400, "Days `qexport audit prune` keeps audit events.", bound=Bound.AT_LEAST_1
@@ -292,6 +296,8 @@ class Settings:
         for s in declared():
             if s.bound is not None and not s.bound.holds(getattr(self, s.name)):
                 raise ValueError(f"{s.env} {s.bound.value}")
+        if self.approval_ttl <= timedelta(0):
+            raise ValueError("QEXPORT_APPROVAL_TTL must be positive")
         try:
             parse_allow(self.egress_allow)
         except ValueError as exc:

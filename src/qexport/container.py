@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from qexport.config import Settings
+from qexport.deliveries.approval_mail import approval_desk
 from qexport.domain.stats import ExportStats
 from qexport.ports import (
     AccountStore,
+    ApprovalStore,
     AuditLog,
     Catalog,
     Clock,
@@ -24,6 +26,7 @@ from qexport.ports import (
     ScheduleStore,
     SourceCatalog,
 )
+from qexport.services.approvals import ApprovalDesk
 from qexport.services.slots import SourceSlots
 
 
@@ -32,6 +35,7 @@ class Container:
     exports: ExportQueue
     catalog: Catalog
     accounts: AccountStore
+    approvals: ApprovalStore
     schedules: ScheduleStore
     deliveries: DeliveryStore
     audit: AuditLog
@@ -51,3 +55,8 @@ class Container:
     close: Callable[[], None]
     # How many describes and previews may hold a source connection at once (this process).
     source_slots: SourceSlots = field(default_factory=SourceSlots)
+
+    def approval_desk(self) -> ApprovalDesk:
+        """Where export requests of sensitive queries go (telling people by email when
+        QEXPORT_SMTP_URL is set)."""
+        return approval_desk(self.approvals, self.accounts, self.settings)

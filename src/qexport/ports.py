@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from qexport.domain.accounts import ApiToken, Link, Membership, Role, Standing, User
+    from qexport.domain.approvals import ApprovalRequest, Decision, NewApproval
     from qexport.domain.audit import AuditEvent, AuditFilter, RecordedEvent
     from qexport.domain.exports import (
         ExportEvent,
@@ -543,6 +544,48 @@ class AuditLog(Protocol):
     def prune(self, *, before: datetime, event: AuditEvent) -> dict[str, int]:
         """Delete the events written before `before`, keeping each chain verifiable from its
         first kept event, and record `event` in the same transaction; how many, per chain."""
+        ...
+
+
+# ---------------------------------------------------------------- approvals
+
+
+class ApprovalStore(Protocol):
+    """Export requests of sensitive queries, waiting for an admin (domain/approvals.py)."""
+
+    def add_approval(
+        self, new: NewApproval, *, audit: AuditEvent | None = None
+    ) -> ApprovalRequest: ...
+    def get_approval(self, approval_id: str) -> ApprovalRequest | None: ...
+    def list_approvals(
+        self,
+        workspace_id: str,
+        *,
+        requested_by: str | None = None,
+        pending_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[ApprovalRequest]:
+        """Newest first; `pending_at`: only those still pending (unexpired) at that time."""
+        ...
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        decision: Decision,
+        *,
+        by: str,
+        now: datetime,
+        reason: str | None,
+        export: tuple[NewExport, Sequence[NewDelivery]] | None = None,
+        audit: AuditEvent | None = None,
+    ) -> ApprovalRequest | None:
+        """Decide a request that is pending and unexpired at `now` (None when it is not: the
+        guard matched nothing and nothing changed); an approval inserts `export`, queued, in
+        the same transaction."""
+        ...
+
+    def pending_approvals(self, now: datetime) -> dict[str, int]:
+        """How many requests are pending at `now`, per workspace."""
         ...
 
 

@@ -89,7 +89,8 @@ def _with_null_members(spec: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def world(api: Api) -> tuple[Api, dict[str, str]]:
     """A caller, a query, a report, a schedule, a succeeded export with a delivery and a link
-    to it, in a workspace; and the path parameters that name them."""
+    to it, a request awaiting approval, in a workspace; and the path parameters that name
+    them."""
     api.member(CALLER, "admin")
     api.add_query("orders")
     export = api.post(
@@ -107,6 +108,15 @@ def world(api: Api) -> tuple[Api, dict[str, str]]:
         CALLER,
         json={"query_id": ORDERS, "format": "csv", "cron": "0 8 * * 1"},
     )
+    api.add_query("salaries")
+    api.client.patch(
+        "/api/v1/workspaces/acme/policy",
+        headers=api.headers(CALLER),
+        json={"sensitive_queries": ["q-salaries-acme"]},
+    )
+    approval = api.post(
+        "/api/v1/exports", CALLER, json={"query_id": "q-salaries-acme", "format": "csv"}
+    )
     api.drain()
     link = api.post(f"/api/v1/exports/{export.json()['id']}/links", CALLER)
     assert [r.status_code for r in (export, report, schedule, link)] == [202, 201, 201, 201]
@@ -118,6 +128,7 @@ def world(api: Api) -> tuple[Api, dict[str, str]]:
         "export_id": export.json()["id"],
         "link_id": link.json()["id"],
         "delivery_id": delivery.id,
+        "approval_id": approval.json()["id"],
         "token": link.json()["url"].rsplit("/", 1)[-1],
         "workspace_id": "acme",
     }

@@ -31,6 +31,7 @@ def test_the_operator_sets_prints_and_lifts_a_policy(env: Env) -> None:
         "link lifetime: the file's",
         "retention: the installation's",
         "email recipients: acme.test",
+        "sensitive queries: none",
     ]
     env.run("workspaces", "policy", "acme", "--formats", "any", "--max-rows", "none")
     assert env.run("workspaces", "policy", "acme").stdout.startswith(
@@ -55,6 +56,9 @@ def test_bad_rules_exit_2_naming_each_option(env: Env) -> None:
     assert lines[0].startswith("error: --formats: unknown format 'docx'")
     assert lines[1].startswith("error: --retention-days: retention_days may not exceed")
     assert env.run("workspaces", "policy", "acme").stdout.startswith("formats: any")
+    typo = env.run("workspaces", "policy", "acme", "--sensitive-queries", "ordrs", check=False)
+    assert typo.returncode == 2
+    assert "--sensitive-queries: no query 'ordrs' in this workspace" in typo.stderr
     missing = env.run("workspaces", "policy", "nowhere", "--links", "off", check=False)
     assert missing.returncode == 2
     assert "no workspace 'nowhere'" in missing.stderr

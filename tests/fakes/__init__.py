@@ -6,6 +6,7 @@ They are test code: nothing in `src/` imports them.
 """
 
 from tests.fakes.accounts import InMemoryAccountStore
+from tests.fakes.approvals import InMemoryApprovalStore
 from tests.fakes.audit import InMemoryAuditLog
 from tests.fakes.catalog import InMemoryCatalog
 from tests.fakes.clock import FrozenClock
@@ -19,6 +20,7 @@ __all__ = [
     "FixedSources",
     "FrozenClock",
     "InMemoryAccountStore",
+    "InMemoryApprovalStore",
     "InMemoryAuditLog",
     "InMemoryCatalog",
     "InMemoryDeliveryStore",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from qexport.ports import (
     AccountStore,
+    ApprovalStore,
     Catalog,
     Clock,
     DeliveryStore,
@@ -15,6 +16,7 @@ from qexport.ports import (
     SourceCatalog,
 )
 from tests.fakes.accounts import InMemoryAccountStore
+from tests.fakes.approvals import InMemoryApprovalStore
 from tests.fakes.clock import FrozenClock
 from tests.fakes.deliveries import InMemoryDeliveryStore
 from tests.fakes.exports import InMemoryMetadataStore
@@ -41,6 +43,10 @@ def deliveries(fake: InMemoryDeliveryStore) -> DeliveryStore:
 
 
 def accounts(fake: InMemoryAccountStore) -> AccountStore:
+    return fake
+
+
+def approvals(fake: InMemoryApprovalStore) -> ApprovalStore:
     return fake
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from qexport.api import (
+    approvals,
     audit,
     deliveries,
     exports,
@@ -30,4 +31,5 @@ def install(app: FastAPI) -> None:
     app.include_router(workspaces.router, prefix="/api/v1")
     app.include_router(sources.router, prefix="/api/v1")
     app.include_router(audit.router, prefix="/api/v1")
+    app.include_router(approvals.router, prefix="/api/v1")
     app.include_router(public.router)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic.json_schema import SkipJsonSchema
 
+from qexport.api.approvals import Approval, approval_view
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import (
     Export,
@@ -20,6 +21,7 @@ from qexport.api.schemas import (
     ExportRequest,
     problem_responses,
 )
+from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError, Problems, in_field_order
 from qexport.domain.schedules import Recipient
@@ -68,10 +70,12 @@ def _view(record: ExportRecord, context: Context) -> Export:
 @router.post(
     "/exports",
     status_code=202,
-    response_model=Export,
+    response_model=Export | Approval,
     responses={
         202: {
-            "description": "Recorded and queued.",
+            "description": "Recorded and queued; or, for a query the workspace's policy marks"
+            " sensitive, recorded as awaiting an admin's approval (an `Approval`, whose"
+            " `kind` is `approval`).",
             "headers": {"Location": {"schema": {"type": "string"}}},
         },
         **problem_responses(400, 401, 403, 404, 413, 422, 429, 503),
@@ -79,11 +83,13 @@ def _view(record: ExportRecord, context: Context) -> Export:
 )
 def create_export(
     body: ExportRequest, principal: CurrentPrincipal, context: Context, response: Response
-) -> Export:
+) -> Export | Approval:
     """Request an export of a query or report the caller may read; it is queued at once.
     Reports take the formats pdf, xlsx and html; queries the tabular formats. Viewers may
     `notify` only their own email address; webhooks and other addresses need the editor
-    role (403)."""
+    role (403). A sensitive query (or a report that holds one) is not queued: the answer is
+    the approval request (`Location: /api/v1/approvals/{id}`) that a workspace admin other
+    than the caller approves or denies."""
     rules = RecipientRules(
         role=principal.role,
         own_email=principal.email,
@@ -117,9 +123,9 @@ def create_export(
             notify=notify,
             found=found.found(),
             policy=context.accounts.workspace_policy(principal.workspace_id),
+            approvals=context.approval_desk(),
         )
-        response.headers["Location"] = f"/api/v1/exports/{record.id}"
-        return _view(record, context)
+        return _created(record, context, response)
     assert body.query_id is not None
     record = request_export(
         context.exports,
@@ -135,7 +141,17 @@ def create_export(
         notify=notify,
         found=found.found(),
         policy=context.accounts.workspace_policy(principal.workspace_id),
+        approvals=context.approval_desk(),
     )
+    return _created(record, context, response)
+
+
+def _created(
+    record: ExportRecord | ApprovalRequest, context: Context, response: Response
+) -> Export | Approval:
+    if isinstance(record, ApprovalRequest):
+        response.headers["Location"] = f"/api/v1/approvals/{record.id}"
+        return approval_view(record, context.clock.now())
     response.headers["Location"] = f"/api/v1/exports/{record.id}"
     return _view(record, context)
 

@@ -539,6 +539,10 @@ class WorkspacePolicyView(BaseModel):
     recipient_domains: list[str] | None = Field(
         description="The only email domains deliveries may go to", examples=[["example.com"]]
     )
+    sensitive_queries: list[str] = Field(
+        description="Ids of queries whose exports wait for an admin's approval (and of"
+        " reports that hold one); no schedule may export them"
+    )
 
 
 class WorkspacePolicyChange(BaseModel):
@@ -552,6 +556,7 @@ class WorkspacePolicyChange(BaseModel):
     link_max_days: int | None = None
     retention_days: int | None = None
     recipient_domains: list[str] | None = Field(None, max_length=50)
+    sensitive_queries: list[str] | None = Field(None, max_length=500)
 
 
 class SigningKey(BaseModel):

@@ -82,6 +82,7 @@ def _policy_view(policy: WorkspacePolicy) -> WorkspacePolicyView:
         recipient_domains=None
         if policy.recipient_domains is None
         else list(policy.recipient_domains),
+        sensitive_queries=sorted(policy.sensitive_queries),
     )
 
 
@@ -120,6 +121,7 @@ def change_workspace_policy(
         principal.role,
         workspace_id,
         changes,
+        catalog=context.catalog,
         actor=actor_of(principal),
     )
     return _policy_view(policy)

@@ -75,6 +75,7 @@ class Action(StrEnum):
     MEMBER_REMOVED = "member.removed"
     DELIVERY_SENT = "delivery.sent"
     POLICY_CHANGED = "policy.changed"
+    APPROVAL_REQUESTED = "approval.requested"  # an export of a sensitive query asked for
     APPROVAL_DECIDED = "approval.decided"
     AUDIT_PRUNED = "audit.pruned"
 

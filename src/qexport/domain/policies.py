@@ -12,6 +12,8 @@ Every rule narrows what the installation allows, never widens it:
   QEXPORT_RETENTION_DAYS.
 - `recipient_domains`: the only email domains deliveries may be addressed to (a
   subdomain of one counts); None: any address.
+- `sensitive_queries`: the ids of queries whose exports (and those of reports that hold
+  one) wait for an admin's approval (domain/approvals.py), and that no schedule may export.
 
 A policy is stored as JSON with only the rules that are set.
 """
@@ -38,7 +40,9 @@ RULES = (
     "link_max_days",
     "retention_days",
     "recipient_domains",
+    "sensitive_queries",
 )
+MAX_SENSITIVE = 500
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class WorkspacePolicy:
     link_max_days: int | None = None
     retention_days: int | None = None
     recipient_domains: tuple[str, ...] | None = None
+    sensitive_queries: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------ what it allows
 
@@ -91,6 +96,10 @@ class WorkspacePolicy:
             f"the workspace's policy only allows email recipients at {domains} ({given} is not one)"
         )
 
+    def needs_approval(self, query_ids: Iterable[str]) -> bool:
+        """Whether an export reading these queries waits for an admin's approval."""
+        return not self.sensitive_queries.isdisjoint(query_ids)
+
     # ------------------------------------------------------------ stored form
 
     def to_json(self) -> dict[str, Any]:
@@ -108,6 +117,8 @@ class WorkspacePolicy:
             stored["retention_days"] = self.retention_days
         if self.recipient_domains is not None:
             stored["recipient_domains"] = list(self.recipient_domains)
+        if self.sensitive_queries:
+            stored["sensitive_queries"] = sorted(self.sensitive_queries)
         return stored
 
     @classmethod
@@ -124,6 +135,7 @@ class WorkspacePolicy:
             link_max_days=_int_or_none(stored.get("link_max_days")),
             retention_days=_int_or_none(stored.get("retention_days")),
             recipient_domains=None if domains is None else tuple(str(d) for d in domains),
+            sensitive_queries=frozenset(str(q) for q in stored.get("sensitive_queries") or ()),
         )
 
     def describe(self) -> list[str]:
@@ -148,6 +160,12 @@ class WorkspacePolicy:
                 "any domain"
                 if self.recipient_domains is None
                 else ", ".join(self.recipient_domains)
+            ),
+            "sensitive queries: "
+            + (
+                f"{len(self.sensitive_queries)}, exported with an admin's approval"
+                if self.sensitive_queries
+                else "none"
             ),
         ]
 
@@ -187,6 +205,8 @@ def changed_policy(
 
 
 def _checked(name: str, value: Any, limits: PolicyLimits) -> Any:  # noqa: PLR0911 - per rule
+    if name == "sensitive_queries":
+        return _query_ids(value)
     if name == "public_links":
         if value is None:
             return True
@@ -250,6 +270,27 @@ def _domains(value: Any) -> tuple[str, ...]:
             )
         found[domain] = None
     return tuple(found)
+
+
+def _query_ids(value: Any) -> frozenset[str]:
+    """Query ids (whether each exists in the workspace is the service's to check)."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list | tuple):
+        raise InvalidRequestError(
+            "sensitive_queries is a list of query ids ([] or null: none)",
+            field="sensitive_queries",
+        )
+    if len(value) > MAX_SENSITIVE:
+        raise InvalidRequestError(
+            f"at most {MAX_SENSITIVE} sensitive queries", field="sensitive_queries"
+        )
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip() or len(item) > 200:
+            raise InvalidRequestError(
+                "a query id is a non-empty string", field=f"sensitive_queries[{index}]"
+            )
+    return frozenset(item.strip() for item in value)
 
 
 def every_format(*groups: Iterable[str]) -> frozenset[str]:

@@ -198,6 +198,8 @@ def _check_subject(
             with problems.check():
                 check_report_format(draft.format)
             report = find_readable_report(store, requester, draft.report_id, match_title=match_name)
+            if policy is not None and policy.needs_approval(s.query_id for s in report.sections):
+                problems.add(_sensitive(f"the report {report.title!r} holds a query", "report_id"))
             with problems.check():
                 values = bind_report_values(store, requester, report, parameters)
                 return _SubjectCheck(
@@ -210,12 +212,22 @@ def _check_subject(
         query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
     except NotFoundError as exc:
         return _SubjectCheck(missing=exc)
+    if policy is not None and policy.needs_approval([query.id]):
+        problems.add(_sensitive(f"the query {query.name!r} is one", "query_id"))
     with problems.check():
         bound = bind_query_values(query, parameters)
         values = {k: to_json_value(v) for k, v in bound.items()}
         names = tuple(p.name for p in query.parameters)
         return _SubjectCheck(_Subject(SUBJECT_QUERY, query.id, draft.format, values, names))
     return _SubjectCheck()
+
+
+def _sensitive(what: str, field: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"{what} the workspace's policy marks sensitive: its exports each need an admin's"
+        " approval, so no schedule may export it",
+        field=field,
+    )
 
 
 def _filename_template(draft: ScheduleDraft, subject: _Subject) -> str | None:

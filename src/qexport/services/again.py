@@ -10,11 +10,13 @@ sending it to others (a schedule's "Run now" is).
 from __future__ import annotations
 
 from qexport.domain.accounts import Principal
+from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import ConflictError, NotFoundError
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.reports import SUBJECT_REPORT
 from qexport.ports import Catalog, Clock, ExportQueue
+from qexport.services.approvals import ApprovalDesk
 from qexport.services.exports import get_visible_export
 from qexport.services.requests import request_export, request_report_export
 
@@ -32,7 +34,8 @@ def request_again(
     *,
     max_unsettled: int | None = None,
     policy: WorkspacePolicy | None = None,
-) -> ExportRecord:
+    approvals: ApprovalDesk | None = None,
+) -> ExportRecord | ApprovalRequest:
     """The new export (queued) of a settled export the caller may see; NotFoundError for one
     they cannot see, ConflictError while it is unsettled, SubjectGoneError when its subject
     is gone or unreadable, and the request's own refusals (parameters, caps) as they are."""
@@ -56,6 +59,7 @@ def request_again(
                 neutralize_formulas=neutralize,
                 max_unsettled=max_unsettled,
                 policy=policy,
+                approvals=approvals,
             )
         return request_export(
             exports,
@@ -69,6 +73,7 @@ def request_again(
             match_name=False,
             max_unsettled=max_unsettled,
             policy=policy,
+            approvals=approvals,
         )
     except NotFoundError:
         what = "report" if record.subject_type == SUBJECT_REPORT else "query"

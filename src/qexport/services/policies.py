@@ -9,10 +9,10 @@ from typing import Any
 from qexport.config import Settings
 from qexport.domain.accounts import Role
 from qexport.domain.audit import OPERATOR, Action, Actor
-from qexport.domain.failures import ForbiddenError
+from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
 from qexport.domain.reports import REPORT_FORMATS
-from qexport.ports import AccountStore
+from qexport.ports import AccountStore, Catalog
 from qexport.services.audit import event
 from qexport.writers.registry import FORMATS
 
@@ -33,6 +33,7 @@ def change_policy(
     workspace_id: str,
     changes: Mapping[str, Any],
     *,
+    catalog: Catalog,
     actor: Actor = OPERATOR,
 ) -> WorkspacePolicy:
     """Apply `changes` (a rule given as None is lifted) to the workspace's policy; workspace
@@ -42,6 +43,8 @@ def change_policy(
         raise ForbiddenError("only workspace admins may change the workspace's policy")
     before = accounts.workspace_policy(workspace_id)
     policy = changed_policy(before, changes, policy_limits(settings))
+    if "sensitive_queries" in changes:
+        _check_queries(catalog, workspace_id, policy.sensitive_queries)
     changed = event(
         None,
         actor,
@@ -52,3 +55,13 @@ def change_policy(
     )
     accounts.set_workspace_policy(workspace_id, policy, audit=changed)
     return policy
+
+
+def _check_queries(catalog: Catalog, workspace_id: str, query_ids: frozenset[str]) -> None:
+    """Every sensitive query is a live query of the workspace (a typo would protect nothing)."""
+    for query_id in sorted(query_ids):
+        query = catalog.get_query(query_id)
+        if query is None or query.deleted or query.workspace_id != workspace_id:
+            raise InvalidRequestError(
+                f"no query {query_id[:80]!r} in this workspace", field="sensitive_queries"
+            )

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from qexport.domain.approvals import APPROVAL_OPTION, ApprovalRequest
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
-from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, in_field_order
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    Problems,
+    in_field_order,
+)
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import (
     Query,
@@ -25,6 +33,7 @@ from qexport.domain.reports import (
 )
 from qexport.domain.schedules import NewDelivery, Recipient
 from qexport.ports import Catalog, Clock, ExportQueue, NewExport
+from qexport.services.approvals import ApprovalDesk, ask
 from qexport.services.audit import export_requested
 from qexport.services.reports import find_readable_report, report_queries
 from qexport.writers.registry import FORMATS, get_writer
@@ -65,13 +74,17 @@ def request_export(
     notify: Sequence[Recipient] = (),
     found: Sequence[InvalidRequestError] = (),
     policy: WorkspacePolicy | None = None,
-) -> ExportRecord:
+    approvals: ApprovalDesk | None = None,
+) -> ExportRecord | ApprovalRequest:
     """Validate the request and record it as queued (with a delivery per `notify` recipient,
     in the same transaction); bad input records nothing. Every mistake is refused at once,
     with those the caller `found` reading the request (its `notify`, say).
 
     With `max_unsettled`, a requester who already has that many queued or running exports
     is refused (TooManyRequestsError), checked in the inserting transaction.
+
+    A query the `policy` marks sensitive is not queued: the request is recorded as awaiting
+    an admin's approval (`approvals`), and that is what is returned.
     """
     problems = Problems(found)
     with problems.check():
@@ -88,6 +101,8 @@ def request_export(
     new = query_export(
         requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
+    if policy is not None and policy.needs_approval([query.id]):
+        return _awaiting(approvals, clock, new, notify)
     return exports.insert_export(
         new,
         new_deliveries(notify),
@@ -111,9 +126,11 @@ def request_report_export(
     notify: Sequence[Recipient] = (),
     found: Sequence[InvalidRequestError] = (),
     policy: WorkspacePolicy | None = None,
-) -> ExportRecord:
+    approvals: ApprovalDesk | None = None,
+) -> ExportRecord | ApprovalRequest:
     """Validate a report export request and record it as queued; bad input records nothing.
-    Every mistake is refused at once, as for a query.
+    Every mistake is refused at once, as for a query; a report that holds a sensitive query
+    awaits an admin's approval, as such a query does.
 
     A report the requester cannot read, or with a query they cannot read, is NotFoundError.
     """
@@ -133,12 +150,61 @@ def request_report_export(
     new = report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
+    if policy is not None and policy.needs_approval(s.query_id for s in report.sections):
+        return _awaiting(approvals, clock, new, notify)
     return exports.insert_export(
         new,
         new_deliveries(notify),
         max_unsettled=max_unsettled,
         audit=export_requested(clock, new, len(notify)),
     )
+
+
+def _awaiting(
+    approvals: ApprovalDesk | None, clock: Clock, new: NewExport, notify: Sequence[Recipient]
+) -> ApprovalRequest:
+    if approvals is None:  # a path that cannot wait for an admin (a schedule's run)
+        raise ForbiddenError(
+            f"the workspace's policy marks {new.subject_name!r} sensitive: its exports need"
+            " an admin's approval, asked for from the pages, the API or `qexport export`"
+        )
+    return ask(approvals, clock, new, notify)
+
+
+def approved_export(
+    catalog: Catalog, clock: Clock
+) -> Callable[[ApprovalRequest, Requester], NewExport]:
+    """How an approved request becomes its export: its subject read and its parameters bound
+    again now, with the requester's rights (NotFoundError, InvalidRequestError when that no
+    longer works); the export carries its request's id (APPROVAL_OPTION)."""
+
+    def export_of(request: ApprovalRequest, requester: Requester) -> NewExport:
+        neutralize = bool(request.options.get("neutralize_formulas", True))
+        if request.subject_type == SUBJECT_REPORT:
+            report, values = bind_report_request(
+                catalog, requester, request.subject_id, request.parameters
+            )
+            new = report_export(
+                requester,
+                report,
+                request.format,
+                values,
+                neutralize_formulas=neutralize,
+                now=clock.now(),
+            )
+        else:
+            query = find_readable_query(catalog, requester, request.subject_id, match_name=False)
+            new = query_export(
+                requester,
+                query,
+                request.format,
+                bind_query_values(query, request.parameters),
+                neutralize_formulas=neutralize,
+                now=clock.now(),
+            )
+        return replace(new, options={**new.options, APPROVAL_OPTION: request.id})
+
+    return export_of
 
 
 def _found(problems: Problems, lookup: Callable[[], T]) -> T:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import ExportRecord, effective_status
 from qexport.domain.failures import readable_detail
 from qexport.domain.reports import SUBJECT_REPORT
@@ -15,6 +16,30 @@ from qexport.domain.schedules import Delivery, Schedule
 def iso_time(value: datetime | None) -> str | None:
     """UTC instants as the API writes them: `2026-12-01T10:41:00Z`."""
     return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def approval_view(request: ApprovalRequest, now: datetime) -> dict[str, Any]:
+    """An approval request as JSON (`kind: approval`: not yet an export); `status` is
+    `expired` once a pending request's time is up."""
+    return {
+        "kind": "approval",
+        "id": request.id,
+        "status": request.effective_status(now).value,
+        "subject": {
+            "type": request.subject_type,
+            "id": request.subject_id,
+            "name": request.subject_name,
+        },
+        "format": request.format,
+        "parameters": request.parameters,
+        "requested_by": request.requested_by,
+        "created_at": iso_time(request.created_at),
+        "expires_at": iso_time(request.expires_at),
+        "decided_by": request.decided_by,
+        "decided_at": iso_time(request.decided_at),
+        "reason": request.reason,
+        "export_id": request.export_id,
+    }
 
 
 def export_view(record: ExportRecord, now: datetime) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from qexport.deliveries.signing import master_secret
 from qexport.services.sign_in import VerificationGate
 from qexport.web import (
     errors,
+    pages_approvals,
     pages_audit,
     pages_auth,
     pages_exports,
@@ -41,3 +42,4 @@ def install(app: FastAPI, context: Container) -> None:
     app.include_router(pages_subscriptions.router)
     app.include_router(pages_policy.router)
     app.include_router(pages_audit.router)
+    app.include_router(pages_approvals.router)

@@ -15,6 +15,7 @@ from qexport.container import Container
 from qexport.deliveries.resend import may_name, may_send_again, send_again
 from qexport.deliveries.signing import link_token, master_secret
 from qexport.domain.accounts import Link, Principal, hash_secret
+from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.failures import (
     ConflictError,
     ForbiddenError,
@@ -54,6 +55,7 @@ from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.errors import PageRoute, asks_first
 from qexport.web.forms import email_of, form_errors
+from qexport.web.pages_approvals import awaiting_path
 from qexport.web.present import ExportRow, export_row, when
 from qexport.web.present_deliveries import delivery_row, link_row
 from qexport.web.render import page
@@ -411,9 +413,12 @@ def again(
             export_id,
             max_unsettled=context.settings.max_unsettled_per_user,
             policy=context.accounts.workspace_policy(principal.workspace_id),
+            approvals=context.approval_desk(),
         )
     except (*_REFUSALS, TooManyRequestsError) as exc:
         return _detail(request, context, session, principal, export_id, error=exc)
+    if isinstance(record, ApprovalRequest):
+        return RedirectResponse(awaiting_path(record), status_code=303)
     return RedirectResponse(f"{_path(record.id)}?notice=requested", status_code=303)
 
 

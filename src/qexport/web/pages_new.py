@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.services.queries import list_readable_queries
@@ -25,6 +26,7 @@ from qexport.services.requests import request_export, request_report_export
 from qexport.web.auth import Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import field_of
+from qexport.web.pages_approvals import awaiting_path
 from qexport.web.render import page
 from qexport.web.session import Session
 from qexport.web.subjects import (
@@ -133,12 +135,14 @@ def _submit(
             fmt=fmt,
             errors=errors_of(exc, subject),
         )
+    if isinstance(record, ApprovalRequest):
+        return RedirectResponse(awaiting_path(record), status_code=303)
     return RedirectResponse(f"/exports/{quote(record.id)}?notice=requested", status_code=303)
 
 
 def _request(
     context: Container, principal: Principal, subject: Subject, fmt: str, params: dict[str, Any]
-) -> ExportRecord:
+) -> ExportRecord | ApprovalRequest:
     if subject.kind == "report":
         return request_report_export(
             context.exports,
@@ -150,6 +154,7 @@ def _request(
             parameters=params,
             max_unsettled=context.settings.max_unsettled_per_user,
             policy=context.accounts.workspace_policy(principal.workspace_id),
+            approvals=context.approval_desk(),
         )
     return request_export(
         context.exports,
@@ -162,4 +167,5 @@ def _request(
         match_name=False,
         max_unsettled=context.settings.max_unsettled_per_user,
         policy=context.accounts.workspace_policy(principal.workspace_id),
+        approvals=context.approval_desk(),
     )

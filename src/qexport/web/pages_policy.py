@@ -38,6 +38,7 @@ class PolicyForm:
     link_max_days: str = ""
     retention_days: str = ""
     recipient_domains: str = ""
+    sensitive_queries: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, policy: WorkspacePolicy) -> PolicyForm:
@@ -52,6 +53,7 @@ class PolicyForm:
             link_max_days=number(policy.link_max_days),
             retention_days=number(policy.retention_days),
             recipient_domains="\n".join(policy.recipient_domains or ()),
+            sensitive_queries=tuple(sorted(policy.sensitive_queries)),
         )
 
     def changes(self) -> dict[str, Any]:
@@ -61,6 +63,7 @@ class PolicyForm:
             "formats": list(self.formats) if self.limit_formats else None,
             "public_links": self.public_links,
             "recipient_domains": self.recipient_domains.split() or None,
+            "sensitive_queries": list(self.sensitive_queries),
         }
         for name in ("max_rows", "link_max_days", "retention_days"):
             typed = getattr(self, name).strip().replace(",", "").replace("_", "")
@@ -98,6 +101,12 @@ def _render(
         form=form,
         known_formats=sorted(limits.formats),
         limits=limits,
+        # What may be marked sensitive: the workspace's live queries (a deleted one, still in
+        # the policy, is dropped by the next save, which would refuse it).
+        live_queries=sorted(
+            (q for q in context.catalog.list_queries(principal.workspace_id) if not q.deleted),
+            key=lambda q: q.name.lower(),
+        ),
         editable=principal.role is Role.ADMIN,
         errors=errors or {},
         notice=notice,
@@ -132,6 +141,7 @@ async def save_policy(
         link_max_days=str(data.get("link_max_days", "")),
         retention_days=str(data.get("retention_days", "")),
         recipient_domains=str(data.get("recipient_domains", "")),
+        sensitive_queries=tuple(str(q) for q in data.getlist("sensitive_queries")),
     )
     try:
         change_policy(
@@ -140,6 +150,7 @@ async def save_policy(
             principal.role,
             principal.workspace_id,
             form.changes(),
+            catalog=context.catalog,
             actor=actor_of(principal),
         )
     except InvalidRequestError as exc:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from qexport.container import Container
+from qexport.domain.approvals import APPROVAL_OPTION
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import (
     AccessLostError,
@@ -172,6 +173,8 @@ class Attempt:
         refusal = self.policy.format_refusal(record.format)
         if refusal is not None:
             raise AccessLostError(refusal)
+        if self.policy.sensitive_queries and APPROVAL_OPTION not in record.options:
+            self._check_not_sensitive()
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
         limit = self.policy.row_limit(deps.settings.max_rows)
@@ -184,6 +187,21 @@ class Attempt:
                     " allows an export"
                 ) from exc
             raise
+
+    def _check_not_sensitive(self) -> None:
+        """An export that no admin approved may not read a sensitive query: one queued
+        before the query was marked so, or a schedule's run."""
+        record = self.record
+        if record.subject_type == SUBJECT_REPORT:
+            report = self.deps.catalog.get_report(record.subject_id)
+            read = [s.query_id for s in report.sections] if report is not None else []
+        else:
+            read = [record.subject_id]
+        if self.policy.needs_approval(read):
+            raise AccessLostError(
+                "the workspace's policy marks this query sensitive: its exports need an"
+                " admin's approval (request it again; a schedule cannot export it)"
+            )
 
     def _produce_query(self, lease: Lease, max_rows: int) -> StoredObject:
         deps, record = self.deps, self.record

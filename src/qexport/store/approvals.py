@@ -1,0 +1,164 @@
+"""Approval requests on SQLAlchemy Core: a decision is one guarded UPDATE (pending and not
+expired), and an approval inserts its export in the same transaction, so that no request is
+approved without its export nor an export made of a request twice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from qexport.domain.approvals import ApprovalRequest, ApprovalStatus, Decision, NewApproval
+from qexport.domain.audit import AuditEvent
+from qexport.domain.schedules import NewDelivery
+from qexport.ports import NewExport
+from qexport.store.audit import append_if
+from qexport.store.engine import transaction
+from qexport.store.exports import insert_export_in
+from qexport.store.tables import approval_requests
+
+_PENDING = ApprovalStatus.PENDING.value
+
+
+def _to_request(row: sa.Row[Any]) -> ApprovalRequest:
+    m = row._mapping
+    return ApprovalRequest(
+        id=m["id"],
+        workspace_id=m["workspace_id"],
+        requested_by=m["requested_by"],
+        subject_type=m["subject_type"],
+        subject_id=m["subject_id"],
+        subject_name=m["subject_name"],
+        format=m["format"],
+        parameters=dict(m["parameters"]),
+        options=dict(m["options"]),
+        notify=list(m["notify"]),
+        created_at=m["created_at"],
+        expires_at=m["expires_at"],
+        status=ApprovalStatus(m["status"]),
+        decided_by=m["decided_by"],
+        decided_at=m["decided_at"],
+        reason=m["reason"],
+        export_id=m["export_id"],
+    )
+
+
+class _NotPendingError(Exception):
+    """The decided request was not pending (or had expired): undo the transaction."""
+
+
+class SqlApprovalStore:
+    """ApprovalStore over any SQLAlchemy engine."""
+
+    def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
+        self._engine = engine
+        self._notify = notify and engine.dialect.name == "postgresql"
+
+    def add_approval(self, new: NewApproval, *, audit: AuditEvent | None = None) -> ApprovalRequest:
+        values = {
+            "id": new.id,
+            "workspace_id": new.workspace_id,
+            "requested_by": new.requested_by,
+            "subject_type": new.subject_type,
+            "subject_id": new.subject_id,
+            "subject_name": new.subject_name,
+            "format": new.format,
+            "parameters": new.parameters,
+            "options": new.options,
+            "notify": new.notify,
+            "status": _PENDING,
+            "created_at": new.created_at,
+            "expires_at": new.expires_at,
+        }
+        with transaction(self._engine) as conn:
+            row = conn.execute(approval_requests.insert().returning(approval_requests), values)
+            request = _to_request(row.one())
+            append_if(conn, audit)
+        return request
+
+    def get_approval(self, approval_id: str) -> ApprovalRequest | None:
+        stmt = sa.select(approval_requests).where(approval_requests.c.id == approval_id)
+        with transaction(self._engine) as conn:
+            row = conn.execute(stmt).first()
+        return _to_request(row) if row is not None else None
+
+    def list_approvals(
+        self,
+        workspace_id: str,
+        *,
+        requested_by: str | None = None,
+        pending_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[ApprovalRequest]:
+        c = approval_requests.c
+        stmt = sa.select(approval_requests).where(c.workspace_id == workspace_id)
+        if requested_by is not None:
+            stmt = stmt.where(c.requested_by == requested_by)
+        if pending_at is not None:
+            stmt = stmt.where(c.status == _PENDING, c.expires_at > pending_at)
+        stmt = stmt.order_by(c.created_at.desc(), c.id.desc()).limit(limit)
+        with transaction(self._engine) as conn:
+            return [_to_request(r) for r in conn.execute(stmt)]
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        decision: Decision,
+        *,
+        by: str,
+        now: datetime,
+        reason: str | None,
+        export: tuple[NewExport, Sequence[NewDelivery]] | None = None,
+        audit: AuditEvent | None = None,
+    ) -> ApprovalRequest | None:
+        assert (export is not None) == (decision is Decision.APPROVE), "an approval makes one"
+        try:
+            with transaction(self._engine) as conn:
+                row = self._decide(conn, approval_id, decision, by, now, reason, export, audit)
+        except _NotPendingError:
+            return None
+        return _to_request(row)
+
+    def _decide(
+        self,
+        conn: sa.Connection,
+        approval_id: str,
+        decision: Decision,
+        by: str,
+        now: datetime,
+        reason: str | None,
+        export: tuple[NewExport, Sequence[NewDelivery]] | None,
+        audit: AuditEvent | None,
+    ) -> sa.Row[Any]:
+        c = approval_requests.c
+        if export is not None:
+            new, deliveries = export
+            insert_export_in(conn, new, deliveries, notify=self._notify)
+        row = conn.execute(
+            approval_requests.update()
+            .where(c.id == approval_id, c.status == _PENDING, c.expires_at > now)
+            .values(
+                status=decision.status.value,
+                decided_by=by,
+                decided_at=now,
+                reason=reason,
+                export_id=export[0].id if export is not None else None,
+            )
+            .returning(approval_requests)
+        ).first()
+        if row is None:
+            raise _NotPendingError  # the export inserted above is rolled back with the rest
+        append_if(conn, audit)
+        return row
+
+    def pending_approvals(self, now: datetime) -> dict[str, int]:
+        c = approval_requests.c
+        stmt = (
+            sa.select(c.workspace_id, sa.func.count())
+            .where(c.status == _PENDING, c.expires_at > now)
+            .group_by(c.workspace_id)
+        )
+        with transaction(self._engine) as conn:
+            return {str(workspace): int(count) for workspace, count in conn.execute(stmt).tuples()}

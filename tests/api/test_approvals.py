@@ -1,0 +1,262 @@
+"""Sensitive queries: their exports wait for an admin's approval (four eyes), and a request
+that is denied or left unanswered past QEXPORT_APPROVAL_TTL creates nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qexport.domain.reports import Report, Section
+from tests.api.conftest import Api, api_on
+from tests.receivers import SmtpServer, smtp_server
+
+__all__ = ["smtp_server"]  # a fixture for the tests here
+
+ALICE = "alice@acme.test"  # an editor
+ADMIN = "admin@acme.test"
+BOSS = "boss@acme.test"  # the second admin
+VIEWER = "viewer@acme.test"
+OTHER_ADMIN = "admin@other.test"
+POLICY = "/api/v1/workspaces/acme/policy"
+QUERY = "q-orders-acme"
+DAY = 24 * 3600
+
+
+def _team(api: Api) -> Api:
+    api.member(ALICE, "editor")
+    api.member(ADMIN, "admin")
+    api.member(BOSS, "admin")
+    api.member(VIEWER, "viewer")
+    api.member(OTHER_ADMIN, "admin", workspace="other")
+    api.add_query("orders")
+    api.add_query("public")
+    return api
+
+
+@pytest.fixture
+def acme(api_both: Api) -> Api:
+    """A workspace whose `orders` query is sensitive, on SQLite and on PostgreSQL."""
+    _team(api_both)
+    marked = api_both.client.patch(
+        POLICY, headers=api_both.headers(ADMIN), json={"sensitive_queries": [QUERY]}
+    )
+    assert marked.status_code == 200, marked.text
+    return api_both
+
+
+def _ask(api: Api, who: str = ALICE, **body: Any) -> dict[str, Any]:
+    response = api.post("/api/v1/exports", who, json={"query_id": QUERY, "format": "csv"} | body)
+    assert response.status_code == 202, response.text
+    view: dict[str, Any] = response.json()
+    assert view["kind"] == "approval", view
+    assert response.headers["Location"] == f"/api/v1/approvals/{view['id']}"
+    return view
+
+
+def _decide(api: Api, approval_id: str, who: str, verb: str = "approve", **body: Any) -> Any:
+    return api.post(f"/api/v1/approvals/{approval_id}/{verb}", who, json=body or None)
+
+
+def _exports(api: Api) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.get("/api/v1/exports", ADMIN).json()["items"]
+    return items
+
+
+def _events(api: Api, action: str) -> list[dict[str, Any]]:
+    body = api.get("/api/v1/audit", ADMIN, params={"action": action}).json()
+    items: list[dict[str, Any]] = body["items"]
+    return items
+
+
+def test_a_sensitive_export_is_made_only_once_another_admin_approves(acme: Api) -> None:
+    """The request is recorded as awaiting approval and nothing is queued; its requester (an
+    editor) cannot approve it, nor can a viewer, who does not even see it; another admin's
+    approval creates the export, the requester's, which then runs through the lifecycle like
+    any other. Each step is one audit event."""
+    asked = _ask(acme, parameters={"since": "2024-01-02"})
+    assert asked["status"] == "pending"
+    assert asked["subject"] == {"type": "query", "id": QUERY, "name": "orders"}
+    assert _exports(acme) == []
+    assert acme.drain() == {}
+    mine = acme.get("/api/v1/approvals", ALICE).json()["items"]
+    assert [a["id"] for a in mine] == [asked["id"]]
+    assert [a["id"] for a in acme.get("/api/v1/approvals?pending=true", BOSS).json()["items"]] == [
+        asked["id"]
+    ]
+
+    assert _decide(acme, asked["id"], ALICE).status_code == 403
+    assert _decide(acme, asked["id"], VIEWER).status_code == 404  # not theirs to see
+    approved = _decide(acme, asked["id"], BOSS, reason="for the audit committee")
+    assert approved.status_code == 200, approved.text
+    decided = approved.json()
+    assert decided["status"] == "approved"
+    assert decided["decided_by"] == acme.user_id(BOSS)
+    assert decided["reason"] == "for the audit committee"
+    assert acme.drain() == {"succeeded": 1}
+    export = acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
+    assert export["status"] == "succeeded"
+    assert export["requested_by"] == acme.user_id(ALICE)
+    assert export["parameters"] == {"since": "2024-01-02"}
+    assert acme.get(f"/api/v1/approvals/{asked['id']}", ALICE).json()["status"] == "approved"
+    assert _decide(acme, asked["id"], ADMIN).status_code == 409  # decided once
+
+    (requested,) = _events(acme, "approval.requested")
+    assert (requested["actor"]["id"], requested["target"]) == (
+        acme.user_id(ALICE),
+        {"kind": "approval", "id": asked["id"]},
+    )
+    (decision,) = _events(acme, "approval.decided")
+    assert decision["actor"] == {"kind": "token", "id": acme.user_id(BOSS)}
+    assert decision["outcome"] == "ok"
+    assert decision["details"]["decision"] == "approve"
+    assert decision["details"]["export_id"] == decided["export_id"]
+    assert _events(acme, "export.requested") == []  # the request was the approval's
+
+
+def test_an_admin_may_not_approve_their_own_request(acme: Api) -> None:
+    """Four eyes: the refusal names the rule and is on record; another admin may approve."""
+    asked = _ask(acme, ADMIN)
+    refused = _decide(acme, asked["id"], ADMIN)
+    assert refused.status_code == 403
+    assert "four eyes" in refused.json()["detail"]
+    assert _exports(acme) == []
+    (event,) = _events(acme, "approval.decided")
+    assert (event["outcome"], event["actor"]["id"]) == ("refused", acme.user_id(ADMIN))
+    assert _decide(acme, asked["id"], BOSS).status_code == 200
+    assert len(_exports(acme)) == 1
+
+
+def test_a_denied_or_unanswered_request_creates_nothing(acme: Api) -> None:
+    """A denial is final and says why; a request past QEXPORT_APPROVAL_TTL (3 days) reads as
+    expired and can no longer be approved. Neither ever creates an export."""
+    denied = _ask(acme)
+    answer = _decide(acme, denied["id"], ADMIN, "deny", reason="not for this quarter")
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["status"], answer.json()["reason"]) == ("denied", "not for this quarter")
+    assert _decide(acme, denied["id"], BOSS).status_code == 409
+
+    lapsed = _ask(acme)
+    assert lapsed["expires_at"] > lapsed["created_at"]
+    acme.clock.advance(3 * DAY - 60)
+    assert acme.get(f"/api/v1/approvals/{lapsed['id']}", ALICE).json()["status"] == "pending"
+    acme.clock.advance(61)
+    assert acme.get(f"/api/v1/approvals/{lapsed['id']}", ALICE).json()["status"] == "expired"
+    late = _decide(acme, lapsed["id"], ADMIN)
+    assert late.status_code == 409
+    assert "expired" in late.json()["detail"]
+    assert acme.get("/api/v1/approvals?pending=true", ADMIN).json()["items"] == []
+    assert _exports(acme) == []
+    assert acme.drain() == {}
+
+
+def test_other_workspaces_and_other_members_see_no_such_request(acme: Api) -> None:
+    """Another workspace's admin gets 404 for the id, to read or to decide; another member of
+    the workspace who is not an admin sees only their own requests."""
+    asked = _ask(acme)
+    assert acme.get(f"/api/v1/approvals/{asked['id']}", OTHER_ADMIN).status_code == 404
+    assert _decide(acme, asked["id"], OTHER_ADMIN).status_code == 404
+    assert acme.get("/api/v1/approvals", OTHER_ADMIN).json()["items"] == []
+    assert acme.get(f"/api/v1/approvals/{asked['id']}", VIEWER).status_code == 404
+    assert acme.get("/api/v1/approvals", VIEWER).json()["items"] == []
+    assert acme.get(f"/api/v1/approvals/{asked['id']}", ALICE).json()["status"] == "pending"
+
+
+def test_only_sensitive_subjects_wait_and_a_report_holding_one_waits_too(acme: Api) -> None:
+    """Another query is queued at once; a report with a sensitive section awaits approval,
+    and its approved export is the report's, with the recipients the request named."""
+    plain = acme.post("/api/v1/exports", ALICE, json={"query_id": "q-public-acme", "format": "csv"})
+    assert plain.status_code == 202
+    assert plain.json()["status"] == "queued"
+    acme.deps.catalog.add_report(
+        Report(
+            id="r-mixed",
+            workspace_id="acme",
+            title="mixed",
+            sections=(Section("Public", "q-public-acme"), Section("Orders", QUERY)),
+        )
+    )
+    asked = acme.post(
+        "/api/v1/exports",
+        ALICE,
+        json={"report_id": "r-mixed", "format": "html", "notify": [{"email": ALICE}]},
+    )
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["kind"] == "approval"
+    decided = _decide(acme, asked.json()["id"], ADMIN).json()
+    assert acme.drain() == {"succeeded": 2}
+    export = acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
+    assert export["subject"]["type"] == "report"
+    assert export["format"] == "html"
+    deliveries = acme.get(f"/api/v1/exports/{export['id']}/deliveries", ALICE).json()
+    assert [d["recipient"] for d in deliveries["items"]] == [{"email": ALICE}]  # as asked
+
+
+def test_no_schedule_exports_a_sensitive_query(acme: Api) -> None:
+    """Saving a schedule of a sensitive query is refused naming the policy; a schedule made
+    before the query was marked runs, but its export fails access_lost and reads nothing."""
+    schedule = {"query_id": QUERY, "format": "csv", "cron": "0 6 * * *", "timezone": "UTC"}
+    refused = acme.post("/api/v1/schedules", ALICE, json=schedule)
+    assert refused.status_code == 422, refused.text
+    (problem,) = refused.json()["errors"]
+    assert problem["field"] == "query_id"
+    assert "policy marks sensitive" in problem["message"]
+
+    acme.client.patch(POLICY, headers=acme.headers(ADMIN), json={"sensitive_queries": []})
+    created = acme.post("/api/v1/schedules", ALICE, json=schedule)
+    assert created.status_code == 201, created.text
+    acme.client.patch(POLICY, headers=acme.headers(ADMIN), json={"sensitive_queries": [QUERY]})
+    run = acme.post(f"/api/v1/schedules/{created.json()['id']}/run", ALICE)
+    assert run.status_code in (200, 201, 202), run.text
+    assert acme.drain() == {"failed": 1}
+    failed = acme.get(f"/api/v1/exports/{run.json()['id']}", ALICE).json()
+    assert failed["failure"]["code"] == "access_lost"
+    assert "sensitive" in failed["failure"]["detail"]
+
+
+def test_the_policy_names_only_live_queries_of_its_workspace(acme: Api) -> None:
+    """A typo, or another workspace's query, would protect nothing: 422 naming the rule."""
+    acme.add_query("secret", workspace="other")
+    for wrong in (["q-nope"], ["q-secret-other"], "q-orders-acme", [""]):
+        response = acme.client.patch(
+            POLICY, headers=acme.headers(ADMIN), json={"sensitive_queries": wrong}
+        )
+        assert response.status_code == 422, (wrong, response.text)
+        assert response.json()["errors"][0]["field"].startswith("sensitive_queries")
+    assert acme.get(POLICY, ALICE).json()["sensitive_queries"] == [QUERY]
+
+
+@pytest.fixture
+def mailing(tmp_path: Path, source_template: Path, smtp_server: SmtpServer) -> Iterator[Api]:
+    with api_on(tmp_path, source_template, smtp_url=smtp_server.url) as api:
+        _team(api)
+        api.client.patch(POLICY, headers=api.headers(ADMIN), json={"sensitive_queries": [QUERY]})
+        yield api
+
+
+def _mail_to(smtp: SmtpServer, address: str, count: int = 1) -> list[Any]:
+    deadline = time.monotonic() + 10
+    while len(smtp.to(address)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return smtp.to(address)
+
+
+def test_admins_hear_of_a_request_and_the_requester_of_the_decision(
+    mailing: Api, smtp_server: SmtpServer
+) -> None:
+    """With QEXPORT_SMTP_URL set, every admin but the requester is mailed the request (with
+    where to decide it), and the requester the decision with its reason."""
+    asked = _ask(mailing)
+    for admin in (ADMIN, BOSS):
+        (mail,) = _mail_to(smtp_server, admin)
+        assert mail.message["Subject"] == "Approval asked: orders (csv)"
+        assert ALICE in mail.text
+        assert "http://127.0.0.1:8000/approvals" in mail.text
+    assert smtp_server.to(VIEWER) == []
+    _decide(mailing, asked["id"], BOSS, "deny", reason="ask Finance")
+    (told,) = _mail_to(smtp_server, ALICE)
+    assert told.message["Subject"] == "Export denied: orders (csv)"
+    assert "ask Finance" in told.text
