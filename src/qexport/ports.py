@@ -513,6 +513,9 @@ class AuditLog(Protocol):
     neither is kept without the other. `record` is for the rest (downloads, sign-ins).
     """
 
+    # Events `record` could not record since this process started (/metrics reports it).
+    failures: int
+
     def record(self, event: AuditEvent) -> bool:
         """Append `event` in a short transaction of its own; never raises (False, logged and
         counted, when it could not be recorded)."""

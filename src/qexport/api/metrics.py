@@ -2,12 +2,20 @@
 
 Every API and worker process shares that database, so whichever process is scraped reports
 the whole system, and a restart loses nothing. Like `/healthz` it needs no token: it shows
-counts only, never ids, names or people; where that matters, protect it at the proxy.
+counts, and workspace ids as the labels of the download figures, never people, file names or
+other names; where that matters, protect it at the proxy.
+
+The download figures (downloads, bytes sent and public-link uses by workspace) are sums over
+the audit trail: they cover what it keeps (QEXPORT_AUDIT_RETENTION days), so
+`qexport audit prune` lowers them, which Prometheus takes for a counter reset (`rate()` and
+`increase()` stay right; a total over all time does not). The one figure not read from the
+database is `qexport_audit_record_failures_total`: the events this process could not record
+(so none of them is in the database), counted since it started.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -26,6 +34,7 @@ from qexport.domain.stats import (
     ATTEMPT_EVENTS_LIMIT,
     ATTEMPT_WINDOW,
     DURATION_BUCKETS,
+    DownloadTally,
     Durations,
     ExportStats,
 )
@@ -40,9 +49,10 @@ class ExportStatsCollector(Collector):
     """A Collector over the figures of one scrape (read before, so that a database outage is
     a 503 and not a truncated page)."""
 
-    def __init__(self, stats: ExportStats, oldest_age_seconds: float) -> None:
+    def __init__(self, stats: ExportStats, oldest_age_seconds: float, audit_failures: int) -> None:
         self.stats = stats
         self.oldest_age_seconds = oldest_age_seconds
+        self.audit_failures = audit_failures
 
     def collect(self) -> Iterator[Metric]:
         s = self.stats
@@ -83,6 +93,45 @@ class ExportStatsCollector(Collector):
             "Age of the oldest export still queued; 0 when none is.",
             value=self.oldest_age_seconds,
         )
+        yield from self._downloads()
+        yield CounterMetricFamily(
+            "qexport_audit_record_failures",
+            "Audit events (downloads, sign-ins) this process could not record since it"
+            " started: per process, not read from the database.",
+            value=self.audit_failures,
+        )
+
+    def _downloads(self) -> Iterator[Metric]:
+        kept = (
+            " Over the audit events kept (QEXPORT_AUDIT_RETENTION): a prune lowers it, a"
+            " counter reset."
+        )
+        figures: tuple[tuple[str, str, Callable[[DownloadTally], int]], ...] = (
+            (
+                "qexport_downloads",
+                "Files downloaded by workspace: each file or range sent (200, 206) and each"
+                " presigned S3 URL handed out; not refusals, not 304s." + kept,
+                lambda t: t.downloads,
+            ),
+            (
+                "qexport_downloaded_bytes",
+                "Bytes of the files and ranges sent by workspace (each response's"
+                " Content-Length, a transfer cut short included); presigned S3 downloads add"
+                " none, their bytes go from S3 unseen." + kept,
+                lambda t: t.bytes_sent,
+            ),
+            (
+                "qexport_public_link_uses",
+                "Downloads through a public link by workspace (presigned ones included)." + kept,
+                lambda t: t.public_link_uses,
+            ),
+        )
+        by_workspace = sorted(self.stats.downloads.items())
+        for name, help_text, figure in figures:
+            family = CounterMetricFamily(name, help_text, labels=["workspace"])
+            for workspace_id, tally in by_workspace:
+                family.add_metric([workspace_id], figure(tally))
+            yield family
 
     def _durations(self) -> Metric:
         family = GaugeHistogramMetricFamily(
@@ -121,5 +170,5 @@ def metrics(context: Context) -> Response:
     stats = context.stats(now)
     age = (now - stats.oldest_queued_at).total_seconds() if stats.oldest_queued_at else 0.0
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExportStatsCollector(stats, max(age, 0.0)))
+    registry.register(ExportStatsCollector(stats, max(age, 0.0), context.audit.failures))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -11,6 +11,10 @@ has one writer at a time already (every transaction begins IMMEDIATE, store/engi
 `SqlAuditLog.record` is for what has no transaction of its own (a download, a sign-in): one
 short transaction that never fails the action; a failure to record is logged and counted.
 
+A download's event also adds its share to its workspace's row of `audit_download_totals`
+(what /metrics reports), in the same transaction, and a prune takes the pruned events' shares
+off in its own: the totals are always the sum over the events the trail holds.
+
 The database refuses UPDATE and DELETE of events (triggers in tables.py). Pruning alone may
 delete, through a path only its own transaction opens: `SET LOCAL qexport.audit_prune = 'on'`
 on PostgreSQL, the one-row `audit_prune_flag` set and cleared again within the transaction on
@@ -35,8 +39,14 @@ from qexport.domain.audit import (
     RecordedEvent,
     chained,
 )
+from qexport.domain.stats import DOWNLOAD_ACTIONS, DownloadTally, download_tally
 from qexport.store.engine import transaction
-from qexport.store.tables import audit_anchors, audit_events, audit_prune_flag
+from qexport.store.tables import (
+    audit_anchors,
+    audit_download_totals,
+    audit_events,
+    audit_prune_flag,
+)
 
 log = structlog.get_logger()
 
@@ -55,6 +65,17 @@ _LAST_HASH = (
 _ANCHOR = sa.select(audit_anchors.c.anchor_hash).where(audit_anchors.c.workspace_id == _WORKSPACE)
 _INSERT = audit_events.insert()
 _CHAIN_PAGE = 1000
+_TOTALS = audit_download_totals.c
+_ADD_TO_TOTALS = (
+    audit_download_totals.update()
+    .where(_TOTALS.workspace_id == _WORKSPACE)
+    .values(
+        downloads=_TOTALS.downloads + sa.bindparam("downloads_"),
+        bytes_sent=_TOTALS.bytes_sent + sa.bindparam("bytes_sent_"),
+        public_link_uses=_TOTALS.public_link_uses + sa.bindparam("public_link_uses_"),
+    )
+)
+_NEW_TOTALS = audit_download_totals.insert()
 
 
 def append_in(conn: sa.Connection, event: AuditEvent) -> None:
@@ -65,7 +86,54 @@ def append_in(conn: sa.Connection, event: AuditEvent) -> None:
     prev = conn.execute(_LAST_HASH, params).scalar()
     if prev is None:
         prev = conn.execute(_ANCHOR, params).scalar() or GENESIS
-    conn.execute(_INSERT, chained(event, prev, datetime.now(UTC)))
+    row = chained(event, prev, datetime.now(UTC))
+    conn.execute(_INSERT, row)
+    # From the row as stored, as a prune reads it back: the same share comes off again.
+    tally = download_tally(row["action"], row["actor_kind"], row["outcome"], row["details"])
+    if tally is not None:
+        add_to_download_totals(conn, event.workspace_id, tally)
+
+
+def add_to_download_totals(conn: sa.Connection, workspace_id: str, tally: DownloadTally) -> None:
+    """Add `tally` (negative to take it off) to the workspace's download totals.
+
+    The row is made when missing without a race: on PostgreSQL the caller holds the
+    workspace's advisory lock (append_in) or prunes in one transaction; SQLite has one writer.
+    """
+    params = {
+        "workspace_": workspace_id,
+        "downloads_": tally.downloads,
+        "bytes_sent_": tally.bytes_sent,
+        "public_link_uses_": tally.public_link_uses,
+    }
+    if not conn.execute(_ADD_TO_TOTALS, params).rowcount:
+        conn.execute(
+            _NEW_TOTALS,
+            {
+                "workspace_id": workspace_id,
+                "downloads": tally.downloads,
+                "bytes_sent": tally.bytes_sent,
+                "public_link_uses": tally.public_link_uses,
+            },
+        )
+
+
+def tally_downloads(
+    conn: sa.Connection, *where: sa.ColumnElement[bool]
+) -> dict[str, DownloadTally]:
+    """The download totals of the events matching `where`, per workspace, read in one pass."""
+    c = audit_events.c
+    stmt = (
+        sa.select(c.workspace_id, c.action, c.actor_kind, c.outcome, c.details)
+        .where(c.action.in_(DOWNLOAD_ACTIONS), *where)
+        .execution_options(yield_per=_CHAIN_PAGE)
+    )
+    found: dict[str, DownloadTally] = {}
+    for row in conn.execute(stmt):
+        tally = download_tally(row.action, row.actor_kind, row.outcome, row.details)
+        if tally is not None:
+            found[row.workspace_id] = found.get(row.workspace_id, DownloadTally()) + tally
+    return found
 
 
 def append_if(conn: sa.Connection, event: AuditEvent | None) -> None:
@@ -198,6 +266,9 @@ class SqlAuditLog:
             pruned: dict[str, int] = {}
             for workspace_id, last_id in cut:
                 anchor = conn.execute(sa.select(c.hash).where(c.id == last_id)).scalar_one()
+                going = tally_downloads(conn, c.workspace_id == workspace_id, c.id <= last_id)
+                for tally in going.values():
+                    add_to_download_totals(conn, workspace_id, -tally)
                 deleted = conn.execute(
                     audit_events.delete().where(c.workspace_id == workspace_id, c.id <= last_id)
                 ).rowcount

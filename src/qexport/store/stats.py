@@ -1,7 +1,8 @@
 """What `/metrics` reports, read from the metadata database at scrape time.
 
 Every API and worker process writes to the same database, so any one process can report the
-whole system. A scrape runs three aggregate statements, on SQLite and PostgreSQL alike.
+whole system. A scrape runs three aggregate statements and reads the download totals (one row
+per workspace, kept with the audit trail: store/audit.py), on SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
@@ -20,10 +21,18 @@ from qexport.domain.stats import (
     ATTEMPT_WINDOW,
     DURATION_BUCKETS,
     EFFECTIVE_STATUSES,
+    DownloadTally,
     Durations,
     ExportStats,
 )
-from qexport.store.tables import UNSETTLED, UTCDateTime, export_events, exports
+from qexport.store.tables import (
+    UNSETTLED,
+    UTCDateTime,
+    audit_download_totals,
+    export_events,
+    exports,
+    workspaces,
+)
 
 
 def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:
@@ -33,11 +42,12 @@ def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:
             by_status, failures, rows, size = _exports(conn, now)
             depth, oldest = _queue(conn, now)
             attempts = _attempts(conn, now)
+            downloads = _downloads(conn)
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
         raise MetadataUnavailableError(
             f"the metadata database is unavailable: {type(exc.orig).__name__}"
         ) from exc
-    return ExportStats(by_status, failures, rows, size, depth, oldest, attempts)
+    return ExportStats(by_status, failures, rows, size, depth, oldest, attempts, downloads)
 
 
 def _exports(conn: sa.Connection, now: datetime) -> tuple[dict[str, int], dict[str, int], int, int]:
@@ -128,4 +138,16 @@ def _attempts(conn: sa.Connection, now: datetime) -> dict[str, Durations]:
     for outcome, count, total, *cumulative in conn.execute(stmt):
         buckets = tuple(zip(DURATION_BUCKETS, (int(c) for c in cumulative), strict=True))
         found[outcome] = Durations(buckets, int(count), float(total))
+    return found
+
+
+def _downloads(conn: sa.Connection) -> dict[str, DownloadTally]:
+    """Every workspace's download totals: 0 for one without downloads yet, so that its
+    series exist from the start; a workspace's totals outlive the workspace's row."""
+    found = dict.fromkeys(conn.execute(sa.select(workspaces.c.id)).scalars(), DownloadTally())
+    t = audit_download_totals.c
+    for workspace_id, downloads, sent, public in conn.execute(
+        sa.select(t.workspace_id, t.downloads, t.bytes_sent, t.public_link_uses)
+    ):
+        found[workspace_id] = DownloadTally(int(downloads), int(sent), int(public))
     return found
