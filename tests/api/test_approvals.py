@@ -260,3 +260,25 @@ def test_admins_hear_of_a_request_and_the_requester_of_the_decision(
     (told,) = _mail_to(smtp_server, ALICE)
     assert told.message["Subject"] == "Export denied: orders (csv)"
     assert "ask Finance" in told.text
+
+
+def _pending_gauge(api: Api) -> dict[str, float]:
+    text = api.client.get("/metrics").text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("qexport_approvals_pending{"):
+            labels, value = line.rsplit(" ", 1)
+            found[labels.split('workspace="')[1].split('"')[0]] = float(value)
+    return found
+
+
+def test_metrics_report_the_requests_pending_by_workspace(acme: Api) -> None:
+    """/metrics counts each workspace's requests still waiting: a decision or the TTL takes
+    one off."""
+    first, second = _ask(acme), _ask(acme)
+    assert _pending_gauge(acme) == {"acme": 2.0, "other": 0.0}
+    _decide(acme, first["id"], ADMIN, "deny")
+    assert _pending_gauge(acme)["acme"] == 1.0
+    acme.clock.advance(3 * DAY)
+    assert _pending_gauge(acme)["acme"] == 0.0
+    assert acme.get(f"/api/v1/approvals/{second['id']}", ALICE).json()["status"] == "expired"

@@ -94,6 +94,15 @@ class ExportStatsCollector(Collector):
             value=self.oldest_age_seconds,
         )
         yield from self._downloads()
+        pending = GaugeMetricFamily(
+            "qexport_approvals_pending",
+            "Export requests of sensitive queries waiting for an admin's approval (not yet"
+            " expired), by workspace.",
+            labels=["workspace"],
+        )
+        for workspace_id, count in sorted(s.approvals_pending.items()):
+            pending.add_metric([workspace_id], count)
+        yield pending
         yield CounterMetricFamily(
             "qexport_audit_record_failures",
             "Audit events (downloads, sign-ins) this process could not record since it"

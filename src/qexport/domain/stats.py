@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from qexport.domain.audit import Action, ActorKind, Outcome
@@ -89,3 +89,5 @@ class ExportStats:
     attempts: dict[str, Durations]  # outcome (how the attempt ended) -> durations
     # workspace -> its downloads over the audit trail's retention (every known workspace)
     downloads: dict[str, DownloadTally]
+    # workspace -> export requests of sensitive queries pending (unexpired) now
+    approvals_pending: dict[str, int] = field(default_factory=dict)

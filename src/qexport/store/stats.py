@@ -28,6 +28,7 @@ from qexport.domain.stats import (
 from qexport.store.tables import (
     UNSETTLED,
     UTCDateTime,
+    approval_requests,
     audit_download_totals,
     export_events,
     exports,
@@ -43,11 +44,12 @@ def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:
             depth, oldest = _queue(conn, now)
             attempts = _attempts(conn, now)
             downloads = _downloads(conn)
+            pending = _approvals_pending(conn, now)
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
         raise MetadataUnavailableError(
             f"the metadata database is unavailable: {type(exc.orig).__name__}"
         ) from exc
-    return ExportStats(by_status, failures, rows, size, depth, oldest, attempts, downloads)
+    return ExportStats(by_status, failures, rows, size, depth, oldest, attempts, downloads, pending)
 
 
 def _exports(conn: sa.Connection, now: datetime) -> tuple[dict[str, int], dict[str, int], int, int]:
@@ -138,6 +140,20 @@ def _attempts(conn: sa.Connection, now: datetime) -> dict[str, Durations]:
     for outcome, count, total, *cumulative in conn.execute(stmt):
         buckets = tuple(zip(DURATION_BUCKETS, (int(c) for c in cumulative), strict=True))
         found[outcome] = Durations(buckets, int(count), float(total))
+    return found
+
+
+def _approvals_pending(conn: sa.Connection, now: datetime) -> dict[str, int]:
+    """Every workspace's requests awaiting approval now (0 for one with none)."""
+    found = dict.fromkeys(conn.execute(sa.select(workspaces.c.id)).scalars(), 0)
+    c = approval_requests.c
+    stmt = (
+        sa.select(c.workspace_id, sa.func.count())
+        .where(c.status == "pending", c.expires_at > now)
+        .group_by(c.workspace_id)
+    )
+    for workspace_id, count in conn.execute(stmt):
+        found[workspace_id] = int(count)
     return found
 
 
