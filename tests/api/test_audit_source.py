@@ -82,3 +82,14 @@ def test_only_admins_may_save_or_run_a_query_on_the_trail(api: Api) -> None:
     record = api.get(f"/api/v1/exports/{export.json()['id']}", ADMIN).json()
     assert record["status"] == "failed"
     assert record["failure"]["code"] == "access_lost"
+
+
+def test_the_audit_source_is_listed_for_admins_only(api: Api) -> None:
+    """GET /api/v1/sources names `audit` to a workspace's admins, for whom a query may use
+    it, and not to its other members."""
+    api.member(ADMIN, "admin")
+    api.member(EDITOR, "editor")
+    listed = api.get("/api/v1/sources", ADMIN).json()["items"]
+    (trail,) = [s for s in listed if s["name"] == "audit"]
+    assert trail["kind"] == "audit"
+    assert "audit" not in [s["name"] for s in api.get("/api/v1/sources", EDITOR).json()["items"]]

@@ -89,3 +89,32 @@ def test_a_download_from_the_page_is_recorded_and_shown_on_the_audit_page(
     other.sign_in("eve@acme.test")
     assert other.client.get("/audit").status_code == 403
     assert 'href="/audit"' not in other.page("/")
+
+
+def test_an_admin_saves_a_query_on_the_audit_trail_from_the_query_form(
+    api: Api, browser: Browser
+) -> None:
+    """The new-query form offers the built-in `audit` source to admins, and saving a query on
+    it works; an editor's form does not offer it."""
+    add_person(api, "ada@acme.test", "admin")
+    add_person(api, "eve@acme.test", "editor")
+    api.add_query("orders")
+    browser.sign_in("ada@acme.test")
+    form = browser.page("/queries/new")
+    assert '<option value="audit"' in form
+    saved = browser.client.post(
+        "/queries/new",
+        data={
+            "csrf": csrf_of(form),
+            "name": "who downloaded",
+            "source": "audit",
+            "sql": "SELECT actor_id, target_id FROM audit_events WHERE action = 'file.downloaded'",
+        },
+        follow_redirects=False,
+    )
+    assert saved.status_code == 303, saved.text
+    assert api.context.catalog.find_query("acme", "who downloaded") is not None
+
+    editor = Browser(api.client.__class__(api.client.app))
+    editor.sign_in("eve@acme.test")
+    assert '<option value="audit"' not in editor.page("/queries/new")

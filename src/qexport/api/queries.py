@@ -23,7 +23,7 @@ from qexport.domain.queries import (
 from qexport.services import preview
 from qexport.services import queries as service
 from qexport.services.describe import Describe, describe_timeout, describer
-from qexport.sources.registry import AUDIT_SOURCE, usable_source_names
+from qexport.sources.registry import query_source_names
 
 router = APIRouter(prefix="/queries", tags=["queries"])
 
@@ -213,8 +213,9 @@ class QueryList(BaseModel):
 def _sources(context: Container, principal: Principal) -> frozenset[str]:
     """The sources the caller's workspace may use: a query may name only those (and its
     admins the built-in `audit`)."""
-    names = usable_source_names(context.settings, context.accounts, principal.workspace_id)
-    return names | {AUDIT_SOURCE} if principal.sees_workspace else names
+    return query_source_names(
+        context.settings, context.accounts, principal.workspace_id, admin=principal.sees_workspace
+    )
 
 
 def _describe(context: Container, principal: Principal) -> Describe:

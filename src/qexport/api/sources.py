@@ -53,7 +53,9 @@ class SourceList(BaseModel):
     summary="The data sources your workspace may use",
 )
 def list_sources(principal: CurrentPrincipal, context: Context) -> SourceList:
-    found = service.usable_sources(context.accounts, context.settings, principal.workspace_id)
+    found = service.usable_sources(
+        context.accounts, context.settings, principal.workspace_id, admin=principal.sees_workspace
+    )
     return SourceList(items=[SourceView.of(v) for v in found])
 
 

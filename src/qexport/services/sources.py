@@ -30,7 +30,7 @@ from qexport.services.audit import actor_of, event
 from qexport.sources import schemes
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
 from qexport.sources.duckdb_lake import duckdb_location
-from qexport.sources.registry import configured_grants, configured_names, masked_url
+from qexport.sources.registry import AUDIT_SOURCE, configured_grants, configured_names, masked_url
 
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -374,8 +374,14 @@ def unseal_or_stored(source: RegisteredSource, secret_key: str) -> str:
 
 
 def usable_sources(
-    accounts: AccountStore, settings: Settings, workspace_id: str
+    accounts: AccountStore, settings: Settings, workspace_id: str, *, admin: bool = False
 ) -> list[SourceView]:
-    """The sources a workspace may use, for its members, by name."""
-    views = all_sources(accounts, settings)
-    return sorted((v for v in views if may_use(v.workspaces, workspace_id)), key=lambda v: v.name)
+    """The sources a workspace may use, for its members, by name; for its admins the
+    built-in `audit` too (its own audit trail)."""
+    views = [v for v in all_sources(accounts, settings) if may_use(v.workspaces, workspace_id)]
+    if admin:
+        trail = "built-in: this workspace's audit trail (table audit_events)"
+        views.append(
+            SourceView(AUDIT_SOURCE, "audit", trail, "built-in", frozenset({workspace_id}), False)
+        )
+    return sorted(views, key=lambda v: v.name)

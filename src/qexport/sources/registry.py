@@ -114,6 +114,15 @@ def usable_source_names(
     return usable_names(configured_grants(settings), accounts.registered_sources(), workspace_id)
 
 
+def query_source_names(
+    settings: Settings, accounts: AccountStore, workspace_id: str, *, admin: bool
+) -> frozenset[str]:
+    """The sources a query saved by this caller may name: the workspace's, and for its
+    admins the built-in `audit` too (sources/audit.py)."""
+    names = usable_source_names(settings, accounts, workspace_id)
+    return names | {AUDIT_SOURCE} if admin else names
+
+
 def grant_words(workspaces: frozenset[str]) -> str:
     """Who may use a source, for a listing."""
     if EVERY_WORKSPACE in workspaces:

@@ -21,7 +21,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, Visibility, parse_param_spec, to_json_value
 from qexport.services import queries as service
 from qexport.services.describe import describe_timeout, describer
-from qexport.sources.registry import usable_source_names
+from qexport.sources.registry import query_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.deleting import query_consequence
@@ -119,12 +119,19 @@ def _draft(context: Container, form: QueryForm) -> _Read:
     return _Read(draft, found, numbers)
 
 
+def _sources(context: Container, principal: Principal) -> frozenset[str]:
+    return query_source_names(
+        context.settings, context.accounts, principal.workspace_id, admin=principal.sees_workspace
+    )
+
+
 def _form_page(
     request: Request,
     context: Container,
     session: Session,
     form: QueryForm,
     *,
+    principal: Principal,
     query_id: str | None,
     status: int = 200,
     errors: dict[str, str] | None = None,
@@ -136,9 +143,7 @@ def _form_page(
         session=session,
         query_id=query_id,
         form=asdict(form),
-        sources=sorted(
-            usable_source_names(context.settings, context.accounts, session.workspace_id or "")
-        ),
+        sources=sorted(_sources(context, principal)),
         errors=errors or {},
     )
 
@@ -153,7 +158,7 @@ def _save(
 ) -> Response:
     """Create (no id) or replace the query; a refused value is shown next to its field."""
     require_writer(principal)
-    sources = usable_source_names(context.settings, context.accounts, principal.workspace_id)
+    sources = _sources(context, principal)
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
     describe = describer(context.sources, principal.requester, timeout, context.source_slots)
     read = _draft(context, form)
@@ -182,17 +187,38 @@ def _save(
     except InvalidRequestError as exc:
         errors = form_errors(exc, FIELDS, lambda p: on_line(p, "parameters", read.numbers))
         return _form_page(
-            request, context, session, form, query_id=query_id, status=400, errors=errors
+            request,
+            context,
+            session,
+            form,
+            principal=principal,
+            query_id=query_id,
+            status=400,
+            errors=errors,
         )
     except SourceUnavailableError as exc:  # nothing saved: the form stays filled in
         errors = {GENERAL: exc.detail}
         return _form_page(
-            request, context, session, form, query_id=query_id, status=503, errors=errors
+            request,
+            context,
+            session,
+            form,
+            principal=principal,
+            query_id=query_id,
+            status=503,
+            errors=errors,
         )
     except TooManyRequestsError as exc:  # no slot to describe it (services/slots.py)
         errors = {GENERAL: exc.detail}
         return _form_page(
-            request, context, session, form, query_id=query_id, status=429, errors=errors
+            request,
+            context,
+            session,
+            form,
+            principal=principal,
+            query_id=query_id,
+            status=429,
+            errors=errors,
         )
     return RedirectResponse(f"/queries/{quote(query.id, safe='')}?notice=saved", status_code=303)
 
@@ -221,10 +247,9 @@ def new_query_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal
 ) -> Response:
     require_writer(principal)
-    usable = usable_source_names(context.settings, context.accounts, principal.workspace_id)
-    sources = sorted(usable)
+    sources = sorted(_sources(context, principal))
     form = QueryForm(source=sources[0] if len(sources) == 1 else "")
-    return _form_page(request, context, session, form, query_id=None)
+    return _form_page(request, context, session, form, principal=principal, query_id=None)
 
 
 @router.post("/queries/new")
@@ -296,7 +321,9 @@ def edit_query_page(
 ) -> Response:
     require_writer(principal)
     query = service.get_readable_query(context.catalog, principal, query_id)
-    return _form_page(request, context, session, _form_of(context, query), query_id=query.id)
+    return _form_page(
+        request, context, session, _form_of(context, query), principal=principal, query_id=query.id
+    )
 
 
 @router.post("/queries/{query_id}/edit")
