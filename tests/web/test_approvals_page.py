@@ -95,7 +95,8 @@ def _exports(api: Api) -> list[ExportRecord]:
 def test_a_sensitive_export_waits_until_another_admin_approves_it(api: Api) -> None:
     """The member lands on /approvals with the notice and their pending request, and nothing
     is exported; an admin sees it waiting, with who asked, the query's link, the format and
-    parameters, and approves it: the export exists, the member's, and both see its link."""
+    parameters (the exports page says one waits, to both), and approves it: the export
+    exists, the member's, and both see its link."""
     people = _team(api)
     approval_id = _ask(people[ANN])
     mine = people[ANN].page("/approvals?notice=asked")
@@ -105,6 +106,8 @@ def test_a_sensitive_export_waits_until_another_admin_approves_it(api: Api) -> N
     assert 'href="/queries/q-orders-acme">orders</a>' in entry
     assert "Approve" not in entry  # a member only reads their request
     assert _exports(api) == []
+    assert "1 of your export requests await an admin&#39;s approval." in people[ANN].page("/")
+    assert "1 export request(s) of sensitive queries await your decision." in people[BEA].page("/")
 
     waiting = _section(people[BEA].page("/approvals"), "waiting")
     entry = _entry(waiting, approval_id)
@@ -132,6 +135,7 @@ def test_a_sensitive_export_waits_until_another_admin_approves_it(api: Api) -> N
     assert BEA in entry
     assert f'href="/exports/{export.id}"' in entry
     assert people[ANN].client.get(f"/exports/{export.id}").status_code == 200
+    assert "await" not in people[BEA].page("/")  # nothing waits any more
 
 
 def test_an_admin_may_not_approve_their_own_request(api: Api) -> None:

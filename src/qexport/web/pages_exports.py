@@ -14,7 +14,7 @@ from fastapi.responses import RedirectResponse
 from qexport.container import Container
 from qexport.deliveries.resend import may_name, may_send_again, send_again
 from qexport.deliveries.signing import link_token, master_secret
-from qexport.domain.accounts import Link, Principal, hash_secret
+from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.failures import (
     ConflictError,
@@ -36,6 +36,7 @@ from qexport.http.download import (
 )
 from qexport.services.accounts import list_members
 from qexport.services.again import SubjectGoneError, request_again
+from qexport.services.approvals import listed
 from qexport.services.audit import actor_of
 from qexport.services.exports import (
     FORMAT_CHOICES,
@@ -156,7 +157,28 @@ def exports_page(
         first_page=not cursor,
         live_url=live_url,
         choices=_filter_choices(context, principal),
+        awaiting=_awaiting_line(context, principal),
     )
+
+
+def _awaiting_line(context: Container, principal: Principal) -> str | None:
+    """What waits for an approval, said on the exports page: to an admin the workspace's
+    requests that others made, to anyone else their own."""
+    pending = listed(
+        context.approvals,
+        principal.user_id,
+        principal.workspace_id,
+        principal.role,
+        pending_at=context.clock.now(),
+    )
+    if principal.role is Role.ADMIN:
+        theirs = sum(1 for r in pending if r.requested_by != principal.user_id)
+        if theirs:
+            return f"{theirs} export request(s) of sensitive queries await your decision."
+        return None
+    if pending:
+        return f"{len(pending)} of your export requests await an admin's approval."
+    return None
 
 
 MAX_FILTER_CHARS = 200
