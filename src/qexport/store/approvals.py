@@ -161,4 +161,4 @@ class SqlApprovalStore:
             .group_by(c.workspace_id)
         )
         with transaction(self._engine) as conn:
-            return {str(workspace): int(count) for workspace, count in conn.execute(stmt).tuples()}
+            return {str(workspace): int(count) for workspace, count in conn.execute(stmt)}
