@@ -308,7 +308,8 @@ def _print_awaiting(view: dict[str, Any], *, as_json: bool) -> None:
         soft_wrap=True,
     )
     out.print(
-        f"an admin approves it with: qexport approvals approve {view['id']} --user ADMIN",
+        "another admin approves it with: qexport --user ADMIN_ID --workspace WORKSPACE"
+        f" approvals approve {view['id']}",
         highlight=False,
         soft_wrap=True,
     )

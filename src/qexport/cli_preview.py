@@ -64,6 +64,7 @@ def queries_preview(
                     query_ref=name,
                     parameters=parameters,
                     statement_timeout_seconds=deps.settings.statement_timeout_seconds,
+                    policy=deps.accounts.workspace_policy(st.requester.workspace_id),
                     limit=limit,
                     match_name=True,
                 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,73 @@ def test_metrics_report_the_requests_pending_by_workspace(acme: Api) -> None:
     acme.clock.advance(3 * DAY)
     assert _pending_gauge(acme)["acme"] == 0.0
     assert acme.get(f"/api/v1/approvals/{second['id']}", ALICE).json()["status"] == "expired"
+
+
+def test_a_sensitive_query_is_not_previewed(acme: Api) -> None:
+    """Its rows leave only through an approved export: a preview is 403 naming the policy,
+    for its requester and for an admin alike; another query still previews."""
+    for who in (ALICE, ADMIN):
+        refused = acme.post(f"/api/v1/queries/{QUERY}/preview", who, json={})
+        assert refused.status_code == 403, refused.text
+        assert "sensitive" in refused.json()["detail"]
+    assert acme.post("/api/v1/queries/q-public-acme/preview", ALICE, json={}).status_code == 200
+
+
+def test_an_approval_holds_only_for_what_was_asked(acme: Api) -> None:
+    """The query's SQL changed after the request: approving is 409 and nothing is made. A
+    report whose sections change after its approval: the export fails access_lost and
+    reads nothing it was not approved for."""
+    asked = _ask(acme)
+    query = acme.deps.catalog.get_query(QUERY)
+    assert query is not None
+    acme.deps.catalog.update_query(replace(query, sql="SELECT 'changed' AS secret"))
+    changed = _decide(acme, asked["id"], ADMIN)
+    assert changed.status_code == 409, changed.text
+    assert "changed since it was asked for" in changed.json()["detail"]
+    assert _exports(acme) == []
+
+    acme.add_query("salaries")
+    policy = {"sensitive_queries": [QUERY, "q-salaries-acme"]}
+    acme.client.patch(POLICY, headers=acme.headers(ADMIN), json=policy)
+    report = Report(
+        id="r-pay", workspace_id="acme", title="pay", sections=(Section("Orders", QUERY),)
+    )
+    acme.deps.catalog.add_report(report)
+    asked = acme.post("/api/v1/exports", ALICE, json={"report_id": "r-pay", "format": "html"})
+    decided = _decide(acme, asked.json()["id"], BOSS).json()
+    acme.deps.catalog.update_report(replace(report, sections=(Section("S", "q-salaries-acme"),)))
+    assert acme.drain() == {"failed": 1}
+    failed = acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
+    assert failed["failure"]["code"] == "access_lost"
+    assert "changed since its export was approved" in failed["failure"]["detail"]
+
+
+def test_the_admin_sees_the_recipients_and_any_requester_may_withdraw(acme: Api) -> None:
+    """The request shows where the file would go; its requester, an editor, withdraws it
+    (deny) and nothing is made; requests waiting are capped per requester (429)."""
+    asked = _ask(acme, notify=[{"email": "ops@acme.test"}])
+    shown = acme.get(f"/api/v1/approvals/{asked['id']}", BOSS).json()
+    assert shown["notify"] == [{"email": "ops@acme.test"}]
+    withdrawn = _decide(acme, asked["id"], ALICE, "deny")
+    assert withdrawn.status_code == 200, withdrawn.text
+    assert withdrawn.json()["status"] == "denied"
+    for _ in range(20):  # QEXPORT_MAX_UNSETTLED_PER_USER
+        _ask(acme)
+    capped = acme.post("/api/v1/exports", ALICE, json={"query_id": QUERY, "format": "csv"})
+    assert capped.status_code == 429, capped.text
+    assert _exports(acme) == []
+
+
+def test_a_name_with_a_line_break_is_mailed_on_one_subject_line(
+    mailing: Api, smtp_server: SmtpServer
+) -> None:
+    """A query named across lines neither fails the request nor adds a header of its own."""
+    query = mailing.deps.catalog.get_query(QUERY)
+    assert query is not None
+    mailing.deps.catalog.update_query(replace(query, name="pay\r\nBcc: spy@evil.test"))
+    asked = mailing.post("/api/v1/exports", ALICE, json={"query_id": QUERY, "format": "csv"})
+    assert asked.status_code == 202, asked.text
+    (mail,) = _mail_to(smtp_server, ADMIN)
+    assert mail.message["Subject"] == "Approval asked: pay  Bcc: spy@evil.test (csv)"
+    assert mail.message["Bcc"] is None
+    assert smtp_server.to("spy@evil.test") == []

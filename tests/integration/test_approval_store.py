@@ -54,6 +54,7 @@ def _asked(backend: Backend, clock: FrozenClock, workspace: str = "w1") -> str:
         notify=[{"email": "alice@example.com"}],
         created_at=now,
         expires_at=now + TTL,
+        fingerprint="0" * 64,
     )
     assert backend.approvals.add_approval(new).status is ApprovalStatus.PENDING
     return new.id

@@ -16,11 +16,13 @@ import pytest
 from qexport.domain.exports import Requester
 from qexport.domain.failures import (
     AccessLostError,
+    ForbiddenError,
     InvalidRequestError,
     NotFoundError,
     QueryInvalidError,
     TooManyRequestsError,
 )
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.services.describe import describe_statement
 from qexport.services.preview import MAX_CELL_CHARS, Preview, preview_query, preview_timeout
@@ -78,8 +80,17 @@ def _preview(
         requester,
         query_ref=ref,
         statement_timeout_seconds=300,
-        **kwargs,  # type: ignore[arg-type]
+        **({"policy": WorkspacePolicy()} | kwargs),  # type: ignore[arg-type]
     )
+
+
+def test_a_sensitive_query_is_not_previewed(catalog: InMemoryMetadataStore) -> None:
+    """A query the workspace's policy marks sensitive is refused naming the policy, and its
+    source is never asked: its rows leave only through an approved export."""
+    source = FakeSource(pa.table({"n": [1]}))
+    with pytest.raises(ForbiddenError, match="policy marks 'orders' sensitive"):
+        _preview(catalog, source, policy=WorkspacePolicy(sensitive_queries=frozenset({"q-orders"})))
+    assert source.calls == []
 
 
 def test_a_preview_runs_the_query_with_bound_values_as_the_requester(

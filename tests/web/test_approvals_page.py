@@ -104,7 +104,9 @@ def test_a_sensitive_export_waits_until_another_admin_approves_it(api: Api) -> N
     entry = _entry(mine, approval_id)
     assert "Pending" in entry
     assert 'href="/queries/q-orders-acme">orders</a>' in entry
-    assert "Approve" not in entry  # a member only reads their request
+    assert "Approve" not in entry  # a member may only withdraw their request
+    assert f'action="/approvals/{approval_id}/deny"' in entry
+    assert "Sent to</dt><dd>nobody" in entry
     assert _exports(api) == []
     assert "1 of your export requests await an admin&#39;s approval." in people[ANN].page("/")
     assert "1 export request(s) of sensitive queries await your decision." in people[BEA].page("/")
@@ -156,6 +158,18 @@ def test_an_admin_may_not_approve_their_own_request(api: Api) -> None:
     withdrawn = _decide(people[ADA], approval_id, "deny")
     assert withdrawn.status_code == 303
     assert "Denied" in _entry(people[ADA].page("/approvals"), approval_id)
+    assert _exports(api) == []
+
+
+def test_a_member_withdraws_their_own_request(api: Api) -> None:
+    """An editor's Withdraw denies their pending request: nothing is made, and it no longer
+    waits for the admins."""
+    people = _team(api)
+    approval_id = _ask(people[ANN])
+    withdrawn = _decide(people[ANN], approval_id, "deny")
+    assert withdrawn.status_code == 303, withdrawn.text
+    assert "Denied" in _entry(people[ANN].page("/approvals"), approval_id)
+    assert _entry(_section(people[BEA].page("/approvals"), "waiting"), approval_id) == ""
     assert _exports(api) == []
 
 

@@ -38,6 +38,10 @@ class Approval(BaseModel):
     subject: ExportSubject
     format: str
     parameters: dict[str, Any]
+    notify: list[dict[str, str]] = Field(
+        description="Where the export goes once made, as the request named it: what the"
+        " approval sends there too"
+    )
     requested_by: str
     created_at: datetime
     expires_at: datetime

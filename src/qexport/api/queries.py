@@ -396,6 +396,7 @@ def preview_query(
         query_ref=query_id,
         parameters=dict(body.parameters),
         statement_timeout_seconds=context.settings.statement_timeout_seconds,
+        policy=context.accounts.workspace_policy(principal.workspace_id),
         limit=body.limit,
     )
     return PreviewView.of(found)

@@ -30,31 +30,45 @@ PAGE = "/approvals"
 
 def approval_desk(store: ApprovalStore, accounts: AccountStore, settings: Settings) -> ApprovalDesk:
     """The desk sensitive requests go to, telling people by email when mail is configured."""
+    cap = settings.max_unsettled_per_user
     if not settings.smtp_url:
-        return ApprovalDesk(store, settings.approval_ttl)
+        return ApprovalDesk(store, settings.approval_ttl, max_pending=cap)
     sender = SmtpSender(settings.smtp_url, timeout=settings.delivery_timeout_seconds)
-    return ApprovalDesk(store, settings.approval_ttl, tell=_mailer(sender, accounts, settings))
+    tell = _mailer(sender, accounts, settings.public_base_url)
+    return ApprovalDesk(store, settings.approval_ttl, tell=tell, max_pending=cap)
 
 
 def _mailer(
-    sender: SmtpSender, accounts: AccountStore, settings: Settings
+    sender: SmtpSender, accounts: AccountStore, base_url: str
 ) -> Callable[[ApprovalRequest], None]:
     def tell(request: ApprovalRequest) -> None:
-        messages = _messages(request, accounts, settings.public_base_url)
-        if messages:
+        try:
             threading.Thread(
-                target=_send_all, args=(sender, messages, request.id), name="approval-mail"
+                target=_tell, args=(sender, accounts, base_url, request), name="approval-mail"
             ).start()
+        except RuntimeError:  # no thread to be had: the pages still show it
+            log.warning("approval_mail_failed", approval_id=request.id, error="no thread")
 
     return tell
 
 
-def _send_all(sender: SmtpSender, messages: list[tuple[str, EmailMessage]], ref: str) -> None:
+def _tell(
+    sender: SmtpSender, accounts: AccountStore, base_url: str, request: ApprovalRequest
+) -> None:
+    """Build and send the messages, on the mail's own thread: nothing here reaches the
+    request or decision it reports."""
+    try:
+        messages = _messages(request, accounts, base_url)
+    except Exception:
+        log.exception("approval_mail_failed", approval_id=request.id)
+        return
     for address, message in messages:
         try:
             sender.send(message, address)
         except DeliveryError as exc:
-            log.warning("approval_mail_failed", approval_id=ref, error=exc.internal or str(exc))
+            log.warning(
+                "approval_mail_failed", approval_id=request.id, error=exc.internal or str(exc)
+            )
 
 
 def _messages(
@@ -78,8 +92,8 @@ def _messages(
             f" {request.expires_at:%Y-%m-%d %H:%M UTC} at {where}; unanswered, it lapses.\n"
         )
         return [(a, _message(a, subject, body)) for a in _emails(accounts, admins)]
-    if requester is None:
-        return []
+    if requester is None or request.decided_by == request.requested_by:
+        return []  # gone, or withdrawn by the requester themself
     decided = "approved" if request.status is ApprovalStatus.APPROVED else "denied"
     subject = f"Export {decided}: {request.subject_name} ({request.format})"
     body = f"Your request to export the {what} was {decided}."
@@ -102,6 +116,7 @@ def _emails(accounts: AccountStore, user_ids: list[str]) -> list[str]:
 def _message(to: str, subject: str, body: str) -> EmailMessage:
     message = EmailMessage()
     message["To"] = to
-    message["Subject"] = subject
+    # A name may hold line breaks or other control characters: one line, no header of its own.
+    message["Subject"] = "".join(c if c.isprintable() else " " for c in subject)
     message.set_content(body)
     return message

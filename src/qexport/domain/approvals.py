@@ -15,6 +15,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -22,12 +25,16 @@ from typing import Any
 
 from qexport.domain.accounts import Role
 from qexport.domain.failures import ConflictError, ForbiddenError, InvalidRequestError
+from qexport.domain.queries import Query
+from qexport.domain.reports import Report
 
 MAX_REASON_CHARS = 500  # what an admin writes when deciding, shown to the requester
 # The option an approved export carries (its request's id): the worker runs an export of a
 # sensitive query only with it (one queued before the query was marked sensitive, or a
 # schedule's run, fails access_lost).
 APPROVAL_OPTION = "approval_id"
+# ... and the fingerprint of what it was approved to read (`reads_fingerprint`).
+APPROVED_READS_OPTION = "approved_reads"
 
 
 class ApprovalStatus(StrEnum):
@@ -64,6 +71,9 @@ class NewApproval:
     notify: list[dict[str, Any]]
     created_at: datetime
     expires_at: datetime
+    # What the admin approves the export to read (`reads_fingerprint`): a query or report
+    # changed since is not exported under this approval.
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,7 @@ class ApprovalRequest:
     notify: list[dict[str, Any]]
     created_at: datetime
     expires_at: datetime
+    fingerprint: str
     status: ApprovalStatus = ApprovalStatus.PENDING
     decided_by: str | None = None
     decided_at: datetime | None = None
@@ -94,6 +105,25 @@ class ApprovalRequest:
         return self.status
 
 
+def reads_fingerprint(queries: Iterable[Query | None], report: Report | None = None) -> str:
+    """The SHA-256 of what an export reads: each query's source, SQL and parameters, and the
+    report's sections. An approval holds for exactly this: a query's SQL or a report's
+    sections changed after the request (or after the approval) no longer match."""
+    body = {
+        "report": [s.to_json() for s in report.sections] if report is not None else None,
+        "queries": sorted(
+            (
+                [q.id, q.source, q.sql, [p.to_json() for p in q.parameters]]
+                for q in queries
+                if q is not None
+            ),
+            key=lambda item: str(item[0]),
+        ),
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def check_decision(
     request: ApprovalRequest,
     decision: Decision,
@@ -101,11 +131,12 @@ def check_decision(
     role: Role | None,
     now: datetime,
 ) -> None:
-    """Refuse a decision that may not be taken: not an admin (ForbiddenError), the requester
-    approving their own request (ForbiddenError: four eyes; denying it, a withdrawal, is
-    allowed), or a request that is no longer pending (ConflictError, saying what became of
-    it)."""
-    if role is not Role.ADMIN:
+    """Refuse a decision that may not be taken: by anyone but an admin (ForbiddenError),
+    except the requester withdrawing (denying) their own request; the requester approving
+    their own (ForbiddenError: four eyes); or a request no longer pending (ConflictError,
+    saying what became of it)."""
+    withdrawal = decision is Decision.DENY and request.requested_by == decider
+    if role is not Role.ADMIN and not withdrawal:
         raise ForbiddenError("only workspace admins may approve or deny export requests")
     status = request.effective_status(now)
     if status is ApprovalStatus.EXPIRED:

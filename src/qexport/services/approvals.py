@@ -29,6 +29,7 @@ from qexport.domain.failures import (
     ForbiddenError,
     InvalidRequestError,
     NotFoundError,
+    TooManyRequestsError,
 )
 from qexport.domain.queries import can_read
 from qexport.domain.reports import SUBJECT_REPORT
@@ -45,15 +46,32 @@ class ApprovalDesk:
 
     store: ApprovalStore
     ttl: timedelta
-    # Called after a request is recorded and after each decision (email, when configured).
+    # Called after a request is recorded and after each decision (email, when configured);
+    # it must not raise (deliveries/approval_mail.py sends on a thread of its own).
     tell: Callable[[ApprovalRequest], None] = lambda _request: None
+    # Requests one requester may have waiting at once.
+    max_pending: int = 20
 
 
 def ask(
-    desk: ApprovalDesk, clock: Clock, new: NewExport, notify: Sequence[Recipient]
+    desk: ApprovalDesk,
+    clock: Clock,
+    new: NewExport,
+    notify: Sequence[Recipient],
+    fingerprint: str,
 ) -> ApprovalRequest:
-    """Record the (already checked) export `new` as awaiting an admin's approval."""
+    """Record the (already checked) export `new` as awaiting an admin's approval; a
+    requester with `desk.max_pending` requests waiting already is refused (429)."""
     now = clock.now()
+    waiting = desk.store.list_approvals(
+        new.workspace_id, requested_by=new.requested_by, pending_at=now, limit=desk.max_pending
+    )
+    if len(waiting) >= desk.max_pending:
+        raise TooManyRequestsError(
+            f"you have {len(waiting)} export requests waiting for an admin's approval already;"
+            " wait for a decision (or withdraw one) first",
+            retry_after=3600,
+        )
     approval = NewApproval(
         id=str(uuid.uuid4()),
         workspace_id=new.workspace_id,
@@ -67,6 +85,7 @@ def ask(
         notify=[r.to_json() for r in notify],
         created_at=now,
         expires_at=now + desk.ttl,
+        fingerprint=fingerprint,
     )
     asked = event(
         clock,
@@ -106,7 +125,7 @@ class Rebuild:
 
     catalog: Catalog
     accounts: AccountStore
-    export_of: Callable[[ApprovalRequest, Requester], NewExport]
+    export_of: Callable[[ApprovalRequest, Requester], tuple[NewExport, str]]
 
 
 def visible_request(
@@ -193,13 +212,20 @@ def _export_as_asked(rebuild: Rebuild, request: ApprovalRequest) -> NewExport:
                 " longer read it; deny it"
             )
     try:
-        return rebuild.export_of(request, requester)
+        new, fingerprint = rebuild.export_of(request, requester)
     except NotFoundError as exc:
         raise ConflictError(f"{exc}; deny it") from None
     except InvalidRequestError as exc:
         raise ConflictError(
             f"the export can no longer be made as asked ({exc}); deny it and ask again"
         ) from None
+    if fingerprint != request.fingerprint:
+        raise ConflictError(
+            f"the {request.subject_type} {request.subject_name!r} changed since it was asked for"
+            " (its SQL, source, parameters or sections): approve only what was asked; deny it"
+            " and let the requester ask again"
+        )
+    return new
 
 
 def _delivery(stored: dict[str, str]) -> NewDelivery:

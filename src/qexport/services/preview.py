@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import ForbiddenError, InvalidRequestError
+from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query, ResultColumn, to_json_value
 from qexport.services.requests import bind_query_values, find_readable_query
 from qexport.writers.cells import Cell, preview_cells
@@ -116,6 +117,7 @@ def preview_query(
     query_ref: str,
     parameters: dict[str, Any] | None = None,
     statement_timeout_seconds: float,
+    policy: WorkspacePolicy,
     limit: int = MAX_ROWS,
     match_name: bool = False,
 ) -> Preview:
@@ -125,9 +127,16 @@ def preview_query(
     limit; AccessLostError when the workspace may no longer use the source; then what the
     source raises (QueryInvalidError, QueryTimeoutError, SourceUnavailableError), and
     TooManyRequestsError when the requester (or this process) has no slot free.
+    A query the workspace's `policy` marks sensitive is not previewed (ForbiddenError): its
+    rows leave only through an approved export.
     """
     limit = check_limit(limit)
     query = find_readable_query(catalog, requester, query_ref, match_name=match_name)
+    if policy.needs_approval([query.id]):
+        raise ForbiddenError(
+            f"the workspace's policy marks {query.name!r} sensitive: it is not previewed, and"
+            " its exports need an admin's approval"
+        )
     values = bind_query_values(query, parameters or {})
     source = sources.source_for(query.source, requester.workspace_id)
     started = time.monotonic()

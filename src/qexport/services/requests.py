@@ -8,7 +8,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from qexport.domain.approvals import APPROVAL_OPTION, ApprovalRequest
+from qexport.domain.approvals import (
+    APPROVAL_OPTION,
+    APPROVED_READS_OPTION,
+    ApprovalRequest,
+    reads_fingerprint,
+)
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
 from qexport.domain.failures import (
     ForbiddenError,
@@ -102,7 +107,7 @@ def request_export(
         requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
     if policy is not None and policy.needs_approval([query.id]):
-        return _awaiting(approvals, clock, new, notify)
+        return _awaiting(approvals, clock, new, notify, reads_fingerprint([query]))
     return exports.insert_export(
         new,
         new_deliveries(notify),
@@ -151,7 +156,8 @@ def request_report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
     if policy is not None and policy.needs_approval(s.query_id for s in report.sections):
-        return _awaiting(approvals, clock, new, notify)
+        read = report_queries(catalog, requester, report).values()
+        return _awaiting(approvals, clock, new, notify, reads_fingerprint(read, report))
     return exports.insert_export(
         new,
         new_deliveries(notify),
@@ -161,24 +167,29 @@ def request_report_export(
 
 
 def _awaiting(
-    approvals: ApprovalDesk | None, clock: Clock, new: NewExport, notify: Sequence[Recipient]
+    approvals: ApprovalDesk | None,
+    clock: Clock,
+    new: NewExport,
+    notify: Sequence[Recipient],
+    fingerprint: str,
 ) -> ApprovalRequest:
     if approvals is None:  # a path that cannot wait for an admin (a schedule's run)
         raise ForbiddenError(
             f"the workspace's policy marks {new.subject_name!r} sensitive: its exports need"
-            " an admin's approval, asked for from the pages, the API or `qexport export`"
+            " an admin's approval, asked for from the pages, the API or `qexport exports create`"
         )
-    return ask(approvals, clock, new, notify)
+    return ask(approvals, clock, new, notify, fingerprint)
 
 
 def approved_export(
     catalog: Catalog, clock: Clock
-) -> Callable[[ApprovalRequest, Requester], NewExport]:
+) -> Callable[[ApprovalRequest, Requester], tuple[NewExport, str]]:
     """How an approved request becomes its export: its subject read and its parameters bound
     again now, with the requester's rights (NotFoundError, InvalidRequestError when that no
-    longer works); the export carries its request's id (APPROVAL_OPTION)."""
+    longer works); with what it reads now (`reads_fingerprint`). The export carries its
+    request's id and that fingerprint (APPROVAL_OPTION, APPROVED_READS_OPTION)."""
 
-    def export_of(request: ApprovalRequest, requester: Requester) -> NewExport:
+    def export_of(request: ApprovalRequest, requester: Requester) -> tuple[NewExport, str]:
         neutralize = bool(request.options.get("neutralize_formulas", True))
         if request.subject_type == SUBJECT_REPORT:
             report, values = bind_report_request(
@@ -192,6 +203,7 @@ def approved_export(
                 neutralize_formulas=neutralize,
                 now=clock.now(),
             )
+            read = reads_fingerprint(report_queries(catalog, requester, report).values(), report)
         else:
             query = find_readable_query(catalog, requester, request.subject_id, match_name=False)
             new = query_export(
@@ -202,7 +214,9 @@ def approved_export(
                 neutralize_formulas=neutralize,
                 now=clock.now(),
             )
-        return replace(new, options={**new.options, APPROVAL_OPTION: request.id})
+            read = reads_fingerprint([query])
+        options = {**new.options, APPROVAL_OPTION: request.id, APPROVED_READS_OPTION: read}
+        return replace(new, options=options), read
 
     return export_of
 

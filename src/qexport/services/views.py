@@ -32,6 +32,7 @@ def approval_view(request: ApprovalRequest, now: datetime) -> dict[str, Any]:
         },
         "format": request.format,
         "parameters": request.parameters,
+        "notify": request.notify,
         "requested_by": request.requested_by,
         "created_at": iso_time(request.created_at),
         "expires_at": iso_time(request.expires_at),

@@ -644,6 +644,7 @@ approval_requests = sa.Table(
     sa.Column("parameters", sa.JSON, nullable=False),
     sa.Column("options", sa.JSON, nullable=False),
     sa.Column("notify", sa.JSON, nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("status", sa.String(20), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),

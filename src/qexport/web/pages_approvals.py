@@ -82,6 +82,7 @@ class ApprovalRow:
     subject_href: str  # its page, when the viewer may read it; "" otherwise
     format: str
     parameters: dict[str, object]
+    recipients: list[str]  # where the export goes once made, as the request named it
     requester: str
     mine: bool  # the viewer asked for it
     asked: str
@@ -142,6 +143,7 @@ class _Rows:
             subject_href=self.subject_href(request),
             format=request.format,
             parameters=dict(request.parameters),
+            recipients=[f"{k}: {v}" for r in request.notify for k, v in r.items()],
             requester=self.email(request.requested_by),
             mine=request.requested_by == self.principal.user_id,
             asked=when(request.created_at),

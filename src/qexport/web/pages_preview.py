@@ -120,6 +120,7 @@ def _run(
             query_ref=query.id,
             parameters=given_parameters(query.parameters, form),
             statement_timeout_seconds=context.settings.statement_timeout_seconds,
+            policy=context.accounts.workspace_policy(principal.workspace_id),
         )
     except InvalidRequestError as exc:
         field = (exc.field or "").removeprefix("parameters.")

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from qexport.container import Container
-from qexport.domain.approvals import APPROVAL_OPTION
+from qexport.domain.approvals import (
+    APPROVAL_OPTION,
+    APPROVED_READS_OPTION,
+    ApprovalStatus,
+    reads_fingerprint,
+)
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import (
     AccessLostError,
@@ -173,7 +178,7 @@ class Attempt:
         refusal = self.policy.format_refusal(record.format)
         if refusal is not None:
             raise AccessLostError(refusal)
-        if self.policy.sensitive_queries and APPROVAL_OPTION not in record.options:
+        if self.policy.sensitive_queries:
             self._check_not_sensitive()
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
@@ -189,18 +194,36 @@ class Attempt:
             raise
 
     def _check_not_sensitive(self) -> None:
-        """An export that no admin approved may not read a sensitive query: one queued
-        before the query was marked so, or a schedule's run."""
-        record = self.record
+        """An export may read a sensitive query only as an admin approved it: with its
+        approval (approved, naming this export) and reading exactly what was approved. One
+        queued before the query was marked sensitive, a schedule's run, or one whose query or
+        report changed since its approval fails access_lost."""
+        record, catalog = self.record, self.deps.catalog
+        report = None
         if record.subject_type == SUBJECT_REPORT:
-            report = self.deps.catalog.get_report(record.subject_id)
+            report = catalog.get_report(record.subject_id)
             read = [s.query_id for s in report.sections] if report is not None else []
         else:
             read = [record.subject_id]
-        if self.policy.needs_approval(read):
+        if not self.policy.needs_approval(read):
+            return
+        approval_id = record.options.get(APPROVAL_OPTION)
+        if approval_id is None:
             raise AccessLostError(
                 "the workspace's policy marks this query sensitive: its exports need an"
                 " admin's approval (request it again; a schedule cannot export it)"
+            )
+        approval = self.deps.approvals.get_approval(str(approval_id))
+        now_reads = reads_fingerprint([catalog.get_query(q) for q in read], report)
+        if (
+            approval is None
+            or approval.status is not ApprovalStatus.APPROVED
+            or approval.export_id != record.id
+            or record.options.get(APPROVED_READS_OPTION) != now_reads
+        ):
+            raise AccessLostError(
+                f"the {record.subject_type} changed since its export was approved (its SQL,"
+                " source, parameters or sections): request it again for an admin's approval"
             )
 
     def _produce_query(self, lease: Lease, max_rows: int) -> StoredObject:
