@@ -35,7 +35,7 @@ from qexport.domain.audit import (
     RecordedEvent,
     chained,
 )
-from qexport.store.engine import transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.tables import audit_anchors, audit_events, audit_prune_flag
 
 log = structlog.get_logger()
@@ -121,6 +121,9 @@ class SqlAuditLog:
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
 
+    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return read_transaction(self._engine)
+
     def record(self, event: AuditEvent) -> bool:
         try:
             with self._tx() as conn:
@@ -150,17 +153,17 @@ class SqlAuditLog:
         if before_id is not None:
             stmt = stmt.where(audit_events.c.id < before_id)
         stmt = stmt.order_by(audit_events.c.id.desc()).limit(limit)
-        with self._tx() as conn:
+        with self._read() as conn:
             return [_to_event(row) for row in conn.execute(stmt)]
 
     def chains(self) -> list[str]:
-        with self._tx() as conn:
+        with self._read() as conn:
             names = set(conn.execute(sa.select(audit_events.c.workspace_id).distinct()).scalars())
             names.update(conn.execute(sa.select(audit_anchors.c.workspace_id)).scalars())
         return sorted(names)
 
     def anchor(self, workspace_id: str) -> str:
-        with self._tx() as conn:
+        with self._read() as conn:
             return conn.execute(_ANCHOR, {"workspace_": workspace_id}).scalar() or GENESIS
 
     def chain(self, workspace_id: str) -> Iterator[RecordedEvent]:
@@ -173,7 +176,7 @@ class SqlAuditLog:
                 .order_by(audit_events.c.id)
                 .limit(_CHAIN_PAGE)
             )
-            with self._tx() as conn:
+            with self._read() as conn:
                 page = [_to_event(row) for row in conn.execute(stmt)]
             yield from page
             if len(page) < _CHAIN_PAGE:
