@@ -41,11 +41,13 @@ class Supervisor:
     """Runs `target(index)` in `processes` forked children until they finish or are stopped.
 
     `drain`: a child that exits with status 0 has drained the queue and is not restarted.
+    `kind` names the children in the log's events (`worker_process_started`).
     """
 
     target: Callable[[int], None]
     processes: int
     drain: bool = False
+    kind: str = "worker"
     poll_seconds: float = 0.2
     _children: list[_Child] = field(default_factory=list)
     _signals: int = 0
@@ -111,7 +113,9 @@ class Supervisor:
         delay = RESTART_BACKOFF_SECONDS[min(child.failures, len(RESTART_BACKOFF_SECONDS) - 1)]
         child.failures += 1
         child.restart_at = now + delay
-        log.warning("worker_process_exited", index=child.index, exitcode=code, restart_in_s=delay)
+        log.warning(
+            f"{self.kind}_process_exited", index=child.index, exitcode=code, restart_in_s=delay
+        )
         return 0
 
     def _start(self, child: _Child) -> None:
@@ -119,7 +123,7 @@ class Supervisor:
         process.start()
         child.process = process
         child.started_at = time.monotonic()
-        log.info("worker_process_started", index=child.index, pid=process.pid)
+        log.info(f"{self.kind}_process_started", index=child.index, pid=process.pid)
 
 
 def _child_main(target: Callable[[int], None], index: int) -> None:
