@@ -389,7 +389,7 @@ def _serve_processes(settings: Settings, host: str, port: int, processes: int) -
         finally:
             deps.close()
 
-    supervisor = Supervisor(one_server, processes, kind="server")
+    supervisor = Supervisor(one_server, processes, kind="server", end_with_supervisor=True)
     supervisor.install_signal_handlers()
     structlog.get_logger().info("server_starting", url=local_url(host, port), workers=processes)
     raise typer.Exit(supervisor.run())

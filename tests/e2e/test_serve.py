@@ -183,6 +183,22 @@ def test_serve_with_two_workers_shares_tokens_sessions_and_links(env: Env) -> No
     assert proc.wait(timeout=30) == 0
 
 
+def test_the_servers_end_when_serve_is_killed_outright(env: Env) -> None:
+    """SIGKILL to `serve --workers 2` (the OOM killer, a process manager's last resort) ends
+    its two server processes too: none is left holding the port."""
+    url, proc = start_server(env, "--workers", "2")
+    children = _children(proc.pid)
+    assert len(children) == 2
+    proc.kill()
+    proc.wait(timeout=30)
+
+    def gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() for pid in children)
+
+    wait_for(gone, timeout=30, interval=0.1)
+    assert not _answers(f"{url}/healthz")
+
+
 class _Output:
     """A subprocess's stdout, read line by line on a thread (so that reads never block)."""
 

@@ -51,7 +51,10 @@ def listening_socket(host: str, port: int) -> socket.socket:
     process listens on it; the kernel hands every connection to one of them). OSError when
     the address is taken or not this machine's."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: accepted sockets inherit it, and asyncio sets TCP_NODELAY only on
+    # sockets that say TCP. Without it every response waited for the client's delayed ACK
+    # (40 ms a request instead of 0.7 ms for GET /healthz; bench/api_load.py).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
