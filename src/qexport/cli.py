@@ -339,21 +339,62 @@ def serve(
         str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Server processes on the one port, each a whole server sharing only the"
+            " database and the object store, kept running by this one (default: one per core).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API until SIGTERM/SIGINT; /healthz, /readyz and /metrics need no token
     (protect /metrics at the proxy if its counts are private)."""
     import structlog
 
-    from qexport.api.server import local_url, run_server, with_public_url
+    from qexport.api.server import cores, local_url, run_server, with_public_url
     from qexport.app import create_app
 
     configure_logging(level=logging.INFO)
     settings = with_public_url(state(ctx).settings, host, port)
     _refuse_unsafe_start(settings, "serve")
     deps = _build_checked(settings, "server")
-    application = create_app(deps)
-    structlog.get_logger().info("server_starting", url=local_url(host, port))
-    run_server(application, host, port)
+    processes = workers or cores()
+    if processes == 1:
+        application = create_app(deps)
+        structlog.get_logger().info("server_starting", url=local_url(host, port), workers=1)
+        run_server(application, host, port)
+        return
+    deps.close()  # the children fork next and build their own: close, not inherit
+    _serve_processes(settings, host, port, processes)
+
+
+def _serve_processes(settings: Settings, host: str, port: int, processes: int) -> None:
+    """`processes` forked servers accepting on one socket bound here, kept running by this
+    process, which serves nothing itself and forwards SIGTERM/SIGINT to them."""
+    import structlog
+
+    from qexport.api.server import listening_socket, local_url, run_server
+    from qexport.app import create_app
+    from qexport.worker.processes import Supervisor
+
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        fail(f"server cannot start: cannot listen on {host}:{port}: {exc.strerror or exc}", 3)
+
+    def one_server(_index: int) -> None:
+        deps = bootstrap.build(settings, upgrade=False)
+        try:
+            run_server(create_app(deps), host, port, sock=sock)
+        finally:
+            deps.close()
+
+    supervisor = Supervisor(one_server, processes, kind="server", end_with_supervisor=True)
+    supervisor.install_signal_handlers()
+    structlog.get_logger().info("server_starting", url=local_url(host, port), workers=processes)
+    raise typer.Exit(supervisor.run())
 
 
 # ---------------------------------------------------------------- queries

@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from qexport.domain.accounts import ApiToken, Link, Membership, Role, Standing, User
+    from qexport.domain.accounts import (
+        ApiToken,
+        Link,
+        Member,
+        Membership,
+        Role,
+        Standing,
+        TokenHolder,
+        User,
+    )
     from qexport.domain.approvals import ApprovalRequest, Decision, NewApproval
     from qexport.domain.audit import AuditEvent, AuditFilter, RecordedEvent
     from qexport.domain.exports import (
@@ -424,6 +433,11 @@ class AccountStore(Protocol):
         ...
 
     def role_of(self, workspace_id: str, user_id: str) -> Role | None: ...
+    def member(self, workspace_id: str, user_id: str) -> Member | None:
+        """The user and their role in the workspace, in one read; None when there is no
+        such user (a user who is not a member has role None)."""
+        ...
+
     def memberships_of(self, user_id: str) -> list[Membership]: ...
     def members(self, workspace_id: str) -> list[Membership]: ...
 
@@ -438,6 +452,11 @@ class AccountStore(Protocol):
         audit: AuditEvent | None = None,
     ) -> ApiToken: ...
     def get_token(self, token_id: str) -> ApiToken | None: ...
+    def token_holder(self, token_id: str) -> TokenHolder | None:
+        """The token with its user and the user's role in the token's workspace, in one
+        read (what authenticating a request needs); None when there is no such token."""
+        ...
+
     def list_tokens(self, user_id: str) -> list[ApiToken]: ...
     def touch_token(self, token_id: str, *, now: datetime) -> None: ...
     def revoke_token(

@@ -3,10 +3,13 @@ one works and its use is recorded; only hashes of tokens are stored."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 
 from qexport.domain.accounts import parse_api_token
 from qexport.store.exports import SqlExportQueue
@@ -40,6 +43,8 @@ def _authorization(api: Api, case: str) -> dict[str, str]:
         assert api.context.accounts.revoke_token(_token_id(token), now=api.clock.now())
     if case == "removed member":
         assert api.context.accounts.remove_member("acme", api.user_id(ANN))
+    if case == "disabled user":
+        assert api.context.accounts.set_disabled(api.user_id(ANN), disabled_at=api.clock.now())
     headers = {
         "missing": {},
         "basic scheme": {"Authorization": "Basic YW5uOnNlY3JldA=="},
@@ -52,7 +57,7 @@ def _authorization(api: Api, case: str) -> dict[str, str]:
 
 
 NO_BEARER = ["missing", "basic scheme", "token scheme"]
-BAD_BEARER = ["malformed", "tampered", "unknown id", "revoked", "removed member"]
+BAD_BEARER = ["malformed", "tampered", "unknown id", "revoked", "removed member", "disabled user"]
 
 
 def _refusal(api: Api, case: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -90,8 +95,8 @@ EXPECTED_BAD_BEARER = {
 
 
 def test_a_presented_bad_token_gets_one_fixed_body(bad_bearer_body: dict[str, Any]) -> None:
-    """Each bad bearer token (malformed, tampered, unknown, revoked, user removed) gets exactly
-    this body, so none can be told from another."""
+    """Each bad bearer token (malformed, tampered, unknown, revoked, user removed or disabled)
+    gets exactly this body, so none can be told from another."""
     assert bad_bearer_body == EXPECTED_BAD_BEARER
 
 
@@ -134,3 +139,40 @@ def test_tokens_are_stored_only_as_hashes(api: Api) -> None:
         secret = _secret(token)
         assert not any(token in value or secret in value for value in stored)
         assert not any(secret[:20] in value for value in stored)
+
+
+@contextmanager
+def _statements() -> Iterator[list[str]]:
+    """The SQL statements every engine runs meanwhile (BEGIN and COMMIT left out)."""
+    seen: list[str] = []
+
+    def _record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if not statement.startswith("BEGIN"):
+            seen.append(statement.split(None, 1)[0].upper())
+
+    event.listen(sa.Engine, "before_cursor_execute", _record)
+    try:
+        yield seen
+    finally:
+        event.remove(sa.Engine, "before_cursor_execute", _record)
+
+
+def test_authenticating_a_request_is_one_read_and_a_last_use_write_once_a_minute(
+    api: Api,
+) -> None:
+    """A request with a token costs one statement to authenticate besides its own (listing
+    the queries); the token's last use is written on its first use and then again only once
+    LAST_USED_RESOLUTION has passed, so a busy client's reads stay reads."""
+    token = api.member(ANN, "viewer")
+    headers = {"Authorization": f"Bearer {token}"}
+    with _statements() as first:
+        assert api.client.get(PROTECTED, headers=headers).status_code == 200
+    api.clock.advance(30)
+    with _statements() as again:
+        assert api.client.get(PROTECTED, headers=headers).status_code == 200
+    api.clock.advance(31)
+    with _statements() as later:
+        assert api.client.get(PROTECTED, headers=headers).status_code == 200
+    assert first == ["SELECT", "UPDATE", "SELECT"]
+    assert again == ["SELECT", "SELECT"]
+    assert later == ["SELECT", "UPDATE", "SELECT"]

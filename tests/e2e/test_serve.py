@@ -39,13 +39,14 @@ def _answers(url: str) -> bool:
         return False
 
 
-def start_server(env: Env) -> tuple[str, subprocess.Popen[bytes]]:
-    """`qexport serve` on a free port of this machine, on the env's data dir, answering."""
+def start_server(env: Env, *args: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """`qexport serve` (with `args`) on a free port of this machine, on the env's data dir,
+    answering."""
     port = free_port()
     log_path = env.data_dir / f"serve-{port}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "qexport", "serve", "--port", str(port)],
+            [sys.executable, "-m", "qexport", "serve", "--port", str(port), *args],
             env=env.environ,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -136,6 +137,66 @@ def _session(api: httpx2.Client, url: str) -> None:
     assert public.status_code == 200
     assert public.content == file.content
     assert 'qexport_exports{status="succeeded"} 1.0' in httpx2.get(f"{url}/metrics").text
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_serve_with_two_workers_shares_tokens_sessions_and_links(env: Env) -> None:
+    """`serve --workers 2` runs two server processes on one port; a client that opens a new
+    connection for every request (so either process may answer any of them) uses a token,
+    downloads and shares an export, signs in to the pages and signs out with the form's
+    CSRF token; SIGTERM stops both servers and the command exits 0."""
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    env.start_worker()
+    password = subprocess.run(
+        [sys.executable, "-m", "qexport", "users", "create", "ada@example.com",
+         "--workspace", "demo", "--role", "admin", "--password-stdin"],
+        env=env.environ, input="a long enough password\n", capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert password.returncode == 0, password.stderr
+    url, proc = start_server(env, "--workers", "2")
+    assert len(_children(proc.pid)) == 2
+    token = new_token(env, "ann@example.com")
+    fresh = httpx2.Limits(max_keepalive_connections=0)
+    with httpx2.Client(base_url=url, headers=bearer(token), timeout=30, limits=fresh) as api:
+        _session(api, url)
+    with httpx2.Client(base_url=url, timeout=30, limits=fresh) as browser:
+        form = browser.get("/sign-in", headers={"Accept": "text/html"}).text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf
+        data = {"email": "ada@example.com", "password": "a long enough password"}
+        signed_in = browser.post("/sign-in", data={**data, "csrf": csrf.group(1), "next": "/"})
+        assert signed_in.status_code == 303, signed_in.text
+        for _ in range(6):
+            page = browser.get("/")
+            assert page.status_code == 200
+            assert "ada@example.com · demo (admin)" in page.text
+        page_csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert page_csrf
+        out = browser.post("/sign-out", data={"csrf": page_csrf.group(1)})
+        assert out.status_code == 303
+        assert browser.get("/").status_code == 303
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_the_servers_end_when_serve_is_killed_outright(env: Env) -> None:
+    """SIGKILL to `serve --workers 2` (the OOM killer, a process manager's last resort) ends
+    its two server processes too: none is left holding the port."""
+    url, proc = start_server(env, "--workers", "2")
+    children = _children(proc.pid)
+    assert len(children) == 2
+    proc.kill()
+    proc.wait(timeout=30)
+
+    def gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() for pid in children)
+
+    wait_for(gone, timeout=30, interval=0.1)
+    assert not _answers(f"{url}/healthz")
 
 
 class _Output:

@@ -8,13 +8,15 @@ from dataclasses import replace
 from datetime import datetime
 
 from qexport.domain.accounts import (
-    LAST_USED_RESOLUTION,
     ApiToken,
     Link,
+    Member,
     Membership,
     Role,
     Standing,
+    TokenHolder,
     User,
+    last_use_due,
     link_cap_reached,
 )
 from qexport.domain.audit import AuditEvent, naming
@@ -178,6 +180,11 @@ class InMemoryAccountStore:
         with self._lock:
             return self._roles.get((workspace_id, user_id))
 
+    def member(self, workspace_id: str, user_id: str) -> Member | None:
+        with self._lock:
+            user = self._users.get(user_id)
+            return None if user is None else Member(user, self._roles.get((workspace_id, user_id)))
+
     def memberships_of(self, user_id: str) -> list[Membership]:
         with self._lock:
             found = [Membership(w, u, r) for (w, u), r in self._roles.items() if u == user_id]
@@ -203,6 +210,14 @@ class InMemoryAccountStore:
         with self._lock:
             return self._tokens.get(token_id)
 
+    def token_holder(self, token_id: str) -> TokenHolder | None:
+        with self._lock:
+            token = self._tokens.get(token_id)
+            user = self._users.get(token.user_id) if token else None
+            if token is None or user is None:
+                return None
+            return TokenHolder(token, Member(user, self._roles.get((token.workspace_id, user.id))))
+
     def list_tokens(self, user_id: str) -> list[ApiToken]:
         with self._lock:
             found = [t for t in self._tokens.values() if t.user_id == user_id]
@@ -213,7 +228,7 @@ class InMemoryAccountStore:
             token = self._tokens.get(token_id)
             if token is None:
                 return
-            if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+            if last_use_due(token, now):
                 self._tokens[token_id] = replace(token, last_used_at=now)
 
     def _revoke_token_unaudited(self, token_id: str, *, now: datetime) -> bool:

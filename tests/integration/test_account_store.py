@@ -150,6 +150,29 @@ def test_memberships_and_members_are_listed_in_order(
     assert account_store.members("nowhere") == []
 
 
+def test_a_member_is_read_with_their_role_in_that_workspace_only(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """member gives the user with their role in the workspace asked about: None as the role
+    outside it or once removed, the current role after a change, None for an unknown user."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.EDITOR)
+    account_store.ensure_workspace("other", now=clock.now())
+    found = account_store.member("acme", ann)
+    assert found is not None
+    assert (found.user.id, found.user.email, found.role) == (ann, "ann@acme.test", Role.EDITOR)
+    outside = account_store.member("other", ann)
+    assert outside is not None
+    assert (outside.user.id, outside.role) == (ann, None)
+    account_store.set_role("acme", ann, Role.VIEWER)
+    assert account_store.member("acme", ann) == replace(found, role=Role.VIEWER)
+    account_store.remove_member("acme", ann)
+    removed = account_store.member("acme", ann)
+    assert removed is not None
+    assert removed.role is None
+    assert removed.user.session_epoch == found.user.session_epoch + 1
+    assert account_store.member("acme", "nobody") is None
+
+
 # ---------------------------------------------------------------- API tokens
 
 
@@ -185,6 +208,30 @@ def test_a_token_reads_back_with_its_hash(account_store: AccountStore, clock: Fr
     assert stored.last_used_at is None
     assert stored.revoked_at is None
     assert account_store.get_token("0000000000000000") is None
+
+
+def test_a_token_is_read_with_its_user_and_their_role(
+    account_store: AccountStore, clock: FrozenClock
+) -> None:
+    """token_holder gives the token as get_token does, its user, and the user's role in the
+    token's workspace (not another's): revoked, disabled and removed show as such; an
+    unknown id is None."""
+    ann = _member(account_store, clock, "ann@acme.test", "acme", Role.EDITOR)
+    _member(account_store, clock, "ann@acme.test", "other", Role.ADMIN)
+    token_id = _token(account_store, clock, ann)
+    holder = account_store.token_holder(token_id)
+    assert holder is not None
+    assert holder.token == account_store.get_token(token_id)
+    assert (holder.member.user, holder.member.role) == (account_store.get_user(ann), Role.EDITOR)
+    account_store.set_disabled(ann, disabled_at=clock.now())
+    account_store.remove_member("acme", ann)
+    account_store.revoke_token(token_id, now=clock.now())
+    ended = account_store.token_holder(token_id)
+    assert ended is not None
+    assert ended.token.revoked_at == clock.now()
+    assert ended.member.user.disabled
+    assert ended.member.role is None
+    assert account_store.token_holder("0000000000000000") is None
 
 
 def test_a_users_tokens_are_listed_oldest_first(

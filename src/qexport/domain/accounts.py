@@ -56,6 +56,14 @@ class Membership:
 
 
 @dataclass(frozen=True)
+class Member:
+    """A user and their role in one workspace (None: not a member), read together."""
+
+    user: User
+    role: Role | None
+
+
+@dataclass(frozen=True)
 class Standing:
     """What the store knows of a requester in a workspace when an export is about to run.
 
@@ -109,6 +117,19 @@ class ApiToken:
     last_used_at: datetime | None = None
     revoked_at: datetime | None = None
     secret_hash: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class TokenHolder:
+    """An API token and, read with it, its user and the user's role in its workspace."""
+
+    token: ApiToken
+    member: Member
+
+
+def last_use_due(token: ApiToken, now: datetime) -> bool:
+    """Whether a use at `now` is worth recording (none within LAST_USED_RESOLUTION)."""
+    return token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from fastapi import Depends, Request
 from qexport.container import Container
 
 
-def get_context(request: Request) -> Container:
-    """FastAPI dependency: the container the app was created with."""
+async def get_context(request: Request) -> Container:
+    """FastAPI dependency: the container the app was created with. Async because it does no
+    I/O: a plain function would be run on the thread pool, one hand-over per request."""
     container: Container = request.app.state.context
     return container
 

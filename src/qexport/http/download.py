@@ -40,7 +40,7 @@ class Conditions:
     if_range: str | None = None
 
 
-def _conditions(
+async def _conditions(  # async: no I/O, so not worth a hand-over to the thread pool
     range_: Annotated[str | None, Header(alias="Range")] = None,
     if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None,
     if_range: Annotated[str | None, Header(alias="If-Range")] = None,

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from qexport.domain.accounts import Principal, hash_secret, parse_api_token, secret_matches
+from qexport.domain.accounts import (
+    Principal,
+    hash_secret,
+    last_use_due,
+    parse_api_token,
+    secret_matches,
+)
 from qexport.domain.failures import UnauthorizedError
 from qexport.ports import AccountStore, Clock
 
@@ -15,19 +21,22 @@ def authenticate(accounts: AccountStore, clock: Clock, token: str) -> Principal:
     """The principal behind a bearer token; UnauthorizedError (never more detail) otherwise.
 
     A token stops working when it is revoked, when its user leaves the workspace, and while
-    its user is disabled.
+    its user is disabled. One read finds the token, its user and their role (four
+    transactions before: 5.5-7.8 ms a request on SQLite, bench/api_load.py); the last use is
+    written at most once per LAST_USED_RESOLUTION.
     """
     parsed = parse_api_token(token)
     if parsed is None:
         raise UnauthorizedError("invalid token")
     token_id, secret = parsed
-    stored = accounts.get_token(token_id)
-    matches = secret_matches(secret, stored.secret_hash if stored else _NO_TOKEN_HASH)
-    if stored is None or not matches or stored.revoked_at is not None:
+    holder = accounts.token_holder(token_id)
+    matches = secret_matches(secret, holder.token.secret_hash if holder else _NO_TOKEN_HASH)
+    if holder is None or not matches or holder.token.revoked_at is not None:
         raise UnauthorizedError("invalid token")
-    role = accounts.role_of(stored.workspace_id, stored.user_id)
-    user = accounts.get_user(stored.user_id)
-    if role is None or user is None or user.disabled:
+    user, role = holder.member.user, holder.member.role
+    if role is None or user.disabled:
         raise UnauthorizedError("invalid token")
-    accounts.touch_token(stored.id, now=clock.now())
-    return Principal(user.id, user.email, stored.workspace_id, role, stored.id)
+    now = clock.now()
+    if last_use_due(holder.token, now):
+        accounts.touch_token(holder.token.id, now=now)
+    return Principal(user.id, user.email, holder.token.workspace_id, role, holder.token.id)

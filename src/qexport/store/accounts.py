@@ -13,8 +13,10 @@ from qexport.domain.accounts import (
     LAST_USED_RESOLUTION,
     ApiToken,
     Link,
+    Member,
     Membership,
     Role,
+    TokenHolder,
     User,
     link_cap_reached,
 )
@@ -24,7 +26,7 @@ from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.store.audit import append_if
-from qexport.store.engine import transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.tables import (
     api_tokens,
     links,
@@ -45,6 +47,38 @@ def _user(row: sa.Row[Any]) -> User:
 
 # Raising the epoch ends every session cookie issued before (they carry the old one).
 _NEXT_EPOCH = {"session_epoch": users.c.session_epoch + 1}
+
+
+# A user with their role in the workspace :workspace_ (NULL: not a member), one index lookup
+# each; authenticating a request with it is one statement where it was three transactions.
+_USER_AND_ROLE = sa.select(users, memberships.c.role.label("member_role")).outerjoin(
+    memberships,
+    sa.and_(
+        memberships.c.user_id == users.c.id,
+        memberships.c.workspace_id == sa.bindparam("workspace_"),
+    ),
+)
+_TOKEN_HOLDER = (
+    sa.select(
+        *(c.label(f"token_{c.name}") for c in api_tokens.c),
+        *users.c,
+        memberships.c.role.label("member_role"),
+    )
+    .select_from(api_tokens)
+    .join(users, users.c.id == api_tokens.c.user_id)
+    .outerjoin(
+        memberships,
+        sa.and_(
+            memberships.c.user_id == api_tokens.c.user_id,
+            memberships.c.workspace_id == api_tokens.c.workspace_id,
+        ),
+    )
+    .where(api_tokens.c.id == sa.bindparam("token_"))
+)
+
+
+def _member(row: Any) -> Member:  # a Row of _USER_AND_ROLE or _TOKEN_HOLDER
+    return Member(_user(row), Role(row.member_role) if row.member_role else None)
 
 
 def _token(row: sa.Row[Any]) -> ApiToken:
@@ -80,6 +114,9 @@ class SqlAccountStore:
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
 
+    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return read_transaction(self._engine)
+
     # ------------------------------------------------------------ workspaces and users
 
     def ensure_workspace(self, workspace_id: str, *, now: datetime) -> bool:
@@ -93,12 +130,12 @@ class SqlAccountStore:
             return True
 
     def workspace_exists(self, workspace_id: str) -> bool:
-        with self._tx() as conn:
+        with self._read() as conn:
             stmt = sa.select(workspaces.c.id).where(workspaces.c.id == workspace_id)
             return conn.execute(stmt).first() is not None
 
     def workspace_timezone(self, workspace_id: str) -> str:
-        with self._tx() as conn:
+        with self._read() as conn:
             stmt = sa.select(workspaces.c.timezone).where(workspaces.c.id == workspace_id)
             zone = conn.execute(stmt).scalar_one_or_none()
         return zone or "UTC"
@@ -111,7 +148,7 @@ class SqlAccountStore:
             return result.rowcount == 1
 
     def workspace_webhook_hosts(self, workspace_id: str) -> tuple[str, ...] | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             stmt = sa.select(workspaces.c.webhook_hosts).where(workspaces.c.id == workspace_id)
             hosts = conn.execute(stmt).scalar_one_or_none()
         return None if hosts is None else tuple(str(h) for h in hosts)
@@ -127,7 +164,7 @@ class SqlAccountStore:
             return result.rowcount == 1
 
     def workspace_policy(self, workspace_id: str) -> WorkspacePolicy:
-        with self._tx() as conn:
+        with self._read() as conn:
             stmt = sa.select(workspaces.c.policy).where(workspaces.c.id == workspace_id)
             stored = conn.execute(stmt).scalar_one_or_none()
         return WorkspacePolicy.from_json(stored)
@@ -163,12 +200,12 @@ class SqlAccountStore:
         return user
 
     def get_user(self, user_id: str) -> User | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(users).where(users.c.id == user_id)).first()
         return _user(row) if row else None
 
     def find_user(self, email: str) -> User | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(users).where(users.c.email == email)).first()
         return _user(row) if row else None
 
@@ -256,9 +293,15 @@ class SqlAccountStore:
         stmt = sa.select(memberships.c.role).where(
             memberships.c.workspace_id == workspace_id, memberships.c.user_id == user_id
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             role = conn.execute(stmt).scalar()
         return Role(role) if role else None
+
+    def member(self, workspace_id: str, user_id: str) -> Member | None:
+        stmt = _USER_AND_ROLE.where(users.c.id == user_id)
+        with self._read() as conn:
+            row = conn.execute(stmt, {"workspace_": workspace_id}).first()
+        return _member(row) if row else None
 
     def memberships_of(self, user_id: str) -> list[Membership]:
         stmt = (
@@ -266,7 +309,7 @@ class SqlAccountStore:
             .where(memberships.c.user_id == user_id)
             .order_by(memberships.c.workspace_id)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [Membership(r.workspace_id, r.user_id, Role(r.role)) for r in conn.execute(stmt)]
 
     def members(self, workspace_id: str) -> list[Membership]:
@@ -275,7 +318,7 @@ class SqlAccountStore:
             .where(memberships.c.workspace_id == workspace_id)
             .order_by(memberships.c.user_id)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [Membership(r.workspace_id, r.user_id, Role(r.role)) for r in conn.execute(stmt)]
 
     # ------------------------------------------------------------ API tokens
@@ -305,9 +348,25 @@ class SqlAccountStore:
         return token
 
     def get_token(self, token_id: str) -> ApiToken | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(api_tokens).where(api_tokens.c.id == token_id)).first()
         return _token(row) if row else None
+
+    def token_holder(self, token_id: str) -> TokenHolder | None:
+        with self._read() as conn:
+            row = conn.execute(_TOKEN_HOLDER, {"token_": token_id}).first()
+        if row is None:
+            return None
+        token = ApiToken(
+            id=row.token_id,
+            user_id=row.token_user_id,
+            workspace_id=row.token_workspace_id,
+            created_at=row.token_created_at,
+            last_used_at=row.token_last_used_at,
+            revoked_at=row.token_revoked_at,
+            secret_hash=row.token_secret_hash,
+        )
+        return TokenHolder(token, _member(row))
 
     def list_tokens(self, user_id: str) -> list[ApiToken]:
         stmt = (
@@ -315,7 +374,7 @@ class SqlAccountStore:
             .where(api_tokens.c.user_id == user_id)
             .order_by(api_tokens.c.created_at)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [_token(r) for r in conn.execute(stmt)]
 
     def touch_token(self, token_id: str, *, now: datetime) -> None:
@@ -358,7 +417,7 @@ class SqlAccountStore:
     ) -> tuple[Failures, Failures]:
         """Failures since `since` for the email and for the address (two index range scans)."""
         found = []
-        with self._tx() as conn:
+        with self._read() as conn:
             for column, value in (
                 (sign_in_failures.c.email, email),
                 (sign_in_failures.c.address, address),
@@ -427,12 +486,12 @@ class SqlAccountStore:
         return link
 
     def get_link(self, link_id: str) -> Link | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(links).where(links.c.id == link_id)).first()
         return _link(row) if row else None
 
     def find_link(self, token_hash: str) -> Link | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(links).where(links.c.token_hash == token_hash)).first()
         return _link(row) if row else None
 
@@ -450,7 +509,7 @@ class SqlAccountStore:
             .where(links.c.export_id == export_id, links.c.revoked_at.is_(None))
             .order_by(links.c.created_at, links.c.id)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [_link(row) for row in conn.execute(stmt)]
 
     def touch_link(self, link_id: str, *, now: datetime, unless_since: datetime) -> bool:
@@ -486,7 +545,7 @@ class SqlAccountStore:
             ) from exc
 
     def registered_sources(self) -> dict[str, RegisteredSource]:
-        with self._tx() as conn:
+        with self._read() as conn:
             shares: dict[str, set[str]] = {}
             for row in conn.execute(sa.select(source_shares)):
                 shares.setdefault(row.source_name, set()).add(row.workspace_id)

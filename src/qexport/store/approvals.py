@@ -15,7 +15,7 @@ from qexport.domain.audit import AuditEvent
 from qexport.domain.schedules import NewDelivery
 from qexport.ports import NewExport
 from qexport.store.audit import append_if
-from qexport.store.engine import transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.exports import insert_export_in
 from qexport.store.tables import approval_requests
 
@@ -82,7 +82,7 @@ class SqlApprovalStore:
 
     def get_approval(self, approval_id: str) -> ApprovalRequest | None:
         stmt = sa.select(approval_requests).where(approval_requests.c.id == approval_id)
-        with transaction(self._engine) as conn:
+        with read_transaction(self._engine) as conn:
             row = conn.execute(stmt).first()
         return _to_request(row) if row is not None else None
 
@@ -101,7 +101,7 @@ class SqlApprovalStore:
         if pending_at is not None:
             stmt = stmt.where(c.status == _PENDING, c.expires_at > pending_at)
         stmt = stmt.order_by(c.created_at.desc(), c.id.desc()).limit(limit)
-        with transaction(self._engine) as conn:
+        with read_transaction(self._engine) as conn:
             return [_to_request(r) for r in conn.execute(stmt)]
 
     def decide_approval(
@@ -162,5 +162,5 @@ class SqlApprovalStore:
             .where(c.status == _PENDING, c.expires_at > now)
             .group_by(c.workspace_id)
         )
-        with transaction(self._engine) as conn:
+        with read_transaction(self._engine) as conn:
             return {str(workspace): int(count) for workspace, count in conn.execute(stmt)}

@@ -6,7 +6,8 @@ query changed) writes its event with the change, so that neither is kept without
 Two writers of one workspace must not both chain after the same event (a fork): PostgreSQL
 serialises them with a transaction-scoped advisory lock per workspace taken before the last
 hash is read (released at commit, so it never outlives the action's own transaction); SQLite
-has one writer at a time already (every transaction begins IMMEDIATE, store/engine.py).
+has one writer at a time already (every transaction that writes begins IMMEDIATE,
+store/engine.py).
 
 `SqlAuditLog.record` is for what has no transaction of its own (a download, a sign-in): one
 short transaction that never fails the action; a failure to record is logged and counted.
@@ -40,7 +41,7 @@ from qexport.domain.audit import (
     chained,
 )
 from qexport.domain.stats import DOWNLOAD_ACTIONS, DownloadTally, download_tally
-from qexport.store.engine import transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.tables import (
     audit_anchors,
     audit_download_totals,
@@ -189,6 +190,9 @@ class SqlAuditLog:
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
 
+    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return read_transaction(self._engine)
+
     def record(self, event: AuditEvent) -> bool:
         try:
             with self._tx() as conn:
@@ -218,17 +222,17 @@ class SqlAuditLog:
         if before_id is not None:
             stmt = stmt.where(audit_events.c.id < before_id)
         stmt = stmt.order_by(audit_events.c.id.desc()).limit(limit)
-        with self._tx() as conn:
+        with self._read() as conn:
             return [_to_event(row) for row in conn.execute(stmt)]
 
     def chains(self) -> list[str]:
-        with self._tx() as conn:
+        with self._read() as conn:
             names = set(conn.execute(sa.select(audit_events.c.workspace_id).distinct()).scalars())
             names.update(conn.execute(sa.select(audit_anchors.c.workspace_id)).scalars())
         return sorted(names)
 
     def anchor(self, workspace_id: str) -> str:
-        with self._tx() as conn:
+        with self._read() as conn:
             return conn.execute(_ANCHOR, {"workspace_": workspace_id}).scalar() or GENESIS
 
     def chain(self, workspace_id: str) -> Iterator[RecordedEvent]:
@@ -241,7 +245,7 @@ class SqlAuditLog:
                 .order_by(audit_events.c.id)
                 .limit(_CHAIN_PAGE)
             )
-            with self._tx() as conn:
+            with self._read() as conn:
                 page = [_to_event(row) for row in conn.execute(stmt)]
             yield from page
             if len(page) < _CHAIN_PAGE:

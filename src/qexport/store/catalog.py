@@ -18,7 +18,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
 from qexport.store.audit import append_if
-from qexport.store.engine import transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.tables import (
     queries,
     reports,
@@ -94,6 +94,9 @@ class SqlCatalog:
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
 
+    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return read_transaction(self._engine)
+
     # ------------------------------------------------------------ saved queries
 
     def add_query(self, query: Query, *, audit: AuditEvent | None = None) -> Query:
@@ -124,7 +127,7 @@ class SqlCatalog:
         }
 
     def get_query(self, query_id: str) -> Query | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(queries).where(queries.c.id == query_id)).first()
         return to_query(row) if row else None
 
@@ -134,7 +137,7 @@ class SqlCatalog:
             queries.c.name == name,
             queries.c.deleted_at.is_(None),
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(stmt).first()
         return to_query(row) if row else None
 
@@ -144,7 +147,7 @@ class SqlCatalog:
             .where(queries.c.workspace_id == workspace_id, queries.c.deleted_at.is_(None))
             .order_by(queries.c.name)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [to_query(r) for r in conn.execute(stmt)]
 
     def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool:
@@ -189,7 +192,7 @@ class SqlCatalog:
         return report
 
     def get_report(self, report_id: str) -> Report | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(reports).where(reports.c.id == report_id)).first()
         return to_report(row) if row else None
 
@@ -199,7 +202,7 @@ class SqlCatalog:
             .where(reports.c.workspace_id == workspace_id, reports.c.deleted_at.is_(None))
             .order_by(reports.c.title, reports.c.id)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [to_report(r) for r in conn.execute(stmt)]
 
     def update_report(self, report: Report, *, audit: AuditEvent | None = None) -> bool:

@@ -20,7 +20,7 @@ from qexport.domain.failures import FailureCode, bounded_detail
 from qexport.domain.schedules import Channel, Delivery, DeliveryStatus, Outcome, Recipient
 from qexport.ports import ClaimedDelivery
 from qexport.store.audit import append_if
-from qexport.store.engine import transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.exports import _to_record
 from qexport.store.tables import UNSENT, deliveries, exports
 
@@ -75,6 +75,9 @@ class SqlDeliveryStore:
 
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
+
+    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return read_transaction(self._engine)
 
     def claim_delivery(self, *, now: datetime, lease_seconds: float) -> ClaimedDelivery | None:
         """The oldest claimable delivery of a settled export, leased to the caller."""
@@ -212,10 +215,10 @@ class SqlDeliveryStore:
             .where(deliveries.c.export_id == export_id)
             .order_by(deliveries.c.created_at, deliveries.c.channel, deliveries.c.target)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [_to_delivery(r) for r in conn.execute(stmt)]
 
     def has_unsent(self) -> bool:
         stmt = sa.select(deliveries.c.id).where(sa.text(f"deliveries.{UNSENT}")).limit(1)
-        with self._tx() as conn:
+        with self._read() as conn:
             return conn.execute(stmt).first() is not None

@@ -20,7 +20,7 @@ from qexport.domain.schedules import (
 )
 from qexport.ports import NewExport, ScheduleRun
 from qexport.store.audit import append_if
-from qexport.store.engine import transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.exports import _to_record, check_unsettled_cap, insert_export_in
 from qexport.store.tables import (
     exports,
@@ -85,6 +85,9 @@ class SqlScheduleStore:
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
 
+    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return read_transaction(self._engine)
+
     def add_schedule(
         self,
         schedule: Schedule,
@@ -119,7 +122,7 @@ class SqlScheduleStore:
             raise schedule_cap_reached(live, cap)
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
-        with self._tx() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(schedules).where(schedules.c.id == schedule_id)).first()
         return _to_schedule(row) if row else None
 
@@ -129,7 +132,7 @@ class SqlScheduleStore:
             .where(schedules.c.workspace_id == workspace_id, _LIVE)
             .order_by(schedules.c.created_at, schedules.c.id)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [_to_schedule(r) for r in conn.execute(stmt)]
 
     def update_schedule(self, schedule: Schedule, *, audit: AuditEvent | None = None) -> bool:
@@ -167,7 +170,7 @@ class SqlScheduleStore:
             .order_by(schedules.c.next_due_at, schedules.c.id)
             .limit(limit)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [_to_schedule(r) for r in conn.execute(stmt)]
 
     def advance(self, schedule_id: str, *, expected: datetime, next_due_at: datetime) -> bool:
@@ -231,21 +234,20 @@ class SqlScheduleStore:
             return None  # the (schedule, due time) was fired already: nothing was written
 
     def instance_secret(self, name: str, generate: Callable[[], str], *, now: datetime) -> str:
+        stmt = sa.select(instance_secrets.c.value).where(instance_secrets.c.name == name)
+        with self._read() as conn:
+            found = conn.execute(stmt).scalar()
+        if found is not None:  # every call but the installation's first
+            return str(found)
         with contextlib.suppress(sa.exc.IntegrityError), self._tx() as conn:
-            found = conn.execute(
-                sa.select(instance_secrets.c.value).where(instance_secrets.c.name == name)
-            ).scalar()
+            found = conn.execute(stmt).scalar()
             if found is not None:
                 return str(found)
             conn.execute(
                 instance_secrets.insert().values(name=name, value=generate(), created_at=now)
             )
-        with self._tx() as conn:
-            return str(
-                conn.execute(
-                    sa.select(instance_secrets.c.value).where(instance_secrets.c.name == name)
-                ).scalar_one()
-            )
+        with self._read() as conn:
+            return str(conn.execute(stmt).scalar_one())
 
     def list_runs(self, schedule_id: str, *, limit: int = 10) -> list[ScheduleRun]:
         # The primary key (schedule_id, due_at) serves the filter and the order.
@@ -256,7 +258,7 @@ class SqlScheduleStore:
             .order_by(schedule_runs.c.due_at.desc())
             .limit(limit)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [ScheduleRun(row.run_due_at, _to_record(row)) for row in conn.execute(stmt)]
 
     def subscribe(self, schedule_id: str, user_id: str, *, now: datetime) -> bool:
@@ -282,7 +284,7 @@ class SqlScheduleStore:
             .where(schedule_subscribers.c.schedule_id == schedule_id)
             .order_by(schedule_subscribers.c.created_at, schedule_subscribers.c.user_id)
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return [str(user_id) for user_id in conn.execute(stmt).scalars()]
 
     def subscriptions(self, workspace_id: str, user_id: str) -> frozenset[str]:
@@ -295,5 +297,5 @@ class SqlScheduleStore:
                 _LIVE,
             )
         )
-        with self._tx() as conn:
+        with self._read() as conn:
             return frozenset(str(found) for found in conn.execute(stmt).scalars())

@@ -13,7 +13,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from qexport.domain.exports import EXPIRED, Status
-from qexport.domain.failures import MetadataUnavailableError
 from qexport.domain.stats import (
     ATTEMPT_ENDS,
     ATTEMPT_EVENTS_LIMIT,
@@ -25,6 +24,7 @@ from qexport.domain.stats import (
     Durations,
     ExportStats,
 )
+from qexport.store.engine import read_transaction
 from qexport.store.tables import (
     UNSETTLED,
     UTCDateTime,
@@ -38,17 +38,12 @@ from qexport.store.tables import (
 
 def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:
     """The figures of one scrape, read in one transaction."""
-    try:
-        with engine.begin() as conn:
-            by_status, failures, rows, size = _exports(conn, now)
-            depth, oldest = _queue(conn, now)
-            attempts = _attempts(conn, now)
-            downloads = _downloads(conn)
-            pending = _approvals_pending(conn, now)
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-        raise MetadataUnavailableError(
-            f"the metadata database is unavailable: {type(exc.orig).__name__}"
-        ) from exc
+    with read_transaction(engine) as conn:
+        by_status, failures, rows, size = _exports(conn, now)
+        depth, oldest = _queue(conn, now)
+        attempts = _attempts(conn, now)
+        downloads = _downloads(conn)
+        pending = _approvals_pending(conn, now)
     return ExportStats(by_status, failures, rows, size, depth, oldest, attempts, downloads, pending)
 
 

@@ -27,13 +27,13 @@ def principal_of(context: Container, session: Session | None) -> Principal | Non
     """The member the session names, if they still are one and the session was not ended."""
     if session is None or session.user_id is None or session.workspace_id is None:
         return None
-    user = context.accounts.get_user(session.user_id)
-    if user is None or user.disabled or user.session_epoch != session.epoch:
+    member = context.accounts.member(session.workspace_id, session.user_id)  # one read
+    if member is None or member.role is None:
         return None
-    role = context.accounts.role_of(session.workspace_id, session.user_id)
-    if role is None:
+    user = member.user
+    if user.disabled or user.session_epoch != session.epoch:
         return None
-    return Principal(user.id, user.email, session.workspace_id, role, SESSION_TOKEN_ID)
+    return Principal(user.id, user.email, session.workspace_id, member.role, SESSION_TOKEN_ID)
 
 
 def signed_in_session(request: Request) -> Session:

@@ -2,8 +2,9 @@
 
 A session is a small JSON value signed with HMAC-SHA256: the user and workspace (none
 before sign-in), the user's session epoch when it was issued, a random CSRF token and when
-it was issued. The user is read again on every request (one primary-key lookup): a session
-works only while its epoch is the user's current one, the user is enabled and still a member.
+it was issued. The user and their membership are read again on every request (one
+statement): a session works only while its epoch is the user's current one, the user is
+enabled and still a member.
 Sign-out, a password change, removal from a workspace and disabling raise the epoch, which
 ends every session of that user at once, on every server.
 """

@@ -9,8 +9,11 @@ is forwarded too, which makes the children hand back at once.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ import structlog
 
 log = structlog.get_logger()
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 # A child that ran this long before dying is restarted at the shortest backoff again.
 STABLE_AFTER_SECONDS = 60.0
@@ -41,11 +45,16 @@ class Supervisor:
     """Runs `target(index)` in `processes` forked children until they finish or are stopped.
 
     `drain`: a child that exits with status 0 has drained the queue and is not restarted.
+    `kind` names the children in the log's events (`worker_process_started`).
+    `end_with_supervisor`: a child gets SIGTERM when the supervisor ends, even by SIGKILL
+    (on Linux), instead of living on: server processes would keep the port.
     """
 
     target: Callable[[int], None]
     processes: int
     drain: bool = False
+    kind: str = "worker"
+    end_with_supervisor: bool = False
     poll_seconds: float = 0.2
     _children: list[_Child] = field(default_factory=list)
     _signals: int = 0
@@ -111,20 +120,34 @@ class Supervisor:
         delay = RESTART_BACKOFF_SECONDS[min(child.failures, len(RESTART_BACKOFF_SECONDS) - 1)]
         child.failures += 1
         child.restart_at = now + delay
-        log.warning("worker_process_exited", index=child.index, exitcode=code, restart_in_s=delay)
+        log.warning(
+            f"{self.kind}_process_exited", index=child.index, exitcode=code, restart_in_s=delay
+        )
         return 0
 
     def _start(self, child: _Child) -> None:
-        process = self._ctx.Process(target=_child_main, args=(self.target, child.index))
+        supervisor = os.getpid() if self.end_with_supervisor else None
+        process = self._ctx.Process(target=_child_main, args=(self.target, child.index, supervisor))
         process.start()
         child.process = process
         child.started_at = time.monotonic()
-        log.info("worker_process_started", index=child.index, pid=process.pid)
+        log.info(f"{self.kind}_process_started", index=child.index, pid=process.pid)
 
 
-def _child_main(target: Callable[[int], None], index: int) -> None:
+def _child_main(target: Callable[[int], None], index: int, supervisor: int | None) -> None:
     # Ctrl-C reaches the whole process group; the supervisor forwards it as SIGTERM, so the
     # child ignores the terminal's own SIGINT to not count one keypress as two signals.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if supervisor is not None:
+        _end_with_parent(supervisor)
     target(index)
+
+
+def _end_with_parent(parent: int) -> None:
+    """SIGTERM this process once `parent` ends (Linux's parent-death signal; elsewhere,
+    nothing), also when it ended before this was asked."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
