@@ -9,9 +9,9 @@ an admin may not approve their own request (403, four eyes).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
 
 from qexport.api.auth import Context, CurrentPrincipal
@@ -63,6 +63,9 @@ class ApprovalDecision(BaseModel):
     reason: str | None = None
 
 
+NO_REASON = ApprovalDecision(reason=None)  # no body: a decision without a note
+
+
 def approval_view(request: ApprovalRequest, now: datetime) -> Approval:
     return Approval.model_validate(approval_json(request, now))
 
@@ -100,9 +103,9 @@ def _decide(
     context: Container,
     approval_id: str,
     decision: Decision,
-    body: ApprovalDecision | None,
+    body: ApprovalDecision,
 ) -> Approval:
-    reason = checked_reason(body.reason if body is not None else None)
+    reason = checked_reason(body.reason)
     decided = decide(
         context.approval_desk(),
         context.audit,
@@ -125,7 +128,7 @@ def approve(
     approval_id: str,
     principal: CurrentPrincipal,
     context: Context,
-    body: ApprovalDecision | None = None,
+    body: Annotated[ApprovalDecision, Body()] = NO_REASON,
 ) -> Approval:
     """Approve a pending request (workspace admins other than the requester): its export is
     created and queued, with the requester's rights; `export_id` names it. 409 when the
@@ -142,7 +145,7 @@ def deny(
     approval_id: str,
     principal: CurrentPrincipal,
     context: Context,
-    body: ApprovalDecision | None = None,
+    body: Annotated[ApprovalDecision, Body()] = NO_REASON,
 ) -> Approval:
     """Deny a pending request (workspace admins; a requester who is one may withdraw their
     own this way): nothing is exported."""
