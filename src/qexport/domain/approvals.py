@@ -77,20 +77,9 @@ class NewApproval:
 
 
 @dataclass(frozen=True)
-class ApprovalRequest:
-    id: str
-    workspace_id: str
-    requested_by: str
-    subject_type: str
-    subject_id: str
-    subject_name: str
-    format: str
-    parameters: dict[str, Any]
-    options: dict[str, Any]
-    notify: list[dict[str, Any]]
-    created_at: datetime
-    expires_at: datetime
-    fingerprint: str
+class ApprovalRequest(NewApproval):
+    """A recorded request: what was asked (NewApproval) and what became of it."""
+
     status: ApprovalStatus = ApprovalStatus.PENDING
     decided_by: str | None = None
     decided_at: datetime | None = None
