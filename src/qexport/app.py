@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
+import anyio.to_thread
 from fastapi import FastAPI
 
 from qexport import __version__
@@ -9,12 +13,21 @@ from qexport.api.app import install as install_api
 from qexport.container import Container
 from qexport.http import errors
 from qexport.http.limits import BodySizeLimit
+from qexport.http.one_hop import API_THREADS
 from qexport.http.origin import RequestOrigin
 from qexport.web.app import install as install_web
 
 
+@contextlib.asynccontextmanager
+async def _lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    # The thread pool for the endpoints' blocking work, sized as API_THREADS says.
+    anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
+    yield
+
+
 def create_app(container: Container) -> FastAPI:
     app = FastAPI(
+        lifespan=_lifespan,
         title="qexport",
         version=__version__,
         description="Saved SQL queries turned into files people can download.",

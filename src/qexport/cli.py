@@ -285,6 +285,8 @@ def _run_worker(
     from qexport.worker.loop import Worker
 
     remove_abandoned()  # pipes and spill of workers killed outright (SIGKILL, OOM killer)
+    if settings.worker_nice:
+        os.nice(settings.worker_nice)  # before any thread starts: they inherit it
     w = Worker(
         bootstrap.build(settings, upgrade=False),
         concurrency=concurrency,
@@ -371,23 +373,28 @@ def serve(
 
 
 def _serve_processes(settings: Settings, host: str, port: int, processes: int) -> None:
-    """`processes` forked servers accepting on one socket bound here, kept running by this
-    process, which serves nothing itself and forwards SIGTERM/SIGINT to them."""
+    """`processes` forked servers on `port`, kept running by this process, which serves
+    nothing itself and forwards SIGTERM/SIGINT to them. On Linux each listens on a socket of
+    its own, the kernel sharing the connections out; elsewhere they accept on one socket
+    bound here."""
     import structlog
 
-    from qexport.api.server import listening_socket, local_url, run_server
+    from qexport.api.server import balances_connections, listening_socket, local_url, run_server
     from qexport.app import create_app
     from qexport.worker.processes import Supervisor
 
+    own_shares = balances_connections()
     try:
-        sock = listening_socket(host, port)
+        # Bound here (and held, never listened on) so that a taken port fails at once.
+        sock = listening_socket(host, port, own_share=own_shares)
     except OSError as exc:
         fail(f"server cannot start: cannot listen on {host}:{port}: {exc.strerror or exc}", 3)
 
     def one_server(_index: int) -> None:
         deps = bootstrap.build(settings, upgrade=False)
         try:
-            run_server(create_app(deps), host, port, sock=sock)
+            share = listening_socket(host, port, own_share=True) if own_shares else sock
+            run_server(create_app(deps), host, port, sock=share)
         finally:
             deps.close()
 

@@ -207,6 +207,13 @@ class Settings:
     max_running_per_user: int = setting(
         0, "Exports of one requester running at once.", bound=Bound.NOT_NEGATIVE
     )
+    # Exports are batch work and the API is not: a worker beside a server on one machine
+    # takes the cores the server leaves (a niceness, 0-19; 0 keeps the worker's).
+    worker_nice: int = setting(
+        10,
+        "Niceness `qexport worker` runs exports at (0-19): servers on its machine go first.",
+        bound=Bound.NOT_NEGATIVE,
+    )
     worker_slots: int = setting(
         0,
         "The installation's worker slots (0: the worker command's own).",
@@ -296,6 +303,8 @@ class Settings:
         for s in declared():
             if s.bound is not None and not s.bound.holds(getattr(self, s.name)):
                 raise ValueError(f"{s.env} {s.bound.value}")
+        if self.worker_nice > 19:
+            raise ValueError("QEXPORT_WORKER_NICE must be 0 to 19")
         if self.approval_ttl <= timedelta(0):
             raise ValueError("QEXPORT_APPROVAL_TTL must be positive")
         try:

@@ -100,6 +100,38 @@ def test_a_presented_bad_token_gets_one_fixed_body(bad_bearer_body: dict[str, An
     assert bad_bearer_body == EXPECTED_BAD_BEARER
 
 
+# Requests that are invalid besides their credentials: in a query parameter, in a JSON body
+# that does not parse, in one that names no query.
+INVALID_REQUESTS = [
+    ("GET", "/api/v1/exports?limit=0", None),
+    ("GET", "/api/v1/exports?status=nonsense", None),
+    ("POST", "/api/v1/exports", "{not json"),
+    ("POST", "/api/v1/exports", '{"format": "csv"}'),
+    ("PATCH", "/api/v1/workspaces/acme/policy", '{"max_rows": "many"}'),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), INVALID_REQUESTS)
+@pytest.mark.parametrize("case", ["tampered", "revoked"])
+def test_a_bad_token_is_401_before_the_request_is_judged(
+    api: Api, case: str, method: str, path: str, body: str | None
+) -> None:
+    """An invalid request with a bad token gets the bad token's 401, never a 422 that would
+    tell its sender anything about the API; with a good token it is the 422."""
+    api.member(ANN, "admin")
+    headers = {"Content-Type": "application/json"}
+    refused = api.client.request(
+        method, path, content=body, headers={**headers, **_authorization(api, case)}
+    )
+    assert (refused.status_code, refused.json()) == (401, EXPECTED_BAD_BEARER)
+    assert refused.headers["www-authenticate"] == "Bearer"
+    token = api.member("bob@acme.test", "admin")
+    judged = api.client.request(
+        method, path, content=body, headers={**headers, "Authorization": f"Bearer {token}"}
+    )
+    assert judged.status_code == 422, judged.text
+
+
 @pytest.fixture(params=NO_BEARER)
 def no_bearer_body(api: Api, request: pytest.FixtureRequest) -> dict[str, Any]:
     return _refusal(api, str(request.param))[0]

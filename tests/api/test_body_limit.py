@@ -139,3 +139,16 @@ def test_chunks_over_the_limit_never_reach_the_app() -> None:
     assert not app.called
     assert client.sent[0]["status"] == 413
     assert json.loads(client.sent[-1]["body"])["code"] == "too_large"
+
+
+def test_a_length_that_is_no_number_is_held_to_the_limit_as_streamed() -> None:
+    """A Content-Length that is no number (an HTTP server refuses it; an in-process client
+    passes it on) does not make the request a 413 "larger than" it is: the body is read as a
+    streamed one, and reaches the app whole when under the limit, refused when over it."""
+    header = [(b"content-length", b"bv")]
+    for chunks, reached in (([b"abc", b"de"], True), ([b"abcdef", b"ghijk"], False)):
+        app, client = _EchoApp(), _Client(chunks)
+        scope: Scope = {"type": "http", "method": "POST", "path": "/", "headers": header}
+        anyio.run(BodySizeLimit(app, max_bytes=10), scope, client.receive, client.send)
+        assert app.called is reached
+        assert client.sent[0]["status"] == (200 if reached else 413)

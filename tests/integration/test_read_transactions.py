@@ -1,12 +1,15 @@
 """Reads are read transactions: on SQLite they go ahead while a writer holds the database's
-write lock, and what may write still takes that lock first; on PostgreSQL a read transaction
-is READ ONLY, so a write classified as a read is refused rather than slipped through."""
+write lock, and what may write still takes that lock first (one process's writers in turns);
+on PostgreSQL a read transaction is READ ONLY, so a write classified as a read is refused
+rather than slipped through. A server's threads keep their connections."""
 
 from __future__ import annotations
 
 import shutil
 import sqlite3
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,9 +17,10 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.failures import MetadataUnavailableError
+from qexport.http.one_hop import API_THREADS
 from qexport.store import engine as engine_module
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.engine import create_engine, read_transaction
+from qexport.store.engine import create_engine, read_transaction, transaction
 from qexport.store.stats import read_stats
 from qexport.store.tables import workspaces
 from tests.stores import SqlMetadataStore
@@ -74,3 +78,66 @@ def test_a_read_transaction_refuses_a_write_on_postgresql(
         conn.execute(workspaces.insert().values(id="acme", created_at=NOW))
     with read_transaction(postgresql_store.engine) as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(workspaces)).scalar() == 0
+
+
+def test_one_processs_writers_take_turns_and_readers_do_not_wait(
+    impatient_sqlite: tuple[Path, sa.Engine],
+) -> None:
+    """Eight threads writing at once all get their turn (none gives up on the lock); while
+    one of this process's threads holds a write transaction, a read on another thread goes
+    ahead, and a write on another waits its turn and, past the busy timeout, reports the
+    database unavailable instead of hanging."""
+    _path, engine = impatient_sqlite
+    accounts = SqlAccountStore(engine)
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda i: accounts.ensure_workspace(f"w{i}", now=NOW), range(8)))
+    assert all(made)
+    holding, done = threading.Event(), threading.Event()
+
+    def hold_a_write() -> None:
+        with transaction(engine):
+            holding.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold_a_write)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with ThreadPoolExecutor(1) as other:
+            assert other.submit(accounts.member, "w0", "nobody").result(5) is None
+            waited = other.submit(accounts.ensure_workspace, "late", now=NOW)
+            with pytest.raises(MetadataUnavailableError):
+                waited.result(5)
+    finally:
+        done.set()
+        holder.join()
+    assert accounts.ensure_workspace("late", now=NOW)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_servers_threads_keep_their_connections(
+    backend: str, sqlite_template: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """As many transactions at once as a server has threads, twice over, open one connection
+    each the first time and none the second: no request pays for a connection of its own."""
+    if backend == "sqlite":
+        shutil.copy(sqlite_template, tmp_path / "qexport.db")
+        engine = create_engine(f"sqlite:///{tmp_path / 'qexport.db'}")
+    else:
+        engine = create_engine(request.getfixturevalue("postgresql_store").engine.url)
+    opened = []
+    sa.event.listen(engine, "connect", lambda *_: opened.append(1))
+    together = threading.Barrier(API_THREADS)
+
+    def read(_index: int) -> None:
+        with read_transaction(engine) as conn:
+            conn.execute(sa.select(sa.func.count()).select_from(workspaces))
+            together.wait(10)
+
+    try:
+        for _ in range(2):
+            with ThreadPoolExecutor(API_THREADS) as pool:
+                list(pool.map(read, range(API_THREADS)))
+        assert len(opened) == API_THREADS
+    finally:
+        engine.dispose()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 
 from qexport.api import (
     approvals,
@@ -18,9 +19,23 @@ from qexport.api import (
     sources,
     workspaces,
 )
+from qexport.api.auth import authenticated_first
+from qexport.domain.failures import QExportError
+from qexport.http import errors
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    """An invalid API request: its token is checked first (every /api/v1 route takes one)."""
+    if request.url.path.startswith("/api/v1/"):
+        try:
+            await authenticated_first(request)
+        except QExportError as refused:
+            return errors.qexport_problem(refused)
+    return await errors.validation_error(request, exc)
 
 
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.include_router(health.router)
     app.include_router(queries.router, prefix="/api/v1")
     app.include_router(reports.router, prefix="/api/v1")

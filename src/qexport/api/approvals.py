@@ -19,13 +19,14 @@ from qexport.api.schemas import ExportSubject, problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.approvals import ApprovalRequest, Decision, checked_reason
+from qexport.http.one_hop import OneHopRoute
 from qexport.services.approvals import Decider, Rebuild, decide, listed
 from qexport.services.approvals import visible_request as _visible
 from qexport.services.audit import actor_of
 from qexport.services.requests import approved_export
 from qexport.services.views import approval_view as approval_json
 
-router = APIRouter(tags=["approvals"])
+router = APIRouter(route_class=OneHopRoute, tags=["approvals"])
 
 
 class Approval(BaseModel):

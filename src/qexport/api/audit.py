@@ -14,9 +14,10 @@ from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import problem_responses
 from qexport.domain.audit import RecordedEvent
 from qexport.domain.failures import InvalidRequestError, Problems
+from qexport.http.one_hop import OneHopRoute
 from qexport.services import audit_trail
 
-router = APIRouter(tags=["audit"])
+router = APIRouter(route_class=OneHopRoute, tags=["audit"])
 
 
 class AuditActorView(BaseModel):

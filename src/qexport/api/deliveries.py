@@ -11,9 +11,10 @@ from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import Delivery, problem_responses
 from qexport.deliveries.resend import send_again
 from qexport.deliveries.signing import link_token, master_secret
+from qexport.http.one_hop import OneHopRoute
 from qexport.services.views import delivery_view
 
-router = APIRouter(tags=["exports"])
+router = APIRouter(route_class=OneHopRoute, tags=["exports"])
 
 
 @router.post(

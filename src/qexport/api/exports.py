@@ -33,6 +33,7 @@ from qexport.http.download import (
     file_responses,
     presigned_redirect,
 )
+from qexport.http.one_hop import OneHopRoute
 from qexport.services.audit import actor_of
 from qexport.services.exports import (
     FORMAT_CHOICES,
@@ -58,7 +59,7 @@ from qexport.services.requests import (
 )
 from qexport.services.views import export_view
 
-router = APIRouter(tags=["exports"])
+router = APIRouter(route_class=OneHopRoute, tags=["exports"])
 
 MAX_PAGE = 200
 

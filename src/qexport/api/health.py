@@ -13,10 +13,11 @@ from qexport.api import metrics
 from qexport.api.auth import Context
 from qexport.container import Container
 from qexport.http.errors import PROBLEM, problem
+from qexport.http.one_hop import OneHopRoute
 
 log = structlog.get_logger()
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(route_class=OneHopRoute, tags=["operations"])
 router.include_router(metrics.router)
 
 OK = "ok"

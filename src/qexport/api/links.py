@@ -9,9 +9,10 @@ from fastapi import APIRouter, Body, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import CreatedLink, LinkItem, LinkList, LinkRequest, problem_responses
+from qexport.http.one_hop import OneHopRoute
 from qexport.services.links import create_link, list_live_links, revoke_link
 
-router = APIRouter(tags=["links"])
+router = APIRouter(route_class=OneHopRoute, tags=["links"])
 NO_OPTIONS = LinkRequest(
     expires_in_days=None
 )  # no body: the link lives as long as its file (or the policy)

@@ -39,8 +39,9 @@ from qexport.domain.stats import (
     ExportStats,
 )
 from qexport.http.errors import PROBLEM
+from qexport.http.one_hop import OneHopRoute
 
-router = APIRouter()
+router = APIRouter(route_class=OneHopRoute)
 
 _WINDOW_HOURS = int(ATTEMPT_WINDOW.total_seconds() // 3600)
 

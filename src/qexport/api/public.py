@@ -20,9 +20,10 @@ from qexport.http.download import (
     file_responses,
     presigned_redirect,
 )
+from qexport.http.one_hop import OneHopRoute
 from qexport.services.links import LinkGoneError, LinkUnknownError, note_link_used, resolve_link
 
-router = APIRouter(tags=["public"])
+router = APIRouter(route_class=OneHopRoute, tags=["public"])
 
 
 class _AnyText(PathConvertor):

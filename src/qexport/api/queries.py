@@ -20,12 +20,13 @@ from qexport.domain.queries import (
     Query,
     Visibility,
 )
+from qexport.http.one_hop import OneHopRoute
 from qexport.services import preview
 from qexport.services import queries as service
 from qexport.services.describe import Describe, describe_timeout, describer
 from qexport.sources.registry import query_source_names
 
-router = APIRouter(prefix="/queries", tags=["queries"])
+router = APIRouter(route_class=OneHopRoute, prefix="/queries", tags=["queries"])
 
 
 DefaultValue = (

@@ -23,11 +23,12 @@ from qexport.domain.reports import (
     Report,
     Section,
 )
+from qexport.http.one_hop import OneHopRoute
 from qexport.services import reports as service
 from qexport.services.queries import MAX_MEMBERS
 from qexport.services.requests import MAX_PARAMETERS
 
-router = APIRouter(prefix="/reports", tags=["reports"])
+router = APIRouter(route_class=OneHopRoute, prefix="/reports", tags=["reports"])
 
 DisplayName = Literal["table", "bar", "line"]
 # Checked with the rest of the report (every mistake of a body at once, services/reports.py);

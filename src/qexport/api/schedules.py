@@ -28,10 +28,11 @@ from qexport.api.schemas import Schedule as ScheduleView
 from qexport.deliveries.signing import signing_key as workspace_key
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.schedules import Schedule
+from qexport.http.one_hop import OneHopRoute
 from qexport.schedules import catalog as service
 from qexport.services.views import delivery_view, export_view, schedule_view
 
-router = APIRouter(tags=["schedules"])
+router = APIRouter(route_class=OneHopRoute, tags=["schedules"])
 
 # The members of a change that may be null: a null timezone means the workspace's; a null
 # subject id names no subject, so the other id must (ScheduleChange documents both).

@@ -12,9 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from qexport import bootstrap
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import problem_responses
+from qexport.http.one_hop import OneHopRoute
 from qexport.services import sources as service
 
-router = APIRouter(prefix="/sources", tags=["sources"])
+router = APIRouter(route_class=OneHopRoute, prefix="/sources", tags=["sources"])
 
 
 class SourceWrite(BaseModel):

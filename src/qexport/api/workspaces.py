@@ -19,11 +19,12 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import NotFoundError
 from qexport.domain.policies import WorkspacePolicy
+from qexport.http.one_hop import OneHopRoute
 from qexport.services.audit import actor_of
 from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
 
-router = APIRouter(tags=["workspaces"])
+router = APIRouter(route_class=OneHopRoute, tags=["workspaces"])
 
 NO_SUCH_WORKSPACE = "no workspace with this id that you belong to"
 

@@ -118,8 +118,13 @@ def status_of(exc: QExportError) -> tuple[int, str] | None:
     return None
 
 
-def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
+    """(async: it does no I/O, and a plain function would take a trip to the thread pool)"""
     assert isinstance(exc, QExportError)
+    return qexport_problem(exc)
+
+
+def qexport_problem(exc: QExportError) -> JSONResponse:
     for cls, status, code in _STATUS:
         if isinstance(exc, cls):
             headers: dict[str, str] = {}
@@ -188,7 +193,8 @@ def _member(loc: Any, body: Any) -> tuple[str, bool]:
     return ".".join(kept) or "body", given
 
 
-def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    """(async: no I/O)"""
     assert isinstance(exc, RequestValidationError)
     errors = [(e, *_member(e.get("loc", ()), exc.body)) for e in exc.errors()]
     # A member the request gave is at fault before one it left out: of the alternatives of a
@@ -225,6 +231,6 @@ def unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(QExportError, _qexport_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected_error)

@@ -21,15 +21,17 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None:
+        if declared is not None and declared.isdigit():
             # The server holds the body to its declared length, so checking that is enough.
-            if not declared.isdigit() or int(declared) > self.max_bytes:
+            if int(declared) > self.max_bytes:
                 await self._refuse(send)
                 return
             await self.app(scope, receive, send)
             return
-        # A streamed body is read here, before the app: an error raised while the app reads
-        # it would be turned into a 400 by the framework's body parser.
+        # A streamed body (or one whose declared length is no number, which an HTTP server
+        # refuses before the app but an in-process client passes on) is read here, before
+        # the app: an error raised while the app reads it would be turned into a 400 by the
+        # framework's body parser.
         buffered = await self._read_at_most(receive)
         if buffered is None:
             await self._refuse(send)
