@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import secrets
@@ -56,6 +57,7 @@ from qexport.container import Container
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
+from qexport.logs import configure_logging
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
@@ -412,6 +414,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--orders", type=int, default=200_000)
     args = parser.parse_args()
+    configure_logging(level=logging.WARNING)  # the seeding's worker: its exports, not news
     print(f"load average before: {os.getloadavg()}; --workers {args.workers}")
     for backend in args.backend or ["sqlite", "postgresql"]:
         for line in measure(backend, args):

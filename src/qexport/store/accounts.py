@@ -26,7 +26,7 @@ from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.store.audit import append_if
-from qexport.store.engine import read_transaction, transaction
+from qexport.store.engine import read_statement, read_transaction, transaction
 from qexport.store.tables import (
     api_tokens,
     links,
@@ -116,6 +116,10 @@ class SqlAccountStore:
 
     def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return read_transaction(self._engine)
+
+    def _one_read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        """For a read of one statement (read_statement): the API's hottest."""
+        return read_statement(self._engine)
 
     # ------------------------------------------------------------ workspaces and users
 
@@ -299,7 +303,7 @@ class SqlAccountStore:
 
     def member(self, workspace_id: str, user_id: str) -> Member | None:
         stmt = _USER_AND_ROLE.where(users.c.id == user_id)
-        with self._read() as conn:
+        with self._one_read() as conn:
             row = conn.execute(stmt, {"workspace_": workspace_id}).first()
         return _member(row) if row else None
 
@@ -353,7 +357,7 @@ class SqlAccountStore:
         return _token(row) if row else None
 
     def token_holder(self, token_id: str) -> TokenHolder | None:
-        with self._read() as conn:
+        with self._one_read() as conn:
             row = conn.execute(_TOKEN_HOLDER, {"token_": token_id}).first()
         if row is None:
             return None

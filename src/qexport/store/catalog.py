@@ -18,7 +18,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
 from qexport.store.audit import append_if
-from qexport.store.engine import read_transaction, transaction
+from qexport.store.engine import read_statement, read_transaction, transaction
 from qexport.store.tables import (
     queries,
     reports,
@@ -97,6 +97,10 @@ class SqlCatalog:
     def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return read_transaction(self._engine)
 
+    def _one_read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        """For a read of one statement (read_statement): the API's hottest."""
+        return read_statement(self._engine)
+
     # ------------------------------------------------------------ saved queries
 
     def add_query(self, query: Query, *, audit: AuditEvent | None = None) -> Query:
@@ -147,7 +151,7 @@ class SqlCatalog:
             .where(queries.c.workspace_id == workspace_id, queries.c.deleted_at.is_(None))
             .order_by(queries.c.name)
         )
-        with self._read() as conn:
+        with self._one_read() as conn:
             return [to_query(r) for r in conn.execute(stmt)]
 
     def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool:

@@ -39,7 +39,7 @@ from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.audit import append_if
 from qexport.store.catalog import QUERY_KEYS, to_query, to_report
-from qexport.store.engine import read_transaction, transaction
+from qexport.store.engine import read_statement, read_transaction, transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.tables import (
     SUCCEEDED,
@@ -429,6 +429,10 @@ class SqlExportQueue:
     def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return read_transaction(self._engine)
 
+    def _one_read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        """For a read of one statement (read_statement): the API's hottest."""
+        return read_statement(self._engine)
+
     # ------------------------------------------------------------ requests and reads
 
     def insert_export(
@@ -447,7 +451,7 @@ class SqlExportQueue:
             return record
 
     def get_export(self, export_id: str) -> ExportRecord | None:
-        with self._read() as conn:
+        with self._one_read() as conn:
             row = conn.execute(sa.select(exports).where(exports.c.id == export_id)).first()
         return _to_record(row) if row else None
 
@@ -480,10 +484,10 @@ class SqlExportQueue:
             stmt = stmt.where(*_narrowed(narrow))
         if after is not None:  # the page just newer than `after`: read upwards, shown newest first
             stmt = stmt.order_by(exports.c.created_at, exports.c.id).limit(limit)
-            with self._read() as conn:
+            with self._one_read() as conn:
                 return [_to_record(r) for r in conn.execute(stmt)][::-1]
         stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
-        with self._read() as conn:
+        with self._one_read() as conn:
             return [_to_record(r) for r in conn.execute(stmt)]
 
     def has_unsettled(self) -> bool:
@@ -686,7 +690,7 @@ class SqlExportQueue:
             .where(export_events.c.export_id == export_id)
             .order_by(export_events.c.id)
         )
-        with self._read() as conn:
+        with self._one_read() as conn:
             return [
                 ExportEvent(
                     export_id=r.export_id,
