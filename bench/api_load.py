@@ -387,6 +387,7 @@ def measure(backend: str, args: argparse.Namespace) -> list[str]:
                 "QEXPORT_DATA_DIR": str(data_dir),
                 "QEXPORT_DATABASE_URL": db_url,
                 "QEXPORT_MAX_UNSETTLED_PER_USER": "10000",
+                "QEXPORT_WORKER_NICE": str(args.worker_nice),
             }
             if db_url:  # PostgreSQL: the installation secret must be given (as in production)
                 env["QEXPORT_SECRET_KEY"] = secrets.token_hex(32)
@@ -413,9 +414,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--orders", type=int, default=200_000)
+    parser.add_argument("--worker-nice", type=int, default=10, help="QEXPORT_WORKER_NICE")
     args = parser.parse_args()
     configure_logging(level=logging.WARNING)  # the seeding's worker: its exports, not news
-    print(f"load average before: {os.getloadavg()}; --workers {args.workers}")
+    print(
+        f"load average before: {os.getloadavg()}; --workers {args.workers},"
+        f" QEXPORT_WORKER_NICE={args.worker_nice}"
+    )
     for backend in args.backend or ["sqlite", "postgresql"]:
         for line in measure(backend, args):
             print(line, flush=True)
