@@ -131,7 +131,7 @@ class SqlCatalog:
         }
 
     def get_query(self, query_id: str) -> Query | None:
-        with self._read() as conn:
+        with self._one_read() as conn:
             row = conn.execute(sa.select(queries).where(queries.c.id == query_id)).first()
         return to_query(row) if row else None
 
@@ -141,7 +141,7 @@ class SqlCatalog:
             queries.c.name == name,
             queries.c.deleted_at.is_(None),
         )
-        with self._read() as conn:
+        with self._one_read() as conn:
             row = conn.execute(stmt).first()
         return to_query(row) if row else None
 
