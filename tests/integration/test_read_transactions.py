@@ -173,3 +173,23 @@ def test_a_read_statement_leaves_the_next_transaction_whole(
             assert conn.execute(sa.select(workspaces.c.id)).scalars().all() == ["acme"]
     finally:
         engine.dispose()
+
+
+def test_writers_of_two_processes_take_turns_on_the_file_beside_the_database(
+    impatient_sqlite: tuple[Path, sa.Engine],
+) -> None:
+    """Another process (here: another engine, with its own descriptor) holding a write turn
+    keeps this one's writes waiting, and past the busy timeout they report the database
+    unavailable; once it lets go, they go ahead. Reads never wait for it."""
+    path, engine = impatient_sqlite
+    other = create_engine(f"sqlite:///{path}")
+    accounts = SqlAccountStore(engine)
+    try:
+        with transaction(other):
+            assert accounts.member("acme", "nobody") is None
+            with pytest.raises(MetadataUnavailableError, match="lock is held"):
+                accounts.ensure_workspace("acme", now=NOW)
+        assert accounts.ensure_workspace("acme", now=NOW)
+        assert path.with_name(path.name + "-writer").stat().st_mode & 0o077 == 0
+    finally:
+        other.dispose()

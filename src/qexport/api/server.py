@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import os
 import signal
@@ -91,6 +92,11 @@ def run_server(app: FastAPI, host: str, port: int, *, sock: socket.socket | None
     )
     # uvicorn replays the signal that stopped it once it has shut down; by then it is handled,
     # and the caller gets to clean up (stop a worker) and exit 0 instead of dying of it.
+    # What start-up made (routes, schemas, the container) lives as long as the server: out of
+    # the collector's way, a full collection took 4 ms instead of 130-300 ms, during which
+    # every request of the process stood still (bench/api_load.py, 40 clients).
+    gc.collect()
+    gc.freeze()
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.signal(sig, _already_handled) for sig in stop_signals}
     try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import select
 import threading
 import time
@@ -32,8 +34,8 @@ _POOL: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": POOL_SIZE}
 _PING_AFTER_IDLE_SECONDS = 1.0
 
 
-# Per SQLite engine: the lock its writing transactions take turns on (_writer_turn).
-_WRITE_TURNS: weakref.WeakKeyDictionary[sa.Engine, threading.RLock] = weakref.WeakKeyDictionary()
+# Per SQLite engine: the turns its writing transactions take (WriterTurns).
+_WRITE_TURNS: weakref.WeakKeyDictionary[sa.Engine, WriterTurns] = weakref.WeakKeyDictionary()
 
 # The execution options that mark a connection's transaction as one that only reads, and a
 # connection as running its one statement outside any transaction (read_statement).
@@ -99,25 +101,74 @@ def _begin(engine: sa.Engine, *, reads_only: bool) -> Iterator[sa.Connection]:
 
 @contextlib.contextmanager
 def _writer_turn(engine: sa.Engine, *, reads_only: bool) -> Iterator[None]:
-    """On SQLite, this process's transactions that may write take turns on a lock of their
-    own before they ask SQLite for its write lock.
-
-    SQLite's busy handler makes a writer that finds the lock taken sleep and try again, up
-    to 100 ms between tries, so writers of one server queued behind each other for up to a
-    second (p99 of downloads, which record an event, 0.97 s under 20 clients; 0.1 s with
-    the turns, bench/api_load.py). A thread lock hands over at once, in order; the busy
-    handler is left to arbitrate between processes only.
-    """
-    lock = None if reads_only else _WRITE_TURNS.get(engine)
-    if lock is None:
+    turns = None if reads_only else _WRITE_TURNS.get(engine)
+    if turns is None:
         yield
         return
-    if not lock.acquire(timeout=_SQLITE_BUSY_MS / 1000):
-        raise MetadataUnavailableError("the metadata database is unavailable: its lock is held")
-    try:
+    with turns.turn(_SQLITE_BUSY_MS / 1000):
         yield
-    finally:
-        lock.release()
+
+
+class WriterTurns:
+    """On SQLite, the transactions that may write take turns before they ask SQLite for its
+    write lock: this process's on a thread lock, processes on an flock of a file beside the
+    database.
+
+    SQLite's busy handler makes a writer that finds the lock taken sleep and try again, up
+    to 100 ms between tries, so writers queued behind each other for up to a second: a
+    download, which records an event, had a p99 of 0.97 s under 20 clients
+    (bench/api_load.py). A thread lock hands over at once, in order; a writer waiting for
+    the file's lock tries again every millisecond. Past the busy timeout the database is
+    reported unavailable, as SQLite's own wait would have it.
+    """
+
+    _RETRY_SECONDS = 0.001
+
+    def __init__(self, lock_file: Path | None) -> None:
+        self._thread = threading.RLock()
+        self._lock_file = lock_file
+        self._fd: int | None = None
+        self._pid = 0
+        self._depth = 0  # this process's nesting of turns (the thread lock is reentrant)
+
+    @contextlib.contextmanager
+    def turn(self, timeout: float) -> Iterator[None]:
+        deadline = time.monotonic() + timeout
+        if not self._thread.acquire(timeout=timeout):
+            raise _lock_held()
+        try:
+            if self._depth == 0:
+                self._take_file(deadline)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread.release()
+
+    def _take_file(self, deadline: float) -> None:
+        if self._lock_file is None:
+            return
+        if self._fd is None or self._pid != os.getpid():  # a forked child opens its own
+            make_private_file(self._lock_file)
+            self._fd, self._pid = os.open(self._lock_file, os.O_RDWR), os.getpid()
+            weakref.finalize(self, os.close, self._fd)
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise _lock_held() from None
+                time.sleep(self._RETRY_SECONDS)
+            else:
+                return
+
+
+def _lock_held() -> MetadataUnavailableError:
+    return MetadataUnavailableError("the metadata database is unavailable: its lock is held")
 
 
 def _read_options(dialect: str) -> dict[str, bool]:
@@ -186,7 +237,8 @@ def _sqlite_engine(url: sa.URL) -> sa.Engine:
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         _private_database_file(Path(url.database))
     engine = sa.create_engine(url, connect_args={"timeout": _SQLITE_BUSY_MS / 1000}, **_POOL)
-    _WRITE_TURNS[engine] = threading.RLock()
+    on_disk = url.database and url.database != ":memory:" and not url.database.startswith("file:")
+    _WRITE_TURNS[engine] = WriterTurns(Path(f"{url.database}-writer") if on_disk else None)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
