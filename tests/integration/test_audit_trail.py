@@ -5,6 +5,7 @@ concurrent writers that never fork a chain."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -189,11 +190,12 @@ def test_an_event_written_with_a_change_rolls_back_with_it(
 
 
 def test_concurrent_writers_of_one_workspace_never_fork_its_chain(
-    postgresql_store: SqlMetadataStore,
+    sql_store: SqlMetadataStore,
 ) -> None:
-    """Eight threads recording into one workspace at once on PostgreSQL: every event is
-    kept, each chained after exactly one other, and the whole chain verifies."""
-    engine = postgresql_store.engine
+    """Eight threads recording into one workspace at once (their events written together,
+    as they gather): every event is kept, each chained after exactly one other, and the
+    whole chain verifies."""
+    engine = sql_store.engine
     log = SqlAuditLog(engine)
     start = threading.Barrier(8)
     failures: list[BaseException] = []
@@ -217,3 +219,30 @@ def test_concurrent_writers_of_one_workspace_never_fork_its_chain(
     assert len({e.prev_hash for e in events}) == 200  # no two events after the same one
     assert _verify(log, "acme") == (200, None)
     assert log.failures == 0
+
+
+def test_an_event_that_cannot_be_written_fails_alone(sql_store: SqlMetadataStore) -> None:
+    """Among events recorded at the same moment by eight threads, one that cannot be stored
+    (details that are no JSON) is refused and counted; the other seven are written."""
+    log = SqlAuditLog(sql_store.engine)
+    start = threading.Barrier(8)
+    results: dict[int, bool] = {}
+
+    def write(worker: int) -> None:
+        event = _event(worker)
+        if worker == 3:
+            event = replace(event, details={("no", "json"): "a key JSON cannot hold"})
+        start.wait()
+        results[worker] = log.record(event)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {w: w != 3 for w in range(8)}
+    assert log.failures == 1
+    assert sorted(e.target_id for e in log.chain("acme")) == [
+        f"export-{w}" for w in range(8) if w != 3
+    ]
+    assert _verify(log, "acme") == (7, None)

@@ -25,8 +25,9 @@ SQLite; either way no other transaction can see it open.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -179,6 +180,16 @@ def _narrowed(stmt: sa.Select[Any], narrow: AuditFilter) -> sa.Select[Any]:
     return stmt
 
 
+@dataclass(eq=False)
+class _Waiting:
+    """An event `record` was given, until it is written (`recorded`) or failed."""
+
+    event: AuditEvent
+    settled: threading.Event = field(default_factory=threading.Event)
+    recorded: bool = False
+    leads: bool = False
+
+
 class SqlAuditLog:
     """AuditLog over any SQLAlchemy engine."""
 
@@ -186,6 +197,11 @@ class SqlAuditLog:
         self._engine = engine
         # Events that could not be recorded by `record` (the metrics report it).
         self.failures = 0
+        # The group commit of `record`: the events waiting to be written, and whether a
+        # thread is writing (leading).
+        self._gathering = threading.Lock()
+        self._waiting: list[_Waiting] = []
+        self._leading = False
 
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
@@ -194,19 +210,60 @@ class SqlAuditLog:
         return read_transaction(self._engine)
 
     def record(self, event: AuditEvent) -> bool:
+        """Write `event`, with the events other threads are recording at the same moment, in
+        one transaction (a group commit), and return once it is written (or failed).
+
+        The first to arrive leads: it writes what has gathered, its own event included, and
+        hands the lead to the first of those that gathered meanwhile. Under 40 clients with
+        a download in five requests, a transaction per event made the downloads queue for
+        the write lock and take the server's threads with them (reads stood still too:
+        1,019 requests/s, p99 162 ms on SQLite; bench/api_load.py).
+        """
+        me = _Waiting(event)
+        with self._gathering:
+            self._waiting.append(me)
+            me.leads = not self._leading
+            self._leading = True
+        if not me.leads:
+            me.settled.wait()
+            if not me.leads:
+                return me.recorded
+        with self._gathering:
+            batch, self._waiting = self._waiting, []
+        self._write(batch)
+        with self._gathering:
+            if self._waiting:
+                self._waiting[0].leads = True
+                self._waiting[0].settled.set()
+            else:
+                self._leading = False
+        return me.recorded
+
+    def _write(self, batch: list[_Waiting]) -> None:
         try:
-            with self._tx() as conn:
-                append_in(conn, event)
+            try:
+                with self._tx() as conn:
+                    for waiting in batch:
+                        append_in(conn, waiting.event)
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                for waiting in batch:  # one at a time: an event that fails fails alone
+                    self._write([waiting])
+                return
+            for waiting in batch:
+                waiting.recorded = True
         except Exception as exc:  # never fail the download or sign-in being recorded
             self.failures += 1
             log.warning(
                 "audit_event_not_recorded",
-                action=event.action.value,
-                workspace=event.workspace_id,
+                action=batch[0].event.action.value,
+                workspace=batch[0].event.workspace_id,
                 error=type(exc).__name__,
             )
-            return False
-        return True
+        finally:
+            for waiting in batch:
+                waiting.settled.set()
 
     def list_events(
         self,
