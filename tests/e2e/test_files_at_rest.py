@@ -52,6 +52,7 @@ def test_under_umask_022_the_data_dir_database_and_exports_are_private(tmp_path:
     for companion in (data / "qexport.db-wal", data / "qexport.db-shm"):
         if companion.exists():
             assert _mode(companion) == 0o600
+    assert _mode(data / "qexport.db-writer") == 0o600  # the writers' turns (the worker wrote)
     objects = data / "objects"
     stored = [p for p in objects.rglob("*") if p.is_file() and "exports" in p.parts]
     assert len(stored) == 1
