@@ -3,8 +3,8 @@
 FastAPI runs a plain-function endpoint on the thread pool, every plain-function dependency on
 a trip of its own, and, for a plain-function endpoint, the validation of its response model on
 a third. A trip cost about 0.2 ms on a 2-core machine (a test endpoint answered in 0.57 ms
-with three trips, 0.31 ms with one, 0.08 ms with none), and under 40 clients waking the pool's
-threads was an eighth of the server's time (bench/api_load.py).
+with three trips, 0.31 ms with one, 0.08 ms with none), and under 20 clients waking the pool's
+threads was an eighth of the server's time (a profile during bench/api_load.py).
 
 An OneHopRoute makes its endpoint a coroutine that runs the plain function on the pool once,
 so FastAPI validates the response on the event loop. A dependency that has blocking work to
