@@ -215,8 +215,6 @@ class SqlScheduleStore:
                     and not self._advance_in(conn, schedule_id, expected, next_due_at)
                 ):
                     return None
-                if max_unsettled is not None:
-                    check_unsettled_cap(conn, new, max_unsettled)
                 record = insert_export_in(conn, new, deliveries, notify=self._notify)
                 # The run refers to the export; a second run of this due time is refused here
                 # and takes the export and its deliveries with it as the transaction rolls back.
@@ -228,6 +226,8 @@ class SqlScheduleStore:
                         created_at=new.created_at,
                     )
                 )
+                if max_unsettled is not None:
+                    check_unsettled_cap(conn, new, max_unsettled)
                 append_if(conn, audit)
                 return record
         except sa.exc.IntegrityError:
