@@ -167,7 +167,7 @@ def test_events_that_could_not_be_recorded_are_counted(
     def broken(*_args: object) -> None:
         raise RuntimeError("the database refused the write")
 
-    monkeypatch.setattr(store_audit, "append_in", broken)
+    monkeypatch.setattr(store_audit, "append_all_in", broken)
     assert _file(api, acme_id, ALICE).status_code == 200
     monkeypatch.undo()
 
