@@ -24,6 +24,14 @@ from qexport.store.tables import (
     reports,
 )
 
+# Read on every download and every request of an export: prebuilt, as store/exports.py's are.
+_GET_QUERY = sa.select(queries).where(queries.c.id == sa.bindparam("id_"))
+_LIST_QUERIES = (
+    sa.select(queries)
+    .where(queries.c.workspace_id == sa.bindparam("workspace_"), queries.c.deleted_at.is_(None))
+    .order_by(queries.c.name)
+)
+
 QUERY_KEYS = (
     "id",
     "workspace_id",
@@ -132,7 +140,7 @@ class SqlCatalog:
 
     def get_query(self, query_id: str) -> Query | None:
         with self._one_read() as conn:
-            row = conn.execute(sa.select(queries).where(queries.c.id == query_id)).first()
+            row = conn.execute(_GET_QUERY, {"id_": query_id}).first()
         return to_query(row) if row else None
 
     def find_query(self, workspace_id: str, name: str) -> Query | None:
@@ -146,13 +154,8 @@ class SqlCatalog:
         return to_query(row) if row else None
 
     def list_queries(self, workspace_id: str) -> list[Query]:
-        stmt = (
-            sa.select(queries)
-            .where(queries.c.workspace_id == workspace_id, queries.c.deleted_at.is_(None))
-            .order_by(queries.c.name)
-        )
         with self._one_read() as conn:
-            return [to_query(r) for r in conn.execute(stmt)]
+            return [to_query(r) for r in conn.execute(_LIST_QUERIES, {"workspace_": workspace_id})]
 
     def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool:
         values = self._query_values(query)

@@ -7,6 +7,7 @@ allowed from the record's current state (or the caller lost its lease) and nothi
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import uuid
 from collections.abc import Sequence
@@ -200,50 +201,101 @@ _OLDEST_OF = _with_query(_REQUESTER_CANDIDATE)
 _OLDEST_OF_PG = _with_query(_REQUESTER_CANDIDATE.with_for_update(skip_locked=True))
 
 
-def _keyset(at: tuple[datetime, str], *, older: bool) -> sa.ColumnElement[bool]:
-    """Exports listed before (`older`) or after `at` (created_at, id) in the list's order.
-
-    A row value rather than `created_at < :t OR (created_at = :t AND id < :id)`: both
-    databases seek an index to a row value, while the OR form made SQLite read every newer
-    export first (a page 180k exports deep: 81 ms, 0.5 ms as a row value)."""
-    created_at, export_id = at
-    key = sa.tuple_(exports.c.created_at, exports.c.id)
-    value = sa.tuple_(
-        sa.literal(created_at, exports.c.created_at.type), sa.literal(export_id, exports.c.id.type)
-    )
-    return key < value if older else key > value
-
-
 # The first characters of an export id (a UUID) before its first hyphen: a range over them
 # lets the primary key find an id prefix on both databases, whatever the collation.
 _HEX_HEAD = 8
 _HEX_RUN = re.compile(r"[0-9a-f]+")
 
 
-def _narrowed(narrow: ExportFilter) -> list[sa.ColumnElement[bool]]:
-    """The filter as WHERE clauses (ExportFilter.matches says the same of one record)."""
-    clauses: list[sa.ColumnElement[bool]] = []
-    if narrow.format is not None:
-        clauses.append(exports.c.format == narrow.format)
-    if narrow.subject_id is not None:
-        clauses.append(exports.c.subject_id == narrow.subject_id)
-    if narrow.since is not None:
-        clauses.append(exports.c.created_at >= narrow.since)
-    if narrow.until is not None:
-        clauses.append(exports.c.created_at < narrow.until)
+def _narrow_params(narrow: ExportFilter, params: dict[str, Any]) -> tuple[object, ...]:
+    """Put the filter's values into `params`; the shape of its WHERE clauses (what
+    `_narrowed` builds for them)."""
+    params["format_"] = narrow.format
+    params["subject_"] = narrow.subject_id
+    params["since_"] = narrow.since
+    params["until_"] = narrow.until
     if narrow.search:
-        escaped = re.sub(r"([\\%_])", r"\\\1", narrow.search.lower())
-        clauses.append(sa.func.lower(exports.c.subject_name).like(f"%{escaped}%", escape="\\"))
+        params["search_"] = "%" + re.sub(r"([\\%_])", r"\\\1", narrow.search.lower()) + "%"
+    head = None
     if narrow.id_prefix:
         prefix = narrow.id_prefix
+        params["prefix_"], params["prefix_len_"] = prefix, len(prefix)
         run = _HEX_RUN.match(prefix[:_HEX_HEAD])  # "abcd" of "abcd-12": the id's own range
         if run:
             head = run.group()
             last = head[-1]
-            upper = head[:-1] + ("a" if last == "9" else chr(ord(last) + 1))
-            clauses.extend([exports.c.id >= head, exports.c.id < upper])
-        clauses.append(sa.func.substr(exports.c.id, 1, len(prefix)) == prefix)
+            params["head_"] = head
+            params["upper_"] = head[:-1] + ("a" if last == "9" else chr(ord(last) + 1))
+    return (
+        narrow.format is not None,
+        narrow.subject_id is not None,
+        narrow.since is not None,
+        narrow.until is not None,
+        bool(narrow.search),
+        bool(narrow.id_prefix),
+        head is not None,
+    )
+
+
+def _narrowed(shape: tuple[object, ...]) -> list[sa.ColumnElement[bool]]:
+    """The filter as WHERE clauses over _narrow_params's values (ExportFilter.matches says
+    the same of one record)."""
+    fmt, subject, since, until, search, prefix, id_range = shape
+    c, p = exports.c, sa.bindparam
+    clauses: list[sa.ColumnElement[bool]] = []
+    if fmt:
+        clauses.append(c.format == p("format_"))
+    if subject:
+        clauses.append(c.subject_id == p("subject_"))
+    if since:
+        clauses.append(c.created_at >= p("since_", type_=c.created_at.type))
+    if until:
+        clauses.append(c.created_at < p("until_", type_=c.created_at.type))
+    if search:
+        clauses.append(sa.func.lower(c.subject_name).like(p("search_"), escape="\\"))
+    if id_range:
+        clauses.extend([c.id >= p("head_"), c.id < p("upper_")])
+    if prefix:
+        clauses.append(sa.func.substr(c.id, 1, p("prefix_len_", type_=sa.Integer)) == p("prefix_"))
     return clauses
+
+
+@functools.cache
+def _list_statement(shape: tuple[object, ...]) -> sa.Select[Any]:
+    """list_exports's statement for one combination of filters, built once: built per call
+    it took more CPU than running it (GET /exports?limit=1 on PostgreSQL)."""
+    has_by, has_status, has_before, _, has_after, _, has_now, expired, *narrow = shape
+    c, p = exports.c, sa.bindparam
+    stmt = sa.select(exports).where(c.workspace_id == p("workspace_"))
+    if has_by:
+        stmt = stmt.where(c.requested_by == p("requested_by_"))
+    if has_status:
+        stmt = stmt.where(c.status == p("status_"))
+    key = sa.tuple_(c.created_at, c.id)
+    if has_before:
+        stmt = stmt.where(key < _key_value("before"))
+    if has_after:
+        stmt = stmt.where(key > _key_value("after"))
+    if has_now:
+        past = sa.and_(
+            c.expires_at.is_not(None), c.expires_at <= p("now_", type_=c.expires_at.type)
+        )
+        stmt = stmt.where(past if expired else sa.not_(past))
+    if narrow:
+        stmt = stmt.where(*_narrowed(narrow[0]))  # type: ignore[arg-type]
+    if has_after:  # the page just newer than `after`: read upwards
+        return stmt.order_by(c.created_at, c.id).limit(p("limit_", type_=sa.Integer))
+    return stmt.order_by(c.created_at.desc(), c.id.desc()).limit(p("limit_", type_=sa.Integer))
+
+
+def _key_value(side: str) -> sa.Tuple:
+    """(created_at, id) of a keyset cursor as a row value: both databases seek an index to a
+    row value, while the OR form made SQLite read every newer export first (a page 180k
+    exports deep: 81 ms, 0.5 ms as a row value)."""
+    return sa.tuple_(
+        sa.bindparam(f"{side}_at_", type_=exports.c.created_at.type),
+        sa.bindparam(f"{side}_id_", type_=exports.c.id.type),
+    )
 
 
 def failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
@@ -343,6 +395,15 @@ def _to_record(row: sa.Row[Any]) -> ExportRecord:
         last_error_code=FailureCode(m["last_error_code"]) if m["last_error_code"] else None,
         last_error_detail=m["last_error_detail"],
     )
+
+
+# The hottest read (every GET of an export, every download), prebuilt like the transitions.
+_GET_EXPORT = sa.select(exports).where(exports.c.id == sa.bindparam("id_"))
+_EVENTS = (
+    sa.select(export_events)
+    .where(export_events.c.export_id == sa.bindparam("id_"))
+    .order_by(export_events.c.id)
+)
 
 
 def check_unsettled_cap(conn: sa.Connection, new: NewExport, cap: int) -> None:
@@ -456,7 +517,7 @@ class SqlExportQueue:
 
     def get_export(self, export_id: str) -> ExportRecord | None:
         with self._one_read() as conn:
-            row = conn.execute(sa.select(exports).where(exports.c.id == export_id)).first()
+            row = conn.execute(_GET_EXPORT, {"id_": export_id}).first()
         return _to_record(row) if row else None
 
     def list_exports(
@@ -471,28 +532,26 @@ class SqlExportQueue:
         after: tuple[datetime, str] | None = None,
         narrow: ExportFilter | None = None,
     ) -> list[ExportRecord]:
-        stmt = sa.select(exports).where(exports.c.workspace_id == workspace_id)
-        if requested_by is not None:
-            stmt = stmt.where(exports.c.requested_by == requested_by)
-        if status is not None:
-            stmt = stmt.where(exports.c.status == status.value)
-        if before is not None:
-            stmt = stmt.where(_keyset(before, older=True))
-        if after is not None:
-            stmt = stmt.where(_keyset(after, older=False))
-        if expired_at is not None:
-            expired, now = expired_at
-            past = sa.and_(exports.c.expires_at.is_not(None), exports.c.expires_at <= now)
-            stmt = stmt.where(past if expired else sa.not_(past))
+        params: dict[str, Any] = {"workspace_": workspace_id, "limit_": limit}
+        shape: list[object] = []
+        for name, value in (
+            ("requested_by_", requested_by),
+            ("status_", status.value if status is not None else None),
+            ("before_at_", before[0] if before else None),
+            ("before_id_", before[1] if before else None),
+            ("after_at_", after[0] if after else None),
+            ("after_id_", after[1] if after else None),
+            ("now_", expired_at[1] if expired_at else None),
+        ):
+            shape.append(value is not None)
+            params[name] = value
+        shape.append(expired_at[0] if expired_at else None)
         if narrow is not None:
-            stmt = stmt.where(*_narrowed(narrow))
-        if after is not None:  # the page just newer than `after`: read upwards, shown newest first
-            stmt = stmt.order_by(exports.c.created_at, exports.c.id).limit(limit)
-            with self._one_read() as conn:
-                return [_to_record(r) for r in conn.execute(stmt)][::-1]
-        stmt = stmt.order_by(exports.c.created_at.desc(), exports.c.id.desc()).limit(limit)
+            shape.append(_narrow_params(narrow, params))
+        stmt = _list_statement(tuple(shape))
         with self._one_read() as conn:
-            return [_to_record(r) for r in conn.execute(stmt)]
+            found = [_to_record(r) for r in conn.execute(stmt, params)]
+        return found[::-1] if after is not None else found  # read upwards, shown newest first
 
     def has_unsettled(self) -> bool:
         stmt = sa.select(sa.literal(1)).where(
@@ -689,11 +748,6 @@ class SqlExportQueue:
             return transition_in(conn, step, now, **params)
 
     def list_events(self, export_id: str) -> list[ExportEvent]:
-        stmt = (
-            sa.select(export_events)
-            .where(export_events.c.export_id == export_id)
-            .order_by(export_events.c.id)
-        )
         with self._one_read() as conn:
             return [
                 ExportEvent(
@@ -706,5 +760,5 @@ class SqlExportQueue:
                     code=FailureCode(r.code) if r.code else None,
                     detail=r.detail,
                 )
-                for r in conn.execute(stmt)
+                for r in conn.execute(_EVENTS, {"id_": export_id})
             ]
