@@ -246,3 +246,56 @@ def test_an_event_that_cannot_be_written_fails_alone(sql_store: SqlMetadataStore
         f"export-{w}" for w in range(8) if w != 3
     ]
     assert _verify(log, "acme") == (7, None)
+
+
+def test_writers_of_separate_processes_and_transactions_never_fork_a_chain(
+    sql_store: SqlMetadataStore,
+) -> None:
+    """Three engines, as three server processes would have, write into one workspace at
+    once: downloads' events recorded on their own, and requests whose event is written in
+    the request's own transaction. Whoever waited for the chain's lock chains after the
+    event of the writer it waited for: no two events follow the same one, and it verifies."""
+    from qexport.store.engine import create_engine
+    from tests.factories import new_export
+
+    engines = [create_engine(sql_store.engine.url) for _ in range(3)]
+    start = threading.Barrier(6)
+    failures: list[BaseException] = []
+
+    def record(engine: sa.Engine, worker: int) -> None:
+        log = SqlAuditLog(engine)
+        try:
+            start.wait()
+            for n in range(20):
+                assert log.record(_event(worker * 100 + n))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    def request(engine: sa.Engine, worker: int) -> None:
+        store = SqlMetadataStore(engine)
+        try:
+            start.wait()
+            for n in range(20):
+                store.insert_export(new_export(T0), audit=_event(worker * 100 + n))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=job, args=(engine, 10 * i + j))
+        for i, engine in enumerate(engines)
+        for j, job in enumerate((record, request))
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for engine in engines:
+            engine.dispose()
+    assert failures == []
+    log = SqlAuditLog(sql_store.engine)
+    events = list(log.chain("acme"))
+    assert len(events) == 120
+    assert len({e.prev_hash for e in events}) == 120
+    assert _verify(log, "acme") == (120, None)
