@@ -1,14 +1,18 @@
-"""A file response's body writes the download's event once its first chunk has gone out, or
-at the end when none went out (an empty file, a transfer cut short), and always closes the
-file it reads."""
+"""A file response's body writes the download's event once its first chunk has gone out: on
+the trip that reads the next chunk, or, for a body that goes out whole in its first chunk,
+once the response is complete; at once when the transfer is cut short; and it always closes
+the file it reads."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
+import pytest
+from starlette.requests import ClientDisconnect
 
-from qexport.http.download import FileBody
+from qexport.http.download import FileBody, FileStream
 
 
 class _File:
@@ -27,20 +31,33 @@ class _File:
 
 
 def _body(file: _File) -> FileBody:
-    body = FileBody(file.read())
+    body = FileBody(file.read(), sum(len(chunk) for chunk in file.chunks))
     body.after_first = lambda: file.log.append("recorded")
     return body
 
 
+def _respond(file: _File, body: FileBody, *, fail_on: str | None = None) -> None:
+    """Send `body` as a FileStream through an ASGI `send` that logs what goes out (and
+    raises as a client gone away would at the message `fail_on`)."""
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            name = f"sent {message['body'].decode()}" if message["more_body"] else "complete"
+            if name == fail_on:
+                raise OSError("the client went away")
+            file.log.append(name)
+
+    scope = {"type": "http", "asgi": {"spec_version": "2.4"}}
+    anyio.run(FileStream(body), scope, receive, send)
+
+
 def test_the_event_is_written_after_the_first_chunk_went_out() -> None:
     file = _File([b"a", b"b", b"c"])
-    body = _body(file)
-
-    async def send_all() -> None:
-        async for chunk in body:
-            file.log.append(f"sent {chunk.decode()}")
-
-    anyio.run(send_all)
+    _respond(file, _body(file))
     assert file.log == [
         "read a",  # when the response was made, on the request's own trip
         "sent a",
@@ -49,20 +66,24 @@ def test_the_event_is_written_after_the_first_chunk_went_out() -> None:
         "sent b",
         "read c",
         "sent c",
+        "complete",
     ]
+    assert file.closed
+
+
+def test_a_body_sent_whole_in_its_first_chunk_is_recorded_once_the_response_is_complete() -> None:
+    """A 64 KiB range: nothing more is read after its one chunk, and the event waits until
+    the response is complete, so that the connection's next request need not."""
+    file = _File([b"abc"])
+    _respond(file, _body(file))
+    assert file.log == ["read abc", "sent abc", "complete", "recorded"]
     assert file.closed
 
 
 def test_an_empty_file_is_recorded_at_the_end() -> None:
     file = _File([])
-    body = _body(file)
-
-    async def send_all() -> None:
-        async for chunk in body:
-            file.log.append(f"sent {chunk.decode()}")
-
-    anyio.run(send_all)
-    assert file.log == ["recorded"]
+    _respond(file, _body(file))
+    assert file.log == ["complete", "recorded"]
     assert file.closed
 
 
@@ -79,4 +100,14 @@ def test_a_transfer_cut_short_is_recorded_and_its_file_closed() -> None:
 
     anyio.run(give_up)
     assert file.log == ["read a", "sent a", "recorded"]
+    assert file.closed
+
+
+def test_a_response_that_fails_before_it_is_complete_is_still_recorded_once() -> None:
+    """All of a one-chunk body went out but the final message could not be sent: the event
+    is written anyway, once, and the file is closed."""
+    file = _File([b"abc"])
+    with pytest.raises(ClientDisconnect):
+        _respond(file, _body(file), fail_on="complete")
+    assert file.log == ["read abc", "sent abc", "recorded"]
     assert file.closed
