@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 
 from qexport.domain.accounts import Standing
+from qexport.domain.audit import Action, ActorKind, AuditEvent
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
 from qexport.domain.failures import FailureCode, LimitExceededError, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
@@ -604,26 +605,50 @@ def test_the_unsettled_cap_refuses_the_request_past_it(
     store.insert_export(new_export(clock.now()), max_unsettled=2)
 
 
+@pytest.mark.parametrize("audited", ["none", "half", "all"])
 def test_concurrent_requests_cannot_overshoot_the_cap(
-    store: MetadataStore, clock: FrozenClock
+    store: MetadataStore, clock: FrozenClock, audited: str
 ) -> None:
-    """8 threads asking 5 times each with a cap of 10: exactly 10 are recorded."""
+    """8 threads asking 5 times each with a cap of 10: exactly 10 are recorded, whether the
+    requests write their audit event in the same transaction (as every request of the API,
+    the pages and the scheduler does), none do, or some do and some do not. Then 20 times
+    over, 8 threads race for the one place left: one gets it."""
     cap = 10
     outcomes: list[str] = []
+    event = AuditEvent(None, "w1", ActorKind.USER, "alice", Action.EXPORT_REQUESTED, None, None)
 
-    def ask() -> None:
-        for _ in range(5):
+    def ask(worker: int, times: int, start: threading.Barrier | None = None) -> None:
+        with_event = audited == "all" or (audited == "half" and worker % 2 == 0)
+        if start is not None:
+            start.wait()
+        for _ in range(times):
             try:
-                store.insert_export(new_export(clock.now()), max_unsettled=cap)
-                outcomes.append("recorded")
+                recorded = store.insert_export(
+                    new_export(clock.now()),
+                    max_unsettled=cap,
+                    audit=event if with_event else None,
+                )
+                outcomes.append(recorded.id)
             except TooManyRequestsError:
                 outcomes.append("refused")
 
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert outcomes.count("recorded") == cap
+    def race(times: int) -> list[str]:
+        outcomes.clear()
+        start = threading.Barrier(8)
+        threads = [threading.Thread(target=ask, args=(w, times, start)) for w in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [o for o in outcomes if o != "refused"]
+
+    assert len(race(5)) == cap
     assert outcomes.count("refused") == 40 - cap
     assert len(store.list_exports(workspace_id="w1", requested_by="alice", limit=100)) == cap
+    for _ in range(20):
+        unsettled = store.list_exports(
+            workspace_id="w1", requested_by="alice", status=Status.QUEUED
+        )
+        assert len(unsettled) == cap
+        assert store.cancel(unsettled[0].id, now=clock.now())  # one place left
+        assert len(race(1)) == 1

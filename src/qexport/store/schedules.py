@@ -21,7 +21,7 @@ from qexport.domain.schedules import (
 from qexport.ports import NewExport, ScheduleRun
 from qexport.store.audit import append_if
 from qexport.store.engine import read_transaction, transaction
-from qexport.store.exports import _to_record, check_unsettled_cap, insert_export_in
+from qexport.store.exports import _to_record, finish_request_in, insert_export_in
 from qexport.store.tables import (
     exports,
     instance_secrets,
@@ -226,9 +226,7 @@ class SqlScheduleStore:
                         created_at=new.created_at,
                     )
                 )
-                if max_unsettled is not None:
-                    check_unsettled_cap(conn, new, max_unsettled)
-                append_if(conn, audit)
+                finish_request_in(conn, new, max_unsettled=max_unsettled, audit=audit)
                 return record
         except sa.exc.IntegrityError:
             return None  # the (schedule, due time) was fired already: nothing was written
