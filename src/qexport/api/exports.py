@@ -91,18 +91,20 @@ def create_export(
     role (403). A sensitive query (or a report that holds one) is not queued: the answer is
     the approval request (`Location: /api/v1/approvals/{id}`) that a workspace admin other
     than the caller approves or denies."""
-    rules = RecipientRules(
-        role=principal.role,
-        own_email=principal.email,
-        webhook_hosts=context.accounts.workspace_webhook_hosts(principal.workspace_id),
-        egress=context.settings.egress_policy(),
-        policy=context.accounts.workspace_policy(principal.workspace_id),
-    )
+    policy = context.accounts.workspace_policy(principal.workspace_id)
     # Every mistake of the body at once: these with those the request's checks find.
     found = Problems()
     notify: tuple[Recipient, ...] = ()
-    with found.check():
-        notify = admit_recipients([r.model_dump() for r in body.notify], rules, "notify")
+    if body.notify:  # the rules take a read of their own: only for recipients to admit
+        rules = RecipientRules(
+            role=principal.role,
+            own_email=principal.email,
+            webhook_hosts=context.accounts.workspace_webhook_hosts(principal.workspace_id),
+            egress=context.settings.egress_policy(),
+            policy=policy,
+        )
+        with found.check():
+            notify = admit_recipients([r.model_dump() for r in body.notify], rules, "notify")
     if (body.query_id is None) == (body.report_id is None):
         found.add(
             InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
@@ -123,7 +125,7 @@ def create_export(
             max_unsettled=context.settings.max_unsettled_per_user,
             notify=notify,
             found=found.found(),
-            policy=context.accounts.workspace_policy(principal.workspace_id),
+            policy=policy,
             approvals=context.approval_desk(),
         )
         return _created(record, context, response)
@@ -141,7 +143,7 @@ def create_export(
         max_unsettled=context.settings.max_unsettled_per_user,
         notify=notify,
         found=found.found(),
-        policy=context.accounts.workspace_policy(principal.workspace_id),
+        policy=policy,
         approvals=context.approval_desk(),
     )
     return _created(record, context, response)

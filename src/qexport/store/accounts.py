@@ -58,6 +58,11 @@ _USER_AND_ROLE = sa.select(users, memberships.c.role.label("member_role")).outer
         memberships.c.workspace_id == sa.bindparam("workspace_"),
     ),
 )
+# Read by every request of an export (the policy) and by every one that names recipients.
+_POLICY = sa.select(workspaces.c.policy).where(workspaces.c.id == sa.bindparam("workspace_"))
+_WEBHOOK_HOSTS = sa.select(workspaces.c.webhook_hosts).where(
+    workspaces.c.id == sa.bindparam("workspace_")
+)
 _TOKEN_HOLDER = (
     sa.select(
         *(c.label(f"token_{c.name}") for c in api_tokens.c),
@@ -152,9 +157,8 @@ class SqlAccountStore:
             return result.rowcount == 1
 
     def workspace_webhook_hosts(self, workspace_id: str) -> tuple[str, ...] | None:
-        with self._read() as conn:
-            stmt = sa.select(workspaces.c.webhook_hosts).where(workspaces.c.id == workspace_id)
-            hosts = conn.execute(stmt).scalar_one_or_none()
+        with self._one_read() as conn:
+            hosts = conn.execute(_WEBHOOK_HOSTS, {"workspace_": workspace_id}).scalar_one_or_none()
         return None if hosts is None else tuple(str(h) for h in hosts)
 
     def set_workspace_webhook_hosts(self, workspace_id: str, hosts: tuple[str, ...] | None) -> bool:
@@ -168,9 +172,8 @@ class SqlAccountStore:
             return result.rowcount == 1
 
     def workspace_policy(self, workspace_id: str) -> WorkspacePolicy:
-        with self._read() as conn:
-            stmt = sa.select(workspaces.c.policy).where(workspaces.c.id == workspace_id)
-            stored = conn.execute(stmt).scalar_one_or_none()
+        with self._one_read() as conn:
+            stored = conn.execute(_POLICY, {"workspace_": workspace_id}).scalar_one_or_none()
         return WorkspacePolicy.from_json(stored)
 
     def set_workspace_policy(
