@@ -3,8 +3,12 @@ before, so any edit, removal or reordering is named by the walk; details are bou
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from qexport.domain.audit import (
     GENESIS,
@@ -12,8 +16,11 @@ from qexport.domain.audit import (
     ActorKind,
     AuditEvent,
     AuditFilter,
+    around_prev,
+    chained,
     changes,
     details_text,
+    unchained,
     verify_chain,
 )
 from tests.fakes import InMemoryAuditLog
@@ -86,3 +93,39 @@ def test_changes_name_the_fields_and_keep_a_statement_before_and_after() -> None
     assert "sql_before" not in changes({"sql": "x", "name": "a"}, {"sql": "x", "name": "b"})
     assert details_text({"b": 1, "a": [2]}) == '{"a":[2],"b":1}'
     assert details_text({"huge": "x" * 20_000}) == '{"truncated":true}'
+
+
+_TEXT = st.text(max_size=40)
+
+
+@given(
+    actor=st.one_of(st.none(), _TEXT),
+    target=st.one_of(st.none(), _TEXT),
+    address=st.one_of(st.none(), _TEXT),
+    details=st.dictionaries(_TEXT, st.one_of(_TEXT, st.integers()), max_size=4),
+    prev=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+)
+def test_the_text_around_prev_hash_hashes_as_the_chain_does(
+    actor: str | None,
+    target: str | None,
+    address: str | None,
+    details: dict[str, object],
+    prev: str,
+) -> None:
+    """Whatever the values hold (quotes, backslashes, `"prev_hash":"`, any Unicode), the
+    canonical text before and after prev_hash, with any hash between, is the event's
+    canonical form: its SHA-256 is the hash chaining after that hash gives."""
+    event = AuditEvent(
+        at=T0,
+        workspace_id="acme",
+        actor_kind=ActorKind.USER,
+        actor_id=actor,
+        action=Action.FILE_DOWNLOADED,
+        target_kind="export",
+        target_id=target,
+        client_address=address,
+        details={**details, "trap": f'"prev_hash":"{prev}"'},
+    )
+    before, after = around_prev(unchained(event, T0))
+    text = (before + prev + after).encode("ascii")
+    assert hashlib.sha256(text).hexdigest() == chained(event, prev, T0)["hash"]

@@ -212,10 +212,10 @@ def hash_of(event: RecordedEvent) -> str:
     ).hexdigest()
 
 
-def chained(event: AuditEvent, prev_hash: str, now: datetime) -> dict[str, Any]:
-    """The row to write for `event` after an event whose hash is `prev_hash` (at `now`
-    unless the event has its own time)."""
-    row: dict[str, Any] = {
+def unchained(event: AuditEvent, now: datetime) -> dict[str, Any]:
+    """The row to write for `event`, but for `prev_hash` and `hash` (at `now` unless the
+    event has its own time)."""
+    return {
         "at": (event.at or now).astimezone(UTC),
         "workspace_id": event.workspace_id,
         "actor_kind": event.actor_kind.value,
@@ -226,10 +226,32 @@ def chained(event: AuditEvent, prev_hash: str, now: datetime) -> dict[str, Any]:
         "outcome": event.outcome.value,
         "client_address": bounded(event.client_address, 64),
         "details": details_text(event.details),
-        "prev_hash": prev_hash,
     }
-    row["hash"] = hashlib.sha256(canonical(**row)).hexdigest()
-    return row
+
+
+def linked(row: Mapping[str, Any], prev_hash: str) -> dict[str, Any]:
+    """An unchained row put after an event whose hash is `prev_hash`, with its own hash."""
+    done = {**row, "prev_hash": prev_hash}
+    done["hash"] = hashlib.sha256(canonical(**done)).hexdigest()
+    return done
+
+
+def chained(event: AuditEvent, prev_hash: str, now: datetime) -> dict[str, Any]:
+    """The row to write for `event` after an event whose hash is `prev_hash`."""
+    return linked(unchained(event, now), prev_hash)
+
+
+def around_prev(row: Mapping[str, Any]) -> tuple[str, str]:
+    """The canonical form of an unchained `row` as the text before and after its prev_hash:
+    `before + prev + after` is canonical(**row, prev_hash=prev) for any hash `prev`, so a
+    writer that learns `prev` only under its chain's lock (the database, on PostgreSQL) can
+    hash the event without this module. ASCII (json.dumps escapes the rest), and the key
+    `"prev_hash":"` cannot occur inside a value, whose quotes are escaped."""
+    key = '"prev_hash":"'
+    text = canonical(**row, prev_hash=GENESIS).decode("ascii")
+    assert text.count(key) == 1, "the key occurs once: quotes inside values are escaped"
+    before, _, after = text.partition(key + GENESIS)
+    return before + key, after
 
 
 @dataclass(frozen=True)
