@@ -5,12 +5,14 @@ transaction: a store method that changes something (an export requested, a link 
 query changed) writes its event with the change, so that neither is kept without the other.
 Two writers of one workspace must not both chain after the same event (a fork): PostgreSQL
 serialises them with a transaction-scoped advisory lock per workspace taken before the last
-hash is read (released at commit, so it never outlives the action's own transaction); SQLite
-has one writer at a time already (every transaction that writes begins IMMEDIATE,
-store/engine.py).
+hash is read (released at commit, so it never outlives the action's own transaction), all
+inside one statement (_APPEND); SQLite has one writer at a time already (every transaction
+that writes begins IMMEDIATE, store/engine.py).
 
-`SqlAuditLog.record` is for what has no transaction of its own (a download, a sign-in): one
-short transaction that never fails the action; a failure to record is logged and counted.
+`SqlAuditLog.record` is for what has no transaction of its own (a download, a sign-in): the
+events recorded at the same moment are written together, one statement per workspace on
+PostgreSQL and one transaction on SQLite, never failing the action; a failure to record is
+logged and counted.
 
 A download's event also adds its share to its workspace's row of `audit_download_totals`
 (what /metrics reports), in the same transaction, and a prune takes the pruned events' shares
@@ -56,7 +58,7 @@ from qexport.store.tables import (
 log = structlog.get_logger()
 
 # The advisory locks' first key: the audit chains' own space, apart from the migrations' lock
-# (and written into migration 0019's qexport_audit_head).
+# (and written into migration 0019's qexport_audit_append).
 _LOCK_SPACE = 0x41554454  # "AUDT"
 _WORKSPACE = sa.bindparam("workspace_", type_=audit_events.c.workspace_id.type)
 # Prebuilt, as the export queue's statements are (store/exports.py): built per call they
