@@ -29,10 +29,10 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 import structlog
@@ -56,6 +56,7 @@ from qexport.store.tables import (
 )
 
 log = structlog.get_logger()
+T = TypeVar("T")
 
 # The advisory locks' first key: the audit chains' own space, apart from the migrations' lock
 # (and written into migration 0019's qexport_audit_append).
@@ -115,7 +116,7 @@ def append_all_in(conn: sa.Connection, events: Sequence[AuditEvent]) -> None:
     transaction. On PostgreSQL that is one statement per workspace, whose events are all
     written or none, so a caller may run it for one workspace outside a transaction."""
     now = datetime.now(UTC)
-    for workspace_id, group in _by_workspace(events).items():
+    for workspace_id, group in _by_workspace(events, lambda event: event.workspace_id).items():
         rows = [unchained(event, now) for event in group]
         # From the rows as stored, as a prune reads them back: the same share comes off.
         shares = [_share(row) for row in rows]
@@ -158,10 +159,11 @@ def _append_on_postgresql(
     )
 
 
-def _by_workspace(events: Sequence[AuditEvent]) -> dict[str, list[AuditEvent]]:
-    grouped: dict[str, list[AuditEvent]] = {}
-    for event in events:
-        grouped.setdefault(event.workspace_id, []).append(event)
+def _by_workspace(items: Iterable[T], workspace_of: Callable[[T], str]) -> dict[str, list[T]]:
+    """`items` by their workspace, each in its order."""
+    grouped: dict[str, list[T]] = {}
+    for item in items:
+        grouped.setdefault(workspace_of(item), []).append(item)
     return grouped
 
 
@@ -305,10 +307,7 @@ class SqlAuditLog:
                 return me.recorded
         with self._gathering:
             batch, self._waiting = self._waiting, []
-        grouped: dict[str, list[_Waiting]] = {}
-        for waiting in batch:
-            grouped.setdefault(waiting.event.workspace_id, []).append(waiting)
-        for group in grouped.values():
+        for group in _by_workspace(batch, lambda waiting: waiting.event.workspace_id).values():
             self._write(group)
         with self._gathering:
             if self._waiting:

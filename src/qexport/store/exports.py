@@ -11,6 +11,7 @@ import functools
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -207,7 +208,32 @@ _HEX_HEAD = 8
 _HEX_RUN = re.compile(r"[0-9a-f]+")
 
 
-def _narrow_params(narrow: ExportFilter, params: dict[str, Any]) -> tuple[object, ...]:
+@dataclass(frozen=True)
+class _NarrowShape:
+    """Which parts of an ExportFilter are given (the WHERE clauses `_narrowed` builds)."""
+
+    format: bool
+    subject: bool
+    since: bool
+    until: bool
+    search: bool
+    prefix: bool
+    id_range: bool  # the prefix starts with hex digits: a range over the primary key too
+
+
+@dataclass(frozen=True)
+class _ListShape:
+    """Which of list_exports's filters are given: one prebuilt statement per combination."""
+
+    by: bool
+    status: bool
+    before: bool
+    after: bool
+    expired: bool | None  # only expired exports, only unexpired ones, or (None) either
+    narrow: _NarrowShape | None
+
+
+def _narrow_params(narrow: ExportFilter, params: dict[str, Any]) -> _NarrowShape:
     """Put the filter's values into `params`; the shape of its WHERE clauses (what
     `_narrowed` builds for them)."""
     params["format_"] = narrow.format
@@ -226,64 +252,62 @@ def _narrow_params(narrow: ExportFilter, params: dict[str, Any]) -> tuple[object
             last = head[-1]
             params["head_"] = head
             params["upper_"] = head[:-1] + ("a" if last == "9" else chr(ord(last) + 1))
-    return (
-        narrow.format is not None,
-        narrow.subject_id is not None,
-        narrow.since is not None,
-        narrow.until is not None,
-        bool(narrow.search),
-        bool(narrow.id_prefix),
-        head is not None,
+    return _NarrowShape(
+        format=narrow.format is not None,
+        subject=narrow.subject_id is not None,
+        since=narrow.since is not None,
+        until=narrow.until is not None,
+        search=bool(narrow.search),
+        prefix=bool(narrow.id_prefix),
+        id_range=head is not None,
     )
 
 
-def _narrowed(shape: tuple[object, ...]) -> list[sa.ColumnElement[bool]]:
+def _narrowed(shape: _NarrowShape) -> list[sa.ColumnElement[bool]]:
     """The filter as WHERE clauses over _narrow_params's values (ExportFilter.matches says
     the same of one record)."""
-    fmt, subject, since, until, search, prefix, id_range = shape
     c, p = exports.c, sa.bindparam
     clauses: list[sa.ColumnElement[bool]] = []
-    if fmt:
+    if shape.format:
         clauses.append(c.format == p("format_"))
-    if subject:
+    if shape.subject:
         clauses.append(c.subject_id == p("subject_"))
-    if since:
+    if shape.since:
         clauses.append(c.created_at >= p("since_", type_=c.created_at.type))
-    if until:
+    if shape.until:
         clauses.append(c.created_at < p("until_", type_=c.created_at.type))
-    if search:
+    if shape.search:
         clauses.append(sa.func.lower(c.subject_name).like(p("search_"), escape="\\"))
-    if id_range:
+    if shape.id_range:
         clauses.extend([c.id >= p("head_"), c.id < p("upper_")])
-    if prefix:
+    if shape.prefix:
         clauses.append(sa.func.substr(c.id, 1, p("prefix_len_", type_=sa.Integer)) == p("prefix_"))
     return clauses
 
 
 @functools.cache
-def _list_statement(shape: tuple[object, ...]) -> sa.Select[Any]:
+def _list_statement(shape: _ListShape) -> sa.Select[Any]:
     """list_exports's statement for one combination of filters, built once: built per call
     it took more CPU than running it (GET /exports?limit=1 on PostgreSQL)."""
-    has_by, has_status, has_before, _, has_after, _, has_now, expired, *narrow = shape
     c, p = exports.c, sa.bindparam
     stmt = sa.select(exports).where(c.workspace_id == p("workspace_"))
-    if has_by:
+    if shape.by:
         stmt = stmt.where(c.requested_by == p("requested_by_"))
-    if has_status:
+    if shape.status:
         stmt = stmt.where(c.status == p("status_"))
     key = sa.tuple_(c.created_at, c.id)
-    if has_before:
+    if shape.before:
         stmt = stmt.where(key < _key_value("before"))
-    if has_after:
+    if shape.after:
         stmt = stmt.where(key > _key_value("after"))
-    if has_now:
+    if shape.expired is not None:
         past = sa.and_(
             c.expires_at.is_not(None), c.expires_at <= p("now_", type_=c.expires_at.type)
         )
-        stmt = stmt.where(past if expired else sa.not_(past))
-    if narrow:
-        stmt = stmt.where(*_narrowed(narrow[0]))  # type: ignore[arg-type]
-    if has_after:  # the page just newer than `after`: read upwards
+        stmt = stmt.where(past if shape.expired else sa.not_(past))
+    if shape.narrow is not None:
+        stmt = stmt.where(*_narrowed(shape.narrow))
+    if shape.after:  # the page just newer than `after`: read upwards
         return stmt.order_by(c.created_at, c.id).limit(p("limit_", type_=sa.Integer))
     return stmt.order_by(c.created_at.desc(), c.id.desc()).limit(p("limit_", type_=sa.Integer))
 
@@ -546,23 +570,26 @@ class SqlExportQueue:
         after: tuple[datetime, str] | None = None,
         narrow: ExportFilter | None = None,
     ) -> list[ExportRecord]:
-        params: dict[str, Any] = {"workspace_": workspace_id, "limit_": limit}
-        shape: list[object] = []
-        for name, value in (
-            ("requested_by_", requested_by),
-            ("status_", status.value if status is not None else None),
-            ("before_at_", before[0] if before else None),
-            ("before_id_", before[1] if before else None),
-            ("after_at_", after[0] if after else None),
-            ("after_id_", after[1] if after else None),
-            ("now_", expired_at[1] if expired_at else None),
-        ):
-            shape.append(value is not None)
-            params[name] = value
-        shape.append(expired_at[0] if expired_at else None)
-        if narrow is not None:
-            shape.append(_narrow_params(narrow, params))
-        stmt = _list_statement(tuple(shape))
+        params: dict[str, Any] = {
+            "workspace_": workspace_id,
+            "limit_": limit,
+            "requested_by_": requested_by,
+            "status_": status.value if status is not None else None,
+            "now_": expired_at[1] if expired_at else None,
+        }
+        if before is not None:
+            params["before_at_"], params["before_id_"] = before
+        if after is not None:
+            params["after_at_"], params["after_id_"] = after
+        shape = _ListShape(
+            by=requested_by is not None,
+            status=status is not None,
+            before=before is not None,
+            after=after is not None,
+            expired=expired_at[0] if expired_at else None,
+            narrow=_narrow_params(narrow, params) if narrow is not None else None,
+        )
+        stmt = _list_statement(shape)
         with self._one_read() as conn:
             found = [_to_record(r) for r in conn.execute(stmt, params)]
         return found[::-1] if after is not None else found  # read upwards, shown newest first
