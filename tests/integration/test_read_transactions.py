@@ -20,7 +20,7 @@ from qexport.domain.failures import MetadataUnavailableError
 from qexport.http.one_hop import API_THREADS
 from qexport.store import engine as engine_module
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.engine import create_engine, read_statement, read_transaction, transaction
+from qexport.store.engine import create_engine, read_transaction, transaction
 from qexport.store.stats import read_stats
 from qexport.store.tables import workspaces
 from tests.stores import SqlMetadataStore
@@ -147,32 +147,6 @@ def _insert_then_fail(engine: sa.Engine) -> None:
     with transaction(engine) as conn:
         conn.execute(workspaces.insert().values(id="half", created_at=NOW))
         raise RuntimeError("the rest of the work failed")
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_a_read_statement_leaves_the_next_transaction_whole(
-    backend: str, sqlite_template: Path, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    """A one-statement read runs outside a transaction, yet the connection it used goes back
-    to the pool as it came: the next transaction on it is still all or nothing, and the
-    read saw what was committed."""
-    if backend == "sqlite":
-        shutil.copy(sqlite_template, tmp_path / "qexport.db")
-        url: str | sa.URL = f"sqlite:///{tmp_path / 'qexport.db'}"
-    else:
-        url = request.getfixturevalue("postgresql_store").engine.url
-    engine = create_engine(url)
-    try:
-        with transaction(engine) as conn:
-            conn.execute(workspaces.insert().values(id="acme", created_at=NOW))
-        with read_statement(engine) as conn:
-            assert conn.execute(sa.select(workspaces.c.id)).scalars().all() == ["acme"]
-        with pytest.raises(RuntimeError):
-            _insert_then_fail(engine)  # on the connection the read used: one, used in turn
-        with read_statement(engine) as conn:
-            assert conn.execute(sa.select(workspaces.c.id)).scalars().all() == ["acme"]
-    finally:
-        engine.dispose()
 
 
 def test_writers_of_two_processes_take_turns_on_the_file_beside_the_database(

@@ -26,7 +26,8 @@ from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.sign_in import Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.store.audit import append_if
-from qexport.store.engine import read_statement, read_transaction, transaction
+from qexport.store.engine import read_transaction, transaction
+from qexport.store.reads import OneRead
 from qexport.store.tables import (
     api_tokens,
     links,
@@ -59,11 +60,14 @@ _USER_AND_ROLE = sa.select(users, memberships.c.role.label("member_role")).outer
     ),
 )
 # Read by every request of an export (the policy) and by every one that names recipients.
-_POLICY = sa.select(workspaces.c.policy).where(workspaces.c.id == sa.bindparam("workspace_"))
-_WEBHOOK_HOSTS = sa.select(workspaces.c.webhook_hosts).where(
-    workspaces.c.id == sa.bindparam("workspace_")
+_POLICY = OneRead(
+    sa.select(workspaces.c.policy).where(workspaces.c.id == sa.bindparam("workspace_"))
 )
-_TOKEN_HOLDER = (
+_WEBHOOK_HOSTS = OneRead(
+    sa.select(workspaces.c.webhook_hosts).where(workspaces.c.id == sa.bindparam("workspace_"))
+)
+_MEMBER = OneRead(_USER_AND_ROLE.where(users.c.id == sa.bindparam("user_")))
+_TOKEN_HOLDER = OneRead(
     sa.select(
         *(c.label(f"token_{c.name}") for c in api_tokens.c),
         *users.c,
@@ -122,10 +126,6 @@ class SqlAccountStore:
     def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return read_transaction(self._engine)
 
-    def _one_read(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        """For a read of one statement (read_statement): the API's hottest."""
-        return read_statement(self._engine)
-
     # ------------------------------------------------------------ workspaces and users
 
     def ensure_workspace(self, workspace_id: str, *, now: datetime) -> bool:
@@ -157,8 +157,7 @@ class SqlAccountStore:
             return result.rowcount == 1
 
     def workspace_webhook_hosts(self, workspace_id: str) -> tuple[str, ...] | None:
-        with self._one_read() as conn:
-            hosts = conn.execute(_WEBHOOK_HOSTS, {"workspace_": workspace_id}).scalar_one_or_none()
+        hosts = _WEBHOOK_HOSTS.scalar(self._engine, {"workspace_": workspace_id})
         return None if hosts is None else tuple(str(h) for h in hosts)
 
     def set_workspace_webhook_hosts(self, workspace_id: str, hosts: tuple[str, ...] | None) -> bool:
@@ -172,8 +171,7 @@ class SqlAccountStore:
             return result.rowcount == 1
 
     def workspace_policy(self, workspace_id: str) -> WorkspacePolicy:
-        with self._one_read() as conn:
-            stored = conn.execute(_POLICY, {"workspace_": workspace_id}).scalar_one_or_none()
+        stored = _POLICY.scalar(self._engine, {"workspace_": workspace_id})
         return WorkspacePolicy.from_json(stored)
 
     def set_workspace_policy(
@@ -305,9 +303,7 @@ class SqlAccountStore:
         return Role(role) if role else None
 
     def member(self, workspace_id: str, user_id: str) -> Member | None:
-        stmt = _USER_AND_ROLE.where(users.c.id == user_id)
-        with self._one_read() as conn:
-            row = conn.execute(stmt, {"workspace_": workspace_id}).first()
+        row = _MEMBER.first(self._engine, {"workspace_": workspace_id, "user_": user_id})
         return _member(row) if row else None
 
     def memberships_of(self, user_id: str) -> list[Membership]:
@@ -360,8 +356,7 @@ class SqlAccountStore:
         return _token(row) if row else None
 
     def token_holder(self, token_id: str) -> TokenHolder | None:
-        with self._one_read() as conn:
-            row = conn.execute(_TOKEN_HOLDER, {"token_": token_id}).first()
+        row = _TOKEN_HOLDER.first(self._engine, {"token_": token_id})
         if row is None:
             return None
         token = ApiToken(

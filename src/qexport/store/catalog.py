@@ -18,19 +18,22 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
 from qexport.store.audit import append_if
-from qexport.store.engine import read_statement, read_transaction, transaction
+from qexport.store.engine import read_transaction, transaction
+from qexport.store.reads import OneRead
 from qexport.store.tables import (
     queries,
     reports,
 )
 
 # Read on every download and every request of an export: prebuilt, as store/exports.py's are.
-_GET_QUERY = sa.select(queries).where(queries.c.id == sa.bindparam("id_"))
-_LIST_QUERIES = (
-    sa.select(queries)
-    .where(queries.c.workspace_id == sa.bindparam("workspace_"), queries.c.deleted_at.is_(None))
-    .order_by(queries.c.name)
+_GET_QUERY = OneRead(sa.select(queries).where(queries.c.id == sa.bindparam("id_")))
+_LIVE_IN_WORKSPACE = sa.and_(
+    queries.c.workspace_id == sa.bindparam("workspace_"), queries.c.deleted_at.is_(None)
 )
+_FIND_QUERY = OneRead(
+    sa.select(queries).where(_LIVE_IN_WORKSPACE, queries.c.name == sa.bindparam("name_"))
+)
+_LIST_QUERIES = OneRead(sa.select(queries).where(_LIVE_IN_WORKSPACE).order_by(queries.c.name))
 
 QUERY_KEYS = (
     "id",
@@ -48,8 +51,10 @@ QUERY_KEYS = (
 )
 
 
-def to_query(row: sa.Row[Any], prefix: str = "") -> Query:
-    m = {key: row._mapping[prefix + key] for key in QUERY_KEYS}
+def to_query(row: Any, prefix: str = "") -> Query:
+    """The query in `row` (a Row, or an OneRead's), whose keys may carry a prefix."""
+    mapping = row._mapping
+    m = {key: mapping[prefix + key] for key in QUERY_KEYS}
     return Query(
         id=m["id"],
         workspace_id=m["workspace_id"],
@@ -105,10 +110,6 @@ class SqlCatalog:
     def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return read_transaction(self._engine)
 
-    def _one_read(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        """For a read of one statement (read_statement): the API's hottest."""
-        return read_statement(self._engine)
-
     # ------------------------------------------------------------ saved queries
 
     def add_query(self, query: Query, *, audit: AuditEvent | None = None) -> Query:
@@ -139,23 +140,15 @@ class SqlCatalog:
         }
 
     def get_query(self, query_id: str) -> Query | None:
-        with self._one_read() as conn:
-            row = conn.execute(_GET_QUERY, {"id_": query_id}).first()
+        row = _GET_QUERY.first(self._engine, {"id_": query_id})
         return to_query(row) if row else None
 
     def find_query(self, workspace_id: str, name: str) -> Query | None:
-        stmt = sa.select(queries).where(
-            queries.c.workspace_id == workspace_id,
-            queries.c.name == name,
-            queries.c.deleted_at.is_(None),
-        )
-        with self._one_read() as conn:
-            row = conn.execute(stmt).first()
+        row = _FIND_QUERY.first(self._engine, {"workspace_": workspace_id, "name_": name})
         return to_query(row) if row else None
 
     def list_queries(self, workspace_id: str) -> list[Query]:
-        with self._one_read() as conn:
-            return [to_query(r) for r in conn.execute(_LIST_QUERIES, {"workspace_": workspace_id})]
+        return [to_query(r) for r in _LIST_QUERIES.all(self._engine, {"workspace_": workspace_id})]
 
     def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool:
         values = self._query_values(query)

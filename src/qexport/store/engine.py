@@ -37,10 +37,8 @@ _PING_AFTER_IDLE_SECONDS = 1.0
 # Per SQLite engine: the turns its writing transactions take (WriterTurns).
 _WRITE_TURNS: weakref.WeakKeyDictionary[sa.Engine, WriterTurns] = weakref.WeakKeyDictionary()
 
-# The execution options that mark a connection's transaction as one that only reads, and a
-# connection as running its one statement outside any transaction (read_statement).
+# The execution option that marks a connection's transaction as one that only reads.
 _READS_ONLY = "qexport_reads_only"
-_ONE_STATEMENT = "qexport_one_statement"
 
 
 @contextlib.contextmanager
@@ -62,17 +60,6 @@ def read_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 
 @contextlib.contextmanager
-def read_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
-    """For a read that is one statement: no transaction around it, the statement being its
-    own. On PostgreSQL that is one round trip instead of three (BEGIN, the statement,
-    COMMIT): 0.35 ms against 0.62 ms for the token check, twice in most API requests. Not
-    for statements that must agree with each other (each sees a snapshot of its own), nor
-    for a write: nothing refuses one here, and it would commit at once."""
-    with _one_statement(engine) as conn:
-        yield conn
-
-
-@contextlib.contextmanager
 def write_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
     """On PostgreSQL, for a write that is one statement: no transaction around it, so it
     commits on its own, in one round trip instead of three. A statement is atomic whatever
@@ -80,27 +67,13 @@ def write_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
     transactions (`transaction`)."""
     if engine.dialect.name != "postgresql":
         raise ValueError("write_statement is for PostgreSQL; SQLite writes in transactions")
-    with _one_statement(engine) as conn:
-        yield conn
-
-
-@contextlib.contextmanager
-def _one_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
     try:
         with engine.connect() as conn:
-            yield conn.execution_options(**_one_statement_options(conn.dialect.name))
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
         raise MetadataUnavailableError(
             f"the metadata database is unavailable: {type(exc.orig).__name__}"
         ) from exc
-
-
-def _one_statement_options(dialect: str) -> dict[str, Any]:
-    if dialect == "postgresql":
-        return {"isolation_level": "AUTOCOMMIT"}
-    # SQLite's driver already runs each statement on its own (isolation_level None, see
-    # _sqlite_engine); only the BEGIN of the "begin" hook is left out.
-    return {_ONE_STATEMENT: True}
 
 
 @contextlib.contextmanager
@@ -277,10 +250,7 @@ def _sqlite_engine(url: sa.URL) -> sa.Engine:
         # mode it reads its snapshot beside the writer. Taking the lock for reads too made every
         # API request queue behind every other (half the server's busy time under 40 clients,
         # 130 requests/s at most; bench/api_load.py).
-        options = connection.get_execution_options()
-        if options.get(_ONE_STATEMENT):
-            return
-        if options.get(_READS_ONLY):
+        if connection.get_execution_options().get(_READS_ONLY):
             connection.exec_driver_sql("BEGIN")
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")

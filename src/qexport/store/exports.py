@@ -41,8 +41,9 @@ from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.audit import append_if, lock_chain
 from qexport.store.catalog import QUERY_KEYS, to_query, to_report
-from qexport.store.engine import read_statement, read_transaction, transaction
+from qexport.store.engine import read_transaction, transaction
 from qexport.store.notify import notify_claimable
+from qexport.store.reads import OneRead
 from qexport.store.tables import (
     SUCCEEDED,
     UNSETTLED,
@@ -286,7 +287,7 @@ def _narrowed(shape: _NarrowShape) -> list[sa.ColumnElement[bool]]:
 
 
 @functools.cache
-def _list_statement(shape: _ListShape) -> sa.Select[Any]:
+def _list_statement(shape: _ListShape) -> OneRead:
     """list_exports's statement for one combination of filters, built once: built per call
     it took more CPU than running it (GET /exports?limit=1 on PostgreSQL)."""
     c, p = exports.c, sa.bindparam
@@ -308,8 +309,9 @@ def _list_statement(shape: _ListShape) -> sa.Select[Any]:
     if shape.narrow is not None:
         stmt = stmt.where(*_narrowed(shape.narrow))
     if shape.after:  # the page just newer than `after`: read upwards
-        return stmt.order_by(c.created_at, c.id).limit(p("limit_", type_=sa.Integer))
-    return stmt.order_by(c.created_at.desc(), c.id.desc()).limit(p("limit_", type_=sa.Integer))
+        return OneRead(stmt.order_by(c.created_at, c.id).limit(p("limit_", type_=sa.Integer)))
+    newest_first = stmt.order_by(c.created_at.desc(), c.id.desc())
+    return OneRead(newest_first.limit(p("limit_", type_=sa.Integer)))
 
 
 def _key_value(side: str) -> sa.Tuple:
@@ -387,7 +389,7 @@ def _event_of(step: Step) -> EventKind:
     return event
 
 
-def _to_record(row: sa.Row[Any]) -> ExportRecord:
+def _to_record(row: Any) -> ExportRecord:  # a Row, or an OneRead's
     m = row._mapping
     return ExportRecord(
         id=m["id"],
@@ -422,8 +424,8 @@ def _to_record(row: sa.Row[Any]) -> ExportRecord:
 
 
 # The hottest read (every GET of an export, every download), prebuilt like the transitions.
-_GET_EXPORT = sa.select(exports).where(exports.c.id == sa.bindparam("id_"))
-_EVENTS = (
+_GET_EXPORT = OneRead(sa.select(exports).where(exports.c.id == sa.bindparam("id_")))
+_EVENTS = OneRead(
     sa.select(export_events)
     .where(export_events.c.export_id == sa.bindparam("id_"))
     .order_by(export_events.c.id)
@@ -534,10 +536,6 @@ class SqlExportQueue:
     def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return read_transaction(self._engine)
 
-    def _one_read(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        """For a read of one statement (read_statement): the API's hottest."""
-        return read_statement(self._engine)
-
     # ------------------------------------------------------------ requests and reads
 
     def insert_export(
@@ -554,8 +552,7 @@ class SqlExportQueue:
             return record
 
     def get_export(self, export_id: str) -> ExportRecord | None:
-        with self._one_read() as conn:
-            row = conn.execute(_GET_EXPORT, {"id_": export_id}).first()
+        row = _GET_EXPORT.first(self._engine, {"id_": export_id})
         return _to_record(row) if row else None
 
     def list_exports(
@@ -589,9 +586,7 @@ class SqlExportQueue:
             expired=expired_at[0] if expired_at else None,
             narrow=_narrow_params(narrow, params) if narrow is not None else None,
         )
-        stmt = _list_statement(shape)
-        with self._one_read() as conn:
-            found = [_to_record(r) for r in conn.execute(stmt, params)]
+        found = [_to_record(r) for r in _list_statement(shape).all(self._engine, params)]
         return found[::-1] if after is not None else found  # read upwards, shown newest first
 
     def has_unsettled(self) -> bool:
@@ -789,17 +784,16 @@ class SqlExportQueue:
             return transition_in(conn, step, now, **params)
 
     def list_events(self, export_id: str) -> list[ExportEvent]:
-        with self._one_read() as conn:
-            return [
-                ExportEvent(
-                    export_id=r.export_id,
-                    at=r.at,
-                    kind=EventKind(r.kind),
-                    status=Status(r.status),
-                    attempt=r.attempt,
-                    worker_id=r.worker_id,
-                    code=FailureCode(r.code) if r.code else None,
-                    detail=r.detail,
-                )
-                for r in conn.execute(_EVENTS, {"id_": export_id})
-            ]
+        return [
+            ExportEvent(
+                export_id=r.export_id,
+                at=r.at,
+                kind=EventKind(r.kind),
+                status=Status(r.status),
+                attempt=r.attempt,
+                worker_id=r.worker_id,
+                code=FailureCode(r.code) if r.code else None,
+                detail=r.detail,
+            )
+            for r in _EVENTS.all(self._engine, {"id_": export_id})
+        ]
