@@ -7,7 +7,6 @@ other link gets the same small page: 410 once it was revoked or expired, 404 if 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from starlette.background import BackgroundTask
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from qexport.api.auth import Context
@@ -15,6 +14,7 @@ from qexport.api.schemas import problem_responses
 from qexport.domain.audit import Actor, ActorKind
 from qexport.http.download import (
     DownloadConditions,
+    after_sent,
     audited,
     file_response,
     file_responses,
@@ -95,5 +95,5 @@ def download_public(
     holder = Actor(ActorKind.PUBLIC_LINK, link.id)
     audited(context.audit, context.clock, holder, record, conditions, response)
     # After the response is sent: recording the use never delays the file.
-    response.background = BackgroundTask(note_link_used, context.accounts, context.clock, link)
+    after_sent(response, note_link_used, context.accounts, context.clock, link)
     return response

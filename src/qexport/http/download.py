@@ -14,6 +14,7 @@ from urllib.parse import quote
 import anyio
 from fastapi import Depends, Header
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from starlette.background import BackgroundTasks
 
 from qexport.domain.audit import Action, Actor, Outcome
 from qexport.domain.exports import ExportRecord
@@ -117,7 +118,8 @@ def audited(
     transfer ends (cut short, or empty), whichever comes first: written before the first
     byte it cost that byte 2.0 ms at p50 on PostgreSQL (a commit's round trips and WAL
     flush; bench/download_ttfb.py), against a budget of 1 ms. Any other response (a
-    redirect, 304, 416) is recorded before it is sent."""
+    redirect, 304, 416) is recorded once it has been sent, on the thread pool: the route
+    may run on the event loop (qexport.http.one_hop), where nothing may wait for a write."""
     status = response.status_code
     details: dict[str, object] = {"status": status, "filename": record.filename}
     if status == 307:
@@ -140,8 +142,18 @@ def audited(
     if isinstance(body, FileBody):
         body.after_first = lambda: audit.record(happened)
     else:
-        audit.record(happened)
+        after_sent(response, audit.record, happened)
     return response
+
+
+def after_sent(response: Response, task: Callable[..., object], *args: object) -> None:
+    """Run `task(*args)` once `response` has been sent (on the thread pool if it blocks),
+    after what it was to run already."""
+    tasks = response.background
+    if not isinstance(tasks, BackgroundTasks):
+        tasks = BackgroundTasks([tasks] if tasks is not None else [])
+        response.background = tasks
+    tasks.add_task(task, *args)
 
 
 class FileBody:
