@@ -4,7 +4,10 @@ came, and a database that cannot be reached is reported unavailable."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -141,5 +144,86 @@ def test_connections_the_server_ended_are_replaced(pg_url: str) -> None:
         assert ended is not None
         assert ended[0] >= 1
         assert read.scalar(engine) not in (None, first)
+    finally:
+        engine.dispose()
+
+
+def _checkouts(engine: sa.Engine) -> list[object]:
+    taken: list[object] = []
+    sa.event.listen(engine, "checkout", lambda *_args: taken.append(1))
+    return taken
+
+
+def _on_a_loop(read: OneRead, engine: sa.Engine, times: int) -> list[Any]:
+    async def reads() -> list[Any]:
+        return [read.scalar(engine) for _ in range(times)]
+
+    return asyncio.run(reads())
+
+
+def test_reads_on_an_event_loop_keep_one_connection(engine: sa.Engine) -> None:
+    """An event loop runs one read at a time: its reads share one connection, taken from the
+    pool once, and see what was committed meanwhile."""
+    taken = _checkouts(engine)
+    ids = OneRead(sa.select(sa.func.count()).select_from(workspaces))
+
+    async def reads() -> list[int]:
+        seen = [ids.scalar(engine)]
+        with transaction(engine) as conn:  # the pool's, beside the loop's connection
+            conn.execute(workspaces.insert().values(id="acme", created_at=NOW))
+        seen += [ids.scalar(engine) for _ in range(20)]
+        return seen
+
+    assert asyncio.run(reads()) == [0] + [1] * 20
+    assert len(taken) == 2  # the loop's connection, and the transaction's
+
+
+def test_a_loops_connection_goes_back_to_the_pool_as_it_came(engine: sa.Engine) -> None:
+    """Once its loop is gone, the connection returns to the pool, out of autocommit: the next
+    transaction on it is all or nothing."""
+    ids = OneRead(sa.select(workspaces.c.id))
+    assert _on_a_loop(ids, engine, 3) == [None] * 3
+    gc.collect()
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError):
+        _insert_then_fail(engine)
+    assert ids.all(engine) == []
+
+
+def test_disposing_the_engine_closes_the_loops_connection(pg_url: str) -> None:
+    engine = create_engine(pg_url)
+    pid = OneRead(sa.select(sa.func.pg_backend_pid().label("pid")))
+
+    async def read_then_dispose() -> int:
+        held = pid.scalar(engine)
+        engine.dispose()
+        assert pid.scalar(engine) != held  # a new connection, from the new pool
+        return int(held)
+
+    try:
+        held = asyncio.run(read_then_dispose())
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            alive = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (held,))
+            assert alive.fetchone() == (0,)
+    finally:
+        engine.dispose()
+
+
+def test_a_loops_connection_the_server_ended_is_replaced(pg_url: str) -> None:
+    """The server ends the loop's connection between two reads (a restart, a failover): the
+    next read finds out before using it and answers on a new one."""
+    engine = create_engine(pg_url)
+    pid = OneRead(sa.select(sa.func.pg_backend_pid().label("pid")))
+
+    async def reads() -> tuple[int, int]:
+        first = pid.scalar(engine)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+        time.sleep(0.05)  # the server's goodbye reaches the socket
+        return first, pid.scalar(engine)
+
+    try:
+        first, second = asyncio.run(reads())
+        assert second != first
     finally:
         engine.dispose()

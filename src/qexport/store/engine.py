@@ -199,10 +199,7 @@ def _postgres_engine(url: sa.URL) -> sa.Engine:
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         idle_since = record.info.get("idle_since")
-        if idle_since is None:  # connected just now
-            return
-        idle = time.monotonic() - idle_since
-        if idle < _PING_AFTER_IDLE_SECONDS and not _has_input(dbapi_connection):
+        if idle_since is None or not may_have_died(dbapi_connection, idle_since):
             return
         try:
             engine.dialect.do_ping(dbapi_connection)
@@ -211,6 +208,13 @@ def _postgres_engine(url: sa.URL) -> sa.Engine:
             raise sa.exc.DisconnectionError(f"pooled connection is dead: {exc}") from exc
 
     return engine
+
+
+def may_have_died(dbapi_connection: Any, idle_since: float) -> bool:
+    """Whether a PostgreSQL connection unused since `idle_since` (time.monotonic) is to be
+    pinged before use: it sat idle for over a second, or the server wrote to it meanwhile."""
+    idle = time.monotonic() - idle_since
+    return idle >= _PING_AFTER_IDLE_SECONDS or _has_input(dbapi_connection)
 
 
 def _has_input(dbapi_connection: Any) -> bool:
