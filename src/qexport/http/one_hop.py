@@ -19,8 +19,8 @@ blocking work is reads of one statement each that seek an index and wait for no 
 another service. Under 40 clients on PostgreSQL the trips' wake-ups and the pool's threads
 taking turns on the interpreter lock were what stood between the server and its database:
 with every endpoint on the pool it served 666-716 requests/s, reads p99 116-121 ms; with
-these on the loop (and the loop's own connection, qexport.store.reads) 795-971 requests/s,
-p99 89-116 ms (bench/api_load.py, five runs). A database that stops answering holds such a
+these on the loop (and the loop's own connection, qexport.store.reads) 795-909 requests/s,
+p99 93-116 ms (bench/api_load.py, two runs). A database that stops answering holds such a
 request, and every other request of that server process, until it answers or the
 connection fails.
 """

@@ -159,7 +159,8 @@ class _LoopConnections:
     A read then costs no checkout, no checkin and no switching autocommit on and off: on
     PostgreSQL GET /api/v1/exports/{id} took 0.55-0.62 ms of the server's CPU instead of
     0.65-0.79, and 40 clients (bench/api_load.py) were served 931-971 requests/s instead of
-    712-739. As the pool does at checkout, a connection idle for over a second, or that the
+    712-739 (measured with a first form of this, one connection per engine for the loop's
+    thread). As the pool does at checkout, a connection idle for over a second, or that the
     server wrote to meanwhile, is pinged first and replaced if dead. It goes back to the pool
     when its loop is collected, or when the engine is disposed.
     """
