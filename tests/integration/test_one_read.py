@@ -127,6 +127,22 @@ def test_an_unreachable_database_is_reported_unavailable() -> None:
         engine.dispose()
 
 
+def _end_backends(pg_url: str) -> int:
+    """End every other connection to the test's database, as a restart would, and wait until
+    they are gone (their goodbye sent); how many there were."""
+    others = "FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+    name = sa.make_url(pg_url).database
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        ended = admin.execute(f"SELECT count(pg_terminate_backend(pid)) {others}", (name,))
+        count = ended.fetchone()
+        deadline = time.monotonic() + 10
+        while admin.execute(f"SELECT count(*) {others}", (name,)).fetchone() != (0,):
+            assert time.monotonic() < deadline, "the ended connections did not go"
+            time.sleep(0.01)
+    assert count is not None
+    return int(count[0])
+
+
 def test_connections_the_server_ended_are_replaced(pg_url: str) -> None:
     """The server ends every connection of the database (a restart, a failover): the next read
     answers on a new connection instead of failing on a dead one."""
@@ -134,15 +150,7 @@ def test_connections_the_server_ended_are_replaced(pg_url: str) -> None:
     read = OneRead(sa.select(sa.func.pg_backend_pid().label("pid")))
     try:
         first = read.scalar(engine)
-        name = sa.make_url(pg_url).database
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            ended = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            ).fetchone()
-        assert ended is not None
-        assert ended[0] >= 1
+        assert _end_backends(pg_url) >= 1
         assert read.scalar(engine) not in (None, first)
     finally:
         engine.dispose()
@@ -217,9 +225,7 @@ def test_a_loops_connection_the_server_ended_is_replaced(pg_url: str) -> None:
 
     async def reads() -> tuple[int, int]:
         first = pid.scalar(engine)
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
-        time.sleep(0.05)  # the server's goodbye reaches the socket
+        assert _end_backends(pg_url) == 1
         return first, pid.scalar(engine)
 
     try:
