@@ -7,6 +7,7 @@ fakes for the fast unit layer live in `tests/fakes/`. Only `bootstrap.py` picks 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -113,6 +114,11 @@ class ExportQueue(Protocol):
         ...
 
     def get_export(self, export_id: str) -> ExportRecord | None: ...
+    def get_export_with_query(self, export_id: str) -> tuple[ExportRecord, Query | None] | None:
+        """The export with the query it was made from, as `Catalog.get_query` reads it (None
+        for a report's export, or a query that is not there), read together."""
+        ...
+
     def list_exports(
         self,
         *,
@@ -538,6 +544,11 @@ class AuditLog(Protocol):
     def record(self, event: AuditEvent) -> bool:
         """Append `event` in a short transaction of its own; never raises (False, logged and
         counted, when it could not be recorded)."""
+        ...
+
+    def record_soon(self, event: AuditEvent) -> Future[bool]:
+        """Have `event` appended shortly, with others, without waiting for it: the future
+        settles with what `record` would have returned."""
         ...
 
     def list_events(

@@ -20,6 +20,7 @@ from qexport import bootstrap
 from qexport.app import create_app
 from qexport.config import Settings
 from qexport.domain.queries import Visibility
+from qexport.http.download import CHUNK_BYTES
 from tests import queue_helpers
 from tests.api.conftest import SOURCE, Api
 from tests.fakes import FrozenClock
@@ -134,6 +135,39 @@ def test_unsatisfiable_ranges_get_416_and_odd_ones_the_whole_file(
     etag = stale.headers["etag"]
     current = _file(api, export_id, Range="bytes=0-9", **{"If-Range": etag})
     assert (current.status_code, current.content) == (206, body[:10])
+
+
+def test_a_file_of_several_chunks_streams_whole_and_in_ranges(api: Api) -> None:
+    """A file larger than one chunk (streamed) and a file or range of at most one (sent
+    whole) arrive byte for byte, each download recorded once with the bytes it sent."""
+    api.member(ALICE, "viewer")
+    pad = "x" * 120
+    api.add_query("wide", sql=f"SELECT range AS n, '{pad}' AS pad FROM range(6000)", parameters=())
+    export_id = _request(api, query="q-wide-acme")
+    assert api.drain() == {"succeeded": 1}
+    whole = _file(api, export_id)
+    size = len(whole.content)
+    assert size > 2 * CHUNK_BYTES
+    assert whole.content.count(b"\n") == 6001
+    assert (
+        hashlib.sha256(whole.content).hexdigest()
+        == api.get(f"/api/v1/exports/{export_id}", ALICE).json()["sha256"]
+    )
+    across = _file(api, export_id, Range=f"bytes={CHUNK_BYTES - 10}-{CHUNK_BYTES + 9}")
+    assert (across.status_code, across.content) == (
+        206,
+        whole.content[CHUNK_BYTES - 10 : CHUNK_BYTES + 10],
+    )
+    longest_whole = _file(api, export_id, Range=f"bytes=5-{CHUNK_BYTES + 4}")
+    assert longest_whole.content == whole.content[5 : CHUNK_BYTES + 5]
+    past_one_chunk = _file(api, export_id, Range=f"bytes=5-{CHUNK_BYTES + 5}")
+    assert past_one_chunk.content == whole.content[5 : CHUNK_BYTES + 6]
+    api.member("admin@acme.test", "admin")
+    params = {"action": "file.downloaded", "target": export_id}
+    events = api.get("/api/v1/audit", "admin@acme.test", params=params)
+    assert events.status_code == 200, events.text
+    sent = sorted(event["details"]["bytes"] for event in events.json()["items"])
+    assert sent == sorted([size, 20, CHUNK_BYTES, CHUNK_BYTES + 1])
 
 
 def test_a_current_copy_gets_304(done: tuple[Api, str, bytes]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -39,6 +40,11 @@ class InMemoryAuditLog:
             row = chained(event, prev, datetime.now(UTC))
             self._events.append(RecordedEvent(id=len(self._events) + 1, **row))
         return True
+
+    def record_soon(self, event: AuditEvent) -> Future[bool]:
+        written: Future[bool] = Future()
+        written.set_result(self.record(event))
+        return written
 
     def list_events(
         self,

@@ -158,6 +158,14 @@ class InMemoryExportQueue:
         with self._lock:
             return self._exports.get(export_id)
 
+    def get_export_with_query(self, export_id: str) -> tuple[ExportRecord, Query | None] | None:
+        record = self.get_export(export_id)
+        if record is None:
+            return None
+        if record.subject_type == SUBJECT_REPORT or self._catalog is None:
+            return record, None
+        return record, self._catalog.get_query(record.subject_id)
+
     def list_exports(
         self,
         *,

@@ -5,8 +5,10 @@ concurrent writers that never fork a chain."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -20,7 +22,7 @@ from qexport.domain.audit import (
     AuditFilter,
     Outcome,
 )
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit import SqlAuditLog, _Writer
 from qexport.store.tables import audit_events
 from tests.fakes import FrozenClock
 from tests.stores import SqlMetadataStore
@@ -246,6 +248,70 @@ def test_an_event_that_cannot_be_written_fails_alone(sql_store: SqlMetadataStore
         f"export-{w}" for w in range(8) if w != 3
     ]
     assert _verify(log, "acme") == (7, None)
+
+
+def test_events_given_to_the_writer_are_written_in_batches_beside_record(
+    sql_store: SqlMetadataStore,
+) -> None:
+    """`record_soon` from eight threads, beside `record` from another: every event is kept
+    once, the chain verifies, each future settles True, and those that gathered within the
+    writer's linger share a batch (fewer batches than events)."""
+    log = SqlAuditLog(sql_store.engine, linger=0.05)
+    batches: list[int] = []
+    write = log._write
+
+    def counted(batch: list[Any]) -> None:
+        batches.append(len(batch))
+        write(batch)
+
+    log._writer._write = counted
+    start = threading.Barrier(9)
+    futures: list[Future[bool]] = []
+
+    def soon(worker: int) -> None:
+        start.wait()
+        futures.extend(log.record_soon(_event(worker * 100 + n)) for n in range(20))
+
+    def now() -> None:
+        start.wait()
+        for n in range(10):
+            assert log.record(_event(900 + n))
+
+    threads = [threading.Thread(target=soon, args=(w,)) for w in range(8)]
+    threads.append(threading.Thread(target=now))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [future.result(timeout=30) for future in futures] == [True] * 160
+    assert sum(batches) == 160
+    assert len(batches) < 160
+    events = list(log.chain("acme"))
+    assert len(events) == 170
+    assert len({e.target_id for e in events}) == 170
+    assert _verify(log, "acme") == (170, None)
+    assert log.failures == 0
+
+
+def test_the_writer_settles_an_event_it_cannot_write_as_not_recorded(
+    sql_store: SqlMetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event that cannot be stored settles False and is counted; those beside it are
+    written. An idle writer stops, and the next event starts it again."""
+    monkeypatch.setattr(_Writer, "_IDLE_SECONDS", 0.05)
+    log = SqlAuditLog(sql_store.engine, linger=0.05)
+    bad = replace(_event(1), details={("no", "json"): "a key JSON cannot hold"})
+    futures = [log.record_soon(e) for e in (_event(0), bad, _event(2))]
+    assert [future.result(timeout=30) for future in futures] == [True, False, True]
+    assert log.failures == 1
+    first = log._writer.thread
+    assert first is not None
+    first.join(timeout=10)
+    assert not first.is_alive()
+    assert log.record_soon(_event(3)).result(timeout=30)
+    assert log._writer.thread is not first
+    assert sorted(e.target_id for e in log.chain("acme")) == ["export-0", "export-2", "export-3"]
+    assert _verify(log, "acme") == (3, None)
 
 
 def test_writers_of_separate_processes_and_transactions_never_fork_a_chain(

@@ -399,6 +399,25 @@ def test_queries_round_trip_and_soft_delete(store: MetadataStore) -> None:
     store.add_query(make_query())  # the name is free again
 
 
+def test_an_export_reads_with_its_query(store: MetadataStore, clock: FrozenClock) -> None:
+    """`get_export_with_query`: the export with its query as `get_query` reads it (deleted
+    ones included), none when the query is not there or the export is a report's."""
+    query = replace(make_query(), id="q1")
+    store.add_query(query)
+    record = request(store, clock)
+    assert store.get_export_with_query(record.id) == (record, query)
+    store.delete_query("q1")
+    assert store.get_export_with_query(record.id) == (record, store.get_query("q1"))
+    assert store.get_export_with_query(record.id)[1].deleted  # type: ignore[index,union-attr]
+    orphan = store.insert_export(replace(new_export(clock.now()), subject_id="q-gone"))
+    assert store.get_export_with_query(orphan.id) == (orphan, None)
+    report = store.insert_export(
+        replace(new_export(clock.now()), subject_type="report", subject_id="q1", format="pdf")
+    )
+    assert store.get_export_with_query(report.id) == (report, None)
+    assert store.get_export_with_query("no-such-export") is None
+
+
 def test_query_names_are_unique_per_workspace(store: MetadataStore) -> None:
     """Two live queries cannot share a name in one workspace."""
     store.add_query(make_query())

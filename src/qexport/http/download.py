@@ -3,6 +3,7 @@ redirect to a short-lived presigned URL when the object store can sign one (S3).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -16,7 +17,7 @@ from fastapi import Depends, Header
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.background import BackgroundTasks
 
-from qexport.domain.audit import Action, Actor, Outcome
+from qexport.domain.audit import Action, Actor, AuditEvent, Outcome
 from qexport.domain.exports import ExportRecord
 from qexport.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, problem
 from qexport.ports import AuditLog, Clock, ObjectStore, Presigner
@@ -114,12 +115,14 @@ def audited(
     response: Response,
 ) -> Response:
     """Record the download `response` makes (or the presigned URL it hands out); never
-    fails it. A file's event is written once its first chunk has gone out, or when the
-    transfer ends (cut short, or empty), whichever comes first: written before the first
-    byte it cost that byte 2.0 ms at p50 on PostgreSQL (a commit's round trips and WAL
-    flush; bench/download_ttfb.py), against a budget of 1 ms. Any other response (a
-    redirect, 304, 416) is recorded once it has been sent, on the thread pool: the route
-    may run on the event loop (qexport.http.one_hop), where nothing may wait for a write."""
+    fails it. A file streamed in chunks (FileBody) has its event written once its first chunk
+    has gone out, or when the transfer ends (cut short, or empty), whichever comes first:
+    written before the first byte it cost that byte 2.0 ms at p50 on PostgreSQL (a commit's
+    round trips and WAL flush; bench/download_ttfb.py), against a budget of 1 ms. Any other
+    response (a file sent whole, a redirect, 304, 416) has its event given to the audit
+    log's writer once it has been sent (`record_soon`), and the request ends when it is
+    written: the route may run on the event loop (qexport.http.one_hop), where nothing may
+    wait for a write, and no thread waits for it either."""
     status = response.status_code
     details: dict[str, object] = {"status": status, "filename": record.filename}
     if status == 307:
@@ -142,8 +145,12 @@ def audited(
     if isinstance(body, FileBody):
         body.after_first = lambda: audit.record(happened)
     else:
-        after_sent(response, audit.record, happened)
+        after_sent(response, _written, audit, happened)
     return response
+
+
+async def _written(audit: AuditLog, happened: AuditEvent) -> None:
+    await asyncio.wrap_future(audit.record_soon(happened))
 
 
 def after_sent(response: Response, task: Callable[..., object], *args: object) -> None:
@@ -157,18 +164,17 @@ def after_sent(response: Response, task: Callable[..., object], *args: object) -
 
 
 class FileBody:
-    """The body of a file response, which takes as few trips to the thread pool as it can.
+    """The body of a file response over one chunk (file_response sends less whole), which
+    takes as few trips to the thread pool as it can.
 
     Its first chunk is read when it is made, on the request's own trip; each later read is a
     trip of its own, and the first of them also runs `after_first` (the download's event),
     so that it is written once the first chunk has gone out. A body that goes out whole in
-    its first chunk (a 64 KiB range, any file of up to CHUNK_BYTES) reads nothing more: its
-    `after_first` is left to `finish`, which FileStream runs once the response is complete,
-    so that the client's next request on the connection does not wait for the event: under 40
-    clients (bench/api_load.py, two runs each) reads' p99 went from 91-113 to 61 ms on SQLite
-    and from 139-174 to 93-95 ms on PostgreSQL, where events wait for each other's locks.
-    `after_first` runs at the end instead when the body did not all go out (a transfer cut
-    short), on the event loop then, since a cancelled transfer must not wait.
+    its first chunk reads nothing more: its `after_first` is left to `finish`, which
+    FileStream runs once the response is complete, so that the client's next request on the
+    connection does not wait for the event. `after_first` runs at the end instead when the
+    body did not all go out (a transfer cut short), on the event loop then, since a
+    cancelled transfer must not wait.
     """
 
     def __init__(self, chunks: Iterator[bytes], length: int) -> None:
@@ -284,6 +290,16 @@ def file_response(
     headers["Content-Length"] = str(length)
     if chosen:
         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    if length <= CHUNK_BYTES:
+        # Read whole and sent as one body: a StreamingResponse's task group and iteration
+        # cost 0.6 ms of CPU for a 64 KiB range (one client, PostgreSQL: 1.9 against 2.5 ms
+        # a range without its event).
+        return Response(
+            b"".join(_chunks(stream, start, length)),
+            status_code=206 if chosen else 200,
+            media_type=media_type(record.format),
+            headers=headers,
+        )
     return FileStream(
         FileBody(_chunks(stream, start, length), length),
         status_code=206 if chosen else 200,

@@ -33,7 +33,7 @@ from qexport.domain.failures import (
 from qexport.domain.reports import REPORT_FORMATS
 from qexport.ports import Catalog, Clock, ExportQueue, ObjectStore
 from qexport.services.audit import actor_for, event
-from qexport.services.reports import may_read_subject
+from qexport.services.reports import may_read_export
 from qexport.writers.registry import FORMATS
 
 # Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
@@ -57,6 +57,12 @@ def get_visible_export(
 ) -> ExportRecord:
     """The export if the requester may see it; someone else's export looks missing."""
     record = store.get_export(export_id) if len(export_id) <= MAX_EXPORT_ID_CHARS else None
+    return _visible(record, requester, export_id, whole_workspace=whole_workspace)
+
+
+def _visible(
+    record: ExportRecord | None, requester: Requester, export_id: str, *, whole_workspace: bool
+) -> ExportRecord:
     if (
         record is None
         or record.workspace_id != requester.workspace_id
@@ -392,7 +398,11 @@ def downloadable(
     whole_workspace: bool = False,
 ) -> ExportRecord:
     """The record of a succeeded, unexpired export that the requester may still read."""
-    record = get_visible_export(exports, requester, export_id, whole_workspace=whole_workspace)
+    found = (
+        exports.get_export_with_query(export_id) if len(export_id) <= MAX_EXPORT_ID_CHARS else None
+    )
+    record, query = found if found is not None else (None, None)
+    record = _visible(record, requester, export_id, whole_workspace=whole_workspace)
     status = effective_status(record, clock.now())
     if status in (Status.QUEUED, Status.RUNNING):
         raise NotReadyError(f"export {export_id} is {status}; the file is not ready yet")
@@ -404,7 +414,7 @@ def downloadable(
     if status == EXPIRED:
         assert record.expires_at is not None
         raise ExpiredError(f"export {export_id} expired at {record.expires_at:%Y-%m-%d %H:%M} UTC")
-    if not may_read_subject(catalog, requester, record):
+    if not may_read_export(catalog, requester, record, query):
         raise AccessLostError("you may no longer read what this export was made from")
     return record
 

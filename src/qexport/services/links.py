@@ -36,7 +36,7 @@ from qexport.domain.policies import MAX_DAYS
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
 from qexport.services.audit import event
 from qexport.services.exports import downloadable, get_visible_export
-from qexport.services.reports import may_read_subject
+from qexport.services.reports import may_read_export
 
 log = structlog.get_logger()
 
@@ -218,9 +218,10 @@ def resolve_link(
     """The link a public token is, and the export it downloads; LinkUnknownError or
     LinkGoneError otherwise."""
     link = accounts.find_link(hash_secret(token)) if valid_link_token(token) else None
-    record = exports.get_export(link.export_id) if link else None
-    if link is None or record is None:
+    found = exports.get_export_with_query(link.export_id) if link else None
+    if link is None or found is None:
         raise LinkUnknownError("unknown link")
+    record, query = found
     now = clock.now()
     if link.revoked_at is not None or not is_downloadable(record, now):
         raise LinkGoneError("the link was revoked or its file expired", link=link, record=record)
@@ -236,7 +237,7 @@ def resolve_link(
         raise LinkGoneError(
             "the link's creator may no longer share this export", link=link, record=record
         )
-    if not may_read_subject(catalog, creator, record):
+    if not may_read_export(catalog, creator, record, query):
         raise LinkGoneError(
             "the link's creator may no longer read what the export was made from",
             link=link,

@@ -269,6 +269,16 @@ def may_read_subject(store: Catalog, requester: Requester, record: ExportRecord)
     return subject.refusal(requester) is None
 
 
+def may_read_export(
+    store: Catalog, requester: Requester, record: ExportRecord, query: Query | None
+) -> bool:
+    """`may_read_subject`, given the query read with the export (ExportQueue
+    .get_export_with_query): a query's export then needs no other read."""
+    if record.subject_type == SUBJECT_REPORT:
+        return may_read_subject(store, requester, record)
+    return can_read(requester, query)
+
+
 def list_readable_reports(store: Catalog, principal: Principal) -> list[Report]:
     """The workspace's live reports that the caller may read, by title."""
     return [

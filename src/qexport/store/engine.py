@@ -60,23 +60,6 @@ def read_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 
 @contextlib.contextmanager
-def write_statement(engine: sa.Engine) -> Iterator[sa.Connection]:
-    """On PostgreSQL, for a write that is one statement: no transaction around it, so it
-    commits on its own, in one round trip instead of three. A statement is atomic whatever
-    it does (a function's included). Not on SQLite, whose writers take turns in
-    transactions (`transaction`)."""
-    if engine.dialect.name != "postgresql":
-        raise ValueError("write_statement is for PostgreSQL; SQLite writes in transactions")
-    try:
-        with engine.connect() as conn:
-            yield conn.execution_options(isolation_level="AUTOCOMMIT")
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-        raise MetadataUnavailableError(
-            f"the metadata database is unavailable: {type(exc.orig).__name__}"
-        ) from exc
-
-
-@contextlib.contextmanager
 def _begin(engine: sa.Engine, *, reads_only: bool) -> Iterator[sa.Connection]:
     try:
         with _writer_turn(engine, reads_only=reads_only), engine.connect() as conn:

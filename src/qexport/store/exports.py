@@ -425,6 +425,19 @@ def _to_record(row: Any) -> ExportRecord:  # a Row, or an OneRead's
 
 # The hottest read (every GET of an export, every download), prebuilt like the transitions.
 _GET_EXPORT = OneRead(sa.select(exports).where(exports.c.id == sa.bindparam("id_")))
+# A download's read: the export with its query (a report's export: none), one round trip
+# instead of two. On PostgreSQL one client's 64 KiB ranges took 2.25-2.41 ms instead of
+# 2.54-2.79 ms (the server's CPU: 2.04-2.11 ms instead of 2.19-2.33).
+_GET_EXPORT_WITH_QUERY = OneRead(
+    sa.select(exports, *(queries.c[key].label(_CLAIM_QUERY_PREFIX + key) for key in QUERY_KEYS))
+    .select_from(
+        exports.outerjoin(
+            queries,
+            sa.and_(queries.c.id == exports.c.subject_id, exports.c.subject_type != SUBJECT_REPORT),
+        )
+    )
+    .where(exports.c.id == sa.bindparam("id_"))
+)
 _EVENTS = OneRead(
     sa.select(export_events)
     .where(export_events.c.export_id == sa.bindparam("id_"))
@@ -554,6 +567,13 @@ class SqlExportQueue:
     def get_export(self, export_id: str) -> ExportRecord | None:
         row = _GET_EXPORT.first(self._engine, {"id_": export_id})
         return _to_record(row) if row else None
+
+    def get_export_with_query(self, export_id: str) -> tuple[ExportRecord, Query | None] | None:
+        row = _GET_EXPORT_WITH_QUERY.first(self._engine, {"id_": export_id})
+        if row is None:
+            return None
+        query = to_query(row, _CLAIM_QUERY_PREFIX) if row.query_id is not None else None
+        return _to_record(row), query
 
     def list_exports(
         self,

@@ -84,6 +84,24 @@ class OneRead:
         return plan.rows(rows)
 
 
+class OneWrite(OneRead):
+    """A write that is one statement (on PostgreSQL, a SELECT of a function that writes),
+    run as an OneRead is off an event loop: on a connection of the pool, in autocommit on
+    PostgreSQL, so that it commits on its own in one round trip. Never on an event loop,
+    where it could wait for a lock; nor on SQLite, where writers take turns in
+    transactions (qexport.store.engine)."""
+
+    __slots__ = ()
+
+    def _run(self, engine: sa.Engine, params: Mapping[str, Any] | None, *, one: bool) -> list[Any]:
+        if engine.dialect.name != "postgresql":
+            raise ValueError("an OneWrite is for PostgreSQL; SQLite writes in transactions")
+        if _running_loop() is not None:
+            raise RuntimeError("an OneWrite may wait for a lock: not on an event loop")
+        plan = self._plan(engine.dialect)
+        return plan.rows(_read_pooled(engine, plan, plan.arguments(params or {}), one=one))
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
