@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from qexport.domain.exports import Result
 from qexport.domain.failures import MetadataUnavailableError
 from qexport.store.engine import create_engine, transaction
-from qexport.store.reads import OneRead
+from qexport.store.reads import OneRead, OneWrite
 from qexport.store.tables import export_events, exports, users, workspaces
 from tests.factories import new_export
 from tests.queue_helpers import claim
@@ -233,3 +233,38 @@ def test_a_loops_connection_the_server_ended_is_replaced(pg_url: str) -> None:
         assert second != first
     finally:
         engine.dispose()
+
+
+def test_a_write_commits_on_its_own_and_never_runs_where_it_may_not(engine: sa.Engine) -> None:
+    """An OneWrite on PostgreSQL commits without a transaction around it: another connection
+    sees its row at once, and the connection goes back to the pool out of autocommit. It is
+    refused on an event loop, where it could wait for a lock, and on SQLite, whose writers
+    take turns in transactions."""
+    put = OneWrite(sa.select(sa.func.one_write_put(sa.bindparam("v", type_=sa.Text))))
+    if engine.dialect.name == "sqlite":
+        with pytest.raises(ValueError, match="SQLite"):
+            put.scalar(engine, {"v": "x"})
+        return
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE one_write_probe (v text)"))
+        conn.execute(
+            sa.text(
+                "CREATE FUNCTION one_write_put(v text) RETURNS text LANGUAGE sql"
+                " AS 'INSERT INTO one_write_probe VALUES (v) RETURNING v'"
+            )
+        )
+    assert put.scalar(engine, {"v": "kept"}) == "kept"
+    with psycopg.connect(engine.url.set(drivername="postgresql").render_as_string(False)) as other:
+        assert other.execute("SELECT v FROM one_write_probe").fetchall() == [("kept",)]
+    with engine.connect() as conn:
+        assert not conn.connection.driver_connection.autocommit  # type: ignore[union-attr]
+
+    async def on_a_loop() -> None:
+        put.scalar(engine, {"v": "refused"})
+
+    with pytest.raises(RuntimeError, match="event loop"):
+        asyncio.run(on_a_loop())
+    with engine.begin() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM one_write_probe")).scalar() == 1
+        conn.execute(sa.text("DROP FUNCTION one_write_put(text)"))
+        conn.execute(sa.text("DROP TABLE one_write_probe"))

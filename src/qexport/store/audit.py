@@ -11,8 +11,10 @@ that writes begins IMMEDIATE, store/engine.py).
 
 `SqlAuditLog.record` is for what has no transaction of its own (a download, a sign-in): the
 events recorded at the same moment are written together, one statement per workspace on
-PostgreSQL and one transaction on SQLite, never failing the action; a failure to record is
-logged and counted.
+PostgreSQL (on the driver's cursor, `OneWrite`) and one transaction on SQLite, never failing
+the action; a failure to record is logged and counted. `record_soon` hands an event to a
+writer thread instead, which writes the events given within 10 ms of each other together:
+for a download's event once its response is sent, which nothing need wait for.
 
 A download's event also adds its share to its workspace's row of `audit_download_totals`
 (what /metrics reports), in the same transaction, and a prune takes the pruned events' shares
