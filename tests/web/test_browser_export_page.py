@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,6 +86,18 @@ def _query_id(site: Site, name: str) -> str:
     return str(next(q["id"] for q in items if q["name"] == name))
 
 
+def _link_used(site: Site, export_id: str) -> None:
+    """Wait (up to 10 s) until the export's link records its last use."""
+    deadline = time.monotonic() + 10
+    with _api(site) as api:
+        while True:
+            items = api.get(f"/api/v1/exports/{export_id}/links").json()["items"]
+            if items[0]["last_used_at"] is not None:
+                return
+            assert time.monotonic() < deadline, "the link's use was never recorded"
+            time.sleep(0.05)
+
+
 def _delivery(page: Page, target: str) -> Any:
     return page.locator("#deliveries tr", has_text=target)
 
@@ -152,6 +165,7 @@ def test_a_public_link_is_listed_after_a_reload_and_revoked(
     stranger = chromium.new_context()
     try:
         assert stranger.request.get(url).status == 200
+        _link_used(site, export_id)  # recorded once the file has gone out, not before
         page.reload()
         expect(rows).not_to_contain_text("never")
         page.goto(f"/exports/{export_id}/links")  # the form's URL, as from the address bar
