@@ -4,9 +4,13 @@ sideways scrolling, wide or narrow."""
 
 from __future__ import annotations
 
+import time
+
 from qexport.clock import SystemClock
+from qexport.domain.audit import Action
 from qexport.services.accounts import add_user
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.audit import SqlAuditLog
 from tests.web.browser import PASSWORD, Site, chromium, require_browser, sign_in, site
 from tests.web.browser import request_export as _request
 
@@ -17,6 +21,18 @@ from playwright.sync_api import Browser, expect  # noqa: E402
 __all__ = ["chromium", "site"]  # fixtures
 
 ADMIN = "ada@example.com"
+
+
+def _downloaded(site: Site, export_id: str) -> None:
+    """Wait (up to 10 s) until the export's download is in the audit trail."""
+    log = SqlAuditLog(site.env.store.engine)
+    deadline = time.monotonic() + 10
+    while not any(
+        event.target_id == export_id and event.action == Action.FILE_DOWNLOADED
+        for event in log.chain("demo")
+    ):
+        assert time.monotonic() < deadline, "the download was never recorded"
+        time.sleep(0.05)
 
 
 def test_an_admin_reads_and_narrows_the_audit_trail(site: Site, chromium: Browser) -> None:
@@ -33,8 +49,10 @@ def test_an_admin_reads_and_narrows_the_audit_trail(site: Site, chromium: Browse
     page = sign_in(site, chromium, ADMIN, shot=None)
     export_id = _request(page, "small_orders")
     expect(page.get_by_role("link", name="Download")).to_be_visible(timeout=60_000)
-    with page.expect_download():
+    with page.expect_download() as download:
         page.get_by_role("link", name="Download").click()
+    download.value.path()  # the whole file has arrived
+    _downloaded(site, export_id)  # its event is written once the file has gone out
     page.get_by_role("link", name="Audit", exact=True).click()
     expect(page.get_by_role("heading", name="Audit trail")).to_be_visible()
     table = page.locator("table")
