@@ -2,6 +2,7 @@
 
     python bench/api_load.py [--backend sqlite --backend postgresql] [--workers 2]
                              [--clients 40] [--seconds 20] [--requests 200] [--orders 200000]
+                             [--worker-nice 10] [--no-worker-idle]
 
 Each backend gets a fresh installation: a data dir with the demo DuckDB database (`--orders`
 orders), a fresh SQLite metadata database there or a throwaway PostgreSQL database on the
@@ -393,6 +394,7 @@ def measure(backend: str, args: argparse.Namespace) -> list[str]:
                 "QEXPORT_DATABASE_URL": db_url,
                 "QEXPORT_MAX_UNSETTLED_PER_USER": "10000",
                 "QEXPORT_WORKER_NICE": str(args.worker_nice),
+                "QEXPORT_WORKER_IDLE": str(args.worker_idle).lower(),
             }
             if db_url:  # PostgreSQL: the installation secret must be given (as in production)
                 env["QEXPORT_SECRET_KEY"] = secrets.token_hex(32)
@@ -420,11 +422,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--orders", type=int, default=200_000)
     parser.add_argument("--worker-nice", type=int, default=10, help="QEXPORT_WORKER_NICE")
+    parser.add_argument(
+        "--worker-idle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="QEXPORT_WORKER_IDLE",
+    )
     args = parser.parse_args()
     configure_logging(level=logging.WARNING)  # the seeding's worker: its exports, not news
     print(
         f"load average before: {os.getloadavg()}; --workers {args.workers},"
-        f" QEXPORT_WORKER_NICE={args.worker_nice}"
+        f" QEXPORT_WORKER_NICE={args.worker_nice}, QEXPORT_WORKER_IDLE={args.worker_idle}"
     )
     for backend in args.backend or ["sqlite", "postgresql"]:
         for line in measure(backend, args):

@@ -278,6 +278,33 @@ def _build_checked(settings: Settings, what: str) -> Container:
     return deps
 
 
+def _lower_priority(settings: Settings) -> None:
+    """Run this process's exports after the servers on its machine: at niceness
+    QEXPORT_WORKER_NICE and, on Linux, in the idle scheduling class. On Linux both are a
+    thread's own: every thread already running is lowered (the libraries' native ones, started
+    on import), and those started later (DuckDB's, the slots) and the processes forked later
+    inherit it."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():  # not Linux: the process's niceness
+        if settings.worker_nice:
+            os.nice(settings.worker_nice)
+        return
+    for tid in (int(t.name) for t in tasks.iterdir()):
+        try:
+            if settings.worker_nice:
+                now = os.getpriority(os.PRIO_PROCESS, tid)
+                os.setpriority(os.PRIO_PROCESS, tid, min(now + settings.worker_nice, 19))
+            if settings.worker_idle:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
+        except OSError as exc:  # a sandbox that forbids it: run as started
+            import structlog
+
+            structlog.get_logger().warning("worker_priority_not_lowered", reason=str(exc))
+            return
+
+
 def _run_worker(
     settings: Settings, concurrency: int, drain: bool, *, supervised: bool, group_slots: int
 ) -> None:
@@ -285,8 +312,7 @@ def _run_worker(
     from qexport.worker.loop import Worker
 
     remove_abandoned()  # pipes and spill of workers killed outright (SIGKILL, OOM killer)
-    if settings.worker_nice:
-        os.nice(settings.worker_nice)  # before any thread starts: they inherit it
+    _lower_priority(settings)
     w = Worker(
         bootstrap.build(settings, upgrade=False),
         concurrency=concurrency,

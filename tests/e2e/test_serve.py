@@ -356,18 +356,27 @@ def test_clients_connecting_at_once_are_dealt_to_both_servers(env: Env) -> None:
 
 
 def test_the_worker_runs_its_exports_at_a_lower_priority(env: Env) -> None:
-    """`qexport worker` runs at niceness 10 above its parent's (QEXPORT_WORKER_NICE), so that
-    a server on the same machine goes first; 0 leaves it as started."""
+    """`qexport worker` runs at niceness 10 above its parent's (QEXPORT_WORKER_NICE) and, on
+    Linux, every thread of it in the idle scheduling class (QEXPORT_WORKER_IDLE), so that a
+    server on the same machine goes first; 0 and false leave it as started."""
     base = os.nice(0)
 
-    def niceness(proc: subprocess.Popen[bytes]) -> int:
-        def started() -> bool:
+    def started(proc: subprocess.Popen[bytes]) -> list[int]:
+        def logged() -> bool:
             log = next(env.data_dir.glob(f"worker-{env.procs.index(proc)}.log")).read_text()
             return "worker_started" in log
 
-        wait_for(started, timeout=60, interval=0.1)
-        stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        wait_for(logged, timeout=60, interval=0.1)
+        return [int(tid) for tid in os.listdir(f"/proc/{proc.pid}/task")]
+
+    def niceness(tid: int) -> int:
+        stat = Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)[1].split()
         return int(stat[16])  # field 19 of proc(5): nice
 
-    assert niceness(env.start_worker()) == min(base + 10, 19)
-    assert niceness(env.start_worker(QEXPORT_WORKER_NICE="0")) == base
+    lowered = started(env.start_worker())
+    assert len(lowered) > 1  # the threads it started (the listener, the heartbeat) too
+    assert {niceness(tid) for tid in lowered} == {min(base + 10, 19)}
+    assert {os.sched_getscheduler(tid) for tid in lowered} == {os.SCHED_IDLE}
+    as_started = started(env.start_worker(QEXPORT_WORKER_NICE="0", QEXPORT_WORKER_IDLE="false"))
+    assert {niceness(tid) for tid in as_started} == {base}
+    assert {os.sched_getscheduler(tid) for tid in as_started} == {os.sched_getscheduler(0)}
