@@ -289,16 +289,31 @@ def _lower_priority(settings: Settings) -> None:
         if settings.worker_nice:
             os.nice(settings.worker_nice)
         return
-    for tid in (int(t.name) for t in tasks.iterdir()):
+    threads = [int(t.name) for t in tasks.iterdir()]
+    if settings.worker_nice:
+        _each_thread(
+            threads,
+            lambda tid: os.setpriority(
+                os.PRIO_PROCESS,
+                tid,
+                min(os.getpriority(os.PRIO_PROCESS, tid) + settings.worker_nice, 19),
+            ),
+        )
+    if settings.worker_idle:
+        _each_thread(
+            threads, lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        )
+
+
+def _each_thread(threads: list[int], change: Callable[[int], None]) -> None:
+    """`change` each thread, those that ended meanwhile aside; if refused (a sandbox that
+    forbids it), the threads are left as they are and the refusal logged."""
+    for tid in threads:
         try:
-            if settings.worker_nice:
-                now = os.getpriority(os.PRIO_PROCESS, tid)
-                os.setpriority(os.PRIO_PROCESS, tid, min(now + settings.worker_nice, 19))
-            if settings.worker_idle:
-                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        except ProcessLookupError:  # a thread that ended meanwhile
+            change(tid)
+        except ProcessLookupError:
             continue
-        except OSError as exc:  # a sandbox that forbids it: run as started
+        except OSError as exc:
             import structlog
 
             structlog.get_logger().warning("worker_priority_not_lowered", reason=str(exc))
