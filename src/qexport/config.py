@@ -217,7 +217,7 @@ class Settings:
     # Niceness alone lets a server wait: on Linux's EEVDF scheduler a waking server does not
     # always take its core back from a niced worker at once. In the idle class it does, and
     # it is placed on a core that runs only such work. bench/api_load.py, PostgreSQL, 40
-    # clients beside a large export: a median 909 requests/s (699-1,010, 7 runs), reads p99
+    # clients beside a large export: a median 913 requests/s (699-1,099, 10 runs), reads p99
     # 95 ms, against 737 (664-894, 4 runs) and 117 ms at niceness 10 alone.
     worker_idle: bool = setting(
         True,
