@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
 
+from tests.e2e.conftest import wait_for
 from tests.e2e.test_serve import bearer
 from tests.receivers import WebhookReceiver, running_receiver
 from tests.web.browser import (
@@ -88,14 +88,13 @@ def _query_id(site: Site, name: str) -> str:
 
 def _link_used(site: Site, export_id: str) -> None:
     """Wait (up to 10 s) until the export's link records its last use."""
-    deadline = time.monotonic() + 10
     with _api(site) as api:
-        while True:
-            items = api.get(f"/api/v1/exports/{export_id}/links").json()["items"]
-            if items[0]["last_used_at"] is not None:
-                return
-            assert time.monotonic() < deadline, "the link's use was never recorded"
-            time.sleep(0.05)
+        wait_for(
+            lambda: api.get(f"/api/v1/exports/{export_id}/links").json()["items"][0][
+                "last_used_at"
+            ],
+            timeout=10,
+        )
 
 
 def _delivery(page: Page, target: str) -> Any:
