@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
+from typing import Any
+
+import structlog
 
 from qexport.domain.exports import Status
+from qexport.worker.processes import Supervisor
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL, FAST_LEASE
 
@@ -65,3 +70,36 @@ def test_sigterm_stops_every_process_and_a_killed_one_is_replaced(env: Env) -> N
     assert supervisor.wait(timeout=60) == 0
     assert not any(_alive(pid) for pid in children)
     assert "worker_stopped" in (env.data_dir / "worker-0.log").read_text()
+
+
+def test_a_stop_signal_while_the_processes_start_starts_no_more(tmp_path: Path) -> None:
+    """SIGTERM to a supervisor still forking its children (a process manager's stop, Ctrl-C,
+    `timeout`) starts none after it and ends those it had started; `run` then returns."""
+    started = tmp_path / "started"
+    started.mkdir()
+
+    def target(index: int) -> None:
+        (started / str(index)).touch()
+        time.sleep(120)  # until the supervisor's SIGTERM ends it
+
+    class SignalledAfterTheFirst(Supervisor):
+        def _start(self, child: Any) -> None:
+            super()._start(child)
+            if child.index == 0:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    supervisor = SignalledAfterTheFirst(target, 20, kind="server", poll_seconds=0.05)
+    try:
+        supervisor.install_signal_handlers()
+        with structlog.testing.capture_logs() as logs:
+            assert supervisor.run() == 0
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    events = [e["event"] for e in logs]
+    assert events.count("server_process_started") == 1
+    assert "supervisor_stopping" in events
+    assert {p.name for p in started.iterdir()} <= {"0"}
+    first = next(e["pid"] for e in logs if e["event"] == "server_process_started")
+    assert not _alive(first)

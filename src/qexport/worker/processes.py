@@ -25,6 +25,7 @@ import structlog
 log = structlog.get_logger()
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 # A child that ran this long before dying is restarted at the shortest backoff again.
 STABLE_AFTER_SECONDS = 60.0
@@ -72,7 +73,7 @@ class Supervisor:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals += 1
-        log.info("supervisor_stopping", signal=signum, forwarded=self._signals)
+        log.info("supervisor_stopping", signal=signum, signals_received=self._signals)
         for child in self._children:
             if child.process is not None and child.process.is_alive():
                 # Always SIGTERM: a child stops gracefully on the first, hands back on the second.
@@ -86,7 +87,10 @@ class Supervisor:
         """Supervise until every child has exited for good; the exit status for the CLI."""
         self._children = [_Child(i) for i in range(self.processes)]
         for child in self._children:
-            self._start(child)
+            if self.stopping:  # a signal during start-up: start no more
+                child.done = True
+            else:
+                self._start(child)
         status = 0
         while True:
             now = time.monotonic()
@@ -126,11 +130,18 @@ class Supervisor:
         return 0
 
     def _start(self, child: _Child) -> None:
+        """Fork one child. SIGTERM and SIGINT wait (blocked) across the fork: a child must not
+        run the supervisor's handler before it has set its own, and a signal to the
+        supervisor during the fork still reaches the new child, once it is listed."""
         supervisor = os.getpid() if self.end_with_supervisor else None
         process = self._ctx.Process(target=_child_main, args=(self.target, child.index, supervisor))
-        process.start()
-        child.process = process
-        child.started_at = time.monotonic()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            process.start()
+            child.process = process
+            child.started_at = time.monotonic()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a pending one runs here
         log.info(f"{self.kind}_process_started", index=child.index, pid=process.pid)
 
 
@@ -139,6 +150,7 @@ def _child_main(target: Callable[[int], None], index: int, supervisor: int | Non
     # child ignores the terminal's own SIGINT to not count one keypress as two signals.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked by _start
     if supervisor is not None:
         _end_with_parent(supervisor)
     target(index)
