@@ -375,6 +375,12 @@ def scheduler(
 # ---------------------------------------------------------------- serve
 
 
+# A server process is asynchronous: more of them than cores only adds memory and database
+# connections (33 each on PostgreSQL). The bound stops a slip of the keyboard (--workers 1000)
+# from forking the machine out of memory.
+MAX_SERVERS_PER_CORE = 4
+
+
 @app.command()
 def serve(
     ctx: typer.Context,
@@ -387,7 +393,8 @@ def serve(
         typer.Option(
             min=1,
             help="Server processes on the one port, each a whole server sharing only the"
-            " database and the object store, kept running by this one (default: one per core).",
+            " database and the object store, kept running by this one (default: one per core;"
+            " at most 4 per core).",
             show_default=False,
         ),
     ] = None,
@@ -400,6 +407,12 @@ def serve(
     from qexport.app import create_app
 
     configure_logging(level=logging.INFO)
+    most = MAX_SERVERS_PER_CORE * cores()
+    if workers is not None and workers > most:
+        fail_input(
+            f"--workers {workers}: at most {most} on this machine ({MAX_SERVERS_PER_CORE} per"
+            " core; one per core already serves every request the cores can)"
+        )
     settings = with_public_url(state(ctx).settings, host, port)
     _refuse_unsafe_start(settings, "serve")
     deps = _build_checked(settings, "server")
@@ -426,7 +439,12 @@ def _serve_processes(settings: Settings, host: str, port: int, processes: int) -
 
     own_shares = balances_connections()
     try:
-        # Bound here (and held, never listened on) so that a taken port fails at once.
+        # Bound here (and held, never listened on) so that a taken port fails at once. Sockets
+        # that share a port (SO_REUSEPORT) bind beside any other such socket of this user, so
+        # another qexport serve would be joined without a word and served half its clients:
+        # a socket that does not share the port is bound first, which any listener refuses.
+        if own_shares:
+            listening_socket(host, port).close()
         sock = listening_socket(host, port, own_share=own_shares)
     except OSError as exc:
         fail(f"server cannot start: cannot listen on {host}:{port}: {exc.strerror or exc}", 3)

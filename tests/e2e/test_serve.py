@@ -199,6 +199,35 @@ def test_the_servers_end_when_serve_is_killed_outright(env: Env) -> None:
     assert not _answers(f"{url}/healthz")
 
 
+def test_a_second_serve_on_the_same_port_is_refused(env: Env) -> None:
+    """A second `serve --workers 2` on a port that one already serves exits at once with the
+    reason, instead of joining the port (SO_REUSEPORT) and taking half of its clients; the
+    first serves on alone."""
+    url, first = start_server(env, "--workers", "2")
+    port = url.rsplit(":", 1)[1]
+    second = env.run("serve", "--port", port, "--workers", "2", check=False, timeout=60)
+    assert second.returncode == 3, second.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+    assert "in use" in second.stderr
+    assert "Traceback" not in second.stderr
+    fresh = httpx2.Limits(max_keepalive_connections=0)
+    with httpx2.Client(base_url=url, timeout=30, limits=fresh) as client:
+        assert all(client.get("/healthz").status_code == 200 for _ in range(10))
+    assert first.poll() is None
+
+
+def test_serve_refuses_more_processes_than_the_machine_can_use(env: Env) -> None:
+    """`--workers` far beyond the cores (a slip: 1000 for 10) is refused before anything is
+    forked, with the bound; zero is refused by the option itself."""
+    too_many = env.run("serve", "--port", str(free_port()), "--workers", "100000", check=False)
+    assert too_many.returncode == 2
+    most = 4 * len(os.sched_getaffinity(0))
+    assert f"--workers 100000: at most {most} on this machine" in too_many.stderr
+    zero = env.run("serve", "--port", str(free_port()), "--workers", "0", check=False)
+    assert zero.returncode == 2
+    assert "Traceback" not in too_many.stderr + zero.stderr
+
+
 class _Output:
     """A subprocess's stdout, read line by line on a thread (so that reads never block)."""
 
