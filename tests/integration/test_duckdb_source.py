@@ -417,6 +417,25 @@ def test_a_file_that_is_not_a_database_is_source_unavailable(tmp_path: Path) -> 
         DuckDBSource("garbage", path).execute("SELECT 1", {}, REQUESTER, timeout_seconds=5)
 
 
+def test_a_second_source_on_the_same_file_says_so(source: DuckDBSource, db_path: Path) -> None:
+    """Two sources on one DuckDB file in one process: DuckDB would hand the second the first's
+    instance, sandboxed around the first's folders. The second is refused with the reason and
+    the way out (share the first); the first reads on."""
+    assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
+    second = DuckDBSource("warehouse_b", db_path)
+    try:
+        with pytest.raises(SourceUnavailableError) as refused:
+            second.execute("SELECT 1", {}, REQUESTER, timeout_seconds=5)
+    finally:
+        second.close()
+    assert "'warehouse_b'" in str(refused.value)
+    assert f"the file {db_path} is already open in this process through another source" in str(
+        refused.value
+    )
+    assert "qexport sources share" in str(refused.value)
+    assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
+
+
 def test_concurrent_exports_each_read_their_own_rows(source: DuckDBSource) -> None:
     """Several threads streaming at once each get exactly their own result."""
     totals: dict[int, int] = {}

@@ -16,7 +16,7 @@ import duckdb
 
 from qexport.domain.failures import QExportError, bounded_detail
 from qexport.private_files import make_private_dirs
-from qexport.sources.duckdb import connect_sandboxed
+from qexport.sources.duckdb import FileAlreadyOpenError, connect_sandboxed
 
 # Bump when the generated data changes, so existing demo databases are rebuilt.
 GENERATOR_VERSION = 1
@@ -69,7 +69,7 @@ def _existing_matches(path: Path, orders: int, seed: int) -> bool:
             rows = con.sql("SELECT orders, seed, generator_version FROM demo_meta").fetchall()
         finally:
             con.close()
-    except duckdb.Error:
+    except (duckdb.Error, FileAlreadyOpenError):
         return False
     return rows == [(orders, seed, GENERATOR_VERSION)]
 

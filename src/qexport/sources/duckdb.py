@@ -78,6 +78,7 @@ def connect_sandboxed(
     check_size(temp_limit, "temp limit")
     con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG)
     try:
+        _refuse_locked(con, path)
         # DuckDB caches table blocks up to its limit (80% of RAM by default): unbounded, a
         # worker's memory grew with the table it read (850 MiB for 10M rows, 490 for 1M).
         # Bounded, larger sorts and joins spill to disk instead.
@@ -99,6 +100,23 @@ def connect_sandboxed(
         con.close()
         raise
     return con
+
+
+class FileAlreadyOpenError(ValueError):
+    """The database file is already open, sandboxed, through another source of this process."""
+
+
+def _refuse_locked(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """DuckDB hands out the instance this process already has open on a file: another
+    source's, its sandbox locked around that source's own folders. Said as such, rather than
+    as the first SET's "the configuration has been locked"."""
+    locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
+    if locked and locked[0]:
+        raise FileAlreadyOpenError(
+            f"the file {path} is already open in this process through another source; a"
+            " DuckDB file backs one source (share that one with other workspaces:"
+            " qexport sources share NAME WORKSPACE)"
+        )
 
 
 # What identifies the file a connection has open: (st_dev, st_ino, st_size, st_mtime_ns).
@@ -404,7 +422,7 @@ class DuckDBSource:
                 temp_limit=self.temp_limit,
                 lake=self.lake,
             )
-        except duckdb.Error as exc:
+        except (duckdb.Error, FileAlreadyOpenError) as exc:
             raise connect_error(self.name, exc) from exc
 
 
