@@ -3,6 +3,8 @@ account store."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from qexport.config import Settings
@@ -132,6 +134,30 @@ def test_a_name_is_registered_once(accounts: InMemoryAccountStore, clock: Frozen
         _register(accounts, clock, "shop", "duckdb:///data/other.duckdb", "beta")
     assert refused.value.field == "name"
     assert accounts.registered_sources()["shop"].workspace_id == "acme"
+
+
+def test_a_duckdb_file_backs_one_source(
+    accounts: InMemoryAccountStore, clock: FrozenClock, tmp_path: Path
+) -> None:
+    """A second source on a file that already backs one (registered, or the built-in demo's;
+    through a link too) is refused, naming the source to share instead; another file is not."""
+    shop = tmp_path / "shop.duckdb"
+    shop.touch()
+    (tmp_path / "link.duckdb").symlink_to(shop)
+    _register(accounts, clock, "shop", f"duckdb://{shop}")
+    for url in (f"duckdb://{shop}", f"duckdb://{tmp_path}/link.duckdb"):
+        with pytest.raises(InvalidRequestError) as refused:
+            _register(accounts, clock, "shop_b", url, "beta")
+        assert refused.value.field == "url"
+        assert f"the file {shop} is already source 'shop'" in str(refused.value)
+        assert "qexport sources share shop beta" in str(refused.value)
+    settings = Settings(data_dir=tmp_path)
+    with pytest.raises(InvalidRequestError) as demo:
+        _register(accounts, clock, "demo2", f"duckdb://{settings.demo_database}", settings=settings)
+    assert "is already source 'demo'" in str(demo.value)
+    assert "(QEXPORT_SOURCE_DEMO_WORKSPACES)" in str(demo.value)
+    _register(accounts, clock, "other", f"duckdb://{tmp_path}/other.duckdb", "beta")
+    assert set(accounts.registered_sources()) == {"shop", "other"}
 
 
 # ---------------------------------------------------------------- credentials at rest

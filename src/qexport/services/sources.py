@@ -9,6 +9,7 @@ are only ever shown with their password masked.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -237,6 +238,7 @@ def register_source(
     variable = env_reference(request.url)
     usable = unseal(name, request.url, settings.secret_key) if variable else request.url
     check_source_url(usable)
+    _refuse_a_second_source_on_one_file(accounts, settings, usable, workspace_id)
     findings = check_role(name, usable, request.allow_privileged_role)
     created = event(
         clock,
@@ -262,6 +264,40 @@ def register_source(
         audit=created,
     )
     return findings
+
+
+def _refuse_a_second_source_on_one_file(
+    accounts: AccountStore, settings: Settings, url: str, workspace_id: str
+) -> None:
+    """A DuckDB file backs one source: a worker opens it once, sandboxed around that source's
+    own folders, and a second source on it could not run (qexport.sources.duckdb). The
+    refusal names the source to share instead."""
+    path = _duckdb_file(url)
+    if path is None:
+        return
+    for view in all_sources(accounts, settings):
+        if view.kind == "duckdb" and _duckdb_file(view.url) == path:
+            share = (
+                f"qexport sources share {view.name} {workspace_id or 'WORKSPACE'}"
+                if view.origin == "registered"
+                else f"QEXPORT_SOURCE_{view.name.upper()}_WORKSPACES"
+            )
+            raise InvalidRequestError(
+                f"the file {path} is already source {view.name!r}: a DuckDB file backs one"
+                f" source; share that one instead ({share})",
+                field="url",
+            )
+
+
+def _duckdb_file(url: str) -> str | None:
+    """The real path of a DuckDB source's file, links followed; None for another kind."""
+    if kind_of(url) != "duckdb":
+        return None
+    try:
+        path, _lake = duckdb_location(url)
+    except ValueError:
+        return None
+    return os.path.realpath(path)
 
 
 def register_member_source(
