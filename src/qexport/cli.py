@@ -394,7 +394,7 @@ def serve(
             min=1,
             help="Server processes on the one port, each a whole server sharing only the"
             " database and the object store, kept running by this one (default: one per core;"
-            " at most 4 per core).",
+            f" at most {MAX_SERVERS_PER_CORE} per core).",
             show_default=False,
         ),
     ] = None,
