@@ -16,6 +16,7 @@ from typing import Any
 import httpx2
 
 from qexport.domain.queries import Parameter, ParamType
+from tests import procfs
 from tests.e2e.conftest import Env, wait_for
 
 SMALL_ORDERS = "SELECT order_id, total FROM orders WHERE order_id <= $n ORDER BY order_id"
@@ -139,10 +140,6 @@ def _session(api: httpx2.Client, url: str) -> None:
     assert 'qexport_exports{status="succeeded"} 1.0' in httpx2.get(f"{url}/metrics").text
 
 
-def _children(pid: int) -> list[int]:
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def test_serve_with_two_workers_shares_tokens_sessions_and_links(env: Env) -> None:
     """`serve --workers 2` runs two server processes on one port; a client that opens a new
     connection for every request (so either process may answer any of them) uses a token,
@@ -158,7 +155,7 @@ def test_serve_with_two_workers_shares_tokens_sessions_and_links(env: Env) -> No
     )  # fmt: skip
     assert password.returncode == 0, password.stderr
     url, proc = start_server(env, "--workers", "2")
-    assert len(_children(proc.pid)) == 2
+    assert len(procfs.children(proc.pid)) == 2
     token = new_token(env, "ann@example.com")
     fresh = httpx2.Limits(max_keepalive_connections=0)
     with httpx2.Client(base_url=url, headers=bearer(token), timeout=30, limits=fresh) as api:
@@ -187,7 +184,7 @@ def test_the_servers_end_when_serve_is_killed_outright(env: Env) -> None:
     """SIGKILL to `serve --workers 2` (the OOM killer, a process manager's last resort) ends
     its two server processes too: none is left holding the port."""
     url, proc = start_server(env, "--workers", "2")
-    children = _children(proc.pid)
+    children = procfs.children(proc.pid)
     assert len(children) == 2
     proc.kill()
     proc.wait(timeout=30)
@@ -349,11 +346,7 @@ def test_demo_serve_prints_a_url_and_a_token_that_work(tmp_path: Path) -> None:
 def _connections_held(pid: int, port: int, state: str = "01") -> int:
     """How many TCP sockets on `port` in `state` (01: established, 0A: listening) process
     `pid` has open."""
-    inodes = {
-        os.readlink(fd)[len("socket:[") : -1]
-        for fd in Path(f"/proc/{pid}/fd").iterdir()
-        if os.readlink(fd).startswith("socket:[")
-    }
+    inodes = procfs.socket_inodes(pid)
     held = 0
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
@@ -367,7 +360,7 @@ def test_clients_connecting_at_once_are_dealt_to_both_servers(env: Env) -> None:
     their connections: each of `serve --workers 2`'s processes holds a fair share of them,
     rather than the first to wake taking nearly all."""
     url, proc = start_server(env, "--workers", "2")
-    children = _children(proc.pid)
+    children = procfs.children(proc.pid)
     port = int(url.rsplit(":", 1)[1])
     wait_for(lambda: all(_connections_held(pid, port, "0A") for pid in children), timeout=60)
     clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(40)]
@@ -396,16 +389,23 @@ def test_the_worker_runs_its_exports_at_a_lower_priority(env: Env) -> None:
             return "worker_started" in log
 
         wait_for(logged, timeout=60, interval=0.1)
-        return [int(tid) for tid in os.listdir(f"/proc/{proc.pid}/task")]
+        return procfs.threads(proc.pid)
 
-    def niceness(tid: int) -> int:
-        stat = Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(stat[16])  # field 19 of proc(5): nice
+    def priorities(tids: list[int]) -> set[tuple[int, int]]:
+        """Each thread's (niceness, scheduling policy); threads that end meanwhile left out."""
+        found = set()
+        for tid in tids:
+            stat = procfs.stat_fields(tid)
+            try:
+                policy = os.sched_getscheduler(tid)
+            except ProcessLookupError:
+                continue
+            if stat is not None:
+                found.add((int(stat[16]), policy))  # field 19 of proc(5): nice
+        return found
 
     lowered = started(env.start_worker())
     assert len(lowered) > 1  # the threads it started (the listener, the heartbeat) too
-    assert {niceness(tid) for tid in lowered} == {min(base + 10, 19)}
-    assert {os.sched_getscheduler(tid) for tid in lowered} == {os.SCHED_IDLE}
+    assert priorities(lowered) == {(min(base + 10, 19), os.SCHED_IDLE)}
     as_started = started(env.start_worker(QEXPORT_WORKER_NICE="0", QEXPORT_WORKER_IDLE="false"))
-    assert {niceness(tid) for tid in as_started} == {base}
-    assert {os.sched_getscheduler(tid) for tid in as_started} == {os.sched_getscheduler(0)}
+    assert priorities(as_started) == {(base, os.sched_getscheduler(0))}

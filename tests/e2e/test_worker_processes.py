@@ -12,21 +12,13 @@ import structlog
 
 from qexport.domain.exports import Status
 from qexport.worker.processes import Supervisor
+from tests import procfs
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL, FAST_LEASE
 
 
 def _children(pid: int) -> set[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return {int(p) for p in path.read_text().split()} if path.exists() else set()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
+    return set(procfs.children(pid))
 
 
 def test_processes_drain_the_queue_each_with_its_own_id(env: Env) -> None:
@@ -68,7 +60,7 @@ def test_sigterm_stops_every_process_and_a_killed_one_is_replaced(env: Env) -> N
     children = _children(supervisor.pid)
     supervisor.send_signal(signal.SIGTERM)
     assert supervisor.wait(timeout=60) == 0
-    assert not any(_alive(pid) for pid in children)
+    assert not any(procfs.alive(pid) for pid in children)
     assert "worker_stopped" in (env.data_dir / "worker-0.log").read_text()
 
 
@@ -102,4 +94,4 @@ def test_a_stop_signal_while_the_processes_start_starts_no_more(tmp_path: Path) 
     assert "supervisor_stopping" in events
     assert {p.name for p in started.iterdir()} <= {"0"}
     first = next(e["pid"] for e in logs if e["event"] == "server_process_started")
-    assert not _alive(first)
+    assert not procfs.alive(first)
