@@ -86,8 +86,9 @@ def _account(text: str) -> _Account | None:
 
 
 def _accounts(text: str) -> list[_Account]:
-    """The roles of `GRANT a, b TO ...`."""
-    return [a for a in (_account(p) for p in text.split(",")) if a is not None]
+    """The roles of `GRANT a, b TO ...` (a comma inside a quoted name is part of it)."""
+    found = (_account(m.group(0)) for m in _ACCOUNT.finditer(text))
+    return [a for a in found if a is not None]
 
 
 def _privileges(text: str) -> list[str]:
@@ -212,8 +213,8 @@ def _expand(conn: Any, grants: _Grants, login: Key) -> list[str]:
             " (grant it fewer)"
         ]
     if "mariadb" not in str(conn.get_server_info()).lower():
+        own = set(grants.lines.get(login, []))
         for role in waiting:
-            own = set(grants.lines.get(login, []))
             using = _show_grants(conn, f"SHOW GRANTS FOR CURRENT_USER() USING {role.written}")
             grants.add([line for line in using if line not in own], grantee=role)
         return []
