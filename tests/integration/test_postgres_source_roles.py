@@ -1,5 +1,6 @@
-"""The role check of PostgreSQL sources on a real server, with real roles: privileged roles
-are refused (at registration and at a worker's first connection) unless allowed, and with the
+"""The role check of PostgreSQL sources on a real server, with real roles: privileged roles,
+and logins that can become one through any chain of grants, are refused (at registration and
+at a worker's first connection) naming the path and the fix, unless allowed; and with the
 README's row-level security setup a query cannot read another requester's rows."""
 
 from __future__ import annotations

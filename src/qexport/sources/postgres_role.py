@@ -218,21 +218,21 @@ class _Chains:
         self._roles = roles
         granted: dict[int, list[_Role]] = {}
         for role in sorted(roles.values(), key=lambda r: r.name):
-            for member in role.members:
-                granted.setdefault(member, []).append(role)
+            for member_oid in role.members:
+                granted.setdefault(member_oid, []).append(role)
         self._parent: dict[int, int] = {}
         self.depth = {login.oid: 0}
         self.past_superuser: set[int] = set()  # reached through a superuser
         waiting = deque([login])
         while waiting:
             member = waiting.popleft()
-            for role in granted.get(member.oid, []):
-                if role.oid not in self.depth:
-                    self._parent[role.oid] = member.oid
-                    self.depth[role.oid] = self.depth[member.oid] + 1
+            for granted_role in granted.get(member.oid, []):
+                if granted_role.oid not in self.depth:
+                    self._parent[granted_role.oid] = member.oid
+                    self.depth[granted_role.oid] = self.depth[member.oid] + 1
                     if member.superuser or member.oid in self.past_superuser:
-                        self.past_superuser.add(role.oid)
-                    waiting.append(role)
+                        self.past_superuser.add(granted_role.oid)
+                    waiting.append(granted_role)
         for role in roles.values():  # a membership with no grant row (pg_database_owner's)
             if role.oid not in self.depth:
                 self._parent[role.oid] = login.oid
