@@ -22,6 +22,7 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.domain.sources import RegisteredSource
 from tests.api.conftest import Api
+from tests.integration.test_postgres_source import url_for
 from tests.pg import server_url
 from tests.web.conftest import Browser, add_person, csrf_of
 
@@ -233,6 +234,78 @@ def test_a_superuser_source_is_refused_through_the_api(loopback_open: Api) -> No
     assert refused.json()["field"] == "url"
     assert "superuser" in refused.json()["detail"]
     assert "root" not in world.context.accounts.registered_sources()
+
+
+# What a login can become through grants, as the operator of the report set it up: each
+# statement runs as the superuser in a database of the test's own; {login} is the login.
+BECOMING = {
+    "member of a superuser": (
+        ["CREATE ROLE {admin} SUPERUSER NOLOGIN", "GRANT {admin} TO {login}"],
+        "can become the superuser {admin} ({login} -> {admin}: REVOKE {admin} FROM {login})",
+    ),
+    "indirect member of a superuser": (
+        [
+            "CREATE ROLE {admin} SUPERUSER NOLOGIN",
+            "CREATE ROLE {mid} NOLOGIN",
+            "GRANT {admin} TO {mid}",
+            "GRANT {mid} TO {login}",
+        ],
+        "can become the superuser {admin} ({login} -> {mid} -> {admin}: REVOKE {admin} FROM {mid})",
+    ),
+    "member of an RLS table's owner": (
+        [
+            "CREATE ROLE {owner} NOLOGIN",
+            "CREATE TABLE secrets (id int, owner text)",
+            "ALTER TABLE secrets ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE secrets OWNER TO {owner}",
+            "GRANT {owner} TO {login}",
+        ],
+        "can become {owner}, which owns a table whose row-level security is not forced on its"
+        " owner: public.secrets ({login} -> {owner}: REVOKE {owner} FROM {login}, or"
+        " ALTER TABLE public.secrets FORCE ROW LEVEL SECURITY)",
+    ),
+}
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    """A database of the test's own (the shared `postgres` one must not gain RLS tables);
+    dropped after, with the roles the test made, whose names start with its name."""
+    name = f"qexport_api_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(server_url(), autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL: {exc}")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for (role,) in admin.execute(
+            "SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", [name]
+        ).fetchall():
+            admin.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.mark.parametrize("case", BECOMING.values(), ids=BECOMING.keys())
+def test_a_login_that_can_become_a_privileged_role_is_refused_through_the_api(
+    loopback_open: Api, reader: str, own_database: str, case: tuple[list[str], str]
+) -> None:
+    """A login that may only read itself but can become a superuser (directly or through
+    another role) or the owner of a table with row-level security is refused: 422 on `url`,
+    naming the role, the grant path and the fix; nothing is registered."""
+    statements, finding = case
+    names = {p: f"{own_database}_{p}" for p in ("admin", "mid", "owner")}
+    names["login"] = reader
+    with psycopg.connect(url_for(server_url(), database=own_database), autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement.format(**names))
+    url = f"postgresql://{reader}:hunter2-{reader}@127.0.0.1:5432/{own_database}"
+    refused = loopback_open.post(SOURCES, EVE, json={"name": "becoming", "url": url})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == "url"
+    assert finding.format(**names) in refused.json()["detail"]
+    assert "becoming" not in loopback_open.context.accounts.registered_sources()
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,11 @@
-"""The role check of PostgreSQL sources on a real server, with real roles: privileged roles
-are refused (at registration and at a worker's first connection) unless allowed, and with the
+"""The role check of PostgreSQL sources on a real server, with real roles: privileged roles,
+and logins that can become one through any chain of grants, are refused (at registration and
+at a worker's first connection) naming the path and the fix, unless allowed; and with the
 README's row-level security setup a query cannot read another requester's rows."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -179,6 +181,171 @@ def test_dblink_is_found_when_installed(server: Server, new_role: Callable[..., 
         server.run("DROP EXTENSION IF EXISTS dblink", "DROP SCHEMA IF EXISTS hidden")
 
 
+# ---------------------------------------------------------------- roles the login can become
+
+
+@dataclass(frozen=True)
+class Becoming:
+    """A login and the NOLOGIN roles around it; `{login}`, `{table}` and the groups' names
+    are placeholders in the statements and in the expected finding."""
+
+    login: str  # the login's attributes
+    groups: tuple[tuple[str, str], ...]  # (placeholder, attributes) of NOLOGIN roles
+    statements: tuple[str, ...]  # run as the superuser, groups made first
+    finding: str
+
+
+_SU = (("admin", "SUPERUSER"),)
+_RLS_TABLE = (
+    "CREATE TABLE {table} (id int, owner text)",
+    "INSERT INTO {table} VALUES (1, 'alice'), (2, 'bob')",
+    "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+    "CREATE POLICY per_user ON {table} USING (owner = current_setting('qexport.user_id'))",
+)
+BECOMING: dict[str, Becoming] = {
+    "member of a superuser": Becoming(
+        "",
+        _SU,
+        ("GRANT {admin} TO {login}",),
+        "can become the superuser {admin} ({login} -> {admin}: REVOKE {admin} FROM {login})",
+    ),
+    "indirect member of a superuser": Becoming(
+        "",
+        (("mid", ""), *_SU),
+        ("GRANT {admin} TO {mid}", "GRANT {mid} TO {login}"),
+        "can become the superuser {admin} ({login} -> {mid} -> {admin}: REVOKE {admin} FROM {mid})",
+    ),
+    "NOINHERIT chain to a superuser": Becoming(
+        "NOINHERIT",
+        (("mid", "NOINHERIT"), *_SU),
+        ("GRANT {admin} TO {mid}", "GRANT {mid} TO {login}"),
+        "can become the superuser {admin} ({login} -> {mid} -> {admin}: REVOKE {admin} FROM {mid})",
+    ),
+    "member of a BYPASSRLS role": Becoming(
+        "",
+        (("mid", ""), ("bypass", "BYPASSRLS")),
+        ("GRANT {bypass} TO {mid}", "GRANT {mid} TO {login}"),
+        "can become {bypass}, which has BYPASSRLS ({login} -> {mid} -> {bypass}:"
+        " REVOKE {bypass} FROM {mid})",
+    ),
+    "member of the owner of an RLS table": Becoming(
+        "",
+        (("owner", ""),),
+        (*_RLS_TABLE, "ALTER TABLE {table} OWNER TO {owner}", "GRANT {owner} TO {login}"),
+        "can become {owner}, which owns a table whose row-level security is not forced on its"
+        " owner: public.{table} ({login} -> {owner}: REVOKE {owner} FROM {login}, or"
+        " ALTER TABLE public.{table} FORCE ROW LEVEL SECURITY)",
+    ),
+    "owner of an RLS table": Becoming(
+        "",
+        (),
+        (*_RLS_TABLE, "ALTER TABLE {table} OWNER TO {login}"),
+        "owns a table whose row-level security is not forced on its owner: public.{table}"
+        " (ALTER TABLE public.{table} FORCE ROW LEVEL SECURITY)",
+    ),
+    "pg_read_all_stats through pg_monitor": Becoming(
+        "",
+        (),
+        ("GRANT pg_monitor TO {login}",),
+        "is a member of pg_read_all_stats ({login} -> pg_monitor -> pg_read_all_stats:"
+        " REVOKE pg_monitor FROM {login})",
+    ),
+    "pg_read_file only after SET ROLE": Becoming(
+        "NOINHERIT",
+        (("mid", ""),),
+        ("GRANT EXECUTE ON FUNCTION pg_read_file(text) TO {mid}", "GRANT {mid} TO {login}"),
+        "can become {mid}, which may execute pg_read_file ({login} -> {mid}:"
+        " REVOKE {mid} FROM {login})",
+    ),
+}
+
+
+@pytest.fixture
+def becoming(
+    server: Server, new_role: Callable[..., str]
+) -> Iterator[Callable[[Becoming], dict[str, str]]]:
+    """Sets a case up: the names its placeholders stand for; drops its roles after."""
+    groups: list[str] = []
+
+    def make(case: Becoming) -> dict[str, str]:
+        names = {"table": f"qexport_rls_{uuid.uuid4().hex[:10]}"}
+        for placeholder, attributes in case.groups:
+            names[placeholder] = f"qexport_{placeholder}_{uuid.uuid4().hex[:10]}"
+            groups.append(names[placeholder])
+            server.run(f"CREATE ROLE {names[placeholder]} NOLOGIN {attributes}")
+        names["login"] = new_role(case.login)
+        server.run(*(s.format(**names) for s in case.statements))
+        return names
+
+    yield make
+    for group in groups:
+        server.run(f"DROP OWNED BY {group}", f"DROP ROLE IF EXISTS {group}")
+
+
+_FIX = re.compile(r"REVOKE \S+ FROM \S+(?=[,)])|ALTER TABLE \S+ FORCE ROW LEVEL SECURITY")
+
+
+@pytest.mark.parametrize("case", BECOMING.values(), ids=BECOMING.keys())
+def test_a_role_the_login_can_become_refuses_the_source(
+    server: Server, becoming: Callable[[Becoming], dict[str, str]], case: Becoming
+) -> None:
+    """Whatever the login can become, through any chain of grants (NOINHERIT ones too: SET
+    ROLE is still possible), is judged like the login itself: refused in one line naming
+    the role, the grant path and the fix; once the fix the message gives is applied, the
+    same login passes."""
+    names = becoming(case)
+    finding = case.finding.format(**names)
+    with pytest.raises(SourceRefusedError) as refused:
+        PostgresSource("warehouse", server.url_of(names["login"])).check_role()
+    message = str(refused.value)
+    assert finding in message
+    assert "\n" not in message
+    assert refused.value.code is FailureCode.ACCESS_LOST
+    server.run(_FIX.findall(finding)[-1])
+    assert PostgresSource("warehouse", server.url_of(names["login"])).check_role() == []
+
+
+def test_a_superuser_login_cannot_hide_behind_a_role_option(
+    server: Server, new_role: Callable[..., str]
+) -> None:
+    """A superuser login whose URL sets a reader as the session's role (`options=-c
+    role=...`) is judged as the login it is: a query could go back with set_config('role',
+    'none', true)."""
+    reader = new_role()
+    url = f"{server.admin_url}?options=-c%20role%3D{reader}"
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (reader,)
+    with pytest.raises(SourceRefusedError, match="is a superuser"):
+        PostgresSource("warehouse", url).check_role()
+
+
+def test_the_shortest_path_is_named_then_the_next(
+    server: Server, becoming: Callable[[Becoming], dict[str, str]]
+) -> None:
+    """Two chains to one superuser: the message names the shorter; once it is revoked, the
+    longer; both revoked, the login passes."""
+    names = becoming(
+        Becoming(
+            "",
+            (("a", ""), ("b", ""), *_SU),
+            ("GRANT {admin} TO {a}", "GRANT {b} TO {a}", "GRANT {admin} TO {b}"),
+            "",
+        )
+    )
+    login, a, b, admin = names["login"], names["a"], names["b"], names["admin"]
+    server.run(f"GRANT {a} TO {login}")
+    source = PostgresSource("warehouse", server.url_of(login))
+    with pytest.raises(SourceRefusedError) as refused:
+        source.check_role()
+    assert f"({login} -> {a} -> {admin}: REVOKE {admin} FROM {a})" in str(refused.value)
+    server.run(f"REVOKE {admin} FROM {a}")
+    with pytest.raises(SourceRefusedError) as refused:
+        source.check_role()
+    assert f"({login} -> {a} -> {b} -> {admin}: REVOKE {admin} FROM {b})" in str(refused.value)
+    server.run(f"REVOKE {admin} FROM {b}")
+    assert source.check_role() == []
+
+
 # ---------------------------------------------------------------- in a worker
 
 
@@ -223,6 +390,31 @@ def test_a_worker_refuses_a_privileged_source_until_the_role_is_fixed(
     status, code, _, data = _export(deps)
     assert (status, code) == (Status.SUCCEEDED, None)
     assert data == b"id,owner,body\r\n1,alice,alice's\r\n"
+
+
+@pytest.mark.parametrize("case", BECOMING.values(), ids=BECOMING.keys())
+def test_a_worker_refuses_a_login_that_can_become_a_privileged_role(
+    server: Server,
+    becoming: Callable[[Becoming], dict[str, str]],
+    tmp_path: Path,
+    case: Becoming,
+) -> None:
+    """At a worker's first connection, a login that can become a privileged role fails the
+    export access_lost after one attempt (not retried: only the operator can fix the role),
+    the detail naming the role, the path and the fix; no row is exported."""
+    names = becoming(case)
+    source = PostgresSource("warehouse", server.url_of(names["login"]))
+    deps = _deps(tmp_path, source, "SELECT * FROM docs")
+    record = request_export(
+        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="docs", fmt="csv"
+    )
+    Worker(deps, drain=True).run()
+    final = deps.exports.get_export(record.id)
+    assert final is not None
+    assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.ACCESS_LOST)
+    assert final.attempt == 1
+    assert case.finding.format(**names) in (final.failure_detail or "")
+    assert final.row_count is None
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.failures import QueryInvalidError
 from qexport.sources.mysql import from_url
-from qexport.sources.mysql_role import findings_of
+from qexport.sources.mysql_role import findings_of, role_findings
 from qexport.sources.mysql_statements import parse_mysql_query, render
 from qexport.sources.mysql_types import Column, _microseconds
 
@@ -74,19 +74,22 @@ def test_a_reading_login_has_no_finding() -> None:
         "GRANT SELECT, SHOW VIEW ON `shop`.* TO `reader`@`%`",
         "GRANT SELECT (id, name) ON `shop`.`people` TO `reader`@`%`",
         "GRANT EXECUTE ON FUNCTION `shop`.`tax` TO `reader`@`%`",
+        "GRANT `analyst` TO `reader`@`%`",
     ]
-    assert findings_of(grants) == ([], [])
+    assert findings_of(grants) == []
 
 
 def test_privileges_beyond_reading_are_named() -> None:
-    """FILE, ALL, SELECT on every database or on `mysql`, GRANT OPTION; roles to judge next."""
-    found, roles = findings_of(
+    """FILE, ALL, SELECT on every database or on `mysql`, GRANT OPTION, PROXY (another
+    account to become), ADMIN OPTION (a role to hand on)."""
+    found = findings_of(
         [
             "GRANT FILE, PROCESS ON *.* TO `r`@`%`",
             "GRANT SELECT ON *.* TO `r`@`%`",
             "GRANT SELECT ON `mysql`.* TO `r`@`%`",
             "GRANT ALL PRIVILEGES ON `shop`.* TO `r`@`%` WITH GRANT OPTION",
-            "GRANT `analyst`, `ops` TO `r`@`%`",
+            "GRANT PROXY ON `admin`@`%` TO `r`@`%`",
+            "GRANT `analyst`, `ops` TO `r`@`%` WITH ADMIN OPTION",
         ]
     )
     assert found == [
@@ -95,8 +98,120 @@ def test_privileges_beyond_reading_are_named() -> None:
         "may read the mysql system schema (SELECT on `mysql`.*)",
         "has ALL PRIVILEGES on `shop`.*",
         "may grant its privileges on to others (WITH GRANT OPTION on `shop`.*)",
+        "can become the account `admin`@`%` (PROXY: REVOKE PROXY ON `admin`@`%` FROM `r`@`%`)",
+        "may grant the role analyst on to others"
+        " (WITH ADMIN OPTION: REVOKE ADMIN OPTION FOR `analyst` FROM `r`@`%`)",
+        "may grant the role ops on to others"
+        " (WITH ADMIN OPTION: REVOKE ADMIN OPTION FOR `ops` FROM `r`@`%`)",
     ]
-    assert roles == ["analyst", "ops"]
+
+
+class _Scripted:
+    """A MySQLdb connection that answers each statement from a script (a statement sent
+    again gets its next answer, if it has one), recording what was sent."""
+
+    def __init__(self, server: str, answers: dict[str, list[list[str]]]) -> None:
+        self.server, self.answers, self.sent = server, answers, list[str]()
+        self._rows: tuple[tuple[bytes], ...] = ()
+
+    def get_server_info(self) -> str:
+        return self.server
+
+    def query(self, statement: str) -> None:
+        self.sent.append(statement)
+        queued = self.answers.get(statement, [[]])
+        lines = queued.pop(0) if len(queued) > 1 else queued[0]
+        self._rows = tuple((line.encode(),) for line in lines)
+
+    def store_result(self) -> _Scripted:
+        return self
+
+    def fetch_row(self, count: int) -> tuple[tuple[bytes], ...]:
+        del count
+        return self._rows
+
+
+def test_mysql_shows_a_roles_grants_with_using_and_no_role_is_enabled() -> None:
+    """On MySQL (not MariaDB), each granted role's privileges come from SHOW GRANTS ...
+    USING, whose merged lines are put down to that role; nothing is SET."""
+    conn = _Scripted(
+        "8.0.36",
+        {
+            "SELECT CURRENT_USER() LIMIT 1": [["reader@%"]],
+            "SHOW GRANTS": [
+                [
+                    "GRANT USAGE ON *.* TO `reader`@`%`",
+                    "GRANT SELECT ON `shop`.* TO `reader`@`%`",
+                    "GRANT `analyst`@`%`,`filer`@`%` TO `reader`@`%`",
+                ]
+            ],
+            "SHOW GRANTS FOR CURRENT_USER() USING `analyst`@`%`": [
+                [
+                    "GRANT USAGE ON *.* TO `reader`@`%`",
+                    "GRANT SELECT, SHOW VIEW ON `shop`.* TO `reader`@`%`",
+                    "GRANT `analyst`@`%`,`filer`@`%` TO `reader`@`%`",
+                ]
+            ],
+            "SHOW GRANTS FOR CURRENT_USER() USING `filer`@`%`": [
+                [
+                    "GRANT FILE ON *.* TO `reader`@`%`",
+                    "GRANT SELECT ON `shop`.* TO `reader`@`%`",
+                    "GRANT `analyst`@`%`,`filer`@`%` TO `reader`@`%`",
+                ]
+            ],
+        },
+    )
+    assert role_findings(conn) == [
+        "has FILE on *.*, through the role filer"
+        " (reader -> filer: REVOKE `filer`@`%` FROM `reader`@`%`)"
+    ]
+    assert not any(s.startswith("SET ROLE") for s in conn.sent)
+
+
+def test_mariadb_enables_each_role_once_and_sets_the_sessions_back() -> None:
+    """On MariaDB, a granted role not shown yet is enabled for one SHOW GRANTS (which also
+    shows the roles under it), then the session's own role is set back."""
+    own = ["GRANT `mid` TO `reader`@`%`", "GRANT USAGE ON *.* TO `reader`@`%`"]
+    under_mid = [
+        *own,
+        "GRANT `filer` TO `mid`",
+        "GRANT USAGE ON *.* TO `mid`",
+        "GRANT FILE ON *.* TO `filer`",
+    ]
+    conn = _Scripted(
+        "10.11.19-MariaDB",
+        {
+            "SELECT CURRENT_USER() LIMIT 1": [["reader@%"]],
+            "SHOW GRANTS": [own, under_mid],
+            "SELECT CURRENT_ROLE() LIMIT 1": [["ok`s"]],
+        },
+    )
+    assert role_findings(conn) == [
+        "has FILE on *.*, through the role filer"
+        " (reader -> mid -> filer: REVOKE `filer` FROM `mid`)"
+    ]
+    assert conn.sent[-4:] == [
+        "SELECT CURRENT_ROLE() LIMIT 1",
+        "SET ROLE `mid`",
+        "SHOW GRANTS",
+        "SET ROLE `ok``s`",
+    ]
+
+
+def test_too_many_roles_refuse_rather_than_judge_part() -> None:
+    """Past 20 granted roles, the login is refused saying so, before any is enabled."""
+    roles = ",".join(f"`r{i}`" for i in range(21))
+    conn = _Scripted(
+        "10.11.19-MariaDB",
+        {
+            "SELECT CURRENT_USER() LIMIT 1": [["reader@%"]],
+            "SHOW GRANTS": [[f"GRANT {roles} TO `reader`@`%`"]],
+        },
+    )
+    assert role_findings(conn) == [
+        "is granted 21 roles, more than the 20 qexport judges (grant it fewer)"
+    ]
+    assert not any(s.startswith("SET ROLE") for s in conn.sent)
 
 
 def test_decimal_precision_comes_from_the_display_width() -> None:

@@ -1,0 +1,258 @@
+"""The login check of MySQL/MariaDB sources on a real MariaDB, with real roles and accounts:
+whatever the login can become (granted roles, default or not, through any chain; a PROXY
+grant; a role it may hand on) is judged like the login itself, at registration and at a
+worker's first connection, and the session's own role is left as it was."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from qexport.clock import SystemClock
+from qexport.config import Settings
+from qexport.container import Container
+from qexport.domain.exports import Requester, Status
+from qexport.domain.failures import FailureCode
+from qexport.domain.queries import Query
+from qexport.services.requests import request_export
+from qexport.sources.mysql import from_url
+from qexport.sources.mysql_source import MySQLSource
+from qexport.sources.postgres_role import SourceRefusedError
+from qexport.worker.loop import Worker
+from tests.containers import container_of
+from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
+from tests.mariadb import ADMIN, MariaDBServer, mariadb_server
+
+__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+
+ALICE = Requester("u-alice", "w1")
+PASSWORD = "Rol3s pw"  # noqa: S105 - the test accounts' password
+
+
+@dataclass(frozen=True)
+class Accounts:
+    """Makes uniquely named logins (SELECT on the test database unless told otherwise) and
+    roles; `{login}` and the roles' placeholders stand for their names in statements."""
+
+    server: MariaDBServer
+    made: list[str]
+
+    def role(self) -> str:
+        name = f"qexport_role_{uuid.uuid4().hex[:10]}"
+        self.made.append(f"ROLE {name}")
+        self.server.execute(f"CREATE ROLE {name}")
+        return name
+
+    def login(self, *statements: str, select: bool = True) -> str:
+        name = f"qexport_login_{uuid.uuid4().hex[:10]}"
+        self.made.append(f"USER '{name}'@'%'")
+        self.server.execute(f"CREATE USER '{name}'@'%' IDENTIFIED BY '{PASSWORD}'")
+        if select:
+            self.server.execute(f"GRANT SELECT ON {self.server.database}.* TO '{name}'@'%'")
+        self.server.execute(*(s.format(login=f"'{name}'@'%'") for s in statements))
+        return name
+
+    def source(self, login: str, *, allowed: bool = False) -> MySQLSource:
+        url = self.server.url(login, PASSWORD)
+        return from_url("maria", url, Settings(), allow_privileged_role=allowed)
+
+
+@pytest.fixture
+def accounts(mariadb_server: MariaDBServer) -> Iterator[Accounts]:
+    """Accounts and roles of this test only, dropped after."""
+    made = Accounts(mariadb_server, [])
+    yield made
+    for thing in reversed(made.made):
+        mariadb_server.execute(f"DROP {thing}")
+
+
+def _refusal(source: MySQLSource) -> str:
+    with pytest.raises(SourceRefusedError) as refused:
+        source.check_role()
+    assert refused.value.code is FailureCode.ACCESS_LOST
+    assert "\n" not in str(refused.value)
+    return str(refused.value)
+
+
+def test_a_plain_select_login_and_a_reading_role_pass(accounts: Accounts) -> None:
+    """SELECT on its database, and a role (default or not) that only reads: nothing found."""
+    assert accounts.source(accounts.login()).check_role() == []
+    reading = accounts.role()
+    accounts.server.execute(f"GRANT SELECT ON {accounts.server.database}.* TO {reading}")
+    login = accounts.login(f"GRANT {reading} TO {{login}}")
+    assert accounts.source(login).check_role() == []
+    accounts.server.execute(f"SET DEFAULT ROLE {reading} FOR '{login}'@'%'")
+    assert accounts.source(login).check_role() == []
+
+
+@pytest.mark.parametrize("default", [False, True], ids=["not default", "default"])
+def test_a_role_with_file_refuses_the_login_naming_the_path(
+    accounts: Accounts, default: bool
+) -> None:
+    """FILE on a role granted to the login, default or not (SET ROLE enables it either way):
+    refused naming the privilege, the role, the path and the REVOKE."""
+    filer = accounts.role()
+    accounts.server.execute(f"GRANT FILE ON *.* TO {filer}")
+    login = accounts.login(f"GRANT {filer} TO {{login}}")
+    if default:
+        accounts.server.execute(f"SET DEFAULT ROLE {filer} FOR '{login}'@'%'")
+    message = _refusal(accounts.source(login))
+    assert (
+        f"has FILE on *.*, through the role {filer}"
+        f" ({login} -> {filer}: REVOKE `{filer}` FROM `{login}`@`%`)"
+    ) in message
+    assert "--allow-privileged-role" in message
+    allowed = accounts.source(login, allowed=True).check_role()
+    assert any("has FILE on *.*" in finding for finding in allowed)
+
+
+def test_a_role_reached_through_another_is_judged(accounts: Accounts) -> None:
+    """login -> team -> filer: the finding names the whole chain and the grant that hands
+    `filer` on; once it is revoked, the login passes."""
+    team, filer = accounts.role(), accounts.role()
+    accounts.server.execute(
+        f"GRANT FILE ON *.* TO {filer}",
+        f"GRANT {filer} TO {team}",
+        f"GRANT SELECT ON {accounts.server.database}.* TO {team}",
+    )
+    login = accounts.login(f"GRANT {team} TO {{login}}")
+    message = _refusal(accounts.source(login))
+    assert f"({login} -> {team} -> {filer}: REVOKE `{filer}` FROM `{team}`)" in message
+    accounts.server.execute(f"REVOKE {filer} FROM {team}")
+    assert accounts.source(login).check_role() == []
+
+
+def test_a_proxy_grant_refuses_the_login(accounts: Accounts) -> None:
+    """PROXY on another account lets the login become it: refused naming that account."""
+    login = accounts.login(f"GRANT PROXY ON '{ADMIN}'@'%' TO {{login}}")
+    message = _refusal(accounts.source(login))
+    assert (
+        f"can become the account `{ADMIN}`@`%`"
+        f" (PROXY: REVOKE PROXY ON `{ADMIN}`@`%` FROM `{login}`@`%`)"
+    ) in message
+
+
+def test_a_role_the_login_may_hand_on_refuses_it(accounts: Accounts) -> None:
+    """WITH ADMIN OPTION: the login may grant the role to anyone (itself included)."""
+    reading = accounts.role()
+    login = accounts.login(f"GRANT {reading} TO {{login}} WITH ADMIN OPTION")
+    message = _refusal(accounts.source(login))
+    assert f"may grant the role {reading} on to others (WITH ADMIN OPTION" in message
+
+
+def test_a_privilege_granted_to_public_is_judged(accounts: Accounts) -> None:
+    """MariaDB's PUBLIC: what it holds every account holds, the login included."""
+    table = f"{accounts.server.database}.people"
+    accounts.server.execute(f"GRANT UPDATE ON {table} TO PUBLIC")
+    try:
+        message = _refusal(accounts.source(accounts.login()))
+    finally:
+        accounts.server.execute(f"REVOKE UPDATE ON {table} FROM PUBLIC")
+    assert "has UPDATE on `qexport_test`.`people`, granted to PUBLIC" in message
+
+
+# ---------------------------------------------------------------- in a worker
+
+
+def _deps(tmp_path: Path, source: MySQLSource, sql: str) -> Container:
+    store = InMemoryMetadataStore()
+    store.add_query(Query("q1", ALICE.workspace_id, "people", sql, "maria"))
+    return container_of(
+        store=store,
+        objects=InMemoryObjectStore(),
+        sources=FixedSources({"maria": source}),
+        clock=SystemClock(),
+        settings=Settings(data_dir=tmp_path, statement_timeout_seconds=30),
+    )
+
+
+def _export(deps: Container) -> tuple[Status, FailureCode | None, int, str, bytes]:
+    record = request_export(
+        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="people", fmt="csv"
+    )
+    Worker(deps, drain=True).run()
+    final = deps.exports.get_export(record.id)
+    assert final is not None
+    data = b""
+    if final.status is Status.SUCCEEDED:
+        with deps.objects.open(final.storage_key) as body:
+            data = body.read()
+    return final.status, final.failure_code, final.attempt, final.failure_detail or "", data
+
+
+Make = Callable[[Accounts], str]
+
+
+def _role_with_file(accounts: Accounts) -> str:
+    filer = accounts.role()
+    accounts.server.execute(f"GRANT FILE ON *.* TO {filer}")
+    return accounts.login(f"GRANT {filer} TO {{login}}")
+
+
+def _proxy(accounts: Accounts) -> str:
+    return accounts.login(f"GRANT PROXY ON '{ADMIN}'@'%' TO {{login}}")
+
+
+@pytest.mark.parametrize(
+    ("make", "finding"),
+    [
+        (_role_with_file, "has FILE on *.*, through the role"),
+        (_proxy, f"can become the account `{ADMIN}`@`%`"),
+    ],
+    ids=["role with FILE", "PROXY"],
+)
+def test_a_worker_refuses_the_login_at_its_first_connection(
+    accounts: Accounts, tmp_path: Path, make: Make, finding: str
+) -> None:
+    """The export fails access_lost after one attempt (not retried), naming the finding."""
+    deps = _deps(tmp_path, accounts.source(make(accounts)), "SELECT name FROM people")
+    status, code, attempt, detail, _ = _export(deps)
+    assert (status, code, attempt) == (Status.FAILED, FailureCode.ACCESS_LOST, 1)
+    assert finding in detail
+
+
+def test_judging_leaves_the_sessions_own_role_as_it_was(accounts: Accounts, tmp_path: Path) -> None:
+    """A login that reads through its default role, with a privileged role besides, allowed
+    by the operator: judging enables the other role to read its grants, then sets the
+    default one back, so the export reads through it (and not as the FILE role)."""
+    reading, filer = accounts.role(), accounts.role()
+    accounts.server.execute(
+        f"GRANT SELECT ON {accounts.server.database}.* TO {reading}",
+        f"GRANT FILE ON *.* TO {filer}",
+    )
+    login = accounts.login(
+        f"GRANT {reading} TO {{login}}", f"GRANT {filer} TO {{login}}", select=False
+    )
+    accounts.server.execute(f"SET DEFAULT ROLE {reading} FOR '{login}'@'%'")
+    source = accounts.source(login, allowed=True)
+    sql = "SELECT name, CURRENT_ROLE() AS active FROM people ORDER BY id"
+    status, _, _, detail, data = _export(_deps(tmp_path, source, sql))
+    assert status is Status.SUCCEEDED, detail
+    assert data == f'"name","active"\r\n"Ann","{reading}"\r\n"Bob","{reading}"\r\n'.encode()
+
+
+def test_describe_and_preview_judge_the_login_too(accounts: Accounts) -> None:
+    """Under their row limits (sql_select_limit 0, and one row more than shown), describe
+    and preview judge the login like an export: refused for the role with FILE; a reader's
+    pass."""
+    refused = accounts.source(_role_with_file(accounts))
+    with pytest.raises(SourceRefusedError, match="has FILE on"):
+        refused.describe("SELECT name FROM people", {}, ALICE, timeout_seconds=10)
+    with pytest.raises(SourceRefusedError, match="has FILE on"):
+        refused.preview(
+            "SELECT name FROM people",
+            {},
+            ALICE,
+            timeout_seconds=10,
+            max_rows=1,
+            max_cell_chars=10,
+            max_bytes=1000,
+        )
+    reader = accounts.source(accounts.login())
+    assert [
+        c.name for c in reader.describe("SELECT name FROM people", {}, ALICE, timeout_seconds=10)
+    ] == ["name"]
