@@ -587,8 +587,17 @@ class ApprovalStore(Protocol):
     """Export requests of sensitive queries, waiting for an admin (domain/approvals.py)."""
 
     def add_approval(
-        self, new: NewApproval, *, audit: AuditEvent | None = None
-    ) -> ApprovalRequest: ...
+        self,
+        new: NewApproval,
+        *,
+        audit: AuditEvent | None = None,
+        max_waiting: int | None = None,
+    ) -> ApprovalRequest:
+        """Record `new` with its event; TooManyRequestsError, and nothing recorded, when its
+        requester already has `max_waiting` requests waiting in its workspace (counted with
+        the insert, so requests sent at once cannot pass the cap together)."""
+        ...
+
     def get_approval(self, approval_id: str) -> ApprovalRequest | None: ...
     def list_approvals(
         self,
