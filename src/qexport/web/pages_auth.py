@@ -39,8 +39,9 @@ def _form(request: Request, session: Session, *, status: int = 200, **context: o
 
 
 def client_address(request: Request) -> str:
-    """The address sign-in failures are counted under: the peer's, or behind a proxy that
-    uvicorn trusts (FORWARDED_ALLOW_IPS, by default 127.0.0.1) its X-Forwarded-For."""
+    """The address sign-in failures are counted under, the one the audit trail records: the
+    peer's, or behind a proxy named in QEXPORT_TRUSTED_PROXIES the client its X-Forwarded-For
+    names (http/origin.py)."""
     return request.client.host if request.client else "unknown"
 
 
