@@ -41,7 +41,7 @@ def _recorded_and_counted(env: Env, email: str) -> tuple[list[str], dict[str, in
     accounts = SqlAccountStore(env.store.engine)
     since = datetime.now(UTC) - timedelta(hours=1)
     counted = {
-        address: accounts.sign_in_failures(email, address, since=since)[1].count
+        address: accounts.sign_in_failures(email, address, since=since).address.count
         for address in ("127.0.0.1", CLAIMED)
     }
     return [e["client_address"] for e in events], counted

@@ -67,7 +67,7 @@ def _recorded(api: Api) -> tuple[list[str | None], list[str | None]]:
 
 def _counted_under(api: Api, address: str) -> int:
     since = api.clock.now() - timedelta(hours=1)
-    return api.context.accounts.sign_in_failures(ANN, address, since=since)[1].count
+    return api.context.accounts.sign_in_failures(ANN, address, since=since).address.count
 
 
 def _request_export(api: Api, browser: Browser) -> None:

@@ -13,6 +13,7 @@ from qexport.domain.failures import ForbiddenError
 from qexport.services import sign_in as service
 from qexport.services.accounts import MAX_PASSWORD_CHARS
 from qexport.services.audit import event
+from qexport.web import known_browser
 from qexport.web.auth import CheckedForm, Context, principal_of, read_session
 from qexport.web.errors import PageRoute
 from qexport.web.render import page, set_session_cookie
@@ -74,6 +75,7 @@ def sign_in(
         email=email,
         password=password,
         address=client_address(request),
+        known_user=known_browser.known_user(request, context.clock.now()),
     )
     _record(context, attempt)
     if attempt.outcome is service.Outcome.SIGNED_IN:
@@ -83,6 +85,7 @@ def sign_in(
         )
         redirect = RedirectResponse(safe_next(next), status_code=303)
         set_session_cookie(redirect, request, signed)
+        known_browser.remember(redirect, request, attempt.user.id, context.clock.now())
         return redirect
     status, error = {
         service.Outcome.REFUSED: (400, FAILED),
