@@ -15,6 +15,7 @@ from qexport.domain.sign_in import (
     WINDOW,
     FailureCounts,
     Failures,
+    address_key,
     wait_after,
 )
 from qexport.services import sign_in as service
@@ -270,3 +271,20 @@ def test_a_sign_in_forgets_only_the_failures_from_its_own_address(
     assert _attempt(accounts, clock, "wrong", address="203.0.113.1").outcome is (
         service.Outcome.THROTTLED
     )
+
+
+def test_an_ipv6_64_is_one_address_to_the_throttle(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Guesses from five addresses of one IPv6 /64 throttle the whole /64 (a host given one
+    has 2**64 addresses); another /64 signs in; an IPv4-mapped address is its IPv4 one."""
+    for i in range(PAIR_LIMIT):
+        _attempt(accounts, clock, "wrong", address=f"2001:db8:1:2::{i + 1:x}")
+    moved = _attempt(accounts, clock, PASSWORD, address="2001:db8:1:2:ffff::9")
+    assert (moved.outcome, moved.retry_after) == (service.Outcome.THROTTLED, 30)
+    assert _attempt(accounts, clock, PASSWORD, address="2001:db8:1:3::1").outcome is (
+        service.Outcome.SIGNED_IN
+    )
+    assert address_key("::ffff:203.0.113.7") == "203.0.113.7"
+    assert address_key("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64"
+    assert address_key("testclient") == "testclient"

@@ -19,12 +19,14 @@ wait 30 s, then minutes, wherever they were: anyone could lock anyone out. So:
   the account before (`known_browser`, a signed cookie) is not slowed by it, so an attack
   that keeps the account's wait open still cannot keep its owner out.
 
-An attempt that is made to wait checks no password, so it tells nothing, whether or not the
-account exists.
+An address is an IPv4 address, or an IPv6 address's /64 (`address_key`): a host given a
+/64 would otherwise have 2**64 addresses, each with limits of its own. An attempt that is
+made to wait checks no password, so it tells nothing, whether or not the account exists.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -78,6 +80,21 @@ def retry_after(counts: FailureCounts, now: datetime, *, known_browser: bool = F
         waits.append(account.latest + ACCOUNT_DELAY - now)
     longest = max(waits, default=timedelta(0))
     return max(0, math.ceil(longest.total_seconds()))
+
+
+def address_key(address: str) -> str:
+    """What failures from a client address are counted under: an IPv4 address itself (also
+    when it arrives IPv4-mapped), an IPv6 address's /64, which one host or link holds whole
+    (one customer gets 2**64 addresses to guess from), anything else as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def email_key(email: str) -> str:

@@ -21,7 +21,7 @@ from enum import StrEnum
 from functools import cache
 
 from qexport.domain.accounts import User, normalize_email
-from qexport.domain.sign_in import WINDOW, email_key, retry_after
+from qexport.domain.sign_in import WINDOW, address_key, email_key, retry_after
 from qexport.ports import AccountStore, Clock
 from qexport.services.accounts import hash_password, password_matches
 
@@ -106,6 +106,7 @@ def sign_in(
     throttled attempt checks no password: it answers the same for every email, existing or
     not, right password or not."""
     key, now = email_key(email), clock.now()
+    address = address_key(address)
     try:
         user = accounts.find_user(normalize_email(email))
     except ValueError:
