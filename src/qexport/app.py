@@ -35,7 +35,7 @@ def create_app(container: Container) -> FastAPI:
     app.state.context = container
     errors.install(app)
     app.add_middleware(BodySizeLimit)
-    app.add_middleware(RequestOrigin)
+    app.add_middleware(RequestOrigin, trusted=container.settings.proxies())
     install_api(app)
     install_web(app, container)
     return app

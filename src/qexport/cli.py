@@ -262,6 +262,19 @@ def _refuse_unsafe_start(settings: Settings, service: str) -> None:
         fail_input(refusal)
 
 
+def _refuse_uvicorns_proxy_variable(settings: Settings) -> None:
+    """Exit 2 when FORWARDED_ALLOW_IPS is set and QEXPORT_TRUSTED_PROXIES is not: qexport reads
+    X-Forwarded-For itself (proxies.py), so an operator relying on uvicorn's variable behind
+    a balancer would see every client as the balancer, one address for the sign-in throttle
+    to hold them all to."""
+    if os.environ.get("FORWARDED_ALLOW_IPS", "").strip() and not settings.trusted_proxies:
+        fail_input(
+            "serve cannot start: FORWARDED_ALLOW_IPS is not read by qexport; name the proxies"
+            " whose X-Forwarded-For is believed in QEXPORT_TRUSTED_PROXIES (addresses or CIDRs,"
+            " e.g. 10.0.0.5) and unset FORWARDED_ALLOW_IPS"
+        )
+
+
 def _build_checked(settings: Settings, what: str) -> Container:
     """The adapters, migrated and checked (database answers, object store usable); exit 3
     with one line saying why otherwise."""
@@ -415,6 +428,7 @@ def serve(
         )
     settings = with_public_url(state(ctx).settings, host, port)
     _refuse_unsafe_start(settings, "serve")
+    _refuse_uvicorns_proxy_variable(settings)
     deps = _build_checked(settings, "server")
     processes = workers or cores()
     if processes == 1:

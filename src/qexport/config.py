@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from qexport.egress import EgressPolicy, parse_allow
+from qexport.proxies import TrustedProxies
 from qexport.smtp_url import parse_smtp_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -290,6 +291,13 @@ class Settings:
         " reach: comma-separated CIDRs and host names.",
         flag=True,
     )
+    # The client address (audit trail, sign-in throttle) is taken from X-Forwarded-For only
+    # on connections from these; none by default, so a client cannot choose its own.
+    trusted_proxies: str = setting(
+        "",
+        "Proxies whose X-Forwarded-For (and X-Forwarded-Proto) is believed: comma-separated"
+        " addresses and CIDRs; none by default.",
+    )
     # String and binary values count by length, others at a fixed size each.
     report_max_bytes: int = setting(
         64 * _MIB,
@@ -321,12 +329,22 @@ class Settings:
             parse_allow(self.egress_allow)
         except ValueError as exc:
             raise ValueError(f"invalid QEXPORT_EGRESS_ALLOW {self.egress_allow!r}: {exc}") from None
+        try:
+            TrustedProxies.parse(self.trusted_proxies)
+        except ValueError as exc:
+            raise ValueError(
+                f"invalid QEXPORT_TRUSTED_PROXIES {self.trusted_proxies!r}: {exc}"
+            ) from None
         if self.smtp_url:
             parse_smtp_url(self.smtp_url)  # ValueError naming QEXPORT_SMTP_URL, never the password
 
     def egress_policy(self) -> EgressPolicy:
         """Where webhooks may connect (QEXPORT_EGRESS_ALLOW opens internal destinations)."""
         return EgressPolicy.from_allow(self.egress_allow)
+
+    def proxies(self) -> TrustedProxies:
+        """The proxies whose forwarding headers are believed (QEXPORT_TRUSTED_PROXIES)."""
+        return TrustedProxies.parse(self.trusted_proxies)
 
     def running_cap(self, group_slots: int) -> int:
         """QEXPORT_MAX_RUNNING_PER_USER, or half the installation's worker slots (at least 1)."""

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from qexport.domain.queries import Query, ResultColumn
     from qexport.domain.reports import Report, ReportSubject
     from qexport.domain.schedules import Delivery, NewDelivery, Outcome, Schedule
-    from qexport.domain.sign_in import Failures
+    from qexport.domain.sign_in import FailureCounts
     from qexport.domain.sources import RegisteredSource
 
 
@@ -470,17 +470,17 @@ class AccountStore(Protocol):
     ) -> bool: ...
     def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int: ...
 
-    def sign_in_failures(
-        self, email: str, address: str, *, since: datetime
-    ) -> tuple[Failures, Failures]:
-        """Sign-in failures since `since`: (for the email, for the client address)."""
+    def sign_in_failures(self, email: str, address: str, *, since: datetime) -> FailureCounts:
+        """Sign-in failures since `since`: for the email from the address, for the email, and
+        for the client address."""
         ...
 
     def record_sign_in_failure(
         self, email: str, address: str, *, now: datetime, forget_before: datetime
     ) -> None: ...
-    def clear_sign_in_failures(self, email: str) -> None:
-        """Forget the email's failures; they still count for the addresses they came from."""
+    def clear_sign_in_failures(self, email: str, address: str) -> None:
+        """Forget the email's failures from `address` (after a sign-in from it); they still
+        count for the address, and the email's failures from elsewhere stay."""
         ...
 
     def add_link(
@@ -587,8 +587,17 @@ class ApprovalStore(Protocol):
     """Export requests of sensitive queries, waiting for an admin (domain/approvals.py)."""
 
     def add_approval(
-        self, new: NewApproval, *, audit: AuditEvent | None = None
-    ) -> ApprovalRequest: ...
+        self,
+        new: NewApproval,
+        *,
+        audit: AuditEvent | None = None,
+        max_waiting: int | None = None,
+    ) -> ApprovalRequest:
+        """Record `new` with its event; TooManyRequestsError, and nothing recorded, when its
+        requester already has `max_waiting` requests waiting in its workspace (counted with
+        the insert, so requests sent at once cannot pass the cap together)."""
+        ...
+
     def get_approval(self, approval_id: str) -> ApprovalRequest | None: ...
     def list_approvals(
         self,

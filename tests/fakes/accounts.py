@@ -26,7 +26,7 @@ from qexport.domain.failures import (
     NotFoundError,
 )
 from qexport.domain.policies import WorkspacePolicy
-from qexport.domain.sign_in import Failures
+from qexport.domain.sign_in import FailureCounts, Failures
 from qexport.domain.sources import RegisteredSource
 from tests.fakes.audit import InMemoryAuditLog
 
@@ -251,16 +251,17 @@ class InMemoryAccountStore:
             return len(live)
 
     # sign-in failures
-    def sign_in_failures(
-        self, email: str, address: str, *, since: datetime
-    ) -> tuple[Failures, Failures]:
+    def sign_in_failures(self, email: str, address: str, *, since: datetime) -> FailureCounts:
         with self._lock:
             recent = [f for f in self._failures if f[2] > since]
-        by_email = [at for e, _, at in recent if e == email]
-        by_address = [at for _, a, at in recent if a == address]
-        return (
-            Failures(len(by_email), max(by_email, default=None)),
-            Failures(len(by_address), max(by_address, default=None)),
+
+        def tally(times: list[datetime]) -> Failures:
+            return Failures(len(times), max(times, default=None))
+
+        return FailureCounts(
+            pair=tally([at for e, a, at in recent if e == email and a == address]),
+            account=tally([at for e, _, at in recent if e == email]),
+            address=tally([at for _, a, at in recent if a == address]),
         )
 
     def record_sign_in_failure(
@@ -270,9 +271,11 @@ class InMemoryAccountStore:
             self._failures = [f for f in self._failures if f[2] >= forget_before]
             self._failures.append((email, address, now))
 
-    def clear_sign_in_failures(self, email: str) -> None:
+    def clear_sign_in_failures(self, email: str, address: str) -> None:
         with self._lock:
-            self._failures = [(None if e == email else e, a, at) for e, a, at in self._failures]
+            self._failures = [
+                (None if (e, a) == (email, address) else e, a, at) for e, a, at in self._failures
+            ]
 
     # public links
     def _add_link_unaudited(

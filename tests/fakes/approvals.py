@@ -9,6 +9,7 @@ from datetime import datetime
 
 from qexport.domain.approvals import ApprovalRequest, ApprovalStatus, Decision, NewApproval
 from qexport.domain.audit import AuditEvent
+from qexport.domain.failures import waiting_cap_reached
 from qexport.domain.schedules import NewDelivery
 from qexport.ports import NewExport
 from tests.fakes.audit import InMemoryAuditLog
@@ -22,10 +23,24 @@ class InMemoryApprovalStore:
         self._lock = threading.Lock()
         self.audit_log = InMemoryAuditLog()  # the container's, when it builds one
 
-    def add_approval(self, new: NewApproval, *, audit: AuditEvent | None = None) -> ApprovalRequest:
+    def add_approval(
+        self,
+        new: NewApproval,
+        *,
+        audit: AuditEvent | None = None,
+        max_waiting: int | None = None,
+    ) -> ApprovalRequest:
         request = ApprovalRequest(**asdict(new))
         with self._lock:
             assert new.id not in self._requests, "approval ids are unique"
+            waiting = sum(
+                r.workspace_id == new.workspace_id
+                and r.requested_by == new.requested_by
+                and r.effective_status(new.created_at) is ApprovalStatus.PENDING
+                for r in self._requests.values()
+            )
+            if max_waiting is not None and waiting >= max_waiting:
+                raise waiting_cap_reached(waiting, max_waiting)
             self._requests[new.id] = request
         self.audit_log.append(audit)
         return request

@@ -14,7 +14,7 @@ from qexport.domain.accounts import Role, Standing, hash_secret, new_api_token, 
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import ConflictError, FailureCode, InvalidRequestError, NotFoundError
 from qexport.domain.queries import Query
-from qexport.domain.sign_in import Failures
+from qexport.domain.sign_in import FailureCounts, Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.ports import AccountStore, NewExport
 from qexport.store.accounts import LAST_USED_RESOLUTION, SqlAccountStore
@@ -578,8 +578,10 @@ def test_a_users_tokens_for_one_workspace_are_revoked_together(
 def test_sign_in_failures_are_counted_per_email_and_address_and_forgotten(
     account_store: AccountStore, clock: FrozenClock
 ) -> None:
-    """Failures are counted since a time for the email and for the address, with the latest;
-    recording forgets old ones; clearing an email keeps them counted for their addresses."""
+    """Failures are counted since a time for the email from the address, for the email and
+    for the address, with the latest of each; recording forgets old ones; clearing an email's
+    failures from one address keeps them counted for that address, and keeps the email's
+    failures from elsewhere."""
     window = timedelta(minutes=15)
     for email, address in (("ann", "10.0.0.1"), ("ann", "10.0.0.2"), ("bob", "10.0.0.1")):
         account_store.record_sign_in_failure(
@@ -587,18 +589,14 @@ def test_sign_in_failures_are_counted_per_email_and_address_and_forgotten(
         )
         clock.advance(1)
     since = clock.now() - window
-    assert account_store.sign_in_failures("ann", "10.0.0.1", since=since) == (
-        Failures(2, clock.now() - timedelta(seconds=2)),
-        Failures(2, clock.now() - timedelta(seconds=1)),
+    at = [clock.now() - timedelta(seconds=s) for s in (3, 2, 1)]
+    assert account_store.sign_in_failures("ann", "10.0.0.1", since=since) == FailureCounts(
+        pair=Failures(1, at[0]), account=Failures(2, at[1]), address=Failures(2, at[2])
     )
-    assert account_store.sign_in_failures("eve", "10.0.0.9", since=since) == (
-        Failures(0, None),
-        Failures(0, None),
-    )
-    account_store.clear_sign_in_failures("ann")
-    assert account_store.sign_in_failures("ann", "10.0.0.1", since=since) == (
-        Failures(0, None),
-        Failures(2, clock.now() - timedelta(seconds=1)),
+    assert account_store.sign_in_failures("eve", "10.0.0.9", since=since) == FailureCounts()
+    account_store.clear_sign_in_failures("ann", "10.0.0.1")
+    assert account_store.sign_in_failures("ann", "10.0.0.1", since=since) == FailureCounts(
+        pair=Failures(0, None), account=Failures(1, at[1]), address=Failures(2, at[2])
     )
     clock.advance(window.total_seconds())
     account_store.record_sign_in_failure(
@@ -606,7 +604,4 @@ def test_sign_in_failures_are_counted_per_email_and_address_and_forgotten(
     )
     # bob's failure is older than the window: forgotten, even when counted from long ago.
     long_ago = clock.now() - 10 * window
-    assert account_store.sign_in_failures("bob", "10.0.0.1", since=long_ago) == (
-        Failures(0, None),
-        Failures(0, None),
-    )
+    assert account_store.sign_in_failures("bob", "10.0.0.1", since=long_ago) == FailureCounts()

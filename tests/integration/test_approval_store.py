@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from qexport.domain.approvals import ApprovalStatus, Decision, NewApproval
+from qexport.domain.audit import Action, ActorKind, AuditEvent
+from qexport.domain.failures import TooManyRequestsError
 from qexport.ports import ApprovalStore
 from qexport.store.approvals import SqlApprovalStore
+from qexport.store.engine import create_engine
 from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryApprovalStore, InMemoryMetadataStore
 from tests.stores import MetadataStore, SqlMetadataStore
@@ -26,25 +30,38 @@ TTL = timedelta(days=3)
 class Backend:
     approvals: ApprovalStore
     store: MetadataStore
+    # Another store over a connection of its own (on SQL a new engine on the same database),
+    # as a second server process would have; the in-memory store is shared.
+    connect: Callable[[], ApprovalStore]
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "memory":
         store = InMemoryMetadataStore()
-        yield Backend(InMemoryApprovalStore(store), store)
+        shared = InMemoryApprovalStore(store)
+        yield Backend(shared, store, lambda: shared)
         return
     sql = request.getfixturevalue(f"{request.param}_store")
     assert isinstance(sql, SqlMetadataStore)
-    yield Backend(SqlApprovalStore(sql.engine), sql)
+    url = sql.engine.url.render_as_string(hide_password=False)
+    engines: list[sa.Engine] = []
+
+    def connect() -> ApprovalStore:
+        engines.append(engine := create_engine(url))
+        return SqlApprovalStore(engine)
+
+    yield Backend(SqlApprovalStore(sql.engine), sql, connect)
+    for engine in engines:
+        engine.dispose()
 
 
-def _asked(backend: Backend, clock: FrozenClock, workspace: str = "w1") -> str:
+def _new(clock: FrozenClock, workspace: str = "w1", requested_by: str = "alice") -> NewApproval:
     now = clock.now()
-    new = NewApproval(
+    return NewApproval(
         id=str(uuid.uuid4()),
         workspace_id=workspace,
-        requested_by="alice",
+        requested_by=requested_by,
         subject_type="query",
         subject_id="q1",
         subject_name="orders",
@@ -56,6 +73,10 @@ def _asked(backend: Backend, clock: FrozenClock, workspace: str = "w1") -> str:
         expires_at=now + TTL,
         fingerprint="0" * 64,
     )
+
+
+def _asked(backend: Backend, clock: FrozenClock, workspace: str = "w1") -> str:
+    new = _new(clock, workspace)
     assert backend.approvals.add_approval(new).status is ApprovalStatus.PENDING
     return new.id
 
@@ -142,3 +163,63 @@ def test_two_admins_approving_at_once_make_one_export(backend: Backend) -> None:
         t.join()
     assert sum(r is not None for r in results) == 1
     assert sum(backend.store.get_export(e.id) is not None for e in exports) == 1
+
+
+def test_the_waiting_cap_refuses_the_request_past_it(backend: Backend) -> None:
+    """At the cap a request is refused (429, saying how many wait) and nothing is recorded;
+    another requester or workspace is not held back, and a decided or expired request makes
+    room again."""
+    clock = FrozenClock()
+    first = backend.approvals.add_approval(_new(clock), max_waiting=2)
+    backend.approvals.add_approval(_new(clock), max_waiting=2)
+    refused = _new(clock)
+    with pytest.raises(TooManyRequestsError, match="you have 2 export requests waiting") as err:
+        backend.approvals.add_approval(refused, max_waiting=2)
+    assert err.value.retry_after > 0
+    assert backend.approvals.get_approval(refused.id) is None
+    backend.approvals.add_approval(_new(clock, requested_by="bob"), max_waiting=2)
+    backend.approvals.add_approval(_new(clock, workspace="w2"), max_waiting=2)
+    assert backend.approvals.decide_approval(
+        first.id, Decision.DENY, by="alice", now=clock.now(), reason=None
+    ) is not None  # fmt: skip
+    backend.approvals.add_approval(_new(clock), max_waiting=2)
+    with pytest.raises(TooManyRequestsError):
+        backend.approvals.add_approval(_new(clock), max_waiting=2)
+    clock.advance(TTL.total_seconds())  # the two waiting lapse
+    backend.approvals.add_approval(_new(clock), max_waiting=2)
+
+
+def test_forty_requests_at_once_are_accepted_up_to_the_cap_exactly(backend: Backend) -> None:
+    """40 requests of one requester sent at once, each over a connection of its own (half
+    with their audit event in the transaction, as the service writes it, half without), with
+    a cap of 5: exactly 5 are recorded and 35 refused. Counted by a read before the
+    insert, as it was, 33 to 38 got through on PostgreSQL and all 40 on SQLite."""
+    clock, cap, senders = FrozenClock(), 5, 40
+    stores = [backend.connect() for _ in range(senders)]
+    for store in stores:  # connected before the start, so that they start together
+        store.list_approvals("w1", limit=1)
+    start = threading.Barrier(senders)
+    outcomes: list[str] = []
+
+    def ask(index: int) -> None:
+        new = _new(clock)
+        event = AuditEvent(
+            None, "w1", ActorKind.USER, "alice", Action.APPROVAL_REQUESTED, "approval", new.id
+        )
+        start.wait(timeout=60)
+        try:
+            stores[index].add_approval(
+                new, audit=event if index % 2 == 0 else None, max_waiting=cap
+            )
+            outcomes.append("recorded")
+        except TooManyRequestsError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(senders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert (outcomes.count("recorded"), outcomes.count("refused")) == (cap, senders - cap)
+    waiting = backend.approvals.list_approvals("w1", pending_at=clock.now(), limit=100)
+    assert len(waiting) == cap

@@ -34,6 +34,7 @@ SAMPLES: dict[Any, tuple[tuple[str, Any], tuple[str, Any]]] = {
 # Strings a setting checks beyond their type.
 CHECKED = {
     "smtp_url": (("smtp://variable:25",) * 2, ("smtp://flag:25",) * 2),
+    "trusted_proxies": (("10.0.0.5",) * 2, ("10.0.0.0/24",) * 2),
 }
 SCALARS = [s for s in declared() if not s.family]
 TWINS = [s for s in declared() if s.flag_name]

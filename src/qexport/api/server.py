@@ -88,7 +88,16 @@ def run_server(app: FastAPI, host: str, port: int, *, sock: socket.socket | None
     import uvicorn
 
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            # qexport reads X-Forwarded-For itself, from QEXPORT_TRUSTED_PROXIES only
+            # (http/origin.py); uvicorn's reading believed 127.0.0.1 and ::1 by default.
+            proxy_headers=False,
+        )
     )
     # uvicorn replays the signal that stopped it once it has shut down; by then it is handled,
     # and the caller gets to clean up (stop a worker) and exit 0 instead of dying of it.

@@ -336,3 +336,17 @@ def unsettled_cap_reached(unsettled: int, cap: int) -> TooManyRequestsError:
         " wait for some to finish or cancel them",
         retry_after=CAP_RETRY_AFTER_SECONDS,
     )
+
+
+# A request waits for a person, usually hours: asking again within the hour is pointless.
+WAITING_CAP_RETRY_AFTER_SECONDS = 3600
+
+
+def waiting_cap_reached(waiting: int, cap: int) -> TooManyRequestsError:
+    """The refusal of an export request from someone who already has `cap` requests waiting
+    for an admin's approval."""
+    return TooManyRequestsError(
+        f"you have {waiting} export requests waiting for an admin's approval already (at most"
+        f" {cap}); wait for a decision (or withdraw one) first",
+        retry_after=WAITING_CAP_RETRY_AFTER_SECONDS,
+    )

@@ -29,7 +29,6 @@ from qexport.domain.failures import (
     ForbiddenError,
     InvalidRequestError,
     NotFoundError,
-    TooManyRequestsError,
 )
 from qexport.domain.queries import can_read
 from qexport.domain.reports import SUBJECT_REPORT
@@ -61,17 +60,10 @@ def ask(
     fingerprint: str,
 ) -> ApprovalRequest:
     """Record the (already checked) export `new` as awaiting an admin's approval; a
-    requester with `desk.max_pending` requests waiting already is refused (429)."""
+    requester with `desk.max_pending` requests waiting already is refused (429), counted as
+    the request is recorded (ApprovalStore.add_approval), so requests sent at once cannot
+    pass the cap together."""
     now = clock.now()
-    waiting = desk.store.list_approvals(
-        new.workspace_id, requested_by=new.requested_by, pending_at=now, limit=desk.max_pending
-    )
-    if len(waiting) >= desk.max_pending:
-        raise TooManyRequestsError(
-            f"you have {len(waiting)} export requests waiting for an admin's approval already;"
-            " wait for a decision (or withdraw one) first",
-            retry_after=3600,
-        )
     approval = NewApproval(
         id=str(uuid.uuid4()),
         workspace_id=new.workspace_id,
@@ -102,7 +94,7 @@ def ask(
             "recipients": len(notify),
         },
     )
-    request = desk.store.add_approval(approval, audit=asked)
+    request = desk.store.add_approval(approval, audit=asked, max_waiting=desk.max_pending)
     desk.tell(request)
     return request
 

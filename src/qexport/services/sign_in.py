@@ -5,8 +5,9 @@ for 8 s took a server's peak RSS from 156 to 925 MiB. `VerificationGate` lets a 
 once (QEXPORT_SIGNIN_CONCURRENCY, 2: peak 285 MiB under the same flood) and turns anyone who
 waits longer than a moment away (503), so a flood costs a bounded amount of memory.
 
-Failures are counted in the metadata database, per email and per client address, so every
-server process sharing it throttles alike (domain/sign_in.py says how long one must wait).
+Failures are counted in the metadata database, per email and client address together, per
+address and per email, so every server process sharing it throttles alike
+(domain/sign_in.py says how long one must wait, and why per account alone locked owners out).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from enum import StrEnum
 from functools import cache
 
 from qexport.domain.accounts import User, normalize_email
-from qexport.domain.sign_in import WINDOW, email_key, retry_after
+from qexport.domain.sign_in import WINDOW, address_key, email_key, retry_after
 from qexport.ports import AccountStore, Clock
 from qexport.services.accounts import hash_password, password_matches
 
@@ -98,17 +99,22 @@ def sign_in(
     email: str,
     password: str,
     address: str,
+    known_user: str | None = None,
 ) -> Attempt:
-    """Check an email and password from a client address. A throttled attempt checks no
-    password: it answers the same for every email, existing or not, right password or not."""
+    """Check an email and password from a client address; `known_user`, the user a browser
+    signed in as before (web/known_browser.py), is not slowed by the account's ceiling. A
+    throttled attempt checks no password: it answers the same for every email, existing or
+    not, right password or not."""
     key, now = email_key(email), clock.now()
-    wait = _throttled(accounts, key, address, now)
-    if wait:
-        return Attempt(Outcome.THROTTLED, retry_after=wait, reason=Reason.THROTTLED)
+    address = address_key(address)
     try:
         user = accounts.find_user(normalize_email(email))
     except ValueError:
         user = None
+    known = user is not None and known_user is not None and user.id == known_user
+    wait = _throttled(accounts, key, address, now, known)
+    if wait:
+        return Attempt(Outcome.THROTTLED, user, retry_after=wait, reason=Reason.THROTTLED)
     stored = user.password_hash if user and user.password_hash else _dummy_hash()
     with gate.slot() as free:
         if not free:
@@ -118,7 +124,7 @@ def sign_in(
         # Attempts sent at once all passed the check above before any of them failed; looked
         # at again in the slot, after those ahead recorded their failures, they stop at the
         # limit instead of each costing a guess.
-        wait = _throttled(accounts, key, address, now)
+        wait = _throttled(accounts, key, address, now, known)
         if wait:
             return Attempt(Outcome.THROTTLED, user, retry_after=wait, reason=Reason.THROTTLED)
         matches = password_matches(stored, password)
@@ -130,11 +136,13 @@ def sign_in(
         if user is None or not workspaces:
             accounts.record_sign_in_failure(key, address, now=now, forget_before=now - WINDOW)
             return Attempt(Outcome.REFUSED, user, reason=_refusal(user, matches))
-    accounts.clear_sign_in_failures(key)
+    accounts.clear_sign_in_failures(key, address)
     return Attempt(Outcome.SIGNED_IN, user, workspaces[0])
 
 
-def _throttled(accounts: AccountStore, key: str, address: str, now: datetime) -> int:
+def _throttled(
+    accounts: AccountStore, key: str, address: str, now: datetime, known_browser: bool
+) -> int:
     """Seconds the attempt must wait (0: it may be made now)."""
-    account, from_address = accounts.sign_in_failures(key, address, since=now - WINDOW)
-    return retry_after(account, from_address, now)
+    counts = accounts.sign_in_failures(key, address, since=now - WINDOW)
+    return retry_after(counts, now, known_browser=known_browser)

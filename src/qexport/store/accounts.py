@@ -23,7 +23,7 @@ from qexport.domain.accounts import (
 from qexport.domain.audit import AuditEvent, naming
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
 from qexport.domain.policies import WorkspacePolicy
-from qexport.domain.sign_in import Failures
+from qexport.domain.sign_in import FailureCounts, Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.store.audit import append_if
 from qexport.store.engine import read_transaction, transaction
@@ -414,23 +414,26 @@ class SqlAccountStore:
 
     # ------------------------------------------------------------ sign-in failures
 
-    def sign_in_failures(
-        self, email: str, address: str, *, since: datetime
-    ) -> tuple[Failures, Failures]:
-        """Failures since `since` for the email and for the address (two index range scans)."""
-        found = []
+    def sign_in_failures(self, email: str, address: str, *, since: datetime) -> FailureCounts:
+        """Failures since `since` for the email (from this address, and from all) and for the
+        address: two index range scans."""
+        c = sign_in_failures.c
+        from_here = c.address == address
+        by_email = sa.select(
+            sa.func.count(),
+            sa.func.max(c.at),
+            sa.func.count().filter(from_here),
+            sa.func.max(c.at).filter(from_here),
+        ).where(c.email == email, c.at > since)
+        by_address = sa.select(sa.func.count(), sa.func.max(c.at)).where(from_here, c.at > since)
         with self._read() as conn:
-            for column, value in (
-                (sign_in_failures.c.email, email),
-                (sign_in_failures.c.address, address),
-            ):
-                row = conn.execute(
-                    sa.select(sa.func.count(), sa.func.max(sign_in_failures.c.at)).where(
-                        column == value, sign_in_failures.c.at > since
-                    )
-                ).one()
-                found.append(Failures(row[0], row[1]))
-        return found[0], found[1]
+            account, latest, pair, pair_latest = conn.execute(by_email).one()
+            everywhere, address_latest = conn.execute(by_address).one()
+        return FailureCounts(
+            pair=Failures(pair, pair_latest),
+            account=Failures(account, latest),
+            address=Failures(everywhere, address_latest),
+        )
 
     def record_sign_in_failure(
         self, email: str, address: str, *, now: datetime, forget_before: datetime
@@ -440,9 +443,10 @@ class SqlAccountStore:
             conn.execute(sign_in_failures.delete().where(sign_in_failures.c.at < forget_before))
             conn.execute(sign_in_failures.insert().values(email=email, address=address, at=now))
 
-    def clear_sign_in_failures(self, email: str) -> None:
-        """Forget the email's failures; they still count for the addresses they came from."""
-        stmt = sign_in_failures.update().where(sign_in_failures.c.email == email)
+    def clear_sign_in_failures(self, email: str, address: str) -> None:
+        """Forget the email's failures from `address`; they still count for the address."""
+        c = sign_in_failures.c
+        stmt = sign_in_failures.update().where(c.email == email, c.address == address)
         with self._tx() as conn:
             conn.execute(stmt.values(email=None))
 

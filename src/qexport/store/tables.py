@@ -282,9 +282,11 @@ api_tokens = sa.Table(
     sa.Column("revoked_at", UTCDateTime),
 )
 
-# Failed sign-ins of the last window, counted per email and per client address so that every
-# server process sharing the database throttles guessing alike; older rows are pruned as new
-# ones are written. A successful sign-in clears `email` (NULL) and keeps the address's count.
+# Failed sign-ins of the last window, counted per email and client address together, per
+# email and per address (domain/sign_in.py) so that every server process sharing the database
+# throttles guessing alike; older rows are pruned as new ones are written. A successful
+# sign-in clears `email` (NULL) of the failures from its own address and keeps their count for
+# the address; the email's failures from elsewhere stay.
 sign_in_failures = sa.Table(
     "sign_in_failures",
     metadata,

@@ -13,6 +13,7 @@ from qexport.domain.failures import ForbiddenError
 from qexport.services import sign_in as service
 from qexport.services.accounts import MAX_PASSWORD_CHARS
 from qexport.services.audit import event
+from qexport.web import known_browser
 from qexport.web.auth import CheckedForm, Context, principal_of, read_session
 from qexport.web.errors import PageRoute
 from qexport.web.render import page, set_session_cookie
@@ -39,8 +40,9 @@ def _form(request: Request, session: Session, *, status: int = 200, **context: o
 
 
 def client_address(request: Request) -> str:
-    """The address sign-in failures are counted under: the peer's, or behind a proxy that
-    uvicorn trusts (FORWARDED_ALLOW_IPS, by default 127.0.0.1) its X-Forwarded-For."""
+    """The address sign-in failures are counted under, the one the audit trail records: the
+    peer's, or behind a proxy named in QEXPORT_TRUSTED_PROXIES the client its X-Forwarded-For
+    names (http/origin.py)."""
     return request.client.host if request.client else "unknown"
 
 
@@ -73,6 +75,7 @@ def sign_in(
         email=email,
         password=password,
         address=client_address(request),
+        known_user=known_browser.known_user(request, context.clock.now()),
     )
     _record(context, attempt)
     if attempt.outcome is service.Outcome.SIGNED_IN:
@@ -82,6 +85,7 @@ def sign_in(
         )
         redirect = RedirectResponse(safe_next(next), status_code=303)
         set_session_cookie(redirect, request, signed)
+        known_browser.remember(redirect, request, attempt.user.id, context.clock.now())
         return redirect
     status, error = {
         service.Outcome.REFUSED: (400, FAILED),
