@@ -423,8 +423,7 @@ def share_source(
         OPERATOR,
         Action.SOURCE_SHARED if shared else Action.SOURCE_UNSHARED,
         workspace_id=INSTALLATION if workspace_id == EVERY_WORKSPACE else workspace_id,
-        target=("source", name),
-        details={"owner": source.workspace_id or ""},
+        target=("source", name),  # never its owner: the workspace shared with need not know
     )
     return accounts.share_source(
         source.workspace_id, name, workspace_id, shared=shared, audit=changed
