@@ -95,7 +95,7 @@ def sources(settings: Settings) -> dict[str, Source]:
 
 def registered_source(source: RegisteredSource, settings: Settings) -> Source:
     """A registered source, its stored URL opened (SourceCredentialsError if it cannot be)."""
-    url = unseal(source.name, source.url, settings.secret_key)
+    url = unseal(source.name, source.url, settings.secret_key, owner=source.workspace_id)
     return source_from_url(
         source.name, url, settings, allow_privileged_role=source.allow_privileged_role
     )

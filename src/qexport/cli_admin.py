@@ -308,28 +308,44 @@ def sources_add(
         )
     for finding in findings:
         note(f"warning: the role of source {name} {finding} (allowed by --allow-privileged-role)")
-    shown = sources_service.shown_url(name, given, "")
+    shown = sources_service.shown_url(name, given, "", owner=workspace)
     note(f"registered source {name} ({shown}) for workspace {workspace}")
 
 
-def _share(ctx: typer.Context, name: str, workspace: str, *, shared: bool) -> None:
+OwnerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--owner",
+        help="The workspace that registered the source, when several have one of that name.",
+    ),
+]
+
+
+def _share(
+    ctx: typer.Context, name: str, workspace: str, owner: str | None, *, shared: bool
+) -> None:
     admin = admin_context(ctx)
     with refusals():
-        changed = sources_service.share_source(admin.accounts, name, workspace, shared=shared)
+        changed = sources_service.share_source(
+            admin.accounts, admin.settings, name, workspace, shared=shared, owner=owner
+        )
     verb = "may use" if shared else "may no longer use"
     note(f"workspace {workspace} {verb} source {name}" + ("" if changed else " (unchanged)"))
 
 
 @sources_app.command("share")
-def sources_share(ctx: typer.Context, name: str, workspace: str) -> None:
-    """Let WORKSPACE (`*`: every workspace) use a registered source."""
-    _share(ctx, name, workspace, shared=True)
+def sources_share(ctx: typer.Context, name: str, workspace: str, owner: OwnerOption = None) -> None:
+    """Let WORKSPACE (`*`: every workspace) use a registered source, under its name; refused
+    when WORKSPACE already has a source of that name."""
+    _share(ctx, name, workspace, owner, shared=True)
 
 
 @sources_app.command("unshare")
-def sources_unshare(ctx: typer.Context, name: str, workspace: str) -> None:
+def sources_unshare(
+    ctx: typer.Context, name: str, workspace: str, owner: OwnerOption = None
+) -> None:
     """Stop WORKSPACE using a registered source; its exports on it fail access_lost."""
-    _share(ctx, name, workspace, shared=False)
+    _share(ctx, name, workspace, owner, shared=False)
 
 
 @sources_app.command("list")
@@ -344,6 +360,7 @@ def sources_list(
     rows = [
         {
             "name": v.name,
+            "owner": v.owner,
             "kind": v.kind,
             "url": v.url,
             "origin": v.origin,
@@ -355,7 +372,8 @@ def sources_list(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("name", "url", "origin", "workspaces")
+    table = Table("name", "owner", "url", "origin", "workspaces")
     for view in views:
-        table.add_row(view.name, view.url, view.origin, grant_words(view.workspaces))
+        owner = view.owner if view.origin == "registered" else ""
+        table.add_row(view.name, owner or "-", view.url, view.origin, grant_words(view.workspaces))
     out.print(table)

@@ -42,6 +42,7 @@ from qexport.cli_schedules import (
 )
 from qexport.container import Container
 from qexport.domain.approvals import ApprovalRequest
+from qexport.domain.audit import operator_for
 from qexport.domain.exports import EXPIRED, ExportRecord, Requester, safe_filename
 from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, QExportError
 from qexport.domain.queries import can_read
@@ -56,9 +57,10 @@ from qexport.services.exports import (
     cancel_export,
     downloadable,
     get_visible_export,
+    hand_over_file,
+    hand_over_link,
     id_prefix_of,
     list_export_page,
-    open_download,
     parse_listing,
 )
 from qexport.services.exports import resolve_export_id as resolve_local_export_id
@@ -759,11 +761,8 @@ def _print_download_link(deps: Container, requester: Requester, export_id: str) 
         fail_input("download links need S3 storage; use --output with the filesystem store")
     try:
         record = downloadable(deps.exports, deps.catalog, deps.clock, requester, export_id)
-        assert record.expires_at is not None
-        left = (record.expires_at - deps.clock.now()).total_seconds()
-        # Never valid past the export's own expiry: the link dies with the file.
-        valid = max(1, min(objects.presign_seconds, int(left)))
-        link = objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
+        actor = operator_for(requester.user_id)
+        link, valid = hand_over_link(objects, deps.audit, deps.clock, actor, record)
     except QExportError as exc:
         fail(str(exc))
     out.print(link, highlight=False, soft_wrap=True)
@@ -794,7 +793,8 @@ def exports_download(
     """Download an export's file, by default to its file name here.
 
     Refused once it has expired; from a server, the file is checked against the export's
-    sha256. An existing file is never replaced without --force."""
+    sha256. An existing file is never replaced without --force. A local download is recorded
+    in the audit trail (file.downloaded, by the operator for --user) before any byte."""
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
     if client is not None:
@@ -806,16 +806,19 @@ def exports_download(
         _print_download_link(deps, st.requester, export_id)
         return
     try:
-        record, stream = open_download(
-            deps.exports, deps.catalog, deps.objects, deps.clock, st.requester, export_id
-        )
+        record = downloadable(deps.exports, deps.catalog, deps.clock, st.requester, export_id)
+    except QExportError as exc:
+        fail(str(exc))
+    target = None if output == "-" else download_target(output, record.filename, force=force)
+    try:
+        actor = operator_for(st.requester.user_id)
+        stream = hand_over_file(deps.objects, deps.audit, deps.clock, actor, record)
     except QExportError as exc:
         fail(str(exc))
     with stream:
-        if output == "-":
+        if target is None:
             shutil.copyfileobj(stream, sys.stdout.buffer)
             return
-        target = download_target(output, record.filename, force=force)
         with _writing(target) as fh:
             shutil.copyfileobj(stream, fh, 1024 * 1024)
     err.print(

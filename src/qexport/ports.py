@@ -515,15 +515,25 @@ class AccountStore(Protocol):
         ...
 
     def add_source(self, source: RegisteredSource, *, audit: AuditEvent | None = None) -> None:
-        """Register a source (its URL as it is to be stored); a taken name is refused."""
+        """Register a source (its URL as it is to be stored); a name its workspace already
+        registered is refused."""
         ...
 
-    def registered_sources(self) -> dict[str, RegisteredSource]: ...
+    def registered_sources(self) -> list[RegisteredSource]:
+        """Every registered source, by name, then workspace."""
+        ...
+
     def share_source(
-        self, name: str, workspace_id: str, *, shared: bool, audit: AuditEvent | None = None
+        self,
+        owner: str | None,
+        name: str,
+        workspace_id: str,
+        *,
+        shared: bool,
+        audit: AuditEvent | None = None,
     ) -> bool:
-        """Let a workspace use a registered source, or stop it; False when nothing changed.
-        NotFoundError for an unknown source."""
+        """Let a workspace use the source `owner` registered as `name`, or stop it; False when
+        nothing changed. NotFoundError for an unknown source."""
         ...
 
 
@@ -803,8 +813,8 @@ class SourceCatalog(Protocol):
     """The sources by name, and which workspaces may use each."""
 
     def source_for(self, name: str, workspace_id: str) -> Source:
-        """The source if the workspace may use it; AccessLostError if it may not,
-        SourceUnavailableError for an unknown name."""
+        """The source `name` means in the workspace (names are per workspace); AccessLostError
+        if it means none there, SourceUnavailableError for a name known nowhere."""
         ...
 
     def names_for(self, workspace_id: str) -> list[str]:

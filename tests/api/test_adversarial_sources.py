@@ -1,7 +1,8 @@
 """A hostile member of one workspace against another workspace's data source: they cannot
 list it, save a query on it, export, or schedule anything on it, through the API and the
-pages; sources shown to members never carry a password; and a workspace admin registers only
-PostgreSQL sources whose role may only read.
+pages; sources shown to members never carry a password, and to viewers no URL at all; a
+name is per workspace, and one taken elsewhere is never told; and a workspace admin
+registers only PostgreSQL sources whose role may only read.
 
 Workspace "acme" owns the registered source `acme_db`; workspace "other" is the attacker.
 """
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import psycopg
 import pytest
 
@@ -21,6 +23,7 @@ from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.domain.sources import RegisteredSource
+from qexport.services import sources as service
 from tests.api.conftest import Api
 from tests.integration.test_postgres_source import url_for
 from tests.pg import server_url
@@ -52,6 +55,11 @@ def world(api: Api, tmp_path: Path, source_template: Path) -> Api:
     api.member(EVE, "admin", workspace="other")
     api.member(MALLORY, "editor", workspace="other")
     return api
+
+
+def _registered(api: Api) -> list[str]:
+    """The names of the registered sources, every workspace's."""
+    return [s.name for s in api.context.accounts.registered_sources()]
 
 
 def _query_body(source: str, name: str = "theirs") -> dict[str, object]:
@@ -131,7 +139,7 @@ def test_a_source_taken_away_fails_queued_exports_access_lost(world: Api) -> Non
     """Shared with `other`, acme's source can be named and exported; once the operator takes
     it away, an export already queued fails access_lost before it runs."""
     accounts = world.context.accounts
-    accounts.share_source("acme_db", "other", shared=True)
+    accounts.share_source("acme", "acme_db", "other", shared=True)
     saved = world.post("/api/v1/queries", MALLORY, json=_query_body("acme_db"))
     assert saved.status_code == 201
     body = {"query_id": saved.json()["id"], "format": "csv"}
@@ -139,7 +147,7 @@ def test_a_source_taken_away_fails_queued_exports_access_lost(world: Api) -> Non
     world.drain()
     assert world.get(f"/api/v1/exports/{first['id']}", MALLORY).json()["status"] == "succeeded"
     queued = world.post("/api/v1/exports", MALLORY, json=body).json()
-    accounts.share_source("acme_db", "other", shared=False)
+    accounts.share_source("acme", "acme_db", "other", shared=False)
     world.drain()
     export = world.get(f"/api/v1/exports/{queued['id']}", MALLORY).json()
     assert (export["status"], export["failure"]["code"]) == ("failed", "access_lost")
@@ -233,7 +241,7 @@ def test_a_superuser_source_is_refused_through_the_api(loopback_open: Api) -> No
     assert refused.status_code == 422
     assert refused.json()["field"] == "url"
     assert "superuser" in refused.json()["detail"]
-    assert "root" not in world.context.accounts.registered_sources()
+    assert "root" not in _registered(world)
 
 
 # What a login can become through grants, as the operator of the report set it up: each
@@ -322,7 +330,7 @@ def test_a_members_source_on_an_internal_address_is_refused(
     assert refused.status_code == 422, refused.text
     assert refused.json()["field"] == "url"
     assert "egress policy" in refused.json()["detail"]
-    assert "inside" not in world.context.accounts.registered_sources()
+    assert "inside" not in _registered(world)
 
 
 def test_a_members_source_connects_to_the_address_that_was_checked(
@@ -352,7 +360,7 @@ def test_a_null_member_of_a_source_is_refused_by_name(
     refused = loopback_open.post(SOURCES, EVE, json=body)
     assert refused.status_code == 422, refused.text
     assert refused.json()["field"] == member
-    assert "nulls" not in loopback_open.context.accounts.registered_sources()
+    assert "nulls" not in _registered(loopback_open)
 
 
 @pytest.mark.parametrize("who", [MALLORY, "viewer@other.test"])
@@ -366,7 +374,6 @@ def test_only_admins_register_sources(world: Api, who: str) -> None:
 @pytest.mark.parametrize(
     ("name", "url"),
     [
-        ("acme_db", "postgresql://r:p@127.0.0.1/postgres"),  # someone else's name
         ("shop", "postgresql://r:p@127.0.0.1/postgres"),  # a configured name
         ("files", "duckdb:///srv/acme.duckdb"),  # another team's file
         ("env", "env:QEXPORT_DATABASE_URL"),  # the server's own credentials
@@ -375,8 +382,8 @@ def test_only_admins_register_sources(world: Api, who: str) -> None:
     ],
 )
 def test_a_hostile_registration_is_refused(world: Api, name: str, url: str) -> None:
-    """Names taken, files, environment references, password-less or socket URLs: 422, and
-    nothing changes."""
+    """Configured names, files, environment references, password-less or socket URLs: 422,
+    and nothing changes."""
     before = world.context.accounts.registered_sources()
     response = world.post(SOURCES, EVE, json={"name": name, "url": url})
     assert response.status_code == 422, response.text
@@ -393,7 +400,7 @@ def test_a_fragment_cannot_smuggle_a_hostaddr_past_the_egress_policy(
     refused = world.post(SOURCES, EVE, json={"name": "smuggled", "url": url})
     assert refused.status_code == 422, refused.text
     assert refused.json()["field"] == "url"
-    assert "smuggled" not in world.context.accounts.registered_sources()
+    assert "smuggled" not in _registered(world)
 
 
 def test_a_refused_address_is_not_told_to_the_member(world: Api) -> None:
@@ -421,3 +428,91 @@ def test_a_percent_encoded_password_option_is_masked(loopback_open: Api, reader:
     listed = world.get(SOURCES, "viewer@other.test").text
     assert "encoded" in listed
     assert password not in listed
+
+
+# ---------------------------------------------------------------- names are per workspace
+
+
+def _operator_registers(api: Api, name: str, path: Path, workspace: str) -> None:
+    service.register_source(
+        api.context.accounts,
+        api.clock,
+        api.context.settings,
+        service.SourceRequest(name, f"duckdb://{path}", workspace),
+        check_role=lambda _name, _url, _allow: [],
+    )
+
+
+def _export_text(api: Api, who: str, query_id: str) -> str:
+    started = api.post("/api/v1/exports", who, json={"query_id": query_id, "format": "csv"})
+    assert started.status_code == 202, started.text
+    api.drain()
+    file = api.get(f"/api/v1/exports/{started.json()['id']}/file", who)
+    assert file.status_code == 200, file.text
+    return str(file.text)
+
+
+def test_two_workspaces_each_read_their_own_source_of_one_name(
+    world: Api, tmp_path: Path, source_template: Path
+) -> None:
+    """acme and other each register `warehouse` (the second is not told of the first); each
+    workspace's query on `warehouse` exports its own workspace's data, and each lists one
+    `warehouse`."""
+    mine, theirs = tmp_path / "wh-acme.duckdb", tmp_path / "wh-other.duckdb"
+    shutil.copy(source_template, mine)
+    shutil.copy(source_template, theirs)
+    with duckdb.connect(str(theirs)) as con:
+        con.execute("UPDATE orders SET customer = 'other ' || id")
+    _operator_registers(world, "warehouse", mine, "acme")
+    _operator_registers(world, "warehouse", theirs, "other")
+    sql = "SELECT customer FROM orders ORDER BY id LIMIT 2"
+    body = {"name": "wh", "sql": sql, "source": "warehouse", "parameters": []}
+    ann = world.post("/api/v1/queries", ANN, json=body)
+    mallory = world.post("/api/v1/queries", MALLORY, json=body)
+    assert (ann.status_code, mallory.status_code) == (201, 201), (ann.text, mallory.text)
+    mine_rows = _export_text(world, ANN, ann.json()["id"]).splitlines()
+    theirs_rows = _export_text(world, MALLORY, mallory.json()["id"]).splitlines()
+    assert mine_rows == ["customer", "customer 1", "customer 2"]
+    assert theirs_rows == ["customer", "other 1", "other 2"]
+    for who in (ANN, MALLORY):
+        names = [s["name"] for s in world.get(SOURCES, who).json()["items"]]
+        assert names.count("warehouse") == 1
+
+
+def test_a_name_taken_in_another_workspace_is_not_revealed(loopback_open: Api, reader: str) -> None:
+    """other's admin registers `acme_db`, the name of acme's source: 201, a PostgreSQL source
+    of their own, and acme's stays its DuckDB file. Registering it again in `other` is refused
+    naming only `other`'s own source, never acme or its file."""
+    world = loopback_open
+    url = _pg_url(reader, f"hunter2-{reader}")
+    created = world.post(SOURCES, EVE, json={"name": "acme_db", "url": url})
+    assert created.status_code == 201, created.text
+    theirs = {s["name"]: s["kind"] for s in world.get(SOURCES, EVE).json()["items"]}
+    mine = {s["name"]: s["kind"] for s in world.get(SOURCES, ANN).json()["items"]}
+    assert (theirs["acme_db"], mine["acme_db"]) == ("postgresql", "duckdb")
+    again = world.post(SOURCES, EVE, json={"name": "acme_db", "url": url})
+    assert again.status_code == 422
+    assert again.json()["field"] == "name"
+    assert (
+        "workspace 'other' already has a source named 'acme_db' (its own source)"
+        in (again.json()["detail"])
+    )
+    assert "acme.duckdb" not in again.text
+    assert "'acme'" not in again.text
+
+
+def test_a_viewers_source_listing_has_no_path(world: Api, tmp_path: Path) -> None:
+    """A viewer's source listing has names and kinds, with no URL, file path or folder;
+    those who write queries (an editor, the admin) still see each URL."""
+    world.member("vic@acme.test", "viewer")
+    world.member("ed@acme.test", "editor")
+    listed = world.get(SOURCES, "vic@acme.test")
+    assert listed.status_code == 200
+    assert listed.json()["items"] == [
+        {"name": "acme_db", "kind": "duckdb", "url": None},
+        {"name": "shop", "kind": "duckdb", "url": None},
+    ]
+    assert str(tmp_path) not in listed.text
+    for who in ("ed@acme.test", ANN):
+        urls = {s["name"]: s["url"] for s in world.get(SOURCES, who).json()["items"]}
+        assert urls["acme_db"] == f"duckdb://{tmp_path}/acme.duckdb"

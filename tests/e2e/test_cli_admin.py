@@ -196,7 +196,7 @@ def test_bad_input_exits_2_with_one_line(env: Env) -> None:
         assert message in proc.stderr, (args, proc.stderr)
         assert "hunter2" not in proc.stderr
     accounts = _accounts(env)
-    assert accounts.registered_sources() == {}
+    assert accounts.registered_sources() == []
     assert [m.workspace_id for m in accounts.memberships_of(_user_id(env))] == ["acme"]
     assert accounts.find_user("not-an-email") is None
     assert accounts.list_tokens(_user_id(env)) == []
@@ -231,7 +231,7 @@ def test_an_empty_password_on_stdin_is_refused(env: Env) -> None:
 def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
     """`sources add` takes a password only from stdin, stores it sealed under
     QEXPORT_SECRET_KEY, and `sources add`/`sources list` never print it; a name is registered
-    once."""
+    once per workspace, and sharing one that several workspaces have needs --owner."""
     env.extra["QEXPORT_SECRET_KEY"] = "e2e-secret-key"  # noqa: S105 - a test key
     url = "postgresql://reader:hunter2@db.internal/crm"
     added = _run_with_stdin(
@@ -259,15 +259,16 @@ def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
     env.run("sources", "add", "wh", "env:WAREHOUSE_URL", "--workspace", "beta")
     taken = env.run("sources", "add", "shop", "duckdb:///srv/other.duckdb", *ACME, check=False)
     assert taken.returncode == 2
-    assert "already exists" in taken.stderr
-    stored = _accounts(env).registered_sources()
-    assert stored["shop"].url.startswith("v1:")
+    assert "workspace 'acme' already has a source named 'shop'" in taken.stderr
+    stored = {s.name: s for s in _accounts(env).registered_sources()}
+    assert stored["shop"].url.startswith("v2:")
     assert stored["wh"].url == "env:WAREHOUSE_URL"
     env.run("sources", "share", "shop", "beta")
     listed = json.loads(env.run("sources", "list", "--json").stdout)
     assert listed == [
         {
             "name": "demo",
+            "owner": "built-in",
             "kind": "duckdb",
             "url": f"duckdb://{env.data_dir / 'demo.duckdb'}",
             "origin": "built-in",
@@ -276,6 +277,7 @@ def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
         },
         {
             "name": "shop",
+            "owner": "acme",
             "kind": "duckdb",
             "url": "duckdb:///srv/data/shop.duckdb",
             "origin": "registered",
@@ -284,6 +286,7 @@ def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
         },
         {
             "name": "wh",
+            "owner": "beta",
             "kind": "env",
             "url": "env:WAREHOUSE_URL",
             "origin": "registered",
@@ -291,7 +294,11 @@ def test_sources_are_listed_with_passwords_masked(env: Env) -> None:
             "allow_privileged_role": False,
         },
     ]
-    env.run("sources", "unshare", "shop", "beta")
+    env.run("sources", "add", "shop", "duckdb:///srv/data/gamma.duckdb", "--workspace", "gamma")
+    ambiguous = env.run("sources", "unshare", "shop", "beta", check=False)
+    assert ambiguous.returncode == 2
+    assert "several workspaces have a source named 'shop' (acme, gamma)" in ambiguous.stderr
+    env.run("sources", "unshare", "shop", "beta", "--owner", "acme")
     table = env.run("sources", "list").stdout
     assert "acme" in table
     assert "beta" in table  # wh's

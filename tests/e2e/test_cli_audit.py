@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -100,3 +101,29 @@ def test_verify_names_the_first_edited_event_and_prune_keeps_the_chain_verifiabl
     (prune,) = _list(env, "--action", "audit.pruned")
     assert prune["workspace"] == "*"
     assert prune["actor"] == {"kind": "operator", "id": "cli"}
+
+
+def test_a_local_download_is_recorded_like_any_other(env: Env, tmp_path: Path) -> None:
+    """`exports download` on the local database, to a file and to stdout, leaves one
+    `file.downloaded` event each, the operator's CLI acting for the requester, of that
+    export, with its bytes, before any byte is written; someone else's download, refused,
+    leaves none."""
+    env.add_query("items", "SELECT 42 AS answer")
+    export_id = env.request("items", "csv")
+    assert env.start_worker("--drain").wait(timeout=120) == 0
+    size = env.record(export_id).size_bytes
+    env.run("exports", "download", export_id, "-o", str(tmp_path / "items.csv"))
+    assert env.run("exports", "download", export_id, "-o", "-").stdout.splitlines() == [
+        "answer",
+        "42",
+    ]
+    env.extra["QEXPORT_USER"] = "mallory"
+    assert env.run("exports", "download", export_id, "-o", "-", check=False).returncode == 1
+    events = _list(env, "--action", "file.downloaded")
+    assert len(events) == 2
+    for happened in events:
+        assert happened["actor"] == {"kind": "operator", "id": "alice"}
+        assert happened["target"] == {"kind": "export", "id": export_id}
+        assert happened["outcome"] == "ok"
+        assert happened["details"] == {"bytes": size, "filename": env.record(export_id).filename}
+    assert "verified" in env.run("audit", "verify").stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import threading
@@ -203,6 +204,9 @@ def test_s3_lifecycle_rules_download_links_and_a_missing_bucket(
     assert hashlib.sha256(body).hexdigest() == record.sha256
     assert record.filename in disposition
     assert 290 <= _valid_seconds(link) <= 300
+    listed = cluster.run("audit", "list", "--json", "--action", "file.presigned").stdout
+    (handed,) = json.loads(listed)["items"]  # the local link is recorded like the API's
+    assert (handed["actor"]["kind"], handed["target"]["id"]) == ("operator", export_id)
     # A link never outlives its file: with 90 s left, it is valid for at most 90 s.
     short = cluster.request("few", "csv")
     assert cluster.start_worker("--drain", QEXPORT_RETENTION="90s").wait(timeout=120) == 0

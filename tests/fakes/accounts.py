@@ -49,7 +49,7 @@ class InMemoryAccountStore:
         self._roles: dict[tuple[str, str], Role] = {}  # (workspace id, user id) -> role
         self._tokens: dict[str, ApiToken] = {}
         self._links: dict[str, tuple[Link, str]] = {}  # id -> (link, token hash)
-        self._sources: dict[str, RegisteredSource] = {}
+        self._sources: dict[tuple[str, str], RegisteredSource] = {}
         self._failures: list[tuple[str | None, str, datetime]] = []  # (email, address, at)
 
     def standing(self, workspace_id: str, user_id: str) -> Standing:
@@ -339,24 +339,28 @@ class InMemoryAccountStore:
             self._links[link_id] = (replace(entry[0], last_used_at=now), entry[1])
             return True
 
-    # registered sources
+    # registered sources, by (owner or '', name)
     def _add_source_unaudited(self, source: RegisteredSource) -> None:
         with self._lock:
-            if source.name in self._sources:
+            if source.key in self._sources:
                 raise InvalidRequestError(
-                    f"a source named {source.name!r} already exists", field="name"
+                    f"a source named {source.name!r} already exists in workspace {source.key[0]!r}",
+                    field="name",
                 )
-            self._sources[source.name] = source
+            self._sources[source.key] = source
 
-    def registered_sources(self) -> dict[str, RegisteredSource]:
+    def registered_sources(self) -> list[RegisteredSource]:
         with self._lock:
-            return dict(sorted(self._sources.items()))
+            return [self._sources[key] for key in sorted(self._sources, key=lambda k: (k[1], k[0]))]
 
-    def _share_source_unaudited(self, name: str, workspace_id: str, *, shared: bool) -> bool:
+    def _share_source_unaudited(
+        self, owner: str | None, name: str, workspace_id: str, *, shared: bool
+    ) -> bool:
         with self._lock:
-            source = self._sources.get(name)
+            key = (owner or "", name)
+            source = self._sources.get(key)
             if source is None:
-                raise NotFoundError(f"no registered source {name!r}")
+                raise NotFoundError(f"no registered source {name!r} in workspace {key[0]!r}")
             if (workspace_id in source.shared_with) == shared:
                 return False
             listed = (
@@ -364,7 +368,7 @@ class InMemoryAccountStore:
                 if shared
                 else source.shared_with - {workspace_id}
             )
-            self._sources[name] = replace(source, shared_with=frozenset(listed))
+            self._sources[key] = replace(source, shared_with=frozenset(listed))
             return True
 
     # the audited writes: each appends its `audit` event when the change is made
@@ -449,9 +453,15 @@ class InMemoryAccountStore:
         self.audit_log.append(audit)
 
     def share_source(
-        self, name: str, workspace_id: str, *, shared: bool, audit: AuditEvent | None = None
+        self,
+        owner: str | None,
+        name: str,
+        workspace_id: str,
+        *,
+        shared: bool,
+        audit: AuditEvent | None = None,
     ) -> bool:
-        done = self._share_source_unaudited(name, workspace_id, shared=shared)
+        done = self._share_source_unaudited(owner, name, workspace_id, shared=shared)
         if done:
             self.audit_log.append(audit)
         return done

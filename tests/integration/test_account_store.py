@@ -375,34 +375,41 @@ def _source(name: str, url: str, clock: FrozenClock, **changes: Any) -> Register
     return RegisteredSource(**{**values, **changes})
 
 
-def test_sources_are_registered_once_by_name(
+def test_sources_are_registered_once_per_workspace_and_name(
     account_store: AccountStore, clock: FrozenClock
 ) -> None:
-    """Registered sources list by name with their owner, shares and privileged-role flag; a
-    taken name is refused (field "name") and kept."""
+    """Registered sources list by name, then workspace, with their owner, shares and
+    privileged-role flag; another workspace may register a name, the same workspace not
+    (field "name"), and the first is kept."""
     shop = _source("shop", "duckdb:///data/shop.duckdb", clock, shared_with=frozenset({"beta"}))
-    crm = _source("crm", "v1:sealed", clock, workspace_id="beta", allow_privileged_role=True)
+    crm = _source("crm", "v2:sealed", clock, workspace_id="beta", allow_privileged_role=True)
+    beta_shop = _source("shop", "duckdb:///data/beta.duckdb", clock, workspace_id="beta")
     account_store.add_source(shop)
     account_store.add_source(crm)
+    account_store.add_source(beta_shop)
     with pytest.raises(InvalidRequestError) as refused:
         account_store.add_source(_source("shop", "duckdb:///elsewhere.duckdb", clock))
     assert refused.value.field == "name"
-    assert account_store.registered_sources() == {"crm": crm, "shop": shop}
-    assert list(account_store.registered_sources()) == ["crm", "shop"]
+    assert account_store.registered_sources() == [crm, shop, beta_shop]
 
 
 def test_sharing_a_source_is_recorded(account_store: AccountStore, clock: FrozenClock) -> None:
-    """Sharing and unsharing change who may use a source; doing it twice changes nothing; an
-    unknown source is not found."""
+    """Sharing and unsharing change who may use one workspace's source, not another's of the
+    same name; doing it twice changes nothing; an unknown source is not found."""
     account_store.add_source(_source("shop", "duckdb:///data/shop.duckdb", clock))
-    assert account_store.share_source("shop", "beta", shared=True)
-    assert not account_store.share_source("shop", "beta", shared=True)
-    assert account_store.registered_sources()["shop"].workspaces == {"acme", "beta"}
-    assert account_store.share_source("shop", "beta", shared=False)
-    assert not account_store.share_source("shop", "beta", shared=False)
-    assert account_store.registered_sources()["shop"].workspaces == {"acme"}
+    account_store.add_source(_source("shop", "duckdb:///data/g.duckdb", clock, workspace_id="g"))
+    assert account_store.share_source("acme", "shop", "beta", shared=True)
+    assert not account_store.share_source("acme", "shop", "beta", shared=True)
+    found = {s.workspace_id: s.workspaces for s in account_store.registered_sources()}
+    assert found == {"acme": {"acme", "beta"}, "g": {"g"}}
+    assert account_store.share_source("acme", "shop", "beta", shared=False)
+    assert not account_store.share_source("acme", "shop", "beta", shared=False)
+    found = {s.workspace_id: s.workspaces for s in account_store.registered_sources()}
+    assert found == {"acme": {"acme"}, "g": {"g"}}
     with pytest.raises(NotFoundError):
-        account_store.share_source("nope", "beta", shared=True)
+        account_store.share_source("acme", "nope", "beta", shared=True)
+    with pytest.raises(NotFoundError):
+        account_store.share_source("beta", "shop", "gamma", shared=True)
 
 
 # ---------------------------------------------------------------- standing, as claims see it

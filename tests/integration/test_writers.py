@@ -634,6 +634,71 @@ def test_unusual_arrow_types_are_written_by_every_writer() -> None:
             assert row[-1] == datetime(2020, 1, 2, 8, 34, 5)
 
 
+def _with_amount(value: Decimal) -> pa.RecordBatch:
+    """The type zoo, texts that need quoting, and a DECIMAL(38,10) of `value` and NULL."""
+    batch = unusual_types()
+    extra = {
+        "texts": pa.array(['comma, "quoted"\r\nnewline\ttab', ""], pa.string()),
+        "flag": pa.array([True, None]),
+        "whole": pa.array([-7, None], pa.int8()),
+        "ratio": pa.array([-1e-20, None], pa.float64()),
+        "micros": pa.array([time(1, 2, 3, 4), None], pa.time64("us")),
+        "at": pa.array([datetime(2024, 2, 29, 23, 59, 59, 999999), None], pa.timestamp("us")),
+        "price": pa.array([Decimal("-0.01"), None], pa.decimal128(10, 2)),
+        "amount": pa.array([value, None], pa.decimal128(38, 10)),
+    }
+    return pa.record_batch([*batch.columns, *extra.values()], names=[*batch.schema.names, *extra])
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("options", [NEUTRAL, VERBATIM], ids=["neutralized", "verbatim"])
+def test_rows_with_a_tiny_decimal_are_pyarrows_bytes_with_the_decimal_plain(
+    fmt: str, options: WriterOptions
+) -> None:
+    """A batch whose DECIMAL(38,10) holds a value pyarrow would print as `0E-10` is encoded
+    by qexport's own rows: every other value is the bytes pyarrow's encoder writes (the same
+    batch holding 1.5 goes through pyarrow), and the decimal is `0.0000000000`."""
+    written = {}
+    for value in (Decimal("1.5"), Decimal("0")):
+        batch = _with_amount(value)
+        sink = MemorySink()
+        assert get_writer(fmt).write(batch.schema, iter([batch]), sink, options) == 2
+        written[value] = bytes(sink.data)
+    assert b"E-10" not in written[Decimal("0")]
+    assert written[Decimal("0")] == written[Decimal("1.5")].replace(
+        b"1.5000000000", b"0.0000000000"
+    )
+
+
+def test_every_text_format_writes_decimals_in_plain_notation() -> None:
+    """csv, tsv and jsonl write the decimals Arrow prints with an exponent (`1E-10`, `0E-10`,
+    a negative scale's `1.23E+4`) as DuckDB does, with the column's scale; xlsx keeps them
+    numbers."""
+    batch = pa.record_batch(
+        [
+            pa.array([Decimal(v) for v in ("1E-10", "-1E-10", "0")], pa.decimal128(38, 10)),
+            pa.array([Decimal(v) for v in ("12300", "0", "-100")], pa.decimal128(5, -2)),
+        ],
+        names=["small", "hundreds"],
+    )
+    plain = [("0.0000000001", "12300"), ("-0.0000000001", "0"), ("0.0000000000", "-100")]
+    for fmt in ("csv", "tsv"):
+        sink = MemorySink()
+        get_writer(fmt).write(batch.schema, iter([batch]), sink, NEUTRAL)
+        rows = read_delimited(bytes(sink.data), "," if fmt == "csv" else "\t")[1:]
+        assert [tuple(row) for row in rows] == plain
+        assert b'"0.' not in sink.data  # numbers, not quoted text
+    sink = MemorySink()
+    get_writer("jsonl").write(batch.schema, iter([batch]), sink, NEUTRAL)
+    assert bytes(sink.data).decode().splitlines() == [
+        f'{{"small":{small},"hundreds":{hundreds}}}' for small, hundreds in plain
+    ]
+    sink = MemorySink()
+    get_writer("xlsx").write(batch.schema, iter([batch]), sink, NEUTRAL)
+    cells = [[c.value for c in row] for row in open_xlsx(bytes(sink.data))["Sheet1"]][1:]
+    assert cells == [[1e-10, 12300], [-1e-10, 0], [0, -100]]
+
+
 # ---------------------------------------------------------------- registry
 
 

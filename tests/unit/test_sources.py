@@ -13,6 +13,7 @@ from qexport.domain.failures import (
     AccessLostError,
     ForbiddenError,
     InvalidRequestError,
+    NotFoundError,
     SourceUnavailableError,
 )
 from qexport.domain.sources import RegisteredSource
@@ -24,6 +25,7 @@ from qexport.sources.registry import (
     configured_grants,
     masked_url,
     usable_source_names,
+    usable_sources_in,
 )
 from tests.fakes import FrozenClock, InMemoryAccountStore
 from tests.unit.fakes import FakeSource
@@ -71,9 +73,9 @@ def test_a_source_belongs_to_its_workspace(
     assert "shop" in usable_source_names(settings, accounts, "acme")
     assert "shop" in usable_source_names(settings, accounts, "beta")
     assert "shop" not in usable_source_names(settings, accounts, "gamma")
-    service.share_source(accounts, "shop", "beta", shared=False)
+    service.share_source(accounts, settings, "shop", "beta", shared=False)
     assert "shop" not in usable_source_names(settings, accounts, "beta")
-    service.share_source(accounts, "shop", "*", shared=True)
+    service.share_source(accounts, settings, "shop", "*", shared=True)
     assert "shop" in usable_source_names(settings, accounts, "gamma")
 
 
@@ -124,16 +126,79 @@ def test_bad_sources_are_refused_without_echoing_passwords(
         _register(accounts, clock, name, url)
     assert refused.value.field == field
     assert "hunter2" not in str(refused.value)
-    assert accounts.registered_sources() == {}
+    assert accounts.registered_sources() == []
 
 
-def test_a_name_is_registered_once(accounts: InMemoryAccountStore, clock: FrozenClock) -> None:
-    """Registering a taken name again is refused, whichever workspace asks."""
-    _register(accounts, clock, "shop", "duckdb:///data/shop.duckdb")
+def test_two_workspaces_may_each_register_a_name(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """`warehouse` of acme and `warehouse` of beta are two sources: registering the second
+    says nothing of the first, and each workspace's name means its own."""
+    _register(accounts, clock, "warehouse", "duckdb:///data/acme.duckdb", "acme")
+    _register(accounts, clock, "warehouse", "duckdb:///data/beta.duckdb", "beta")
+    found = {s.workspace_id: s.url for s in accounts.registered_sources()}
+    assert found == {"acme": "duckdb:///data/acme.duckdb", "beta": "duckdb:///data/beta.duckdb"}
+    settings = Settings()
+    for workspace in ("acme", "beta"):
+        (meant,) = usable_sources_in(settings, accounts, workspace).values()
+        assert meant is not None
+        assert meant.workspace_id == workspace
+    assert "warehouse" not in usable_source_names(settings, accounts, "gamma")
+
+
+def test_a_name_is_registered_once_in_a_workspace(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """A name the workspace already uses (its own source, a configured one granted to it, or
+    one shared with it) is refused on `name`, saying which; the first stays."""
+    settings = Settings.from_env(
+        {"QEXPORT_SOURCE_WH": "duckdb:///srv/wh.duckdb", "QEXPORT_SOURCE_WH_WORKSPACES": "acme"}
+    )
+    _register(accounts, clock, "shop", "duckdb:///data/shop.duckdb", settings=settings)
+    _register(accounts, clock, "crm", "duckdb:///data/crm.duckdb", "beta", settings=settings)
+    service.share_source(accounts, settings, "crm", "acme", shared=True)
+    for name, held in [
+        ("shop", "its own source"),
+        ("wh", "the configured source"),
+        ("crm", "a source shared with it"),
+    ]:
+        with pytest.raises(InvalidRequestError) as refused:
+            _register(accounts, clock, name, "duckdb:///data/x.duckdb", settings=settings)
+        assert refused.value.field == "name"
+        assert f"workspace 'acme' already has a source named {name!r} ({held})" in str(
+            refused.value
+        )
+    assert {(s.workspace_id, s.name) for s in accounts.registered_sources()} == {
+        ("acme", "shop"),
+        ("beta", "crm"),
+    }
+    _register(accounts, clock, "wh", "duckdb:///data/wh-beta.duckdb", "beta", settings=settings)
+
+
+def test_a_share_that_would_give_a_workspace_two_sources_of_one_name_is_refused(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """Sharing acme's `warehouse` with beta, which has its own, is refused with a message
+    saying so (nothing shared); sharing it with every workspace too; with gamma it holds. An
+    ambiguous name needs --owner."""
+    settings = Settings()
+    _register(accounts, clock, "warehouse", "duckdb:///data/acme.duckdb", "acme")
+    _register(accounts, clock, "warehouse", "duckdb:///data/beta.duckdb", "beta")
+    with pytest.raises(InvalidRequestError, match="--owner WORKSPACE") as ambiguous:
+        service.share_source(accounts, settings, "warehouse", "beta", shared=True)
+    assert "(acme, beta)" in str(ambiguous.value)
     with pytest.raises(InvalidRequestError) as refused:
-        _register(accounts, clock, "shop", "duckdb:///data/other.duckdb", "beta")
-    assert refused.value.field == "name"
-    assert accounts.registered_sources()["shop"].workspace_id == "acme"
+        service.share_source(accounts, settings, "warehouse", "beta", shared=True, owner="acme")
+    assert "workspace 'beta' already has a source named 'warehouse' (its own source)" in str(
+        refused.value
+    )
+    with pytest.raises(InvalidRequestError, match="already beta/warehouse"):
+        service.share_source(accounts, settings, "warehouse", "*", shared=True, owner="acme")
+    assert service.share_source(accounts, settings, "warehouse", "gamma", shared=True, owner="acme")
+    shares = {s.workspace_id: s.shared_with for s in accounts.registered_sources()}
+    assert shares == {"acme": {"gamma"}, "beta": frozenset()}
+    with pytest.raises(NotFoundError):
+        service.share_source(accounts, settings, "warehouse", "gamma", shared=True, owner="zeta")
 
 
 def test_a_duckdb_file_backs_one_source(
@@ -150,14 +215,14 @@ def test_a_duckdb_file_backs_one_source(
             _register(accounts, clock, "shop_b", url, "beta")
         assert refused.value.field == "url"
         assert f"the file {shop} is already source 'shop'" in str(refused.value)
-        assert "qexport sources share shop beta" in str(refused.value)
+        assert "qexport sources share shop beta --owner acme" in str(refused.value)
     settings = Settings(data_dir=tmp_path)
     with pytest.raises(InvalidRequestError) as demo:
         _register(accounts, clock, "demo2", f"duckdb://{settings.demo_database}", settings=settings)
     assert "is already source 'demo'" in str(demo.value)
     assert "(QEXPORT_SOURCE_DEMO_WORKSPACES)" in str(demo.value)
     _register(accounts, clock, "other", f"duckdb://{tmp_path}/other.duckdb", "beta")
-    assert set(accounts.registered_sources()) == {"shop", "other"}
+    assert {s.name for s in accounts.registered_sources()} == {"shop", "other"}
 
 
 # ---------------------------------------------------------------- credentials at rest
@@ -166,43 +231,45 @@ def test_a_duckdb_file_backs_one_source(
 def test_a_url_is_stored_sealed_when_there_is_a_secret_key(
     accounts: InMemoryAccountStore, clock: FrozenClock
 ) -> None:
-    """With QEXPORT_SECRET_KEY the stored URL is `v1:` ciphertext without the password, and
+    """With QEXPORT_SECRET_KEY the stored URL is `v2:` ciphertext without the password, and
     it opens back to the URL with the same key."""
     url = "postgresql://reader:hunter2@db/crm"
     settings = Settings(secret_key=KEY)
     _register(accounts, clock, "crm", "duckdb:///data/crm.duckdb", settings=settings)
-    stored = seal("crm", url, KEY)
-    assert stored.startswith("v1:")
+    stored = seal("crm", url, KEY, owner="acme")
+    assert stored.startswith("v2:")
     assert "hunter2" not in stored
     assert "reader" not in stored
-    assert unseal("crm", stored, KEY) == url
-    assert accounts.registered_sources()["crm"].url.startswith("v1:")
+    assert unseal("crm", stored, KEY, owner="acme") == url
+    assert accounts.registered_sources()[0].url.startswith("v2:")
     shown = service.all_sources(accounts, settings)[-1].url
     assert shown == "duckdb:///data/crm.duckdb"
 
 
 def test_a_changed_secret_key_is_a_clear_error() -> None:
-    """A URL sealed under another key (or moved to another source's row) does not open, and
-    the error says why without the URL."""
-    stored = seal("crm", "postgresql://reader:hunter2@db/crm", KEY)
+    """A URL sealed under another key (or moved to another source's row, another
+    workspace's source of the same name included) does not open, and the error says why
+    without the URL."""
+    stored = seal("crm", "postgresql://reader:hunter2@db/crm", KEY, owner="acme")
     with pytest.raises(SourceCredentialsError, match="QEXPORT_SECRET_KEY") as changed:
-        unseal("crm", stored, "another-key")
+        unseal("crm", stored, "another-key", owner="acme")
     assert "hunter2" not in str(changed.value)
     with pytest.raises(SourceCredentialsError):
-        unseal("other", stored, KEY)
+        unseal("other", stored, KEY, owner="acme")
+    with pytest.raises(SourceCredentialsError):
+        unseal("crm", stored, KEY, owner="beta")
     with pytest.raises(SourceCredentialsError, match="QEXPORT_SECRET_KEY"):
-        unseal("crm", stored, "")
+        unseal("crm", stored, "", owner="acme")
 
 
 def test_an_env_reference_is_stored_as_a_reference() -> None:
     """`env:NAME` keeps the credential out of the database: each process reads the variable,
     and an unset one is a clear error."""
-    assert seal("crm", "env:CRM_URL", KEY) == "env:CRM_URL"
-    assert unseal("crm", "env:CRM_URL", KEY, {"CRM_URL": "postgresql://db/crm"}) == (
-        "postgresql://db/crm"
-    )
+    assert seal("crm", "env:CRM_URL", KEY, owner="acme") == "env:CRM_URL"
+    opened = unseal("crm", "env:CRM_URL", KEY, {"CRM_URL": "postgresql://db/crm"}, owner="acme")
+    assert opened == "postgresql://db/crm"
     with pytest.raises(SourceCredentialsError, match=r"\$CRM_URL"):
-        unseal("crm", "env:CRM_URL", KEY, {})
+        unseal("crm", "env:CRM_URL", KEY, {}, owner="acme")
 
 
 @pytest.mark.parametrize(
@@ -275,7 +342,7 @@ def test_a_workspace_admin_registers_only_a_postgresql_server_with_a_password(
             check_role=_no_role_check,
         )
     assert refused.value.field == "url"
-    assert accounts.registered_sources() == {}
+    assert accounts.registered_sources() == []
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.EDITOR])
@@ -309,7 +376,7 @@ def test_an_admin_registers_for_their_own_workspace(
         "postgresql://reader:pw@10.1.2.3:5432/crm?sslmode=require",
         check_role=_no_role_check,
     )
-    found = accounts.registered_sources()["crm"]
+    (found,) = accounts.registered_sources()
     assert found.workspaces == {"beta"}
     assert not found.allow_privileged_role
     assert found.url.endswith("/crm?sslmode=require&hostaddr=10.1.2.3")
@@ -330,7 +397,7 @@ def test_an_admins_source_on_an_internal_address_is_refused(
             check_role=_no_role_check,
         )
     assert refused.value.field == "url"
-    assert "crm" not in accounts.registered_sources()
+    assert accounts.registered_sources() == []
 
 
 # ---------------------------------------------------------------- the registry
@@ -386,11 +453,43 @@ def test_a_source_taken_away_is_access_lost_at_once(
     )
     _register(accounts, clock, "shop", "duckdb:///data/shop.duckdb", shared=frozenset({"beta"}))
     registry.source_for("shop", "beta")
-    service.share_source(accounts, "shop", "beta", shared=False)
+    service.share_source(accounts, Settings(), "shop", "beta", shared=False)
     with pytest.raises(AccessLostError, match="'shop'"):
         registry.source_for("shop", "beta")
     with pytest.raises(AccessLostError):
         registry.source_for("demo", "acme")
+
+
+def test_the_registry_finds_a_name_within_the_workspace(
+    accounts: InMemoryAccountStore, clock: FrozenClock
+) -> None:
+    """`source_for("warehouse", W)` is W's own warehouse (each built once), a shared one in
+    the workspace it is shared with, and access_lost where the name means nothing; a
+    workspace's own source wins over a configured one granted to it later."""
+    builds = _Builds()
+    demo = FakeSource()
+    grants = {"demo": frozenset({"demo", "beta"})}
+    registry = SourceRegistry({"demo": demo}, grants, accounts.registered_sources, builds)
+    _register(accounts, clock, "warehouse", "duckdb:///data/acme.duckdb", "acme")
+    _register(accounts, clock, "warehouse", "duckdb:///data/beta.duckdb", "beta")
+    _register(accounts, clock, "demo2", "duckdb:///data/d.duckdb", "gamma")
+    accounts.add_source(  # as if registered before the operator granted `demo` to beta
+        RegisteredSource(
+            "demo", "duckdb:///data/own-demo.duckdb", "beta", frozenset(), False, clock.now()
+        )
+    )
+    acme, beta = registry.source_for("warehouse", "acme"), registry.source_for("warehouse", "beta")
+    assert acme is not beta
+    assert registry.source_for("warehouse", "acme") is acme
+    accounts.share_source("acme", "warehouse", "gamma", shared=True)
+    assert registry.source_for("warehouse", "gamma") is acme
+    with pytest.raises(AccessLostError):
+        registry.source_for("warehouse", "delta")
+    assert registry.source_for("demo", "demo") is demo
+    assert registry.source_for("demo", "beta") is not demo
+    assert registry.names_for("beta") == ["demo", "warehouse"]
+    assert registry.names_for("gamma") == ["demo2", "warehouse"]
+    assert builds.built == ["warehouse", "warehouse", "demo"]
 
 
 def test_an_unusable_registered_source_is_unavailable(accounts: InMemoryAccountStore) -> None:

@@ -16,6 +16,7 @@ from openpyxl.utils.escape import unescape
 from qexport.ports import WriterOptions
 from qexport.writers.jsonvalues import json_fragments
 from qexport.writers.neutralize import formula_mask, looks_like_formula
+from qexport.writers.textual import decimal_text
 from qexport.writers.xlsx import XlsxFileWriter
 
 
@@ -113,3 +114,36 @@ def test_json_floats_of_any_value_read_back(values: list[float | None]) -> None:
             assert got == ("Infinity" if value > 0 else "-Infinity")
         else:
             assert float(got) == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(min_value=-4, max_value=38).flatmap(
+        lambda scale: st.tuples(
+            st.just(scale),
+            st.lists(
+                st.one_of(
+                    st.none(),
+                    st.integers(min_value=-(10**36) + 1, max_value=10**36 - 1),
+                    st.integers(min_value=-(10**7), max_value=10**7),
+                ),
+                max_size=20,
+            ),
+        )
+    ),
+    st.booleans(),
+)
+def test_decimal_text_is_plain_notation_with_the_columns_scale(
+    case: tuple[int, list[int | None]], wide: bool
+) -> None:
+    """Any decimal (unscaled integer, scale -4 to 38, 128 or 256 bits, sliced or not) reads
+    as Python's plain notation of its value at that scale: no exponent, every digit of the
+    scale written (`0E-10` is `0.0000000000`)."""
+    scale, unscaled = case
+    values = [None if u is None else Decimal(u).scaleb(-scale) for u in unscaled]
+    arrow_type = pa.decimal256(76, scale) if wide else pa.decimal128(38, scale)
+    array = pa.array(values, arrow_type)
+    for part in (array, array.slice(1)):
+        shown = decimal_text(part).to_pylist()
+        assert shown == [None if v is None else format(v, "f") for v in part.to_pylist()]
+        assert not any("E" in text for text in shown if text is not None)

@@ -1,7 +1,10 @@
 """`/api/v1/sources`: the data sources a workspace may use; its admins register PostgreSQL ones.
 
-Only names, kinds and URLs with the password masked are ever returned, and only of the
-sources the caller's workspace may use (not who else may).
+Only names and kinds are returned, and only of the sources the caller's workspace may use
+(not who else may); those who write queries (editors, admins) see their URLs too, with the
+password masked.
+Names are per workspace: another workspace's source of the same name is neither listed nor
+told when one registers it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ class SourceView(BaseModel):
 
     name: str
     kind: str = Field(description="duckdb, postgresql, or env (a URL kept in a variable)")
-    url: str = Field(description="The URL with its password masked")
+    url: str | None = Field(
+        description="Where the source is: its URL with the password masked, for those who"
+        " write queries (editors and admins); null for viewers, who see a name and a kind"
+    )
 
     @classmethod
     def of(cls, view: service.SourceView) -> SourceView:
@@ -55,7 +61,11 @@ class SourceList(BaseModel):
 )
 def list_sources(principal: CurrentPrincipal, context: Context) -> SourceList:
     found = service.usable_sources(
-        context.accounts, context.settings, principal.workspace_id, admin=principal.sees_workspace
+        context.accounts,
+        context.settings,
+        principal.workspace_id,
+        admin=principal.sees_workspace,
+        writes_queries=principal.can_write_queries,
     )
     return SourceList(items=[SourceView.of(v) for v in found])
 
@@ -85,6 +95,5 @@ def create_source(
         check_role=lambda n, u, allow: bootstrap.check_source_role(n, u, settings, allow),
     )
     response.headers["Location"] = str(request.url_for("list_sources"))
-    return SourceView(
-        name=body.name, kind="postgresql", url=service.shown_url(body.name, body.url, "")
-    )
+    shown = service.shown_url(body.name, body.url, "", owner=principal.workspace_id)
+    return SourceView(name=body.name, kind="postgresql", url=shown)

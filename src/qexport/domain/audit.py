@@ -92,6 +92,11 @@ SCHEDULER = Actor(ActorKind.SCHEDULER, "scheduler")
 OPERATOR = Actor(ActorKind.OPERATOR, "cli")
 
 
+def operator_for(user_id: str) -> Actor:
+    """The operator's command line acting for `user_id` (`--user`), on the local database."""
+    return Actor(ActorKind.OPERATOR, user_id)
+
+
 @dataclass(frozen=True)
 class AuditEvent:
     """An event to record; the store gives it its id and its place in the chain (and its

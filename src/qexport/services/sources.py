@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -23,15 +23,27 @@ from psycopg.conninfo import conninfo_to_dict
 from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role, check_workspace_id
 from qexport.domain.audit import INSTALLATION, OPERATOR, Action, Actor
-from qexport.domain.failures import ForbiddenError, InvalidRequestError, QExportError
-from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    QExportError,
+)
+from qexport.domain.sources import BUILT_IN_OWNER, EVERY_WORKSPACE, RegisteredSource, usable_in
 from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock
 from qexport.services.audit import actor_of, event
 from qexport.sources import schemes
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
 from qexport.sources.duckdb_lake import duckdb_location
-from qexport.sources.registry import AUDIT_SOURCE, configured_grants, configured_names, masked_url
+from qexport.sources.registry import (
+    AUDIT_SOURCE,
+    BUILT_IN_NAMES,
+    DEMO_SOURCE,
+    configured_grants,
+    masked_url,
+    usable_sources_in,
+)
 
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -227,16 +239,26 @@ def register_source(
     actor: Actor = OPERATOR,
 ) -> list[str]:
     """Check and store a source; return the findings on its role that were allowed (for a
-    warning). The URL's credentials are sealed when QEXPORT_SECRET_KEY is set."""
+    warning). The URL's credentials are sealed when QEXPORT_SECRET_KEY is set.
+
+    The name must be free in the workspace and in every workspace it is shared with; a name
+    another workspace uses without sharing it is free (and never told).
+    """
     name = _name(request.name)
     workspace_id = _workspace(request.workspace_id)
-    shared = frozenset(_workspace(w) for w in request.shared_with)
-    if name in configured_names(settings):
-        raise InvalidRequestError(f"a source named {name!r} is already configured", field="name")
-    if name in accounts.registered_sources():
-        raise InvalidRequestError(f"a source named {name!r} already exists", field="name")
+    shared = frozenset(_workspace(w) for w in request.shared_with) - {workspace_id}
+    if name in BUILT_IN_NAMES:
+        raise InvalidRequestError(
+            f"a source named {name!r} is already configured (it is built in)", field="name"
+        )
+    registered = accounts.registered_sources()
+    for where in sorted({workspace_id, *shared}):
+        _refuse_a_taken_name(settings, registered, name, where, new=True)
     variable = env_reference(request.url)
-    usable = unseal(name, request.url, settings.secret_key) if variable else request.url
+    owner = workspace_id
+    usable = (
+        unseal(name, request.url, settings.secret_key, owner=owner) if variable else request.url
+    )
     check_source_url(usable)
     _refuse_a_second_source_on_one_file(accounts, settings, usable, workspace_id)
     findings = check_role(name, usable, request.allow_privileged_role)
@@ -248,22 +270,65 @@ def register_source(
         target=("source", name),
         details={  # the URL's scheme only: the rest may hold its password
             "scheme": urlsplit(usable).scheme,
-            "shared_with": sorted(shared - {workspace_id}),
+            "shared_with": sorted(shared),
             "allow_privileged_role": request.allow_privileged_role,
         },
     )
     accounts.add_source(
         RegisteredSource(
             name=name,
-            url=seal(name, request.url, settings.secret_key),
+            url=seal(name, request.url, settings.secret_key, owner=owner),
             workspace_id=workspace_id,
-            shared_with=shared - {workspace_id},
+            shared_with=shared,
             allow_privileged_role=request.allow_privileged_role,
             created_at=clock.now(),
         ),
         audit=created,
     )
     return findings
+
+
+def _refuse_a_taken_name(
+    settings: Settings,
+    registered: list[RegisteredSource],
+    name: str,
+    workspace_id: str,
+    *,
+    new: bool,
+    keeping: RegisteredSource | None = None,
+) -> None:
+    """Refuse when `name` already means a source (other than `keeping`) in `workspace_id`: a
+    workspace's queries name their source, so one name is one source there. For `*` (every
+    workspace), when any other source of that name exists anywhere. The message names only
+    what that workspace can already see (its own listing), never another workspace's."""
+    if workspace_id == EVERY_WORKSPACE:
+        others = [r for r in registered if r.name == name and r is not keeping]
+        if name in settings.sources or others:
+            holders = [r.label() for r in others] + (
+                [f"QEXPORT_SOURCE_{name.upper()}"] if name in settings.sources else []
+            )
+            raise InvalidRequestError(
+                f"every workspace cannot use a second source named {name!r}: it is already"
+                f" {', '.join(holders)}",
+                field="name",
+            )
+        return
+    found = usable_in(workspace_id, configured_grants(settings), registered)
+    if name not in found or (keeping is not None and found[name] is keeping):
+        return
+    held = found[name]
+    if held is None:
+        what = "the configured source"
+    elif held.workspace_id == workspace_id:
+        what = "its own source"
+    else:
+        what = "a source shared with it"
+    doing = "register" if new else "share"
+    raise InvalidRequestError(
+        f"workspace {workspace_id!r} already has a source named {name!r} ({what}): a"
+        f" workspace's queries name their source, so {doing} this one under another name",
+        field="name",
+    )
 
 
 def _refuse_a_second_source_on_one_file(
@@ -276,9 +341,10 @@ def _refuse_a_second_source_on_one_file(
     if path is None:
         return
     for view in all_sources(accounts, settings):
-        if view.kind == "duckdb" and _duckdb_file(view.url) == path:
+        if view.kind == "duckdb" and _duckdb_file(view.url or "") == path:
             share = (
                 f"qexport sources share {view.name} {workspace_id or 'WORKSPACE'}"
+                f" --owner {view.owner}"
                 if view.origin == "registered"
                 else f"QEXPORT_SOURCE_{view.name.upper()}_WORKSPACES"
             )
@@ -331,42 +397,95 @@ def register_member_source(
     )
 
 
-def share_source(accounts: AccountStore, name: str, workspace_id: str, *, shared: bool) -> bool:
+def share_source(
+    accounts: AccountStore,
+    settings: Settings,
+    name: str,
+    workspace_id: str,
+    *,
+    shared: bool,
+    owner: str | None = None,
+) -> bool:
     """The operator lets another workspace (or `*`: every one) use a registered source, or
-    stops it; exports of that workspace's queries on it then fail access_lost."""
+    stops it; exports of that workspace's queries on it then fail access_lost.
+
+    The source is the one `owner` registered as `name`; without `owner`, the only source of
+    that name (several: refused, naming their workspaces). A share that would give the
+    workspace a second source of a name it already uses is refused.
+    """
     name, workspace_id = _name(name), _workspace(workspace_id)
+    registered = accounts.registered_sources()
+    source = _the_source(registered, name, owner)
+    if shared:
+        _refuse_a_taken_name(settings, registered, name, workspace_id, new=False, keeping=source)
     changed = event(
         None,
         OPERATOR,
         Action.SOURCE_SHARED if shared else Action.SOURCE_UNSHARED,
         workspace_id=INSTALLATION if workspace_id == EVERY_WORKSPACE else workspace_id,
-        target=("source", name),
+        target=("source", name),  # never its owner: the workspace shared with need not know
     )
-    return accounts.share_source(name, workspace_id, shared=shared, audit=changed)
+    return accounts.share_source(
+        source.workspace_id, name, workspace_id, shared=shared, audit=changed
+    )
+
+
+def _the_source(
+    registered: list[RegisteredSource], name: str, owner: str | None
+) -> RegisteredSource:
+    """The source `owner` registered as `name`; without an owner, the only one of that name."""
+    found = [r for r in registered if r.name == name]
+    if owner is not None:
+        found = [r for r in found if (r.workspace_id or "") == owner]
+    if not found:
+        where = f" in workspace {owner!r}" if owner is not None else ""
+        raise NotFoundError(f"no registered source {name!r}{where}")
+    if len(found) > 1:
+        owners = ", ".join(r.workspace_id or "''" for r in found)
+        raise InvalidRequestError(
+            f"several workspaces have a source named {name!r} ({owners}): say which with"
+            " --owner WORKSPACE",
+            field="owner",
+        )
+    return found[0]
 
 
 @dataclass(frozen=True)
 class SourceView:
-    """A source as listed: never its credentials."""
+    """A source as listed: never its credentials; its URL (password masked) only for who may
+    see where it is (None otherwise)."""
 
     name: str
     kind: str
-    url: str  # password masked; an env: reference as it is
+    url: str | None  # password masked; an env: reference as it is
     origin: str  # built-in, configured, registered
     workspaces: frozenset[str]
     allow_privileged_role: bool
+    owner: str = BUILT_IN_OWNER  # the registering workspace ('' for none) of a registered one
 
 
-def shown_url(name: str, stored: str, secret_key: str) -> str:
+def shown_url(name: str, stored: str, secret_key: str, *, owner: str | None) -> str:
     """A stored URL as it may be shown: opened and masked, or a placeholder."""
     if env_reference(stored) is not None:
         return stored
     if not is_sealed(stored):
         return masked_url(stored)
     try:
-        return masked_url(unseal(name, stored, secret_key))
+        return masked_url(unseal(name, stored, secret_key, owner=owner))
     except QExportError:
         return "<sealed with another QEXPORT_SECRET_KEY>"
+
+
+def _registered_view(source: RegisteredSource, secret_key: str) -> SourceView:
+    return SourceView(
+        source.name,
+        kind_of(unseal_or_stored(source, secret_key)),
+        shown_url(source.name, source.url, secret_key, owner=source.workspace_id),
+        "registered",
+        source.workspaces,
+        source.allow_privileged_role,
+        source.workspace_id or "",
+    )
 
 
 def all_sources(accounts: AccountStore, settings: Settings) -> list[SourceView]:
@@ -385,17 +504,7 @@ def all_sources(accounts: AccountStore, settings: Settings) -> list[SourceView]:
         )
         for n, u in sorted(settings.sources.items())
     ]
-    views += [
-        SourceView(
-            r.name,
-            kind_of(unseal_or_stored(r, settings.secret_key)),
-            shown_url(r.name, r.url, settings.secret_key),
-            "registered",
-            r.workspaces,
-            r.allow_privileged_role,
-        )
-        for r in accounts.registered_sources().values()
-    ]
+    views += [_registered_view(r, settings.secret_key) for r in accounts.registered_sources()]
     return views
 
 
@@ -404,20 +513,45 @@ def unseal_or_stored(source: RegisteredSource, secret_key: str) -> str:
     if not is_sealed(source.url):
         return source.url
     try:
-        return unseal(source.name, source.url, secret_key)
+        return unseal(source.name, source.url, secret_key, owner=source.workspace_id)
     except QExportError:
         return source.url
 
 
 def usable_sources(
-    accounts: AccountStore, settings: Settings, workspace_id: str, *, admin: bool = False
+    accounts: AccountStore,
+    settings: Settings,
+    workspace_id: str,
+    *,
+    admin: bool = False,
+    writes_queries: bool = False,
 ) -> list[SourceView]:
-    """The sources a workspace may use, for its members, by name; for its admins the
-    built-in `audit` too (its own audit trail)."""
-    views = [v for v in all_sources(accounts, settings) if may_use(v.workspaces, workspace_id)]
+    """The sources a workspace may use, by name, as a member sees them: name and kind; for
+    those who write queries (editors, admins) their URLs too, password masked, since a
+    lake's folders are what their SQL reads; for admins the built-in `audit` (the
+    workspace's own audit trail). Where a source is (a server, a file path, folders) is the
+    installation's layout, which a viewer, who only runs saved queries, has no use for."""
+    grants = configured_grants(settings)
+    views: list[SourceView] = []
+    for name, found in usable_sources_in(settings, accounts, workspace_id).items():
+        if found is not None:
+            views.append(_registered_view(found, settings.secret_key))
+        elif name == DEMO_SOURCE:
+            demo = f"duckdb://{settings.demo_database.absolute()}"
+            views.append(SourceView(name, "duckdb", demo, "built-in", grants[name], False))
+        else:
+            url = settings.sources[name]
+            privileged = name in settings.privileged_sources
+            views.append(
+                SourceView(
+                    name, kind_of(url), masked_url(url), "configured", grants[name], privileged
+                )
+            )
     if admin:
         trail = "built-in: this workspace's audit trail (table audit_events)"
         views.append(
             SourceView(AUDIT_SOURCE, "audit", trail, "built-in", frozenset({workspace_id}), False)
         )
+    if not (admin or writes_queries):
+        views = [replace(v, url=None) for v in views]
     return sorted(views, key=lambda v: v.name)

@@ -2,9 +2,12 @@
 variable of the environment and named by reference.
 
 A registered source's URL carries its credentials. When QEXPORT_SECRET_KEY is set it is
-stored sealed: `v1:` and the URL-safe base64 of a 12-byte nonce and its AES-256-GCM
-ciphertext, under a key derived from the secret with HKDF-SHA256, the source's name as
-associated data (a sealed URL copied to another row does not open). Without the secret it
+stored sealed: `v2:` and the URL-safe base64 of a 12-byte nonce and its AES-256-GCM
+ciphertext, under a key derived from the secret with HKDF-SHA256, the source's workspace and
+name as associated data (a sealed URL copied to another row does not open, nor to the row of
+another workspace's source of the same name: names are per workspace). `v1:` URLs, sealed
+with the name alone when names were unique across the installation, still open. Without the
+secret it
 is stored as given: the installation's generated secret lives in the same database, so
 sealing with it would hide nothing. `env:NAME` stores only the name of a variable that each
 worker reads from its own environment, so the credential never reaches the database.
@@ -27,7 +30,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from qexport.domain.failures import QExportError
 
-SEALED_PREFIX = "v1:"
+SEALED_PREFIX = "v2:"
+_NAME_ONLY_PREFIX = "v1:"  # sealed before names were per workspace: the name alone bound
 ENV_PREFIX = "env:"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 _NONCE_BYTES = 12
@@ -43,8 +47,10 @@ def _key(secret_key: str) -> bytes:
     return kdf.derive(secret_key.encode())
 
 
-def _aad(name: str) -> bytes:
-    return f"qexport-source:{name}".encode()
+def _aad(name: str, owner: str | None) -> bytes:
+    if owner is None:
+        return f"qexport-source:{name}".encode()
+    return f"qexport-source:{owner}/{name}".encode()
 
 
 def env_reference(url: str) -> str | None:
@@ -57,25 +63,30 @@ def env_reference(url: str) -> str | None:
     return name
 
 
-def seal(name: str, url: str, secret_key: str) -> str:
-    """The URL as it is stored: sealed with the secret key when there is one; an `env:`
-    reference always as it is."""
+def seal(name: str, url: str, secret_key: str, *, owner: str | None) -> str:
+    """The URL as it is stored for the source `owner` registers as `name`: sealed with the
+    secret key when there is one; an `env:` reference always as it is."""
     if not secret_key or env_reference(url) is not None:
         return url
     nonce = secrets.token_bytes(_NONCE_BYTES)
-    sealed = AESGCM(_key(secret_key)).encrypt(nonce, url.encode(), _aad(name))
+    sealed = AESGCM(_key(secret_key)).encrypt(nonce, url.encode(), _aad(name, owner or ""))
     return SEALED_PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode()
 
 
 def is_sealed(stored: str) -> bool:
-    return stored.startswith(SEALED_PREFIX)
+    return stored.startswith((SEALED_PREFIX, _NAME_ONLY_PREFIX))
 
 
 def unseal(
-    name: str, stored: str, secret_key: str, environ: Mapping[str, str] | None = None
+    name: str,
+    stored: str,
+    secret_key: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    owner: str | None,
 ) -> str:
-    """The usable URL of a stored one; SourceCredentialsError (naming the source, never the
-    URL) when it cannot be opened."""
+    """The usable URL of a stored one (of the source `owner` registered as `name`);
+    SourceCredentialsError (naming the source, never the URL) when it cannot be opened."""
     variable = env_reference(stored)
     if variable is not None:
         value = (os.environ if environ is None else environ).get(variable, "")
@@ -92,9 +103,10 @@ def unseal(
             " to use it"
         )
     try:
-        raw = base64.urlsafe_b64decode(stored.removeprefix(SEALED_PREFIX).encode())
+        bound = None if stored.startswith(_NAME_ONLY_PREFIX) else owner or ""
+        raw = base64.urlsafe_b64decode(stored[len(SEALED_PREFIX) :].encode())
         opened = AESGCM(_key(secret_key)).decrypt(
-            raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _aad(name)
+            raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _aad(name, bound)
         )
     except (InvalidTag, ValueError, binascii.Error):
         raise SourceCredentialsError(

@@ -1,17 +1,18 @@
-"""Every data source by name: the configured ones, then those registered in the database,
-and which workspaces may use each."""
+"""Every data source by name within a workspace: the configured ones and those registered in
+the database, and which workspaces may use each (domain/sources.py: names are per
+workspace)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
 import structlog
 
 from qexport.config import Settings
 from qexport.domain.failures import AccessLostError, SourceUnavailableError
-from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, may_use
+from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, usable_in
 from qexport.ports import AccountStore, Source
 
 log = structlog.get_logger()
@@ -19,83 +20,69 @@ log = structlog.get_logger()
 DEMO_SOURCE = "demo"
 AUDIT_SOURCE = "audit"  # sources/audit.py: each workspace's own trail, for its admins
 DEMO_WORKSPACE = "demo"
+# The built-in sources' names, which no workspace may register.
+BUILT_IN_NAMES = frozenset({DEMO_SOURCE, AUDIT_SOURCE})
 
 
 class SourceRegistry:
     """Configured sources, then those registered with `qexport sources add`; a SourceCatalog.
 
-    A name not known yet is looked up in the database again, so that a worker started before
-    a source was registered finds it at its next export; who may use a registered source is
-    read from the database at every lookup, so that taking it away holds at once. Configured
-    names win over registered ones (registering a configured name is refused anyway).
+    Every lookup reads the registered sources from the database again, so that a worker
+    started before a source was registered finds it at its next export, and taking a source
+    away (or registering a workspace's own of the same name) holds at once. A registered
+    source is built once per process, keyed by its workspace and name.
     """
 
     def __init__(
         self,
         configured: Mapping[str, Source],
         grants: Mapping[str, frozenset[str]],
-        registered: Callable[[], Mapping[str, RegisteredSource]],
+        registered: Callable[[], Iterable[RegisteredSource]],
         build: Callable[[RegisteredSource], Source],
     ) -> None:
         self._configured = dict(configured)
-        self._grants = dict(grants)
+        self._grants = {n: w for n, w in grants.items() if n in self._configured}
         self._registered = registered
         self._build = build
-        self._built: dict[str, Source] = {}
+        self._built: dict[tuple[str, str], Source] = {}
         self._lock = threading.Lock()
 
-    def _workspaces(self, name: str) -> tuple[frozenset[str], RegisteredSource | None] | None:
-        if name in self._configured:
-            return self._grants.get(name, frozenset()), None
-        found = self._registered().get(name)
-        return None if found is None else (found.workspaces, found)
-
     def source_for(self, name: str, workspace_id: str) -> Source:
-        """The source if `workspace_id` may use it: SourceUnavailableError for an unknown
-        name, AccessLostError for one the workspace may not use."""
-        known = self._workspaces(name)
-        if known is None:
+        """The source `name` means in `workspace_id`: SourceUnavailableError for a name known
+        nowhere, AccessLostError for one the workspace may not use."""
+        registered = list(self._registered())
+        usable = usable_in(workspace_id, self._grants, registered)
+        if name not in usable:
+            if name in self._configured or any(r.name == name for r in registered):
+                raise AccessLostError(
+                    f"workspace {workspace_id!r} may no longer use the data source {name!r}"
+                )
             raise SourceUnavailableError(f"no data source named {name!r} is configured")
-        workspaces, registered = known
-        if not may_use(workspaces, workspace_id):
-            raise AccessLostError(
-                f"workspace {workspace_id!r} may no longer use the data source {name!r}"
-            )
-        if registered is None:
+        found = usable[name]
+        if found is None:
             return self._configured[name]
         with self._lock:
-            found = self._built.get(name)
-        if found is not None:
-            return found
+            source = self._built.get(found.key)
+        if source is not None:
+            return source
         try:
-            source = self._build(registered)
+            source = self._build(found)
         except ValueError:
             # Checked when it was registered; a row edited by hand since is not a source.
-            log.warning("source_unusable", source=name)
+            log.warning("source_unusable", source=name, owner=found.workspace_id)
             raise SourceUnavailableError(f"the data source {name!r} is not usable") from None
         with self._lock:
-            return self._built.setdefault(name, source)
+            return self._built.setdefault(found.key, source)
 
     def names_for(self, workspace_id: str) -> list[str]:
         """The sources `workspace_id` may use, sorted."""
-        return sorted(usable_names(self._grants, self._registered(), workspace_id))
-
-
-def usable_names(
-    grants: Mapping[str, frozenset[str]],
-    registered: Mapping[str, RegisteredSource],
-    workspace_id: str,
-) -> frozenset[str]:
-    """The configured (by their grants) and registered sources `workspace_id` may use."""
-    usable = {n for n, w in grants.items() if may_use(w, workspace_id)}
-    usable |= {n for n, r in registered.items() if may_use(r.workspaces, workspace_id)}
-    return frozenset(usable)
+        return list(usable_in(workspace_id, self._grants, self._registered()))
 
 
 def configured_names(settings: Settings) -> frozenset[str]:
     """The sources of the configuration (QEXPORT_SOURCE_*), the built-in demo and audit
     included."""
-    return frozenset({DEMO_SOURCE, AUDIT_SOURCE, *settings.sources})
+    return frozenset({*BUILT_IN_NAMES, *settings.sources})
 
 
 def configured_grants(settings: Settings) -> dict[str, frozenset[str]]:
@@ -107,11 +94,19 @@ def configured_grants(settings: Settings) -> dict[str, frozenset[str]]:
     return grants
 
 
+def usable_sources_in(
+    settings: Settings, accounts: AccountStore, workspace_id: str
+) -> dict[str, RegisteredSource | None]:
+    """Every name a query of `workspace_id` may use, and the registered source it means
+    there (None: the configured one)."""
+    return usable_in(workspace_id, configured_grants(settings), accounts.registered_sources())
+
+
 def usable_source_names(
     settings: Settings, accounts: AccountStore, workspace_id: str
 ) -> frozenset[str]:
     """Every source a query of `workspace_id` may name: configured or registered."""
-    return usable_names(configured_grants(settings), accounts.registered_sources(), workspace_id)
+    return frozenset(usable_sources_in(settings, accounts, workspace_id))
 
 
 def query_source_names(

@@ -2,7 +2,8 @@
 
 Each value becomes its JSON fragment with pyarrow.compute (no Python loop over rows, except
 for the rare strings that need escaping and for binary and interval values). Exactness
-rules: decimals keep their decimal text (never a float), floats use the shortest text that
+rules: decimals keep their decimal text (never a float), in plain notation with their
+column's scale (never `1E-10`: textual.decimal_text), floats use the shortest text that
 reads back to the same value; NaN and infinities, which JSON has no number for, become the
 strings `"NaN"`, `"Infinity"` and `"-Infinity"` (see textual.non_finite_label).
 """
@@ -16,6 +17,7 @@ import pyarrow.compute as pc
 
 from qexport.writers.textual import (
     base64_text,
+    decimal_text,
     fallback_strings,
     is_binary_like,
     is_span,
@@ -70,7 +72,7 @@ def to_text(array: pa.Array) -> pa.Array:
         return _encode(array)
     if isinstance(arrow_type, pa.BaseExtensionType) or pa.types.is_union(arrow_type):
         return pa.array(fallback_strings(array), pa.string())
-    return array.cast(pa.string())
+    return decimal_text(array) if pa.types.is_decimal(arrow_type) else array.cast(pa.string())
 
 
 def iso_timestamps(array: pa.Array, *, separator: str = "T") -> pa.Array:
@@ -116,8 +118,10 @@ def _encode(array: pa.Array) -> pa.Array:  # noqa: PLR0911 - one branch per Arro
         return quote_json(utf8(array))
     if pa.types.is_boolean(arrow_type):
         return pc.if_else(array, "true", "false")
-    if pa.types.is_integer(arrow_type) or pa.types.is_decimal(arrow_type):
+    if pa.types.is_integer(arrow_type):
         return array.cast(pa.string())
+    if pa.types.is_decimal(arrow_type):
+        return decimal_text(array)
     if pa.types.is_floating(arrow_type):
         return _floats(array)
     if pa.types.is_date(arrow_type):
