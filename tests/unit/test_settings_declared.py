@@ -34,6 +34,8 @@ SAMPLES: dict[Any, tuple[tuple[str, Any], tuple[str, Any]]] = {
 # Strings a setting checks beyond their type.
 CHECKED = {
     "smtp_url": (("smtp://variable:25",) * 2, ("smtp://flag:25",) * 2),
+    # At least 256MiB (an idle worker's memory).
+    "worker_max_memory": (("512MiB", 512 * 1024**2), ("1GiB", 1024**3)),
 }
 SCALARS = [s for s in declared() if not s.family]
 TWINS = [s for s in declared() if s.flag_name]
