@@ -6,6 +6,7 @@ import inspect
 import json
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -338,6 +339,7 @@ def _run_worker(
 ) -> None:
     from qexport.sources.scratch import remove_abandoned
     from qexport.worker.loop import Worker
+    from qexport.worker.memory import watch_memory
 
     remove_abandoned()  # pipes and spill of workers killed outright (SIGKILL, OOM killer)
     _lower_priority(settings)
@@ -346,6 +348,9 @@ def _run_worker(
         concurrency=concurrency,
         drain=drain,
         group_slots=group_slots,
+        memory=watch_memory(
+            settings.worker_max_memory, lambda: _renew_worker(supervised=supervised, now=True)
+        ),
     )
     w.install_signal_handlers(sigint=not supervised)
     wakeups = bootstrap.listener(settings, w.wake)
@@ -356,6 +361,25 @@ def _run_worker(
     finally:
         if wakeups is not None:
             wakeups.stop()
+    if w.memory_kept:
+        _renew_worker(supervised=supervised)
+
+
+def _renew_worker(*, supervised: bool, now: bool = False) -> None:
+    """A fresh process for a worker whose memory a fresh one gets back (worker/memory.py):
+    its supervisor starts one, or this one executes itself again (same pid and command).
+    `now`: from any thread, while other threads still run (their exports settled first)."""
+    from qexport.worker.processes import RENEW_EXIT_STATUS
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if supervised:
+        if now:
+            os._exit(RENEW_EXIT_STATUS)  # a thread's SystemExit would end that thread only
+        raise SystemExit(RENEW_EXIT_STATUS)
+    # The priority this process lowered itself to is kept across exec: not lowered again.
+    env = {**os.environ, "QEXPORT_WORKER_NICE": "0", "QEXPORT_WORKER_IDLE": "false"}
+    os.execve(sys.executable, sys.orig_argv, env)  # noqa: S606 - this very command, run again
 
 
 @app.command()

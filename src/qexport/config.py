@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from qexport.egress import EgressPolicy, parse_allow
+from qexport.humanize import binary_size
 from qexport.proxies import TrustedProxies
 from qexport.smtp_url import parse_smtp_url
 
@@ -59,6 +60,21 @@ def _parse_size(text: str) -> int:
     if not match:
         raise ValueError("expected bytes, or a number with KiB, MiB, GiB or TiB")
     return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
+# DuckDB's own sizes (QEXPORT_DUCKDB_MEMORY_LIMIT): decimal units as DuckDB reads them.
+_DUCKDB_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
+
+
+def _duckdb_size(text: str) -> int | None:
+    """`256MB` -> 256,000,000 bytes, `1GiB` -> 1,073,741,824; None when DuckDB's own check
+    will refuse the text anyway (sources/duckdb.py)."""
+    match = _DUCKDB_SIZE.match(text)
+    if not match:
+        return None
+    unit = match.group(2).upper()
+    base = 1024 if "I" in unit else 1000
+    return int(float(match.group(1)) * base ** "BKMGT".index(unit[0]))
 
 
 def _parse_names(text: str) -> frozenset[str]:
@@ -140,6 +156,9 @@ def setting(
 _SOURCE = "QEXPORT_SOURCE_<NAME>"
 _MIB = 1024**2
 _GIB = 1024**3
+# An idle worker's RSS is about 200 MiB (imports, DuckDB, the metadata pool): a limit below
+# this would stop every export.
+MIN_WORKER_MEMORY = 256 * _MIB
 
 
 @dataclass(frozen=True)
@@ -304,6 +323,14 @@ class Settings:
         "Bytes of cell data (every section's together) a report holds while it renders.",
         bound=Bound.AT_LEAST_1,
     )
+    # The worker's own watch (worker/memory.py): DuckDB's memory limit does not bound string
+    # functions, so one statement could take a process (and the machine) past its RAM.
+    worker_max_memory: Bytes = setting(
+        2 * _GIB,
+        "Memory (RSS) a `qexport worker` process may reach; an export that takes it past"
+        " fails limit_exceeded (0: not watched).",
+        bound=Bound.NOT_NEGATIVE,
+    )
     # Sign-ins that wait longer than a few seconds for one get 503.
     signin_concurrency: int = setting(
         2,
@@ -323,6 +350,7 @@ class Settings:
                 raise ValueError(f"{s.env} {s.bound.value}")
         if self.worker_nice > 19:
             raise ValueError("QEXPORT_WORKER_NICE must be 0 to 19")
+        self._check_worker_memory()
         if self.approval_ttl <= timedelta(0):
             raise ValueError("QEXPORT_APPROVAL_TTL must be positive")
         try:
@@ -337,6 +365,25 @@ class Settings:
             ) from None
         if self.smtp_url:
             parse_smtp_url(self.smtp_url)  # ValueError naming QEXPORT_SMTP_URL, never the password
+
+    def _check_worker_memory(self) -> None:
+        """A worker's memory limit it can live under, and room in it for DuckDB's own."""
+        limit = self.worker_max_memory
+        if not limit:
+            return
+        if limit < MIN_WORKER_MEMORY:
+            raise ValueError(
+                f"QEXPORT_WORKER_MAX_MEMORY must be at least {MIN_WORKER_MEMORY // _MIB}MiB"
+                " (an idle worker takes about 200 MiB), or 0 for no limit"
+            )
+        duckdb = _duckdb_size(self.duckdb_memory_limit)
+        if duckdb is not None and duckdb > limit // 2:
+            raise ValueError(
+                f"QEXPORT_DUCKDB_MEMORY_LIMIT ({self.duckdb_memory_limit}) must be at most half"
+                f" of QEXPORT_WORKER_MAX_MEMORY ({binary_size(limit)}): DuckDB caches up to its"
+                " limit, and the worker stops exports at its own; raise the worker's limit or"
+                " lower DuckDB's"
+            )
 
     def egress_policy(self) -> EgressPolicy:
         """Where webhooks may connect (QEXPORT_EGRESS_ALLOW opens internal destinations)."""

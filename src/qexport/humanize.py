@@ -16,3 +16,16 @@ def human_size(size: int | None) -> str:
         if round(value, 1) < 1000 or unit == "TB":  # 999,950 bytes is 1.0 MB, not 1000.0 KB
             break
     return f"{value:.1f} {unit}"
+
+
+def binary_size(size: int) -> str:
+    """`512 MiB`, `1.5 GiB`, `2 GiB` (powers of 1024, as memory and the size settings are
+    written); whole numbers without a decimal."""
+    value = float(size)
+    unit = "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    text = f"{value:.1f}".removesuffix(".0")
+    return "1 byte" if size == 1 else f"{text} {unit}"

@@ -18,10 +18,11 @@ import psycopg
 import pytest
 
 from qexport.domain.exports import ExportRecord, Status
+from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Parameter, ParamType
 from qexport.store.engine import create_engine
 from tests.e2e.conftest import Env, wait_for
-from tests.e2e.test_worker_faults import BIG_SQL
+from tests.e2e.test_worker_faults import BIG_SQL, HUGE_STRING_SQL, MEMORY_LEASE
 from tests.stores import SqlMetadataStore
 
 pytest_plugins = ["tests.s3server"]
@@ -231,3 +232,33 @@ def test_services_on_postgresql_refuse_to_start_without_a_secret_key(
     assert refused.returncode == 2, refused.stderr
     assert f"{service} cannot start: QEXPORT_SECRET_KEY is required" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_an_export_past_the_memory_limit_fails_once_under_a_supervisor(
+    cluster: Env, moto_endpoint: str, s3_bucket: str
+) -> None:
+    """On PostgreSQL + S3 with `--processes 2`: the 1 GB string export fails limit_exceeded
+    after one attempt, naming QEXPORT_WORKER_MAX_MEMORY, no worker process dies (a child
+    renewed for its memory is replaced at once, not as a crash), and the next export
+    completes."""
+    cluster.add_query("huge", HUGE_STRING_SQL)
+    cluster.add_query("few", "SELECT * FROM customers LIMIT 50")
+    supervisor = cluster.start_worker(
+        "--processes", "2", QEXPORT_WORKER_MAX_MEMORY="512MiB", **MEMORY_LEASE
+    )
+    export_id = cluster.request("huge", "csv")
+    wait_for(lambda: cluster.record(export_id).settled, timeout=180)
+    failed = cluster.record(export_id)
+    assert (failed.status, failed.failure_code, failed.attempt) == (
+        Status.FAILED,
+        FailureCode.LIMIT_EXCEEDED,
+        1,
+    )
+    assert "QEXPORT_WORKER_MAX_MEMORY (512 MiB)" in (failed.failure_detail or "")
+    normal = cluster.request("few", "csv")
+    wait_for(lambda: cluster.record(normal).settled, timeout=120)
+    done = cluster.record(normal)
+    assert done.status is Status.SUCCEEDED
+    _assert_stored(cluster, done, moto_endpoint, s3_bucket)
+    assert supervisor.poll() is None
+    assert "worker_process_exited" not in (cluster.data_dir / "worker-0.log").read_text()

@@ -178,3 +178,73 @@ def test_the_next_worker_start_removes_a_killed_workers_pipes_and_spill(
     assert second.wait(timeout=180) == 0
     assert env.record(export_id).status is Status.SUCCEEDED
     assert _scratch_folders(tmp) == set()
+
+
+# DuckDB's memory limit does not bound what a string function builds: this one alone takes
+# a process past 1 GiB.
+HUGE_STRING_SQL = "SELECT length(repeat('x', 1000000000)) AS n"
+# Heartbeats every second; a worker at SCHED_IDLE on a loaded machine may wait longer than
+# FAST_LEASE's 1.5 s for a core.
+MEMORY_LEASE = {"QEXPORT_LEASE_SECONDS": "3", "QEXPORT_POLL_SECONDS": "0.1"}
+
+
+def _peak_rss_mib(pid: int) -> int:
+    """The process's peak resident set so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_an_export_past_the_workers_memory_limit_fails_once_and_the_worker_lives_on(
+    env: Env,
+) -> None:
+    """QEXPORT_WORKER_MAX_MEMORY=512MiB and a statement that builds a 1 GB string: the export
+    fails limit_exceeded after exactly one attempt, naming the limit, rather than the worker
+    being killed and the export redelivered; heartbeats keep its 3 s lease meanwhile, and
+    the same worker process (renewed in place or not) then completes a normal export."""
+    env.add_query("huge", HUGE_STRING_SQL)
+    env.add_query("few", "SELECT * FROM customers LIMIT 50")
+    worker = env.start_worker(QEXPORT_WORKER_MAX_MEMORY="512MiB", **MEMORY_LEASE)
+    export_id = env.request("huge", "csv")
+    wait_for(lambda: env.record(export_id).settled, timeout=120)
+    failed = env.record(export_id)
+    assert (failed.status, failed.failure_code, failed.attempt) == (
+        Status.FAILED,
+        FailureCode.LIMIT_EXCEEDED,
+        1,
+    )
+    detail = env.get(export_id)["failure"]["detail"]
+    assert "QEXPORT_WORKER_MAX_MEMORY (512 MiB)" in detail
+    assert env.objects.head(failed.storage_key) is None
+    assert f"-{worker.pid}-" in (failed.worker_id or "")
+
+    normal = env.request("few", "csv")
+    wait_for(lambda: env.record(normal).settled, timeout=60)
+    done = env.record(normal)
+    assert done.status is Status.SUCCEEDED
+    assert f"-{worker.pid}-" in (done.worker_id or "")
+    assert worker.poll() is None
+
+
+def test_one_allocation_past_the_workers_backstop_is_refused_at_once(env: Env) -> None:
+    """A statement that asks for 3 GB in one block, past the backstop of a 512MiB limit (its
+    data size held at 3 GiB): refused in that export, which fails limit_exceeded naming the
+    limit, while the process never grows near it and takes the next export."""
+    env.add_query("huger", "SELECT length(repeat('x', 3000000000)) AS n")
+    env.add_query("few", "SELECT * FROM customers LIMIT 50")
+    worker = env.start_worker(QEXPORT_WORKER_MAX_MEMORY="512MiB", **MEMORY_LEASE)
+    export_id = env.request("huger", "csv")
+    wait_for(lambda: env.record(export_id).settled, timeout=120)
+    failed = env.record(export_id)
+    assert (failed.status, failed.failure_code, failed.attempt) == (
+        Status.FAILED,
+        FailureCode.LIMIT_EXCEEDED,
+        1,
+    )
+    assert "QEXPORT_WORKER_MAX_MEMORY is 512 MiB" in (failed.failure_detail or "")
+    assert _peak_rss_mib(worker.pid) < 1024
+    normal = env.request("few", "csv")
+    wait_for(lambda: env.record(normal).settled, timeout=60)
+    assert env.record(normal).status is Status.SUCCEEDED
+    assert worker.poll() is None

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 import structlog
 
 from qexport.domain.exports import Status
-from qexport.worker.processes import Supervisor
+from qexport.worker.processes import RENEW_EXIT_STATUS, Supervisor
 from tests import procfs
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL, FAST_LEASE
@@ -95,3 +98,52 @@ def test_a_stop_signal_while_the_processes_start_starts_no_more(tmp_path: Path) 
     assert {p.name for p in started.iterdir()} <= {"0"}
     first = next(e["pid"] for e in logs if e["event"] == "server_process_started")
     assert not procfs.alive(first)
+
+
+def test_a_process_that_asks_to_be_renewed_is_started_again_at_once(tmp_path: Path) -> None:
+    """A worker process that exits with RENEW_EXIT_STATUS (its allocators keep memory it no
+    longer uses) is replaced at once: not after the crash backoff, not logged as a failure."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def target(_index: int) -> None:
+        run = len(list(runs.iterdir()))
+        (runs / str(run)).touch()
+        if run == 0:
+            raise SystemExit(RENEW_EXIT_STATUS)
+
+    supervisor = Supervisor(target, 1, drain=True, poll_seconds=0.05)
+    with structlog.testing.capture_logs() as logs:
+        assert supervisor.run() == 0
+    events = [e["event"] for e in logs]
+    assert events.count("worker_process_started") == 2
+    assert "worker_process_renewed" in events
+    assert "worker_process_exited" not in events
+
+
+def test_a_lone_worker_renews_itself_in_place() -> None:
+    """Without a supervisor, a worker that keeps its memory executes its own command again:
+    the same pid and arguments, and the priority it lowered itself to is not lowered twice."""
+    script = textwrap.dedent(
+        """
+        import os, sys
+        from qexport.cli import _renew_worker
+        nice = os.environ.get("QEXPORT_WORKER_NICE")
+        print(os.getpid(), nice, os.environ.get("QEXPORT_WORKER_IDLE"), *sys.argv[1:], flush=True)
+        if nice != "0":
+            _renew_worker(supervised=False)
+        """
+    )
+    env = {**os.environ, "QEXPORT_WORKER_NICE": "10", "QEXPORT_WORKER_IDLE": "true"}
+    ran = subprocess.run(
+        [sys.executable, "-c", script, "--concurrency", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    first, renewed = (line.split() for line in ran.stdout.splitlines())
+    assert first[1:] == ["10", "true", "--concurrency", "2"]
+    assert renewed[0] == first[0]
+    assert renewed[1:] == ["0", "false", "--concurrency", "2"]

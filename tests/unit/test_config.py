@@ -136,3 +136,28 @@ def test_quota_settings_are_parsed_with_their_units() -> None:
         Settings.from_env({"QEXPORT_WORKSPACE_QUOTA": "5 gigs"})
     with pytest.raises(ValueError, match="QEXPORT_MAX_RUNNING_PER_USER must not be negative"):
         Settings.from_env({"QEXPORT_MAX_RUNNING_PER_USER": "-1"})
+
+
+def test_the_workers_memory_limit_is_read_with_units_and_checked() -> None:
+    """QEXPORT_WORKER_MAX_MEMORY defaults to 2 GiB and takes binary units (0: not watched); a
+    value below what an idle worker takes, or one that leaves DuckDB's own memory limit less
+    than half of it, is refused naming both settings."""
+    assert Settings.from_env({}).worker_max_memory == 2 * 1024**3
+    assert Settings.from_env({"QEXPORT_WORKER_MAX_MEMORY": "512MiB"}).worker_max_memory == (
+        512 * 1024**2
+    )
+    assert Settings.from_env({"QEXPORT_WORKER_MAX_MEMORY": "0"}).worker_max_memory == 0
+    with pytest.raises(ValueError, match="invalid QEXPORT_WORKER_MAX_MEMORY '2 gigs'"):
+        Settings.from_env({"QEXPORT_WORKER_MAX_MEMORY": "2 gigs"})
+    with pytest.raises(ValueError, match="QEXPORT_WORKER_MAX_MEMORY must be at least 256MiB"):
+        Settings.from_env({"QEXPORT_WORKER_MAX_MEMORY": "100MiB"})
+    with pytest.raises(
+        ValueError,
+        match=r"QEXPORT_DUCKDB_MEMORY_LIMIT \(1GB\) must be at most half of"
+        r" QEXPORT_WORKER_MAX_MEMORY \(1 GiB\)",
+    ):
+        Settings.from_env(
+            {"QEXPORT_WORKER_MAX_MEMORY": "1GiB", "QEXPORT_DUCKDB_MEMORY_LIMIT": "1GB"}
+        )
+    unwatched = {"QEXPORT_WORKER_MAX_MEMORY": "0", "QEXPORT_DUCKDB_MEMORY_LIMIT": "8GB"}
+    assert Settings.from_env(unwatched).duckdb_memory_limit == "8GB"

@@ -35,6 +35,8 @@ SAMPLES: dict[Any, tuple[tuple[str, Any], tuple[str, Any]]] = {
 CHECKED = {
     "smtp_url": (("smtp://variable:25",) * 2, ("smtp://flag:25",) * 2),
     "trusted_proxies": (("10.0.0.5",) * 2, ("10.0.0.0/24",) * 2),
+    # At least 256MiB (an idle worker's memory).
+    "worker_max_memory": (("512MiB", 512 * 1024**2), ("1GiB", 1024**3)),
 }
 SCALARS = [s for s in declared() if not s.family]
 TWINS = [s for s in declared() if s.flag_name]

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 
+from qexport.humanize import binary_size
+
 MAX_DETAIL_CHARS = 500
 
 
@@ -144,6 +146,58 @@ class QueryTimeoutError(QExportError):
 
 class LimitExceededError(QExportError):
     code = FailureCode.LIMIT_EXCEEDED
+
+
+class MemoryRefusedError(LimitExceededError):
+    """The process refused an allocation (a source's engine, Arrow, Python): the worker's
+    backstop on its memory, or the machine's. The same statement asks as much the next time."""
+
+
+# What an author can change when an export took too much memory at once.
+_MEMORY_HINT = (
+    "Make the query return or compute less at once (long strings, large lists or groups)."
+)
+
+
+class WorkerMemoryError(LimitExceededError):
+    """The worker's watch stopped this attempt: the process's memory passed the worker's limit
+    (QEXPORT_WORKER_MAX_MEMORY) while it ran. `again`: others ran beside it while the memory
+    grew, so it is handed back to run alone next time while attempts remain; `final_detail`
+    is what it fails with otherwise."""
+
+    def __init__(self, message: str, *, again: bool = False, final: str = "") -> None:
+        super().__init__(message)
+        self.again = again
+        self.final_detail = bounded_detail(final or message)
+
+    @classmethod
+    def passed(cls, limit: int, reached: int, *, others: int) -> WorkerMemoryError:
+        """The watch's verdict for one attempt, stopped with `others` beside it: failed when
+        it ran alone, otherwise handed back."""
+        passed = f"the worker's memory passed QEXPORT_WORKER_MAX_MEMORY ({binary_size(limit)})"
+        reached_words = f"{reached // 1024**2:,} MiB reached"  # 2,071 MiB, not "2 GiB"
+        if not others:
+            return cls(
+                f"{passed} while this export ran ({reached_words}): it was stopped. {_MEMORY_HINT}"
+            )
+        ran = "1 other export" if others == 1 else f"{others} other exports"
+        stopped = f"{passed} while this export and {ran} ran ({reached_words}): it was stopped"
+        return cls(
+            f"{stopped} and goes back to the queue, to run alone in its worker next time",
+            again=True,
+            final=f"{stopped}. {_MEMORY_HINT}",
+        )
+
+
+def memory_refused_detail(limit: int) -> str:
+    """The detail of an export whose allocation the process refused; `limit`: the worker's
+    QEXPORT_WORKER_MAX_MEMORY (0: none)."""
+    if not limit:
+        return f"the worker ran out of memory while this export ran: it was stopped. {_MEMORY_HINT}"
+    return (
+        "this export asked for more memory at once than the worker may take"
+        f" (QEXPORT_WORKER_MAX_MEMORY is {binary_size(limit)}): it was stopped. {_MEMORY_HINT}"
+    )
 
 
 class SourceUnavailableError(QExportError):

@@ -8,6 +8,7 @@ import duckdb
 
 from qexport.domain.failures import (
     LimitExceededError,
+    MemoryRefusedError,
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
@@ -30,7 +31,8 @@ _QUERY_ERRORS: tuple[type[Exception], ...] = (
     duckdb.PermissionException,
     duckdb.NotImplementedException,
 )
-# Out of memory is usually other exports crowding the same worker: worth another attempt.
+# Out of memory is usually other exports crowding the same worker: worth another attempt,
+# unless the system refused the allocation itself (std::bad_alloc, said "(bad allocation)").
 _UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
     duckdb.IOException,
     duckdb.OutOfMemoryException,
@@ -108,6 +110,7 @@ def query_invalid(message: str, sql: str) -> QueryInvalidError:
 
 
 _INTERRUPT_PREFIX = "INTERRUPT Error"
+_REFUSED_ALLOCATION = "(bad allocation)"
 # DuckDB names the setting in the error it raises when spill would pass it.
 _TEMP_LIMIT_SETTING = "max_temp_directory_size"
 
@@ -135,6 +138,12 @@ def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
         return LimitExceededError(
             "the query needed more temporary disk space than the DuckDB temp limit allows"
             " (QEXPORT_DUCKDB_TEMP_LIMIT); it sorts, groups or joins too much at once"
+        )
+    if _REFUSED_ALLOCATION in message:
+        # The process refused memory (the worker's backstop on its data size, or the
+        # machine's): the same statement asks as much the next time, so not retried.
+        return MemoryRefusedError(
+            "the statement asked for more memory at once than the process may take"
         )
     if isinstance(exc, _UNAVAILABLE_ERRORS) or message.startswith(_UNAVAILABLE_PREFIXES):
         return SourceUnavailableError(message)

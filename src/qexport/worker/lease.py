@@ -102,9 +102,10 @@ class _Heartbeats:
 class Lease:
     """Heartbeats one claimed export from the process's heartbeat thread, fenced by its token.
 
-    When the lease is lost (cancelled, or redelivered elsewhere) or the worker must hand the
-    export back, the registered stop hooks run at once, e.g. to interrupt a running statement
-    that would otherwise go on until its timeout.
+    When the lease is lost (cancelled, or redelivered elsewhere), the worker must hand the
+    export back, or the worker's memory watch stops the attempt (`stop`), the registered stop
+    hooks run at once, e.g. to interrupt a running statement that would otherwise go on until
+    its timeout.
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class Lease:
         self.progress_rows = 0
         self._published_rows = 0
         self._lost = threading.Event()
+        self._stopped_by: QExportError | None = None
         self._hooks: list[Callable[[], None]] = []
         self._hooks_lock = threading.Lock()
         self._fired = False
@@ -155,10 +157,27 @@ class Lease:
     def lost(self) -> bool:
         return self._lost.is_set()
 
+    @property
+    def stopped_by(self) -> QExportError | None:
+        """Why `stop` stopped production (the worker's memory), or None."""
+        return self._stopped_by
+
+    def stop(self, reason: QExportError) -> None:
+        """Stop production for `reason`, from any thread: the stop hooks run now (a running
+        statement is interrupted) and `check` raises `reason` from now on. The first reason
+        given is kept."""
+        with self._hooks_lock:
+            if self._stopped_by is None:
+                self._stopped_by = reason
+        self._fire()
+
     def check(self) -> None:
-        """Raise if production must stop now (lease lost, cancelled, or shutting down)."""
+        """Raise if production must stop now (lease lost, cancelled, stopped, or shutting
+        down)."""
         if self._lost.is_set():
             raise LeaseLostError("the lease was lost (cancelled, or redelivered to another worker)")
+        if self._stopped_by is not None:
+            raise self._stopped_by
         if self._shutdown.is_set():
             raise ShutdownRequestedError("the worker is shutting down")
 

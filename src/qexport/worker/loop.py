@@ -1,4 +1,7 @@
-"""The worker: claim, run, repeat on N slots; stop claiming on SIGTERM and hand work back."""
+"""The worker: claim, run, repeat on N slots; stop claiming on SIGTERM and hand work back.
+
+With a memory watch (worker/memory.py), slots claim nothing while the process is past its
+memory limit, and the worker stops once it stays past it with nothing running."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import socket
 import threading
 import uuid
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -20,6 +24,9 @@ from qexport.domain.reports import ReportSubject
 from qexport.worker.runner import run_attempt
 from qexport.worker.staging import discard_staging, sweep_settled_staging
 from qexport.worker.wakeups import Wakeups
+
+if TYPE_CHECKING:
+    from qexport.worker.memory import MemoryWatch
 
 log = structlog.get_logger()
 
@@ -55,9 +62,11 @@ class Worker:
         drain: bool = False,
         worker_id: str | None = None,
         group_slots: int | None = None,
+        memory: MemoryWatch | None = None,
     ) -> None:
         """`group_slots`: the slots of the whole `worker` command (processes x concurrency),
-        the default for the installation's slots when QEXPORT_WORKER_SLOTS is not set."""
+        the default for the installation's slots when QEXPORT_WORKER_SLOTS is not set.
+        `memory`: the process's memory watch (the `worker` command's; `run` starts it)."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.deps = deps
@@ -70,6 +79,7 @@ class Worker:
         self._wakeups = Wakeups(concurrency)
         self.outcomes: dict[str, int] = {}
         self._outcomes_lock = threading.Lock()
+        self.memory = memory
 
     # ---------------------------------------------------------------- control
 
@@ -125,17 +135,34 @@ class Worker:
             threading.Thread(target=self._slot, name=f"slot-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
+        if self.memory is not None:
+            self.memory.start()
         for thread in (sweep, *threads):
             thread.start()
         for thread in (*threads, sweep):
             while thread.is_alive():
                 thread.join(0.2)
+        if self.memory is not None:
+            self.memory.close()
         log.info("worker_stopped", worker=self.worker_id, outcomes=self.outcomes)
         return dict(self.outcomes)
+
+    @property
+    def memory_kept(self) -> bool:
+        """The worker stopped because its process stayed past its memory limit while idle:
+        a fresh process gets the memory back (see worker/memory.py)."""
+        return self.memory is not None and self.memory.kept.is_set()
 
     def _slot(self) -> None:
         poll = self.deps.settings.poll_seconds
         while not self.stopping.is_set():
+            if self.memory is not None and not self.memory.claimable:
+                if self.memory.kept.is_set():
+                    if not self.stopping.is_set():
+                        self.stop(grace_seconds=0)  # nothing runs: nothing to hand back
+                    return
+                self._wakeups.wait(poll)  # past the memory limit: no new export here
+                continue
             try:
                 worked = self.run_once()
             except Exception:  # the metadata DB may be briefly unreachable: log, wait, retry
@@ -179,7 +206,14 @@ class Worker:
         log.info(
             "export_claimed", export_id=claimed.id, attempt=claimed.attempt, worker=self.worker_id
         )
-        outcome = run_attempt(deps, claimed, self.interrupt, self.worker_id, subject=result.subject)
+        outcome = run_attempt(
+            deps,
+            claimed,
+            self.interrupt,
+            self.worker_id,
+            subject=result.subject,
+            memory=self.memory,
+        )
         with self._outcomes_lock:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         return True

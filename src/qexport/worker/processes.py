@@ -2,9 +2,10 @@
 
 Each child is a whole worker (its own id, metadata connections, object-store client and
 `--concurrency` slots). The supervisor holds no connections and runs no exports: it forks the
-children, restarts one that dies unexpectedly (with backoff), and forwards SIGTERM/SIGINT so
-that each child stops claiming, finishes or hands back its exports and exits. A second signal
-is forwarded too, which makes the children hand back at once.
+children, restarts one that dies unexpectedly (with backoff) or asks to be renewed (at once),
+and forwards SIGTERM/SIGINT so that each child stops claiming, finishes or hands back its
+exports and exits. A second signal is forwarded too, which makes the children hand back at
+once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ log = structlog.get_logger()
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+# A child that exits with this status asks for a fresh process (a worker whose memory its
+# allocators keep: worker/memory.py): started again at once, not counted as a failure.
+# EX_TEMPFAIL, not 0, which a draining child exits with when the queue is empty.
+RENEW_EXIT_STATUS = 75
 # A child that ran this long before dying is restarted at the shortest backoff again.
 STABLE_AFTER_SECONDS = 60.0
 
@@ -119,6 +124,10 @@ class Supervisor:
         if self.stopping or (self.drain and code == 0):
             child.done = True
             return 0 if code == 0 or self.stopping else 1
+        if code == RENEW_EXIT_STATUS:
+            log.info(f"{self.kind}_process_renewed", index=child.index, pid=process.pid)
+            self._start(child)
+            return 0
         if now - child.started_at >= STABLE_AFTER_SECONDS:
             child.failures = 0
         delay = RESTART_BACKOFF_SECONDS[min(child.failures, len(RESTART_BACKOFF_SECONDS) - 1)]

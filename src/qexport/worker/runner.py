@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 import structlog
@@ -23,12 +24,15 @@ from qexport.domain.failures import (
     InvalidRequestError,
     LeaseLostError,
     LimitExceededError,
+    MemoryRefusedError,
     MetadataUnavailableError,
     ObjectExistsError,
     QExportError,
     QueryInvalidError,
+    WorkerMemoryError,
+    memory_refused_detail,
 )
-from qexport.domain.lifecycle import Outcome, Release, give_up, settle_decision
+from qexport.domain.lifecycle import Outcome, Release, backoff, give_up, settle_decision
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
@@ -44,6 +48,8 @@ from qexport.writers.registry import get_writer
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from qexport.worker.memory import MemoryWatch
 
 log = structlog.get_logger()
 
@@ -71,11 +77,13 @@ class Attempt:
         record: ExportRecord,
         shutdown: threading.Event,
         subject: Query | ReportSubject | None = None,
+        memory: MemoryWatch | None = None,
     ) -> None:
         self.deps = deps
         self.record = record
         self.subject = subject  # as the claim read it; None: read it here
         self.shutdown = shutdown
+        self.memory = memory
         self.rows = 0
         self.size = 0
         self.code: FailureCode | None = None
@@ -121,7 +129,7 @@ class Attempt:
             shutdown=self.shutdown,
         )
         try:
-            with lease:
+            with lease, self._watching(lease):
                 # A file completed by an attempt that died before settling is adopted, even
                 # by an attempt past the cap: the work is done.
                 stored = self.deps.objects.head(record.storage_key)
@@ -143,18 +151,73 @@ class Attempt:
             # (adopting the stored file if there is one).
             log.warning("metadata_unavailable", exc_info=True)
             return Outcome.INTERRUPTED
-        except QExportError as exc:
-            # An interrupted statement surfaces as the source's error: say why it stopped.
-            if lease.lost:
-                return self._stopped()
-            if self.shutdown.is_set():
-                return self._hand_back(token)
-            return self._settle_error(token, exc)
+        except (QExportError, MemoryError) as exc:  # MemoryError: Python or Arrow was refused
+            return self._ended_by(token, lease, exc)
         except Exception:
             log.exception("attempt_crashed")
             return self._fail(
                 token, FailureCode.INTERNAL, "an unexpected error occurred (see the worker logs)"
             )
+
+    def _ended_by(self, token: str, lease: Lease, exc: QExportError | MemoryError) -> Outcome:
+        """How an attempt that production ended with `exc` settles. An interrupted statement
+        surfaces as the source's error: say why it was stopped."""
+        if lease.lost:
+            return self._stopped()
+        if (memory := self._memory_failure(exc, lease)) is not None:
+            return self._settle_memory(token, memory)
+        if self.shutdown.is_set():
+            return self._hand_back(token)
+        assert isinstance(exc, QExportError)  # a MemoryError is a memory failure above
+        return self._settle_error(token, exc)
+
+    def _watching(self, lease: Lease) -> AbstractContextManager[None]:
+        """The worker's memory watch over this attempt's production, if it has one."""
+        if self.memory is None:
+            return nullcontext()
+        # Only the watch hands an export back with limit_exceeded: stopped beside others.
+        alone = self.record.last_error_code is FailureCode.LIMIT_EXCEEDED
+
+        def abandon(verdict: WorkerMemoryError | None) -> None:
+            self._abandon(lease.token, verdict)
+
+        return self.memory.watching(lease, alone=alone, abandon=abandon)
+
+    def _abandon(self, token: str, verdict: WorkerMemoryError | None) -> None:
+        """Settle now, from the memory watch's thread: the process is renewed under this
+        attempt. Stopped for memory: by the verdict; otherwise handed back at once."""
+        if verdict is not None:
+            self._settle_memory(token, verdict)
+            return
+        self._release(
+            token,
+            0.0,
+            FailureCode.ATTEMPTS_EXHAUSTED,
+            "the worker's process was renewed mid-export, to get back memory another export took",
+        )
+
+    def _memory_failure(self, exc: BaseException, lease: Lease) -> LimitExceededError | None:
+        """The memory error this attempt ends with, if it ended for memory: an allocation
+        refused in its own thread (the backstop), else the watch's verdict, if any."""
+        stopped = lease.stopped_by
+        if isinstance(stopped, WorkerMemoryError) and not stopped.again:
+            return stopped
+        if isinstance(exc, (MemoryRefusedError, MemoryError)):
+            limit = self.memory.limit if self.memory is not None else 0
+            return MemoryRefusedError(memory_refused_detail(limit))
+        return stopped if isinstance(stopped, WorkerMemoryError) else None
+
+    def _settle_memory(self, token: str, exc: LimitExceededError) -> Outcome:
+        """Fail limit_exceeded, or hand back an attempt stopped beside others (the watch's
+        verdict) while attempts remain."""
+        settings = self.deps.settings
+        attempt = self.record.attempt
+        if isinstance(exc, WorkerMemoryError) and exc.again and attempt < settings.max_attempts:
+            delay = backoff(attempt, settings.retry_base_seconds, settings.retry_max_seconds)
+            self._release(token, delay, FailureCode.LIMIT_EXCEEDED, exc.detail)
+            return Outcome.RELEASED
+        detail = exc.final_detail if isinstance(exc, WorkerMemoryError) else exc.detail
+        return self._fail(token, FailureCode.LIMIT_EXCEEDED, detail)
 
     def _stopped(self) -> Outcome:
         log.info("attempt_stopped", reason="lease lost or export cancelled")
@@ -406,15 +469,17 @@ def run_attempt(
     worker_id: str,
     *,
     subject: Query | ReportSubject | None = None,
+    memory: MemoryWatch | None = None,
 ) -> Outcome:
     """Run one attempt with its log context bound; emit the one canonical line for it.
 
-    `subject`: the export's query or report as the claim read it, if it did."""
+    `subject`: the export's query or report as the claim read it, if it did; `memory`: the
+    worker's memory watch, if it has one."""
     started = time.monotonic()
     with structlog.contextvars.bound_contextvars(
         export_id=record.id, attempt=record.attempt, worker=worker_id
     ):
-        attempt = Attempt(deps, record, shutdown, subject)
+        attempt = Attempt(deps, record, shutdown, subject, memory)
         outcome = attempt.run()
         log.info(
             "attempt_finished",
