@@ -31,6 +31,7 @@ def test_the_operator_sets_prints_and_lifts_a_policy(env: Env) -> None:
         "link lifetime: the file's",
         "retention: the installation's",
         "email recipients: acme.test",
+        "sensitive tables: none",
         "sensitive queries: none",
     ]
     env.run("workspaces", "policy", "acme", "--formats", "any", "--max-rows", "none")
