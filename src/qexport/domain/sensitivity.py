@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, Problems
 
 MAX_SENSITIVE_TABLES = 200
 MAX_RULE_COLUMNS = 100
@@ -340,8 +340,9 @@ def _rule_columns(value: Any, engine: ReadsReporting, field: str) -> frozenset[s
 
 
 def table_rules(value: Any, reporting: Mapping[str, ReadsReporting]) -> tuple[SensitiveTable, ...]:
-    """The whole `sensitive_tables` rule: each entry checked (`table_rule`), two entries of
-    one table merged (the whole table wins over columns), in a stable order."""
+    """The whole `sensitive_tables` rule: each entry checked (`table_rule`; every entry's
+    mistake at once), two entries of one table merged (the whole table wins over columns),
+    in a stable order."""
     if value is None:
         return ()
     if not isinstance(value, list | tuple):
@@ -354,8 +355,13 @@ def table_rules(value: Any, reporting: Mapping[str, ReadsReporting]) -> tuple[Se
             f"at most {MAX_SENSITIVE_TABLES} sensitive tables", field="sensitive_tables"
         )
     found: dict[tuple[str, str, str], frozenset[str] | None] = {}
+    problems = Problems()
+    rules: list[SensitiveTable] = []
     for index, item in enumerate(value):
-        rule = table_rule(index, item, reporting)
+        with problems.check():
+            rules.append(table_rule(index, item, reporting))
+    problems.raise_any()
+    for rule in rules:
         key = (rule.source, rule.schema, rule.table)
         if key in found:
             before = found[key]
