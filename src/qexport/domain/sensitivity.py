@@ -12,7 +12,8 @@ judged by what it reads. Who says what it reads:
 - The engine's planner: it resolves views, CTEs and subqueries down to the base tables it
   scans, with the engine's own rules. Each source asks it (`Source.relations`) when a query
   is saved (recorded on the query), when it is previewed and before every run; a plan costs
-  about a millisecond on DuckDB and one round trip on a server.
+  5 ms on DuckDB (a two-table join, statement check included) and 35 ms on PostgreSQL (its
+  own connection, EXPLAIN and two catalogue reads; describing the same statement: 23 ms).
 - A source whose planner cannot say (generic SQLAlchemy, Spark) reports None: a query on it
   reads, for the policy, every sensitive table of that source (fail closed).
 

@@ -5,8 +5,9 @@ is judged by that record (a request does not wait on a source). Before a preview
 each run of an export, the source's planner is asked again, with the values the run binds: a
 view redefined since the query was saved, or a parameter that decides which table is read,
 is judged as it is now. A changed answer is recorded on the query (`Catalog.record_reads`),
-so that its next request asks for an approval. A plan is cheap (about a millisecond on DuckDB,
-one round trip on a server), and a query on a source with no sensitive table is not planned.
+so that its next request asks for an approval. A plan is cheap beside a run (5 ms on DuckDB,
+35 ms on PostgreSQL with its own connection), and a query on a source with no sensitive table
+is not planned at all.
 """
 
 from __future__ import annotations
