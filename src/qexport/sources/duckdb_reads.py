@@ -14,8 +14,9 @@ Three ways DuckDB can tell, measured on `SELECT name FROM customers WHERE email 
   binds (`column_indexes` into the table's `names`): those of the select list, of filters,
   joins and sorts alike; views, CTEs, subqueries, macros and generated columns are expanded
   to the tables and columns they read. Chosen: 4.5 ms for a two-table join with the
-  statement check (describing it: 0.6 ms), and nothing runs. It may name a column the optimiser would prune (`SELECT id FROM v` of a view over
-  id and email names both): more than is read, never less.
+  statement check (describing it: 0.6 ms), and nothing runs. It may name a column the
+  optimiser would prune (`SELECT id FROM v` of a view over id and email names both): more
+  than is read, never less.
 
 Only the tables of the database file are named (ATTACH is refused, so there is one catalogue);
 the table functions a query may call (duckdb_statements.TABLE_FUNCTIONS, and a lake's readers,

@@ -12,6 +12,11 @@ names every table by database and name, and each alias beside it
 - the tables are the `database`.`table` references of the rewritten statement, and of the
   definitions of the views among them (information_schema.VIEWS, in the same rewritten
   form), recursively;
+- and every name in the statement as written that is a table or view (a column that shares
+  a table's name only over-counts): the optimiser runs a subquery it can answer from an
+  index while it plans (`WHERE (SELECT min(email) FROM customers) = 'x'` is rewritten
+  `WHERE 1`, its plan says "Select tables optimized away"), so neither the plan nor the
+  rewritten statement names that table;
 - every name EXPLAIN reports must be one of those tables or aliases: one that is not (an
   alias inside a view whose definition qexport may not read) means the statement cannot be
   told: None;
@@ -40,6 +45,15 @@ _MAX_VIEW_DEPTH = 32  # views over views: deeper than any schema means a loop
 _TOKEN = re.compile(r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|\s+|.", re.S)
 
 Rows = Callable[[str], Sequence[tuple[Any, ...]]]
+# The statement as written: names (quoted or not), strings, comments, dots.
+_WORD = re.compile(
+    r"`(?:[^`]|``)*`"
+    r"|'(?:[^'\\]|\\.|'')*'"
+    r'|"(?:[^"\\]|\\.|"")*"'
+    r"|/\*.*?\*/|#[^\n]*|--(?:[\x00-\x20][^\n]*|$)"
+    r"|[A-Za-z0-9_$\u0080-\uffff]+|\.",
+    re.S,
+)
 
 
 @dataclass
@@ -51,10 +65,12 @@ class _Named:
     calls: set[str] = field(default_factory=set)
 
 
-def planned_reads(rows: Rows, statement: str) -> frozenset[Relation] | None:
+def planned_reads(
+    rows: Rows, statement: str, literal: Callable[[str], str]
+) -> frozenset[Relation] | None:
     """The tables `statement` (rendered with its values) reads; None when they cannot be
-    told. `rows` runs one statement on the source's session and returns its rows; it raises
-    the driver's errors (the source translates them)."""
+    told. `rows` runs one statement on the source's session and returns its rows (raising
+    the driver's errors, which the source translates); `literal` quotes a value for it."""
     plan = json.loads(str(rows(f"EXPLAIN FORMAT=JSON {statement}")[0][0]))
     rewritten = _note(rows("SHOW WARNINGS"))
     if rewritten is None:  # MariaDB writes it for EXPLAIN EXTENDED only
@@ -67,6 +83,7 @@ def planned_reads(rows: Rows, statement: str) -> frozenset[Relation] | None:
     }
     named = _Named()
     _parse(rewritten, schemas, named)
+    named.tables |= _written_tables(rows, statement, literal)
     if not _expand_views(rows, schemas, named):
         return None
     functions = {
@@ -118,6 +135,40 @@ def _parse(text: str, schemas: set[str], named: _Named) -> None:
         spaced = solid[at + 3][0] > solid[at + 2][0] + 1 if at + 3 < len(solid) else False
         if after.startswith("`") and spaced:
             named.aliases.setdefault(_name(after), set()).add((schema, table))
+
+
+def _written_tables(
+    rows: Rows, statement: str, literal: Callable[[str], str]
+) -> set[tuple[str, str]]:
+    """The tables and views named in the statement as written: `db.name`, or `name` in the
+    connection's database."""
+    words = [w for w in _WORD.findall(statement) if not w.startswith(("'", '"', "/*", "#", "--"))]
+    names: set[tuple[str | None, str]] = set()
+    for index, word in enumerate(words):
+        if word == ".":
+            continue
+        if index >= 2 and words[index - 1] == ".":  # `db . name`
+            names.add((_folded(words[index - 2]), _folded(word)))
+        else:
+            names.add((None, _folded(word)))
+    if not names:
+        return set()
+    wanted = ", ".join(literal(n) for n in sorted({n for _, n in names}))
+    found = rows(
+        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_SCHEMA = DATABASE() FROM information_schema.TABLES"
+        f" WHERE TABLE_NAME IN ({wanted})"
+    )
+    tables: set[tuple[str, str]] = set()
+    for schema, table, current in found:
+        key = (str(schema).lower(), str(table).lower())
+        if (key[0], key[1]) in names or (str(current) == "1" and (None, key[1]) in names):
+            tables.add(key)
+    return tables
+
+
+def _folded(word: str) -> str:
+    """A name as written, quoted or not, folded."""
+    return _name(word) if word.startswith("`") else word.lower()
 
 
 def _name(token: str) -> str:

@@ -231,7 +231,7 @@ class MySQLSource:
                 fetched = () if result is None else result.fetch_row(maxrows=0)
                 return [tuple(_text(value) for value in row) for row in fetched]
 
-            return planned_reads(rows, text)
+            return planned_reads(rows, text, session.literal)
         except MySQLdb.Error as exc:
             raise session.error_for(exc) from exc
         except QExportError as exc:
