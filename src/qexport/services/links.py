@@ -113,7 +113,7 @@ def create_link(
         whole_workspace=principal.sees_workspace,
     )
     assert record.expires_at is not None  # a succeeded record has one
-    why = _unapproved_sensitive(catalog, policy, record)
+    why = unapproved_sensitive(catalog, policy, record)
     if why is not None:
         raise ForbiddenError(
             f"{why}: a file of it made without an admin's approval gets no public link"
@@ -142,7 +142,7 @@ def create_link(
     return CreatedLink(link, public_url(base_url, token), expires_at)
 
 
-def _unapproved_sensitive(
+def unapproved_sensitive(
     catalog: Catalog, policy: WorkspacePolicy, record: ExportRecord
 ) -> str | None:
     """Why the file may not be shared: made without an approval from what the policy now
