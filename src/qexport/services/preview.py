@@ -141,6 +141,7 @@ def preview_query(
         query,
         parameters,
         statement_timeout_seconds=statement_timeout_seconds,
+        slots=slots,
     ):
         raise ForbiddenError(
             f"{why}: it is not previewed, and its exports need an admin's approval"

@@ -24,6 +24,7 @@ from qexport.domain.queries import Query
 from qexport.ports import Catalog, SourceCatalog
 from qexport.services.describe import describe_timeout
 from qexport.services.requests import bind_query_values
+from qexport.services.slots import SourceSlots
 
 log = structlog.get_logger()
 
@@ -78,18 +79,21 @@ def preview_sensitivity(
     parameters: Mapping[str, Any] | None,
     *,
     statement_timeout_seconds: float,
+    slots: SourceSlots,
 ) -> str | None:
     """Why `query` may not be previewed with `parameters` (it needs an approval to leave),
-    planned with the values the preview binds; None if it may. InvalidRequestError for a
-    bad parameter, as the preview itself would refuse it."""
+    planned with the values the preview binds, holding one of the requester's `slots` as a
+    preview does (TooManyRequestsError when none is free); None if it may. InvalidRequestError
+    for a bad parameter, as the preview itself would refuse it."""
     if not policy.sensitive_queries and not policy.marks_tables_of(query.source):
         return None
     values = bind_query_values(query, dict(parameters or {}))
-    return sensitivity_now(
-        policy,
-        sources,
-        catalog,
-        requester,
-        [(query, values)],
-        timeout_seconds=describe_timeout(statement_timeout_seconds),
-    )
+    with slots.hold(requester):
+        return sensitivity_now(
+            policy,
+            sources,
+            catalog,
+            requester,
+            [(query, values)],
+            timeout_seconds=describe_timeout(statement_timeout_seconds),
+        )
