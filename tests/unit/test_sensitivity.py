@@ -69,6 +69,7 @@ def test_every_mistake_of_every_entry_is_refused_at_once_naming_it() -> None:
         {"source": "crm", "table": "customers"},
         {"source": "shop", "table": "t", "extra": 1},
         "customers",
+        {"source": "shop", "table": '"a\x00b"'},
     )
     assert problems["sensitive_tables[0].source"] == (
         "unknown source 'nope' (the workspace's sources: crm, pg, shop, spark)"
@@ -79,6 +80,7 @@ def test_every_mistake_of_every_entry_is_refused_at_once_naming_it() -> None:
     assert "name the schema of 'customers'" in problems["sensitive_tables[4].table"]
     assert "unknown key 'extra'" in problems["sensitive_tables[5]"]
     assert "an entry is" in problems["sensitive_tables[6]"]
+    assert "cannot hold control characters" in problems["sensitive_tables[7].table"]
 
 
 def test_a_column_rule_is_hit_only_by_a_read_of_its_columns() -> None:
@@ -130,8 +132,9 @@ def test_a_copy_of_a_query_is_as_sensitive_as_the_query() -> None:
 
 
 def test_a_rule_written_on_a_line_reads_back_as_the_policy_lists_it() -> None:
-    """The policy page and the CLI take `SOURCE: TABLE (COLUMNS)`; the policy lists its rules
-    the same way, quoted where a name needs it, so that a listed rule can be written back."""
+    """The policy page and the CLI take `SOURCE: TABLE (COLUMNS)` (a parenthesis or a comma
+    inside quotes is a name's; an overlong line is refused at once); the policy lists its
+    rules the same way, quoted where a name needs it, so that a listed rule reads back."""
     assert written_rule("shop: main.customers (email, phone)") == {
         "source": "shop",
         "table": "main.customers",
@@ -140,6 +143,13 @@ def test_a_rule_written_on_a_line_reads_back_as_the_policy_lists_it() -> None:
     assert written_rule(" crm : payments ") == {"source": "crm", "table": "payments"}
     with pytest.raises(InvalidRequestError, match=r"is not a table: write SOURCE: SCHEMA\.TABLE"):
         written_rule("customers")
+    with pytest.raises(InvalidRequestError, match="is not a table"):
+        written_rule("shop: t" + " (" * 50_000)  # read in one pass, refused for its length
+    assert written_rule('shop: "a(b".t ("x,y", z)') == {
+        "source": "shop",
+        "table": '"a(b".t',
+        "columns": ['"x,y"', "z"],
+    }
     rule = SensitiveTable("pg", "public", "Customers", frozenset({"Phone", "email"}))
     assert rule.words() == 'pg: public."Customers" ("Phone", email)'
     assert _rules(written_rule(rule.words())) == (rule,)

@@ -29,6 +29,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -263,6 +264,8 @@ def _part(written: str, reporting: ReadsReporting, what: str) -> str:
     name = reporting.name(written)
     if not name or len(name) > MAX_NAME_CHARS:
         raise InvalidRequestError(f"a {what} name has 1 to {MAX_NAME_CHARS} characters")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
+        raise InvalidRequestError(f"a {what} name cannot hold control characters")
     return name
 
 
@@ -372,20 +375,52 @@ def table_rules(value: Any, reporting: Mapping[str, ReadsReporting]) -> tuple[Se
     return tuple(SensitiveTable(s, sc, t, c) for (s, sc, t), c in sorted(found.items()))
 
 
-_LINE = re.compile(r"^\s*(?P<source>[^:]+?)\s*:\s*(?P<table>.+?)\s*(?:\((?P<columns>.*)\)\s*)?$")
+MAX_LINE_CHARS = 2_000  # far more than a table and a hundred column names take
 
 
 def written_rule(line: str) -> dict[str, Any]:
     """A rule as a person writes it on a line (the policy page, the CLI) as the API takes it:
     `shop: main.customers (email, phone)` or `shop: payments`; InvalidRequestError when it
-    does not read as one."""
-    found = _LINE.match(line)
-    if found is None:
+    does not read as one. Read in one pass (a parenthesis inside quotes is a name's)."""
+    text = line.strip()
+    source, colon, rest = text.partition(":")
+    opening = _outside_quotes(rest, "(")
+    table = (rest if opening < 0 else rest[:opening]).strip()
+    columns = None if opening < 0 else rest[opening + 1 :].rstrip()
+    if (
+        len(text) > MAX_LINE_CHARS
+        or not colon
+        or not source.strip()
+        or not table
+        or (columns is not None and not columns.endswith(")"))
+    ):
         raise InvalidRequestError(
-            f"{line.strip()[:80]!r} is not a table: write SOURCE: SCHEMA.TABLE, and the columns"
-            " in parentheses for only some of them (shop: main.customers (email, phone))"
+            f"{text[:80]!r} is not a table: write SOURCE: SCHEMA.TABLE, and the columns in"
+            " parentheses for only some of them (shop: main.customers (email, phone))"
         )
-    rule: dict[str, Any] = {"source": found["source"], "table": found["table"]}
-    if found["columns"] is not None:
-        rule["columns"] = [c.strip() for c in found["columns"].split(",") if c.strip()]
+    rule: dict[str, Any] = {"source": source.strip(), "table": table}
+    if columns is not None:
+        rule["columns"] = [c.strip() for c in _split_outside_quotes(columns[:-1]) if c.strip()]
     return rule
+
+
+def _outside_quotes(text: str, wanted: str) -> int:
+    """Where `wanted` first is in `text` outside double quotes or backticks (-1: nowhere)."""
+    quote: str | None = None
+    for index, char in enumerate(text):
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in '"`':
+            quote = char
+        elif char == wanted:
+            return index
+    return -1
+
+
+def _split_outside_quotes(text: str) -> list[str]:
+    """`text` cut at its commas outside quotes."""
+    parts: list[str] = []
+    while (comma := _outside_quotes(text, ",")) >= 0:
+        parts.append(text[:comma])
+        text = text[comma + 1 :]
+    return [*parts, text]
