@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from qexport.domain.exports import Requester
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy
 from qexport.domain.queries import Query
@@ -19,6 +20,9 @@ from qexport.domain.sensitivity import (
     table_rules,
     written_rule,
 )
+from qexport.services.sensitivity import sensitivity_now
+from tests.fakes import FixedSources, InMemoryCatalog
+from tests.unit.fakes import FakeSource
 
 DUCKDB = ReadsReporting(ReadsReported.COLUMNS, default_schema="main")
 POSTGRES = ReadsReporting(ReadsReported.COLUMNS, default_schema="public", case_sensitive=True)
@@ -181,3 +185,33 @@ def test_the_policy_stores_its_tables_and_checks_them_when_changed() -> None:
             PolicyLimits(frozenset({"csv"}), 1_000, 7),
         )
     assert caught.value.problems[0].field == "sensitive_tables[0].source"
+
+
+def test_what_a_run_finds_is_added_to_the_query_record_never_taken_off() -> None:
+    """The planner asked again at run time: a table read newly is recorded on the query (its
+    next request is judged by it); a run that reads less (other values) takes nothing off."""
+    orders = Relation("main", "orders", frozenset({"id"}))
+    customers = Relation("main", "customers", frozenset({"email"}))
+    catalog = InMemoryCatalog()
+    query = catalog.add_query(
+        Query("q1", "acme", "q", "SELECT * FROM v", "shop", reads=frozenset({orders}))
+    )
+    policy = WorkspacePolicy(sensitive_tables=(SensitiveTable("shop", "main", "customers"),))
+    source = FakeSource(reads=frozenset({customers}))
+    ann = Requester("ann", "acme")
+
+    def judged(current: Query) -> str | None:
+        sources = FixedSources({"shop": source})
+        return sensitivity_now(policy, sources, catalog, ann, [(current, {})], timeout_seconds=5)
+
+    assert not policy.needs_approval([query])  # as recorded when saved
+    assert judged(query) == (
+        "the query 'q' reads shop: main.customers, which the workspace's policy marks sensitive"
+    )
+    grown = catalog.get_query("q1")
+    assert grown is not None
+    assert grown.reads == frozenset({orders, customers})
+    assert policy.needs_approval([grown])
+    source.reads = frozenset()
+    assert judged(grown) is None
+    assert catalog.get_query("q1") == grown

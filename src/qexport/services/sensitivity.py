@@ -21,6 +21,7 @@ import structlog
 from qexport.domain.exports import Requester
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query
+from qexport.domain.sensitivity import merged
 from qexport.ports import Catalog, SourceCatalog
 from qexport.services.describe import describe_timeout
 from qexport.services.requests import bind_query_values
@@ -38,12 +39,16 @@ def planned_now(
     *,
     timeout_seconds: float,
 ) -> Query:
-    """`query` with what its source's planner says it reads now, with `values` bound (and
-    recorded on the query when that changed). Raises what the source raises."""
+    """`query` with what its source's planner says it reads now, with `values` bound. What
+    it read newly is added to the query's record (never taken off it: other values may read
+    less, as `WHERE $flag` folded away by PostgreSQL; saving the query again starts afresh).
+    Raises what the source raises."""
     source = sources.source_for(query.source, requester.workspace_id)
     reads = source.relations(query.sql, dict(values), requester, timeout_seconds=timeout_seconds)
-    if reads != query.reads and catalog.record_reads(
-        query.id, sql=query.sql, source=query.source, reads=reads
+    known = query.reads
+    recorded = reads if known is None or reads is None else merged(known | reads)
+    if recorded != known and catalog.record_reads(
+        query.id, sql=query.sql, source=query.source, reads=recorded
     ):
         log.info("query_reads_recorded", query_id=query.id, source=query.source)
     return replace(query, reads=reads)
