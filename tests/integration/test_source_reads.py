@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import date
 from typing import Any
 
 import duckdb
@@ -116,6 +117,18 @@ def test_a_duckdb_column_rule_is_hit_only_by_reading_the_column(shop: DuckDBSour
         "SELECT c FROM customers c",
     ):
         assert needs_approval(shop, DUCK_EMAIL, sql), sql
+
+
+def test_duckdb_plans_a_statement_whose_parameters_it_cannot_type(shop: DuckDBSource) -> None:
+    """DuckDB cannot plan `SELECT $since AS since` without a value (its type is unknown):
+    the statement is planned with the bound values written in, a quote in one included."""
+    found = reads(
+        shop,
+        "SELECT $since AS since, $user_id AS me, id FROM customers WHERE name = $name",
+        since=date(2024, 1, 1),
+        name="O'Brien '$name' -- x",
+    )
+    assert found == frozenset({Relation("main", "customers", frozenset({"id", "name"}))})
 
 
 def test_duckdb_reports_names_folded_and_is_only_asked_after_the_statement_check(

@@ -21,7 +21,7 @@ from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
 from qexport.sources.duckdb_lake import Lake, duckdb_location
 from qexport.sources.duckdb_preview import preview_sql
-from qexport.sources.duckdb_reads import planned_reads
+from qexport.sources.duckdb_reads import planned_reads, with_values
 from qexport.sources.duckdb_statements import PathCheck, bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
 from qexport.sources.scratch import Scratch, make_scratch
@@ -313,12 +313,12 @@ class DuckDBSource:
     ) -> frozenset[Relation] | None:
         """The tables and columns the statement scans, from its unoptimised logical plan
         (duckdb_reads.py), checked as `execute` checks it first; nothing runs."""
-        cursor, statement, _, release = self._prepare(
+        cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
         deadline = Deadline(timeout_seconds, cursor.interrupt)
         try:
-            return planned_reads(cursor, statement.query)
+            return planned_reads(cursor, with_values(statement.query, values))
         except duckdb.Error as exc:
             raise deadline.error_for(exc, sql) from exc
         finally:

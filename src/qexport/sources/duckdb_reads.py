@@ -18,6 +18,12 @@ Three ways DuckDB can tell, measured on `SELECT name FROM customers WHERE email 
   optimiser would prune (`SELECT id FROM v` of a view over id and email names both): more
   than is read, never less.
 
+`json_serialize_plan` takes no parameters, and a parameter whose type DuckDB cannot infer
+(`SELECT $since AS since`) stops the plan ("parameters need to have a known value"): the
+statement is planned with each `$name` written as its bound value's literal, found by DuckDB's
+own tokenizer (never inside a string or a comment), quoted as SQL quotes it. The unoptimised
+plan does not depend on the values; a literal keeps each one's type.
+
 Only the tables of the database file are named (ATTACH is refused, so there is one catalogue);
 the table functions a query may call (duckdb_statements.TABLE_FUNCTIONS, and a lake's readers,
 whose files a policy cannot name) read no table. Any other LOGICAL_GET, or a plan DuckDB cannot
@@ -27,12 +33,16 @@ table (fails closed).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import duckdb
 
 from qexport.domain.failures import QueryInvalidError, bounded_detail
+from qexport.domain.queries import fold_name
 from qexport.domain.sensitivity import Relation, merged
 from qexport.sources.duckdb_lake import LAKE_READERS
 from qexport.sources.duckdb_statements import TABLE_FUNCTIONS
@@ -71,6 +81,62 @@ def planned_reads(con: duckdb.DuckDBPyConnection, sql: str) -> frozenset[Relatio
             return None
         found.append(relation)
     return merged(found)
+
+
+def with_values(sql: str, values: Mapping[str, Any]) -> str:
+    """`sql` with each of its `$name` parameters written as the literal of its value in
+    `values` (names compared as the sources compare them); nothing else changes."""
+    data = sql.encode("utf-8")
+    names = sorted(((fold_name(n).encode("utf-8"), v) for n, v in values.items()), reverse=True)
+    tokens = duckdb.tokenize(sql)
+    starts = [position for position, _ in tokens[1:]] + [len(data)]
+    pieces: list[bytes] = []
+    done = 0
+    for (position, kind), following in zip(tokens, starts, strict=True):
+        if kind != duckdb.token_type.operator or data[position : position + 1] != b"$":
+            continue
+        if following != position + 1:
+            continue  # `$` with nothing named after it
+        written = data[position + 1 :]
+        folded = fold_name(written[:256].decode("utf-8", "ignore")).encode("utf-8")
+        for name, value in names:
+            end = len(name)
+            if folded.startswith(name) and not _name_goes_on(written[end : end + 1]):
+                pieces += [data[done:position], _literal(value).encode("utf-8")]
+                done = position + 1 + end
+                break
+    return (b"".join(pieces) + data[done:]).decode("utf-8")
+
+
+def _name_goes_on(following: bytes) -> bool:
+    return bool(following) and (following.isalnum() or following in b"_$" or following[0] >= 0x80)
+
+
+def _literal(value: Any) -> str:  # noqa: PLR0911 - one literal per type
+    """A bound value as a DuckDB literal of its type, in parentheses."""
+    if value is None:
+        return "(NULL)"
+    if isinstance(value, bool):
+        return "(TRUE)" if value else "(FALSE)"
+    if isinstance(value, int):
+        return f"({value}::HUGEINT)" if abs(value) >= 2**63 else f"({value}::BIGINT)"
+    if isinstance(value, Decimal):
+        exponent = value.as_tuple().exponent
+        scale = min(max(-exponent, 0), 37) if isinstance(exponent, int) else 0
+        return f"('{value}'::DECIMAL(38, {scale}))"
+    if isinstance(value, float):
+        return f"('{value!r}'::DOUBLE)"
+    if isinstance(value, dt.datetime):
+        kind = "TIMESTAMPTZ" if value.tzinfo is not None else "TIMESTAMP"
+        return f"('{value.isoformat(sep=' ')}'::{kind})"
+    if isinstance(value, dt.date):
+        return f"('{value.isoformat()}'::DATE)"
+    text = str(value)
+    return (
+        "("
+        + " || chr(0) || ".join("'" + p.replace("'", "''") + "'" for p in text.split("\x00"))
+        + ")"
+    )
 
 
 def _scanned(get: dict[str, Any]) -> Relation | None:
