@@ -48,7 +48,7 @@ from qexport.domain.queries import (
     parse_param_spec,
 )
 from qexport.logs import configure_logging
-from qexport.services.describe import describe_statement, describe_timeout
+from qexport.services.describe import Described, describe_statement, describe_timeout
 from qexport.services.queries import check_sql, query_event
 
 app = typer.Typer(
@@ -544,7 +544,7 @@ def queries_add(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
         )
     template = _filename_template(filename, params)
-    columns = _described(st, deps, source, sql, params)
+    described = _described(st, deps, source, sql, params)
     query = Query(
         id=str(uuid.uuid4()),
         workspace_id=st.requester.workspace_id,
@@ -555,12 +555,13 @@ def queries_add(
         visibility=Visibility.MEMBERS if visible_to else Visibility.WORKSPACE,
         members=frozenset(visible_to or ()),
         owner=st.requester.user_id,
-        columns=columns,
+        columns=described.columns,
         filename_template=template,
+        reads=described.reads,
     )
     deps.catalog.add_query(query, audit=query_event(OPERATOR, Action.QUERY_CREATED, query))
     out.print(f"saved query {name!r} ({query.id})")
-    _print_columns(columns)
+    _print_columns(described.columns)
 
 
 @queries_app.command("update")
@@ -606,20 +607,21 @@ def queries_update(
         if filename is not None
         else current.filename_template and _filename_template(current.filename_template, params)
     )
-    columns = _described(st, deps, source, sql, params)
+    described = _described(st, deps, source, sql, params)
     updated = replace(
         current,
         sql=sql,
         source=source,
         parameters=params,
-        columns=columns,
+        columns=described.columns,
         filename_template=template,
+        reads=described.reads,
     )
     changed = query_event(OPERATOR, Action.QUERY_CHANGED, updated, before=current)
     if not deps.catalog.update_query(updated, audit=changed):
         fail(f"no query named {name!r}")
     out.print(f"updated query {name!r} ({current.id})")
-    _print_columns(columns)
+    _print_columns(described.columns)
 
 
 def _filename_template(given: str | None, params: tuple[Parameter, ...]) -> str | None:
@@ -639,9 +641,10 @@ def _print_columns(columns: tuple[ResultColumn, ...]) -> None:
 
 def _described(
     st: State, deps: Container, source: str, sql: str, params: tuple[Parameter, ...]
-) -> tuple[ResultColumn, ...]:
-    """The columns the source describes, with the requester's rights; a statement it refuses
-    exits 2 with its message, an unreachable source 1 (nothing is saved either way)."""
+) -> Described:
+    """The columns the source describes and the tables it reads, with the requester's
+    rights; a statement it refuses exits 2 with its message, an unreachable source 1 (nothing
+    is saved either way)."""
     try:
         check_sql(sql)
     except InvalidRequestError as exc:

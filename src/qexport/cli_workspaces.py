@@ -1,6 +1,7 @@
 """`qexport workspaces timezone W [ZONE]`: the time zone a workspace's reports are dated in;
 `qexport workspaces webhook-hosts W [HOST...]`: the only hosts its webhooks may go to;
-`qexport workspaces policy W [--formats ...]`: what it lets leave."""
+`qexport workspaces policy W [--formats ... --sensitive-table ... --revoke-links]`: what it
+lets leave."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from qexport.cli_admin import admin_context, note
 from qexport.cli_common import fail_input, fail_problems, state
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError
+from qexport.domain.sensitivity import written_rule
 from qexport.ports import AccountStore, Catalog
 from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
@@ -149,6 +151,23 @@ def workspaces_policy(
         str | None,
         typer.Option("--recipient-domains", help="Comma-separated email domains; 'any' lifts it."),
     ] = None,
+    sensitive_tables: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sensitive-table",
+            help="'SOURCE: SCHEMA.TABLE' or 'SOURCE: SCHEMA.TABLE (COL, COL)', once per table:"
+            " a query reading it (as its source's planner says) needs an admin's approval."
+            " Replaces the list; 'none' clears it.",
+        ),
+    ] = None,
+    revoke_links: Annotated[
+        bool,
+        typer.Option(
+            "--revoke-links",
+            help="With the change, revoke the live public links to files made without an"
+            " approval of every query or report the new policy marks sensitive.",
+        ),
+    ] = False,
     sensitive: Annotated[
         str | None,
         typer.Option(
@@ -163,33 +182,77 @@ def workspaces_policy(
     changes: dict[str, Any] = {}
     if formats is not None:
         changes["formats"] = _list_or_lift(formats)
-    if max_rows is not None:
-        changes["max_rows"] = _number_or_lift(max_rows, "--max-rows")
+    numbers = {"max_rows": max_rows, "link_max_days": link_max_days}
+    numbers["retention_days"] = retention_days
+    for name, given in numbers.items():
+        if given is not None:
+            changes[name] = _number_or_lift(given, f"--{name.replace('_', '-')}")
     if links is not None:
         if links.lower() not in ("on", "off"):
             fail_input(f"--links is on or off (got {links!r})")
         changes["public_links"] = links.lower() == "on"
-    if link_max_days is not None:
-        changes["link_max_days"] = _number_or_lift(link_max_days, "--link-max-days")
-    if retention_days is not None:
-        changes["retention_days"] = _number_or_lift(retention_days, "--retention-days")
     if recipient_domains is not None:
         changes["recipient_domains"] = _list_or_lift(recipient_domains)
     deps = state(ctx).deps()
-    if sensitive is not None:
-        changes["sensitive_queries"] = _query_ids(deps.catalog, workspace, sensitive)
+    changes |= _sensitive_changes(deps.catalog, workspace, sensitive, sensitive_tables)
     if not changes:
+        if revoke_links:
+            fail_input("--revoke-links goes with a change of the policy (it revokes with it)")
         print("\n".join(accounts.workspace_policy(workspace).describe()))
         return
     settings = admin_context(ctx).settings
     try:
-        policy = change_policy(
-            accounts, settings, Role.ADMIN, workspace, changes, catalog=deps.catalog
+        changed = change_policy(
+            accounts,
+            settings,
+            Role.ADMIN,
+            workspace,
+            changes,
+            catalog=deps.catalog,
+            sources=deps.sources,
+            exports=deps.exports,
+            clock=deps.clock,
+            revoke_links=revoke_links,
         )
     except InvalidRequestError as exc:
-        fail_problems(
-            exc, lambda problem: f"--{(problem.field or '').split('[')[0].replace('_', '-')}: "
-        )
+        fail_problems(exc, _option_of)
     note(f"workspace {workspace}'s policy is now:")
-    for line in policy.describe():
+    for line in changed.policy.describe():
         note(f"  {line}")
+    if revoke_links:
+        note(f"public links revoked: {changed.links_revoked}")
+
+
+def _option_of(problem: InvalidRequestError) -> str:
+    """The option a problem is about, as its message starts (`--sensitive-table 2: `)."""
+    field = problem.field or ""
+    rule = field.split("[")[0]
+    if rule == "sensitive_tables":
+        index = field.removeprefix("sensitive_tables[").split("]")[0]
+        return f"--sensitive-table {int(index) + 1}: " if index.isdigit() else "--sensitive-table: "
+    return f"--{rule.replace('_', '-')}: "
+
+
+def _sensitive_changes(
+    catalog: Catalog, workspace: str, queries: str | None, tables: list[str] | None
+) -> dict[str, Any]:
+    """The sensitivity rules the options change."""
+    changes: dict[str, Any] = {}
+    if queries is not None:
+        changes["sensitive_queries"] = _query_ids(catalog, workspace, queries)
+    if tables is not None:
+        changes["sensitive_tables"] = _table_rules(tables)
+    return changes
+
+
+def _table_rules(given: list[str]) -> list[dict[str, Any]]:
+    """Each --sensitive-table as the policy takes it; `none` alone clears the list."""
+    if [g.strip().lower() for g in given] == ["none"]:
+        return []
+    rules = []
+    for number, line in enumerate(given, start=1):
+        try:
+            rules.append(written_rule(line))
+        except InvalidRequestError as exc:
+            fail_input(f"--sensitive-table {number}: {exc.detail}")
+    return rules

@@ -92,7 +92,7 @@ def register_demo_queries(deps: Container, requester: Requester) -> list[Query]:
     for template in DEMO_QUERIES:
         existing = deps.catalog.find_query(requester.workspace_id, template.name)
         if existing is None:
-            columns = describe_statement(
+            described = describe_statement(
                 deps.sources,
                 requester,
                 source=template.source,
@@ -107,7 +107,8 @@ def register_demo_queries(deps: Container, requester: Requester) -> list[Query]:
                         "id": str(uuid.uuid4()),
                         "workspace_id": requester.workspace_id,
                         "owner": requester.user_id,
-                        "columns": columns,
+                        "columns": described.columns,
+                        "reads": described.reads,
                     }
                 )
             )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from qexport.domain.queries import Query, ResultColumn
     from qexport.domain.reports import Report, ReportSubject
     from qexport.domain.schedules import Delivery, NewDelivery, Outcome, Schedule
+    from qexport.domain.sensitivity import ReadsReporting, Relation
     from qexport.domain.sign_in import FailureCounts
     from qexport.domain.sources import RegisteredSource
 
@@ -213,6 +214,13 @@ class Catalog(Protocol):
     def find_query(self, workspace_id: str, name: str) -> Query | None: ...
     def list_queries(self, workspace_id: str) -> list[Query]: ...
     def update_query(self, query: Query, *, audit: AuditEvent | None = None) -> bool: ...
+    def record_reads(
+        self, query_id: str, *, sql: str, source: str, reads: frozenset[Relation] | None
+    ) -> bool:
+        """Record what a live query reads as its source's planner reports it now, unless its
+        SQL or source changed meanwhile (one guarded write); whether it was written."""
+        ...
+
     def delete_query(self, query_id: str, *, audit: AuditEvent | None = None) -> bool: ...
 
     # reports (a name is not unique; a deleted report stays readable by id, marked deleted)
@@ -399,9 +407,17 @@ class AccountStore(Protocol):
         ...
 
     def set_workspace_policy(
-        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+        self,
+        workspace_id: str,
+        policy: WorkspacePolicy,
+        *,
+        audit: AuditEvent | None = None,
+        revoke_links: Sequence[tuple[str, AuditEvent]] = (),
+        now: datetime | None = None,
     ) -> bool:
-        """Store the workspace's policy; False when there is no such workspace."""
+        """Store the policy (with its `audit` event) and, in the same transaction, revoke at
+        `now` each of `revoke_links` (link id, the event of its revocation) still unrevoked,
+        appending its event; False, with nothing written, when there is no such workspace."""
         ...
 
     def create_user(
@@ -752,6 +768,9 @@ class PreviewRows:
 
 class Source(Protocol):
     name: str
+    # How much its planner says of what a statement reads, and how its engine compares names
+    # (domain/sensitivity.py).
+    reads_reporting: ReadsReporting
 
     def execute(
         self,
@@ -805,6 +824,21 @@ class Source(Protocol):
         stops once about `max_bytes` of values came (`more` then says so). A text or binary
         value longer than `max_cell_chars` may come cut to `max_cell_chars` + 1 characters
         (bytes): the caller still sees it was longer. Raises as `execute` does.
+        """
+        ...
+
+    def relations(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation] | None:
+        """The tables `sql` reads (and the columns, where `reads_reporting` says so), as the
+        engine's planner reports them, views, CTEs and subqueries resolved to the tables they
+        scan; None when the source cannot say. Planned as `execute` would run it (the same
+        checks, binding and rights), nothing run. Raises as `describe` does.
         """
         ...
 

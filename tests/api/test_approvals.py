@@ -204,7 +204,7 @@ def test_no_schedule_exports_a_sensitive_query(acme: Api) -> None:
     assert refused.status_code == 422, refused.text
     (problem,) = refused.json()["errors"]
     assert problem["field"] == "query_id"
-    assert "policy marks sensitive" in problem["message"]
+    assert "policy marks the query 'orders' sensitive" in problem["message"]
 
     acme.client.patch(POLICY, headers=acme.headers(ADMIN), json={"sensitive_queries": []})
     created = acme.post("/api/v1/schedules", ALICE, json=schedule)

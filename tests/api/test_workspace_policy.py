@@ -58,6 +58,7 @@ def test_members_read_the_policy_and_only_its_admins_change_it(acme: Api) -> Non
         "link_max_days": None,
         "retention_days": None,
         "recipient_domains": None,
+        "sensitive_tables": [],
         "sensitive_queries": [],
     }
     assert _set(acme, ALICE, public_links=False).status_code == 403
@@ -71,6 +72,7 @@ def test_members_read_the_policy_and_only_its_admins_change_it(acme: Api) -> Non
         "link_max_days": None,
         "retention_days": None,
         "recipient_domains": ["acme.test"],
+        "sensitive_tables": [],
         "sensitive_queries": [],
     }
     lifted = _set(acme, formats=None).json()

@@ -31,6 +31,7 @@ def test_the_operator_sets_prints_and_lifts_a_policy(env: Env) -> None:
         "link lifetime: the file's",
         "retention: the installation's",
         "email recipients: acme.test",
+        "sensitive tables: none",
         "sensitive queries: none",
     ]
     env.run("workspaces", "policy", "acme", "--formats", "any", "--max-rows", "none")
@@ -78,3 +79,39 @@ def test_exports_create_is_held_to_the_policy(env: Env) -> None:
     assert "the workspace's policy does not allow xlsx exports (allowed: csv)" in proc.stderr
     assert env.json("exports", "list")["items"] == []
     env.run("exports", "create", "--query", "orders", "--format", "csv")
+
+
+def test_the_operator_marks_tables_sensitive_and_a_copy_of_the_sql_waits_too(env: Env) -> None:
+    """`--sensitive-table` takes a table as the policy lists it (repeatable; `none` clears);
+    a query saved with the CLI records what it reads, so a request of it, or of a copy of its
+    SQL under another name, waits for an admin; a query of another table is queued. A wrong
+    table exits 2 naming its option; `--revoke-links` goes with a change only."""
+    created = env.run("users", "create", "ann@demo.test", "--workspace", "demo", "--role", "admin")
+    env.extra["QEXPORT_USER"] = created.stdout.strip()
+    sql = "SELECT name FROM customers WHERE email LIKE '%@example.com' LIMIT 5"
+    env.run("queries", "add", "customers", "--sql", sql)
+    env.run("queries", "add", "customers copy", "--sql", sql)
+    env.run("queries", "add", "orders", "--sql", "SELECT order_id FROM orders LIMIT 5")
+    changed = env.run(
+        "workspaces",
+        "policy",
+        "demo",
+        "--sensitive-table",
+        "demo: Customers (EMAIL)",
+        "--revoke-links",
+    )
+    assert "sensitive tables: demo: main.customers (email)" in changed.stderr
+    assert "public links revoked: 0" in changed.stderr
+    for name in ("customers", "customers copy"):
+        asked = env.run("exports", "create", "--query", name, "--format", "csv")
+        assert "awaits an admin's approval" in asked.stdout, name
+    assert env.json("exports", "create", "--query", "orders", "--format", "csv")["status"] == (
+        "queued"
+    )
+    wrong = env.run("workspaces", "policy", "demo", "--sensitive-table", "demo: a.b.c", check=False)
+    assert wrong.returncode == 2
+    assert "--sensitive-table 1: 'a.b.c' names more than a schema and a table" in wrong.stderr
+    alone = env.run("workspaces", "policy", "demo", "--revoke-links", check=False)
+    assert alone.returncode == 2
+    env.run("workspaces", "policy", "demo", "--sensitive-table", "none")
+    assert "sensitive tables: none" in env.run("workspaces", "policy", "demo").stdout

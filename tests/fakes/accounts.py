@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -101,13 +102,27 @@ class InMemoryAccountStore:
             return self._policies.get(workspace_id, WorkspacePolicy())
 
     def set_workspace_policy(
-        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+        self,
+        workspace_id: str,
+        policy: WorkspacePolicy,
+        *,
+        audit: AuditEvent | None = None,
+        revoke_links: Sequence[tuple[str, AuditEvent]] = (),
+        now: datetime | None = None,
     ) -> bool:
+        revoked = []
         with self._lock:
             if workspace_id not in self._workspaces:
                 return False
             self._policies[workspace_id] = policy
+            for link_id, event in revoke_links:
+                entry = self._links.get(link_id)
+                if entry is not None and entry[0].revoked_at is None:
+                    self._links[link_id] = (replace(entry[0], revoked_at=now), entry[1])
+                    revoked.append(event)
         self.audit_log.append(audit)
+        for event in revoked:
+            self.audit_log.append(event)
         return True
 
     def create_user(

@@ -9,6 +9,7 @@ from qexport.domain.audit import AuditEvent
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Query
 from qexport.domain.reports import Report
+from qexport.domain.sensitivity import Relation
 from tests.fakes.audit import InMemoryAuditLog
 
 
@@ -60,6 +61,16 @@ class InMemoryCatalog:
             if current is None or current.deleted:
                 return False
             self._queries[query.id] = replace(query, workspace_id=current.workspace_id)
+            return True
+
+    def record_reads(
+        self, query_id: str, *, sql: str, source: str, reads: frozenset[Relation] | None
+    ) -> bool:
+        with self._catalog_lock:
+            current = self._queries.get(query_id)
+            if current is None or current.deleted or (current.sql, current.source) != (sql, source):
+                return False
+            self._queries[query_id] = replace(current, reads=reads)
             return True
 
     def _delete_query_unaudited(self, query_id: str) -> bool:

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from qexport.domain.exports import Requester
 from qexport.domain.queries import ResultColumn
+from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 
 
@@ -30,7 +31,10 @@ class TableStream:
 
 
 class FakeSource:
-    """Returns `table`, or raises `error` (from execute, or from the n-th batch)."""
+    """Returns `table`, or raises `error` (from execute, or from the n-th batch); its planner
+    reports `reads` (by default no table) for every statement."""
+
+    reads_reporting = ReadsReporting(ReadsReported.COLUMNS, default_schema="main")
 
     def __init__(
         self,
@@ -40,8 +44,11 @@ class FakeSource:
         fail_at_batch: int | None = None,
         on_batch: Callable[[int], None] | None = None,
         on_preview: Callable[[], None] | None = None,
+        reads: frozenset[Relation] | None = frozenset(),
     ) -> None:
         self.name = "fake"
+        self.reads = reads
+        self.planned: list[tuple[str, dict[str, Any]]] = []
         self.table = (
             table if table is not None else pa.table({"n": list(range(1000)), "s": ["x"] * 1000})
         )
@@ -110,3 +117,15 @@ class FakeSource:
             raise self.error
         columns = tuple(ResultColumn(f.name, str(f.type)) for f in self.table.schema)
         return PreviewRows(columns, self.table.slice(0, max_rows), self.table.num_rows > max_rows)
+
+    def relations(
+        self,
+        sql: str,
+        parameters: dict[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation] | None:
+        """`reads`, whatever the statement (each call kept in `planned`)."""
+        self.planned.append((sql, parameters))
+        return self.reads

@@ -88,7 +88,7 @@ def test_a_sensitive_query_is_not_previewed(catalog: InMemoryMetadataStore) -> N
     """A query the workspace's policy marks sensitive is refused naming the policy, and its
     source is never asked: its rows leave only through an approved export."""
     source = FakeSource(pa.table({"n": [1]}))
-    with pytest.raises(ForbiddenError, match="policy marks 'orders' sensitive"):
+    with pytest.raises(ForbiddenError, match="policy marks the query 'orders' sensitive"):
         _preview(catalog, source, policy=WorkspacePolicy(sensitive_queries=frozenset({"q-orders"})))
     assert source.calls == []
 

@@ -36,7 +36,7 @@ def _describe(source: FakeSource, *params: Parameter) -> tuple[ResultColumn, ...
         sql="SELECT 1",
         parameters=params,
         timeout_seconds=5,
-    )
+    ).columns
 
 
 def test_the_described_columns_are_returned() -> None:

@@ -250,7 +250,7 @@ def test_the_policy_page_ticks_the_sensitive_queries(api: Api) -> None:
     assert len(boxes) == 2  # orders and public, of acme only
     assert any(f'value="{ORDERS}" checked' in b for b in boxes)
     assert any('value="q-public-acme">' in b for b in boxes)
-    assert "Exports of a ticked query, or of a report that holds one" in html
+    assert "exports of a ticked query, or of a report that holds one" in html
     assert api.context.accounts.workspace_policy("acme").sensitive_queries == {ORDERS}
     _post(people[ADA], POLICY, public_links="on", sensitive_queries=[ORDERS, "q-public-acme"])
     assert api.context.accounts.workspace_policy("acme").sensitive_queries == {

@@ -74,3 +74,43 @@ def test_a_member_reads_the_rules_without_a_form(api: Api, browser: Browser) -> 
     )
     assert refused.status_code == 403
     assert api.context.accounts.workspace_policy("acme") == WorkspacePolicy(public_links=False)
+
+
+def test_an_admin_marks_tables_one_a_line_and_may_revoke_the_links_shared(
+    api: Api, browser: Browser
+) -> None:
+    """The page says what each source can report; a wrong line is refused naming its line,
+    nothing saved; the rules read back one a line; ticking the box revokes the public link to
+    a file of what the new policy marks sensitive, and the notice says how many."""
+    add_person(api, "ada@acme.test", "admin")
+    api.member("ed@acme.test", "editor")
+    api.add_query("orders")
+    export_id = api.post(
+        "/api/v1/exports", "ed@acme.test", json={"query_id": "q-orders-acme", "format": "csv"}
+    ).json()["id"]
+    assert api.drain() == {"succeeded": 1}
+    link = api.post(f"/api/v1/exports/{export_id}/links", "ed@acme.test").json()
+    public = "/" + link["url"].split("/", 3)[3]
+    browser.sign_in("ada@acme.test")
+    page = browser.page(PATH)
+    assert "shop: tables and columns" in page
+    assert "Also revoke the public links already shared" in page
+
+    refused = _save(browser, public_links="on", sensitive_tables="shop: main.orders\nnonsense")
+    assert refused.status_code == 400  # type: ignore[attr-defined]
+    html = refused.text  # type: ignore[attr-defined]
+    assert "Line 2: &#39;nonsense&#39; is not a table" in html
+    assert api.context.accounts.workspace_policy("acme") == WorkspacePolicy()
+
+    saved = _save(
+        browser,
+        public_links="on",
+        sensitive_tables="shop: Orders (AMOUNT, day)\n\n",
+        revoke_links="on",
+    )
+    assert saved.status_code == 303  # type: ignore[attr-defined]
+    assert saved.headers["location"] == f"{PATH}?notice=saved-1"  # type: ignore[attr-defined]
+    after = browser.page(f"{PATH}?notice=saved-1")
+    assert "The policy was saved; 1 public link was revoked." in after
+    assert "shop: main.orders (amount, day)</textarea>" in after
+    assert api.client.get(public).status_code == 410

@@ -526,6 +526,31 @@ class WorkspaceChange(BaseModel):
     )
 
 
+class SensitiveTableView(BaseModel):
+    """A table whose data leaves only with an admin's approval: all of it, or some columns."""
+
+    source: str = Field(description="The source's name", examples=["shop"])
+    table: str = Field(
+        description="schema.table, as the source's engine names it (quoted where needed)",
+        examples=["main.customers"],
+    )
+    columns: list[str] | None = Field(
+        description="Only these columns are sensitive; null: the whole table",
+        examples=[["email", "phone"]],
+    )
+
+
+class SensitiveTableRule(BaseModel):
+    """A table to mark sensitive: `table` is `[schema.]table`, the schema defaulting as its
+    engine's does (DuckDB `main`, PostgreSQL `public`, MySQL the source's database)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(max_length=200, examples=["shop"])
+    table: str = Field(max_length=300, examples=["main.customers"])
+    columns: list[str] | None = Field(None, max_length=100, examples=[["email"]])
+
+
 class WorkspacePolicyView(BaseModel):
     """What the workspace lets leave; null: the installation's own limit (no rule)."""
 
@@ -539,9 +564,22 @@ class WorkspacePolicyView(BaseModel):
     recipient_domains: list[str] | None = Field(
         description="The only email domains deliveries may go to", examples=[["example.com"]]
     )
+    sensitive_tables: list[SensitiveTableView] = Field(
+        description="Tables (or columns) whose data leaves only with an admin's approval: a"
+        " query that reads one, as its source's planner reports it, waits for an approval, is"
+        " not previewed and no schedule may export it (nor a report that holds it)"
+    )
     sensitive_queries: list[str] = Field(
         description="Ids of queries whose exports wait for an admin's approval (and of"
         " reports that hold one); no schedule may export them"
+    )
+
+
+class WorkspacePolicyChanged(WorkspacePolicyView):
+    """The policy as changed."""
+
+    links_revoked: int = Field(
+        description="Live public links the change revoked (`revoke_links`); 0 without it"
     )
 
 
@@ -556,7 +594,13 @@ class WorkspacePolicyChange(BaseModel):
     link_max_days: int | None = None
     retention_days: int | None = None
     recipient_domains: list[str] | None = Field(None, max_length=50)
+    sensitive_tables: list[SensitiveTableRule] | None = Field(None, max_length=200)
     sensitive_queries: list[str] | None = Field(None, max_length=500)
+    revoke_links: bool = Field(
+        False,
+        description="Also revoke the live public links to files, made without an approval,"
+        " of every query or report the new policy marks sensitive (they then answer 410)",
+    )
 
 
 class SigningKey(BaseModel):

@@ -5,12 +5,16 @@ Another workspace answers 404 exactly like one that does not exist.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import (
+    SensitiveTableView,
     WorkspaceChange,
     WorkspacePolicyChange,
+    WorkspacePolicyChanged,
     WorkspacePolicyView,
     WorkspaceSettings,
     problem_responses,
@@ -73,18 +77,23 @@ def change_workspace(
     return _view(context, workspace_id)
 
 
-def _policy_view(policy: WorkspacePolicy) -> WorkspacePolicyView:
-    return WorkspacePolicyView(
-        formats=None if policy.formats is None else sorted(policy.formats),
-        max_rows=policy.max_rows,
-        public_links=policy.public_links,
-        link_max_days=policy.link_max_days,
-        retention_days=policy.retention_days,
-        recipient_domains=None
+def _policy_fields(policy: WorkspacePolicy) -> dict[str, Any]:
+    return {
+        "formats": None if policy.formats is None else sorted(policy.formats),
+        "max_rows": policy.max_rows,
+        "public_links": policy.public_links,
+        "link_max_days": policy.link_max_days,
+        "retention_days": policy.retention_days,
+        "recipient_domains": None
         if policy.recipient_domains is None
         else list(policy.recipient_domains),
-        sensitive_queries=sorted(policy.sensitive_queries),
-    )
+        "sensitive_tables": [SensitiveTableView(**t.view()) for t in policy.sensitive_tables],
+        "sensitive_queries": sorted(policy.sensitive_queries),
+    }
+
+
+def _policy_view(policy: WorkspacePolicy) -> WorkspacePolicyView:
+    return WorkspacePolicyView(**_policy_fields(policy))
 
 
 @router.get(
@@ -102,27 +111,44 @@ def read_policy(
 
 @router.patch(
     "/workspaces/{workspace_id}/policy",
-    response_model=WorkspacePolicyView,
+    response_model=WorkspacePolicyChanged,
     responses=problem_responses(400, 401, 403, 404, 413, 422, 503),
     summary="Change what your workspace lets leave (workspace admins)",
 )
 def change_workspace_policy(
     workspace_id: str, body: WorkspacePolicyChange, principal: CurrentPrincipal, context: Context
-) -> WorkspacePolicyView:
+) -> WorkspacePolicyChanged:
     """`{"formats": ["csv"], "max_rows": 100000, "public_links": false, "link_max_days": 3,
-    "retention_days": 2, "recipient_domains": ["example.com"]}`: each rule narrows what the
-    server allows (422 naming a rule that would widen it); null lifts a rule. Requests in a
-    format no longer allowed are refused with 422; exports already queued in it fail
-    `access_lost` when they run; a result over `max_rows` fails `limit_exceeded`."""
+    "retention_days": 2, "recipient_domains": ["example.com"], "sensitive_tables": [{"source":
+    "shop", "table": "main.customers", "columns": ["email"]}]}`: each rule narrows what the
+    server allows (422 naming a rule that would widen it, or an unknown source); null lifts a
+    rule. Requests in a format no longer allowed are refused with 422; exports already queued
+    in it fail `access_lost` when they run; a result over `max_rows` fails `limit_exceeded`.
+    A query reading a sensitive table waits for an approval, and one queued before fails
+    `access_lost`. `"revoke_links": true` also revokes the live public links to files made
+    without an approval of what the new policy marks sensitive (`links_revoked` says how
+    many)."""
     _own(principal, workspace_id)
-    changes = {name: getattr(body, name) for name in body.model_fields_set}
-    policy = change_policy(
+    changes = {
+        name: getattr(body, name) for name in body.model_fields_set if name != "revoke_links"
+    }
+    if body.sensitive_tables is not None:
+        changes["sensitive_tables"] = [
+            rule.model_dump(exclude_unset=True) for rule in body.sensitive_tables
+        ]
+    changed = change_policy(
         context.accounts,
         context.settings,
         principal.role,
         workspace_id,
         changes,
         catalog=context.catalog,
+        sources=context.sources,
+        exports=context.exports,
+        clock=context.clock,
+        revoke_links=body.revoke_links,
         actor=actor_of(principal),
     )
-    return _policy_view(policy)
+    return WorkspacePolicyChanged(
+        **_policy_fields(changed.policy), links_revoked=changed.links_revoked
+    )

@@ -33,6 +33,9 @@ class Notice:
     outcome: Outcome
     link: str | None = None
     link_expires_at: datetime | None = None  # sooner than the file's by the workspace's policy
+    # The file goes out neither linked nor attached: made without an approval from what the
+    # workspace's policy marks sensitive since (services/links.py).
+    withheld: bool = False
 
 
 def outcome_of(export: ExportRecord, now: datetime) -> Outcome:
@@ -87,7 +90,9 @@ def email_text(notice: Notice) -> str:
                 if notice.link
                 else [
                     "Download:  sign in to qexport and open the export (this workspace's policy",
-                    "           allows no public links).",
+                    "           marks what it was made from sensitive)."
+                    if notice.withheld
+                    else "           allows no public links).",
                 ]
             ),
         ]

@@ -41,7 +41,7 @@ from qexport.ports import (
     ScheduleStore,
 )
 from qexport.services.audit import event, recipient_on_record
-from qexport.services.links import public_url
+from qexport.services.links import public_url, unapproved_sensitive
 from qexport.services.subscribers import subscriber_refusal
 
 log = structlog.get_logger()
@@ -169,8 +169,9 @@ class DeliveryDispatcher:
     def _send(self, delivery: Delivery, export: ExportRecord) -> Outcome:
         now = self._clock.now()
         outcome = outcome_of(export, now)
-        link, link_expires_at = self._link(delivery, export, outcome)
-        notice = Notice(delivery, export, outcome, link, link_expires_at)
+        withheld = outcome is Outcome.FILE and self._withheld(export)
+        link, link_expires_at = (None, None) if withheld else self._link(delivery, export, outcome)
+        notice = Notice(delivery, export, outcome, link, link_expires_at, withheld=withheld)
         if delivery.recipient.channel is Channel.EMAIL:
             policy = self._accounts.workspace_policy(export.workspace_id)
             refusal = policy.address_refusal(delivery.recipient.target)
@@ -185,7 +186,8 @@ class DeliveryDispatcher:
                 raise DeliveryError(
                     "email is not configured (set QEXPORT_SMTP_URL)", permanent=True
                 )
-            message = email_message(notice, attachment=self._attachment(export, outcome))
+            attachment = None if withheld else self._attachment(export, outcome)
+            message = email_message(notice, attachment=attachment)
             self._email.send(message, delivery.recipient.target)
         elif delivery.recipient.channel in CHAT_CHANNELS:
             hosts = self._accounts.workspace_webhook_hosts(export.workspace_id)
@@ -201,6 +203,15 @@ class DeliveryDispatcher:
                 hosts=self._accounts.workspace_webhook_hosts(export.workspace_id),
             )
         return outcome
+
+    def _withheld(self, export: ExportRecord) -> bool:
+        """Whether the file may go out neither linked nor attached: made without an approval
+        from what the workspace's policy marks sensitive now (without the catalog to tell,
+        whenever the policy marks anything)."""
+        policy = self._accounts.workspace_policy(export.workspace_id)
+        if self._catalog is None:
+            return bool(policy.sensitive_tables or policy.sensitive_queries)
+        return unapproved_sensitive(self._catalog, policy, export) is not None
 
     def _master_secret(self) -> str:
         if self._master is None:  # read once: it never changes while the process runs

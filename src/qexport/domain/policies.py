@@ -12,8 +12,12 @@ Every rule narrows what the installation allows, never widens it:
   QEXPORT_RETENTION_DAYS.
 - `recipient_domains`: the only email domains deliveries may be addressed to (a
   subdomain of one counts); None: any address.
-- `sensitive_queries`: the ids of queries whose exports (and those of reports that hold
-  one) wait for an admin's approval (domain/approvals.py), and that no schedule may export.
+- `sensitive_tables`: tables of the workspace's sources (all of a table, or some of its
+  columns) whose data leaves only with an admin's approval: a query (or a report holding
+  one) that reads any of them, as its source's planner reports it (domain/sensitivity.py),
+  waits for an approval (domain/approvals.py), is not previewed and no schedule may export
+  it. A query's SQL copied into a new query reads the same tables: it is just as sensitive.
+- `sensitive_queries`: the ids of queries treated so whatever they read (a shortcut).
 
 A policy is stored as JSON with only the rules that are set.
 """
@@ -22,11 +26,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from qexport.domain.failures import InvalidRequestError, Problems
+from qexport.domain.queries import Query
+from qexport.domain.sensitivity import ReadsReporting, Relation, SensitiveTable, table_rules
 
 MAX_DOMAINS = 50
 MAX_DAYS = 36_500  # a hundred years: past that a limit is no limit
@@ -40,6 +46,7 @@ RULES = (
     "link_max_days",
     "retention_days",
     "recipient_domains",
+    "sensitive_tables",
     "sensitive_queries",
 )
 MAX_SENSITIVE = 500
@@ -53,6 +60,7 @@ class WorkspacePolicy:
     link_max_days: int | None = None
     retention_days: int | None = None
     recipient_domains: tuple[str, ...] | None = None
+    sensitive_tables: tuple[SensitiveTable, ...] = ()
     sensitive_queries: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------ what it allows
@@ -96,9 +104,43 @@ class WorkspacePolicy:
             f"the workspace's policy only allows email recipients at {domains} ({given} is not one)"
         )
 
-    def needs_approval(self, query_ids: Iterable[str]) -> bool:
+    def needs_approval(self, queries: Iterable[Query | None]) -> bool:
         """Whether an export reading these queries waits for an admin's approval."""
-        return not self.sensitive_queries.isdisjoint(query_ids)
+        return self.sensitivity(queries) is not None
+
+    def sensitivity(self, queries: Iterable[Query | None]) -> str | None:
+        """Why an export reading these queries waits for an admin's approval, as people read
+        it ("the query 'x' reads shop: main.customers (email), which ..."); None if it does
+        not. Each query is judged by what it reads as recorded (`Query.reads`: None when
+        its source cannot say, or for a query saved before reads were recorded, which then
+        reads every sensitive table of its source), and by its id."""
+        for query in queries:
+            if query is None:
+                continue
+            if query.id in self.sensitive_queries:
+                return f"the workspace's policy marks the query {query.name!r} sensitive"
+            hit = self.table_hit(query.source, query.reads)
+            if hit is None:
+                continue
+            if query.reads is None:
+                return (
+                    f"the source {query.source!r} cannot say which tables the query"
+                    f" {query.name!r} reads, and the workspace's policy marks tables of it"
+                    f" sensitive ({hit.words()})"
+                )
+            return (
+                f"the query {query.name!r} reads {hit.words()}, which the workspace's policy"
+                " marks sensitive"
+            )
+        return None
+
+    def table_hit(self, source: str, reads: frozenset[Relation] | None) -> SensitiveTable | None:
+        """The first sensitive table a statement on `source` reading `reads` reads."""
+        return next((t for t in self.sensitive_tables if t.hit_by(source, reads)), None)
+
+    def marks_tables_of(self, source: str) -> bool:
+        """Whether any table of `source` is sensitive (its queries are then planned)."""
+        return any(t.source == source for t in self.sensitive_tables)
 
     # ------------------------------------------------------------ stored form
 
@@ -117,6 +159,8 @@ class WorkspacePolicy:
             stored["retention_days"] = self.retention_days
         if self.recipient_domains is not None:
             stored["recipient_domains"] = list(self.recipient_domains)
+        if self.sensitive_tables:
+            stored["sensitive_tables"] = [t.to_json() for t in self.sensitive_tables]
         if self.sensitive_queries:
             stored["sensitive_queries"] = sorted(self.sensitive_queries)
         return stored
@@ -135,6 +179,9 @@ class WorkspacePolicy:
             link_max_days=_int_or_none(stored.get("link_max_days")),
             retention_days=_int_or_none(stored.get("retention_days")),
             recipient_domains=None if domains is None else tuple(str(d) for d in domains),
+            sensitive_tables=tuple(
+                SensitiveTable.from_json(t) for t in stored.get("sensitive_tables") or ()
+            ),
             sensitive_queries=frozenset(str(q) for q in stored.get("sensitive_queries") or ()),
         )
 
@@ -161,6 +208,13 @@ class WorkspacePolicy:
                 if self.recipient_domains is None
                 else ", ".join(self.recipient_domains)
             ),
+            "sensitive tables: "
+            + (
+                "; ".join(t.words() for t in self.sensitive_tables)
+                + ", read only with an admin's approval"
+                if self.sensitive_tables
+                else "none"
+            ),
             "sensitive queries: "
             + (
                 f"{len(self.sensitive_queries)}, exported with an admin's approval"
@@ -181,6 +235,8 @@ class PolicyLimits:
     formats: frozenset[str]
     max_rows: int
     retention_days: int
+    # The workspace's sources, and what each one's planner reports (sensitive_tables).
+    sources: Mapping[str, ReadsReporting] = field(default_factory=dict)
 
 
 def changed_policy(
@@ -207,6 +263,8 @@ def changed_policy(
 def _checked(name: str, value: Any, limits: PolicyLimits) -> Any:  # noqa: PLR0911 - per rule
     if name == "sensitive_queries":
         return _query_ids(value)
+    if name == "sensitive_tables":
+        return table_rules(value, limits.sources)
     if name == "public_links":
         if value is None:
             return True

@@ -12,6 +12,7 @@ from typing import Any
 
 from qexport.domain.exports import Requester, safe_filename
 from qexport.domain.failures import InvalidRequestError, Problems
+from qexport.domain.sensitivity import Relation
 
 MAX_PARAMETER_CHARS = 10_000
 # The requester context every query may read ($user_id, $workspace_id): always bound by the
@@ -101,6 +102,10 @@ class Query:
     columns: tuple[ResultColumn, ...] | None = None
     # How its exports' files are named (see `export_filename`); None: DEFAULT_FILENAME.
     filename_template: str | None = None
+    # The tables (and columns) it reads, as its source's planner reported them when it was
+    # saved or last run (domain/sensitivity.py); None: unknown (a source that cannot say, or
+    # a query saved before reads were recorded), which a sensitivity rule reads as "all".
+    reads: frozenset[Relation] | None = None
 
 
 def can_read(requester: Requester, query: Query | None) -> bool:

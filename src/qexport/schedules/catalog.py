@@ -49,7 +49,7 @@ from qexport.schedules.tick import run_now
 from qexport.services.audit import actor_for, event, recipient_on_record
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
-from qexport.services.reports import find_readable_report
+from qexport.services.reports import find_readable_report, report_queries
 from qexport.services.requests import (
     SUBJECT_QUERY,
     bind_query_values,
@@ -198,8 +198,11 @@ def _check_subject(
             with problems.check():
                 check_report_format(draft.format)
             report = find_readable_report(store, requester, draft.report_id, match_title=match_name)
-            if policy is not None and policy.needs_approval(s.query_id for s in report.sections):
-                problems.add(_sensitive(f"the report {report.title!r} holds a query", "report_id"))
+            if policy is not None:
+                held = report_queries(store, requester, report).values()
+                why = policy.sensitivity(held)
+                if why is not None:
+                    problems.add(_sensitive(f"{why} (in the report {report.title!r})", "report_id"))
             with problems.check():
                 values = bind_report_values(store, requester, report, parameters)
                 return _SubjectCheck(
@@ -212,8 +215,9 @@ def _check_subject(
         query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
     except NotFoundError as exc:
         return _SubjectCheck(missing=exc)
-    if policy is not None and policy.needs_approval([query.id]):
-        problems.add(_sensitive(f"the query {query.name!r} is one", "query_id"))
+    why = None if policy is None else policy.sensitivity([query])
+    if why is not None:
+        problems.add(_sensitive(why, "query_id"))
     with problems.check():
         bound = bind_query_values(query, parameters)
         values = {k: to_json_value(v) for k, v in bound.items()}
@@ -222,10 +226,9 @@ def _check_subject(
     return _SubjectCheck()
 
 
-def _sensitive(what: str, field: str) -> InvalidRequestError:
+def _sensitive(why: str, field: str) -> InvalidRequestError:
     return InvalidRequestError(
-        f"{what} the workspace's policy marks sensitive: its exports each need an admin's"
-        " approval, so no schedule may export it",
+        f"{why}: its exports each need an admin's approval, so no schedule may export it",
         field=field,
     )
 

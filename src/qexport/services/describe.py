@@ -9,6 +9,10 @@ the save (503, `source_unavailable`; the CLI exits 1) rather than saving it unch
 columns unknown: a query saved unchecked could hold any of the mistakes this check is there
 to catch, a warning beside a 201 is easy to miss in a script, and "saved means checked" stays
 true of every query saved from now on. Saving again once the source answers costs nothing.
+
+The source's planner also says then which tables (and columns) the statement reads
+(`Source.relations`, domain/sensitivity.py): recorded with the query, it is what a policy's
+sensitive tables are judged against when an export of it is requested.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +43,7 @@ from qexport.domain.queries import (
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
+    from qexport.domain.sensitivity import Relation
     from qexport.ports import SourceCatalog
     from qexport.services.slots import SourceSlots
 
@@ -55,8 +61,18 @@ _PLACEHOLDERS: dict[ParamType, Any] = {
     ParamType.BOOLEAN: False,
 }
 
-# Asks a query's source for its columns: (source name, SQL, declared parameters).
-Describe = Callable[[str, str, Sequence[Parameter]], tuple[ResultColumn, ...]]
+
+@dataclass(frozen=True)
+class Described:
+    """What a query's source says of its statement when it is saved: the columns it returns
+    and the tables (and columns) it reads (None: the source cannot say)."""
+
+    columns: tuple[ResultColumn, ...]
+    reads: frozenset[Relation] | None
+
+
+# Asks a query's source about its statement: (source name, SQL, declared parameters).
+Describe = Callable[[str, str, Sequence[Parameter]], Described]
 
 
 def describe_values(parameters: Sequence[Parameter]) -> dict[str, Any]:
@@ -83,9 +99,10 @@ def describe_statement(
     parameters: Sequence[Parameter],
     timeout_seconds: float,
     slots: SourceSlots | None = None,
-) -> tuple[ResultColumn, ...]:
-    """The columns of `sql` on `source`, described with `requester`'s rights (holding one of
-    `slots` meanwhile: TooManyRequestsError when none is free).
+) -> Described:
+    """The columns of `sql` on `source` and the tables it reads, described and planned with
+    `requester`'s rights (holding one of `slots` meanwhile: TooManyRequestsError when none is
+    free).
 
     StatementRefusedError (field `sql`) for a statement the source refuses; an
     InvalidRequestError on `source` for a source the workspace may not use;
@@ -99,6 +116,7 @@ def describe_statement(
     try:
         with slots.hold(requester) if slots is not None else contextlib.nullcontext():
             columns = found.describe(sql, values, requester, timeout_seconds=timeout_seconds)
+            reads = found.relations(sql, values, requester, timeout_seconds=timeout_seconds)
     except QueryInvalidError as exc:
         # Said as people read it (no caret art, no engine-internal suggestion); the position
         # stays, as words in the text and as line/column for the form and the API.
@@ -113,7 +131,7 @@ def describe_statement(
             f"{exc.detail}. The query was not saved: its SQL is checked by its source when it"
             " is saved; try again once the source answers"
         ) from exc
-    return tuple(columns)
+    return Described(tuple(columns), reads)
 
 
 def describer(
@@ -124,9 +142,7 @@ def describer(
 ) -> Describe:
     """`describe_statement` for one requester, as the query services take it."""
 
-    def describe(
-        source: str, sql: str, parameters: Sequence[Parameter]
-    ) -> tuple[ResultColumn, ...]:
+    def describe(source: str, sql: str, parameters: Sequence[Parameter]) -> Described:
         return describe_statement(
             sources,
             requester,

@@ -24,6 +24,7 @@ from qexport.domain.accounts import (
     new_secret,
     valid_link_token,
 )
+from qexport.domain.approvals import APPROVAL_OPTION
 from qexport.domain.audit import Action
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import (
@@ -32,7 +33,8 @@ from qexport.domain.failures import (
     NotFoundError,
     QExportError,
 )
-from qexport.domain.policies import MAX_DAYS
+from qexport.domain.policies import MAX_DAYS, WorkspacePolicy
+from qexport.domain.reports import SUBJECT_REPORT
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
 from qexport.services.audit import event
 from qexport.services.exports import downloadable, get_visible_export
@@ -86,8 +88,9 @@ def create_link(
 ) -> CreatedLink:
     """A link to an export the caller could download now; it expires with the export, or
     after `days` if sooner, and never later than the workspace's policy lets links live.
-    ForbiddenError where the policy allows no public links; InvalidRequestError for `days`
-    past its lifetime."""
+    ForbiddenError where the policy allows no public links, or for a file made without an
+    approval from what the policy marks sensitive; InvalidRequestError for `days` past its
+    lifetime."""
     policy = accounts.workspace_policy(principal.workspace_id)
     if not policy.public_links:
         raise ForbiddenError("the workspace's policy allows no public links")
@@ -110,6 +113,11 @@ def create_link(
         whole_workspace=principal.sees_workspace,
     )
     assert record.expires_at is not None  # a succeeded record has one
+    why = unapproved_sensitive(catalog, policy, record)
+    if why is not None:
+        raise ForbiddenError(
+            f"{why}: a file of it made without an admin's approval gets no public link"
+        )
     now = clock.now()
     expires_at = policy.link_expiry(now, record.expires_at)
     if days is not None:
@@ -132,6 +140,22 @@ def create_link(
         audit=created,
     )
     return CreatedLink(link, public_url(base_url, token), expires_at)
+
+
+def unapproved_sensitive(
+    catalog: Catalog, policy: WorkspacePolicy, record: ExportRecord
+) -> str | None:
+    """Why the file may not be shared: made without an approval from what the policy now
+    marks sensitive (its query, or a query of its report); None if it may."""
+    if record.options.get(APPROVAL_OPTION) is not None:
+        return None
+    if not policy.sensitive_queries and not policy.sensitive_tables:
+        return None
+    if record.subject_type == SUBJECT_REPORT:
+        report = catalog.get_report(record.subject_id)
+        ids = dict.fromkeys(s.query_id for s in report.sections) if report is not None else {}
+        return policy.sensitivity(catalog.get_query(i) for i in ids)
+    return policy.sensitivity([catalog.get_query(record.subject_id)])
 
 
 def may_manage_link(principal: Principal, link: Link) -> bool:

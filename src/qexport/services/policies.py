@@ -1,29 +1,75 @@
 """A workspace's export policy: read by its members, changed by its admins (and the
-operator's CLI). The rules themselves are in domain/policies.py."""
+operator's CLI). The rules themselves are in domain/policies.py.
+
+Marking something sensitive can also end what already went out: with `revoke_links`, the
+change revokes every live public link to a file of a query (or report) the new policy marks
+sensitive that no admin approved, in the same transaction as the change, each revocation an
+audit event of its own (the link then answers 410, as any revoked one). Without it, links
+already shared keep working until they expire; new links to such files are refused either
+way (services/links.py). Files made with an approval keep their links: an admin chose to let
+them out.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from qexport.config import Settings
 from qexport.domain.accounts import Role
-from qexport.domain.audit import OPERATOR, Action, Actor
-from qexport.domain.failures import ForbiddenError, InvalidRequestError
+from qexport.domain.approvals import APPROVAL_OPTION
+from qexport.domain.audit import OPERATOR, Action, Actor, AuditEvent
+from qexport.domain.exports import ExportFilter, ExportRecord, Status
+from qexport.domain.failures import (
+    AccessLostError,
+    ForbiddenError,
+    InvalidRequestError,
+    SourceUnavailableError,
+)
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
+from qexport.domain.queries import Query
 from qexport.domain.reports import REPORT_FORMATS
-from qexport.ports import AccountStore, Catalog
+from qexport.domain.sensitivity import ReadsReporting
+from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, SourceCatalog
 from qexport.services.audit import event
 from qexport.writers.registry import FORMATS
 
+_PAGE = 500  # exports read a page at a time when looking for links to revoke
 
-def policy_limits(settings: Settings) -> PolicyLimits:
-    """What the installation allows, which a workspace's policy may only narrow."""
+
+@dataclass(frozen=True)
+class PolicyChange:
+    """A policy as changed, and how many live public links the change revoked."""
+
+    policy: WorkspacePolicy
+    links_revoked: int = 0
+
+
+def policy_limits(
+    settings: Settings, sources: Mapping[str, ReadsReporting] | None = None
+) -> PolicyLimits:
+    """What the installation allows, which a workspace's policy may only narrow; with the
+    workspace's `sources` (what each one's planner reports) for its sensitive tables."""
     return PolicyLimits(
         formats=every_format(FORMATS, REPORT_FORMATS),
         max_rows=settings.max_rows,
         retention_days=settings.retention.days,
+        sources=dict(sources or {}),
     )
+
+
+def workspace_sources(sources: SourceCatalog, workspace_id: str) -> dict[str, ReadsReporting]:
+    """The sources the workspace may use, each with what its planner reports (one that
+    cannot be built now is left out: a rule naming it is refused as unknown)."""
+    found: dict[str, ReadsReporting] = {}
+    for name in sources.names_for(workspace_id):
+        try:
+            found[name] = sources.source_for(name, workspace_id).reads_reporting
+        except (SourceUnavailableError, AccessLostError):
+            continue
+    return found
 
 
 def change_policy(
@@ -34,27 +80,50 @@ def change_policy(
     changes: Mapping[str, Any],
     *,
     catalog: Catalog,
+    sources: SourceCatalog,
+    exports: ExportQueue | None = None,
+    clock: Clock | None = None,
+    revoke_links: bool = False,
     actor: Actor = OPERATOR,
-) -> WorkspacePolicy:
+) -> PolicyChange:
     """Apply `changes` (a rule given as None is lifted) to the workspace's policy; workspace
     admins only. Every mistake at once, each naming its rule. The change is an audit event
-    of `actor`'s, in the same transaction (the rules before and after)."""
+    of `actor`'s, in the same transaction (the rules before and after).
+
+    `revoke_links` (with `exports` and `clock`): also revoke the live public links to files
+    of every subject the new policy marks sensitive, made without an approval."""
     if role is not Role.ADMIN:
         raise ForbiddenError("only workspace admins may change the workspace's policy")
     before = accounts.workspace_policy(workspace_id)
-    policy = changed_policy(before, changes, policy_limits(settings))
+    usable = workspace_sources(sources, workspace_id) if "sensitive_tables" in changes else {}
+    policy = changed_policy(before, changes, policy_limits(settings, usable))
     if "sensitive_queries" in changes:
         _check_queries(catalog, workspace_id, policy.sensitive_queries)
+    revocations: list[tuple[str, AuditEvent]] = []
+    if revoke_links:
+        if exports is None or clock is None:
+            raise ValueError("revoking links needs the export queue and the clock")
+        revocations = _revocations(accounts, catalog, exports, clock, policy, workspace_id, actor)
     changed = event(
         None,
         actor,
         Action.POLICY_CHANGED,
         workspace_id=workspace_id,
         target=("workspace", workspace_id),
-        details={"before": before.to_json(), "after": policy.to_json()},
+        details={
+            "before": before.to_json(),
+            "after": policy.to_json(),
+            **({"links_revoked": len(revocations)} if revoke_links else {}),
+        },
     )
-    accounts.set_workspace_policy(workspace_id, policy, audit=changed)
-    return policy
+    accounts.set_workspace_policy(
+        workspace_id,
+        policy,
+        audit=changed,
+        revoke_links=revocations,
+        now=clock.now() if clock is not None else None,
+    )
+    return PolicyChange(policy, len(revocations))
 
 
 def _check_queries(catalog: Catalog, workspace_id: str, query_ids: frozenset[str]) -> None:
@@ -65,3 +134,73 @@ def _check_queries(catalog: Catalog, workspace_id: str, query_ids: frozenset[str
             raise InvalidRequestError(
                 f"no query {query_id[:80]!r} in this workspace", field="sensitive_queries"
             )
+
+
+def sensitive_subjects(
+    catalog: Catalog, policy: WorkspacePolicy, workspace_id: str
+) -> dict[str, str]:
+    """The workspace's live queries the policy marks sensitive (by what they read, as
+    recorded, or by id) and the reports that hold one: id -> subject name."""
+    queries = {q.id: q for q in catalog.list_queries(workspace_id)}
+    marked = {q.id: q.name for q in queries.values() if policy.needs_approval([q])}
+    for report in catalog.list_reports(workspace_id):
+        held: list[Query | None] = [queries.get(s.query_id) for s in report.sections]
+        if any(s.query_id in marked for s in report.sections) or policy.needs_approval(held):
+            marked[report.id] = report.title
+    return marked
+
+
+def _revocations(
+    accounts: AccountStore,
+    catalog: Catalog,
+    exports: ExportQueue,
+    clock: Clock,
+    policy: WorkspacePolicy,
+    workspace_id: str,
+    actor: Actor,
+) -> list[tuple[str, AuditEvent]]:
+    """Each live link to an unapproved, unexpired file of a subject the policy marks
+    sensitive, with the audit event of its revocation."""
+    now = clock.now()
+    found: list[tuple[str, AuditEvent]] = []
+    for subject_id in sensitive_subjects(catalog, policy, workspace_id):
+        for record in _files_of(exports, workspace_id, subject_id, now):
+            if record.options.get(APPROVAL_OPTION) is not None:
+                continue  # let out by an admin's approval
+            for link in accounts.list_links(record.id):
+                if link.expired(now):
+                    continue
+                revoked = event(
+                    clock,
+                    actor,
+                    Action.LINK_REVOKED,
+                    workspace_id=workspace_id,
+                    target=("link", link.id),
+                    details={
+                        "export_id": record.id,
+                        "reason": "the workspace's policy marks what it was made from sensitive",
+                    },
+                )
+                found.append((link.id, revoked))
+    return found
+
+
+def _files_of(
+    exports: ExportQueue, workspace_id: str, subject_id: str, now: datetime
+) -> list[ExportRecord]:
+    """The subject's succeeded exports whose files have not expired, every page of them."""
+    found: list[ExportRecord] = []
+    before: tuple[datetime, str] | None = None
+    while True:
+        page = exports.list_exports(
+            workspace_id=workspace_id,
+            status=Status.SUCCEEDED,
+            limit=_PAGE,
+            before=before,
+            expired_at=(False, now),
+            narrow=ExportFilter(subject_id=subject_id),
+        )
+        found += page
+        if len(page) < _PAGE:
+            return found
+        before = (page[-1].created_at, page[-1].id)

@@ -27,6 +27,7 @@ from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query, ResultColumn, to_json_value
 from qexport.services.requests import bind_query_values, find_readable_query
+from qexport.services.sensitivity import preview_sensitivity
 from qexport.writers.cells import Cell, preview_cells
 
 if TYPE_CHECKING:
@@ -132,10 +133,18 @@ def preview_query(
     """
     limit = check_limit(limit)
     query = find_readable_query(catalog, requester, query_ref, match_name=match_name)
-    if policy.needs_approval([query.id]):
+    if why := preview_sensitivity(
+        policy,
+        sources,
+        catalog,
+        requester,
+        query,
+        parameters,
+        statement_timeout_seconds=statement_timeout_seconds,
+        slots=slots,
+    ):
         raise ForbiddenError(
-            f"the workspace's policy marks {query.name!r} sensitive: it is not previewed, and"
-            " its exports need an admin's approval"
+            f"{why}: it is not previewed, and its exports need an admin's approval"
         )
     values = bind_query_values(query, parameters or {})
     source = sources.source_for(query.source, requester.workspace_id)

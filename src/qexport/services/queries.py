@@ -27,7 +27,6 @@ from qexport.domain.failures import (
 from qexport.domain.queries import (
     Parameter,
     Query,
-    ResultColumn,
     Visibility,
     bind_parameters,
     can_read,
@@ -36,7 +35,7 @@ from qexport.domain.queries import (
 )
 from qexport.ports import AccountStore, Catalog
 from qexport.services.audit import event
-from qexport.services.describe import Describe
+from qexport.services.describe import Describe, Described
 
 MAX_NAME_CHARS = 200
 MAX_SQL_CHARS = 50_000
@@ -245,12 +244,12 @@ def _checked(
     describe: Describe,
     found: Sequence[InvalidRequestError],
     current: Query | None,
-) -> tuple[ResultColumn, ...]:
+) -> Described:
     """Every check of a draft, with the problems the caller `found` reading its form; then
-    the columns its source describes. All the mistakes are refused at once, in the form's
-    order: the SQL is described whenever the source is known and the SQL and parameters can
-    be read, so that a bad name and a bad SQL are told together. A source that cannot be
-    reached refuses the save only when nothing else is wrong."""
+    the columns its source describes and the tables it reads. All the mistakes are refused at
+    once, in the form's order: the SQL is described whenever the source is known and the SQL
+    and parameters can be read, so that a bad name and a bad SQL are told together. A source
+    that cannot be reached refuses the save only when nothing else is wrong."""
     problems = Problems(found)
     check_draft(
         draft, sources=sources, members=workspace_members(accounts, principal), problems=problems
@@ -258,18 +257,18 @@ def _checked(
     if "name" not in problems.fields():
         with problems.check():
             _check_name_free(store, principal.workspace_id, draft.name, current)
-    columns: tuple[ResultColumn, ...] = ()
+    described = Described((), None)
     unavailable: SourceUnavailableError | None = None
     if not problems.fields() & _DESCRIBE_NEEDS:
         try:
             with problems.check():
-                columns = describe(draft.source, draft.sql, draft.parameters)
+                described = describe(draft.source, draft.sql, draft.parameters)
         except SourceUnavailableError as exc:
             unavailable = exc
     problems.raise_any(in_field_order(QUERY_FIELDS))
     if unavailable is not None:
         raise unavailable
-    return columns
+    return described
 
 
 def _check_name_free(store: Catalog, workspace_id: str, name: str, current: Query | None) -> None:
@@ -289,9 +288,9 @@ def create_query(
     found: Sequence[InvalidRequestError] = (),
 ) -> Query:
     """Save a new query owned by the caller (an editor or admin), with the columns its
-    source describes (a statement the source refuses is not saved)."""
+    source describes and the tables it reads (a statement the source refuses is not saved)."""
     _writer(principal)
-    columns = _checked(
+    described = _checked(
         store,
         accounts,
         principal,
@@ -311,8 +310,9 @@ def create_query(
         visibility=draft.visibility,
         members=draft.members,
         owner=principal.user_id,
-        columns=columns,
+        columns=described.columns,
         filename_template=_template(draft),
+        reads=described.reads,
     )
     # The store also refuses a name taken meanwhile by a live query of the workspace.
     return store.add_query(query, audit=query_event(principal, Action.QUERY_CREATED, query))
@@ -336,7 +336,7 @@ def replace_query(
     """
     _writer(principal)
     current = get_readable_query(store, principal, query_id)
-    columns = _checked(
+    described = _checked(
         store,
         accounts,
         principal,
@@ -354,8 +354,9 @@ def replace_query(
         parameters=draft.parameters,
         visibility=draft.visibility,
         members=draft.members,
-        columns=columns,
+        columns=described.columns,
         filename_template=_template(draft),
+        reads=described.reads,
     )
     changed = query_event(principal, Action.QUERY_CHANGED, updated, before=current)
     if not store.update_query(updated, audit=changed):  # deleted in the meantime

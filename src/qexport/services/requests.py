@@ -88,8 +88,9 @@ def request_export(
     With `max_unsettled`, a requester who already has that many queued or running exports
     is refused (TooManyRequestsError), checked in the inserting transaction.
 
-    A query the `policy` marks sensitive is not queued: the request is recorded as awaiting
-    an admin's approval (`approvals`), and that is what is returned.
+    A query the `policy` marks sensitive (by what it reads, or by its id) is not queued: the
+    request is recorded as awaiting an admin's approval (`approvals`), and that is what is
+    returned.
     """
     problems = Problems(found)
     with problems.check():
@@ -106,7 +107,7 @@ def request_export(
     new = query_export(
         requester, query, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    if policy is not None and policy.needs_approval([query.id]):
+    if policy is not None and policy.needs_approval([query]):
         return _awaiting(approvals, clock, new, notify, reads_fingerprint([query]))
     return exports.insert_export(
         new,
@@ -134,8 +135,8 @@ def request_report_export(
     approvals: ApprovalDesk | None = None,
 ) -> ExportRecord | ApprovalRequest:
     """Validate a report export request and record it as queued; bad input records nothing.
-    Every mistake is refused at once, as for a query; a report that holds a sensitive query
-    awaits an admin's approval, as such a query does.
+    Every mistake is refused at once, as for a query; a report that holds a query the policy
+    marks sensitive awaits an admin's approval, as such a query does.
 
     A report the requester cannot read, or with a query they cannot read, is NotFoundError.
     """
@@ -155,8 +156,8 @@ def request_report_export(
     new = report_export(
         requester, report, fmt, values, neutralize_formulas=neutralize_formulas, now=clock.now()
     )
-    if policy is not None and policy.needs_approval(s.query_id for s in report.sections):
-        read = report_queries(catalog, requester, report).values()
+    read = report_queries(catalog, requester, report).values()
+    if policy is not None and policy.needs_approval(read):
         return _awaiting(approvals, clock, new, notify, reads_fingerprint(read, report))
     return exports.insert_export(
         new,
@@ -175,8 +176,9 @@ def _awaiting(
 ) -> ApprovalRequest:
     if approvals is None:  # a path that cannot wait for an admin (a schedule's run)
         raise ForbiddenError(
-            f"the workspace's policy marks {new.subject_name!r} sensitive: its exports need"
-            " an admin's approval, asked for from the pages, the API or `qexport exports create`"
+            f"the workspace's policy marks what {new.subject_name!r} reads sensitive: its"
+            " exports need an admin's approval, asked for from the pages, the API or"
+            " `qexport exports create`"
         )
     return ask(approvals, clock, new, notify, fingerprint)
 

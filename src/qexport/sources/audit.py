@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from qexport.domain.accounts import Role
 from qexport.domain.failures import AccessLostError
+from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import AccountStore, AuditLog, PreviewRows
 from qexport.sources.duckdb import DuckDBSource
 from qexport.sources.registry import AUDIT_SOURCE
@@ -86,6 +87,9 @@ class AuditSource:
     """A Source over the requester's workspace's audit trail (admins only)."""
 
     name = AUDIT_SOURCE
+    # Its one table, as a DuckDB file names it: every statement is said to read all of it
+    # (planning one would copy the whole trail first).
+    reads_reporting = ReadsReporting(ReadsReported.TABLES, default_schema="main")
 
     def __init__(
         self,
@@ -181,6 +185,17 @@ class AuditSource:
             lambda s: s.describe(sql, parameters, requester, timeout_seconds=timeout_seconds),
         )
         return found
+
+    def relations(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation]:
+        """The trail's one table, whatever the statement: nothing else is in a run's file."""
+        return frozenset({Relation("main", TABLE, None)})
 
     def preview(
         self,

@@ -15,11 +15,13 @@ import duckdb
 import pyarrow as pa
 
 from qexport.domain.queries import ResultColumn
+from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import connect_error
 from qexport.sources.duckdb_lake import Lake, duckdb_location
 from qexport.sources.duckdb_preview import preview_sql
+from qexport.sources.duckdb_reads import planned_reads, with_values
 from qexport.sources.duckdb_statements import PathCheck, bound_values, single_select
 from qexport.sources.duckdb_stream import Deadline, DuckDBResultStream
 from qexport.sources.scratch import Scratch, make_scratch
@@ -190,6 +192,9 @@ class DuckDBSource:
         self._scratch: Scratch | None = None
 
     native_formats = NATIVE_FORMATS
+    # Its unoptimised plan names every table and column bound (duckdb_reads.py); DuckDB
+    # compares names ignoring case, and a name without a schema is in `main`.
+    reads_reporting = ReadsReporting(ReadsReported.COLUMNS, default_schema="main")
 
     @property
     def scratch_root(self) -> Path | None:
@@ -292,6 +297,29 @@ class DuckDBSource:
                 for name, kind in zip(relation.columns, relation.types, strict=True)
             ]
         except Exception as exc:
+            raise deadline.error_for(exc, sql) from exc
+        finally:
+            deadline.cancel()
+            cursor.close()
+            release()
+
+    def relations(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation] | None:
+        """The tables and columns the statement scans, from its unoptimised logical plan
+        (duckdb_reads.py), checked as `execute` checks it first; nothing runs."""
+        cursor, statement, values, release = self._prepare(
+            sql, parameters, requester, timeout_seconds, None
+        )
+        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        try:
+            return planned_reads(cursor, with_values(statement.query, values))
+        except duckdb.Error as exc:
             raise deadline.error_for(exc, sql) from exc
         finally:
             deadline.cancel()

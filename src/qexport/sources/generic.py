@@ -31,6 +31,7 @@ from sqlalchemy.pool import NullPool
 
 from qexport.domain.failures import QExportError, bounded_detail
 from qexport.domain.queries import ResultColumn
+from qexport.domain.sensitivity import CANNOT_SAY, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_statements import bound_values
 from qexport.sources.duckdb_stream import Deadline
@@ -246,6 +247,10 @@ class GenericResultStream:
 class GenericSource:
     """A Source over a SQLAlchemy engine: one connection per statement."""
 
+    # Any SQLAlchemy dialect: no planner output qexport knows how to read, so it cannot say
+    # what a statement reads; a policy's sensitive table of it covers every query on it.
+    reads_reporting = CANNOT_SAY
+
     def __init__(self, name: str, engine: sa.Engine, *, batch_rows: int = BATCH_ROWS) -> None:
         self.name = name
         self.engine = engine
@@ -303,6 +308,17 @@ class GenericSource:
         finally:
             session.close()
         return [ResultColumn(c.name, self.rules.type_name(c)) for c in columns]
+
+    def relations(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation] | None:
+        """None: this source cannot say what a statement reads."""
+        return None
 
     def preview(
         self,

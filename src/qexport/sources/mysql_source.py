@@ -3,7 +3,7 @@ result streams, describe, preview and the login's judgement."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -13,9 +13,11 @@ import structlog
 
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import ResultColumn
+from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.generic import cut_values
 from qexport.sources.mysql_errors import connect_error, query_error
+from qexport.sources.mysql_reads import ER_SPECIFIC_ACCESS_DENIED, planned_reads
 from qexport.sources.mysql_role import refusal, role_findings
 from qexport.sources.mysql_session import Session, connect, connect_options
 from qexport.sources.mysql_statements import render
@@ -129,6 +131,12 @@ class MySQLSource:
         self.name = name
         self.allow_privileged_role = allow_privileged_role
         self._options = connect_options(url)
+        # Tables, not columns (mysql_reads.py); names fold case; a name without a database
+        # is in the URL's (none: a rule must name it).
+        database = self._options.get("database") or self._options.get("db")
+        self.reads_reporting = ReadsReporting(
+            ReadsReported.TABLES, default_schema=str(database).lower() if database else None
+        )
         password = str(self._options["password"])
         self._secrets = tuple(s for s in (url, password) if s)
         self._role_checked = False
@@ -201,6 +209,39 @@ class MySQLSource:
             session.close()  # the connection first: no row is ever read
         return [ResultColumn(c.name, c.type_name) for c in columns]
 
+    def relations(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation] | None:
+        """The tables the query reads, from `EXPLAIN FORMAT=JSON` and the server's rewriting
+        of the statement, in the export's read-only session (mysql_reads.py); nothing runs.
+        None when they cannot be told (a view qexport's login may not SHOW, a stored
+        function)."""
+        session = self._session(timeout_seconds)
+        self._open(session, requester)
+        try:
+            text = render(sql, parameters, requester, session.literal)
+
+            def rows(statement: str) -> Sequence[tuple[Any, ...]]:
+                result = session.query(statement)
+                fetched = () if result is None else result.fetch_row(maxrows=0)
+                return [tuple(_text(value) for value in row) for row in fetched]
+
+            return planned_reads(rows, text, session.literal)
+        except MySQLdb.Error as exc:
+            raise session.error_for(exc) from exc
+        except QExportError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, MySQLdb.Error) and cause.args[:1] == (ER_SPECIFIC_ACCESS_DENIED,):
+                return None  # EXPLAIN over a view the login may not SHOW: it cannot say
+            raise
+        finally:
+            session.close()
+
     def preview(
         self,
         sql: str,
@@ -271,6 +312,11 @@ class MySQLSource:
             )
         self._role_checked = True
         return findings
+
+
+def _text(value: Any) -> Any:
+    """A value of a result read undecoded (the connection hands over bytes), as text."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _bounded(

@@ -27,10 +27,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from qexport.domain.failures import LimitExceededError
 from qexport.domain.queries import ResultColumn
+from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.postgres_arrow import CsvBatches
 from qexport.sources.postgres_copy import CopyOut, crlf_lines
 from qexport.sources.postgres_errors import connect_error, query_error, scrub
+from qexport.sources.postgres_reads import planned_reads
 from qexport.sources.postgres_role import refusal, role_findings
 from qexport.sources.postgres_session import Session, validate_timeout, wrapped
 from qexport.sources.postgres_stream import PostgresResultStream
@@ -78,6 +80,11 @@ class PostgresSource:
     """A Source over a PostgreSQL database, named by a libpq URL; nothing connects until used."""
 
     native_formats = NATIVE_FORMATS
+    # EXPLAIN names the relations and, with VERBOSE, the columns of each scan; PostgreSQL
+    # folds unquoted names to lower case, and a name without a schema is in `public`.
+    reads_reporting = ReadsReporting(
+        ReadsReported.COLUMNS, default_schema="public", case_sensitive=True
+    )
 
     def __init__(
         self,
@@ -159,6 +166,34 @@ class PostgresSource:
                 self._judge_role(session.conn)
             rendered = session.render_mapped(sql, parameters, requester)
             return [ResultColumn(n, t) for n, t in session.type_names(sql, rendered)]
+        finally:
+            session.close()
+
+    def relations(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation] | None:
+        """The relations and columns the query reads, from `EXPLAIN (VERBOSE, FORMAT JSON)`
+        in the export's read-only transaction (same role check, requester context and
+        statement timeout; postgres_reads.py); nothing runs."""
+        validate_timeout(timeout_seconds)
+        session = Session(
+            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
+        )
+        try:
+            session.open(requester)
+            if not self._role_checked:
+                self._judge_role(session.conn)
+            rendered = session.render(sql, parameters, requester)
+            session.start_statement()
+            try:
+                return planned_reads(session.conn, rendered)
+            except psycopg.Error as exc:
+                raise session.error_for(exc) from exc
         finally:
             session.close()
 

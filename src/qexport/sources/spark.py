@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import ResultColumn
+from qexport.domain.sensitivity import CANNOT_SAY, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_statements import bound_values
 from qexport.sources.duckdb_stream import Deadline
@@ -298,6 +299,10 @@ def _quiet_spark_logs() -> None:
 class SparkSource:
     """A Source over a Spark Connect server: one Spark session per statement."""
 
+    # Spark Connect gives no plan qexport reads tables from (catalogues, temporary views and
+    # data sources by path): a policy's sensitive table of it covers every query on it.
+    reads_reporting = CANNOT_SAY
+
     def __init__(self, name: str, url: str, *, batch_rows: int = BATCH_ROWS) -> None:
         self.name = name
         self.url = url
@@ -350,6 +355,17 @@ class SparkSource:
         could hold (an interval) is refused here already, naming it."""
         columns = self._columns(sql, parameters, requester, timeout_seconds)
         return [ResultColumn(c.name, c.spark_type) for c in columns]
+
+    def relations(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any],
+        requester: Requester,
+        *,
+        timeout_seconds: float,
+    ) -> frozenset[Relation] | None:
+        """None: this source cannot say what a statement reads."""
+        return None
 
     def preview(
         self,

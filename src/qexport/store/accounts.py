@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -175,7 +176,13 @@ class SqlAccountStore:
         return WorkspacePolicy.from_json(stored)
 
     def set_workspace_policy(
-        self, workspace_id: str, policy: WorkspacePolicy, *, audit: AuditEvent | None = None
+        self,
+        workspace_id: str,
+        policy: WorkspacePolicy,
+        *,
+        audit: AuditEvent | None = None,
+        revoke_links: Sequence[tuple[str, AuditEvent]] = (),
+        now: datetime | None = None,
     ) -> bool:
         stored = policy.to_json()
         with self._tx() as conn:
@@ -187,6 +194,10 @@ class SqlAccountStore:
             if result.rowcount != 1:
                 return False
             append_if(conn, audit)
+            for link_id, revoked in revoke_links:
+                live = sa.and_(links.c.id == link_id, links.c.revoked_at.is_(None))
+                if conn.execute(links.update().where(live).values(revoked_at=now)).rowcount:
+                    append_if(conn, revoked)
             return True
 
     def create_user(

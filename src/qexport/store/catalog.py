@@ -17,6 +17,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
+from qexport.domain.sensitivity import Relation, reads_from_json, reads_to_json
 from qexport.store.audit import append_if
 from qexport.store.engine import read_transaction, transaction
 from qexport.store.reads import OneRead
@@ -48,6 +49,7 @@ QUERY_KEYS = (
     "deleted_at",
     "columns",
     "filename_template",
+    "reads",
 )
 
 
@@ -70,6 +72,7 @@ def to_query(row: Any, prefix: str = "") -> Query:
         if m["columns"] is None
         else tuple(ResultColumn.from_json(c) for c in m["columns"]),
         filename_template=m["filename_template"],
+        reads=reads_from_json(m["reads"]),
     )
 
 
@@ -96,6 +99,12 @@ def _report_values(report: Report) -> dict[str, Any]:
         "members": sorted(report.members),
         "owner": report.owner,
     }
+
+
+def _stored_reads(reads: frozenset[Relation] | None) -> Any:
+    # SQL NULL, not JSON null, for unknown: `IS NULL` finds them either way.
+    stored = reads_to_json(reads)
+    return sa.null() if stored is None else stored
 
 
 class SqlCatalog:
@@ -136,6 +145,7 @@ class SqlCatalog:
             "owner": query.owner,
             "columns": None if query.columns is None else [c.to_json() for c in query.columns],
             "filename_template": query.filename_template,
+            "reads": _stored_reads(query.reads),
             "created_at": sa.func.current_timestamp(),
         }
 
@@ -165,6 +175,19 @@ class SqlCatalog:
             raise InvalidRequestError(
                 f"a query named {query.name!r} already exists", field="name"
             ) from exc
+
+    def record_reads(
+        self, query_id: str, *, sql: str, source: str, reads: frozenset[Relation] | None
+    ) -> bool:
+        guard = sa.and_(
+            queries.c.id == query_id,
+            queries.c.deleted_at.is_(None),
+            queries.c.sql == sql,
+            queries.c.source == source,
+        )
+        with self._tx() as conn:
+            stmt = queries.update().where(guard).values(reads=_stored_reads(reads))
+            return bool(conn.execute(stmt).rowcount == 1)
 
     def delete_query(self, query_id: str, *, audit: AuditEvent | None = None) -> bool:
         guard = sa.and_(queries.c.id == query_id, queries.c.deleted_at.is_(None))

@@ -67,6 +67,10 @@ queries = sa.Table(
     sa.Column("columns", sa.JSON),
     # How its exports' files are named ("{name}_{since}_{date}"); NULL: "{name}_{date}".
     sa.Column("filename_template", sa.String(200)),
+    # [{"schema", "table", "columns"?}]: the tables it reads as its source's planner reported
+    # them when it was saved or last run (domain/sensitivity.py); NULL: unknown (a source that
+    # cannot say, or saved before 0021), read by a sensitivity rule as every table.
+    sa.Column("reads", sa.JSON),
     sa.CheckConstraint("visibility IN ('workspace', 'members')", name="visibility"),
 )
 # A name is unique among a workspace's live queries; a deleted name can be reused.

@@ -1,6 +1,8 @@
 """The workspace's policy page (/workspace/policy): every member reads what may leave the
 workspace; its admins change it with the form (services/policies.py checks it as the API
-does, every mistake on its field)."""
+does, every mistake on its field). Sensitive tables are written one a line, as the policy
+lists them (`shop: main.customers (email, phone)`); a box revokes, with the change, the live
+public links to files of what the new policy marks sensitive."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ from fastapi.responses import RedirectResponse
 from qexport.domain.accounts import Role
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
 from qexport.domain.policies import RULES, WorkspacePolicy
+from qexport.domain.sensitivity import written_rule
 from qexport.services.audit import actor_of
-from qexport.services.policies import change_policy, policy_limits
+from qexport.services.policies import change_policy, policy_limits, workspace_sources
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
-from qexport.web.forms import form_errors
+from qexport.web.forms import form_errors, on_line
 from qexport.web.render import page
 from qexport.web.session import Session
 
@@ -38,7 +41,9 @@ class PolicyForm:
     link_max_days: str = ""
     retention_days: str = ""
     recipient_domains: str = ""
+    sensitive_tables: str = ""
     sensitive_queries: tuple[str, ...] = ()
+    revoke_links: bool = False  # never ticked ahead: it ends links people were sent
 
     @classmethod
     def of(cls, policy: WorkspacePolicy) -> PolicyForm:
@@ -53,8 +58,15 @@ class PolicyForm:
             link_max_days=number(policy.link_max_days),
             retention_days=number(policy.retention_days),
             recipient_domains="\n".join(policy.recipient_domains or ()),
+            sensitive_tables="\n".join(t.words() for t in policy.sensitive_tables),
             sensitive_queries=tuple(sorted(policy.sensitive_queries)),
         )
+
+    @property
+    def table_lines(self) -> list[tuple[int, str]]:
+        """The sensitive tables' lines that are not blank, with their line numbers."""
+        lines = self.sensitive_tables.splitlines()
+        return [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
 
     def changes(self) -> dict[str, Any]:
         """Every rule as the form sets it: an empty field lifts its rule."""
@@ -63,8 +75,14 @@ class PolicyForm:
             "formats": list(self.formats) if self.limit_formats else None,
             "public_links": self.public_links,
             "recipient_domains": self.recipient_domains.split() or None,
+            "sensitive_tables": [],
             "sensitive_queries": list(self.sensitive_queries),
         }
+        for index, (_, line) in enumerate(self.table_lines):
+            try:
+                changes["sensitive_tables"].append(written_rule(line))
+            except InvalidRequestError as exc:
+                problems.add(InvalidRequestError(exc.detail, field=f"sensitive_tables[{index}]"))
         for name in ("max_rows", "link_max_days", "retention_days"):
             typed = getattr(self, name).strip().replace(",", "").replace("_", "")
             if not typed:
@@ -101,6 +119,13 @@ def _render(
         form=form,
         known_formats=sorted(limits.formats),
         limits=limits,
+        # What each source's planner can say of a query, for the sensitive tables' hint.
+        sources=sorted(
+            (name, reporting.reports.value)
+            for name, reporting in workspace_sources(
+                context.sources, principal.workspace_id
+            ).items()
+        ),
         # What may be marked sensitive: the workspace's live queries (a deleted one, still in
         # the policy, is dropped by the next save, which would refuse it).
         live_queries=sorted(
@@ -122,8 +147,21 @@ def policy_page(
     notice: str | None = None,
 ) -> Response:
     policy = context.accounts.workspace_policy(principal.workspace_id)
-    said = "The policy was saved." if notice == "saved" else None
-    return _render(request, context, session, principal, PolicyForm.of(policy), notice=said)
+    return _render(
+        request, context, session, principal, PolicyForm.of(policy), notice=_said(notice)
+    )
+
+
+def _said(notice: str | None) -> str | None:
+    """The notice after a save: `saved`, or `saved-N` when N links were revoked with it."""
+    if notice == "saved":
+        return "The policy was saved."
+    revoked = (notice or "").removeprefix("saved-")
+    if notice and notice.startswith("saved-") and revoked.isdigit():
+        count = int(revoked)
+        links = "1 public link was" if count == 1 else f"{count:,} public links were"
+        return f"The policy was saved; {links} revoked."
+    return None
 
 
 @router.post(PATH)
@@ -141,19 +179,27 @@ async def save_policy(
         link_max_days=str(data.get("link_max_days", "")),
         retention_days=str(data.get("retention_days", "")),
         recipient_domains=str(data.get("recipient_domains", "")),
+        sensitive_tables=str(data.get("sensitive_tables", "")),
         sensitive_queries=tuple(str(q) for q in data.getlist("sensitive_queries")),
+        revoke_links=data.get("revoke_links") == "on",
     )
     try:
-        change_policy(
+        changed = change_policy(
             context.accounts,
             context.settings,
             principal.role,
             principal.workspace_id,
             form.changes(),
             catalog=context.catalog,
+            sources=context.sources,
+            exports=context.exports,
+            clock=context.clock,
+            revoke_links=form.revoke_links,
             actor=actor_of(principal),
         )
     except InvalidRequestError as exc:
-        errors = form_errors(exc, RULES)
+        numbers = [n for n, _ in form.table_lines]
+        errors = form_errors(exc, RULES, lambda p: on_line(p, "sensitive_tables", numbers))
         return _render(request, context, session, principal, form, errors=errors, status=400)
-    return RedirectResponse(f"{PATH}?notice=saved", status_code=303)
+    notice = f"saved-{changed.links_revoked}" if form.revoke_links else "saved"
+    return RedirectResponse(f"{PATH}?notice={notice}", status_code=303)

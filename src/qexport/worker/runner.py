@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -35,12 +35,14 @@ from qexport.domain.failures import (
 from qexport.domain.lifecycle import Outcome, Release, backoff, give_up, settle_decision
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query, bind_parameters, can_read
-from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
+from qexport.domain.reports import SUBJECT_REPORT, ReportSubject, section_parameters
 from qexport.ports import (
     NativeCopySource,
     StoredObject,
     WriterOptions,
 )
+from qexport.services.describe import describe_timeout
+from qexport.services.sensitivity import sensitivity_now
 from qexport.worker.lease import Lease, ShutdownRequestedError
 from qexport.worker.sink import PartSink
 from qexport.worker.staging import discard_staging
@@ -66,6 +68,15 @@ def _counted(
             raise LimitExceededError(f"the result has more than {max_rows:,} rows (the row limit)")
         lease.progress_rows = rows
         yield batch
+
+
+def _run_values(bind: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """The values a run binds (`bind(*args)`); a value the query no longer takes fails
+    query_invalid, as the run itself would."""
+    try:
+        return bind(*args)
+    except InvalidRequestError as exc:
+        raise QueryInvalidError(str(exc)) from exc
 
 
 class Attempt:
@@ -241,7 +252,7 @@ class Attempt:
         refusal = self.policy.format_refusal(record.format)
         if refusal is not None:
             raise AccessLostError(refusal)
-        if self.policy.sensitive_queries:
+        if self.policy.sensitive_queries or self.policy.sensitive_tables:
             self._check_not_sensitive()
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
@@ -257,27 +268,57 @@ class Attempt:
             raise
 
     def _check_not_sensitive(self) -> None:
-        """An export may read a sensitive query only as an admin approved it: with its
-        approval (approved, naming this export) and reading exactly what was approved. One
-        queued before the query was marked sensitive, a schedule's run, or one whose query or
-        report changed since its approval fails access_lost."""
+        """An export may read sensitive data only as an admin approved it: with its approval
+        (approved, naming this export) and reading exactly what was approved. What it reads
+        is asked of its sources' planners now, with the values this run binds
+        (services/sensitivity.py). One queued before its query (or a table it reads) was
+        marked sensitive, a schedule's run, or one whose query or report changed since its
+        approval fails access_lost, saying which table."""
         record, catalog = self.record, self.deps.catalog
         report = None
         if record.subject_type == SUBJECT_REPORT:
-            report = catalog.get_report(record.subject_id)
-            read = [s.query_id for s in report.sections] if report is not None else []
+            subject = self.subject if isinstance(self.subject, ReportSubject) else None
+            if subject is None:
+                from qexport.reports.run import load_subject
+
+                subject = load_subject(catalog, record.subject_id)
+            report = subject.report
+            sections = report.sections if report is not None else ()
+            # Each query once, as the request's fingerprint counts them (report_queries).
+            read: list[Query | None] = [
+                subject.queries.get(i) for i in dict.fromkeys(s.query_id for s in sections)
+            ]
+            runs: list[tuple[Query, dict[str, Any]]] = []
+            for section in sections:
+                query = subject.queries.get(section.query_id)
+                if query is not None and can_read(record.requester, query):
+                    values = _run_values(section_parameters, section, query, record.parameters)
+                    runs.append((query, values))
         else:
-            read = [record.subject_id]
-        if not self.policy.needs_approval(read):
+            found = self.subject if isinstance(self.subject, Query) else None
+            query = found or catalog.get_query(record.subject_id)
+            read = [query]
+            runs = []
+            if query is not None and can_read(record.requester, query):
+                runs.append((query, _run_values(bind_parameters, query, record.parameters)))
+        why = sensitivity_now(
+            self.policy,
+            self.deps.sources,
+            catalog,
+            record.requester,
+            runs,
+            timeout_seconds=describe_timeout(self.deps.settings.statement_timeout_seconds),
+        )
+        if why is None:
             return
         approval_id = record.options.get(APPROVAL_OPTION)
         if approval_id is None:
             raise AccessLostError(
-                "the workspace's policy marks this query sensitive: its exports need an"
-                " admin's approval (request it again; a schedule cannot export it)"
+                f"{why}: its exports need an admin's approval (request it again; a schedule"
+                " cannot export it)"
             )
         approval = self.deps.approvals.get_approval(str(approval_id))
-        now_reads = reads_fingerprint([catalog.get_query(q) for q in read], report)
+        now_reads = reads_fingerprint(read, report)
         if (
             approval is None
             or approval.status is not ApprovalStatus.APPROVED

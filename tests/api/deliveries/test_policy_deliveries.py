@@ -8,6 +8,7 @@ from datetime import timedelta
 from qexport.domain.failures import FailureCode
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.schedules import DeliveryStatus
+from qexport.domain.sensitivity import SensitiveTable
 from tests.api.deliveries.env import LINK, Deliveries
 
 INSIDE = "team@acme.test"
@@ -57,3 +58,20 @@ def test_a_delivered_link_lives_no_longer_than_the_policy_allows(deliveries: Del
     env.api.clock.advance(int(timedelta(days=1).total_seconds()) + 1)
     assert env.open_link(link).status_code == 410
     assert env.file(export.id)  # the file itself is still there for members
+
+
+def test_a_file_of_what_became_sensitive_goes_out_neither_linked_nor_attached(
+    deliveries: Deliveries,
+) -> None:
+    """The table its query reads was marked sensitive after the file was made, before its
+    delivery went out: the mail tells the recipient to sign in, and carries no link and no
+    attachment; no link is made."""
+    env = deliveries
+    export = env.export({"email": INSIDE})
+    _policy(env, sensitive_tables=(SensitiveTable("shop", "main", "orders"),))
+    env.dispatcher().run_once()
+    (mail,) = env.smtp.to(INSIDE)
+    assert LINK.findall(mail.text) == []
+    assert "marks what it was made from sensitive" in mail.text
+    assert mail.attachments() == []
+    assert env.api.context.accounts.list_links(export.id) == []

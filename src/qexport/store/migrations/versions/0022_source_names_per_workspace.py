@@ -6,7 +6,7 @@ owner): a key column cannot be NULL. Its shares are kept. The downgrade refuses 
 workspaces have a source of one name, since the old key could not hold both.
 
 Revision ID: 0022
-Revises: 0019
+Revises: 0021
 Create Date: 2026-12-08
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022"
-down_revision = "0019"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
