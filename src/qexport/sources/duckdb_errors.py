@@ -11,6 +11,7 @@ from qexport.domain.failures import (
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
+    SourceOutOfMemoryError,
     SourceUnavailableError,
     TextPosition,
     bounded_detail,
@@ -30,11 +31,7 @@ _QUERY_ERRORS: tuple[type[Exception], ...] = (
     duckdb.PermissionException,
     duckdb.NotImplementedException,
 )
-# Out of memory is usually other exports crowding the same worker: worth another attempt.
-_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
-    duckdb.IOException,
-    duckdb.OutOfMemoryException,
-)
+_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (duckdb.IOException,)
 
 # Once the rows stream through Arrow, DuckDB's errors surface as Arrow errors carrying only
 # DuckDB's message; its "<kind> Error:" prefix is all that is left to classify them by.
@@ -52,7 +49,10 @@ _QUERY_ERROR_PREFIXES = (
     "Permission Error",
     "Not implemented Error",
 )
-_UNAVAILABLE_PREFIXES = ("IO Error", "Out of Memory Error")
+_UNAVAILABLE_PREFIXES = ("IO Error",)
+# Out of memory is usually other exports crowding the same worker: worth another attempt
+# (SourceOutOfMemoryError is a SourceUnavailableError); a preview says which limit it met.
+_MEMORY_PREFIX = "Out of Memory Error"
 # Errors about a value quote the value, which is row data: it must not reach failure_detail.
 _VALUE_ERROR_PREFIXES = ("Conversion Error", "Invalid Input Error", "Out of Range Error")
 _QUOTED = re.compile(r"'(?:[^']|'')*'")
@@ -136,6 +136,8 @@ def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
             "the query needed more temporary disk space than the DuckDB temp limit allows"
             " (QEXPORT_DUCKDB_TEMP_LIMIT); it sorts, groups or joins too much at once"
         )
+    if isinstance(exc, duckdb.OutOfMemoryException) or message.startswith(_MEMORY_PREFIX):
+        return SourceOutOfMemoryError(message)
     if isinstance(exc, _UNAVAILABLE_ERRORS) or message.startswith(_UNAVAILABLE_PREFIXES):
         return SourceUnavailableError(message)
     return QExportError(f"the DuckDB source failed unexpectedly: {type(exc).__name__}")
