@@ -851,6 +851,17 @@ class PreviewJob:
 
 
 @dataclass(frozen=True)
+class DescribeJob:
+    """A statement to describe (its columns, without running it), for a PreviewRunner."""
+
+    source: str
+    sql: str
+    values: dict[str, Any]
+    requester: Requester
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
 class PreviewCells:
     """What a preview shows: the columns, at most `max_rows` rows of cells (texts cut at
     `max_cell_chars`, about `max_bytes` in all), and what was left out."""
@@ -862,7 +873,8 @@ class PreviewCells:
 
 
 class PreviewRunner(Protocol):
-    """Runs previews away from the process that asks, where their memory is bounded."""
+    """Runs previews, and the describes of queries being saved, away from the process that
+    asks, where their memory is bounded."""
 
     def run(self, job: PreviewJob) -> PreviewCells:
         """The job's rows as cells, read by `job.source` with the requester's rights.
@@ -871,6 +883,11 @@ class PreviewRunner(Protocol):
         SourceUnavailableError, AccessLostError), and LimitExceededError, naming the limit,
         when the preview needs more memory than a preview may use.
         """
+        ...
+
+    def describe(self, job: DescribeJob) -> tuple[ResultColumn, ...]:
+        """The columns `job.sql` returns on `job.source` (Source.describe), with the
+        requester's rights; raises as `run` does."""
         ...
 
     def prepare(self) -> None:

@@ -54,10 +54,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_preview_past_its_memory_fails_clearly_and_the_server_does_not_grow(env: Env) -> None:
-    """`repeat('x', 1e9)`: 422 limit_exceeded naming QEXPORT_PREVIEW_MAX_MEMORY, while the
-    server process's resident size (now, and at its highest) grows by less than 64 MiB; a
-    normal preview right after it answers its rows; the preview ran in processes below the
-    server, none of which outlives it once it stops."""
+    """`repeat('x', 1e9)`: 422 limit_exceeded naming QEXPORT_PREVIEW_MAX_MEMORY; saving it
+    (described by its source, which folds the constant as it plans) is done in a preview
+    process too; meanwhile the server process's resident size (now, and at its highest)
+    grows by less than 64 MiB. A normal preview right after answers its rows; the previews
+    ran in processes below the server, none of which outlives it once it stops."""
     env.add_query("huge", HUGE)
     env.add_query("small_orders", SMALL_ORDERS, N)
     url, proc = start_server(env, "--workers", "1")
@@ -73,7 +74,9 @@ def test_a_preview_past_its_memory_fails_clearly_and_the_server_does_not_grow(en
         assert warm.status_code == 200, warm.text
         before = _memory(proc.pid)
         refused = preview("huge")
+        saved = api.post("/api/v1/queries", json={"name": "huge2", "sql": HUGE, "source": "demo"})
         after = _memory(proc.pid)
+        assert saved.status_code == 201, saved.text  # described in a preview process too
         assert refused.status_code == 422, refused.text
         problem = refused.json()
         assert problem["code"] == "limit_exceeded"

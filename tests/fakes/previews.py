@@ -4,7 +4,8 @@ previews run (tests/integration/test_preview_processes.py's is)."""
 
 from __future__ import annotations
 
-from qexport.ports import PreviewCells, PreviewJob, SourceCatalog
+from qexport.domain.queries import ResultColumn
+from qexport.ports import DescribeJob, PreviewCells, PreviewJob, SourceCatalog
 from qexport.previews.child import answer
 
 
@@ -14,7 +15,7 @@ class InProcessPreviews:
     def __init__(self, sources: SourceCatalog, *, budget: int = 512 * 1024**2) -> None:
         self.sources = sources
         self.budget = budget
-        self.jobs: list[PreviewJob] = []
+        self.jobs: list[PreviewJob | DescribeJob] = []
 
     def prepare(self) -> None:
         """Nothing to start."""
@@ -26,6 +27,14 @@ class InProcessPreviews:
             raise found.refusal.error()
         assert found.cells is not None
         return found.cells
+
+    def describe(self, job: DescribeJob) -> tuple[ResultColumn, ...]:
+        self.jobs.append(job)
+        found = answer(self.sources, job, self.budget)
+        if found.refusal is not None:
+            raise found.refusal.error()
+        assert found.columns is not None
+        return found.columns
 
     def close(self) -> None:
         """Nothing to stop."""

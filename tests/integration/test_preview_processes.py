@@ -22,7 +22,7 @@ from qexport import bootstrap
 from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.failures import LimitExceededError, QueryInvalidError, QueryTimeoutError
-from qexport.ports import PreviewJob, SourceCatalog
+from qexport.ports import DescribeJob, PreviewJob, SourceCatalog
 from qexport.previews import processes
 from qexport.previews.processes import PreviewProcesses
 from tests.fakes import FixedSources
@@ -218,3 +218,18 @@ def test_previews_at_once_each_have_a_process_and_close_leaves_none(
     assert _preview_children() == []
     for process in waiting:
         _wait(lambda process=process: _gone(process.pid))  # type: ignore[misc]
+
+
+def test_a_statement_is_described_in_a_preview_process_too(runner: PreviewProcesses) -> None:
+    """Describing a query being saved runs there as well, and its columns come back. DuckDB
+    folds constants as it plans: `length(repeat('x', 1e9))` took 7 s and 2 GiB where it was
+    described; within the limit the folding fails, DuckDB keeps the expression as it is, and
+    the columns come back at once."""
+    described = runner.describe(
+        DescribeJob("shop", "SELECT id, 'x' AS s FROM orders", {}, ANN, timeout_seconds=10)
+    )
+    assert [(c.name, c.type) for c in described] == [("id", "BIGINT"), ("s", "VARCHAR")]
+    huge = DescribeJob(
+        "shop", "SELECT length(repeat('x', 1000000000)) AS n", {}, ANN, timeout_seconds=10
+    )
+    assert [(c.name, c.type) for c in runner.describe(huge)] == [("n", "BIGINT")]

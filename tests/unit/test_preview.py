@@ -360,6 +360,7 @@ def test_a_requester_holds_at_most_two_source_slots(
     with pytest.raises(TooManyRequestsError):
         describe_statement(
             FixedSources({"shop": third}),
+            InProcessPreviews(FixedSources({"shop": third})),
             ANN,
             source="shop",
             sql="SELECT 1",

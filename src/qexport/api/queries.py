@@ -222,7 +222,9 @@ def _sources(context: Container, principal: Principal) -> frozenset[str]:
 def _describe(context: Container, principal: Principal) -> Describe:
     """The caller's source describes the statement before it is saved, with their rights."""
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    return describer(context.sources, principal.requester, timeout, context.source_slots)
+    return describer(
+        context.sources, context.previews, principal.requester, timeout, context.source_slots
+    )
 
 
 @router.post(

@@ -15,11 +15,13 @@ cannot outlive the process that asked nor take its memory:
 
 Then, for each job: the source by name (the workspace's right to it checked again), its
 `preview`, and the cells a page shows (writers/cells.py), so that what crosses back is
-bounded too. A statement that meets the limit fails inside the source (DuckDB raises its
-out-of-memory error when an allocation is refused; Python, MemoryError) and the answer is
-`limit_exceeded` naming the limit; the process asks to be replaced, as what it still holds is
-suspect. A process killed outright (by the kernel, or for overrunning its time) is noticed by
-the parent.
+bounded too; or its `describe`, for a query being saved (DuckDB folds constants as it plans:
+describing `SELECT length(repeat('x', 1000000000))` took 7 s and 2 GiB in the server). A
+statement that meets the limit fails inside the source (DuckDB raises its out-of-memory
+error when an allocation is refused; Python, MemoryError) and the answer is
+`limit_exceeded` naming the limit; the process asks to be replaced, as what it still holds
+is suspect, and so does one grown past half its budget. A process killed outright (by the
+kernel, or for overrunning its time) is noticed by the parent.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from qexport.domain.failures import (
     SourceOutOfMemoryError,
 )
 from qexport.logs import configure_logging
-from qexport.ports import PreviewCells, PreviewJob, SourceCatalog
+from qexport.ports import DescribeJob, PreviewCells, PreviewJob, SourceCatalog
 from qexport.previews.wire import Answer, Refusal
 from qexport.sources.duckdb import limit_threads
 from qexport.writers.cells import preview_cells
@@ -97,10 +99,15 @@ def serve(
         close()
 
 
-def answer(sources: SourceCatalog, job: PreviewJob, budget: int) -> Answer:
-    """One job's answer: its cells, or the refusal it ended with."""
+def answer(sources: SourceCatalog, job: PreviewJob | DescribeJob, budget: int) -> Answer:
+    """One job's answer: its cells (a describe's columns), or the refusal it ended with."""
     try:
         source = sources.source_for(job.source, job.requester.workspace_id)
+        if isinstance(job, DescribeJob):
+            found = source.describe(
+                job.sql, job.values, job.requester, timeout_seconds=job.timeout_seconds
+            )
+            return Answer(columns=tuple(found))
         read = source.preview(
             job.sql,
             job.values,
@@ -111,8 +118,8 @@ def answer(sources: SourceCatalog, job: PreviewJob, budget: int) -> Answer:
             max_bytes=job.max_bytes,
         )
         cells = preview_cells(read.table, max_chars=job.max_cell_chars, max_bytes=job.max_bytes)
-        found = PreviewCells(read.columns, cells.rows, read.more or cells.dropped, cells.cut)
-        return Answer(cells=found)
+        shown = PreviewCells(read.columns, cells.rows, read.more or cells.dropped, cells.cut)
+        return Answer(cells=shown)
     except Exception as exc:
         if _out_of_memory(exc):
             log.warning("preview_out_of_memory", source=job.source, budget_mib=budget // _MIB)
@@ -124,9 +131,9 @@ def answer(sources: SourceCatalog, job: PreviewJob, budget: int) -> Answer:
 
 
 def out_of_memory(budget: int) -> LimitExceededError:
-    """The refusal of a preview that needed more than `budget` bytes."""
+    """The refusal of a statement that needed more than `budget` bytes."""
     return LimitExceededError(
-        f"the preview needed more memory than a preview may use ({budget / _MIB:g} MiB,"
+        f"the statement needed more memory than a preview may use ({budget / _MIB:g} MiB,"
         " QEXPORT_PREVIEW_MAX_MEMORY); narrow the query: fewer rows, shorter values"
     )
 

@@ -1,5 +1,6 @@
 """Previews run in processes of their own, kept between previews, each with a memory limit:
-never in the process that asks (an API server, the pages' server, the CLI).
+never in the process that asks (an API server, the pages' server, the CLI). So do the
+describes of queries being saved, which DuckDB plans, folding constants as it goes.
 
 Why: in the server, `POST /api/v1/queries/{id}/preview` of `SELECT
 length(repeat('x', 1000000000))` grew the process from 218 to 2,126 MiB and answered 504
@@ -68,7 +69,8 @@ from qexport.domain.failures import (
     QueryTimeoutError,
     SourceUnavailableError,
 )
-from qexport.ports import PreviewCells, PreviewJob
+from qexport.domain.queries import ResultColumn
+from qexport.ports import DescribeJob, PreviewCells, PreviewJob
 from qexport.previews import child
 from qexport.previews.wire import Answer
 from qexport.sources.scratch import remove_abandoned
@@ -125,6 +127,17 @@ class PreviewProcesses:
             forkserver.ensure_running()
 
     def run(self, job: PreviewJob) -> PreviewCells:
+        answer = self._call(job)
+        assert answer.cells is not None, "a preview's answer holds its cells or its refusal"
+        return answer.cells
+
+    def describe(self, job: DescribeJob) -> tuple[ResultColumn, ...]:
+        answer = self._call(job)
+        assert answer.columns is not None, "a describe's answer holds columns or a refusal"
+        return answer.columns
+
+    def _call(self, job: PreviewJob | DescribeJob) -> Answer:
+        """The answer to `job` from a preview process; its refusal raised."""
         found = self._take()
         try:
             answer = self._ask(found, job)
@@ -134,8 +147,7 @@ class PreviewProcesses:
         self._give_back(found, retire=answer.retire)
         if answer.refusal is not None:
             raise answer.refusal.error()
-        assert answer.cells is not None, "an answer holds its cells or its refusal"
-        return answer.cells
+        return answer
 
     def close(self) -> None:
         """Stop the waiting processes now, and the busy ones once their preview ends."""
@@ -189,7 +201,7 @@ class PreviewProcesses:
         log.info("preview_process_started", pid=process.pid)
         return _Process(process, mine)
 
-    def _ask(self, found: _Process, job: PreviewJob) -> Answer:
+    def _ask(self, found: _Process, job: PreviewJob | DescribeJob) -> Answer:
         """Send `job` and wait for the answer: killed past the timeout (and its grace),
         reported when the process died instead of answering."""
         try:

@@ -25,6 +25,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
     TextPosition,
 )
+from qexport.domain.queries import ResultColumn
 from qexport.ports import PreviewCells
 
 # The errors a preview may end with, by name; any other crosses as its nearest of these.
@@ -82,9 +83,11 @@ class Refusal:
 
 @dataclass(frozen=True)
 class Answer:
-    """A preview process's answer to one job: the cells, or the refusal."""
+    """A preview process's answer to one job: the cells (or a describe's columns), or the
+    refusal."""
 
     cells: PreviewCells | None = None
+    columns: tuple[ResultColumn, ...] | None = None  # a describe's
     refusal: Refusal | None = None
     # The process should be replaced (it met its memory limit: what it holds is suspect).
     retire: bool = False
