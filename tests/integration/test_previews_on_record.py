@@ -47,6 +47,18 @@ def test_a_key_is_admitted_its_limit_in_any_window_and_told_when_next(
     assert admit("ann", T0 + timedelta(seconds=61)) == timedelta(seconds=9)
 
 
+def test_a_key_longer_than_its_column_is_counted_all_the_same(
+    sql_store: SqlMetadataStore,
+) -> None:
+    """A key of 1,000 characters (a local requester may name any user) is admitted and
+    counted like any other, never refused by the database."""
+    rates = SqlRateLimits(sql_store.engine)
+    key = "preview:acme:" + "u" * 1_000
+    assert rates.admit(key, now=T0, limit=1, window=MINUTE) == timedelta(0)
+    assert rates.admit(key, now=T0, limit=1, window=MINUTE) == MINUTE
+    assert rates.admit(key[:-1], now=T0, limit=1, window=MINUTE) == timedelta(0)
+
+
 def test_callers_at_once_are_admitted_exactly_the_limit(sql_store: SqlMetadataStore) -> None:
     """Twenty callers at the same moment (each its own connection, as server processes are)
     with a limit of five: exactly five admitted."""

@@ -13,6 +13,7 @@ one to count, one to insert, about 1 ms on either database.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -25,11 +26,20 @@ from qexport.store.tables import rate_admissions
 _LOCK_SPACE = 0x52415445
 _LOCK = sa.text(f"SELECT pg_advisory_xact_lock({_LOCK_SPACE}, hashtext(:key))")
 _KEY = sa.bindparam("key_", type_=rate_admissions.c.key.type)
+_KEY_CHARS = 300  # rate_admissions.key
 _SINCE = sa.bindparam("since_", type_=rate_admissions.c.at.type)
 _c = rate_admissions.c
 _FORGET = rate_admissions.delete().where(_c.key == _KEY, _c.at <= _SINCE)
 _WITHIN = sa.select(sa.func.count(), sa.func.min(_c.at)).where(_c.key == _KEY, _c.at > _SINCE)
 _ADD = rate_admissions.insert()
+
+
+def _stored_key(key: str) -> str:
+    """The key as its column holds it: a key longer than the column (a local requester may
+    name any user) by its SHA-256."""
+    if len(key) <= _KEY_CHARS:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 class SqlRateLimits:
@@ -39,6 +49,7 @@ class SqlRateLimits:
         self._engine = engine
 
     def admit(self, key: str, *, now: datetime, limit: int, window: timedelta) -> timedelta:
+        key = _stored_key(key)
         since = now - window
         with transaction(self._engine) as conn:
             if conn.dialect.name == "postgresql":
