@@ -202,15 +202,15 @@ class PreviewProcesses:
         return _Process(process, mine)
 
     def _ask(self, found: _Process, job: PreviewJob | DescribeJob) -> Answer:
-        """Send `job` and wait for the answer: killed past the timeout (and its grace),
-        reported when the process died instead of answering."""
+        """Send `job` and wait for the answer: QueryTimeoutError past the timeout and its
+        grace, a refusal saying so when the process died instead of answering (the caller
+        then kills the process, and removes what it left behind)."""
         try:
             found.conn.send(job)
         except OSError:
             raise self._died(found) from None
         if not found.conn.poll(job.timeout_seconds + KILL_AFTER_SECONDS):
             log.warning("preview_process_killed", pid=found.process.pid, reason="overran")
-            self._stop(found, kill=True)
             raise QueryTimeoutError(f"statement timeout of {job.timeout_seconds:g} s reached")
         try:
             answer: Answer = found.conn.recv()
@@ -222,11 +222,10 @@ class PreviewProcesses:
         """The refusal of a preview whose process ended before answering. Killed by a
         signal: the kernel's out-of-memory killer, or a library that aborts when an
         allocation is refused, most likely (limit_exceeded). Exited: it could not start (the
-        log says why). What it left in the temporary folder is removed."""
+        log says why)."""
         found.process.join(STOP_SECONDS)
         code = found.process.exitcode
         log.warning("preview_process_died", pid=found.process.pid, exitcode=code)
-        remove_abandoned()
         if code is not None and code < 0:
             return LimitExceededError(
                 f"{child.out_of_memory(self._settings.preview_max_memory)} (the preview's"
@@ -256,7 +255,8 @@ class PreviewProcesses:
 
     def _stop(self, found: _Process, *, kill: bool = False) -> None:
         """End a process: asked (its pipe closed, it closes its sources and exits), or
-        killed; either way waited for, so that none is left behind."""
+        killed, and what it left in the temporary folder (DuckDB's pipes and spill) removed;
+        either way waited for, so that none is left behind."""
         with self._lock:
             self._busy.discard(found)
             self._stopping.discard(found)
