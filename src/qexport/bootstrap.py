@@ -23,7 +23,7 @@ from qexport.ports import (
     Source,
     SourceCatalog,
 )
-from qexport.previews.processes import PreviewProcesses
+from qexport.previews.processes import PreviewProcesses, StartMethod
 from qexport.sources import schemes
 from qexport.sources.audit import AuditSource
 from qexport.sources.credentials import unseal
@@ -146,7 +146,9 @@ def preview_sources(settings: Settings) -> tuple[SourceCatalog, Callable[[], Non
     return registry, close
 
 
-def preview_processes(settings: Settings, *, start_method: str = "forkserver") -> PreviewProcesses:
+def preview_processes(
+    settings: Settings, *, start_method: StartMethod = "forkserver"
+) -> PreviewProcesses:
     """Where previews run (previews/processes.py): processes forked from a forkserver, or,
     for a process that has opened no source yet and previews once (the CLI), forked from
     it ("fork")."""

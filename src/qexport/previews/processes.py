@@ -58,7 +58,9 @@ import threading
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkContext, ForkServerContext
 from multiprocessing.process import BaseProcess
+from typing import Literal
 
 import structlog
 
@@ -90,6 +92,9 @@ PREVIEWS_PER_PROCESS = 1_000
 # What the forkserver imports before it forks: the allocator's choice first (preload.py),
 # then what opens a preview process's sources.
 PRELOAD = ["qexport.previews.preload", "qexport.bootstrap"]
+# "forkserver" for a server (DuckDB's threads make it unsafe to fork); "fork" for a process
+# that has opened no source (the CLI).
+StartMethod = Literal["fork", "forkserver"]
 
 
 @dataclass(eq=False)
@@ -109,11 +114,15 @@ class PreviewProcesses:
         settings: Settings,
         open_sources: child.OpenSources,
         *,
-        start_method: str = "forkserver",
+        start_method: StartMethod = "forkserver",
     ) -> None:
         self._settings = settings
         self._open_sources = open_sources
-        self._context = multiprocessing.get_context(start_method)
+        self._context: ForkContext | ForkServerContext = (
+            multiprocessing.get_context("fork")
+            if start_method == "fork"
+            else multiprocessing.get_context("forkserver")
+        )
         self._lock = threading.Lock()
         self._idle: list[_Process] = []
         self._busy: set[_Process] = set()

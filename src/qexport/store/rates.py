@@ -57,6 +57,7 @@ class SqlRateLimits:
             conn.execute(_FORGET, {"key_": key, "since_": since})
             count, oldest = conn.execute(_WITHIN, {"key_": key, "since_": since}).one()
             if count >= limit:
-                return max(oldest + window - now, timedelta(microseconds=1))
+                wait: timedelta = oldest + window - now
+                return max(wait, timedelta(microseconds=1))
             conn.execute(_ADD, {"key": key, "at": now})
         return timedelta(0)
