@@ -8,40 +8,49 @@ after 20 s. DuckDB's memory_limit bounds its buffers, not what a string function
 and a process has no other bound: a few editors at their preview slots could take 8-16 GB
 of one server, and every request it served with it.
 
-Where they run, measured on 2 cores (a preview of a tiny query on a DuckDB file, median of
-50; the figures of the first are the process's own, the others' are added to it):
+Where they run, measured on 2 cores (a preview of a tiny query on a DuckDB file, the median
+of a few hundred; the machine shared, load average 4):
 
-- In the process that asks (before): 2.0 ms. Its memory is anyone's to take.
-- A new interpreter per preview (spawn): +1.8 s of imports each time.
+- In the process that asks (before): 2.6 ms. Its memory is anyone's to take.
+- A new interpreter per preview (spawn): 1.4-1.8 s of imports each time.
 - A fork per preview from a pre-started process that has imported qexport (a zygote): 39 ms
-  in all (8 ms to fork a 200 MB process, 15 ms to open and sandbox the DuckDB file again,
-  the rest to run and exit). Clean: each preview's memory goes with its process.
+  (8 ms to fork a 200 MB process, 15 ms to open and sandbox the DuckDB file again, the rest
+  to run and exit). Clean: each preview's memory goes with its process.
 - A worker slot: the preview queued as a job. It adds a claim's latency (a NOTIFY round trip,
   or the SQLite watch's poll), waits behind exports when every slot is busy, needs a worker
   running (the embedded default's `qexport serve` has none), and a worker's memory bound is
   per process, shared with the exports it runs.
-- Processes kept between previews (this): 1.8 ms (the same work, plus sending the job and the
-  cells over a pipe). A process runs one preview at a time; KEEP_IDLE wait for the next; a
-  process that died, overran its time or met its memory limit is replaced.
+- Processes kept between previews (this): 3.2 ms, 0.7 ms more than in the asking process
+  (the job and the cells over a pipe), taken in turns with it. A process runs one preview at
+  a time; KEEP_IDLE wait for the next; one that died, overran its time, met its memory limit
+  or grew past half of it is replaced. Through the API a tiny preview took 3.6 ms (median of
+  300) before and 5.0-5.8 ms now, the rest being the preview's record: the rate check
+  (0.15 ms on SQLite, 0.8 ms on PostgreSQL) and its audit event, written before the rows go.
 
 How they start: from a forkserver (multiprocessing's), a fresh interpreter that imported
 qexport (preload.py) before any of it ran: the server's own process cannot be forked once
 DuckDB has started threads in it (DuckDB is not fork-safe, and describing a query when it is
-saved opens the source in the server), and a new interpreter per process would pay the
-imports (1.8 s). The server starts the forkserver when it starts (`prepare`), the forkserver
-imports in the background, and its processes fork in about 10 ms. The CLI forks its one
-preview process directly: it has opened no source, and a forkserver's imports would double
-its time (1.7 s to 3.5 s).
+saved opened the source in the server), and a new interpreter per process would pay the
+imports. The server starts the forkserver when it starts (`prepare`), the forkserver imports
+in the background (180 MiB resident, and multiprocessing's resource tracker 12 MiB), and its
+processes fork in about 10 ms: one that has answered a preview holds 25 MiB of its own (151
+MiB resident, the rest shared with the forkserver). The CLI forks its one preview process
+directly: it has opened no source, and a forkserver's imports would double its time. A
+process started by the forkserver runs the server's main script again if it has one (as
+multiprocessing does): `qexport` and `python -m qexport` guard theirs.
 
 The limit: RLIMIT_DATA, not RLIMIT_AS. After qexport's imports a process maps 1.5 GiB of
 address space, and a DuckDB database opens 670 MiB more (glibc reserves 64 MiB of address
 space per thread's arena), so an address-space limit would sit near 2.2 GiB before a query
 ran, and move with the number of cores. RLIMIT_DATA counts what is writable: 200 MiB after
-the imports (with Arrow on the system allocator: child.py), about 90 MiB more per DuckDB
-database (its threads' stacks, limited to PREVIEW_THREADS). A preview process may grow by
+the imports (with Arrow on the system allocator: child.py); the first DuckDB database adds
+about 80 MiB (its own threads' stacks), each 8 MiB a thread (PREVIEW_THREADS), and DuckDB's
+allocator takes memory in 64-128 MiB extents. A preview process may grow by
 QEXPORT_PREVIEW_MAX_MEMORY (512 MiB) past its size at start: `repeat('x', 1000000000)`
-fails in 1 ms with DuckDB's out-of-memory error, `limit_exceeded` naming the limit, the
-server's memory untouched.
+fails in 1 ms with DuckDB's out-of-memory error, `limit_exceeded` naming the limit (through
+the API: 422 in 0.1 s, the server's resident size 217 MiB before and after, and at its peak;
+before, a 200 after 26 s, the server's peak 2,161 MiB), while a grouping into 20 million
+groups (DuckDB spills) and a 100 MB string still run.
 
 Nothing outlives the server: preview processes die with their parent (Linux's parent-death
 signal), the forkserver ends when the server does, `close` stops them, they are daemonic
