@@ -25,6 +25,7 @@ from qexport.store.accounts import SqlAccountStore
 from qexport.store.approvals import SqlApprovalStore
 from qexport.store.audit import SqlAuditLog
 from qexport.store.deliveries import SqlDeliveryStore
+from qexport.store.rates import SqlRateLimits
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.stats import read_stats
 from tests.fakes import (
@@ -33,7 +34,9 @@ from tests.fakes import (
     InMemoryAuditLog,
     InMemoryDeliveryStore,
     InMemoryMetadataStore,
+    InMemoryRateLimits,
     InMemoryScheduleStore,
+    InProcessPreviews,
 )
 from tests.stores import MetadataStore
 
@@ -88,6 +91,8 @@ def container_of(
         audit=audit,
         objects=objects,
         sources=sources,
+        previews=InProcessPreviews(sources),
+        rates=SqlRateLimits(engine) if engine is not None else InMemoryRateLimits(),
         clock=clock,
         settings=settings,
         check_database=lambda: store.has_unsettled() and None,

@@ -19,10 +19,17 @@ from qexport.web.app import install as install_web
 
 
 @contextlib.asynccontextmanager
-async def _lifespan(_app: FastAPI) -> AsyncIterator[None]:
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The thread pool for the endpoints' blocking work, sized as API_THREADS says.
     anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
-    yield
+    context: Container = app.state.context
+    # Previews run in processes of their own (previews/processes.py): their forkserver
+    # imports qexport while the server starts, not when the first preview comes.
+    context.previews.prepare()
+    try:
+        yield
+    finally:
+        await anyio.to_thread.run_sync(context.previews.close)
 
 
 def create_app(container: Container) -> FastAPI:

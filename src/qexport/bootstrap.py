@@ -14,7 +14,16 @@ from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.failures import MetadataUnavailableError, StorageUnavailableError
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource
-from qexport.ports import AuditLog, Clock, ExportQueue, ObjectStore, RetentionRules, Source
+from qexport.ports import (
+    AuditLog,
+    Clock,
+    ExportQueue,
+    ObjectStore,
+    RetentionRules,
+    Source,
+    SourceCatalog,
+)
+from qexport.previews.processes import PreviewProcesses, StartMethod
 from qexport.sources import schemes
 from qexport.sources.audit import AuditSource
 from qexport.sources.credentials import unseal
@@ -30,6 +39,7 @@ from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine, current_revision, migrate
 from qexport.store.exports import SqlExportQueue
 from qexport.store.notify import PgListener
+from qexport.store.rates import SqlRateLimits
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path
 from qexport.store.stats import read_stats
@@ -122,6 +132,29 @@ def source_registry(
     )
 
 
+def preview_sources(settings: Settings) -> tuple[SourceCatalog, Callable[[], None]]:
+    """The sources as a preview process opens them (previews/child.py), over a metadata
+    engine of its own (registered sources, the audit source), and what closes them."""
+    engine = create_engine(settings.database_url)
+    accounts = SqlAccountStore(engine)
+    registry = source_registry(settings, accounts, SqlAuditLog(engine))
+
+    def close() -> None:
+        registry.close()
+        engine.dispose()
+
+    return registry, close
+
+
+def preview_processes(
+    settings: Settings, *, start_method: StartMethod = "forkserver"
+) -> PreviewProcesses:
+    """Where previews run (previews/processes.py): processes forked from a forkserver, or,
+    for a process that has opened no source yet and previews once (the CLI), forked from
+    it ("fork")."""
+    return PreviewProcesses(settings, preview_sources, start_method=start_method)
+
+
 def listener(
     settings: Settings, on_notify: Callable[[], None]
 ) -> PgListener | SqliteChangeWatcher | None:
@@ -164,6 +197,12 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
     accounts = SqlAccountStore(engine)
     audit = SqlAuditLog(engine)
     objects = object_store(settings)
+    previews = preview_processes(settings)
+
+    def close() -> None:
+        previews.close()
+        engine.dispose()
+
     return Container(
         exports=exports,
         catalog=SqlCatalog(engine),
@@ -174,13 +213,15 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
         audit=audit,
         objects=objects,
         sources=source_registry(settings, accounts, audit),
+        previews=previews,
+        rates=SqlRateLimits(engine),
         clock=clock or SystemClock(),
         settings=settings,
         check_database=lambda: _check_database(settings, exports),
         check_storage=lambda: _check_storage(objects),
         stats=lambda now: read_stats(engine, now),
         retention_rules=lambda: _retention_rules(objects),
-        close=engine.dispose,
+        close=close,
     )
 
 

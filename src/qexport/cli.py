@@ -649,9 +649,12 @@ def _described(
         check_sql(sql)
     except InvalidRequestError as exc:
         fail_input(exc.detail)
+    # Forked from this process, which has opened no source (previews/processes.py).
+    runner = bootstrap.preview_processes(deps.settings, start_method="fork")
     try:
         return describe_statement(
             deps.sources,
+            runner,
             st.requester,
             source=source,
             sql=sql,
@@ -664,6 +667,8 @@ def _described(
         fail_input(exc.detail)
     except SourceUnavailableError as exc:
         fail(exc.detail)
+    finally:
+        runner.close()
 
 
 @queries_app.command("list")

@@ -96,7 +96,8 @@ def audit_list(
     limit: Annotated[int, typer.Option(help="Events per page (1 to 200).")] = 50,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """List events newest first; the last line (or `next_cursor`) continues with older ones."""
+    """List events newest first, each with its details (a preview's query, parameters and
+    rows shown); the last line (or `next_cursor`) continues with older ones."""
     deps = state(ctx).deps()
     try:
         narrow = audit_trail.parse_filter(
@@ -110,7 +111,9 @@ def audit_list(
         body = {"items": [event_json(e) for e in found.items], "next_cursor": found.next_cursor}
         print(json.dumps(body, indent=2))
         return
-    table = Table("id", "at", "workspace", "actor", "action", "target", "outcome", "address")
+    table = Table(
+        "id", "at", "workspace", "actor", "action", "target", "outcome", "address", "details"
+    )
     for e in found.items:
         table.add_row(
             str(e.id),
@@ -121,6 +124,7 @@ def audit_list(
             f"{e.target_kind or ''}:{e.target_id or ''}",
             e.outcome,
             e.client_address or "",
+            audit_trail.details_line(e.details),
         )
     out.print(table)
     if found.next_cursor:

@@ -1,6 +1,8 @@
 """`qexport queries preview NAME`: a query's first rows in the terminal, run with the
 requester's rights exactly as the API's preview (locally, or on a server when QEXPORT_URL and
-QEXPORT_TOKEN are set).
+QEXPORT_TOKEN are set). Locally too the statement runs in a process of its own, forked for
+it, whose memory is bounded; the preview is recorded in the audit trail and counts toward
+the member's previews per minute.
 
 The table fits the terminal: each cell stays on one line, cut with "…" where its column is too
 narrow; `--json` prints the API's answer, every cell whole (up to the preview's own caps).
@@ -9,6 +11,7 @@ narrow; `--json` prints the API's answer, every cell whole (up to the preview's 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +19,7 @@ from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
+from qexport import bootstrap
 from qexport.cli_common import (
     BAD_INPUT,
     fail,
@@ -26,7 +30,12 @@ from qexport.cli_common import (
     remote,
     server_errors,
 )
-from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError
+from qexport.domain.failures import (
+    InvalidRequestError,
+    NotFoundError,
+    QExportError,
+    TooManyRequestsError,
+)
 from qexport.services import preview as service
 
 # Columns narrower than this are not shown at all (and said so); rich pads each side by one.
@@ -54,17 +63,16 @@ def queries_preview(
             found = client.preview_query(client.resolve_query(name), parameters, limit=limit)
     else:
         st, deps = local_deps(ctx)
+        # Forked from this process, which has opened no source: a forkserver's imports would
+        # double the command's time (previews/processes.py).
+        runner = bootstrap.preview_processes(deps.settings, start_method="fork")
         try:
             found = service.preview_json(
                 service.preview_query(
-                    deps.catalog,
-                    deps.sources,
-                    deps.source_slots,
+                    replace(deps.preview_desk(), runner=runner),
                     st.requester,
                     query_ref=name,
                     parameters=parameters,
-                    statement_timeout_seconds=deps.settings.statement_timeout_seconds,
-                    policy=deps.accounts.workspace_policy(st.requester.workspace_id),
                     limit=limit,
                     match_name=True,
                 )
@@ -75,8 +83,12 @@ def queries_preview(
             fail_input(f"{option}{exc.detail}")
         except NotFoundError as exc:
             fail_input(exc.detail)
+        except TooManyRequestsError as exc:
+            fail(f"{exc.detail} (too_many_requests)")
         except QExportError as exc:
             fail(f"{exc.detail} ({exc.code.value})")
+        finally:
+            runner.close()
     if as_json:
         print(json.dumps(found, indent=2, ensure_ascii=False))
         return

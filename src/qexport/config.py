@@ -338,6 +338,20 @@ class Settings:
         bound=Bound.AT_LEAST_1,
     )
 
+    # A preview runs in a process of its own (previews/processes.py); past this its
+    # statement fails limit_exceeded, and the process that asked never grows.
+    preview_max_memory: Bytes = setting(
+        512 * _MIB,
+        "Memory one preview may take, beyond its process's own (its RLIMIT_DATA).",
+        bound=Bound.POSITIVE,
+    )
+    preview_per_minute: int = setting(
+        30,
+        "Previews one member may run in any minute, through the API, the pages and the CLI"
+        " together (more get 429).",
+        bound=Bound.AT_LEAST_1,
+    )
+
     def __post_init__(self) -> None:
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'qexport.db'}")

@@ -22,11 +22,14 @@ from qexport.ports import (
     DeliveryStore,
     ExportQueue,
     ObjectStore,
+    PreviewRunner,
+    RateLimits,
     RetentionRules,
     ScheduleStore,
     SourceCatalog,
 )
 from qexport.services.approvals import ApprovalDesk
+from qexport.services.preview import PreviewDesk
 from qexport.services.slots import SourceSlots
 
 
@@ -41,6 +44,10 @@ class Container:
     audit: AuditLog
     objects: ObjectStore
     sources: SourceCatalog
+    # Where previews run: processes of their own, of bounded memory (previews/processes.py).
+    previews: PreviewRunner
+    # How often a member may do what is rationed (previews), over every process.
+    rates: RateLimits
     clock: Clock
     settings: Settings
     # Raises when the metadata database does not answer (readiness, start-up checks).
@@ -51,7 +58,8 @@ class Container:
     stats: Callable[[datetime], ExportStats]
     # The object store's retention rules (None: the store keeps none).
     retention_rules: Callable[[], RetentionRules | None]
-    # Close the database connections (before forking, and at exit); reopened on next use.
+    # Close the database connections and stop the preview processes (before forking, and at
+    # exit); reopened on next use.
     close: Callable[[], None]
     # How many describes and previews may hold a source connection at once (this process).
     source_slots: SourceSlots = field(default_factory=SourceSlots)
@@ -60,3 +68,18 @@ class Container:
         """Where export requests of sensitive queries go (telling people by email when
         QEXPORT_SMTP_URL is set)."""
         return approval_desk(self.approvals, self.accounts, self.settings)
+
+    def preview_desk(self) -> PreviewDesk:
+        """What a preview needs (services/preview.py), whichever door asks for one."""
+        return PreviewDesk(
+            catalog=self.catalog,
+            accounts=self.accounts,
+            sources=self.sources,
+            runner=self.previews,
+            slots=self.source_slots,
+            audit=self.audit,
+            rates=self.rates,
+            clock=self.clock,
+            per_minute=self.settings.preview_per_minute,
+            statement_timeout_seconds=self.settings.statement_timeout_seconds,
+        )

@@ -94,6 +94,7 @@ def register_demo_queries(deps: Container, requester: Requester) -> list[Query]:
         if existing is None:
             described = describe_statement(
                 deps.sources,
+                deps.previews,
                 requester,
                 source=template.source,
                 sql=template.sql,

@@ -883,6 +883,104 @@ class NativeCopySource(Source, Protocol):
         ...
 
 
+# ---------------------------------------------------------------- previews
+
+# A value as a preview shows it: JSON-safe and exact (writers/cells.py makes them).
+Cell = None | bool | int | float | str
+
+
+@dataclass(frozen=True)
+class PreviewJob:
+    """One preview's statement, checked and bound by the service, for a PreviewRunner."""
+
+    source: str  # the source's name, which the workspace was allowed to use
+    sql: str
+    values: dict[str, Any]  # the parameters, typed and bound as an export binds them
+    requester: Requester
+    timeout_seconds: float
+    max_rows: int
+    max_cell_chars: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class DescribeJob:
+    """A statement to describe (its columns, without running it), for a PreviewRunner."""
+
+    source: str
+    sql: str
+    values: dict[str, Any]
+    requester: Requester
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class PlanJob:
+    """A statement to plan (the tables and columns it reads, Source.relations, nothing run),
+    for a PreviewRunner."""
+
+    source: str
+    sql: str
+    values: dict[str, Any]
+    requester: Requester
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class PreviewCells:
+    """What a preview shows: the columns, at most `max_rows` rows of cells (texts cut at
+    `max_cell_chars`, about `max_bytes` in all), and what was left out."""
+
+    columns: tuple[ResultColumn, ...]
+    rows: list[list[Cell]]
+    more: bool  # rows were left out: the result goes on, or the byte bound was reached
+    cut: int  # texts cut at max_cell_chars
+
+
+class PreviewRunner(Protocol):
+    """Runs previews, and the describes of queries being saved, away from the process that
+    asks, where their memory is bounded."""
+
+    def run(self, job: PreviewJob) -> PreviewCells:
+        """The job's rows as cells, read by `job.source` with the requester's rights.
+
+        Raises what the source raises (QueryInvalidError, QueryTimeoutError,
+        SourceUnavailableError, AccessLostError), and LimitExceededError, naming the limit,
+        when the preview needs more memory than a preview may use.
+        """
+        ...
+
+    def describe(self, job: DescribeJob) -> tuple[ResultColumn, ...]:
+        """The columns `job.sql` returns on `job.source` (Source.describe), with the
+        requester's rights; raises as `run` does."""
+        ...
+
+    def relations(self, job: PlanJob) -> frozenset[Relation] | None:
+        """What `job.sql` reads on `job.source` as its planner reports it (Source.relations;
+        None: the source cannot say), with the requester's rights; raises as `run` does."""
+        ...
+
+    def prepare(self) -> None:
+        """Begin starting what runs previews, without waiting for it: a server calls this as
+        it starts, so that its first preview does not wait for it."""
+        ...
+
+    def close(self) -> None:
+        """Stop what runs previews (their processes); the next `run` starts them again."""
+        ...
+
+
+class RateLimits(Protocol):
+    """How often something may be done, per key, over every process of the installation."""
+
+    def admit(self, key: str, *, now: datetime, limit: int, window: timedelta) -> timedelta:
+        """Record one use of `key` at `now` when fewer than `limit` fall within `window`
+        before it, and return zero; otherwise record nothing and return how long until the
+        oldest leaves the window. Atomic per key: concurrent callers are admitted exactly
+        `limit` times."""
+        ...
+
+
 # ---------------------------------------------------------------- writers
 
 

@@ -19,7 +19,7 @@ from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.services.slots import PER_REQUESTER
 from qexport.writers.cells import CUT_MARK
 from tests.api.conftest import SOURCE, Api, api_on
-from tests.fakes import FixedSources
+from tests.fakes import FixedSources, InProcessPreviews
 from tests.unit.fakes import FakeSource
 
 ANN = "ann@acme.test"
@@ -225,7 +225,8 @@ def test_a_third_preview_at_once_is_429_with_retry_after(api: Api) -> None:
             release.wait(timeout=20)
 
     source = FakeSource(pa.table({"n": [1]}), on_preview=hold)
-    deps = replace(api.deps, sources=FixedSources({SOURCE: source}, ["acme"]))
+    sources = FixedSources({SOURCE: source}, ["acme"])
+    deps = replace(api.deps, sources=sources, previews=InProcessPreviews(sources))
     answers: list[int] = []
     with TestClient(create_app(deps), raise_server_exceptions=False) as client:
 

@@ -108,3 +108,40 @@ def test_through_a_server_the_answer_is_the_same(local: Env, tmp_path: Path) -> 
     assert proc.returncode == 2
     assert "(invalid_request)" in proc.stderr
     assert not client.data_dir.exists()
+
+
+def test_a_local_preview_is_recorded_and_listed(local: Env) -> None:
+    """The CLI's own preview is a `query.previewed` event of its requester, with the values
+    given and the rows shown; `qexport audit list` shows it with its details."""
+    local.run("queries", "preview", "small_orders", "--param", "n=3")
+    [found] = local.json("audit", "list", "--action", "query.previewed")["items"]
+    assert found["actor"] == {"kind": "user", "id": "alice"}
+    assert found["target"]["kind"] == "query"
+    assert found["outcome"] == "ok"
+    assert found["details"]["query_name"] == "small_orders"
+    assert found["details"]["parameters"] == {"n": 3}
+    assert found["details"]["rows"] == 3
+    wide = Env(local.data_dir, {"COLUMNS": "250"})  # a terminal the table fits in
+    [row] = [line for line in wide.run("audit", "list").stdout.splitlines() if "query." in line]
+    assert "user:alice" in row
+    assert "query.previewed" in row
+    assert "parameters: n=3; query_name: small_orders; rows: 3" in row
+
+
+def test_local_previews_are_rationed_and_bounded(local: Env) -> None:
+    """Past QEXPORT_PREVIEW_PER_MINUTE the next preview is refused in one line saying when
+    to try again (exit 1); a statement that needs a gigabyte fails limit_exceeded naming the
+    limit, in one line, and the command's process never grew for it."""
+    local.add_query("huge", "SELECT length(repeat('x', 1000000000)) AS n")
+    limited = Env(local.data_dir, {"QEXPORT_PREVIEW_PER_MINUTE": "2"})
+    limited.run("queries", "preview", "small_orders")
+    proc = limited.run("queries", "preview", "huge", check=False)
+    assert proc.returncode == 1
+    assert "QEXPORT_PREVIEW_MAX_MEMORY" in proc.stderr
+    assert "(limit_exceeded)" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = limited.run("queries", "preview", "small_orders", check=False)
+    assert proc.returncode == 1
+    assert "2 previews in the last minute" in proc.stderr
+    assert "(too_many_requests)" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

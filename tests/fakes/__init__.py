@@ -13,6 +13,8 @@ from tests.fakes.clock import FrozenClock
 from tests.fakes.deliveries import InMemoryDeliveryStore
 from tests.fakes.exports import InMemoryExportQueue, InMemoryMetadataStore
 from tests.fakes.objects import InMemoryObjectStore
+from tests.fakes.previews import InProcessPreviews
+from tests.fakes.rates import InMemoryRateLimits
 from tests.fakes.schedules import InMemoryScheduleStore
 from tests.fakes.sources import FixedSources
 
@@ -27,5 +29,7 @@ __all__ = [
     "InMemoryExportQueue",
     "InMemoryMetadataStore",
     "InMemoryObjectStore",
+    "InMemoryRateLimits",
     "InMemoryScheduleStore",
+    "InProcessPreviews",
 ]

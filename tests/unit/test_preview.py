@@ -8,16 +8,20 @@ import datetime as dt
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from qexport.domain.audit import Action, AuditFilter, RecordedEvent
 from qexport.domain.exports import Requester
 from qexport.domain.failures import (
     AccessLostError,
     ForbiddenError,
     InvalidRequestError,
+    MetadataUnavailableError,
     NotFoundError,
     QueryInvalidError,
     TooManyRequestsError,
@@ -25,10 +29,24 @@ from qexport.domain.failures import (
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.services.describe import describe_statement
-from qexport.services.preview import MAX_CELL_CHARS, Preview, preview_query, preview_timeout
+from qexport.services.preview import (
+    MAX_CELL_CHARS,
+    Preview,
+    PreviewDesk,
+    preview_query,
+    preview_timeout,
+)
 from qexport.services.slots import SourceSlots
 from qexport.writers.cells import CUT_MARK, MAX_SAFE_INTEGER, column_cells, preview_cells
-from tests.fakes import FixedSources, InMemoryMetadataStore
+from tests.fakes import (
+    FixedSources,
+    FrozenClock,
+    InMemoryAccountStore,
+    InMemoryAuditLog,
+    InMemoryMetadataStore,
+    InMemoryRateLimits,
+    InProcessPreviews,
+)
 from tests.unit.fakes import FakeSource
 
 ANN = Requester("ann", "acme")
@@ -63,6 +81,42 @@ def catalog() -> InMemoryMetadataStore:
     return store
 
 
+@dataclass
+class Desk:
+    """A preview desk over the fakes, and what a test looks into afterwards."""
+
+    audit: InMemoryAuditLog = field(default_factory=InMemoryAuditLog)
+    accounts: InMemoryAccountStore = field(default_factory=InMemoryAccountStore)
+    rates: InMemoryRateLimits = field(default_factory=InMemoryRateLimits)
+    clock: FrozenClock = field(default_factory=FrozenClock)
+    per_minute: int = 1_000
+
+    def of(
+        self, catalog: InMemoryMetadataStore, sources: FixedSources, slots: SourceSlots
+    ) -> PreviewDesk:
+        return PreviewDesk(
+            catalog=catalog,
+            accounts=self.accounts,
+            sources=sources,
+            runner=InProcessPreviews(sources),
+            slots=slots,
+            audit=self.audit,
+            rates=self.rates,
+            clock=self.clock,
+            per_minute=self.per_minute,
+            statement_timeout_seconds=300,
+        )
+
+    def previewed(self) -> list[RecordedEvent]:
+        """The trail's `query.previewed` events, oldest first."""
+        narrow = AuditFilter(action=Action.QUERY_PREVIEWED.value)
+        return self.audit.list_events(workspace_id=None, narrow=narrow, limit=1_000)[::-1]
+
+    def set_policy(self, policy: WorkspacePolicy) -> None:
+        self.accounts.ensure_workspace("acme", now=self.clock.now())
+        self.accounts.set_workspace_policy("acme", policy)
+
+
 def _preview(
     catalog: InMemoryMetadataStore,
     source: FakeSource,
@@ -71,16 +125,15 @@ def _preview(
     ref: str = "q-orders",
     slots: SourceSlots | None = None,
     workspaces: tuple[str, ...] = ("acme",),
-    **kwargs: object,
+    desk: Desk | None = None,
+    **kwargs: Any,
 ) -> Preview:
+    sources = FixedSources({"shop": source}, workspaces)
     return preview_query(
-        catalog,
-        FixedSources({"shop": source}, workspaces),
-        slots or SourceSlots(),
+        (desk or Desk()).of(catalog, sources, slots or SourceSlots()),
         requester,
         query_ref=ref,
-        statement_timeout_seconds=300,
-        **({"policy": WorkspacePolicy()} | kwargs),  # type: ignore[arg-type]
+        **kwargs,
     )
 
 
@@ -88,8 +141,10 @@ def test_a_sensitive_query_is_not_previewed(catalog: InMemoryMetadataStore) -> N
     """A query the workspace's policy marks sensitive is refused naming the policy, and its
     source is never asked: its rows leave only through an approved export."""
     source = FakeSource(pa.table({"n": [1]}))
+    desk = Desk()
+    desk.set_policy(WorkspacePolicy(sensitive_queries=frozenset({"q-orders"})))
     with pytest.raises(ForbiddenError, match="policy marks the query 'orders' sensitive"):
-        _preview(catalog, source, policy=WorkspacePolicy(sensitive_queries=frozenset({"q-orders"})))
+        _preview(catalog, source, desk=desk)
     assert source.calls == []
 
 
@@ -305,6 +360,7 @@ def test_a_requester_holds_at_most_two_source_slots(
     with pytest.raises(TooManyRequestsError):
         describe_statement(
             FixedSources({"shop": third}),
+            InProcessPreviews(FixedSources({"shop": third})),
             ANN,
             source="shop",
             sql="SELECT 1",
@@ -342,3 +398,93 @@ def test_a_failed_preview_gives_its_slot_back(catalog: InMemoryMetadataStore) ->
         _preview(catalog, FakeSource(error=QueryInvalidError("no such table")), slots=slots)
     assert slots.held(ANN) == 0
     assert _preview(catalog, FakeSource(), slots=slots).rows
+
+
+# ---------------------------------------------------------------- on the record
+
+
+class _Unwritable(InMemoryAuditLog):
+    """A trail that cannot be written (the database is down)."""
+
+    def record(self, event: Any) -> bool:
+        return False
+
+
+def test_rows_whose_event_cannot_be_written_are_not_shown(
+    catalog: InMemoryMetadataStore,
+) -> None:
+    """Every row that leaves is on the record: a preview whose event cannot be written is
+    refused (503, try again) rather than shown unaccounted for."""
+    with pytest.raises(MetadataUnavailableError, match="could not be recorded"):
+        _preview(catalog, FakeSource(), desk=Desk(audit=_Unwritable()))
+
+
+def test_each_preview_run_is_recorded_and_refusals_before_it_are_not(
+    catalog: InMemoryMetadataStore,
+) -> None:
+    """A preview shown, one the source refused and one of a sensitive query are each an
+    event (ok with its rows; failed with its code; refused); a bad parameter, a limit out of
+    range and a query that cannot be read ran nothing and are not recorded."""
+    desk = Desk()
+    _preview(catalog, FakeSource(pa.table({"n": [1, 2]})), parameters={"above": "1"}, desk=desk)
+    with pytest.raises(QueryInvalidError):
+        _preview(catalog, FakeSource(error=QueryInvalidError("no such table")), desk=desk)
+    for bad in ({"parameters": {"above": "x"}}, {"limit": 0}, {"ref": "q-secret"}):
+        with pytest.raises((InvalidRequestError, NotFoundError)):
+            _preview(catalog, FakeSource(), desk=desk, **bad)
+    desk.set_policy(WorkspacePolicy(sensitive_queries=frozenset({"q-orders"})))
+    with pytest.raises(ForbiddenError):
+        _preview(catalog, FakeSource(), desk=desk)
+    shown, failed, refused = desk.previewed()
+    assert (shown.outcome, json.loads(shown.details)["rows"]) == ("ok", 2)
+    assert json.loads(shown.details)["parameters"] == {"above": 1}
+    assert (failed.outcome, json.loads(failed.details)["code"]) == ("failed", "query_invalid")
+    assert refused.outcome == "refused"
+
+
+def test_a_long_parameter_value_is_recorded_cut(catalog: InMemoryMetadataStore) -> None:
+    """A value's text is cut to 200 characters on the record: a hostile value cannot bloat
+    the trail."""
+    catalog.add_query(
+        Query(
+            "q-who",
+            "acme",
+            "who",
+            "SELECT $who AS w",
+            "shop",
+            (Parameter("who", ParamType.STRING),),
+        )
+    )
+    desk = Desk()
+    _preview(catalog, FakeSource(), ref="q-who", parameters={"who": "x" * 5_000}, desk=desk)
+    [found] = desk.previewed()
+    assert json.loads(found.details)["parameters"] == {"who": "x" * 200}
+
+
+def test_past_the_previews_a_minute_the_next_waits_for_the_oldest(
+    catalog: InMemoryMetadataStore,
+) -> None:
+    """Two a minute: the third is refused with how long until the first leaves the minute,
+    nothing run; once it has, one more runs; another member has their own minute."""
+    desk = Desk(per_minute=2)
+    source = FakeSource()
+    _preview(catalog, source, desk=desk)
+    desk.clock.advance(20)
+    _preview(catalog, source, desk=desk)
+    with pytest.raises(TooManyRequestsError, match="2 previews in the last minute") as caught:
+        _preview(catalog, source, desk=desk)
+    assert caught.value.retry_after == 40
+    assert len(source.calls) == 2
+    assert _preview(catalog, FakeSource(), BOB, desk=desk).rows
+    desk.clock.advance(40)
+    assert _preview(catalog, source, desk=desk).rows
+
+
+def test_the_policys_row_limit_caps_the_rows_shown(catalog: InMemoryMetadataStore) -> None:
+    """`max_rows` below the limit asked for caps it, and the preview says the policy did;
+    the source is asked for no more."""
+    desk = Desk()
+    desk.set_policy(WorkspacePolicy(max_rows=3))
+    found = _preview(catalog, FakeSource(pa.table({"n": list(range(10))})), desk=desk, limit=50)
+    assert [row[0] for row in found.rows] == [0, 1, 2]
+    assert (found.limit, found.policy_rows, found.more_rows) == (3, 3, True)

@@ -22,6 +22,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, ParamType, ResultColumn
 from qexport.services.describe import describe_statement, describe_timeout, describe_values
 from qexport.sources.duckdb_errors import located
+from tests.fakes.previews import InProcessPreviews
 from tests.fakes.sources import FixedSources
 from tests.unit.fakes import FakeSource
 
@@ -29,8 +30,10 @@ ANN = Requester("ann", "acme")
 
 
 def _describe(source: FakeSource, *params: Parameter) -> tuple[ResultColumn, ...]:
+    sources = FixedSources({"shop": source}, ["acme"])
     return describe_statement(
-        FixedSources({"shop": source}, ["acme"]),
+        sources,
+        InProcessPreviews(sources),
         ANN,
         source="shop",
         sql="SELECT 1",
@@ -100,6 +103,7 @@ def test_a_source_the_workspace_may_not_use_is_refused_on_the_source_field() -> 
     with pytest.raises(InvalidRequestError) as caught:
         describe_statement(
             FixedSources({"shop": source}, ["other"]),
+            InProcessPreviews(FixedSources({"shop": source}, ["other"])),
             ANN,
             source="shop",
             sql="SELECT 1",

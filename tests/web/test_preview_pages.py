@@ -5,13 +5,16 @@ to the parameter or above the table; the same access rules as the API."""
 from __future__ import annotations
 
 import html as markup
+import json
 import re
+from pathlib import Path
 
 import httpx2
 
+from qexport.domain.audit import Action, AuditFilter
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Parameter, ParamType, Visibility
-from tests.api.conftest import Api
+from tests.api.conftest import Api, api_on
 from tests.web.conftest import Browser, add_person, csrf_of
 
 ORDERS = "q-orders-acme"
@@ -183,3 +186,34 @@ def test_saving_a_query_with_no_slot_free_keeps_the_form(api: Api, browser: Brow
     assert "previews or query checks running" in response.text
     assert "SELECT 42 AS answer</textarea>" in response.text
     assert api.deps.catalog.find_query("acme", "held") is None
+
+
+def test_a_page_preview_is_recorded_and_counts_with_the_apis(
+    tmp_path: Path, source_template: Path
+) -> None:
+    """The page's preview is a `query.previewed` event by the signed-in person (a session,
+    not a token) with the values typed and the rows shown; it counts toward the same
+    previews a minute as the API's: two through the page, one through the API, and the
+    page's next is 429 with Retry-After, the refusal shown in the preview's place."""
+    with api_on(tmp_path, source_template, preview_per_minute=3) as api:
+        browser = Browser(api.client)
+        _signed_in(api, browser)
+        token = api.member("vic@example.com", "viewer")
+        fields = {"p.since": "2024-01-29"}
+        for _ in range(2):
+            shown = _post(browser, f"/queries/{ORDERS}/preview", f"/queries/{ORDERS}", **fields)
+            assert shown.status_code == 200
+        narrow = AuditFilter(action=Action.QUERY_PREVIEWED.value)
+        first = api.context.audit.list_events(workspace_id="acme", narrow=narrow)[-1]
+        assert (first.actor_kind, first.actor_id) == ("user", api.user_id("vic@example.com"))
+        assert (first.target_id, first.outcome) == (ORDERS, "ok")
+        details = json.loads(first.details)
+        assert (details["parameters"], details["rows"]) == ({"since": "2024-01-29"}, 6)
+        api_preview = api.post(f"/api/v1/queries/{ORDERS}/preview", token, json={})
+        assert api_preview.status_code == 200
+        refused = _post(browser, f"/queries/{ORDERS}/preview", f"/queries/{ORDERS}", **fields)
+        assert refused.status_code == 429
+        assert refused.headers["Retry-After"] == "60"
+        assert "3 previews in the last minute" in refused.text
+        assert "preview-table" not in refused.text
+        assert len(api.context.audit.list_events(workspace_id="acme", narrow=narrow)) == 3

@@ -5,12 +5,13 @@ the whole system, and a restart loses nothing. Like `/healthz` it needs no token
 counts, and workspace ids as the labels of the download figures, never people, file names or
 other names; where that matters, protect it at the proxy.
 
-The download figures (downloads, bytes sent and public-link uses by workspace) are sums over
-the audit trail: they cover what it keeps (QEXPORT_AUDIT_RETENTION days), so
-`qexport audit prune` lowers them, which Prometheus takes for a counter reset (`rate()` and
-`increase()` stay right; a total over all time does not). The one figure not read from the
-database is `qexport_audit_record_failures_total`: the events this process could not record
-(so none of them is in the database), counted since it started.
+The download figures (downloads, bytes sent and public-link uses by workspace) and the
+preview figures (previews and the rows they showed) are sums over the audit trail: they
+cover what it keeps (QEXPORT_AUDIT_RETENTION days), so `qexport audit prune` lowers them,
+which Prometheus takes for a counter reset (`rate()` and `increase()` stay right; a total
+over all time does not). The one figure not read from the database is
+`qexport_audit_record_failures_total`: the events this process could not record (so none of
+them is in the database), counted since it started.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class ExportStatsCollector(Collector):
             value=self.oldest_age_seconds,
         )
         yield from self._downloads()
+        yield from self._previews()
         pending = GaugeMetricFamily(
             "qexport_approvals_pending",
             "Export requests of sensitive queries waiting for an admin's approval (not yet"
@@ -142,6 +144,28 @@ class ExportStatsCollector(Collector):
             for workspace_id, tally in by_workspace:
                 family.add_metric([workspace_id], figure(tally))
             yield family
+
+    def _previews(self) -> Iterator[Metric]:
+        kept = (
+            " Over the audit events kept (QEXPORT_AUDIT_RETENTION): a prune lowers it, a"
+            " counter reset."
+        )
+        previews = CounterMetricFamily(
+            "qexport_previews",
+            "Previews that showed rows (API, pages and CLI) by workspace; not refusals nor"
+            " failures." + kept,
+            labels=["workspace"],
+        )
+        rows = CounterMetricFamily(
+            "qexport_previewed_rows",
+            "Rows shown by previews by workspace." + kept,
+            labels=["workspace"],
+        )
+        for workspace_id, tally in sorted(self.stats.previews.items()):
+            previews.add_metric([workspace_id], tally.previews)
+            rows.add_metric([workspace_id], tally.rows)
+        yield previews
+        yield rows
 
     def _durations(self) -> Metric:
         family = GaugeHistogramMetricFamily(

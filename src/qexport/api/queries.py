@@ -222,7 +222,9 @@ def _sources(context: Container, principal: Principal) -> frozenset[str]:
 def _describe(context: Container, principal: Principal) -> Describe:
     """The caller's source describes the statement before it is saved, with their rights."""
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    return describer(context.sources, principal.requester, timeout, context.source_slots)
+    return describer(
+        context.sources, context.previews, principal.requester, timeout, context.source_slots
+    )
 
 
 @router.post(
@@ -370,8 +372,9 @@ _PREVIEW_RESPONSES = {
     **problem_responses(400, 401, 403, 404, 413, 422, 503, 504),
     429: {
         **problem_responses(429)[429],
-        "description": "You (or the server) already run as many previews and query checks as"
-        " allowed at once; Retry-After says when to ask again.",
+        "description": "You ran as many previews as allowed in the last minute"
+        " (QEXPORT_PREVIEW_PER_MINUTE), or you (or the server) already run as many previews"
+        " and query checks as allowed at once; Retry-After says when to ask again.",
     },
 }
 
@@ -383,23 +386,25 @@ _PREVIEW_RESPONSES = {
     summary="The first rows of a query (at most 100), run with your rights",
     description="Runs the query as an export of it would run (your rights, the requester"
     " context, read-only, the statement timeout, at most 30 s) but reads only what it shows:"
-    " at most `limit` rows and about 256 KiB of cell text, long texts cut. A query you may not"
-    " read is 404; a bad parameter 422 naming it; a source your workspace may no longer use"
-    " 403 `access_lost`; a statement the source refuses 422 `query_invalid`; one that runs"
-    " too long 504 `query_timeout`; an unreachable source 503 `source_unavailable`.",
+    " at most `limit` rows (fewer when the workspace's policy sets `max_rows`) and about"
+    " 256 KiB of cell text, long texts cut. It runs in a process of its own whose memory is"
+    " bounded (QEXPORT_PREVIEW_MAX_MEMORY), and is recorded in the audit trail"
+    " (`query.previewed`: the parameters' values and the rows shown). A query you may not"
+    " read is 404; a bad parameter 422 naming it; a query the policy marks sensitive 403"
+    " `forbidden`; a source your workspace may no longer use 403 `access_lost`; a statement"
+    " the source refuses 422 `query_invalid`; one that needs more memory than a preview may"
+    " use 422 `limit_exceeded`; one that runs too long 504 `query_timeout`; an unreachable"
+    " source 503 `source_unavailable`; more previews than QEXPORT_PREVIEW_PER_MINUTE in a"
+    " minute 429.",
 )
 def preview_query(
     query_id: str, body: PreviewRequest, principal: CurrentPrincipal, context: Context
 ) -> PreviewView:
     found = preview.preview_query(
-        context.catalog,
-        context.sources,
-        context.source_slots,
+        context.preview_desk(),
         principal.requester,
         query_ref=query_id,
         parameters=dict(body.parameters),
-        statement_timeout_seconds=context.settings.statement_timeout_seconds,
-        policy=context.accounts.workspace_policy(principal.workspace_id),
         limit=body.limit,
     )
     return PreviewView.of(found)

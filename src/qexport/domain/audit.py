@@ -62,6 +62,8 @@ class Action(StrEnum):
     QUERY_CREATED = "query.created"
     QUERY_CHANGED = "query.changed"
     QUERY_DELETED = "query.deleted"
+    # A query's first rows shown (API, pages or CLI): its parameters and how many rows.
+    QUERY_PREVIEWED = "query.previewed"
     REPORT_CREATED = "report.created"
     REPORT_CHANGED = "report.changed"
     REPORT_DELETED = "report.deleted"

@@ -204,6 +204,12 @@ class SourceUnavailableError(QExportError):
     code = FailureCode.SOURCE_UNAVAILABLE
 
 
+class SourceOutOfMemoryError(SourceUnavailableError):
+    """The source's engine could not get the memory a statement needed (DuckDB in this
+    process): an export tries again, as other exports may have crowded it out; a preview,
+    which runs alone in a process of bounded memory, fails `limit_exceeded`."""
+
+
 class StorageUnavailableError(QExportError):
     code = FailureCode.STORAGE_UNAVAILABLE
 

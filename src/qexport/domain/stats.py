@@ -79,6 +79,15 @@ def download_tally(
 
 
 @dataclass(frozen=True)
+class PreviewTally:
+    """A workspace's previews that showed rows (audit events `query.previewed`, outcome ok)
+    and the rows they showed."""
+
+    previews: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
 class ExportStats:
     by_status: dict[str, int]  # every effective status, expired included
     failures: dict[str, int]  # failure code -> failed exports
@@ -91,3 +100,5 @@ class ExportStats:
     downloads: dict[str, DownloadTally]
     # workspace -> export requests of sensitive queries pending (unexpired) now
     approvals_pending: dict[str, int] = field(default_factory=dict)
+    # workspace -> its previews over the audit trail's retention (every known workspace)
+    previews: dict[str, PreviewTally] = field(default_factory=dict)

@@ -21,6 +21,7 @@ from qexport.domain.failures import (
     ConflictError,
     ForbiddenError,
     InvalidRequestError,
+    LimitExceededError,
     MetadataUnavailableError,
     NotFoundError,
     QExportError,
@@ -87,6 +88,8 @@ _STATUS: tuple[tuple[type[QExportError], int, str], ...] = (
     # A statement run while the caller waits (a preview): refused by its source, or too slow.
     (QueryInvalidError, 422, "query_invalid"),
     (QueryTimeoutError, 504, "query_timeout"),
+    # A preview that needed more memory than a preview may use (QEXPORT_PREVIEW_MAX_MEMORY).
+    (LimitExceededError, 422, "limit_exceeded"),
 )
 
 

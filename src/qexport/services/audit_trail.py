@@ -7,8 +7,10 @@ verifies and prunes them (`qexport audit`), reading the database directly.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from qexport.domain.accounts import Principal, Role
 from qexport.domain.audit import (
@@ -34,6 +36,26 @@ _CURSOR_PREFIX = "a|"
 class AuditPage:
     items: list[RecordedEvent]
     next_cursor: str | None  # continues with older events; None on the last page
+
+
+def details_line(details: str) -> str:
+    """An event's details (its JSON text) on one line, as the audit page and `qexport audit
+    list` show them: `name: value` in name order, separated by `; `; a mapping's own as
+    `name=value` (a preview's parameters), a list's items by commas."""
+    found = json.loads(details)
+    if not isinstance(found, dict):
+        return _shown(found)
+    return "; ".join(f"{name}: {_shown(value)}" for name, value in sorted(found.items()))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_shown(v)}" for k, v in sorted(value.items())) or "none"
+    if isinstance(value, list):
+        return ", ".join(_shown(v) for v in value) or "none"
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return str(value)
 
 
 def encode_cursor(event_id: int) -> str:

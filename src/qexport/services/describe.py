@@ -10,9 +10,15 @@ columns unknown: a query saved unchecked could hold any of the mistakes this che
 to catch, a warning beside a 201 is easy to miss in a script, and "saved means checked" stays
 true of every query saved from now on. Saving again once the source answers costs nothing.
 
-The source's planner also says then which tables (and columns) the statement reads
-(`Source.relations`, domain/sensitivity.py): recorded with the query, it is what a policy's
-sensitive tables are judged against when an export of it is requested.
+The source describes in a preview process (previews/processes.py), as a preview runs, not in
+the process that asks: DuckDB folds constants as it plans, so describing `SELECT
+length(repeat('x', 1000000000))` in the server took 7 s and 2 GiB there; within a preview
+process's memory limit the folding fails, DuckDB keeps the expression unfolded, and the
+columns come back at once. A describe that still meets the limit is refused on `sql`.
+
+The source's planner also says then, in a preview process too, which tables (and columns) the
+statement reads (`Source.relations`, domain/sensitivity.py): recorded with the query, it is
+what a policy's sensitive tables are judged against when an export of it is requested.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from qexport.domain.failures import (
     AccessLostError,
     InvalidRequestError,
+    LimitExceededError,
     QueryInvalidError,
     QueryTimeoutError,
     SourceUnavailableError,
@@ -40,11 +47,12 @@ from qexport.domain.queries import (
     ResultColumn,
     bind_parameters,
 )
+from qexport.ports import DescribeJob, PlanJob
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
     from qexport.domain.sensitivity import Relation
-    from qexport.ports import SourceCatalog
+    from qexport.ports import PreviewRunner, SourceCatalog
     from qexport.services.slots import SourceSlots
 
 # Describing plans a statement and reads the catalogue: milliseconds. A save waits at most
@@ -92,6 +100,7 @@ def describe_timeout(statement_timeout_seconds: float) -> float:
 
 def describe_statement(
     sources: SourceCatalog,
+    runner: PreviewRunner,
     requester: Requester,
     *,
     source: str,
@@ -101,22 +110,22 @@ def describe_statement(
     slots: SourceSlots | None = None,
 ) -> Described:
     """The columns of `sql` on `source` and the tables it reads, described and planned with
-    `requester`'s rights (holding one of `slots` meanwhile: TooManyRequestsError when none is
-    free).
+    `requester`'s rights by a preview process (`runner`), holding one of `slots` meanwhile
+    (TooManyRequestsError when none is free).
 
     StatementRefusedError (field `sql`) for a statement the source refuses; an
     InvalidRequestError on `source` for a source the workspace may not use;
     SourceUnavailableError when the source cannot be asked.
     """
     try:
-        found = sources.source_for(source, requester.workspace_id)
+        sources.source_for(source, requester.workspace_id)
     except (AccessLostError, SourceUnavailableError):
         raise InvalidRequestError(f"unknown source {source!r}", field="source") from None
-    values = describe_values(parameters)
+    job = DescribeJob(source, sql, describe_values(parameters), requester, timeout_seconds)
     try:
         with slots.hold(requester) if slots is not None else contextlib.nullcontext():
-            columns = found.describe(sql, values, requester, timeout_seconds=timeout_seconds)
-            reads = found.relations(sql, values, requester, timeout_seconds=timeout_seconds)
+            columns = runner.describe(job)
+            reads = runner.relations(PlanJob(source, sql, job.values, requester, timeout_seconds))
     except QueryInvalidError as exc:
         # Said as people read it (no caret art, no engine-internal suggestion); the position
         # stays, as words in the text and as line/column for the form and the API.
@@ -125,6 +134,8 @@ def describe_statement(
         raise StatementRefusedError(
             f"the source took longer than {timeout_seconds:g} s to describe the query"
         ) from exc
+    except LimitExceededError as exc:
+        raise StatementRefusedError(f"{exc.detail}; the query was not saved") from exc
     except (SourceUnavailableError, AccessLostError) as exc:
         # AccessLostError here: the source refused qexport's login, or its role is refused.
         raise SourceUnavailableError(
@@ -136,6 +147,7 @@ def describe_statement(
 
 def describer(
     sources: SourceCatalog,
+    runner: PreviewRunner,
     requester: Requester,
     timeout_seconds: float,
     slots: SourceSlots | None = None,
@@ -145,6 +157,7 @@ def describer(
     def describe(source: str, sql: str, parameters: Sequence[Parameter]) -> Described:
         return describe_statement(
             sources,
+            runner,
             requester,
             source=source,
             sql=sql,

@@ -1,5 +1,5 @@
 """Previewing a query: its first rows, run with the requester's rights exactly as an export of
-it would run, but small.
+it would run, but small, where its memory is bounded, and on the record.
 
 The same checks as a request (a query the requester may read, parameters bound as a request
 binds them) and as the worker's run (the workspace may still use the source; read-only, the
@@ -8,31 +8,66 @@ which reads at most one row past the limit and stops at a byte bound, and cells 
 can show (writers/cells.py): at most 100 rows, about 256 KiB of cell text, long texts cut
 with a visible mark; `truncated` says when any of that happened.
 
+Where it runs: never in the process that asks (an API server, the CLI). The statement goes to
+the PreviewRunner (previews/processes.py: a process of its own whose memory is bounded by
+QEXPORT_PREVIEW_MAX_MEMORY), which answers the cells or the source's refusal; a preview that
+needs more memory than that fails `limit_exceeded`, naming the limit. `SELECT
+length(repeat('x', 1000000000))` grew an API process from 218 to 2,126 MiB when it ran there.
+
 The timeout is the statement timeout, at most PREVIEW_TIMEOUT_SECONDS: a person (or a
 request thread) waits for the answer. A preview holds a source connection, so each takes one
 of the process's SourceSlots, which describing a saved query shares.
+
+On the record, and rationed, as every row that leaves is: each preview that runs is an audit
+event, `query.previewed` (who, which query, the parameters' values, since a preview leaves no
+other record of them, and the rows shown, or the failure's code), written before the rows are
+shown: a preview whose event cannot be written is refused (503), its rows unaccounted for. A
+member runs at most QEXPORT_PREVIEW_PER_MINUTE previews in any minute, through the API, the
+pages and the CLI together, whichever process runs them (RateLimits, in the metadata
+database); the next is 429 with a Retry-After. Paging a table through `OFFSET $off` previews
+went at 10,000 rows a second, unrecorded; now 30 pages a minute, each on the record. The
+workspace's policy applies to a preview's rows as to an export's: a sensitive query is not
+previewed (refused, on the record), and its `max_rows` caps the rows shown; its formats rule
+does not apply, since a preview makes no file.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from qexport.domain.failures import ForbiddenError, InvalidRequestError
-from qexport.domain.policies import WorkspacePolicy
+from qexport.domain.audit import Action, AuditEvent, Outcome, bounded
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    MetadataUnavailableError,
+    QExportError,
+    TooManyRequestsError,
+)
 from qexport.domain.queries import Query, ResultColumn, to_json_value
+from qexport.ports import Cell, PreviewJob
+from qexport.services.audit import actor_for, event
 from qexport.services.requests import bind_query_values, find_readable_query
 from qexport.services.sensitivity import preview_sensitivity
-from qexport.writers.cells import Cell, preview_cells
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
-    from qexport.ports import Catalog, SourceCatalog
+    from qexport.ports import (
+        AccountStore,
+        AuditLog,
+        Catalog,
+        Clock,
+        PreviewRunner,
+        RateLimits,
+        SourceCatalog,
+    )
     from qexport.services.slots import SourceSlots
 
 log = structlog.get_logger()
@@ -41,6 +76,7 @@ MAX_ROWS = 100
 MAX_CELL_CHARS = 1_000
 MAX_BYTES = 256 * 1024
 PREVIEW_TIMEOUT_SECONDS = 30.0
+RATE_WINDOW = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -51,14 +87,31 @@ class Preview:
     parameters: dict[str, Any]  # the values bound, as an export records them
     columns: tuple[ResultColumn, ...]
     rows: list[list[Cell]]
-    limit: int
+    limit: int  # the rows asked for, at most what the workspace's policy allows
     more_rows: bool  # the result goes on past the rows shown
     cut_cells: int  # texts cut at MAX_CELL_CHARS
+    policy_rows: int | None = None  # the policy's max_rows, when it is below the limit asked
 
     @property
     def truncated(self) -> bool:
         """Whether a cap was hit: rows left out, or a text cut."""
         return self.more_rows or self.cut_cells > 0
+
+
+@dataclass(frozen=True)
+class PreviewDesk:
+    """What a preview needs, from the container (`Container.preview_desk`)."""
+
+    catalog: Catalog
+    accounts: AccountStore  # the workspace's policy, read at each preview
+    sources: SourceCatalog  # whether the workspace may use the source, asked here first
+    runner: PreviewRunner
+    slots: SourceSlots
+    audit: AuditLog
+    rates: RateLimits
+    clock: Clock
+    per_minute: int  # QEXPORT_PREVIEW_PER_MINUTE
+    statement_timeout_seconds: float
 
 
 _DECIMAL_TYPE = re.compile(r"^(decimal|numeric)\b", re.IGNORECASE)
@@ -110,71 +163,145 @@ def check_limit(limit: Any) -> int:
 
 
 def preview_query(
-    catalog: Catalog,
-    sources: SourceCatalog,
-    slots: SourceSlots,
+    desk: PreviewDesk,
     requester: Requester,
     *,
     query_ref: str,
     parameters: dict[str, Any] | None = None,
-    statement_timeout_seconds: float,
-    policy: WorkspacePolicy,
     limit: int = MAX_ROWS,
     match_name: bool = False,
 ) -> Preview:
     """The first `limit` rows of the query `query_ref` with `parameters`, as `requester`.
 
     NotFoundError for a query they may not read; InvalidRequestError for a bad parameter or
-    limit; AccessLostError when the workspace may no longer use the source; then what the
-    source raises (QueryInvalidError, QueryTimeoutError, SourceUnavailableError), and
-    TooManyRequestsError when the requester (or this process) has no slot free.
-    A query the workspace's `policy` marks sensitive is not previewed (ForbiddenError): its
-    rows leave only through an approved export.
+    limit; TooManyRequestsError past QEXPORT_PREVIEW_PER_MINUTE, or when the requester (or
+    this process) has no source slot free; AccessLostError when the workspace may no longer
+    use the source; then what the runner raises (QueryInvalidError, QueryTimeoutError,
+    SourceUnavailableError, LimitExceededError); MetadataUnavailableError when the preview
+    could not be put on the record. A query the workspace's policy marks sensitive is not
+    previewed (ForbiddenError): its rows leave only through an approved export.
     """
     limit = check_limit(limit)
-    query = find_readable_query(catalog, requester, query_ref, match_name=match_name)
+    query = find_readable_query(desk.catalog, requester, query_ref, match_name=match_name)
+    values = bind_query_values(query, parameters or {})
+    shown_values = {k: to_json_value(v) for k, v in values.items()}
+    _admit(desk, requester)
+    policy = desk.accounts.workspace_policy(requester.workspace_id)
     if why := preview_sensitivity(
         policy,
-        sources,
-        catalog,
+        desk.sources,
+        desk.catalog,
+        desk.runner,
         requester,
         query,
-        parameters,
-        statement_timeout_seconds=statement_timeout_seconds,
-        slots=slots,
+        values,
+        statement_timeout_seconds=desk.statement_timeout_seconds,
+        slots=desk.slots,
     ):
-        raise ForbiddenError(
+        refusal = ForbiddenError(
             f"{why}: it is not previewed, and its exports need an admin's approval"
         )
-    values = bind_query_values(query, parameters or {})
-    source = sources.source_for(query.source, requester.workspace_id)
+        desk.audit.record(_previewed(desk, requester, query, shown_values, refusal=refusal))
+        raise refusal
+    rows = policy.row_limit(limit)
     started = time.monotonic()
-    with slots.hold(requester):
-        read = source.preview(
-            query.sql,
-            values,
-            requester,
-            timeout_seconds=preview_timeout(statement_timeout_seconds),
-            max_rows=limit,
-            max_cell_chars=MAX_CELL_CHARS,
-            max_bytes=MAX_BYTES,
+    try:
+        desk.sources.source_for(query.source, requester.workspace_id)
+        with desk.slots.hold(requester):
+            cells = desk.runner.run(
+                PreviewJob(
+                    source=query.source,
+                    sql=query.sql,
+                    values=values,
+                    requester=requester,
+                    timeout_seconds=preview_timeout(desk.statement_timeout_seconds),
+                    max_rows=rows,
+                    max_cell_chars=MAX_CELL_CHARS,
+                    max_bytes=MAX_BYTES,
+                )
+            )
+    except TooManyRequestsError:
+        raise  # no slot: nothing ran
+    except QExportError as exc:
+        desk.audit.record(_previewed(desk, requester, query, shown_values, refusal=exc))
+        raise
+    found = Preview(
+        query=query,
+        parameters=shown_values,
+        columns=cells.columns,
+        rows=cells.rows,
+        limit=rows,
+        more_rows=cells.more,
+        cut_cells=cells.cut,
+        policy_rows=rows if rows < limit else None,
+    )
+    if not desk.audit.record(_previewed(desk, requester, query, shown_values, shown=found)):
+        raise MetadataUnavailableError(
+            "the preview could not be recorded in the audit trail, so its rows are not shown;"
+            " try again in a moment"
         )
-    cells = preview_cells(read.table, max_chars=MAX_CELL_CHARS, max_bytes=MAX_BYTES)
     log.info(
         "query_previewed",
         query_id=query.id,
         source=query.source,
-        rows=len(cells.rows),
-        more_rows=read.more or cells.dropped,
-        cut_cells=cells.cut,
+        rows=len(found.rows),
+        more_rows=found.more_rows,
+        cut_cells=found.cut_cells,
         duration_s=round(time.monotonic() - started, 3),
     )
-    return Preview(
-        query=query,
-        parameters={k: to_json_value(v) for k, v in values.items()},
-        columns=read.columns,
-        rows=cells.rows,
-        limit=limit,
-        more_rows=read.more or cells.dropped,
-        cut_cells=cells.cut,
+    return found
+
+
+def _admit(desk: PreviewDesk, requester: Requester) -> None:
+    """One of the member's previews this minute, or TooManyRequestsError saying when."""
+    wait = desk.rates.admit(
+        f"preview:{requester.workspace_id}:{requester.user_id}",
+        now=desk.clock.now(),
+        limit=desk.per_minute,
+        window=RATE_WINDOW,
     )
+    if wait > timedelta(0):
+        seconds = max(1, math.ceil(wait.total_seconds()))
+        raise TooManyRequestsError(
+            f"you ran {desk.per_minute} previews in the last minute, as many as allowed;"
+            f" try again in {seconds} s (an export holds every row at once)",
+            retry_after=seconds,
+        )
+
+
+def _previewed(
+    desk: PreviewDesk,
+    requester: Requester,
+    query: Query,
+    values: dict[str, Any],
+    *,
+    shown: Preview | None = None,
+    refusal: QExportError | None = None,
+) -> AuditEvent:
+    """The preview's event: the query, the parameters' values (each cut to 200 characters),
+    and the rows shown; or why it was refused (a policy) or failed (the source's code)."""
+    details: dict[str, Any] = {
+        "query_name": query.name,
+        "source": query.source,
+        "parameters": {k: _bounded_value(v) for k, v in values.items()},
+    }
+    outcome = Outcome.OK
+    if shown is not None:
+        details |= {"rows": len(shown.rows), "more_rows": shown.more_rows, "limit": shown.limit}
+    elif isinstance(refusal, ForbiddenError):
+        outcome, details["reason"] = Outcome.REFUSED, "sensitive"
+    elif refusal is not None:
+        outcome, details["code"] = Outcome.FAILED, refusal.code.value
+    return event(
+        desk.clock,
+        actor_for(requester.user_id),
+        Action.QUERY_PREVIEWED,
+        workspace_id=requester.workspace_id,
+        target=("query", query.id),
+        outcome=outcome,
+        details=details,
+    )
+
+
+def _bounded_value(value: Any) -> Any:
+    return bounded(value) if isinstance(value, str) else value

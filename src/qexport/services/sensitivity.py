@@ -8,6 +8,11 @@ is judged as it is now. A changed answer is recorded on the query (`Catalog.reco
 so that its next request asks for an approval. A plan is cheap beside a run (5 ms on DuckDB,
 35 ms on PostgreSQL with its own connection), and a query on a source with no sensitive table
 is not planned at all.
+
+A preview's plan is asked of a preview process (PreviewRunner.relations), as its rows are:
+DuckDB folds constants as it plans, so planning `SELECT length(repeat('x', 1000000000))` in
+the server would take the server's memory. A worker plans in its own process, whose memory
+it watches (worker/memory.py).
 """
 
 from __future__ import annotations
@@ -22,9 +27,8 @@ from qexport.domain.exports import Requester
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query
 from qexport.domain.sensitivity import merged
-from qexport.ports import Catalog, SourceCatalog
+from qexport.ports import Catalog, PlanJob, PreviewRunner, SourceCatalog
 from qexport.services.describe import describe_timeout
-from qexport.services.requests import bind_query_values
 from qexport.services.slots import SourceSlots
 
 log = structlog.get_logger()
@@ -38,13 +42,21 @@ def planned_now(
     values: Mapping[str, Any],
     *,
     timeout_seconds: float,
+    runner: PreviewRunner | None = None,
 ) -> Query:
-    """`query` with what its source's planner says it reads now, with `values` bound. What
+    """`query` with what its source's planner says it reads now, with `values` bound: asked
+    of a preview process through `runner`, or of the source in this process without one. What
     it read newly is added to the query's record (never taken off it: other values may read
     less, as `WHERE $flag` folded away by PostgreSQL; saving the query again starts afresh).
     Raises what the source raises."""
     source = sources.source_for(query.source, requester.workspace_id)
-    reads = source.relations(query.sql, dict(values), requester, timeout_seconds=timeout_seconds)
+    if runner is not None:
+        job = PlanJob(query.source, query.sql, dict(values), requester, timeout_seconds)
+        reads = runner.relations(job)
+    else:
+        reads = source.relations(
+            query.sql, dict(values), requester, timeout_seconds=timeout_seconds
+        )
     known = query.reads
     recorded = reads if known is None or reads is None else merged(known | reads)
     if recorded != known and catalog.record_reads(
@@ -62,12 +74,22 @@ def sensitivity_now(
     runs: Iterable[tuple[Query, Mapping[str, Any]]],
     *,
     timeout_seconds: float,
+    runner: PreviewRunner | None = None,
 ) -> str | None:
     """Why a run of these queries (each with the values it binds) needs an admin's approval
-    under `policy`, judged by what their sources' planners say now; None if it does not.
-    Only a query on a source with a sensitive table is planned."""
+    under `policy`, judged by what their sources' planners say now (through `runner`, as
+    `planned_now`); None if it does not. Only a query on a source with a sensitive table is
+    planned."""
     judged = [
-        planned_now(sources, catalog, requester, query, values, timeout_seconds=timeout_seconds)
+        planned_now(
+            sources,
+            catalog,
+            requester,
+            query,
+            values,
+            timeout_seconds=timeout_seconds,
+            runner=runner,
+        )
         if policy.marks_tables_of(query.source)
         else query
         for query, values in runs
@@ -79,20 +101,20 @@ def preview_sensitivity(
     policy: WorkspacePolicy,
     sources: SourceCatalog,
     catalog: Catalog,
+    runner: PreviewRunner,
     requester: Requester,
     query: Query,
-    parameters: Mapping[str, Any] | None,
+    values: Mapping[str, Any],
     *,
     statement_timeout_seconds: float,
     slots: SourceSlots,
 ) -> str | None:
-    """Why `query` may not be previewed with `parameters` (it needs an approval to leave),
-    planned with the values the preview binds, holding one of the requester's `slots` as a
-    preview does (TooManyRequestsError when none is free); None if it may. InvalidRequestError
-    for a bad parameter, as the preview itself would refuse it."""
+    """Why `query` may not be previewed with `values` (the preview's bound values): it needs
+    an approval to leave. Planned by a preview process (`runner`), holding one of the
+    requester's `slots` as a preview does (TooManyRequestsError when none is free); None if
+    it may."""
     if not policy.sensitive_queries and not policy.marks_tables_of(query.source):
         return None
-    values = bind_query_values(query, dict(parameters or {}))
     with slots.hold(requester):
         return sensitivity_now(
             policy,
@@ -101,4 +123,5 @@ def preview_sensitivity(
             requester,
             [(query, values)],
             timeout_seconds=describe_timeout(statement_timeout_seconds),
+            runner=runner,
         )

@@ -27,7 +27,7 @@ from qexport.domain.accounts import Role
 from qexport.domain.failures import AccessLostError
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import AccountStore, AuditLog, PreviewRows
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb import DuckDBSource, process_config
 from qexport.sources.registry import AUDIT_SOURCE
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class AuditSource:
         path = folder / "audit.duckdb"
         try:
             events = pa.Table.from_pylist(rows, schema=_SCHEMA)
-            with duckdb.connect(str(path)) as con:
+            with duckdb.connect(str(path), config=process_config()) as con:
                 con.register("events", events)
                 con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM events ORDER BY id")
             source = DuckDBSource(AUDIT_SOURCE, path, memory_limit=self._memory_limit)

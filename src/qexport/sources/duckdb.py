@@ -46,6 +46,32 @@ SANDBOX_CONFIG: dict[str, Any] = {
 }
 
 
+@dataclass
+class _ThisProcess:
+    """How every database this process opens is set up, beyond the source's own settings."""
+
+    # Threads a database runs statements on (None: DuckDB's default, one per core).
+    threads: int | None = None
+
+
+_THIS_PROCESS = _ThisProcess()
+
+
+def limit_threads(threads: int) -> None:
+    """Open every later database of this process with `threads` threads. A preview process
+    does (previews/child.py): each thread's stack, 8 MiB, counts against its memory limit
+    (RLIMIT_DATA), and DuckDB starts its threads when a database opens: 64 of them, 512 MiB,
+    on a 64-core machine."""
+    if threads < 1:
+        raise ValueError("a DuckDB database needs at least one thread")
+    _THIS_PROCESS.threads = threads
+
+
+def process_config() -> dict[str, Any]:
+    """The settings of this process (`limit_threads`) for `duckdb.connect`'s config."""
+    return {} if _THIS_PROCESS.threads is None else {"threads": _THIS_PROCESS.threads}
+
+
 _MEMORY = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
 DEFAULT_MEMORY_LIMIT = "256MB"
 DEFAULT_TEMP_LIMIT = "10GiB"
@@ -78,7 +104,7 @@ def connect_sandboxed(
     """
     check_size(memory_limit, "memory limit")
     check_size(temp_limit, "temp limit")
-    con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG)
+    con = duckdb.connect(str(path), read_only=True, config=SANDBOX_CONFIG | process_config())
     try:
         _refuse_locked(con, path)
         # DuckDB caches table blocks up to its limit (80% of RAM by default): unbounded, a

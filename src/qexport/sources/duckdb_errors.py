@@ -12,6 +12,7 @@ from qexport.domain.failures import (
     QExportError,
     QueryInvalidError,
     QueryTimeoutError,
+    SourceOutOfMemoryError,
     SourceUnavailableError,
     TextPosition,
     bounded_detail,
@@ -31,12 +32,9 @@ _QUERY_ERRORS: tuple[type[Exception], ...] = (
     duckdb.PermissionException,
     duckdb.NotImplementedException,
 )
-# Out of memory is usually other exports crowding the same worker: worth another attempt,
-# unless the system refused the allocation itself (std::bad_alloc, said "(bad allocation)").
-_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
-    duckdb.IOException,
-    duckdb.OutOfMemoryException,
-)
+# DuckDB's out of memory is told apart before these (translate_error): a refused allocation
+# ("(bad allocation)") is not retried, its own memory limit is.
+_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (duckdb.IOException,)
 
 # Once the rows stream through Arrow, DuckDB's errors surface as Arrow errors carrying only
 # DuckDB's message; its "<kind> Error:" prefix is all that is left to classify them by.
@@ -54,7 +52,10 @@ _QUERY_ERROR_PREFIXES = (
     "Permission Error",
     "Not implemented Error",
 )
-_UNAVAILABLE_PREFIXES = ("IO Error", "Out of Memory Error")
+_UNAVAILABLE_PREFIXES = ("IO Error",)
+# Out of memory is usually other exports crowding the same worker: worth another attempt
+# (SourceOutOfMemoryError is a SourceUnavailableError); a preview says which limit it met.
+_MEMORY_PREFIX = "Out of Memory Error"
 # Errors about a value quote the value, which is row data: it must not reach failure_detail.
 _VALUE_ERROR_PREFIXES = ("Conversion Error", "Invalid Input Error", "Out of Range Error")
 _QUOTED = re.compile(r"'(?:[^']|'')*'")
@@ -145,6 +146,8 @@ def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
         return MemoryRefusedError(
             "the statement asked for more memory at once than the process may take"
         )
+    if isinstance(exc, duckdb.OutOfMemoryException) or message.startswith(_MEMORY_PREFIX):
+        return SourceOutOfMemoryError(message)
     if isinstance(exc, _UNAVAILABLE_ERRORS) or message.startswith(_UNAVAILABLE_PREFIXES):
         return SourceUnavailableError(message)
     return QExportError(f"the DuckDB source failed unexpectedly: {type(exc).__name__}")

@@ -74,6 +74,16 @@ class SourceRegistry:
         with self._lock:
             return self._built.setdefault(found.key, source)
 
+    def close(self) -> None:
+        """Close every source this registry holds that has something to close (DuckDB's
+        connection and scratch folder); each opens again on next use."""
+        with self._lock:
+            held = [*self._configured.values(), *self._built.values()]
+        for source in held:
+            close: Callable[[], None] | None = getattr(source, "close", None)
+            if close is not None:
+                close()
+
     def names_for(self, workspace_id: str) -> list[str]:
         """The sources `workspace_id` may use, sorted."""
         return list(usable_in(workspace_id, self._grants, self._registered()))

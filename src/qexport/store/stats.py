@@ -1,8 +1,9 @@
 """What `/metrics` reports, read from the metadata database at scrape time.
 
 Every API and worker process writes to the same database, so any one process can report the
-whole system. A scrape runs three aggregate statements and reads the download totals (one row
-per workspace, kept with the audit trail: store/audit.py), on SQLite and PostgreSQL alike.
+whole system. A scrape runs three aggregate statements and reads the download and preview
+totals (one row per workspace each, kept with the audit trail: store/audit.py, and the
+database's triggers for previews), on SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from qexport.domain.stats import (
     DownloadTally,
     Durations,
     ExportStats,
+    PreviewTally,
 )
 from qexport.store.engine import read_transaction
 from qexport.store.tables import (
@@ -30,6 +32,7 @@ from qexport.store.tables import (
     UTCDateTime,
     approval_requests,
     audit_download_totals,
+    audit_preview_totals,
     export_events,
     exports,
     workspaces,
@@ -44,7 +47,10 @@ def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:
         attempts = _attempts(conn, now)
         downloads = _downloads(conn)
         pending = _approvals_pending(conn, now)
-    return ExportStats(by_status, failures, rows, size, depth, oldest, attempts, downloads, pending)
+        previews = _previews(conn)
+    return ExportStats(
+        by_status, failures, rows, size, depth, oldest, attempts, downloads, pending, previews
+    )
 
 
 def _exports(conn: sa.Connection, now: datetime) -> tuple[dict[str, int], dict[str, int], int, int]:
@@ -161,4 +167,15 @@ def _downloads(conn: sa.Connection) -> dict[str, DownloadTally]:
         sa.select(t.workspace_id, t.downloads, t.bytes_sent, t.public_link_uses)
     ):
         found[workspace_id] = DownloadTally(int(downloads), int(sent), int(public))
+    return found
+
+
+def _previews(conn: sa.Connection) -> dict[str, PreviewTally]:
+    """Every workspace's preview totals, 0 for one without previews yet (as downloads)."""
+    found = dict.fromkeys(conn.execute(sa.select(workspaces.c.id)).scalars(), PreviewTally())
+    t = audit_preview_totals.c
+    for workspace_id, previews, rows in conn.execute(
+        sa.select(t.workspace_id, t.previews, t.rows_shown)
+    ):
+        found[workspace_id] = PreviewTally(int(previews), int(rows))
     return found

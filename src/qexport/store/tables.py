@@ -303,6 +303,18 @@ sa.Index("ix_sign_in_failures_email", sign_in_failures.c.email, sign_in_failures
 sa.Index("ix_sign_in_failures_address", sign_in_failures.c.address, sign_in_failures.c.at)
 sa.Index("ix_sign_in_failures_at", sign_in_failures.c.at)
 
+# How often each key (a member's previews: `preview:<workspace>:<user>`) was used within its
+# window: one row per use, the key's rows older than the window deleted as new ones are
+# written (store/rates.py), so a key holds at most its limit.
+rate_admissions = sa.Table(
+    "rate_admissions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("key", sa.String(300), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_rate_admissions_key", rate_admissions.c.key, rate_admissions.c.at)
+
 links = sa.Table(
     "links",
     metadata,
@@ -589,6 +601,72 @@ audit_download_totals = sa.Table(
     sa.Column("downloads", sa.BigInteger, nullable=False),
     sa.Column("bytes_sent", sa.BigInteger, nullable=False),
     sa.Column("public_link_uses", sa.BigInteger, nullable=False),
+)
+
+# Each workspace's previews and the rows they showed, over the `query.previewed` events
+# audit_events holds (outcome ok), for /metrics. Kept by the database itself: a trigger adds
+# each such event as it is inserted and takes it off as a prune deletes it, however the event
+# was written (one at a time, in a group, by qexport_audit_append) and whatever writes it
+# next, so the totals are always the sum over the trail. A trigger's WHEN clause costs every
+# other event one comparison.
+audit_preview_totals = sa.Table(
+    "audit_preview_totals",
+    metadata,
+    sa.Column("workspace_id", sa.String(200), primary_key=True),
+    sa.Column("previews", sa.BigInteger, nullable=False),
+    sa.Column("rows_shown", sa.BigInteger, nullable=False),
+)
+PREVIEW_TOTALS_SQLITE = (
+    """
+CREATE TRIGGER audit_preview_totals_add AFTER INSERT ON audit_events
+WHEN NEW.action = 'query.previewed' AND NEW.outcome = 'ok'
+BEGIN
+    INSERT INTO audit_preview_totals (workspace_id, previews, rows_shown)
+    VALUES (NEW.workspace_id, 1, coalesce(CAST(json_extract(NEW.details, '$.rows') AS INTEGER), 0))
+    ON CONFLICT (workspace_id) DO UPDATE SET
+        previews = previews + 1, rows_shown = rows_shown + excluded.rows_shown;
+END
+""",
+    """
+CREATE TRIGGER audit_preview_totals_remove AFTER DELETE ON audit_events
+WHEN OLD.action = 'query.previewed' AND OLD.outcome = 'ok'
+BEGIN
+    UPDATE audit_preview_totals SET
+        previews = previews - 1,
+        rows_shown = rows_shown
+            - coalesce(CAST(json_extract(OLD.details, '$.rows') AS INTEGER), 0)
+    WHERE workspace_id = OLD.workspace_id;
+END
+""",
+)
+PREVIEW_TOTALS_POSTGRESQL = (
+    """
+CREATE FUNCTION audit_preview_totals_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO audit_preview_totals AS t (workspace_id, previews, rows_shown)
+        VALUES (NEW.workspace_id, 1, coalesce((NEW.details::jsonb ->> 'rows')::bigint, 0))
+        ON CONFLICT (workspace_id) DO UPDATE SET
+            previews = t.previews + 1, rows_shown = t.rows_shown + excluded.rows_shown;
+        RETURN NEW;
+    END IF;
+    UPDATE audit_preview_totals SET
+        previews = previews - 1,
+        rows_shown = rows_shown - coalesce((OLD.details::jsonb ->> 'rows')::bigint, 0)
+    WHERE workspace_id = OLD.workspace_id;
+    RETURN OLD;
+END $$
+""",
+    """
+CREATE TRIGGER audit_preview_totals_add AFTER INSERT ON audit_events
+FOR EACH ROW WHEN (NEW.action = 'query.previewed' AND NEW.outcome = 'ok')
+EXECUTE FUNCTION audit_preview_totals_kept()
+""",
+    """
+CREATE TRIGGER audit_preview_totals_remove AFTER DELETE ON audit_events
+FOR EACH ROW WHEN (OLD.action = 'query.previewed' AND OLD.outcome = 'ok')
+EXECUTE FUNCTION audit_preview_totals_kept()
+""",
 )
 
 # SQLite's side of the prune path: a DELETE of audit events is allowed only while this

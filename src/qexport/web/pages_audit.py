@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
@@ -23,7 +22,6 @@ PAGE_SIZE = 50
 
 
 def _row(e: RecordedEvent) -> dict[str, str]:
-    details = json.loads(e.details)
     return {
         "id": str(e.id),
         "at": e.at.isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -33,7 +31,7 @@ def _row(e: RecordedEvent) -> dict[str, str]:
         "target": f"{e.target_kind or ''} {e.target_id or ''}".strip(),
         "outcome": e.outcome,
         "address": e.client_address or "",
-        "details": ", ".join(f"{k}: {v}" for k, v in sorted(details.items())),
+        "details": audit_trail.details_line(e.details),
     }
 
 

@@ -4,8 +4,10 @@ new-export page before requesting.
 Both are a POST with the CSRF field and the query's parameter inputs, answered with the same
 page and the table in its "Preview" section (the form's action ends in `#preview`, so the
 browser shows that section): no JavaScript is needed. The rows come from
-`services.preview.preview_query`, with the person's rights, as the API's preview. A refusal
-(a parameter: next to its input; the source's: above the table) re-renders the page too.
+`services.preview.preview_query`, with the person's rights, as the API's preview (so it is
+recorded, and counts toward the member's previews per minute, alike). A refusal (a
+parameter: next to its input; the source's, or too many previews, with its Retry-After:
+above the table) re-renders the page too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.failures import ForbiddenError, InvalidRequestError, QExportError
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    QExportError,
+    TooManyRequestsError,
+)
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.http.errors import status_of
 from qexport.services import preview as service
@@ -54,6 +61,7 @@ class ShownPreview:
     rows: list[list[ShownCell]]
     summary: str
     error: str | None = None
+    retry_after: int | None = None  # a refusal that says when to try again (429)
 
 
 def _cell(value: Cell, number: bool) -> ShownCell:
@@ -71,7 +79,12 @@ def _cell(value: Cell, number: bool) -> ShownCell:
 def _summary(found: service.Preview) -> str:
     count = len(found.rows)
     words = "No rows." if count == 0 else f"{count:,} row{'' if count == 1 else 's'}."
-    if found.more_rows:
+    if found.more_rows and found.policy_rows is not None:
+        words = (
+            f"The first {count:,} rows: the workspace's policy allows at most"
+            f" {found.policy_rows:,} rows in a preview or an export."
+        )
+    elif found.more_rows:
         words = f"The first {count:,} rows; the result goes on (an export holds every row)."
     if found.cut_cells:
         words += (
@@ -113,14 +126,10 @@ def _run(
     """The preview, or where it was refused: ({parameter: message}, status)."""
     try:
         found = service.preview_query(
-            context.catalog,
-            context.sources,
-            context.source_slots,
+            context.preview_desk(),
             principal.requester,
             query_ref=query.id,
             parameters=given_parameters(query.parameters, form),
-            statement_timeout_seconds=context.settings.statement_timeout_seconds,
-            policy=context.accounts.workspace_policy(principal.workspace_id),
         )
     except InvalidRequestError as exc:
         field = (exc.field or "").removeprefix("parameters.")
@@ -136,7 +145,14 @@ def _run(
 
 
 def _refused(query: Query, exc: QExportError) -> ShownPreview:
-    return ShownPreview(query.name, [], [], "", error=exc.detail)
+    wait = exc.retry_after if isinstance(exc, TooManyRequestsError) else None
+    return ShownPreview(query.name, [], [], "", error=exc.detail, retry_after=wait)
+
+
+def _with_retry_after(response: Response, preview: ShownPreview | None) -> Response:
+    if preview is not None and preview.retry_after is not None:
+        response.headers["Retry-After"] = str(preview.retry_after)
+    return response
 
 
 async def _checked_form(request: Request, session: Session) -> dict[str, str]:
@@ -157,7 +173,7 @@ async def preview_on_query_page(
     def answer() -> Response:
         query = get_readable_query(context.catalog, principal, query_id)
         preview, errors, status = _run(context, principal, query, form)
-        return render_query_page(
+        page = render_query_page(
             request,
             context,
             session,
@@ -167,6 +183,7 @@ async def preview_on_query_page(
             preview_values={p.name: form.get(PARAM_PREFIX + p.name, "") for p in query.parameters},
             errors=errors,
         )
+        return _with_retry_after(page, preview)
 
     return await run_in_threadpool(answer)
 
@@ -188,7 +205,7 @@ async def preview_on_new_export_page(
         query = get_readable_query(context.catalog, principal, subject.id)
         preview, errors, status = _run(context, principal, query, form)
         values = {p.name: form.get(PARAM_PREFIX + p.name, "") for p in query.parameters}
-        return pages_new._form_page(
+        page = pages_new._form_page(
             request,
             context,
             session,
@@ -200,6 +217,7 @@ async def preview_on_new_export_page(
             errors=errors,
             preview=preview,
         )
+        return _with_retry_after(page, preview)
 
     return await run_in_threadpool(answer)
 

@@ -160,7 +160,9 @@ def _save(
     require_writer(principal)
     sources = _sources(context, principal)
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    describe = describer(context.sources, principal.requester, timeout, context.source_slots)
+    describe = describer(
+        context.sources, context.previews, principal.requester, timeout, context.source_slots
+    )
     read = _draft(context, form)
     try:
         if query_id is None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from qexport.ports import Cell as Cell  # noqa: PLC0414 - re-exported, as the pages name it
 from qexport.writers.jsonvalues import iso_timestamps, to_text
 from qexport.writers.textual import (
     fallback_strings,
@@ -38,7 +39,6 @@ from qexport.writers.textual import (
     utf8,
 )
 
-Cell = None | bool | int | float | str
 CUT_MARK = "…[cut]"
 # The integers every JSON reader holds exactly (IEEE doubles: Number.MAX_SAFE_INTEGER).
 MAX_SAFE_INTEGER = 2**53 - 1
