@@ -673,6 +673,17 @@ class ObjectStore(Protocol):
         """The keys that something is staged for (incomplete uploads, staged parts)."""
         ...
 
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Store the small object `data` at `key` unless an object is there (create-if-absent,
+        as a completion is); False, nothing written, when the key is taken. Read it back with
+        `open`. For qexport's own records (audit checkpoints), outside `exports/`."""
+        ...
+
+    def names_under(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        """The names directly under `prefix` (a key ending in "/"), in byte order, at most
+        `limit`: an object's name, or a folder's with a "/" after it. Empty when none."""
+        ...
+
 
 @runtime_checkable
 class Presigner(Protocol):
