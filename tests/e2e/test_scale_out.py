@@ -16,8 +16,10 @@ import boto3
 import psycopg
 import pytest
 
+from qexport.domain.audit_keys import AuditKeys
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.queries import Parameter, ParamType
+from qexport.store.audit import use_keys
 from qexport.store.engine import create_engine
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL
@@ -39,6 +41,8 @@ def cluster(
     """The CLI and workers on a PostgreSQL metadata database and an S3 bucket."""
     (tmp_path / "demo.duckdb").symlink_to(demo_db)
     engine = create_engine(pg_url)
+    secret = "scale-out-test-key-" + "k" * 40
+    use_keys(engine, AuditKeys.from_secrets(secret))  # the commands' audit chain keys
     env = Env(
         tmp_path,
         extra={
@@ -46,7 +50,7 @@ def cluster(
             "QEXPORT_STORAGE_URL": f"s3://{s3_bucket}/{PREFIX}",
             "QEXPORT_S3_ENDPOINT_URL": moto_endpoint,
             # Required on PostgreSQL: the master secret is never kept in a shared database.
-            "QEXPORT_SECRET_KEY": "scale-out-test-key-" + "k" * 40,
+            "QEXPORT_SECRET_KEY": secret,
         },
         _store=SqlMetadataStore(engine),
     )
