@@ -136,7 +136,10 @@ def test_a_worker_killed_mid_upload_is_redelivered_into_the_same_key(
     _assert_stored(cluster, record, moto_endpoint, s3_bucket)
     # The killed attempt's upload was aborted when the export settled, not a day later.
     assert _incomplete_uploads(moto_endpoint, s3_bucket) == []
-    assert _object_keys(moto_endpoint, s3_bucket) == [f"{PREFIX}/{key}"]
+    stored = _object_keys(moto_endpoint, s3_bucket)
+    # Beside the file, only the workers' checkpoints of the audit trail (outside exports/).
+    assert [k for k in stored if not k.startswith(f"{PREFIX}/audit/")] == [f"{PREFIX}/{key}"]
+    assert any(k.startswith(f"{PREFIX}/audit/checkpoints/demo/") for k in stored)
 
 
 def test_workers_reconnect_when_postgresql_connections_are_killed(
