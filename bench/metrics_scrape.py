@@ -27,7 +27,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from qexport.domain.audit import Action, ActorKind, AuditEvent
-from qexport.store.audit import SqlAuditLog, add_to_download_totals, tally_downloads
+from qexport.domain.audit_keys import AuditKeys
+from qexport.store.audit import SqlAuditLog, add_to_download_totals, tally_downloads, use_keys
 from qexport.store.engine import create_engine, migrate
 from qexport.store.stats import read_stats
 from qexport.store.tables import audit_events
@@ -70,6 +71,7 @@ def _event(rnd: random.Random, n: int) -> dict[str, object]:
         "details": json.dumps(details, sort_keys=True, separators=(",", ":")),
         "prev_hash": "0" * 64,  # chains are not walked here
         "hash": "1" * 64,
+        "seq": n + 1,  # unique in its chain, as the schema wants
     }
 
 
@@ -123,6 +125,7 @@ def recording(engine: sa.Engine, action: Action) -> float:
 def run(url: str, count: int) -> None:
     engine = create_engine(url)
     migrate(engine)
+    use_keys(engine, AuditKeys.from_secrets("bench-secret"))
     started = time.perf_counter()
     fill(engine, count)
     print(f"  filled {count:,} events and their totals in {time.perf_counter() - started:.1f} s")

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote, urlparse
 
+import structlog
+
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.audit_keys import AuditKeys
 from qexport.domain.failures import MetadataUnavailableError, StorageUnavailableError
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource
 from qexport.ports import (
@@ -24,6 +29,7 @@ from qexport.ports import (
     SourceCatalog,
 )
 from qexport.previews.processes import PreviewProcesses, StartMethod
+from qexport.private_files import make_private_dirs, open_private
 from qexport.sources import schemes
 from qexport.sources.audit import AuditSource
 from qexport.sources.credentials import unseal
@@ -33,7 +39,7 @@ from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.approvals import SqlApprovalStore
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit import SqlAuditLog, logs_parameters, use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine, current_revision, migrate
@@ -50,6 +56,56 @@ if TYPE_CHECKING:
 
 # Read, never written: a stat of a key nobody uses tells whether the store answers.
 PROBE_KEY = "exports/readyz/probe"
+# Where the embedded default keeps the audit chain's secret when QEXPORT_SECRET_KEY is unset:
+# in the data directory, never in the database (which holds the other generated secret).
+AUDIT_SECRET_FILE = "audit-chain.secret"  # noqa: S105 - a file name, not a secret
+
+
+def audit_keys(settings: Settings) -> AuditKeys | None:
+    """The keys of the audit chains: QEXPORT_SECRET_KEY's, and its former values' (and the
+    generated secret's, if events were keyed with it before the variable was set); without
+    the variable, on SQLite, a secret generated once into the data directory (0600); on
+    PostgreSQL, none: its servers refuse to start, and a command that records fails."""
+    path = settings.data_dir / AUDIT_SECRET_FILE
+    former = settings.previous_secret_keys
+    if settings.secret_key:
+        generated = _read_secret(path)
+        return AuditKeys.from_secrets(settings.secret_key, [*former, *filter(None, [generated])])
+    if settings.metadata_on_postgresql:
+        return None
+    return AuditKeys.from_secrets(_generated_secret(path), former)
+
+
+def _read_secret(path: Path) -> str | None:
+    try:
+        found = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not found:
+        raise ValueError(f"{path} is empty: restore it from a backup (it keys the audit trail)")
+    return found
+
+
+def _generated_secret(path: Path) -> str:
+    """The secret in `path`, generated first if missing: written whole to a file beside it
+    and linked into place, so that processes starting at once all read the same one."""
+    found = _read_secret(path)
+    if found is not None:
+        return found
+    make_private_dirs(path.parent)
+    draft = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+    try:
+        with open_private(draft) as handle:
+            handle.write(secrets.token_hex(32).encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):  # made first by another: theirs is the one
+            os.link(draft, path)
+    finally:
+        draft.unlink(missing_ok=True)
+    generated = _read_secret(path)
+    assert generated is not None
+    return generated
 
 
 def object_store(settings: Settings) -> ObjectStore:
@@ -193,6 +249,15 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
     engine = create_engine(settings.database_url)
     if upgrade:
         migrate(engine)
+    keys = audit_keys(settings)
+    if keys is not None:
+        use_keys(engine, keys)
+    if upgrade and (logged := logs_parameters(engine)) is not None:
+        structlog.get_logger().warning(
+            "audit_keys_in_server_log",
+            reason=logged,
+            fix="set log_parameter_max_length = 0 for qexport's role (README: Security)",
+        )
     exports = SqlExportQueue(engine, notify=settings.pg_notify)
     accounts = SqlAccountStore(engine)
     audit = SqlAuditLog(engine)

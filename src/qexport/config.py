@@ -184,6 +184,12 @@ class Settings:
     audit_retention: int = setting(
         400, "Days `qexport audit prune` keeps audit events.", bound=Bound.AT_LEAST_1
     )
+    # A truncation of a chain's newest events is seen once a checkpoint names them: this is
+    # how long events can go without one (each checkpoint is one small object in storage).
+    audit_checkpoint_every: timedelta = setting(
+        timedelta(minutes=10),
+        "How often workers checkpoint an audit chain that moved (e.g. 10m, 1h).",
+    )
     lease_seconds: float = setting(
         30.0, "A worker's lease on an export, in seconds.", flag=True, bound=Bound.POSITIVE
     )
@@ -207,6 +213,14 @@ class Settings:
         "Master secret for signing keys (prefer the QEXPORT_SECRET_KEY variable:"
         " command lines are visible to other users).",
         flag=True,
+        secret=True,
+    )
+    # Events and checkpoints keyed with a former secret still verify with it; nothing is keyed
+    # with these. Comma-separated: a secret with a comma in it cannot be listed.
+    secret_key_previous: str = setting(
+        "",
+        "Former values of QEXPORT_SECRET_KEY, comma-separated: audit events keyed with them"
+        " still verify.",
         secret=True,
     )
     # Unset, `serve` uses its own address and `scheduler` refuses to start (the links it
@@ -367,6 +381,8 @@ class Settings:
         self._check_worker_memory()
         if self.approval_ttl <= timedelta(0):
             raise ValueError("QEXPORT_APPROVAL_TTL must be positive")
+        if self.audit_checkpoint_every < timedelta(seconds=1):
+            raise ValueError("QEXPORT_AUDIT_CHECKPOINT_EVERY must be at least 1s")
         try:
             parse_allow(self.egress_allow)
         except ValueError as exc:
@@ -436,6 +452,11 @@ class Settings:
                 " (e.g. https://qexport.example.com)"
             )
         return None
+
+    @property
+    def previous_secret_keys(self) -> list[str]:
+        """QEXPORT_SECRET_KEY_PREVIOUS, one secret each."""
+        return [key.strip() for key in self.secret_key_previous.split(",") if key.strip()]
 
     @property
     def demo_database(self) -> Path:

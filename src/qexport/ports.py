@@ -27,7 +27,9 @@ if TYPE_CHECKING:
         User,
     )
     from qexport.domain.approvals import ApprovalRequest, Decision, NewApproval
-    from qexport.domain.audit import AuditEvent, AuditFilter, RecordedEvent
+    from qexport.domain.audit import Anchor, AuditEvent, AuditFilter, RecordedEvent
+    from qexport.domain.audit_checkpoints import ChainHead
+    from qexport.domain.audit_keys import AuditKeys
     from qexport.domain.exports import (
         ExportEvent,
         ExportFilter,
@@ -557,7 +559,7 @@ class AccountStore(Protocol):
 
 
 class AuditLog(Protocol):
-    """The audit trail (domain/audit.py): a hash chain of events per workspace.
+    """The audit trail (domain/audit.py): a keyed hash chain of events per workspace.
 
     A store method that changes something takes `audit=`: the event it appends in its own
     transaction when the change is made (none when its guard matched nothing), so that
@@ -566,6 +568,11 @@ class AuditLog(Protocol):
 
     # Events `record` could not record since this process started (/metrics reports it).
     failures: int
+
+    @property
+    def keys(self) -> AuditKeys:
+        """The secrets the chains are keyed with (AuditKeyMissingError when there are none)."""
+        ...
 
     def record(self, event: AuditEvent) -> bool:
         """Append `event` in a short transaction of its own; never raises (False, logged and
@@ -592,17 +599,30 @@ class AuditLog(Protocol):
         """The workspaces that have a chain (events, or an anchor left by pruning)."""
         ...
 
-    def anchor(self, workspace_id: str) -> str:
-        """The hash the workspace's chain starts from (64 zeros until it is pruned)."""
+    def anchor(self, workspace_id: str) -> Anchor:
+        """Where the workspace's chain starts (64 zeros and sequence 0 until it is pruned)."""
         ...
 
     def chain(self, workspace_id: str) -> Iterator[RecordedEvent]:
         """The workspace's events, oldest first."""
         ...
 
+    def event_at(self, workspace_id: str, seq: int) -> RecordedEvent | None:
+        """The workspace's event at sequence `seq`, if the trail holds it."""
+        ...
+
+    def heads(self, *, after_id: int = 0) -> list[ChainHead]:
+        """The head of each chain with an event whose id is above `after_id`."""
+        ...
+
+    def unkeyed_chains(self) -> list[str]:
+        """The workspaces whose chain holds events from before keys."""
+        ...
+
     def prune(self, *, before: datetime, event: AuditEvent) -> dict[str, int]:
         """Delete the events written before `before`, keeping each chain verifiable from its
-        first kept event, and record `event` in the same transaction; how many, per chain."""
+        first kept event (an `audit.pruned` event in each chain names its anchor), and
+        record `event` in the same transaction; how many, per chain."""
         ...
 
 
@@ -706,6 +726,17 @@ class ObjectStore(Protocol):
 
     def staged_keys(self) -> Sequence[str]:
         """The keys that something is staged for (incomplete uploads, staged parts)."""
+        ...
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Store the small object `data` at `key` unless an object is there (create-if-absent,
+        as a completion is); False, nothing written, when the key is taken. Read it back with
+        `open`. For qexport's own records (audit checkpoints), outside `exports/`."""
+        ...
+
+    def names_under(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        """The names directly under `prefix` (a key ending in "/"), in byte order, at most
+        `limit`: an object's name, or a folder's with a "/" after it. Empty when none."""
         ...
 
 

@@ -123,9 +123,12 @@ def api_on(
     tmp_path: Path, source_template: Path, database_url: str = "", **overrides: Any
 ) -> Iterator[Api]:
     """The API of a fresh installation whose metadata database is `database_url` (SQLite in
-    the data directory when empty), with other settings `overrides`."""
+    the data directory when empty), with other settings `overrides`. On PostgreSQL it has a
+    QEXPORT_SECRET_KEY, as the product requires there (its audit trail is keyed with it)."""
     source = tmp_path / "shop.duckdb"
     shutil.copy(source_template, source)
+    if database_url:
+        overrides.setdefault("secret_key", "api-tests-secret-" + "k" * 32)
     settings = Settings(
         data_dir=tmp_path / "data",
         database_url=database_url,

@@ -15,12 +15,15 @@ from typing import Any
 
 import pytest
 
+from qexport.bootstrap import audit_keys
 from qexport.clock import SystemClock
+from qexport.config import Settings
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Parameter, Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
+from qexport.store.audit import use_keys
 from qexport.store.engine import create_engine
 from tests.stores import SqlMetadataStore
 
@@ -99,10 +102,18 @@ class Env:
     @property
     def store(self) -> SqlMetadataStore:
         if self._store is None:
-            self._store = SqlMetadataStore(
-                create_engine(f"sqlite:///{self.data_dir / 'qexport.db'}")
-            )
+            settings = self.settings
+            engine = create_engine(settings.database_url)
+            keys = audit_keys(settings)
+            assert keys is not None, "the commands' secret: QEXPORT_SECRET_KEY or generated"
+            use_keys(engine, keys)  # the commands' keys, so that what they verify holds
+            self._store = SqlMetadataStore(engine)
         return self._store
+
+    @property
+    def settings(self) -> Settings:
+        """The settings the commands run with (from `environ`)."""
+        return Settings.from_env(self.environ)
 
     def record(self, export_id: str) -> ExportRecord:
         found = self.store.get_export(export_id)

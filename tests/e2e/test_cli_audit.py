@@ -58,7 +58,8 @@ def test_verify_names_the_first_edited_event_and_prune_keeps_the_chain_verifiabl
 ) -> None:
     """verify exits 0 with the count; an event rewritten behind the dropped trigger makes it
     exit 1 naming that event; prune removes events past QEXPORT_AUDIT_RETENTION days, records
-    itself, and verify passes again from the first kept event."""
+    itself (in the pruned chain and the installation's), and verify passes again from the
+    first kept event."""
     engine = env.store.engine
     log = SqlAuditLog(engine)
     old = datetime.now(UTC) - timedelta(days=30)
@@ -82,7 +83,7 @@ def test_verify_names_the_first_edited_event_and_prune_keeps_the_chain_verifiabl
         conn.execute(audit_events.update().where(audit_events.c.id == ids[1]).values(actor_id="x"))
     broken = env.run("audit", "verify", "--workspace", "acme", check=False)
     assert broken.returncode == 1
-    assert f"event {ids[1]} (file.downloaded" in broken.stdout
+    assert f"event {ids[1]} (sequence 2, file.downloaded" in broken.stdout
     assert "1 event(s) before it verified" in broken.stdout
 
     with engine.begin() as conn:  # put it back, and the trigger with it
@@ -96,9 +97,9 @@ def test_verify_names_the_first_edited_event_and_prune_keeps_the_chain_verifiabl
     env.extra["QEXPORT_AUDIT_RETENTION"] = "15"
     pruned = env.run("audit", "prune")
     assert "deleted 2 event(s) older than 15 days from 1 chain(s)" in pruned.stdout
-    assert [e.target_id for e in log.chain("acme")] == ["e2", "e3"]
-    assert "3 event(s) in 2 chain(s) verified" in env.run("audit", "verify").stdout
-    (prune,) = _list(env, "--action", "audit.pruned")
+    assert [e.target_id for e in log.chain("acme")] == ["e2", "e3", None]
+    assert "4 event(s) in 2 chain(s) verified" in env.run("audit", "verify").stdout
+    (prune,) = _list(env, "--action", "audit.pruned", "--workspace", "*")
     assert prune["workspace"] == "*"
     assert prune["actor"] == {"kind": "operator", "id": "cli"}
 

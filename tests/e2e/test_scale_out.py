@@ -17,9 +17,11 @@ import boto3
 import psycopg
 import pytest
 
+from qexport.domain.audit_keys import AuditKeys
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Parameter, ParamType
+from qexport.store.audit import use_keys
 from qexport.store.engine import create_engine
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL, HUGE_STRING_SQL, MEMORY_LEASE
@@ -41,6 +43,8 @@ def cluster(
     """The CLI and workers on a PostgreSQL metadata database and an S3 bucket."""
     (tmp_path / "demo.duckdb").symlink_to(demo_db)
     engine = create_engine(pg_url)
+    secret = "scale-out-test-key-" + "k" * 40
+    use_keys(engine, AuditKeys.from_secrets(secret))  # the commands' audit chain keys
     env = Env(
         tmp_path,
         extra={
@@ -48,7 +52,7 @@ def cluster(
             "QEXPORT_STORAGE_URL": f"s3://{s3_bucket}/{PREFIX}",
             "QEXPORT_S3_ENDPOINT_URL": moto_endpoint,
             # Required on PostgreSQL: the master secret is never kept in a shared database.
-            "QEXPORT_SECRET_KEY": "scale-out-test-key-" + "k" * 40,
+            "QEXPORT_SECRET_KEY": secret,
         },
         _store=SqlMetadataStore(engine),
     )
@@ -134,7 +138,10 @@ def test_a_worker_killed_mid_upload_is_redelivered_into_the_same_key(
     _assert_stored(cluster, record, moto_endpoint, s3_bucket)
     # The killed attempt's upload was aborted when the export settled, not a day later.
     assert _incomplete_uploads(moto_endpoint, s3_bucket) == []
-    assert _object_keys(moto_endpoint, s3_bucket) == [f"{PREFIX}/{key}"]
+    stored = _object_keys(moto_endpoint, s3_bucket)
+    # Beside the file, only the workers' checkpoints of the audit trail (outside exports/).
+    assert [k for k in stored if not k.startswith(f"{PREFIX}/audit/")] == [f"{PREFIX}/{key}"]
+    assert any(k.startswith(f"{PREFIX}/audit/checkpoints/demo/") for k in stored)
 
 
 def test_workers_reconnect_when_postgresql_connections_are_killed(

@@ -88,3 +88,18 @@ class InMemoryObjectStore:
     def staged_keys(self) -> Sequence[str]:
         with self.lock:
             return sorted({u.key for u in self.uploads.values()})
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        with self.lock:
+            if key in self.objects:
+                return False
+            self.objects[key] = (data, StoredObject(key, len(data), 0, ""))
+        return True
+
+    def names_under(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        if not prefix.endswith("/"):
+            raise ValueError(f"a prefix to list ends with '/': {prefix!r}")
+        with self.lock:
+            below = [key.removeprefix(prefix) for key in self.objects if key.startswith(prefix)]
+        names = sorted({name.partition("/")[0] + ("/" if "/" in name else "") for name in below})
+        return names if limit is None else names[:limit]

@@ -1,6 +1,6 @@
-"""The audit trail on SQLite and PostgreSQL: append-only in the database, one hash chain per
-workspace that names the first tampered event, pruning that keeps it verifiable, and
-concurrent writers that never fork a chain."""
+"""The audit trail on SQLite and PostgreSQL: append-only in the database, one keyed hash
+chain per workspace that names the first tampered event, pruning that keeps it verifiable,
+concurrent writers that never fork a chain, and events from before keys that still verify."""
 
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ from qexport.domain.audit import (
     AuditEvent,
     AuditFilter,
     Outcome,
+    verify_chain,
 )
-from qexport.store.audit import SqlAuditLog, _Writer
+from qexport.store.audit import SqlAuditLog
+from qexport.store.audit_writer import Writer
 from qexport.store.tables import audit_events
 from tests.fakes import FrozenClock
-from tests.stores import SqlMetadataStore
+from tests.stores import SqlMetadataStore, keyed
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -51,10 +53,10 @@ def _event(n: int, workspace: str = "acme", at: datetime = T0) -> AuditEvent:
 
 
 def _verify(log: SqlAuditLog, workspace: str) -> tuple[int, int | None]:
-    """(events verified, id of the first broken event or None), as `audit verify` walks it."""
-    from qexport.services.audit_trail import verify
-
-    (check,) = verify(log, workspace)
+    """(events verified, id of the first broken event or None), as `audit verify` walks it;
+    a chain that starts where no prune said fails the test."""
+    check = verify_chain(workspace, log.anchor(workspace), log.chain(workspace), log.keys)
+    assert check.problem is None, check.problem
     return check.verified, check.broken.id if check.broken else None
 
 
@@ -160,15 +162,20 @@ def test_pruning_keeps_each_chain_verifiable_and_is_itself_recorded(
         ),
     )
     assert pruned == {"acme": 3, "beta": 1}
-    assert [e.target_id for e in log.chain("acme")] == ["export-3", "export-4", "export-5"]
-    assert log.anchor("acme") != GENESIS
-    assert _verify(log, "acme") == (3, None)
-    assert _verify(log, "beta") == (0, None)
-    log.record(_event(9, "beta"))  # a pruned-empty chain goes on from its anchor
+    kept = list(log.chain("acme"))
+    assert [e.target_id for e in kept] == ["export-3", "export-4", "export-5", None]
+    assert [e.seq for e in kept] == [4, 5, 6, 7]
+    assert log.anchor("acme").hash != GENESIS
+    assert log.anchor("acme").seq == 3
+    assert _verify(log, "acme") == (4, None)
     assert _verify(log, "beta") == (1, None)
+    log.record(_event(9, "beta"))  # a chain pruned of its every event goes on from its anchor
+    assert _verify(log, "beta") == (2, None)
     (pruning,) = log.list_events(workspace_id="*", narrow=AuditFilter(action="audit.pruned"))
     assert pruning.actor_kind == "operator"
     assert '"deleted":4' in pruning.details
+    (in_acme,) = log.list_events(workspace_id="acme", narrow=AuditFilter(action="audit."))
+    assert '"anchor_seq":3' in in_acme.details
     with (
         pytest.raises(sa.exc.DatabaseError, match="append-only"),
         sql_store.engine.begin() as conn,
@@ -298,7 +305,7 @@ def test_the_writer_settles_an_event_it_cannot_write_as_not_recorded(
 ) -> None:
     """An event that cannot be stored settles False and is counted; those beside it are
     written. An idle writer stops, and the next event starts it again."""
-    monkeypatch.setattr(_Writer, "_IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(Writer, "_IDLE_SECONDS", 0.05)
     log = SqlAuditLog(sql_store.engine, linger=0.05)
     bad = replace(_event(1), details={("no", "json"): "a key JSON cannot hold"})
     futures = [log.record_soon(e) for e in (_event(0), bad, _event(2))]
@@ -324,7 +331,8 @@ def test_writers_of_separate_processes_and_transactions_never_fork_a_chain(
     from qexport.store.engine import create_engine
     from tests.factories import new_export
 
-    engines = [create_engine(sql_store.engine.url) for _ in range(3)]
+    url = sql_store.engine.url.render_as_string(hide_password=False)
+    engines = [keyed(create_engine(url)) for _ in range(3)]
     start = threading.Barrier(6)
     failures: list[BaseException] = []
 
@@ -365,3 +373,25 @@ def test_writers_of_separate_processes_and_transactions_never_fork_a_chain(
     assert len(events) == 120
     assert len({e.prev_hash for e in events}) == 120
     assert _verify(log, "acme") == (120, None)
+
+
+def test_a_server_that_would_log_the_chains_keys_is_named(
+    postgresql_store: SqlMetadataStore,
+) -> None:
+    """A PostgreSQL database whose statements are logged with their parameters would write
+    the workspaces' event keys to the server log: that is told (start-up warns), and no
+    longer once log_parameter_max_length is 0; SQLite logs nothing."""
+    from qexport.store.audit import logs_parameters
+
+    engine = postgresql_store.engine
+    assert logs_parameters(engine) is None
+    database = engine.url.database
+    for setting, reason in (
+        ("log_statement = 'all'", "log_statement is 'all'"),
+        ("log_parameter_max_length = 0", None),
+    ):
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'ALTER DATABASE "{database}" SET {setting}')
+            conn.commit()
+        engine.dispose()  # the setting applies to the connections made after it
+        assert logs_parameters(engine) == reason

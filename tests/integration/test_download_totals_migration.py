@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from qexport.domain.audit import GENESIS, Action, ActorKind, AuditEvent, Outcome, chained
+from qexport.domain.audit import GENESIS, Action, ActorKind, AuditEvent, Outcome, unkeyed
 from qexport.store.engine import MIGRATIONS
 from qexport.store.tables import audit_download_totals, audit_events
 from tests.fakes import FrozenClock
@@ -63,7 +63,7 @@ def test_the_upgrade_counts_the_downloads_recorded_before_it(
         _download(clock, "other", {"format": "csv"}, action=Action.EXPORT_REQUESTED),
     ]
     with engine.begin() as conn:
-        conn.execute(audit_events.insert(), [chained(e, GENESIS, clock.now()) for e in events])
+        conn.execute(audit_events.insert(), [unkeyed(e, GENESIS, clock.now()) for e in events])
 
     _to(engine, "head")
 

@@ -275,3 +275,52 @@ def test_staged_keys_name_each_key_with_an_upload_left_once(objects: ObjectStore
         _staged(objects, key)
 
     assert objects.staged_keys() == [KEY, OTHER]
+
+
+RECORD = "audit/checkpoints/acme/9999999999999999989-seq10.json"
+
+
+def test_a_small_object_is_stored_once_whole_and_read_back(objects: ObjectStore) -> None:
+    """put_new writes a small object at a free key and reads back byte for byte; at a taken
+    key it returns False and leaves the first (racing writers: exactly one wins)."""
+    assert objects.put_new(RECORD, b'{"seq": 10}')
+    assert not objects.put_new(RECORD, b'{"seq": 10, "forged": true}')
+    assert _read(objects, RECORD) == b'{"seq": 10}'
+    start = threading.Barrier(6)
+    won: list[bool] = []
+
+    def put(n: int) -> None:
+        start.wait()
+        won.append(objects.put_new(f"audit/checkpoints/race/{0:019d}", str(n).encode()))
+
+    threads = [threading.Thread(target=put, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(won) == [False] * 5 + [True]
+
+
+def test_names_under_a_prefix_list_objects_and_folders_in_order_up_to_a_limit(
+    objects: ObjectStore,
+) -> None:
+    """names_under lists what is directly under a prefix (folders with a "/"), in byte order,
+    the first `limit` only when asked; an unknown prefix lists nothing; a prefix must end
+    with "/"."""
+    for key in (
+        "audit/checkpoints/acme/0002.json",
+        "audit/checkpoints/acme/0001.json",
+        "audit/checkpoints/acme/0010.json",
+        "audit/checkpoints/%2A/0001.json",
+        "audit/checkpoints/beta/sub/0001.json",
+    ):
+        assert objects.put_new(key, b"{}")
+    _upload(objects, [b"x"], rows=1)
+    assert objects.names_under("audit/checkpoints/") == ["%2A/", "acme/", "beta/"]
+    assert objects.names_under("audit/checkpoints/acme/") == ["0001.json", "0002.json", "0010.json"]
+    assert objects.names_under("audit/checkpoints/acme/", limit=1) == ["0001.json"]
+    assert objects.names_under("audit/checkpoints/beta/") == ["sub/"]
+    assert objects.names_under("audit/checkpoints/nobody/") == []
+    assert objects.names_under("exports/demo/exp-1/") == ["orders.csv"]
+    with pytest.raises(ValueError, match="ends with '/'"):
+        objects.names_under("audit/checkpoints")

@@ -20,12 +20,12 @@ import pytest
 
 from qexport import bootstrap
 from qexport.config import Settings
-from qexport.store.engine import create_engine, migrate
 from qexport.domain.exports import Requester
 from qexport.domain.failures import LimitExceededError, QueryInvalidError, QueryTimeoutError
 from qexport.ports import DescribeJob, PreviewJob, SourceCatalog
 from qexport.previews import processes
 from qexport.previews.processes import PreviewProcesses
+from qexport.store.engine import create_engine, migrate
 from tests.fakes import FixedSources
 from tests.unit.fakes import FakeSource
 

@@ -41,6 +41,11 @@ class AuditEventView(BaseModel):
     outcome: str = Field(description="ok, refused or failed.")
     client_address: str | None
     details: dict[str, Any]
+    seq: int = Field(description="Its place in the workspace's chain: 1, 2, 3...")
+    key_id: str | None = Field(
+        description="The secret its hash is keyed with (HMAC-SHA256); null: plain SHA-256,"
+        " written before keys."
+    )
     prev_hash: str
     hash: str
 
@@ -62,6 +67,8 @@ def _view(e: RecordedEvent) -> AuditEventView:
         outcome=e.outcome,
         client_address=e.client_address,
         details=json.loads(e.details),
+        seq=e.seq,
+        key_id=e.key_id,
         prev_hash=e.prev_hash,
         hash=e.hash,
     )

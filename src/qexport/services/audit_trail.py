@@ -1,7 +1,8 @@
 """Reading the audit trail, checking its chains and pruning it (domain/audit.py).
 
 Admins read their own workspace's trail (the API, the page); the operator reads any and
-verifies and prunes them (`qexport audit`), reading the database directly.
+verifies and prunes them (`qexport audit`), reading the database directly, and the object
+store for the chains' checkpoints (services/audit_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -17,14 +18,32 @@ from qexport.domain.audit import (
     INSTALLATION,
     OPERATOR,
     Action,
+    Anchor,
     AuditFilter,
     ChainCheck,
     RecordedEvent,
     verify_chain,
 )
-from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
-from qexport.ports import AuditLog, Clock
+from qexport.domain.audit_checkpoints import (
+    UNKEYED_CHAINS,
+    Checkpoint,
+    UnkeyedChains,
+    compared,
+    signature_problem,
+    unkeyed_problem,
+)
+from qexport.domain.audit_keys import AuditKeys
+from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems, QExportError
+from qexport.ports import AuditLog, Clock, ObjectStore
 from qexport.services.audit import event
+from qexport.services.audit_checkpoints import (
+    Checkpointer,
+    CheckpointPass,
+    Stored,
+    chains_in_storage,
+    newest,
+    unkeyed_chains,
+)
 from qexport.services.exports import parse_instant
 
 MAX_PAGE = 200
@@ -155,16 +174,108 @@ def page(
     return AuditPage(items, encode_cursor(items[-1].id) if more and items else None)
 
 
-def verify(audit: AuditLog, workspace_id: str | None = None) -> list[ChainCheck]:
-    """Walk each chain (or the one named) from its anchor; each one's first broken event."""
-    names = [workspace_id] if workspace_id is not None else audit.chains()
-    return [verify_chain(name, audit.anchor(name), audit.chain(name)) for name in names]
+@dataclass(frozen=True)
+class ChainReport:
+    """What verify found in one chain: its walk, the newest checkpoint it was compared with,
+    what is wrong beyond a broken event (its anchor, its checkpoint), and a note."""
+
+    check: ChainCheck
+    anchor: Anchor
+    checkpoint: Stored | None
+    finding: str | None = None
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.check.broken is None and self.finding is None
 
 
-def prune(audit: AuditLog, clock: Clock, *, retention_days: int) -> dict[str, int]:
+def verify(
+    audit: AuditLog,
+    objects: ObjectStore,
+    workspace_id: str | None = None,
+    *,
+    checkpoint_every: timedelta,
+) -> list[ChainReport]:
+    """Walk each chain (or the one named) from its anchor with the trail's keys, and compare
+    it with its newest checkpoint in storage: every chain the database or the storage knows,
+    so that a chain removed from the database is found by its checkpoints."""
+    if workspace_id is not None:
+        names = [workspace_id]
+    else:
+        names = sorted(set(audit.chains()) | set(chains_in_storage(objects)))
+    keys = audit.keys
+    listed = unkeyed_chains(objects)
+    if isinstance(listed, str):
+        raise QExportError(f"{UNKEYED_CHAINS} in the object store is unreadable: {listed}")
+    return [_verify_one(audit, objects, keys, listed, name, checkpoint_every) for name in names]
+
+
+def _verify_one(
+    audit: AuditLog,
+    objects: ObjectStore,
+    keys: AuditKeys,
+    listed: UnkeyedChains | None,
+    workspace_id: str,
+    every: timedelta,
+) -> ChainReport:
+    stored = newest(objects, workspace_id)
+    checkpoint = stored.checkpoint if stored is not None else None
+    anchor = audit.anchor(workspace_id)
+    check = verify_chain(
+        workspace_id,
+        anchor,
+        audit.chain(workspace_id),
+        keys,
+        watch_seq=checkpoint.seq if checkpoint is not None else None,
+    )
+    finding = check.problem or unkeyed_problem(check, listed, keys)
+    if stored is None:
+        return ChainReport(check, anchor, None, finding, "no checkpoint in storage yet")
+    if checkpoint is None:
+        finding = f"its newest checkpoint {stored.key} is unreadable: {stored.unreadable}"
+        return ChainReport(check, anchor, stored, finding)
+    distrust = signature_problem(checkpoint, keys)
+    if distrust is not None:
+        finding = f"its newest checkpoint {stored.key} cannot be believed: {distrust}"
+        return ChainReport(check, anchor, stored, finding)
+    if finding is None and check.broken is None:
+        finding = compared(check, anchor, checkpoint, stored.key)
+    return ChainReport(check, anchor, stored, finding, _staleness(check, checkpoint, every))
+
+
+def _staleness(check: ChainCheck, checkpoint: Checkpoint, every: timedelta) -> str | None:
+    """A note when the newest checkpoint is much older than the chain's last event."""
+    head = check.head
+    if head is None or head.at - checkpoint.written_at <= 2 * every:
+        return None
+    return (
+        f"its newest checkpoint is of {checkpoint.written_at.isoformat(timespec='seconds')},"
+        " more than twice QEXPORT_AUDIT_CHECKPOINT_EVERY before its last event: is a worker"
+        " running? (a deletion of the events since would go unseen)"
+    )
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What a prune deleted per chain, and the checkpoints written after it."""
+
+    deleted: dict[str, int]
+    checkpoints: CheckpointPass
+
+
+def prune(
+    audit: AuditLog,
+    objects: ObjectStore,
+    clock: Clock,
+    *,
+    retention_days: int,
+    checkpoint_every: timedelta,
+) -> Pruned:
     """Delete the events older than `retention_days`, keeping every chain verifiable from
-    its first kept event; recorded as an event of the operator's (on the installation's
-    chain) in the same transaction. How many went, per chain."""
+    its first kept event; recorded as an event of the operator's in each pruned chain and
+    on the installation's, in the same transaction. Then each pruned chain's new start and
+    head are checkpointed."""
     now = clock.now()
     before = now - timedelta(days=retention_days)
     pruned = event(
@@ -174,4 +285,7 @@ def prune(audit: AuditLog, clock: Clock, *, retention_days: int) -> dict[str, in
         workspace_id=INSTALLATION,
         details={"before": before.isoformat(), "retention_days": retention_days},
     )
-    return audit.prune(before=before, event=pruned)
+    deleted = audit.prune(before=before, event=pruned)
+    checkpointer = Checkpointer(audit, objects, clock, checkpoint_every)
+    written = checkpointer.run_once(force=True, only={*deleted, INSTALLATION})
+    return Pruned(deleted, written)

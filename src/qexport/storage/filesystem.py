@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 import shutil
 import stat
 from collections.abc import Iterator
@@ -256,9 +257,53 @@ class FilesystemObjectStore:
             keys = {upload.key for upload in self.layout.staged_uploads()}
         return sorted(key for key in keys if key is not None)
 
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Write `data` to a file beside the key, durably, then hard-link it at the key: the
+        object is whole or absent, and a taken key (EEXIST) is left as it is."""
+        path = self.layout.object_path(key)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        with _storage_errors("store", key):
+            make_private_dirs(path.parent)
+            try:
+                with open_private(tmp) as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return False
+                fsync_dir(path.parent)
+            finally:
+                remove_quietly(tmp)
+        return True
+
+    def names_under(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        """The folder's entries (a sub-folder's name with a "/"), files being written aside."""
+        folder = self.layout.object_path(_folder_key(prefix))
+        with _storage_errors("list", prefix):
+            try:
+                with os.scandir(folder) as entries:
+                    names = [
+                        f"{entry.name}/" if entry.is_dir(follow_symlinks=False) else entry.name
+                        for entry in entries
+                        if not entry.name.startswith(".")
+                    ]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        names.sort(key=str.encode)
+        return names if limit is None else names[:limit]
+
     def local_path(self, key: str) -> Path:
         """Where the object for `key` lives on disk (for CLI downloads and the demo)."""
         return self.layout.object_path(key)
+
+
+def _folder_key(prefix: str) -> str:
+    """`prefix` without its closing "/", which it must have (ValueError otherwise)."""
+    if not prefix.endswith("/"):
+        raise ValueError(f"a prefix to list ends with '/': {prefix!r}")
+    return validate_key(prefix.removesuffix("/"))
 
 
 def delete_object_file(layout: FilesystemLayout, path: Path) -> bool:

@@ -580,6 +580,40 @@ class S3ObjectStore:
         keys = {self._key_of(name, staging_root) for name in found}
         return sorted(key for key in keys if key is not None)
 
+    def put_new(self, key: str, data: bytes) -> bool:
+        """One PutObject with `If-None-Match: *`: False when S3 answers that the key is taken."""
+        try:
+            with s3_errors("store", self.bucket, key):
+                self.client.put_object(
+                    Bucket=self.bucket, Key=self.object_key(key), Body=data, IfNoneMatch="*"
+                )
+        except QExportError as exc:
+            if isinstance(exc.__cause__, ClientError) and error_code(exc.__cause__) in _TAKEN:
+                return False
+            raise
+        return True
+
+    def names_under(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        """ListObjectsV2 with a "/" delimiter, a page at a time until `limit` names."""
+        if not prefix.endswith("/"):
+            raise ValueError(f"a prefix to list ends with '/': {prefix!r}")
+        folder = f"{self.object_key(prefix.removesuffix('/'))}/"
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket,
+            Prefix=folder,
+            Delimiter="/",
+            PaginationConfig={"PageSize": min(limit or 1000, 1000)},
+        )
+        found: list[str] = []
+        with s3_errors("list", self.bucket, prefix):
+            for page in pages:
+                keys = [item["Key"] for item in page.get("Contents", [])]
+                keys += [common["Prefix"] for common in page.get("CommonPrefixes", [])]
+                found += sorted((key.removeprefix(folder) for key in keys), key=str.encode)
+                if limit is not None and len(found) >= limit:
+                    break
+        return found if limit is None else found[:limit]
+
     def _key_of(self, name: str, staging_root: str) -> str | None:
         """The export key a bucket key belongs to: itself, or the key it was staged for."""
         key = name.removeprefix(self.prefix)

@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import queue
 import threading
-import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -46,14 +43,19 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from qexport.domain.audit import (
     GENESIS,
+    Anchor,
     AuditEvent,
     AuditFilter,
     RecordedEvent,
-    around_prev,
     linked,
+    pieces,
+    prune_events,
     unchained,
 )
+from qexport.domain.audit_checkpoints import ChainHead
+from qexport.domain.audit_keys import AuditKeyMissingError, AuditKeys, ChainKey
 from qexport.domain.stats import DOWNLOAD_ACTIONS, DownloadTally, download_tally
+from qexport.store.audit_writer import Waiting, Writer
 from qexport.store.engine import read_transaction, transaction
 from qexport.store.reads import OneWrite
 from qexport.store.tables import (
@@ -74,26 +76,43 @@ RECORD_SOON_LINGER = 0.01
 _WORKSPACE = sa.bindparam("workspace_", type_=audit_events.c.workspace_id.type)
 # Prebuilt, as the export queue's statements are (store/exports.py): built per call they
 # cost more to find in SQLAlchemy's cache than to run.
-_LAST_HASH = (
-    sa.select(audit_events.c.hash)
+_LAST = (
+    sa.select(audit_events.c.hash, audit_events.c.seq)
     .where(audit_events.c.workspace_id == _WORKSPACE)
     .order_by(audit_events.c.id.desc())
     .limit(1)
 )
-_ANCHOR = sa.select(audit_anchors.c.anchor_hash).where(audit_anchors.c.workspace_id == _WORKSPACE)
-# A chain's head: the hash of its last event, else its anchor (none: it starts at GENESIS).
-_HEAD = sa.select(sa.func.coalesce(_LAST_HASH.scalar_subquery(), _ANCHOR.scalar_subquery()))
+_ANCHOR = sa.select(
+    audit_anchors.c.anchor_hash, audit_anchors.c.anchor_seq, audit_anchors.c.pruned_before
+).where(audit_anchors.c.workspace_id == _WORKSPACE)
+# Per engine: the keys the audit chains written through it are keyed with (`use_keys`, which
+# bootstrap calls where it makes the engine). A registry beside the engine, as its writers'
+# turns are (store/engine.py), rather than a parameter of every store: each store appends its
+# `audit=` events in its own transactions, about thirty call sites over seven stores.
+_KEYS: weakref.WeakKeyDictionary[sa.Engine, AuditKeys] = weakref.WeakKeyDictionary()
 # On PostgreSQL events are chained by the database, in one statement per workspace (the
-# function migration 0019 creates): it takes the workspace's advisory lock (held until the
+# function migration 0020 creates): it takes the workspace's advisory lock (held until the
 # commit, so that two writers never chain after the same event), reads the head after it,
-# hashes each event from the canonical text Python made around its prev_hash
-# (domain/audit.around_prev), inserts them and adds to the download totals. The lock is
-# never held across a round trip to Python, where under load each step of a busy server
-# waited its turn for a core: recording one event alone took 0.73 ms of CPU in five round
-# trips (a lock, the head, the insert, the totals, the commit), against one now.
+# keys each event from the canonical text Python made around its prev_hash and sequence
+# (domain/audit.pieces), inserts them and adds to the download totals. The lock is never
+# held across a round trip to Python, where under load each step of a busy server waited its
+# turn for a core: recording one event alone took 0.73 ms of CPU in five round trips (a
+# lock, the head, the insert, the totals, the commit), against one now.
+#
+# The HMAC is computed there as SHA256(outer || SHA256(inner || message)) from the
+# workspace's event key padded with HMAC's two pads (ChainKey.pads), sent as two bytea
+# parameters with each call and never stored. Bound parameters are not in the statement's
+# text, so pg_stat_statements' normalised text (`$7`, `$8`) never holds them; but a server
+# that logs statements with their parameters (log_statement = 'all', or
+# log_min_duration_statement reached, while log_parameter_max_length is not 0) writes them to
+# its log (`DETAIL: parameters: ... $8 = '\x...'`: checked on PostgreSQL 15 with
+# log_statement = 'all', and gone with log_parameter_max_length = 0). Whoever reads that log
+# learns the event keys of the workspaces appended meanwhile (one key per workspace, never
+# the secret nor the checkpoint key): they could rewrite those chains after their newest
+# checkpoint, and no further. `logs_parameters` tells, and bootstrap warns at start.
 _APPEND = sa.text(
     "SELECT qexport_audit_append(:workspace_, :genesis_, CAST(:events_ AS jsonb),"
-    " :downloads_, :bytes_sent_, :public_link_uses_)"
+    " :downloads_, :bytes_sent_, :public_link_uses_, :key_id_, :inner_, :outer_)"
 )
 # The same, for events with no transaction of their own (`record`, `record_soon`): on the
 # driver's cursor in autocommit, where it commits on its own (store/reads.py). Through a
@@ -108,8 +127,15 @@ _APPEND_ALONE = OneWrite(
             sa.bindparam("downloads_", type_=sa.BigInteger),
             sa.bindparam("bytes_sent_", type_=sa.BigInteger),
             sa.bindparam("public_link_uses_", type_=sa.BigInteger),
+            sa.bindparam("key_id_", type_=sa.Text),
+            sa.bindparam("inner_", type_=sa.LargeBinary),
+            sa.bindparam("outer_", type_=sa.LargeBinary),
         )
     )
+)
+_LOGGING = sa.text(
+    "SELECT current_setting('log_statement'), current_setting('log_min_duration_statement'),"
+    " current_setting('log_parameter_max_length')"
 )
 _LOCK = sa.text(f"SELECT pg_advisory_xact_lock({_LOCK_SPACE}, hashtext(:workspace_))")
 _INSERT = audit_events.insert()
@@ -127,6 +153,38 @@ _ADD_TO_TOTALS = (
 _NEW_TOTALS = audit_download_totals.insert()
 
 
+def use_keys(engine: sa.Engine, keys: AuditKeys) -> None:
+    """Key the audit chains written through `engine`, by every store over it, with `keys`."""
+    _KEYS[engine] = keys
+
+
+def keys_for(engine: sa.Engine) -> AuditKeys:
+    """The keys of the chains written through `engine`; AuditKeyMissingError without."""
+    keys = _KEYS.get(engine)
+    if keys is None:
+        raise AuditKeyMissingError(
+            "the audit trail cannot be written or verified: no secret keys its chains; set"
+            " QEXPORT_SECRET_KEY (required with a PostgreSQL database, the same on every machine)"
+        )
+    return keys
+
+
+def logs_parameters(engine: sa.Engine) -> str | None:
+    """On PostgreSQL, why the server's log may hold the event keys sent with each append
+    (statements logged with their parameters); None when it does not, or on SQLite."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as conn:
+        statement, slow, length = conn.execute(_LOGGING).one()
+    if length == "0":
+        return None
+    if statement == "all":
+        return "log_statement is 'all'"
+    if slow != "-1":
+        return f"log_min_duration_statement is {slow}"
+    return None
+
+
 def lock_chain(conn: sa.Connection, workspace_id: str) -> None:
     """On PostgreSQL, take the workspace's chain lock until the commit, as appending does."""
     conn.execute(_LOCK, {"workspace_": workspace_id})
@@ -141,18 +199,29 @@ def append_all_in(conn: sa.Connection, events: Sequence[AuditEvent]) -> None:
     """Chain `events`, in their order, after their workspaces' last events, in the caller's
     transaction. On PostgreSQL that is one statement per workspace, whose events are all
     written or none."""
+    key = keys_for(conn.engine).current
     for workspace_id, rows, tally in _unchained_groups(events):
         if conn.dialect.name == "postgresql":
-            conn.execute(_APPEND, _append_params(workspace_id, rows, tally or DownloadTally()))
+            params = _append_params(workspace_id, rows, tally or DownloadTally(), key)
+            conn.execute(_APPEND, params)
             continue
-        prev = conn.execute(_HEAD, {"workspace_": workspace_id}).scalar() or GENESIS
+        prev, seq = _head(conn, workspace_id)
         linked_rows = []
         for row in rows:
-            linked_rows.append(done := linked(row, prev))
+            seq += 1
+            linked_rows.append(done := linked(row, prev, seq, key))
             prev = done["hash"]
         conn.execute(_INSERT, linked_rows)
         if tally is not None:
             add_to_download_totals(conn, workspace_id, tally)
+
+
+def _head(conn: sa.Connection, workspace_id: str) -> tuple[str, int]:
+    """The hash and sequence a workspace's next event follows: its last event's, else its
+    anchor's, else the start."""
+    params = {"workspace_": workspace_id}
+    row = conn.execute(_LAST, params).first() or conn.execute(_ANCHOR, params).first()
+    return (row[0], row[1]) if row is not None else (GENESIS, 0)
 
 
 def _unchained_groups(
@@ -174,13 +243,22 @@ def _share(row: dict[str, Any]) -> DownloadTally | None:
 
 
 def _append_params(
-    workspace_id: str, rows: list[dict[str, Any]], tally: DownloadTally
+    workspace_id: str, rows: list[dict[str, Any]], tally: DownloadTally, key: ChainKey
 ) -> dict[str, Any]:
     """The parameters of qexport_audit_append (_APPEND, _APPEND_ALONE) for these rows."""
     events = []
     for row in rows:
-        before, after = around_prev(row)
-        events.append({**row, "at": row["at"].isoformat(), "before": before, "after": after})
+        before, between, after = pieces(row, key.key_id)
+        events.append(
+            {
+                **row,
+                "at": row["at"].isoformat(),
+                "before": before,
+                "between": between,
+                "after": after,
+            }
+        )
+    inner, outer = key.pads(workspace_id)
     return {
         "workspace_": workspace_id,
         "genesis_": GENESIS,
@@ -188,6 +266,9 @@ def _append_params(
         "downloads_": tally.downloads,
         "bytes_sent_": tally.bytes_sent,
         "public_link_uses_": tally.public_link_uses,
+        "key_id_": key.key_id,
+        "inner_": inner,
+        "outer_": outer,
     }
 
 
@@ -262,6 +343,8 @@ def _to_event(row: sa.Row[Any]) -> RecordedEvent:
         details=row.details,
         prev_hash=row.prev_hash,
         hash=row.hash,
+        seq=row.seq,
+        key_id=row.key_id,
     )
 
 
@@ -283,75 +366,6 @@ def _narrowed(stmt: sa.Select[Any], narrow: AuditFilter) -> sa.Select[Any]:
     return stmt
 
 
-@dataclass(eq=False)
-class _Waiting:
-    """An event `record` was given, until it is written (`recorded`) or failed."""
-
-    event: AuditEvent
-    settled: threading.Event = field(default_factory=threading.Event)
-    recorded: bool = False
-    leads: bool = False
-    # Settled by the writer of `record_soon` once the event is written (or failed).
-    written: Future[bool] | None = None
-
-
-class _Writer:
-    """The thread that writes the events given to `record_soon`: the first to arrive waits
-    up to `linger` seconds for more, then they are written together, one statement (or
-    transaction) per workspace, and their futures settled.
-
-    Started at the first event, it stops after a while with nothing to write, and is
-    started anew in a forked process (threads do not survive a fork).
-    """
-
-    _MOST = 500  # events in one batch
-    _IDLE_SECONDS = 30.0
-
-    def __init__(self, write: Callable[[list[_Waiting]], None], linger: float) -> None:
-        self._write = write
-        self._linger = linger
-        self._queue: queue.SimpleQueue[_Waiting] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._running_in: int | None = None  # the pid whose thread takes from the queue
-        self.thread: threading.Thread | None = None
-
-    def submit(self, waiting: _Waiting) -> Future[bool]:
-        waiting.written = Future()
-        self._queue.put(waiting)
-        with self._lock:
-            if self._running_in != os.getpid():
-                self._running_in = os.getpid()
-                self.thread = threading.Thread(
-                    target=self._run, name="qexport-audit-writer", daemon=True
-                )
-                self.thread.start()
-        return waiting.written
-
-    def _run(self) -> None:
-        while True:
-            try:
-                first = self._queue.get(timeout=self._IDLE_SECONDS)
-            except queue.Empty:
-                with self._lock:  # an event given meanwhile would find no thread: look again
-                    if self._queue.empty():
-                        self._running_in = None
-                        return
-                continue
-            # Those given meanwhile gather without waking this thread (one wake a batch).
-            time.sleep(self._linger)
-            batch = [first]
-            with contextlib.suppress(queue.Empty):
-                while len(batch) < self._MOST:
-                    batch.append(self._queue.get(block=False))
-            try:
-                for group in _by_workspace(batch, lambda w: w.event.workspace_id).values():
-                    self._write(group)  # counts and logs what it could not write
-            finally:  # whatever happens, no one waits for ever
-                for waiting in batch:
-                    assert waiting.written is not None
-                    waiting.written.set_result(waiting.recorded)
-
-
 class SqlAuditLog:
     """AuditLog over any SQLAlchemy engine."""
 
@@ -362,9 +376,9 @@ class SqlAuditLog:
         # The group commit of `record`: the events waiting to be written, and whether a
         # thread is writing (leading).
         self._gathering = threading.Lock()
-        self._waiting: list[_Waiting] = []
+        self._waiting: list[Waiting] = []
         self._leading = False
-        self._writer = _Writer(self._write, linger)
+        self._writer = Writer(self._write, linger)
 
     def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return transaction(self._engine)
@@ -379,8 +393,9 @@ class SqlAuditLog:
             with transaction(self._engine) as conn:
                 append_all_in(conn, events)
             return
+        key = self.keys.current
         for workspace_id, rows, tally in _unchained_groups(events):
-            params = _append_params(workspace_id, rows, tally or DownloadTally())
+            params = _append_params(workspace_id, rows, tally or DownloadTally(), key)
             _APPEND_ALONE.scalar(self._engine, params)
 
     def record(self, event: AuditEvent) -> bool:
@@ -394,7 +409,7 @@ class SqlAuditLog:
         on SQLite, reads p99 162 ms at 1,019 requests/s; 134 ms at 1,026-1,047 with the
         group commit (bench/api_load.py).
         """
-        me = _Waiting(event)
+        me = Waiting(event)
         with self._gathering:
             self._waiting.append(me)
             me.leads = not self._leading
@@ -426,9 +441,9 @@ class SqlAuditLog:
         range with an event written per download (`record`, on the thread pool), 2.9 ms
         with this writer and no linger, 2.1-2.2 ms with a linger of 10 ms (30 ms: no
         better), against 1.8-1.9 ms with no event at all."""
-        return self._writer.submit(_Waiting(event))
+        return self._writer.submit(Waiting(event))
 
-    def _write(self, batch: list[_Waiting]) -> None:
+    def _write(self, batch: list[Waiting]) -> None:
         """Write one workspace's events: on PostgreSQL one statement outside a transaction
         (it commits on its own), on SQLite a transaction."""
         try:
@@ -471,15 +486,20 @@ class SqlAuditLog:
         with self._read() as conn:
             return [_to_event(row) for row in conn.execute(stmt)]
 
+    @property
+    def keys(self) -> AuditKeys:
+        return keys_for(self._engine)
+
     def chains(self) -> list[str]:
         with self._read() as conn:
             names = set(conn.execute(sa.select(audit_events.c.workspace_id).distinct()).scalars())
             names.update(conn.execute(sa.select(audit_anchors.c.workspace_id)).scalars())
         return sorted(names)
 
-    def anchor(self, workspace_id: str) -> str:
+    def anchor(self, workspace_id: str) -> Anchor:
         with self._read() as conn:
-            return conn.execute(_ANCHOR, {"workspace_": workspace_id}).scalar() or GENESIS
+            row = conn.execute(_ANCHOR, {"workspace_": workspace_id}).first()
+        return Anchor(*row) if row is not None else Anchor()
 
     def chain(self, workspace_id: str) -> Iterator[RecordedEvent]:
         """The workspace's events in id order, read a page at a time."""
@@ -498,10 +518,51 @@ class SqlAuditLog:
                 return
             after = page[-1].id
 
+    def event_at(self, workspace_id: str, seq: int) -> RecordedEvent | None:
+        c = audit_events.c
+        stmt = sa.select(audit_events).where(c.workspace_id == workspace_id, c.seq == seq)
+        with self._read() as conn:
+            row = conn.execute(stmt).first()
+        return _to_event(row) if row is not None else None
+
+    def unkeyed_chains(self) -> list[str]:
+        c = audit_events.c
+        stmt = sa.select(c.workspace_id).where(c.key_id.is_(None)).distinct()
+        with self._read() as conn:
+            return sorted(conn.execute(stmt).scalars())
+
+    def heads(self, *, after_id: int = 0) -> list[ChainHead]:
+        """The head of every chain with an event whose id is above `after_id`, and where the
+        chain starts; in one statement."""
+        e, a = audit_events.c, audit_anchors.c
+        last = (
+            sa.select(e.workspace_id, sa.func.max(e.id).label("last_id"))
+            .where(e.id > after_id)
+            .group_by(e.workspace_id)
+            .subquery()
+        )
+        stmt = (
+            sa.select(
+                e.workspace_id,
+                e.seq,
+                e.id,
+                e.hash,
+                e.at,
+                sa.func.coalesce(a.anchor_hash, GENESIS),
+                sa.func.coalesce(a.anchor_seq, 0),
+            )
+            .join(last, e.id == last.c.last_id)
+            .outerjoin(audit_anchors, a.workspace_id == e.workspace_id)
+            .order_by(e.workspace_id)
+        )
+        with self._read() as conn:
+            return [ChainHead(*row) for row in conn.execute(stmt)]
+
     def prune(self, *, before: datetime, event: AuditEvent) -> dict[str, int]:
-        """Delete every chain's events up to its last one written before `before`, keep its
-        hash as the chain's anchor, and record `event` (given the counts) in the same
-        transaction; how many went, per workspace."""
+        """Delete every chain's events up to its last one written before `before` and keep
+        that one's hash and sequence as the chain's anchor; in the same transaction, record
+        in each pruned chain an `audit.pruned` event naming its new anchor, and `event`
+        (given the counts) in the installation's. How many went, per workspace."""
         c = audit_events.c
         with self._tx() as conn:
             cut = conn.execute(
@@ -514,8 +575,9 @@ class SqlAuditLog:
                 return {}
             self._open_prune(conn)
             pruned: dict[str, int] = {}
+            anchors: dict[str, Anchor] = {}
             for workspace_id, last_id in cut:
-                anchor = conn.execute(sa.select(c.hash).where(c.id == last_id)).scalar_one()
+                last = conn.execute(sa.select(c.hash, c.seq).where(c.id == last_id)).one()
                 going = tally_downloads(conn, c.workspace_id == workspace_id, c.id <= last_id)
                 for tally in going.values():
                     add_to_download_totals(conn, workspace_id, -tally)
@@ -523,10 +585,10 @@ class SqlAuditLog:
                     audit_events.delete().where(c.workspace_id == workspace_id, c.id <= last_id)
                 ).rowcount
                 pruned[workspace_id] = deleted
-                self._set_anchor(conn, workspace_id, anchor, before)
+                anchors[workspace_id] = anchor = Anchor(last.hash, last.seq, before)
+                self._set_anchor(conn, workspace_id, anchor)
             self._close_prune(conn)
-            details = {**event.details, "deleted": sum(pruned.values()), "chains": len(pruned)}
-            append_in(conn, _with_details(event, details))
+            append_all_in(conn, prune_events(event, pruned, anchors))
         return pruned
 
     @staticmethod
@@ -544,14 +606,14 @@ class SqlAuditLog:
             conn.execute(audit_prune_flag.update().values(active=False))
 
     @staticmethod
-    def _set_anchor(conn: sa.Connection, workspace_id: str, anchor: str, before: datetime) -> None:
-        values = {"anchor_hash": anchor, "pruned_before": before}
+    def _set_anchor(conn: sa.Connection, workspace_id: str, anchor: Anchor) -> None:
+        values = {
+            "anchor_hash": anchor.hash,
+            "anchor_seq": anchor.seq,
+            "pruned_before": anchor.pruned_before,
+        }
         done = conn.execute(
             audit_anchors.update().where(audit_anchors.c.workspace_id == workspace_id), values
         ).rowcount
         if not done:
             conn.execute(audit_anchors.insert(), {"workspace_id": workspace_id, **values})
-
-
-def _with_details(event: AuditEvent, details: dict[str, Any]) -> AuditEvent:
-    return replace(event, details=details)

@@ -546,7 +546,8 @@ instance_secrets = sa.Table(
 
 # ---------------------------------------------------------------- the audit trail
 
-# Who did what with which thing (domain/audit.py): one hash chain per workspace, append-only.
+# Who did what with which thing (domain/audit.py): one keyed hash chain per workspace,
+# append-only.
 audit_events = sa.Table(
     "audit_events",
     metadata,
@@ -564,6 +565,11 @@ audit_events = sa.Table(
     sa.Column("details", sa.Text, nullable=False),
     sa.Column("prev_hash", sa.String(64), nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),
+    # The event's place in its chain (1, 2, 3...; numbered by migration 0020 for the events
+    # from before); its default only lets SQLite add the column to a table with rows.
+    sa.Column("seq", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    # Which secret keyed its hash (domain/audit_keys.py); NULL: plain SHA-256, before keys.
+    sa.Column("key_id", sa.String(16)),
     sa.CheckConstraint(
         "actor_kind IN ('user', 'token', 'public_link', 'scheduler', 'operator', 'anonymous')",
         name="actor_kind",
@@ -575,15 +581,21 @@ audit_events = sa.Table(
 # A workspace's trail newest first (the list, keyset by id) and its chain's last hash.
 sa.Index("ix_audit_events_workspace_id", audit_events.c.workspace_id, audit_events.c.id)
 sa.Index("ix_audit_events_at", audit_events.c.at)
+# One event per place in a chain: a second writer can never fork it, and a checkpoint's
+# sequence is found at once.
+sa.Index("ux_audit_events_seq", audit_events.c.workspace_id, audit_events.c.seq, unique=True)
 
-# Where each workspace's chain starts once pruning removed its oldest events: the hash of the
-# last event pruned (the first kept event's prev_hash). No row: the chain starts at zeros.
+# Where each workspace's chain starts once pruning removed its oldest events: the hash and
+# sequence of the last event pruned (the first kept event's prev_hash, its sequence - 1). No
+# row: the chain starts at zeros. A prune since keys names the anchor in a signed
+# `audit.pruned` event of the chain; sequence 0 is an anchor left by a prune from before.
 audit_anchors = sa.Table(
     "audit_anchors",
     metadata,
     sa.Column("workspace_id", sa.String(200), primary_key=True),
     sa.Column("anchor_hash", sa.String(64), nullable=False),
     sa.Column("pruned_before", UTCDateTime, nullable=False),
+    sa.Column("anchor_seq", sa.BigInteger, nullable=False, server_default=sa.text("0")),
 )
 
 # Each workspace's downloads, bytes sent and public-link uses over the events audit_events

@@ -21,6 +21,7 @@ from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import Query, can_read
 from qexport.domain.reports import ReportSubject
+from qexport.services.audit_checkpoints import Checkpointer
 from qexport.worker.runner import run_attempt
 from qexport.worker.staging import discard_staging, sweep_settled_staging
 from qexport.worker.wakeups import Wakeups
@@ -137,7 +138,10 @@ class Worker:
         ]
         if self.memory is not None:
             self.memory.start()
-        for thread in (sweep, *threads):
+        # Ends with the slots: a drained or stopped worker writes no more checkpoints.
+        checkpoints = threading.Thread(target=self._checkpoints, name="audit-checkpoints")
+        checkpoints.daemon = True
+        for thread in (sweep, checkpoints, *threads):
             thread.start()
         for thread in (*threads, sweep):
             while thread.is_alive():
@@ -175,6 +179,24 @@ class Worker:
                 self._wakeups.release_all()
                 return
             self._wakeups.wait(poll)
+
+    def _checkpoints(self) -> None:
+        """Checkpoint the audit chains that moved (services/audit_checkpoints.py says why
+        workers do it): a pass at the start, then every tenth of QEXPORT_AUDIT_CHECKPOINT_EVERY
+        (1 to 60 s), each chain at most once per that time. A failed pass is logged; the
+        next one tries again."""
+        deps = self.deps
+        every = deps.settings.audit_checkpoint_every
+        checkpointer = Checkpointer(deps.audit, deps.objects, deps.clock, every)
+        pause = min(max(every.total_seconds() / 10, 1.0), 60.0)
+        while not self.stopping.is_set():
+            try:
+                checkpointer.run_once()
+            except QExportError as exc:  # the database briefly unavailable: one line
+                log.warning("audit_checkpoints_failed", error=str(exc))
+            except Exception:
+                log.exception("audit_checkpoints_failed")
+            self.stopping.wait(pause)
 
     def _drained(self) -> bool:
         try:

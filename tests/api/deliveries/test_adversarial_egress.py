@@ -325,6 +325,8 @@ def _cli(api: Api, *args: str, user: str = "") -> subprocess.CompletedProcess[st
         "QEXPORT_WORKSPACE": "acme",
         "QEXPORT_USER": user or "nobody",
     }
+    if settings.secret_key:  # the installation's, which keys its audit trail
+        environ["QEXPORT_SECRET_KEY"] = settings.secret_key
     return subprocess.run(
         [sys.executable, "-m", "qexport", *args],
         env=environ,

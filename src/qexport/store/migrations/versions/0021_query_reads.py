@@ -6,7 +6,7 @@ NULL for the queries saved before: unknown until they are saved again or run, wh
 sensitivity rule reads as every table of their source (fails closed).
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 Create Date: 2026-12-08
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021"
-down_revision = "0019"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
