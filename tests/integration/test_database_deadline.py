@@ -17,7 +17,13 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.failures import MetadataUnavailableError
-from qexport.store.engine import create_engine, current_revision, head_revision, migrate
+from qexport.store.engine import (
+    create_engine,
+    current_revision,
+    head_revision,
+    migrate,
+    read_transaction,
+)
 from qexport.store.reads import OneRead
 from qexport.store.tables import exports, workspaces
 from tests.factories import new_export
@@ -115,4 +121,28 @@ def test_a_sqlite_writer_gives_up_at_the_deadline(sqlite_template: Path, tmp_pat
         assert _EXPORTS.scalar(engine) == 1
     finally:
         other.close()
+        engine.dispose()
+
+
+def test_a_sqlite_statement_that_runs_past_the_deadline_is_interrupted(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """A read that would run for seconds (a scan, here a count to thirty million) is
+    interrupted at the deadline and reported unavailable; the connection answers the next
+    read at once."""
+    path = tmp_path / "qexport.db"
+    shutil.copy(sqlite_template, path)
+    engine = create_engine(f"sqlite:///{path}", deadline=DEADLINE)
+    slow = sa.text(
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 30000000)"
+        " SELECT count(*) FROM n"
+    )
+    try:
+        with (
+            pytest.raises(MetadataUnavailableError, match="unavailable"),
+            read_transaction(engine) as conn,
+        ):
+            conn.execute(slow).scalar()
+        assert _WORKSPACES.scalar(engine) == 0
+    finally:
         engine.dispose()

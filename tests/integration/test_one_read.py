@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -165,8 +165,11 @@ def test_no_read_or_write_runs_on_an_event_loop(engine: sa.Engine) -> None:
     event loop, where waiting for the database would hold every request of the loop; the
     same calls sent to a thread answer, and no connection is left out of the pool."""
     count = OneRead(sa.select(sa.func.count()).select_from(workspaces))
-    calls = (lambda: count.scalar(engine), lambda: _add_workspace(engine))
-    calls += (lambda: _workspace_names(engine),)
+    calls: list[Callable[[], object]] = [
+        lambda: count.scalar(engine),
+        lambda: _add_workspace(engine),
+        lambda: _workspace_names(engine),
+    ]
 
     async def on_the_loop() -> int:
         for call in calls:

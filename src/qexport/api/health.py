@@ -18,7 +18,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import structlog
 from fastapi import APIRouter, Request
@@ -34,9 +34,9 @@ log = structlog.get_logger()
 router = APIRouter(route_class=OneHopRoute, tags=["operations"])
 router.include_router(metrics.router)
 
-OK = "ok"
-FAILED = "failed"
-TIMED_OUT = "timed_out"
+OK: Final = "ok"
+FAILED: Final = "failed"
+TIMED_OUT: Final = "timed_out"
 # How long /readyz waits for its checks: under a second, whatever they do.
 READINESS_BUDGET_SECONDS = 0.8
 Outcome = Literal["ok", "failed", "timed_out"]
@@ -157,4 +157,4 @@ def _probes_of(request: Request) -> _Probes:
         probes = getattr(state, "readiness_probes", None)
         if probes is None:
             probes = state.readiness_probes = _Probes()
-    return probes  # type: ignore[no-any-return]
+    return probes

@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import anyio
@@ -70,10 +71,15 @@ class Deferred:
         raise NotImplementedError
 
 
+# Whether the request being served only reads, and so may be given up: set by OneHopRoute.
+_ONLY_READS: ContextVar[bool] = ContextVar("qexport_only_reads", default=False)
+
+
 async def off_the_loop(work: Callable[[], T]) -> T:
-    """`work()`, run on the thread pool; if the request is cancelled meanwhile (its deadline
-    passed), the thread is left to finish on its own rather than awaited."""
-    return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    """`work()`, run on the thread pool. For a request that only reads, if it is cancelled
+    meanwhile (its deadline passed), the thread is left to finish on its own rather than
+    awaited; any other work is awaited to its end, cancelled or not."""
+    return await anyio.to_thread.run_sync(work, abandon_on_cancel=_ONLY_READS.get())
 
 
 def _resolved(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +131,7 @@ class OneHopRoute(APIRoute):
             if request.method not in _READS:
                 return await handle(request)
             seconds = request.app.state.context.settings.database_timeout_seconds
+            _ONLY_READS.set(True)  # (this request's task's context only)
             with anyio.move_on_after(seconds):
                 return await handle(request)
             # (Only a cancellation at the deadline leaves the block without an answer.)

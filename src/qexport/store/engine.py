@@ -300,9 +300,11 @@ def _has_input(dbapi_connection: Any) -> bool:
 
 def _sqlite_engine(url: sa.URL, deadline: float | None) -> sa.Engine:
     """With a `deadline`, SQLite's busy timeout, the writers' turns and the wait for a pooled
-    connection are that long instead of 30 s. (A reader that SQLite itself makes wait, in WAL
-    recovery or behind a lock no writer takes, tries again for about 10 s whatever the busy
-    timeout; the request's own deadline ends its wait, qexport.http.one_hop.)"""
+    connection are that long instead of 30 s, and a statement that runs longer is interrupted
+    (a progress handler, called every 10,000 steps of SQLite's machine, compares the time
+    with the statement's start). A reader that SQLite itself makes wait, in WAL recovery or
+    behind a lock no writer takes, tries again for about 10 s whatever the busy timeout; the
+    request's own deadline ends its wait (qexport.http.one_hop)."""
     on_disk = bool(
         url.database and url.database != ":memory:" and not url.database.startswith("file:")
     )
@@ -318,7 +320,7 @@ def _sqlite_engine(url: sa.URL, deadline: float | None) -> sa.Engine:
     )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
         # Let SQLAlchemy, not the driver, decide where transactions begin (see "begin").
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -327,6 +329,14 @@ def _sqlite_engine(url: sa.URL, deadline: float | None) -> sa.Engine:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+        if deadline is not None:
+            _interrupt_after(dbapi_connection, record.info, deadline)
+
+    if deadline is not None:
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _statement_begins(conn: sa.Connection, *_args: Any) -> None:
+            conn.info[_STATEMENT_BEGAN] = time.monotonic()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
@@ -348,6 +358,21 @@ def _sqlite_engine(url: sa.URL, deadline: float | None) -> sa.Engine:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+# Where a SQLite connection (its pool record's `info`) keeps when its statement began.
+_STATEMENT_BEGAN = "qexport_statement_began"
+_PROGRESS_STEPS = 10_000
+
+
+def _interrupt_after(dbapi_connection: Any, info: dict[str, Any], deadline: float) -> None:
+    """Interrupt a statement of this connection once it has run for `deadline` seconds."""
+    info[_STATEMENT_BEGAN] = time.monotonic()
+
+    def past_the_deadline() -> bool:
+        return time.monotonic() - info[_STATEMENT_BEGAN] > deadline
+
+    dbapi_connection.set_progress_handler(past_the_deadline, _PROGRESS_STEPS)
 
 
 def _private_database_file(path: Path) -> None:
