@@ -16,18 +16,31 @@ Every call to the metadata database is on such a trip, none on the event loop (t
 refuses a checkout there, qexport.store.engine). The hottest reads used to run on the loop,
 on a connection it kept, to spare their requests the trip; but then a database that stopped
 answering, or a table locked by another session, held the loop and so every request of the
-process: with the `exports` table locked for 8 s, `GET /healthz` took 6.6 s, and a load
-balancer would have taken every server out at once. Measured with bench/api_load.py (40
-clients, `serve --workers 2`, beside a large export; figures in README "Serving the API"):
+process: with the `exports` table locked for 8 s, `GET /healthz` took 7.5 s (7.6 s on SQLite
+with the WAL index's read locks held as long), and a load balancer would have taken every
+server out at once. Now it answers in 1 ms at most (bench/locked_database.py). What it
+costs, measured with bench/api_load.py (`serve --workers 2`, 40 clients beside a large
+export; before and after alternated, three and four runs, load average 4-13 on a shared
+2-core machine):
 
-- reads on the loop's connection (before): SQLite 1,929, PostgreSQL 967 requests/s, reads
-  p99 57 and 154 ms (one run, load average 0.5 before, 4.7 after);
-- one trip to the pool for every request (now): see README;
-- an async driver for PostgreSQL (psycopg's AsyncConnection through SQLAlchemy's asyncio
-  engine, the services' code run in a greenlet) would spare the trip but not the CPU of its
-  own machinery, and would make two paths of every store read, one per backend, for SQLite
-  has none (aiosqlite runs each connection on a thread of its own, two trips a statement:
-  execute, then fetch). Not taken.
+- reads on the loop's connection (before): SQLite 1,948-2,004 requests/s, reads p99 61-68
+  ms; PostgreSQL 832-1,036 requests/s, p99 122-172 ms; one client's GET of an export 0.34-0.35
+  and 0.56-0.59 ms;
+- one trip to the pool for every request (now): SQLite 979-1,730 requests/s, p99 79-152 ms;
+  PostgreSQL 760-927 requests/s, p99 111-154 ms; one client 0.60-1.06 and 0.86-0.93 ms.
+  A server's CPU per GET of an export (SQLite, one process, 40 clients) went from 0.30-0.35
+  to 0.52-0.78 ms: about half SQLAlchemy's Connection around each read (qexport.store.reads),
+  the rest the trip (anyio's costs 0.04 ms of CPU alone) and its threads taking turns on the
+  interpreter lock, which each of SQLite's calls lets go of. Neither a shorter switch
+  interval (0.5 ms instead of 5) nor 6 threads instead of 16 helped (SQLite, 15 s runs
+  alternated: 955-1,018 and 1,043-1,206 requests/s, against 1,028-1,121 and 954-1,131);
+- an async driver on the loop, per read of an export by id (PostgreSQL, one process):
+  SQLAlchemy's asyncio engine over psycopg's AsyncConnection took 0.19 ms of CPU, no less
+  than a trip with a read on its thread (0.17 ms). psycopg's AsyncConnection alone took 0.03
+  ms, but only with SQL and parameters made outside SQLAlchemy (the compiled plan that
+  qexport.store.reads no longer keeps), async services beside the sync ones, and still a
+  trip for SQLite, which has no async driver (aiosqlite runs each connection on a thread of
+  its own: a trip to it for the statement and another for its rows). Not taken.
 
 A request that only reads (GET, HEAD) answers within the server's deadline on the database,
 QEXPORT_DATABASE_TIMEOUT_SECONDS (5 s): its trip is abandoned then (the thread finishes on

@@ -11,12 +11,12 @@ SELECT of a function that writes) commits on its own the same way.
 They go through SQLAlchemy's Connection, its compiled cache and its type processors, like
 every other statement of the store. They used to run on the driver's cursor with a plan of
 their own made from the compiler's internals (`positiontup`, `literal_execute_params`), and
-on the event loop's own connection: 0.04 ms of CPU a read on PostgreSQL and 0.01 ms on
-SQLite, against 0.10 and 0.06 ms through a Connection in autocommit (one process, a read by
-primary key, 3,000 times). The difference is 0.1-0.2 ms of a request that reads twice or
-three times, which the API's throughput can carry (qexport.http.one_hop has the figures);
-reading on the loop could not: a read that waited for a lock held the loop, and every
-request of the process with it.
+on the event loop's own connection: 0.011 ms of CPU a read on SQLite and 0.038 ms on
+PostgreSQL, against 0.056 and 0.13 ms now (one process, a read of an export by id, 4,000
+times, best of three). The difference, 0.1-0.2 ms of a request that reads twice or three
+times, is about half of what the API's requests cost more now that none reads on the loop
+(qexport.http.one_hop has the figures); reading on the loop could not stay: a read that
+waited for a lock held the loop, and every request of the process with it.
 
 Every read and write here is subject to the engine's deadline when it has one (a server's:
 `create_engine(deadline=)`); past it, or when the database cannot be reached, it fails with
