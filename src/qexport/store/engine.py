@@ -365,7 +365,7 @@ _STATEMENT_BEGAN = "qexport_statement_began"
 _PROGRESS_STEPS = 10_000
 
 
-def _interrupt_after(dbapi_connection: Any, info: dict[str, Any], deadline: float) -> None:
+def _interrupt_after(dbapi_connection: Any, info: dict[str, float], deadline: float) -> None:
     """Interrupt a statement of this connection once it has run for `deadline` seconds."""
     info[_STATEMENT_BEGAN] = time.monotonic()
 
