@@ -7,7 +7,8 @@ engine also has a deadline (QEXPORT_DATABASE_TIMEOUT_SECONDS, `create_engine(dea
 no statement, lock wait, new connection or wait for a pooled one takes longer, and the
 database is reported unavailable instead (on PostgreSQL `statement_timeout` and
 `lock_timeout`, set once per connection when it opens: a SET per statement or per
-transaction would be a round trip each; on SQLite the busy timeout and the writers' turns).
+transaction would be a round trip each; on SQLite the busy timeout, the writers' turns and
+a progress handler that interrupts a statement past it). Migrations are not bound by it.
 """
 
 from __future__ import annotations
