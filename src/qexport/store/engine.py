@@ -243,8 +243,8 @@ def _postgres_engine(url: sa.URL, deadline: float | None) -> sa.Engine:
     that is terminated, or a server that shuts down, says so before closing the socket.
 
     With a `deadline`, each connection opens with `statement_timeout` and `lock_timeout` set
-    to it (once, in the round trip that also commits nothing else), connecting gives up after
-    it (libpq counts whole seconds, at least 2) and so does waiting for a pooled connection.
+    to it (one SET of both and its COMMIT, once per connection), connecting gives up after it
+    (libpq counts whole seconds, at least 2) and so does waiting for a pooled connection.
     """
     pool: dict[str, Any] = dict(_POOL)
     connect_args: dict[str, Any] = {}
