@@ -15,6 +15,7 @@ from qexport.http import errors
 from qexport.http.limits import BodySizeLimit
 from qexport.http.one_hop import API_THREADS
 from qexport.http.origin import RequestOrigin
+from qexport.web.app import derive_session_key
 from qexport.web.app import install as install_web
 
 
@@ -22,6 +23,7 @@ from qexport.web.app import install as install_web
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The thread pool for the endpoints' blocking work, sized as API_THREADS says.
     anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
+    await derive_session_key(app)
     context: Container = app.state.context
     # Previews run in processes of their own (previews/processes.py): their forkserver
     # imports qexport while the server starts, not when the first preview comes.

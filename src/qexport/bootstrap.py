@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote, urlparse
 
+import sqlalchemy as sa
 import structlog
 
 from qexport.clock import SystemClock
@@ -42,7 +43,7 @@ from qexport.store.approvals import SqlApprovalStore
 from qexport.store.audit import SqlAuditLog, logs_parameters, use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
-from qexport.store.engine import create_engine, current_revision, migrate
+from qexport.store.engine import create_engine, current_revision, migrate, schema_mismatch
 from qexport.store.exports import SqlExportQueue
 from qexport.store.notify import PgListener
 from qexport.store.rates import SqlRateLimits
@@ -243,10 +244,14 @@ def upgrade_database(settings: Settings) -> str | None:
         engine.dispose()
 
 
-def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = True) -> Container:
+def build(
+    settings: Settings, *, clock: Clock | None = None, upgrade: bool = True, serving: bool = False
+) -> Container:
     """Wire the adapters, each store once; with `upgrade`, bring the metadata database to the
-    newest schema."""
-    engine = create_engine(settings.database_url)
+    newest schema. `serving`: for a server, whose metadata database has a deadline
+    (QEXPORT_DATABASE_TIMEOUT_SECONDS, see qexport.store.engine)."""
+    deadline = settings.database_timeout_seconds if serving else None
+    engine = create_engine(settings.database_url, deadline=deadline)
     if upgrade:
         migrate(engine)
     keys = audit_keys(settings)
@@ -283,6 +288,7 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
         clock=clock or SystemClock(),
         settings=settings,
         check_database=lambda: _check_database(settings, exports),
+        check_schema=lambda: _check_schema(settings, engine),
         check_storage=lambda: _check_storage(objects),
         stats=lambda now: read_stats(engine, now),
         retention_rules=lambda: _retention_rules(objects),
@@ -291,11 +297,20 @@ def build(settings: Settings, *, clock: Clock | None = None, upgrade: bool = Tru
 
 
 def _check_database(settings: Settings, exports: ExportQueue) -> None:
+    _sqlite_file_there(settings)
+    exports.has_unsettled()
+
+
+def _check_schema(settings: Settings, engine: sa.Engine) -> str | None:
+    _sqlite_file_there(settings)  # (a new connection would create an empty one)
+    return schema_mismatch(engine)
+
+
+def _sqlite_file_there(settings: Settings) -> None:
     path = sqlite_path(settings.database_url)
     # A pooled connection keeps reading a SQLite file that was deleted or replaced.
     if path is not None and not path.is_file():
         raise MetadataUnavailableError(f"the SQLite database {path} is gone")
-    exports.has_unsettled()
 
 
 def _check_storage(objects: ObjectStore) -> None:

@@ -276,13 +276,13 @@ def _refuse_uvicorns_proxy_variable(settings: Settings) -> None:
         )
 
 
-def _build_checked(settings: Settings, what: str) -> Container:
+def _build_checked(settings: Settings, what: str, *, serving: bool = False) -> Container:
     """The adapters, migrated and checked (database answers, object store usable); exit 3
-    with one line saying why otherwise."""
+    with one line saying why otherwise. `serving`: a server's (bootstrap.build)."""
     import sqlalchemy.exc
 
     try:
-        deps = bootstrap.build(settings)
+        deps = bootstrap.build(settings, serving=serving)
         bootstrap.check_ready(deps)
     except (QExportError, ValueError) as exc:
         fail(f"{what} cannot start: {exc}", 3)
@@ -453,7 +453,7 @@ def serve(
     settings = with_public_url(state(ctx).settings, host, port)
     _refuse_unsafe_start(settings, "serve")
     _refuse_uvicorns_proxy_variable(settings)
-    deps = _build_checked(settings, "server")
+    deps = _build_checked(settings, "server", serving=True)
     processes = workers or cores()
     if processes == 1:
         application = create_app(deps)
@@ -488,7 +488,7 @@ def _serve_processes(settings: Settings, host: str, port: int, processes: int) -
         fail(f"server cannot start: cannot listen on {host}:{port}: {exc.strerror or exc}", 3)
 
     def one_server(_index: int) -> None:
-        deps = bootstrap.build(settings, upgrade=False)
+        deps = bootstrap.build(settings, upgrade=False, serving=True)
         try:
             share = listening_socket(host, port, own_share=True) if own_shares else sock
             run_server(create_app(deps), host, port, sock=share)

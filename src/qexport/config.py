@@ -201,6 +201,15 @@ class Settings:
     )
     retry_max_seconds: float = setting(300.0, "Longest backoff between an export's attempts.")
     statement_timeout_seconds: float = setting(300.0, "Time a query may run, per export.")
+    # A server's deadline on the metadata database: each statement, lock wait and connection
+    # of `serve`, and each API request that only reads, as a whole (store/engine.py,
+    # http/one_hop.py). Past it the request answers 503 with Retry-After.
+    database_timeout_seconds: float = setting(
+        5.0,
+        "Time a server waits for the metadata database (a statement, a lock, a connection)"
+        " before the request answers 503.",
+        bound=Bound.POSITIVE,
+    )
     max_rows: int = setting(50_000_000, "Rows an export may hold.")
     max_bytes: int = setting(10 * _GIB, "Bytes an export's file may hold.")
     part_size: int = setting(8 * _MIB, "Bytes a file is uploaded in at a time.")

@@ -52,6 +52,8 @@ class Container:
     settings: Settings
     # Raises when the metadata database does not answer (readiness, start-up checks).
     check_database: Callable[[], None]
+    # Why the metadata database's schema is not the one this code needs (None: it is).
+    check_schema: Callable[[], str | None]
     # Raises when the object store is not usable (a missing bucket, an unwritable folder).
     check_storage: Callable[[], None]
     # The figures /metrics reports, for the whole installation, at `now`.

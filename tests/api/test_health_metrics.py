@@ -3,10 +3,13 @@ computed from the metadata database."""
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from qexport.domain.exports import ExportRecord, Requester, Result
@@ -14,9 +17,12 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.exports import cancel_export
 from qexport.services.requests import request_export
+from qexport.store.engine import head_revision
+from qexport.store.exports import SqlExportQueue
 from qexport.store.stats import read_stats
 from tests import queue_helpers
 from tests.api.conftest import Api
+from tests.e2e.conftest import wait_for
 from tests.fakes import FrozenClock
 from tests.stores import MetadataStore, SqlMetadataStore
 
@@ -42,12 +48,57 @@ def test_healthz_answers_without_a_token(api: Api) -> None:
     assert response.json() == {"status": "ok"}
 
 
+READY = {"database": "ok", "schema": "ok", "storage": "ok"}
+
+
 def test_readyz_reports_each_check(api: Api) -> None:
-    """With the database and the storage folder usable, readiness is 200 and names both checks;
-    a fresh data dir whose storage folder does not exist yet is ready too."""
+    """With the database at this code's schema and the storage folder usable, readiness is
+    200 and names each check; a fresh data dir whose storage folder does not exist yet is
+    ready too."""
     response = api.client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ready", "checks": {"database": "ok", "storage": "ok"}}
+    assert response.json() == {"status": "ready", "checks": READY}
+
+
+def test_readyz_is_503_while_the_schema_is_not_this_servers(api: Api) -> None:
+    """A database whose schema is older than this server's code (a newer server started
+    against an old database, without `qexport db upgrade`): 503 naming both revisions."""
+    head = head_revision()
+    assert isinstance(api.deps.exports, SqlExportQueue)
+    with api.deps.exports.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0001'"))
+    response = api.client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["checks"] == {**READY, "schema": "failed"}
+    assert "revision 0001" in body["detail"]
+    assert f"{head}" in body["detail"]
+    assert "qexport db upgrade" in body["detail"]
+
+
+def test_readyz_answers_without_waiting_for_a_check_that_hangs(api: Api) -> None:
+    """A database check that does not answer (a locked table, a network that drops packets)
+    is reported `timed_out` instead of holding the probe; a probe that comes while it still
+    runs waits for the same run rather than starting another, and once it ends the next
+    probe is ready."""
+    released = threading.Event()
+    runs: list[str] = []
+
+    def hangs() -> None:
+        runs.append("started")
+        released.wait(timeout=60)
+
+    app = api.client.app
+    app.state.context = replace(api.deps, check_database=hangs)  # type: ignore[attr-defined]
+    first, second = api.client.get("/readyz"), api.client.get("/readyz")
+    for response in (first, second):
+        assert response.status_code == 503
+        assert response.json()["checks"] == {**READY, "database": "timed_out"}
+        assert "database did not answer" in response.json()["detail"]
+    assert runs == ["started"]
+    released.set()
+    answered = wait_for(lambda: api.client.get("/readyz").status_code == 200, timeout=30)
+    assert answered
 
 
 def test_readyz_is_503_when_the_storage_folder_is_unusable(api: Api) -> None:
@@ -59,7 +110,7 @@ def test_readyz_is_503_when_the_storage_folder_is_unusable(api: Api) -> None:
     assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
     assert body["code"] == "unavailable"
-    assert body["checks"] == {"database": "ok", "storage": "failed"}
+    assert body["checks"] == {**READY, "storage": "failed"}
     assert "storage" in body["detail"]
     assert str(api.context.settings.data_dir) not in response.text
 
@@ -71,7 +122,7 @@ def test_readyz_is_503_when_the_database_file_is_gone(api: Api) -> None:
         path.unlink(missing_ok=True)
     response = api.client.get("/readyz")
     assert response.status_code == 503
-    assert response.json()["checks"] == {"database": "failed", "storage": "ok"}
+    assert response.json()["checks"] == {**READY, "database": "failed", "schema": "failed"}
     assert "qexport.db" not in response.text
 
 

@@ -88,7 +88,7 @@ def test_serve_answers_health_readiness_and_openapi(env: Env) -> None:
     assert httpx2.get(f"{url}/healthz").json() == {"status": "ok"}
     ready = httpx2.get(f"{url}/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": "ok", "storage": "ok"}
+    assert ready.json()["checks"] == {"database": "ok", "schema": "ok", "storage": "ok"}
     schema = httpx2.get(f"{url}/openapi.json").json()
     assert "/api/v1/exports" in schema["paths"]
     metrics = httpx2.get(f"{url}/metrics")

@@ -1,10 +1,11 @@
 """A file response's body writes the download's event once its first chunk has gone out: on
 the trip that reads the next chunk, or, for a body that goes out whole in its first chunk,
-once the response is complete; at once when the transfer is cut short; and it always closes
-the file it reads."""
+once the response is complete; at once, on a thread, when the transfer is cut short; never
+on the event loop; and it always closes the file it reads."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,10 +17,16 @@ from qexport.http.download import FileBody, FileStream
 
 
 class _File:
-    """Chunks to read, a log of what happened, and whether the file was closed."""
+    """Chunks to read, a log of what happened, whether the file was closed, and the threads
+    the event was recorded on."""
 
     def __init__(self, chunks: list[bytes]) -> None:
         self.chunks, self.log, self.closed = chunks, list[str](), False
+        self.recorded_on: list[threading.Thread] = []
+
+    def record(self) -> None:
+        self.log.append("recorded")
+        self.recorded_on.append(threading.current_thread())
 
     def read(self) -> Iterator[bytes]:
         try:
@@ -32,7 +39,7 @@ class _File:
 
 def _body(file: _File) -> FileBody:
     body = FileBody(file.read(), sum(len(chunk) for chunk in file.chunks))
-    body.after_first = lambda: file.log.append("recorded")
+    body.after_first = file.record
     return body
 
 
@@ -53,6 +60,7 @@ def _respond(file: _File, body: FileBody, *, fail_on: str | None = None) -> None
 
     scope = {"type": "http", "asgi": {"spec_version": "2.4"}}
     anyio.run(FileStream(body), scope, receive, send)
+    assert threading.main_thread() not in file.recorded_on  # the loop's thread
 
 
 def test_the_event_is_written_after_the_first_chunk_went_out() -> None:
@@ -89,7 +97,8 @@ def test_an_empty_file_is_recorded_at_the_end() -> None:
 
 def test_a_transfer_cut_short_is_recorded_and_its_file_closed() -> None:
     """The client went away while the first chunk was on its way (the sender stops asking
-    for more): the event is still written, on the spot, and the file is closed unread."""
+    for more): the event is still written, at once on a thread of its own (not on the event
+    loop, which must not wait), and the file is closed unread."""
     file = _File([b"a", b"b"])
     body = _body(file)
 
@@ -98,16 +107,19 @@ def test_a_transfer_cut_short_is_recorded_and_its_file_closed() -> None:
         file.log.append(f"sent {(await anext(chunks)).decode()}")
         await chunks.aclose()  # type: ignore[attr-defined]
 
-    anyio.run(give_up)
+    anyio.run(give_up)  # returns once the loop's threads have finished
     assert file.log == ["read a", "sent a", "recorded"]
+    assert file.recorded_on
+    assert threading.main_thread() not in file.recorded_on
     assert file.closed
 
 
 def test_a_response_that_fails_before_it_is_complete_is_still_recorded_once() -> None:
     """All of a one-chunk body went out but the final message could not be sent: the event
-    is written anyway, once, and the file is closed."""
+    is written anyway, once, off the event loop, and the file is closed."""
     file = _File([b"abc"])
     with pytest.raises(ClientDisconnect):
         _respond(file, _body(file), fail_on="complete")
     assert file.log == ["read abc", "sent abc", "recorded"]
+    assert threading.main_thread() not in file.recorded_on
     assert file.closed

@@ -7,15 +7,14 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import UnauthorizedError
 from qexport.http.context import get_context
-from qexport.http.one_hop import Deferred
+from qexport.http.one_hop import Deferred, off_the_loop
 from qexport.services.audit import note_principal
-from qexport.services.auth import authenticate, identify
+from qexport.services.auth import authenticate
 
 _bearer = HTTPBearer(auto_error=False, description="An API token: `qexport tokens create EMAIL`")
 
@@ -23,9 +22,7 @@ _bearer = HTTPBearer(auto_error=False, description="An API token: `qexport token
 @dataclass(frozen=True, eq=False)
 class Caller(Deferred):
     """A bearer token yet to be checked: the route (an OneHopRoute) checks it on the thread
-    that runs the endpoint, or on the event loop for an endpoint there (one read of one
-    statement; a last use due to be recorded is written on the thread pool), and the endpoint
-    receives the Principal."""
+    that runs the endpoint, and the endpoint receives the Principal."""
 
     request: Request
     context: Container
@@ -35,15 +32,6 @@ class Caller(Deferred):
         if (principal := getattr(self.request.state, "principal", None)) is not None:
             return principal  # type: ignore[no-any-return]
         return self._noted(authenticate(self.context.accounts, self.context.clock, self.token))
-
-    async def resolve_on_loop(self) -> Principal:
-        if (principal := getattr(self.request.state, "principal", None)) is not None:
-            return principal  # type: ignore[no-any-return]
-        accounts = self.context.accounts
-        principal, last_use = identify(accounts, self.context.clock, self.token)
-        if last_use is not None:
-            await run_in_threadpool(accounts.touch_token, principal.token_id, now=last_use)
-        return self._noted(principal)
 
     def _noted(self, principal: Principal) -> Principal:
         self.request.state.principal = principal
@@ -67,7 +55,7 @@ async def authenticated_first(request: Request) -> None:
     before its route's dependencies ran (its JSON did not parse) or before the Caller was
     resolved, so that a bad token gets its 401, never a 422 about the request it came with."""
     caller = await current_principal(request, await get_context(request), await _bearer(request))
-    await caller.resolve_on_loop()
+    await off_the_loop(caller.resolve)
 
 
 # A route's parameter: the authenticated caller. Only on an OneHopRoute (every /api/v1

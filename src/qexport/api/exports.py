@@ -6,7 +6,6 @@ answers 404 exactly like an id that was never issued.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
@@ -34,8 +33,7 @@ from qexport.http.download import (
     file_responses,
     presigned_redirect,
 )
-from qexport.http.one_hop import OneHopRoute, on_the_loop
-from qexport.ports import LocalFiles
+from qexport.http.one_hop import OneHopRoute
 from qexport.services.audit import actor_of
 from qexport.services.exports import (
     FORMAT_CHOICES,
@@ -172,17 +170,7 @@ def _at_most(chars: int) -> dict[str, Any]:
     return {"maxLength": chars}
 
 
-# The filters a list without which is one index seek (the first page, or one at a cursor) and
-# so runs on the event loop; with any of them it may read a long way, on the thread pool.
-_FILTERS = ("status", "format", "subject", "requested_by", "since", "until", "q", "id_prefix")
-
-
-def _unfiltered(arguments: Mapping[str, Any]) -> bool:
-    return all(arguments[name] is None for name in _FILTERS)
-
-
 @router.get("/exports", response_model=ExportList, responses=problem_responses(401, 422, 503))
-@on_the_loop(when=_unfiltered)
 def list_exports(
     principal: CurrentPrincipal,
     context: Context,
@@ -296,7 +284,6 @@ def list_exports(
 @router.get(
     "/exports/{export_id}", response_model=Export, responses=problem_responses(401, 404, 503)
 )
-@on_the_loop()
 def get_export(export_id: str, principal: CurrentPrincipal, context: Context) -> Export:
     """One export, with its effective status."""
     record = get_visible_export(
@@ -305,19 +292,11 @@ def get_export(export_id: str, principal: CurrentPrincipal, context: Context) ->
     return _view(record, context)
 
 
-def _local_files(arguments: Mapping[str, Any]) -> bool:
-    """Whether the object store's files are on this machine: a download then reads its rows
-    and the file's first chunk, nothing else, and runs on the event loop. On S3 signing its
-    URL may first fetch credentials, so it runs on the thread pool."""
-    return isinstance(arguments["context"].objects, LocalFiles)
-
-
 @router.get(
     "/exports/{export_id}/file",
     response_class=Response,
     responses={**file_responses(), **problem_responses(401, 403, 404, 409, 410, 503)},
 )
-@on_the_loop(when=_local_files)
 def get_export_file(
     export_id: str,
     principal: CurrentPrincipal,
@@ -361,7 +340,6 @@ def cancel(export_id: str, principal: CurrentPrincipal, context: Context) -> Exp
     response_model=ExportEventList,
     responses=problem_responses(401, 404, 503),
 )
-@on_the_loop()
 def list_events(export_id: str, principal: CurrentPrincipal, context: Context) -> ExportEventList:
     """Every transition of the export, oldest first, with its time, attempt and worker."""
     events = list_visible_events(

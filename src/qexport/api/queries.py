@@ -20,7 +20,7 @@ from qexport.domain.queries import (
     Query,
     Visibility,
 )
-from qexport.http.one_hop import OneHopRoute, on_the_loop
+from qexport.http.one_hop import OneHopRoute
 from qexport.services import preview
 from qexport.services import queries as service
 from qexport.services.describe import Describe, describe_timeout, describer
@@ -267,7 +267,6 @@ def create_query(
     responses=problem_responses(401, 503),
     summary="The queries you can read",
 )
-@on_the_loop()
 def list_queries(principal: CurrentPrincipal, context: Context) -> QueryList:
     found = service.list_readable_queries(context.catalog, principal)
     return QueryList(items=[QueryView.of(q) for q in found])
@@ -279,7 +278,6 @@ def list_queries(principal: CurrentPrincipal, context: Context) -> QueryList:
     responses=problem_responses(401, 404, 503),
     summary="One query (404 when missing or not visible to you)",
 )
-@on_the_loop()
 def read_query(query_id: str, principal: CurrentPrincipal, context: Context) -> QueryView:
     return QueryView.of(service.get_readable_query(context.catalog, principal, query_id))
 

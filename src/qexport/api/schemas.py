@@ -66,9 +66,10 @@ _WHY: dict[int, tuple[str, dict[str, Any]]] = {
     422: ("Invalid request; `field` names the member at fault.", {}),
     429: ("Too many exports queued or running for this requester.", {"Retry-After": _RETRY_AFTER}),
     503: (
-        "The metadata database, the object store or (code source_unavailable) the data"
-        " source is unavailable.",
-        {},
+        "The metadata database did not answer within the server's deadline or is"
+        " unreachable (code database_unavailable, with Retry-After); the object store"
+        " (unavailable) or the data source (source_unavailable) is unavailable.",
+        {"Retry-After": _RETRY_AFTER},
     ),
     504: ("The data source did not answer within the statement timeout (query_timeout).", {}),
 }

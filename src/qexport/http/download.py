@@ -173,8 +173,8 @@ class FileBody:
     its first chunk reads nothing more: its `after_first` is left to `finish`, which
     FileStream runs once the response is complete, so that the client's next request on the
     connection does not wait for the event. `after_first` runs at the end instead when the
-    body did not all go out (a transfer cut short), on the event loop then, since a
-    cancelled transfer must not wait.
+    body did not all go out (a transfer cut short): handed to a thread then and not awaited,
+    since a cancelled transfer must not wait, nor the event loop write to the database.
     """
 
     def __init__(self, chunks: Iterator[bytes], length: int) -> None:
@@ -195,6 +195,16 @@ class FileBody:
         if run is not None:
             run()
 
+    def finish_elsewhere(self) -> None:
+        """`finish` on a thread of its own, not awaited (on the event loop, which must neither
+        wait nor write to the database); at once where there is no loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.finish()
+            return
+        loop.run_in_executor(None, self.finish)
+
     def _then_next(self) -> bytes | None:
         self.finish()
         return next(self._chunks, None)
@@ -211,7 +221,7 @@ class FileBody:
                 chunk = await anyio.to_thread.run_sync(self._then_next)
         finally:
             if self._sent < self._length:
-                self.finish()  # cut short: on the spot, no awaiting here
+                self.finish_elsewhere()  # cut short: no awaiting here
             close = getattr(self._chunks, "close", None)
             if close is not None:
                 close()
@@ -229,7 +239,7 @@ class FileStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         except BaseException:
-            self._file_body.finish()  # the transfer failed: on the spot, as when cut short
+            self._file_body.finish_elsewhere()  # the transfer failed: as when cut short
             raise
         await anyio.to_thread.run_sync(self._file_body.finish)
 

@@ -40,6 +40,10 @@ log = structlog.get_logger()
 PROBLEM = "application/problem+json"
 PROBLEM_MEDIA_TYPE = PROBLEM
 RETRY_NOT_READY_SECONDS = 5
+# When to try again after the metadata database was unavailable or too slow: about one
+# server deadline (QEXPORT_DATABASE_TIMEOUT_SECONDS' default), long enough for a lock or a
+# failover to pass, short enough for a client's retry loop.
+RETRY_UNAVAILABLE_SECONDS = 5
 
 
 class Problem(BaseModel):
@@ -82,7 +86,7 @@ _STATUS: tuple[tuple[type[QExportError], int, str], ...] = (
     (ConflictError, 409, "conflict"),
     (ExpiredError, 410, "expired"),
     (TooManyRequestsError, 429, "too_many_requests"),
-    (MetadataUnavailableError, 503, "unavailable"),
+    (MetadataUnavailableError, 503, "database_unavailable"),
     (StorageUnavailableError, 503, "unavailable"),
     (SourceUnavailableError, 503, "source_unavailable"),
     # A statement run while the caller waits (a preview): refused by its source, or too slow.
@@ -136,6 +140,8 @@ def qexport_problem(exc: QExportError) -> JSONResponse:
                 headers["WWW-Authenticate"] = "Bearer"
             if isinstance(exc, NotReadyError):
                 headers["Retry-After"] = str(RETRY_NOT_READY_SECONDS)
+            if isinstance(exc, MetadataUnavailableError):
+                headers["Retry-After"] = str(RETRY_UNAVAILABLE_SECONDS)
             if isinstance(exc, TooManyRequestsError):
                 headers["Retry-After"] = str(exc.retry_after)
             if isinstance(exc, InvalidRequestError):

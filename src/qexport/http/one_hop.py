@@ -1,4 +1,4 @@
-"""API routes whose blocking work takes one trip to the thread pool, or none.
+"""API routes whose blocking work takes one trip to the thread pool, and never the event loop.
 
 FastAPI runs a plain-function endpoint on the thread pool, every plain-function dependency on
 a trip of its own, and, for a plain-function endpoint, the validation of its response model on
@@ -12,34 +12,67 @@ do (the bearer token's check) returns a Deferred instead of doing it; the route 
 Deferred argument on that same trip, just before the endpoint runs, so that the endpoint still
 receives what the dependency promised.
 
-An endpoint marked `on_the_loop` takes no trip at all: it runs on the event loop, its Deferred
-arguments resolved there too (`Deferred.resolve_on_loop`). That is for an endpoint whose only
-blocking work is reads of one statement each that seek an index and wait for no lock
-(`qexport.store.reads.OneRead`: 0.03-0.2 ms each), never a write, a lock, a scan or a call to
-another service. Under 40 clients on PostgreSQL the trips' wake-ups and the pool's threads
-taking turns on the interpreter lock were what stood between the server and its database:
-with every endpoint on the pool it served 666-716 requests/s, reads p99 116-121 ms; with
-these on the loop (and the loop's own connection, qexport.store.reads) 795-909 requests/s,
-p99 93-116 ms (bench/api_load.py, two runs). A database that stops answering holds such a
-request, and every other request of that server process, until it answers or the
-connection fails.
+Every call to the metadata database is on such a trip, none on the event loop (the engine
+refuses a checkout there, qexport.store.engine). The hottest reads used to run on the loop,
+on a connection it kept, to spare their requests the trip; but then a database that stopped
+answering, or a table locked by another session, held the loop and so every request of the
+process: with the `exports` table locked for 8 s, `GET /healthz` took 7.5 s (7.6 s on SQLite
+with the WAL index's read locks held as long), and a load balancer would have taken every
+server out at once. Now it answers in 1 ms at most (bench/locked_database.py). What it
+costs, measured with bench/api_load.py (`serve --workers 2`, 40 clients beside a large
+export; before and after alternated, three and four runs, load average 4-13 on a shared
+2-core machine):
+
+- reads on the loop's connection (before): SQLite 1,948-2,004 requests/s, reads p99 61-68
+  ms; PostgreSQL 832-1,036 requests/s, p99 122-172 ms; one client's GET of an export 0.34-0.35
+  and 0.56-0.59 ms;
+- one trip to the pool for every request (now): SQLite 979-1,730 requests/s, p99 79-152 ms;
+  PostgreSQL 760-927 requests/s, p99 111-154 ms; one client 0.60-1.06 and 0.86-0.93 ms.
+  A server's CPU per GET of an export (SQLite, one process, 40 clients) went from 0.30-0.35
+  to 0.52-0.78 ms: about half SQLAlchemy's Connection around each read (qexport.store.reads),
+  the rest the trip (anyio's costs 0.04 ms of CPU alone) and its threads taking turns on the
+  interpreter lock, which each of SQLite's calls lets go of. Neither a shorter switch
+  interval (0.5 ms instead of 5) nor 6 threads instead of 16 helped (SQLite, 15 s runs
+  alternated: 955-1,018 and 1,043-1,206 requests/s, against 1,028-1,121 and 954-1,131);
+- an async driver on the loop, per read of an export by id (PostgreSQL, one process):
+  SQLAlchemy's asyncio engine over psycopg's AsyncConnection took 0.19 ms of CPU, no less
+  than a trip with a read on its thread (0.17 ms). psycopg's AsyncConnection alone took 0.03
+  ms, but only with SQL and parameters made outside SQLAlchemy (the compiled plan that
+  qexport.store.reads no longer keeps), async services beside the sync ones, and still a
+  trip for SQLite, which has no async driver (aiosqlite runs each connection on a thread of
+  its own: a trip to it for the statement and another for its rows). Not taken.
+
+A request that only reads (GET, HEAD) answers within the server's deadline on the database,
+QEXPORT_DATABASE_TIMEOUT_SECONDS (5 s): its trip is abandoned then (the thread finishes on
+its own: the engine's statement and lock timeouts end its wait about then) and it answers 503
+with Retry-After. A request that writes is never abandoned, since its write may yet commit:
+the engine's deadline ends its waits instead.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
+from fastapi import Request, Response
 from fastapi.routing import APIRoute
-from starlette.concurrency import run_in_threadpool
+
+from qexport.domain.failures import MetadataUnavailableError
+
+T = TypeVar("T")
 
 # Threads a server runs the endpoints' blocking work on (anyio's default: 40). As many as
 # the metadata database keeps connections (qexport.store.engine.POOL_SIZE): beyond those,
 # every request opened and closed one; more threads would only take turns on one
 # interpreter lock.
 API_THREADS = 16
+# The requests that write nothing, and so may be given up at the deadline.
+_READS = frozenset({"GET", "HEAD"})
 
 
 class Deferred:
@@ -50,9 +83,16 @@ class Deferred:
     def resolve(self) -> Any:
         raise NotImplementedError
 
-    async def resolve_on_loop(self) -> Any:
-        """The value, for an endpoint on the event loop: by default resolve() on the pool."""
-        return await run_in_threadpool(self.resolve)
+
+# Whether the request being served only reads, and so may be given up: set by OneHopRoute.
+_ONLY_READS: ContextVar[bool] = ContextVar("qexport_only_reads", default=False)
+
+
+async def off_the_loop(work: Callable[[], T]) -> T:
+    """`work()`, run on the thread pool. For a request that only reads, if it is cancelled
+    meanwhile (its deadline passed), the thread is left to finish on its own rather than
+    awaited; any other work is awaited to its end, cancelled or not."""
+    return await anyio.to_thread.run_sync(work, abandon_on_cancel=_ONLY_READS.get())
 
 
 def _resolved(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -62,56 +102,28 @@ def _resolved(arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _resolved_on_loop(arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: await value.resolve_on_loop() if isinstance(value, Deferred) else value
-        for name, value in arguments.items()
-    }
-
-
-Arguments = Mapping[str, Any]
-
-
-def _always(_arguments: Arguments) -> bool:
-    return True
-
-
-def on_the_loop(
-    when: Callable[[Arguments], bool] = _always,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a plain-function endpoint of an OneHopRoute to run on the event loop when its
-    arguments pass `when` (by default always), and on the thread pool otherwise: see the
-    module's docstring for what it may do on the loop."""
-
-    def mark(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-        endpoint._on_the_loop = when  # type: ignore[attr-defined]
-        return endpoint
-
-    return mark
+async def resolved_off_the_loop(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with every Deferred resolved, on one trip to the pool (none if there is
+    no Deferred)."""
+    if not any(isinstance(value, Deferred) for value in arguments.values()):
+        return arguments
+    return await off_the_loop(lambda: _resolved(arguments))
 
 
 def one_hop(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     """`endpoint` as a coroutine whose blocking work, the Deferred arguments' included, takes
-    one trip to the thread pool; none for an async endpoint or one marked on_the_loop, whose
-    Deferred arguments are resolved as they say (resolve_on_loop)."""
+    one trip to the thread pool (an async endpoint's: only its Deferred arguments')."""
     if getattr(endpoint, "_one_hop", False):
         return endpoint
     if inspect.iscoroutinefunction(endpoint):
 
         async def run(**arguments: Any) -> Any:
-            return await endpoint(**await _resolved_on_loop(arguments))
-
-    elif (when := getattr(endpoint, "_on_the_loop", None)) is not None:
-
-        async def run(**arguments: Any) -> Any:
-            if when(arguments):
-                return endpoint(**await _resolved_on_loop(arguments))
-            return await run_in_threadpool(lambda: endpoint(**_resolved(arguments)))
+            return await endpoint(**await resolved_off_the_loop(arguments))
 
     else:
 
         async def run(**arguments: Any) -> Any:
-            return await run_in_threadpool(lambda: endpoint(**_resolved(arguments)))
+            return await off_the_loop(lambda: endpoint(**_resolved(arguments)))
 
     functools.update_wrapper(run, endpoint)  # FastAPI reads the signature through __wrapped__
     run._one_hop = True  # type: ignore[attr-defined]
@@ -119,7 +131,25 @@ def one_hop(endpoint: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class OneHopRoute(APIRoute):
-    """An API route whose endpoint runs as one_hop says."""
+    """An API route whose endpoint runs as one_hop says, and whose reads answer within the
+    server's deadline on the database."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, one_hop(endpoint), **kwargs)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def within_the_deadline(request: Request) -> Response:
+            if request.method not in _READS:
+                return await handle(request)
+            seconds = request.app.state.context.settings.database_timeout_seconds
+            _ONLY_READS.set(True)  # (this request's task's context only)
+            with anyio.move_on_after(seconds):
+                return await handle(request)
+            # (Only a cancellation at the deadline leaves the block without an answer.)
+            raise MetadataUnavailableError(
+                f"the metadata database did not answer within {seconds:g} s"
+            )
+
+        return within_the_deadline

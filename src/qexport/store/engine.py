@@ -1,9 +1,23 @@
-"""Engines for the metadata database, and the migrations that bring it to the schema."""
+"""Engines for the metadata database, and the migrations that bring it to the schema.
+
+No engine is used on an event loop: a checkout there raises (`_refuse_on_an_event_loop`), so
+that a slow or locked database can hold the requests that wait for it, each on its thread,
+and never the loop that answers every other request (qexport.http.one_hop). A server's
+engine also has a deadline (QEXPORT_DATABASE_TIMEOUT_SECONDS, `create_engine(deadline=)`):
+no statement, lock wait, new connection or wait for a pooled one takes longer, and the
+database is reported unavailable instead (on PostgreSQL `statement_timeout` and
+`lock_timeout`, set once per connection when it opens: a SET per statement or per
+transaction would be a round trip each; on SQLite the busy timeout, the writers' turns and
+a progress handler that interrupts a statement past it). Migrations are not bound by it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
+import functools
+import math
 import os
 import select
 import threading
@@ -16,6 +30,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event
 
 from qexport.domain.failures import MetadataUnavailableError
@@ -39,6 +55,15 @@ _WRITE_TURNS: weakref.WeakKeyDictionary[sa.Engine, WriterTurns] = weakref.WeakKe
 
 # The execution option that marks a connection's transaction as one that only reads.
 _READS_ONLY = "qexport_reads_only"
+# The execution option that marks a SQLite connection whose statements begin no transaction.
+_ALONE = "qexport_statements_alone"
+# single_statements' options, on PostgreSQL (True) and on SQLite. (SQLAlchemy's AUTOCOMMIT on
+# SQLite would turn the driver's own transactions back on when the connection goes back to
+# the pool.)
+_SINGLE_STATEMENTS: dict[bool, dict[str, Any]] = {
+    True: {"isolation_level": "AUTOCOMMIT"},
+    False: {_ALONE: True},
+}
 
 
 @contextlib.contextmanager
@@ -60,17 +85,43 @@ def read_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 
 @contextlib.contextmanager
-def _begin(engine: sa.Engine, *, reads_only: bool) -> Iterator[sa.Connection]:
+def single_statements(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection whose statements each stand alone, outside any transaction (store/
+    reads.py): on PostgreSQL in autocommit, so that each is one round trip and commits on its
+    own; on SQLite in the driver's autocommit (see "begin" in `_sqlite_engine`), for reads
+    only, each read in a snapshot of its own."""
+    options = _SINGLE_STATEMENTS[engine.dialect.name == "postgresql"]
+    with unavailable_when_down(), engine.connect() as conn:
+        yield conn.execution_options(**options)
+
+
+@contextlib.contextmanager
+def unavailable_when_down() -> Iterator[None]:
+    """The database's outages, its deadline passing (a statement cancelled, a lock or a
+    connection not had in time) and a broken connection, as MetadataUnavailableError."""
     try:
-        with _writer_turn(engine, reads_only=reads_only), engine.connect() as conn:
-            if reads_only:
-                conn.execution_options(**_read_options(conn.dialect.name))
-            with conn.begin():
-                yield conn
+        yield
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
         raise MetadataUnavailableError(
             f"the metadata database is unavailable: {type(exc.orig).__name__}"
         ) from exc
+    except sa.exc.TimeoutError as exc:  # no pooled connection came free in time
+        raise MetadataUnavailableError(
+            "the metadata database is unavailable: every connection is busy"
+        ) from exc
+
+
+@contextlib.contextmanager
+def _begin(engine: sa.Engine, *, reads_only: bool) -> Iterator[sa.Connection]:
+    with (
+        unavailable_when_down(),
+        _writer_turn(engine, reads_only=reads_only),
+        engine.connect() as conn,
+    ):
+        if reads_only:
+            conn.execution_options(**_read_options(conn.dialect.name))
+        with conn.begin():
+            yield conn
 
 
 @contextlib.contextmanager
@@ -79,7 +130,7 @@ def _writer_turn(engine: sa.Engine, *, reads_only: bool) -> Iterator[None]:
     if turns is None:
         yield
         return
-    with turns.turn(_SQLITE_BUSY_MS / 1000):
+    with turns.turn():
         yield
 
 
@@ -98,17 +149,18 @@ class WriterTurns:
 
     _RETRY_SECONDS = 0.001
 
-    def __init__(self, lock_file: Path | None) -> None:
+    def __init__(self, lock_file: Path | None, timeout: float) -> None:
         self._thread = threading.RLock()
         self._lock_file = lock_file
+        self._timeout = timeout
         self._fd: int | None = None
         self._pid = 0
         self._depth = 0  # this process's nesting of turns (the thread lock is reentrant)
 
     @contextlib.contextmanager
-    def turn(self, timeout: float) -> Iterator[None]:
-        deadline = time.monotonic() + timeout
-        if not self._thread.acquire(timeout=timeout):
+    def turn(self) -> Iterator[None]:
+        deadline = time.monotonic() + self._timeout
+        if not self._thread.acquire(timeout=self._timeout):
             raise _lock_held()
         try:
             if self._depth == 0:
@@ -153,27 +205,63 @@ def _read_options(dialect: str) -> dict[str, bool]:
     return {_READS_ONLY: True}
 
 
-def create_engine(url: str) -> sa.Engine:
-    """An engine for `url`; nothing connects until first use."""
+def create_engine(url: str, *, deadline: float | None = None) -> sa.Engine:
+    """An engine for `url`; nothing connects until first use. With a `deadline` in seconds
+    (a server's), no statement, lock wait, connection or wait for a pooled connection takes
+    longer: it fails, reported as MetadataUnavailableError."""
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(parsed)
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.get_backend_name() == "postgresql":
-        return _postgres_engine(parsed)
-    return sa.create_engine(parsed, pool_pre_ping=True)
+        engine = _sqlite_engine(parsed, deadline)
+    else:
+        if parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        if parsed.get_backend_name() == "postgresql":
+            engine = _postgres_engine(parsed, deadline)
+        else:
+            engine = sa.create_engine(parsed, pool_pre_ping=True)
+    # First among the checkout listeners: before a ping, which would block too.
+    event.listen(engine, "checkout", _refuse_on_an_event_loop, insert=True)
+    return engine
 
 
-def _postgres_engine(url: sa.URL) -> sa.Engine:
+def _refuse_on_an_event_loop(_dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A connection taken on a thread that runs an event loop would make the loop, and every
+    request it serves, wait for the database: a mistake, refused where it is made."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop on this thread: a thread of the pool, a worker's, the CLI's
+        return
+    raise RuntimeError("the metadata database was called on an event loop, which it would block")
+
+
+def _postgres_engine(url: sa.URL, deadline: float | None) -> sa.Engine:
     """Pooled connections are checked before use, but only those that may have died.
 
     A ping before every transaction (pool_pre_ping) was one more round trip per transaction,
     about 0.1 ms of CPU each and two per export. A connection is pinged only when it sat idle in
     the pool for over a second, or when the server wrote to it while it sat there: a backend
     that is terminated, or a server that shuts down, says so before closing the socket.
+
+    With a `deadline`, each connection opens with `statement_timeout` and `lock_timeout` set
+    to it (one SET of both and its COMMIT, once per connection), connecting gives up after it
+    (libpq counts whole seconds, at least 2) and so does waiting for a pooled connection.
     """
-    engine = sa.create_engine(url, **_POOL)
+    pool: dict[str, Any] = dict(_POOL)
+    connect_args: dict[str, Any] = {}
+    if deadline is not None:
+        pool["pool_timeout"] = deadline
+        connect_args["connect_timeout"] = max(2, math.ceil(deadline))
+    engine = sa.create_engine(url, connect_args=connect_args, **pool)
+
+    if deadline is not None:
+        milliseconds = max(1, round(deadline * 1000))
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.execute(
+                f"SET statement_timeout = {milliseconds}; SET lock_timeout = {milliseconds}"
+            )
+            dbapi_connection.commit()
 
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
@@ -211,38 +299,81 @@ def _has_input(dbapi_connection: Any) -> bool:
     return bool(poller.poll(0))
 
 
-def _sqlite_engine(url: sa.URL) -> sa.Engine:
-    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
-        _private_database_file(Path(url.database))
-    engine = sa.create_engine(url, connect_args={"timeout": _SQLITE_BUSY_MS / 1000}, **_POOL)
-    on_disk = url.database and url.database != ":memory:" and not url.database.startswith("file:")
-    _WRITE_TURNS[engine] = WriterTurns(Path(f"{url.database}-writer") if on_disk else None)
+def _sqlite_engine(url: sa.URL, deadline: float | None) -> sa.Engine:
+    """With a `deadline`, SQLite's busy timeout, the writers' turns and the wait for a pooled
+    connection are that long instead of 30 s, and a statement that runs longer is interrupted
+    (a progress handler, called every 10,000 steps of SQLite's machine, compares the time
+    with the statement's start). A reader that SQLite itself makes wait, in WAL recovery or
+    behind a lock no writer takes, tries again for about 10 s whatever the busy timeout; the
+    request's own deadline ends its wait (qexport.http.one_hop)."""
+    on_disk = bool(
+        url.database and url.database != ":memory:" and not url.database.startswith("file:")
+    )
+    if on_disk:
+        _private_database_file(Path(str(url.database)))
+    busy_ms = _SQLITE_BUSY_MS if deadline is None else max(1, round(deadline * 1000))
+    pool: dict[str, Any] = dict(_POOL)
+    if deadline is not None and on_disk:  # (in memory, one connection per thread: no waiting)
+        pool["pool_timeout"] = deadline
+    engine = sa.create_engine(url, connect_args={"timeout": busy_ms / 1000}, **pool)
+    _WRITE_TURNS[engine] = WriterTurns(
+        Path(f"{url.database}-writer") if on_disk else None, busy_ms / 1000
+    )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
         # Let SQLAlchemy, not the driver, decide where transactions begin (see "begin").
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+        if deadline is not None:
+            _interrupt_after(dbapi_connection, record.info, deadline)
+
+    if deadline is not None:
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _statement_begins(conn: sa.Connection, *_args: Any) -> None:
+            conn.info[_STATEMENT_BEGAN] = time.monotonic()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
+        options = connection.get_execution_options()
+        if options.get(_ALONE):
+            # single_statements: the driver is in autocommit (isolation_level None), so each
+            # statement is its own transaction and SQLAlchemy's commit or rollback does
+            # nothing. A BEGIN and a COMMIT around one read cost 0.017 ms of 0.075.
+            return
         # A transaction that may write takes the write lock up front (IMMEDIATE): a deferred
         # one that reads and then writes can fail with SQLITE_BUSY_SNAPSHOT in WAL mode without
         # waiting for the lock. One that only reads begins deferred and so never waits: in WAL
         # mode it reads its snapshot beside the writer. Taking the lock for reads too made every
         # API request queue behind every other (half the server's busy time under 40 clients,
         # 130 requests/s at most; bench/api_load.py).
-        if connection.get_execution_options().get(_READS_ONLY):
+        if options.get(_READS_ONLY):
             connection.exec_driver_sql("BEGIN")
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+# Where a SQLite connection (its pool record's `info`) keeps when its statement began.
+_STATEMENT_BEGAN = "qexport_statement_began"
+_PROGRESS_STEPS = 10_000
+
+
+def _interrupt_after(dbapi_connection: Any, info: dict[str, float], deadline: float) -> None:
+    """Interrupt a statement of this connection once it has run for `deadline` seconds."""
+    info[_STATEMENT_BEGAN] = time.monotonic()
+
+    def past_the_deadline() -> bool:
+        return time.monotonic() - info[_STATEMENT_BEGAN] > deadline
+
+    dbapi_connection.set_progress_handler(past_the_deadline, _PROGRESS_STEPS)
 
 
 def _private_database_file(path: Path) -> None:
@@ -261,6 +392,10 @@ def migrate(engine: sa.Engine) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
+            # A server's deadline is no migration's: one may rewrite a large table, or wait
+            # for another process's upgrade.
+            connection.exec_driver_sql("SET LOCAL statement_timeout = 0")
+            connection.exec_driver_sql("SET LOCAL lock_timeout = 0")
             # Serialise concurrent upgrades from several workers starting at once.
             connection.exec_driver_sql("SELECT pg_advisory_xact_lock(727274)")
         config.attributes["connection"] = connection
@@ -268,7 +403,24 @@ def migrate(engine: sa.Engine) -> None:
 
 
 def current_revision(engine: sa.Engine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
-    with engine.connect() as connection:
+    with read_transaction(engine) as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """The newest migration's revision: the schema this code needs."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def schema_mismatch(engine: sa.Engine) -> str | None:
+    """Why the database's schema is not the one this code needs, or None when it is."""
+    current, head = current_revision(engine), head_revision()
+    if current == head:
+        return None
+    return (
+        f"the database's schema is at revision {current or 'none'}, this server's is at"
+        f" {head}: run `qexport db upgrade` with the newer of the two"
+    )

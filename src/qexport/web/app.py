@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import structlog
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from qexport.container import Container
 from qexport.deliveries.signing import master_secret
+from qexport.domain.failures import QExportError
+from qexport.http.one_hop import off_the_loop
 from qexport.services.sign_in import VerificationGate
 from qexport.web import (
     errors,
@@ -23,6 +26,8 @@ from qexport.web import (
     pages_subscriptions,
 )
 from qexport.web.session import SessionKey
+
+log = structlog.get_logger()
 
 
 def install(app: FastAPI, context: Container) -> None:
@@ -43,3 +48,13 @@ def install(app: FastAPI, context: Container) -> None:
     app.include_router(pages_policy.router)
     app.include_router(pages_audit.router)
     app.include_router(pages_approvals.router)
+
+
+async def derive_session_key(app: FastAPI) -> None:
+    """Derive the session key at start-up, off the event loop: on the embedded default its
+    master secret is read from the database, which the error pages, rendered on the loop,
+    never wait for (they show no session until the key is known; any page derives it)."""
+    try:
+        await off_the_loop(app.state.session_key)
+    except QExportError as exc:
+        log.warning("session_key_not_derived", error=type(exc).__name__)

@@ -11,16 +11,23 @@ from qexport.container import Container
 from qexport.domain.accounts import SESSION_TOKEN_ID, Principal
 from qexport.domain.failures import ForbiddenError, QExportError
 from qexport.http.context import get_context
-from qexport.web.session import COOKIE, Session, decode
+from qexport.web.session import COOKIE, Session, SessionKey, decode
 
 
 class SignInRequiredError(QExportError):
     """No valid session: the person is sent to the sign-in page."""
 
 
-def read_session(request: Request) -> Session | None:
+def read_session(request: Request, *, derive_key: bool = True) -> Session | None:
+    """The session the cookie carries, if its signature holds. Without `derive_key` (on the
+    event loop), none until the session key has been derived (at start-up, from the master
+    secret that the embedded default keeps in the database)."""
     context: Container = request.app.state.context
-    return decode(request.cookies.get(COOKIE), request.app.state.session_key(), context.clock.now())
+    key_of: SessionKey = request.app.state.session_key
+    key = key_of() if derive_key else key_of.known()
+    if key is None:
+        return None
+    return decode(request.cookies.get(COOKIE), key, context.clock.now())
 
 
 def principal_of(context: Container, session: Session | None) -> Principal | None:

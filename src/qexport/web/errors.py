@@ -29,7 +29,7 @@ from starlette.routing import Match
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.failures import QExportError
+from qexport.domain.failures import MetadataUnavailableError, QExportError
 from qexport.http import errors as api_errors
 from qexport.web.auth import SignInRequiredError, read_session, signed_in_session
 from qexport.web.confirm import Confirmation, confirm_page
@@ -51,7 +51,9 @@ TITLES = {
 
 
 def error_page(request: Request, status: int, detail: str) -> Response:
-    session = read_session(request)
+    """(Rendered on the event loop: the session is read with the key derived at start-up,
+    never with a read of the database, which may be what failed.)"""
+    session = read_session(request, derive_key=False)
     return page(
         request,
         "error.html",
@@ -75,7 +77,10 @@ def _qexport_error_page(request: Request, exc: QExportError) -> Response:
     if found is None:
         log.exception("web.unexpected_error", error=type(exc).__name__, detail=exc.detail)
         return error_page(request, 500, "An unexpected error occurred.")
-    return error_page(request, found[0], exc.detail)
+    answer = error_page(request, found[0], exc.detail)
+    if isinstance(exc, MetadataUnavailableError):
+        answer.headers["Retry-After"] = str(api_errors.RETRY_UNAVAILABLE_SECONDS)
+    return answer
 
 
 # Every page route, in the order made: what a GET of a POST-only URL is matched against.
@@ -154,17 +159,23 @@ async def _get_of_a_form(request: Request) -> Response | None:
     ask = _ASKS_FIRST.get(route.path)
     if ask is None:
         return RedirectResponse(_page_above(request.url.path), status_code=303)
-    try:
-        session = signed_in_session(request)
-    except SignInRequiredError:
-        return _sign_in_redirect(request)
-    principal: Principal = request.state.web_principal
-    context: Container = request.app.state.context
-    try:
-        confirmation = await run_in_threadpool(ask, request, context, session, principal, params)
-    except QExportError as exc:
-        return _qexport_error_page(request, exc)
-    return confirm_page(request, session, confirmation)
+
+    def confirmation() -> Response:  # on the thread pool: it reads the database
+        try:
+            session = signed_in_session(request)
+        except SignInRequiredError:
+            return _sign_in_redirect(request)
+        except QExportError as exc:
+            return _qexport_error_page(request, exc)
+        principal: Principal = request.state.web_principal
+        context: Container = request.app.state.context
+        try:
+            asked = ask(request, context, session, principal, params)
+        except QExportError as exc:
+            return _qexport_error_page(request, exc)
+        return confirm_page(request, session, asked)
+
+    return await run_in_threadpool(confirmation)
 
 
 def _wants_html(request: Request) -> bool:

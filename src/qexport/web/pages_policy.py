@@ -11,8 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
-from qexport.domain.accounts import Role
+from qexport.container import Container
+from qexport.domain.accounts import Principal, Role
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
 from qexport.domain.policies import RULES, WorkspacePolicy
 from qexport.domain.sensitivity import written_rule
@@ -183,6 +185,13 @@ async def save_policy(
         sensitive_queries=tuple(str(q) for q in data.getlist("sensitive_queries")),
         revoke_links=data.get("revoke_links") == "on",
     )
+    # The form is read on the event loop; what writes and reads the database, off it.
+    return await run_in_threadpool(_save, request, context, session, principal, form)
+
+
+def _save(
+    request: Request, context: Container, session: Session, principal: Principal, form: PolicyForm
+) -> Response:
     try:
         changed = change_policy(
             context.accounts,

@@ -59,6 +59,10 @@ class SessionKey:
         self._master = master
         self._key: bytes | None = None
 
+    def known(self) -> bytes | None:
+        """The key if it was derived already (None: deriving it may read the database)."""
+        return self._key
+
     def __call__(self) -> bytes:
         if self._key is None:
             self._key = hmac.new(
