@@ -25,7 +25,7 @@ from qexport.store.accounts import SqlAccountStore
 from qexport.store.approvals import SqlApprovalStore
 from qexport.store.audit import SqlAuditLog
 from qexport.store.deliveries import SqlDeliveryStore
-from qexport.store.engine import schema_mismatch
+from qexport.store.engine import schema_mismatch, serve_on_this_loop
 from qexport.store.rates import SqlRateLimits
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.stats import read_stats
@@ -98,6 +98,7 @@ def container_of(
         settings=settings,
         check_database=lambda: store.has_unsettled() and None,
         check_schema=lambda: None if engine is None else schema_mismatch(engine),
+        serve_on_this_loop=serve_on_this_loop,
         check_storage=lambda: None,
         stats=stats,
         retention_rules=no_rules,

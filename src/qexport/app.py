@@ -23,8 +23,9 @@ from qexport.web.app import install as install_web
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The thread pool for the endpoints' blocking work, sized as API_THREADS says.
     anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
-    await derive_session_key(app)
     context: Container = app.state.context
+    context.serve_on_this_loop()
+    await derive_session_key(app)
     # Previews run in processes of their own (previews/processes.py): their forkserver
     # imports qexport while the server starts, not when the first preview comes.
     context.previews.prepare()

@@ -43,7 +43,13 @@ from qexport.store.approvals import SqlApprovalStore
 from qexport.store.audit import SqlAuditLog, logs_parameters, use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
-from qexport.store.engine import create_engine, current_revision, migrate, schema_mismatch
+from qexport.store.engine import (
+    create_engine,
+    current_revision,
+    migrate,
+    schema_mismatch,
+    serve_on_this_loop,
+)
 from qexport.store.exports import SqlExportQueue
 from qexport.store.notify import PgListener
 from qexport.store.rates import SqlRateLimits
@@ -289,6 +295,7 @@ def build(
         settings=settings,
         check_database=lambda: _check_database(settings, exports),
         check_schema=lambda: _check_schema(settings, engine),
+        serve_on_this_loop=serve_on_this_loop,
         check_storage=lambda: _check_storage(objects),
         stats=lambda now: read_stats(engine, now),
         retention_rules=lambda: _retention_rules(objects),

@@ -54,6 +54,9 @@ class Container:
     check_database: Callable[[], None]
     # Why the metadata database's schema is not the one this code needs (None: it is).
     check_schema: Callable[[], str | None]
+    # Marks the running event loop as one that serves requests: the metadata database then
+    # refuses to be used on it (a server calls it as it starts; store/engine.py).
+    serve_on_this_loop: Callable[[], None]
     # Raises when the object store is not usable (a missing bucket, an unwritable folder).
     check_storage: Callable[[], None]
     # The figures /metrics reports, for the whole installation, at `now`.

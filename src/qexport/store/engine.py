@@ -1,8 +1,11 @@
 """Engines for the metadata database, and the migrations that bring it to the schema.
 
-No engine is used on an event loop: a checkout there raises (`_refuse_on_an_event_loop`), so
-that a slow or locked database can hold the requests that wait for it, each on its thread,
-and never the loop that answers every other request (qexport.http.one_hop). A server's
+No engine is used on an event loop that serves requests: a checkout there raises
+(`_refuse_on_an_event_loop`), so that a slow or locked database can hold the requests that
+wait for it, each on its thread, and never the loop that answers every other request
+(qexport.http.one_hop). A server marks its loop as it starts (`serve_on_this_loop`); any
+other loop is none of the server's (a browser driver in the tests keeps one running on the
+thread that also sets up their data). A server's
 engine also has a deadline (QEXPORT_DATABASE_TIMEOUT_SECONDS, `create_engine(deadline=)`):
 no statement, lock wait, new connection or wait for a pooled one takes longer, and the
 database is reported unavailable instead (on PostgreSQL `statement_timeout` and
@@ -224,12 +227,23 @@ def create_engine(url: str, *, deadline: float | None = None) -> sa.Engine:
     return engine
 
 
+# The event loops that serve qexport's requests (serve_on_this_loop); a loop that ends goes.
+_SERVING_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def serve_on_this_loop() -> None:
+    """Mark the running event loop as one that answers requests: no engine may be used on it."""
+    _SERVING_LOOPS.add(asyncio.get_running_loop())
+
+
 def _refuse_on_an_event_loop(_dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-    """A connection taken on a thread that runs an event loop would make the loop, and every
-    request it serves, wait for the database: a mistake, refused where it is made."""
+    """A connection taken on a thread that runs a serving event loop would make the loop, and
+    every request it serves, wait for the database: a mistake, refused where it is made."""
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:  # no loop on this thread: a thread of the pool, a worker's, the CLI's
+        return
+    if loop not in _SERVING_LOOPS:
         return
     raise RuntimeError("the metadata database was called on an event loop, which it would block")
 
