@@ -21,7 +21,7 @@ from qexport.store.approvals import SqlApprovalStore
 from qexport.store.engine import create_engine
 from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryApprovalStore, InMemoryMetadataStore
-from tests.stores import MetadataStore, SqlMetadataStore
+from tests.stores import MetadataStore, SqlMetadataStore, keyed
 
 TTL = timedelta(days=3)
 
@@ -48,7 +48,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     engines: list[sa.Engine] = []
 
     def connect() -> ApprovalStore:
-        engines.append(engine := create_engine(url))
+        engines.append(engine := keyed(create_engine(url)))
         return SqlApprovalStore(engine)
 
     yield Backend(SqlApprovalStore(sql.engine), sql, connect)

@@ -117,8 +117,11 @@ def _incomplete_upload_ids(endpoint: str, bucket: str) -> set[str]:
 
 
 def _object_keys(endpoint: str, bucket: str) -> set[str]:
+    """The keys of the exports' objects in the bucket (the audit trail's checkpoints, which
+    the workers write beside them, left out)."""
     found = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=bucket)
-    return {item["Key"] for item in found.get("Contents", [])}
+    keys = {item["Key"] for item in found.get("Contents", [])}
+    return {key for key in keys if not key.startswith(f"{PREFIX}/audit/")}
 
 
 def _wait_for_cleanup(store: S3ObjectStore, seconds: float = 30.0) -> None:
