@@ -292,18 +292,18 @@ def _build_checked(settings: Settings, what: str, *, serving: bool = False) -> C
     return deps
 
 
-def _lower_priority(settings: Settings) -> None:
+def _lower_priority(settings: Settings, *, keep: int) -> None:
     """Run this process's exports after the servers on its machine: at niceness
     QEXPORT_WORKER_NICE and, on Linux, in the idle scheduling class. On Linux both are a
     thread's own: every thread already running is lowered (the libraries' native ones, started
-    on import), and those started later (DuckDB's, the slots) and the processes forked later
-    inherit it."""
+    on import), but `keep` (the heartbeat thread, worker/lease.py), and those started later
+    (DuckDB's, the slots) and the processes forked later inherit it."""
     tasks = Path("/proc/self/task")
     if not tasks.is_dir():  # not Linux: the process's niceness
         if settings.worker_nice:
             os.nice(settings.worker_nice)
         return
-    threads = [int(t.name) for t in tasks.iterdir()]
+    threads = [int(t.name) for t in tasks.iterdir() if int(t.name) != keep]
     if settings.worker_nice:
         _each_thread(
             threads,
@@ -337,12 +337,22 @@ def _each_thread(threads: list[int], change: Callable[[int], None]) -> None:
 def _run_worker(
     settings: Settings, concurrency: int, drain: bool, *, supervised: bool, group_slots: int
 ) -> None:
+    import structlog
+
     from qexport.sources.scratch import remove_abandoned
+    from qexport.worker.lease import start_heartbeats
     from qexport.worker.loop import Worker
     from qexport.worker.memory import watch_memory
 
     remove_abandoned()  # pipes and spill of workers killed outright (SIGKILL, OOM killer)
-    _lower_priority(settings)
+    beating = start_heartbeats()  # before the lowering, which leaves it out
+    _lower_priority(settings, keep=beating)
+    structlog.get_logger().info(
+        "worker_priority_set",
+        nice=settings.worker_nice,
+        idle=settings.worker_idle,
+        heartbeat_thread=beating,
+    )
     w = Worker(
         bootstrap.build(settings, upgrade=False),
         concurrency=concurrency,
@@ -377,7 +387,9 @@ def _renew_worker(*, supervised: bool, now: bool = False) -> None:
         if now:
             os._exit(RENEW_EXIT_STATUS)  # a thread's SystemExit would end that thread only
         raise SystemExit(RENEW_EXIT_STATUS)
-    # The priority this process lowered itself to is kept across exec: not lowered again.
+    # The priority this process lowered itself to is kept across exec: not lowered again (its
+    # heartbeat thread, started from a lowered thread, then runs lowered too: a process may
+    # not raise its own priority back without the privilege to).
     env = {**os.environ, "QEXPORT_WORKER_NICE": "0", "QEXPORT_WORKER_IDLE": "false"}
     os.execve(sys.executable, sys.orig_argv, env)  # noqa: S606 - this very command, run again
 

@@ -46,13 +46,22 @@ class _Heartbeats:
         self._busy: Lease | None = None
         self._thread: threading.Thread | None = None
 
+    def start(self) -> int:
+        """Start the thread now, if it does not run yet; its native id."""
+        with self._cond:
+            return self._started().native_id or 0
+
+    def _started(self) -> threading.Thread:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+            self._thread.start()
+        return self._thread
+
     def add(self, lease: Lease) -> None:
         with self._cond:
             lease.schedule(time.monotonic(), beat=True)
             self._due[lease] = lease.next_look
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
-                self._thread.start()
+            self._started()
             self._cond.notify_all()
 
     def remove(self, lease: Lease) -> None:
@@ -251,3 +260,12 @@ class Lease:
 
 
 _HEARTBEATS = _Heartbeats()
+
+
+def start_heartbeats() -> int:
+    """Start this process's heartbeat thread now (it waits while no lease is held) and return
+    its native thread id. A worker starts it before it lowers its own priority and leaves it
+    out (cli._lower_priority): a thread is created with its creator's niceness and scheduling
+    class, and a heartbeat in the idle class waits for every other process of the machine, so
+    that beside busy work a live worker lost its leases and its exports were run twice."""
+    return _HEARTBEATS.start()
