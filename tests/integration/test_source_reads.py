@@ -294,6 +294,8 @@ CREATE OPERATOR |~| (leftarg = text, rightarg = text, function = xpath_string);
 CREATE FUNCTION all_emails() RETURNS text LANGUAGE plpgsql IMMUTABLE
     AS $$ BEGIN RETURN (SELECT string_agg(email, ',') FROM customers); END $$;
 CREATE VIEW order_notes AS SELECT id, all_emails() AS note FROM orders;
+CREATE FUNCTION emails_of(o orders) RETURNS text LANGUAGE plpgsql IMMUTABLE
+    AS $$ BEGIN RETURN (SELECT string_agg(email, ',') FROM customers); END $$;
 """
 _PG_ESCAPE_GRANTS = "GRANT SELECT ON customers, orders, order_notes TO {role};"
 
@@ -359,12 +361,13 @@ def test_postgresql_finds_functions_behind_operators_casts_domains_and_folded_ca
     """Calls no plan shows by name: an operator over an extension's C function, a cast to
     text through a plpgsql function, a domain whose check is one, and an IMMUTABLE plpgsql
     function PostgreSQL ran while planning (its emails sat in the plan as a constant),
-    called directly or through a view."""
+    called directly, in attribute notation (`x.f` is `f(x)`) or through a view."""
     for sql in (
         "SELECT id FROM customers WHERE name |~| '/a' IS NULL",
         "SELECT (o.*)::text AS o FROM orders o",
         "SELECT 'x'::checked_text AS t",
         "SELECT all_emails() AS e",
+        "SELECT (ROW(1, 1, 1)::orders).emails_of AS e",
         "SELECT * FROM order_notes",
     ):
         assert reads(escapes, sql) is None, sql

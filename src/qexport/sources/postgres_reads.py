@@ -128,9 +128,11 @@ _TOKEN = re.compile(
 )
 _OPERATOR = re.compile(r"[+\-*/<>=~!@#%^&|`?]+")
 _NAME = re.compile(r"[A-Za-z_\u0080-\U0010ffff]")
-# A name in a statement's code (`U&` before a quoted one), and whether a `(` follows it.
+# A name in a statement's code (`U&` before a quoted one), and whether a `.` comes before it
+# or a `(` after it: `f(x)` and `x.f` (attribute notation, `f(x)` for a composite x) are calls.
 _WRITTEN_NAME = re.compile(
-    r'(U&)?("(?:[^"]|"")*"|[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*)(\s*\()?',
+    r"(\.\s*)?(U&)?"
+    r'("(?:[^"]|"")*"|[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*)(\s*\()?',
     re.IGNORECASE,
 )
 
@@ -476,12 +478,12 @@ def _written(statement: str) -> _Written | None:
     written = _Written()
     code = code_only(statement)
     for found in _WRITTEN_NAME.finditer(code):
-        escaped, name, call = found.groups()
+        attribute, escaped, name, call = found.groups()
         if escaped:
             return None
         name = _unquoted(name) if name.startswith('"') else name.lower()
         written.names.add(name)
-        if call:
+        if attribute or call:
             written.functions.add(name)
     written.operators.update(_OPERATOR.findall(code))
     return written
