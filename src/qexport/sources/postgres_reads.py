@@ -65,6 +65,7 @@ from typing import Any
 import psycopg
 
 from qexport.domain.sensitivity import Relation, merged
+from qexport.sources.other_sessions import refuse_postgres_plan
 from qexport.sources.postgres_statements import code_only
 
 # Built-in (or common extension) functions that read tables named by text or SQL in text.
@@ -339,7 +340,8 @@ class _Known:
 def planned_reads(conn: psycopg.Connection[Any], statement: str) -> frozenset[Relation] | None:
     """The relations (with the columns read) of `statement`, already rendered with its
     values, in the session's read-only transaction; None when the plan runs SQL it does not
-    show. Raises psycopg's errors (the source translates them)."""
+    show. QueryInvalidError for a plan that reads other sessions' statements; raises
+    psycopg's errors (the source translates them)."""
     with conn.cursor() as cursor:
         # binary: the extended protocol, which refuses a second statement.
         cursor.execute(f"EXPLAIN (VERBOSE, FORMAT JSON)\n{statement}", binary=True)
@@ -357,6 +359,7 @@ def planned_reads(conn: psycopg.Connection[Any], statement: str) -> frozenset[Re
             calls.functions.add(str(node["Function Name"]))
         if isinstance(node.get("Relation Name"), str):
             scans.append(_scan(node, texts))
+    refuse_postgres_plan(calls.functions)
     written = _written(statement)
     if written is None:
         return None
