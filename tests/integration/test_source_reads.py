@@ -6,6 +6,8 @@ SQL of its own, a view the login may not SHOW) reads, for a policy, every table.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -160,10 +162,10 @@ GRANT SELECT ON customers, orders, contacts, emails, events, events_1 TO {role};
 """
 
 
-@pytest.fixture(scope="module")
-def warehouse(pg_template: str) -> Iterator[PostgresSource]:
-    """A database with the tables above and a role that may only read them (dropped after)."""
-    del pg_template  # only for its check that a server is there (skip, or fail under CI)
+@contextlib.contextmanager
+def _pg_database(setup: str, grants: str) -> Iterator[PostgresSource]:
+    """A database made by `setup` and a role given `grants` (`{role}`), that may read only
+    that; both dropped after."""
     import sqlalchemy as sa
 
     suffix = uuid.uuid4().hex[:10]
@@ -174,14 +176,22 @@ def warehouse(pg_template: str) -> Iterator[PostgresSource]:
     admin_url = sa.make_url(server_url()).set(database=name)
     try:
         with psycopg.connect(admin_url.render_as_string(hide_password=False)) as conn:
-            conn.execute(_PG_SETUP)
-            conn.execute(_PG_GRANTS.format(role=f'"{role}"'))
+            conn.execute(setup)
+            conn.execute(grants.format(role=f'"{role}"'))
         reader = admin_url.set(username=role).render_as_string(hide_password=False)
         yield PostgresSource("warehouse", reader)
     finally:
         with psycopg.connect(server_url(), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+@pytest.fixture(scope="module")
+def warehouse(pg_template: str) -> Iterator[PostgresSource]:
+    """A database with the tables above and a role that may only read them (dropped after)."""
+    del pg_template  # only for its check that a server is there (skip, or fail under CI)
+    with _pg_database(_PG_SETUP, _PG_GRANTS) as source:
+        yield source
 
 
 PG_EMAIL = SensitiveTable("warehouse", "public", "customers", frozenset({"email"}))
@@ -254,6 +264,133 @@ def test_postgresql_cannot_say_for_functions_that_run_sql_or_statistics(
     ):
         assert reads(warehouse, sql) is None, sql
         assert needs_approval(warehouse, PG_EMAIL, sql), sql
+
+
+# The escapes of an attacker's review: what reads tables no plan shows. tablefunc and xml2
+# are contrib extensions of PostgreSQL's own packages; citext and pgcrypto are trusted ones.
+_PG_ESCAPES = """
+CREATE EXTENSION tablefunc;
+CREATE EXTENSION xml2;
+CREATE EXTENSION citext;
+CREATE EXTENSION pgcrypto;
+CREATE TABLE customers (id int PRIMARY KEY, name text, email text, nick citext);
+INSERT INTO customers VALUES (1, 'al', 'al@secret.test', 'Al'), (2, 'bo', 'bo@secret.test', 'Bo');
+CREATE TABLE orders (id int, customer_id int, total numeric);
+CREATE FUNCTION leak_step(s int, v int) RETURNS int LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM (SELECT string_agg(email, ' ') FROM customers); RETURN s + v; END $$;
+CREATE AGGREGATE leak_agg(int) (sfunc = leak_step, stype = int, initcond = '0');
+CREATE FUNCTION leak_sql_step(s int, v int) RETURNS int LANGUAGE sql
+    AS 'SELECT s + v + (SELECT count(email)::int FROM customers)';
+CREATE AGGREGATE leak_sql_agg(int) (sfunc = leak_sql_step, stype = int, initcond = '0');
+CREATE AGGREGATE trusted_looking(int) (sfunc = leak_step, stype = int, initcond = '0');
+ALTER EXTENSION citext ADD AGGREGATE trusted_looking(int);
+CREATE FUNCTION orders_text(o orders) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN RETURN (SELECT string_agg(email, ' ') FROM customers); END $$;
+CREATE CAST (orders AS text) WITH FUNCTION orders_text(orders);
+CREATE FUNCTION leak_check(t text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE
+    AS $$ BEGIN PERFORM (SELECT count(email) FROM customers); RETURN true; END $$;
+CREATE DOMAIN checked_text AS text CHECK (leak_check(VALUE));
+CREATE OPERATOR |~| (leftarg = text, rightarg = text, function = xpath_string);
+CREATE FUNCTION all_emails() RETURNS text LANGUAGE plpgsql IMMUTABLE
+    AS $$ BEGIN RETURN (SELECT string_agg(email, ',') FROM customers); END $$;
+CREATE VIEW order_notes AS SELECT id, all_emails() AS note FROM orders;
+CREATE FUNCTION emails_of(o orders) RETURNS text LANGUAGE plpgsql IMMUTABLE
+    AS $$ BEGIN RETURN (SELECT string_agg(email, ',') FROM customers); END $$;
+"""
+_PG_ESCAPE_GRANTS = "GRANT SELECT ON customers, orders, order_notes TO {role};"
+
+
+@pytest.fixture(scope="module")
+def escapes(pg_template: str) -> Iterator[PostgresSource]:
+    """A database with the extensions and functions above; skipped (failed under CI) where
+    the server lacks tablefunc or xml2."""
+    del pg_template
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        available = {
+            str(row[0])
+            for row in admin.execute(
+                "SELECT name FROM pg_available_extensions"
+                " WHERE name IN ('tablefunc', 'xml2', 'citext', 'pgcrypto')"
+            )
+        }
+    if len(available) < 4:
+        missing = "the contrib extensions tablefunc, xml2, citext and pgcrypto"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs {missing} (postgresql-contrib)")
+        pytest.skip(f"this server lacks {missing}")
+    with _pg_database(_PG_ESCAPES, _PG_ESCAPE_GRANTS) as source:
+        yield source
+
+
+def test_postgresql_cannot_say_for_functions_that_run_sql_given_as_text(
+    escapes: PostgresSource,
+) -> None:
+    """ts_rewrite runs its second argument as a query; tablefunc's crosstab and connectby and
+    xml2's xpath_table are C functions that do the same (or read a table by name): each
+    previewed every email with a plan that read nothing. Their reads cannot be told."""
+    for sql in (
+        "SELECT ts_rewrite('a'::tsquery, 'SELECT ''a''::tsquery,"
+        " quote_literal(string_agg(email, '' ''))::tsquery FROM customers')::text AS x",
+        "SELECT * FROM crosstab('SELECT name, ''x'', email FROM customers') AS t(n text, e text)",
+        "SELECT * FROM connectby('customers', 'email', 'id', '1', 0) AS t(a text, b text, l int)",
+        "SELECT * FROM xpath_table('id', '''<a>''||email||''</a>''', 'customers', '/a', 'true')"
+        " AS t(id int, e text)",
+    ):
+        assert reads(escapes, sql) is None, sql
+        assert needs_approval(escapes, PG_EMAIL, sql), sql
+
+
+def test_postgresql_judges_aggregates_by_their_support_functions(escapes: PostgresSource) -> None:
+    """An aggregate is language `internal` whatever its transition function is written in:
+    one stepping with a plpgsql or SQL function that reads customers, used as an aggregate
+    or a window function, reads what cannot be told, and so does one the check would trust
+    by itself (a member of a trusted extension) when a support function is not."""
+    for sql in (
+        "SELECT leak_agg(id) FROM orders",
+        "SELECT leak_sql_agg(id) FROM orders",
+        "SELECT id, leak_agg(id) OVER (ORDER BY id) FROM orders",
+        "SELECT trusted_looking(id) FROM orders",
+    ):
+        assert reads(escapes, sql) is None, sql
+        assert needs_approval(escapes, PG_EMAIL, sql), sql
+
+
+def test_postgresql_finds_functions_behind_operators_casts_domains_and_folded_calls(
+    escapes: PostgresSource,
+) -> None:
+    """Calls no plan shows by name: an operator over an extension's C function, a cast to
+    text through a plpgsql function, a domain whose check is one, and an IMMUTABLE plpgsql
+    function PostgreSQL ran while planning (its emails sat in the plan as a constant),
+    called directly, in attribute notation (`x.f` is `f(x)`) or through a view."""
+    for sql in (
+        "SELECT id FROM customers WHERE name |~| '/a' IS NULL",
+        "SELECT (o.*)::text AS o FROM orders o",
+        "SELECT 'x'::checked_text AS t",
+        "SELECT all_emails() AS e",
+        "SELECT (ROW(1, 1, 1)::orders).emails_of AS e",
+        "SELECT * FROM order_notes",
+    ):
+        assert reads(escapes, sql) is None, sql
+        assert needs_approval(escapes, PG_EMAIL, sql), sql
+
+
+def test_postgresql_still_reports_plain_reads_where_extensions_are_installed(
+    escapes: PostgresSource,
+) -> None:
+    """Nothing is refused for its neighbours: on the same database, queries of plain tables
+    with built-in functions and operators, and with those of trusted extensions (citext's
+    `=`, pgcrypto's digest), report what they read and need no approval for the email."""
+    for sql, read in (
+        ("SELECT id, name FROM customers WHERE nick = 'AL' ORDER BY name", {"id", "name", "nick"}),
+        ("SELECT encode(digest(name, 'sha256'), 'hex') AS h FROM customers", {"name"}),
+        ("SELECT c.name, o.total FROM customers c JOIN orders o ON o.customer_id = c.id", None),
+        ("SELECT count(*), sum(total) AS s FROM orders WHERE total > 0", None),
+    ):
+        found = reads(escapes, sql)
+        assert found is not None, sql
+        if read is not None:
+            assert found == frozenset({Relation("public", "customers", frozenset(read))}), sql
+        assert not needs_approval(escapes, PG_EMAIL, sql), sql
 
 
 # ---------------------------------------------------------------- MariaDB

@@ -44,7 +44,7 @@ from qexport.sources.generic_errors import (
     query_error,
     timeout_error,
 )
-from qexport.sources.postgres_statements import parse_query
+from qexport.sources.postgres_statements import ParsedQuery, parse_query
 
 if TYPE_CHECKING:
     from qexport.config import Settings
@@ -317,7 +317,9 @@ class GenericSource:
         *,
         timeout_seconds: float,
     ) -> frozenset[Relation] | None:
-        """None: this source cannot say what a statement reads."""
+        """None: this source cannot say what a statement reads (once the statement passed
+        the check every other path makes)."""
+        self._checked(sql)
         return None
 
     def preview(
@@ -358,7 +360,7 @@ class GenericSource:
         self, sql: str, parameters: Mapping[str, Any], requester: Requester
     ) -> sa.TextClause:
         """The checked query as a `text()` with its values bound to `:name` placeholders."""
-        parsed = parse_query(sql)
+        parsed = self._checked(sql)
         values = bound_values(set(parsed.names), parameters, requester)
         # The query's own colons are escaped, so that text() takes none of them (a time
         # literal, a PostgreSQL cast) for a placeholder of its own.
@@ -367,6 +369,12 @@ class GenericSource:
             pieces += [f":{name}", segment.replace(":", "\\:")]
         # On lines of their own, so that a trailing comment cannot swallow what wraps it.
         return sa.text("\n" + "".join(pieces) + "\n").bindparams(**values)
+
+    def _checked(self, sql: str) -> ParsedQuery:
+        """`sql` as one query, and not one the dialect refuses (other sessions' SQL)."""
+        parsed = parse_query(sql)
+        self.rules.check_statement(sql, self.engine.url.database)
+        return parsed
 
     def _builder(self, columns: list[Described], first: list[Any]) -> BatchBuilder:
         types = []

@@ -9,6 +9,9 @@ its timeout is only checked between batches.
 | MariaDB    | START TRANSACTION READ ONLY                  | max_statement_time, KILL QUERY     |
 | MySQL      | START TRANSACTION READ ONLY                  | max_execution_time, KILL QUERY     |
 | PostgreSQL | SET TRANSACTION READ ONLY                    | statement_timeout, cancel()        |
+
+On MySQL, MariaDB and PostgreSQL a query that reads other sessions' statements is refused as
+on their own sources (other_sessions.py): their drivers write the values into the text too.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from qexport.sources.generic_arrow import Described, decimal_type
+from qexport.sources.other_sessions import refuse_mysql_readers, refuse_postgres_readers
 
 Interrupt = Callable[[], None]
 
@@ -44,6 +48,10 @@ class Rules:
 
     read_only = False  # whether the server itself refuses a write
     server_timeout = False  # whether the server itself stops a statement at its timeout
+
+    def check_statement(self, sql: str, database: str | None) -> None:
+        """Refuse (QueryInvalidError) what the engine lets a query read but qexport does not:
+        other sessions' statements (other_sessions.py); `database`: the URL's."""
 
     def begin(self, conn: sa.Connection, timeout_seconds: float) -> None:
         """Set the connection up for one read-only statement of at most `timeout_seconds`."""
@@ -141,6 +149,9 @@ class MySQLRules(Rules):
     read_only = True
     server_timeout = True
 
+    def check_statement(self, sql: str, database: str | None) -> None:
+        refuse_mysql_readers(sql, database)
+
     def begin(self, conn: sa.Connection, timeout_seconds: float) -> None:
         # TIMESTAMP values are instants that the server turns into the session's zone.
         conn.exec_driver_sql("SET SESSION time_zone = '+00:00'")
@@ -190,6 +201,9 @@ _PG_CANCELLED = "57014"
 class PostgresRules(Rules):
     read_only = True
     server_timeout = True
+
+    def check_statement(self, sql: str, database: str | None) -> None:
+        refuse_postgres_readers(sql)
 
     def begin(self, conn: sa.Connection, timeout_seconds: float) -> None:
         conn.exec_driver_sql("SET TRANSACTION READ ONLY")

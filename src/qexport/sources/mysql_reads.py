@@ -21,6 +21,8 @@ names every table by database and name, and each alias beside it
   alias inside a view whose definition qexport may not read) means the statement cannot be
   told: None;
 - a stored function reads tables no plan shows: a statement (or view) calling one: None;
+- a table that shows other sessions' statements (PROCESSLIST, through a view too) is refused
+  (other_sessions.py);
 - MySQL needs SHOW VIEW on a view to EXPLAIN a statement over it (error 1345) and to read
   its definition: without it, None (the source is said to read every sensitive table).
 
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qexport.domain.sensitivity import Relation
+from qexport.sources.other_sessions import refuse_mysql_plan
 
 ER_SPECIFIC_ACCESS_DENIED = 1345  # EXPLAIN over a view without SHOW VIEW on it
 REWRITTEN_NOTE = 1003
@@ -84,7 +87,9 @@ def planned_reads(
     named = _Named()
     _parse(rewritten, schemas, named)
     named.tables |= _written_tables(rows, statement, literal)
-    if not _expand_views(rows, schemas, named):
+    expanded = _expand_views(rows, schemas, named)
+    refuse_mysql_plan(named.tables)
+    if not expanded:
         return None
     functions = {
         str(r[0]).lower()

@@ -22,6 +22,7 @@ from qexport.sources.mysql_role import refusal, role_findings
 from qexport.sources.mysql_session import Session, connect, connect_options
 from qexport.sources.mysql_statements import render
 from qexport.sources.mysql_types import Column, RawBatches, columns_of
+from qexport.sources.other_sessions import refuse_mysql_readers
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -153,6 +154,15 @@ class MySQLSource:
             on_interrupt=on_interrupt,
         )
 
+    def _render(
+        self, sql: str, parameters: Mapping[str, Any], requester: Requester, session: Session
+    ) -> str:
+        """The checked query with its values, as it is sent: one SELECT that reads no other
+        session's statements (other_sessions.py)."""
+        text = render(sql, parameters, requester, session.literal)
+        refuse_mysql_readers(sql, self.reads_reporting.default_schema)
+        return text
+
     def _open(
         self, session: Session, requester: Requester, *, select_limit: int | None = None
     ) -> None:
@@ -178,7 +188,7 @@ class MySQLSource:
         session = self._session(timeout_seconds, on_interrupt)
         self._open(session, requester)
         try:
-            text = render(sql, parameters, requester, session.literal)
+            text = self._render(sql, parameters, requester, session)
             result = session.query(text)
             reader = _Reader(result, columns_of(result), batch_rows or BATCH_ROWS)
         except BaseException as exc:
@@ -199,7 +209,7 @@ class MySQLSource:
         session = self._session(timeout_seconds)
         self._open(session, requester, select_limit=0)
         try:
-            text = render(sql, parameters, requester, session.literal)
+            text = self._render(sql, parameters, requester, session)
             columns = columns_of(session.query(text))
             for column in columns:
                 column.arrow_type()  # a type qexport cannot export is refused here already
@@ -224,7 +234,7 @@ class MySQLSource:
         session = self._session(timeout_seconds)
         self._open(session, requester)
         try:
-            text = render(sql, parameters, requester, session.literal)
+            text = self._render(sql, parameters, requester, session)
 
             def rows(statement: str) -> Sequence[tuple[Any, ...]]:
                 result = session.query(statement)
@@ -259,7 +269,7 @@ class MySQLSource:
         session = self._session(timeout_seconds)
         self._open(session, requester, select_limit=max_rows + 1)
         try:
-            text = render(sql, parameters, requester, session.literal)
+            text = self._render(sql, parameters, requester, session)
             result = session.query(text)
             columns = columns_of(result)
             reader = _Reader(result, columns, PREVIEW_FETCH_ROWS)

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from qexport.domain.failures import QueryInvalidError
 from qexport.sources.duckdb_statements import bound_values
-from qexport.sources.postgres_statements import ParsedQuery, _Scanner, parse_query
+from qexport.sources.postgres_statements import (
+    ParsedQuery,
+    _Scanner,
+    parse_query,
+    without_comments,
+)
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -45,11 +50,11 @@ class _MySQLScanner(_Scanner):
             if char in _BLANKS:
                 self._skip(_SPACE)
             elif char == "#":
-                self._skip(_HASH_COMMENT)
+                self._comment(self._skip, _HASH_COMMENT)
             elif sql.startswith("--", self.pos) and _DASH_COMMENT.match(sql, self.pos):
-                self._skip(_DASH_COMMENT)
+                self._comment(self._skip, _DASH_COMMENT)
             elif sql.startswith("/*", self.pos):
-                self._block_comment()
+                self._comment(self._block_comment)
             elif char == ";":
                 self._semicolon()
             else:
@@ -97,6 +102,12 @@ def parse_mysql_query(sql: str) -> ParsedQuery:
     """Check that `sql` is one query and find its `$name` placeholders, with MySQL's lexis;
     QueryInvalidError otherwise (the same refusals as on PostgreSQL)."""
     return parse_query(sql, lexer=_MySQLScanner)
+
+
+def mysql_without_comments(sql: str) -> str:
+    """`sql` with its comments blanked out, read with MySQL's lexis (postgres_statements'
+    `without_comments`)."""
+    return without_comments(sql, lexer=_MySQLScanner)
 
 
 def render(

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from qexport.domain.failures import QExportError, QueryInvalidError, TextPosition
 from qexport.sources.duckdb_statements import bound_values
+from qexport.sources.other_sessions import refuse_postgres_readers
 from qexport.sources.postgres_errors import connect_error, query_error
 from qexport.sources.postgres_statements import Rendered, parse_query
 from qexport.sources.postgres_types import Column, positional_names
@@ -116,6 +117,7 @@ class Session:
     ) -> Rendered:
         """`render`, keeping where the query's own text went (to place the server's errors)."""
         parsed = parse_query(text)
+        refuse_postgres_readers(text)
         values = bound_values(set(parsed.names), parameters, requester)
         try:
             return parsed.render_mapped(

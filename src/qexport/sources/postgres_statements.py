@@ -123,6 +123,8 @@ class _Scanner:
         self.first_word: str | None = None
         self.end: int | None = None  # where the first top-level `;` is
         self.statements = 1
+        self.comments: list[tuple[int, int]] = []  # (start, end) of each comment
+        self.strings: list[tuple[int, int]] = []  # (start, end) of each string literal
 
     def scan(self) -> None:
         sql = self.sql
@@ -131,13 +133,18 @@ class _Scanner:
             if char in _BLANKS:
                 self._skip(_SPACE)
             elif sql.startswith("--", self.pos):
-                self._skip(_LINE_COMMENT)
+                self._comment(self._skip, _LINE_COMMENT)
             elif sql.startswith("/*", self.pos):
-                self._block_comment()
+                self._comment(self._block_comment)
             elif char == ";":
                 self._semicolon()
             else:
                 self._content(char)
+
+    def _comment(self, skip: Callable[..., None], *args: Any) -> None:
+        start = self.pos
+        skip(*args)
+        self.comments.append((start, self.pos))
 
     def _content(self, char: str) -> None:
         if self.end is not None:
@@ -168,7 +175,9 @@ class _Scanner:
         self.pos = match.end()
 
     def _string(self, pattern: re.Pattern[str]) -> None:
+        start = self.pos
         self._skip(pattern, "an unterminated string literal")
+        self.strings.append((start, self.pos))
 
     def _block_comment(self) -> None:
         self.pos = nested_comment_end(self.sql, self.pos)
@@ -180,6 +189,7 @@ class _Scanner:
             if close < 0:
                 raise QueryInvalidError("the query has an unterminated dollar-quoted string")
             self.pos = close + len(tag.group())
+            self.strings.append((pos, self.pos))
         elif placeholder := _PLACEHOLDER.match(sql, pos):
             self._placeholder(placeholder)
         elif positional := _POSITIONAL.match(sql, pos):
@@ -222,3 +232,27 @@ def parse_query(sql: str, *, lexer: type[_Scanner] | None = None) -> ParsedQuery
     end = len(sql) if scanner.end is None else scanner.end
     tail = sql[scanner.segment_start : end]
     return ParsedQuery((*scanner.segments, tail), tuple(scanner.names))
+
+
+def without_comments(sql: str, *, lexer: type[_Scanner] | None = None) -> str:
+    """`sql` with each comment blanked out (the same length, so offsets stay), read with
+    PostgreSQL's lexis or `lexer`'s; QueryInvalidError where `parse_query` would raise."""
+    scanner = (lexer or _Scanner)(sql)
+    scanner.scan()
+    return _blanked(sql, scanner.comments)
+
+
+def code_only(sql: str) -> str:
+    """`sql` with its comments and string literals (dollar-quoted ones included) blanked out,
+    read with PostgreSQL's lexis: what is left are names, keywords, numbers, operators."""
+    scanner = _Scanner(sql)
+    scanner.scan()
+    return _blanked(sql, sorted(scanner.comments + scanner.strings))
+
+
+def _blanked(sql: str, spans: list[tuple[int, int]]) -> str:
+    pieces, at = [], 0
+    for start, end in spans:
+        pieces += [sql[at:start], " " * (end - start)]
+        at = end
+    return "".join([*pieces, sql[at:]])
