@@ -279,6 +279,23 @@ BECOMING: dict[str, Becoming] = {
         " become the superuser {admin} (REVOKE EXECUTE ON FUNCTION public.{function}(text) FROM"
         " PUBLIC, or ALTER FUNCTION public.{function}(text) OWNER TO a reader)",
     ),
+    "aggregate over a SECURITY DEFINER function of a superuser": Becoming(
+        "",
+        _SU,
+        (
+            "CREATE FUNCTION public.{function}(s text, p text) RETURNS text LANGUAGE sql"
+            " SECURITY DEFINER AS $$ SELECT coalesce(s, '') || pg_read_file(p) $$",
+            "REVOKE EXECUTE ON FUNCTION public.{function}(text, text) FROM PUBLIC",
+            "CREATE AGGREGATE public.{function}_agg(text)"
+            " (sfunc = public.{function}, stype = text)",
+            "ALTER FUNCTION public.{function}(text, text) OWNER TO {admin}",
+            "ALTER AGGREGATE public.{function}_agg(text) OWNER TO {admin}",
+        ),
+        "may execute public.{function}_agg(text), an aggregate that runs"
+        " public.{function}(text, text), a SECURITY DEFINER function of {admin}, which is a"
+        " superuser (REVOKE EXECUTE ON FUNCTION public.{function}_agg(text) FROM PUBLIC, or"
+        " ALTER FUNCTION public.{function}(text, text) OWNER TO a reader)",
+    ),
     "SECURITY DEFINER function only after SET ROLE": Becoming(
         "NOINHERIT",
         (("mid", ""), *_SU),

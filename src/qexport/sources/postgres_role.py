@@ -25,9 +25,12 @@ Each of those roles is refused when it:
 - may execute a SECURITY DEFINER function (EXECUTE, and USAGE on its schema) whose owner,
   judged by these same rules, is refused: the function runs with its owner's rights, so
   `CREATE FUNCTION readf(p text) ... SECURITY DEFINER AS $$ SELECT pg_read_file(p) $$` owned
-  by a superuser reads any server file for whoever may call it. A definer function owned by
-  the login or a role it can become adds nothing (that role is judged already), and one
-  owned by a plain reader passes.
+  by a superuser reads any server file for whoever may call it. So does an aggregate whose
+  support function (transition, final, ...) is one: PostgreSQL checks EXECUTE on those for
+  the aggregate's owner, not its caller, so revoking EXECUTE on the function from PUBLIC
+  does not stop `SELECT leak('/etc/passwd')`. A definer function owned by the login or a
+  role it can become adds nothing (that role is judged already), one owned by a plain
+  reader passes, and procedures and trigger functions are not judged (no query calls them).
 And the login may not execute set_config(text, text, boolean) in a database that uses
 row-level security: a query could then call set_config('qexport.user_id', ..., true) and read
 someone else's rows. It is granted to PUBLIC by default; qexport itself sets the requester
@@ -110,21 +113,38 @@ SELECT r.oid, quote_ident(r.rolname), r.oid = (TABLE subject), r.rolname = ANY(%
 FROM pg_roles r LEFT JOIN unforced u ON u.relowner = r.oid
 WHERE pg_has_role((TABLE subject), r.oid, 'MEMBER')
 """
-# The functions that reach outside the database, the SECURITY DEFINER functions a query can
-# call (not procedures nor trigger functions), and set_config for the login where row-level
-# security makes it matter: whether the subject may execute them itself (with what it
-# inherits), and the roles granted EXECUTE on them and USAGE on their schema, their owners
-# included (0 stands for PUBLIC); which of those the subject can become is told here, from
-# the roles the first query found. Read from the ACLs, not with has_function_privilege for
-# each role the subject can become: that call walks each role's own memberships again (1.5 s
-# for 1,000 roles); nor filtered in the server, where a subquery on the roles for each
-# function took 0.5 ms a function on a busy server.
+# The functions that reach outside the database, those a query can call that run a SECURITY
+# DEFINER function (themselves, or an aggregate's support function; not procedures nor
+# trigger functions), and set_config for the login where row-level security makes it
+# matter: whether the subject may execute them itself (with what it inherits), and the roles
+# granted EXECUTE on them and USAGE on their schema, their owners included (0 stands for
+# PUBLIC); which of those the subject can become is told here, from the roles the first
+# query found. Read from the ACLs, not with has_function_privilege for each role the subject
+# can become: that call walks each role's own memberships again (1.5 s for 1,000 roles); nor
+# filtered in the server, where a subquery on the roles for each function took 0.5 ms a
+# function on a busy server.
 _FUNCTIONS = f"""
-WITH {_SUBJECT}
+WITH {_SUBJECT},
+definers AS (
+    SELECT f.oid, f.proowner,
+        format('%%I.%%I(%%s)', fn.nspname, f.proname, oidvectortypes(f.proargtypes)) AS signature
+    FROM pg_proc f JOIN pg_namespace fn ON fn.oid = f.pronamespace
+    WHERE f.prosecdef AND f.prokind IN ('f', 'w')
+        AND f.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+),
+runs AS (
+    SELECT oid AS called, oid AS runs FROM definers
+    UNION ALL
+    SELECT g.aggfnoid, d.oid FROM pg_aggregate g JOIN definers d ON d.oid IN (
+        g.aggtransfn, g.aggfinalfn, g.aggcombinefn, g.aggserialfn, g.aggdeserialfn,
+        g.aggmtransfn, g.aggminvtransfn, g.aggmfinalfn
+    )
+)
 SELECT p.proname,
     format('%%I.%%I(%%s)', n.nspname, p.proname, oidvectortypes(p.proargtypes)),
-    k.definer AND NOT k.reaching,
-    p.proowner, quote_ident(pg_get_userbyid(p.proowner)),
+    d.oid IS NOT NULL AND NOT k.reaching,
+    coalesce(d.proowner, p.proowner),
+    quote_ident(pg_get_userbyid(coalesce(d.proowner, p.proowner))),
     has_function_privilege((TABLE subject), p.oid, 'EXECUTE')
         AND has_schema_privilege((TABLE subject), p.pronamespace, 'USAGE'),
     ARRAY(
@@ -134,16 +154,17 @@ SELECT p.proname,
     ARRAY(
         SELECT a.grantee FROM aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
         WHERE a.privilege_type = 'USAGE'
-    ) || n.nspowner
+    ) || n.nspowner,
+    CASE WHEN d.oid <> p.oid THEN d.signature END
 FROM pg_proc p
     JOIN pg_namespace n ON n.oid = p.pronamespace
+    LEFT JOIN runs r ON r.called = p.oid
+    LEFT JOIN definers d ON d.oid = r.runs
     CROSS JOIN LATERAL (
         SELECT p.proname LIKE 'dblink%%' OR p.proname LIKE 'postgres\\_fdw%%'
-            OR p.proname = ANY(%(files)s) AS reaching,
-            p.prosecdef AND p.prokind IN ('f', 'w')
-                AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype) AS definer
+            OR p.proname = ANY(%(files)s) AS reaching
     ) k
-WHERE k.reaching OR k.definer
+WHERE k.reaching OR d.oid IS NOT NULL
     OR (%(login)s AND p.oid = 'pg_catalog.set_config(text, text, boolean)'::regprocedure
         AND EXISTS (SELECT 1 FROM pg_class WHERE relrowsecurity))
 ORDER BY 1, 2
@@ -176,9 +197,10 @@ class _Function:
 
     name: str
     signature: str  # schema.name(argument types), quoted where needed
-    definer: bool  # SECURITY DEFINER, owned outside the subject's reach (and not reaching)
-    owner: int
+    definer: bool  # runs a SECURITY DEFINER function (itself, or as an aggregate's support)
+    owner: int  # of the SECURITY DEFINER function it runs, if any
     owner_name: str
+    via: str | None  # that function's signature, for an aggregate
     own: bool  # the subject may execute it itself (EXECUTE and its schema's USAGE)
     executing: frozenset[int]  # EXECUTE granted to these roles the subject can become, or PUBLIC
     using: frozenset[int]  # USAGE on its schema granted to these, or PUBLIC
@@ -256,6 +278,7 @@ class _Judgement:
                 own=bool(row[5]),
                 executing=frozenset(row[6]) & reach,
                 using=frozenset(row[7]) & reach,
+                via=row[8],
             )
             for row in function_rows
             if not (row[2] and row[3] in roles)  # a definer function of a role judged here
@@ -414,7 +437,7 @@ def _own_findings(
         verdict = verdicts.get(function.owner, [])
         if function.definer and verdict:
             revoke = _revoke_execute(function, roles)
-            owner = f"ALTER FUNCTION {function.signature} OWNER TO a reader"
+            owner = f"ALTER FUNCTION {function.via or function.signature} OWNER TO a reader"
             found.append(
                 _Finding(f"may execute {_definer(function, verdict)}", f"{revoke}, or {owner}")
             )
@@ -422,10 +445,13 @@ def _own_findings(
 
 
 def _definer(function: _Function, verdict: Sequence[_Finding]) -> str:
-    """`public.readf(text), a SECURITY DEFINER function of postgres, which is a superuser`."""
+    """`public.readf(text), a SECURITY DEFINER function of postgres, which is a superuser`;
+    for an aggregate, `public.leak(text), an aggregate that runs public.step(text, text), a
+    SECURITY DEFINER function of ...`."""
     more = f" (and {len(verdict) - 1} more)" if len(verdict) > 1 else ""
+    runs = f", an aggregate that runs {function.via}" if function.via else ""
     return (
-        f"{function.signature}, a SECURITY DEFINER function of {function.owner_name},"
+        f"{function.signature}{runs}, a SECURITY DEFINER function of {function.owner_name},"
         f" which {verdict[0].what}{more}"
     )
 
