@@ -155,6 +155,51 @@ def test_a_privilege_granted_to_public_is_judged(accounts: Accounts) -> None:
     assert "has UPDATE on `qexport_test`.`people`, granted to PUBLIC" in message
 
 
+DATABASE_PATTERNS = [
+    (
+        "`my%`.*",
+        "may read the mysql system schema (SELECT on `my%`.*, a pattern that matches mysql)",
+    ),
+    ("`%`.*", "may read every database (SELECT on `%`.*, a pattern that matches any name)"),
+    ("`m_sql`.*", "may read the mysql system schema (SELECT on `m_sql`.*, a pattern that matches"),
+    ("`my\\_db`.*", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "finding"), DATABASE_PATTERNS, ids=[t for t, _ in DATABASE_PATTERNS]
+)
+def test_a_database_grant_is_judged_as_the_pattern_it_is(
+    accounts: Accounts, target: str, finding: str | None
+) -> None:
+    """A database-level grant names databases with LIKE's `%` and `_`: one whose pattern
+    matches `mysql` (password hashes) or every database refuses the login; an escaped
+    underscore matches only itself, so `my\\_db` passes."""
+    login = accounts.login(f"GRANT SELECT ON {target} TO {{login}}")
+    if finding is None:
+        assert accounts.source(login).check_role() == []
+    else:
+        assert finding in _refusal(accounts.source(login))
+
+
+def test_a_role_granted_to_public_is_judged(accounts: Accounts) -> None:
+    """MariaDB gives what a role granted to PUBLIC holds to every account (LOAD_FILE works
+    for a login with no grant of its own): the role's FILE refuses any login, naming the
+    path through PUBLIC and the REVOKE; once revoked, the login passes."""
+    filer = accounts.role()
+    accounts.server.execute(f"GRANT FILE ON *.* TO {filer}", f"GRANT {filer} TO PUBLIC")
+    try:
+        login = accounts.login()
+        message = _refusal(accounts.source(login))
+        assert (
+            f"has FILE on *.*, through the role {filer}"
+            f" ({login} -> PUBLIC -> {filer}: REVOKE `{filer}` FROM PUBLIC)"
+        ) in message
+    finally:
+        accounts.server.execute(f"REVOKE {filer} FROM PUBLIC")
+    assert accounts.source(login).check_role() == []
+
+
 # ---------------------------------------------------------------- in a worker
 
 
@@ -256,3 +301,42 @@ def test_describe_and_preview_judge_the_login_too(accounts: Accounts) -> None:
     assert [
         c.name for c in reader.describe("SELECT name FROM people", {}, ALICE, timeout_seconds=10)
     ] == ["name"]
+
+
+def test_a_running_worker_sees_a_role_granted_after_it_exported(
+    accounts: Accounts, tmp_path: Path
+) -> None:
+    """The same source object exports, then a role with FILE is granted to its login: the
+    next export fails access_lost naming the role, the path and the REVOKE, and a preview
+    through the same source is refused too; once revoked, both run again."""
+    login, filer = accounts.login(), accounts.role()
+    accounts.server.execute(f"GRANT FILE ON *.* TO {filer}")
+    source = accounts.source(login)
+    deps = _deps(tmp_path, source, "SELECT name FROM people ORDER BY id")
+
+    def preview() -> list[dict[str, object]]:
+        rows = source.preview(
+            "SELECT name FROM people ORDER BY id",
+            {},
+            ALICE,
+            timeout_seconds=10,
+            max_rows=1,
+            max_cell_chars=10,
+            max_bytes=1000,
+        )
+        return rows.table.to_pylist()
+
+    assert _export(deps)[:2] == (Status.SUCCEEDED, None)
+    assert preview() == [{"name": "Ann"}]
+    accounts.server.execute(f"GRANT {filer} TO '{login}'@'%'")
+    status, code, attempt, detail, data = _export(deps)
+    assert (status, code, attempt, data) == (Status.FAILED, FailureCode.ACCESS_LOST, 1, b"")
+    assert (
+        f"has FILE on *.*, through the role {filer}"
+        f" ({login} -> {filer}: REVOKE `{filer}` FROM `{login}`@`%`)"
+    ) in detail
+    with pytest.raises(SourceRefusedError, match="has FILE on"):
+        preview()
+    accounts.server.execute(f"REVOKE {filer} FROM '{login}'@'%'")
+    assert _export(deps)[:2] == (Status.SUCCEEDED, None)
+    assert preview() == [{"name": "Ann"}]

@@ -5,6 +5,7 @@ README's row-level security setup a query cannot read another requester's rows."
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,15 +15,18 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.exports import Requester, Status
-from qexport.domain.failures import FailureCode
+from qexport.domain.failures import AccessLostError, FailureCode
 from qexport.domain.queries import Query
+from qexport.ports import PreviewJob
 from qexport.services.requests import request_export
 from qexport.sources.postgres import PostgresSource
 from qexport.sources.postgres_role import SourceRefusedError
+from qexport.store.engine import create_engine, migrate
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
@@ -202,6 +206,11 @@ _RLS_TABLE = (
     "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
     "CREATE POLICY per_user ON {table} USING (owner = current_setting('qexport.user_id'))",
 )
+# The review's function: whoever may call it reads any server file, as its owner.
+_READF = (
+    "CREATE FUNCTION public.{function}(p text) RETURNS text LANGUAGE sql SECURITY DEFINER"
+    " AS $$ SELECT pg_read_file(p) $$"
+)
 BECOMING: dict[str, Becoming] = {
     "member of a superuser": Becoming(
         "",
@@ -250,6 +259,57 @@ BECOMING: dict[str, Becoming] = {
         "is a member of pg_read_all_stats ({login} -> pg_monitor -> pg_read_all_stats:"
         " REVOKE pg_monitor FROM {login})",
     ),
+    "SECURITY DEFINER function of a superuser": Becoming(
+        "",
+        _SU,
+        (_READF, "ALTER FUNCTION public.{function}(text) OWNER TO {admin}"),
+        "may execute public.{function}(text), a SECURITY DEFINER function of {admin}, which is"
+        " a superuser (REVOKE EXECUTE ON FUNCTION public.{function}(text) FROM PUBLIC, or ALTER"
+        " FUNCTION public.{function}(text) OWNER TO a reader)",
+    ),
+    "SECURITY DEFINER function of a role that can become a superuser": Becoming(
+        "",
+        (("owner", ""), *_SU),
+        (
+            _READF,
+            "ALTER FUNCTION public.{function}(text) OWNER TO {owner}",
+            "GRANT {admin} TO {owner}",
+        ),
+        "may execute public.{function}(text), a SECURITY DEFINER function of {owner}, which can"
+        " become the superuser {admin} (REVOKE EXECUTE ON FUNCTION public.{function}(text) FROM"
+        " PUBLIC, or ALTER FUNCTION public.{function}(text) OWNER TO a reader)",
+    ),
+    "aggregate over a SECURITY DEFINER function of a superuser": Becoming(
+        "",
+        _SU,
+        (
+            "CREATE FUNCTION public.{function}(s text, p text) RETURNS text LANGUAGE sql"
+            " SECURITY DEFINER AS $$ SELECT coalesce(s, '') || pg_read_file(p) $$",
+            "REVOKE EXECUTE ON FUNCTION public.{function}(text, text) FROM PUBLIC",
+            "CREATE AGGREGATE public.{function}_agg(text)"
+            " (sfunc = public.{function}, stype = text)",
+            "ALTER FUNCTION public.{function}(text, text) OWNER TO {admin}",
+            "ALTER AGGREGATE public.{function}_agg(text) OWNER TO {admin}",
+        ),
+        "may execute public.{function}_agg(text), an aggregate that runs"
+        " public.{function}(text, text), a SECURITY DEFINER function of {admin}, which is a"
+        " superuser (REVOKE EXECUTE ON FUNCTION public.{function}_agg(text) FROM PUBLIC, or"
+        " ALTER FUNCTION public.{function}(text, text) OWNER TO a reader)",
+    ),
+    "SECURITY DEFINER function only after SET ROLE": Becoming(
+        "NOINHERIT",
+        (("mid", ""), *_SU),
+        (
+            _READF,
+            "ALTER FUNCTION public.{function}(text) OWNER TO {admin}",
+            "REVOKE EXECUTE ON FUNCTION public.{function}(text) FROM PUBLIC",
+            "GRANT EXECUTE ON FUNCTION public.{function}(text) TO {mid}",
+            "GRANT {mid} TO {login}",
+        ),
+        "can become {mid}, which may execute public.{function}(text), a SECURITY DEFINER"
+        " function of {admin}, which is a superuser ({login} -> {mid}: REVOKE {mid} FROM"
+        " {login}, or REVOKE EXECUTE ON FUNCTION public.{function}(text) FROM {mid})",
+    ),
     "pg_read_file only after SET ROLE": Becoming(
         "NOINHERIT",
         (("mid", ""),),
@@ -268,7 +328,10 @@ def becoming(
     groups: list[str] = []
 
     def make(case: Becoming) -> dict[str, str]:
-        names = {"table": f"qexport_rls_{uuid.uuid4().hex[:10]}"}
+        names = {
+            "table": f"qexport_rls_{uuid.uuid4().hex[:10]}",
+            "function": f"qexport_readf_{uuid.uuid4().hex[:10]}",
+        }
         for placeholder, attributes in case.groups:
             names[placeholder] = f"qexport_{placeholder}_{uuid.uuid4().hex[:10]}"
             groups.append(names[placeholder])
@@ -282,7 +345,9 @@ def becoming(
         server.run(f"DROP OWNED BY {group}", f"DROP ROLE IF EXISTS {group}")
 
 
-_FIX = re.compile(r"REVOKE \S+ FROM \S+(?=[,)])|ALTER TABLE \S+ FORCE ROW LEVEL SECURITY")
+_FIX = re.compile(
+    r"REVOKE (?:EXECUTE ON FUNCTION )?\S+ FROM \S+(?=[,)])|ALTER TABLE \S+ FORCE ROW LEVEL SECURITY"
+)
 
 
 @pytest.mark.parametrize("case", BECOMING.values(), ids=BECOMING.keys())
@@ -344,6 +409,31 @@ def test_the_shortest_path_is_named_then_the_next(
     assert f"({login} -> {a} -> {b} -> {admin}: REVOKE {admin} FROM {b})" in str(refused.value)
     server.run(f"REVOKE {admin} FROM {b}")
     assert source.check_role() == []
+
+
+def test_a_definer_function_that_cannot_do_more_passes(
+    server: Server, new_role: Callable[..., str]
+) -> None:
+    """SECURITY DEFINER functions that give the caller nothing past reading do not refuse
+    the source: one owned by a plain reader, and a trigger function of the superuser (no
+    query can call it)."""
+    reader, owner = new_role(), f"qexport_owner_{uuid.uuid4().hex[:10]}"
+    function, trigger = (f"qexport_{kind}_{uuid.uuid4().hex[:10]}" for kind in ("fn", "trg"))
+    server.run(
+        f"CREATE ROLE {owner} NOLOGIN",
+        f"GRANT SELECT ON docs TO {owner}",
+        f"CREATE FUNCTION public.{function}() RETURNS bigint LANGUAGE sql SECURITY DEFINER"
+        " AS $$ SELECT count(*) FROM docs $$",
+        f"ALTER FUNCTION public.{function}() OWNER TO {owner}",
+        f"CREATE FUNCTION public.{trigger}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER"
+        " AS $$ BEGIN RETURN NEW; END $$",
+    )
+    try:
+        assert PostgresSource("warehouse", server.url_of(reader)).check_role() == []
+    finally:
+        server.run(
+            f"DROP FUNCTION public.{trigger}()", f"DROP OWNED BY {owner}", f"DROP ROLE {owner}"
+        )
 
 
 # ---------------------------------------------------------------- in a worker
@@ -454,3 +544,166 @@ def test_an_allowed_privileged_source_is_used_and_logged(
     logged = capsys.readouterr()
     assert "source_role_privileged" in logged.out + logged.err
     assert "BYPASSRLS" in logged.out + logged.err
+
+
+def test_the_reviews_readf_refuses_the_source_and_its_export(
+    server: Server, new_role: Callable[..., str], tmp_path: Path
+) -> None:
+    """`readf(p)`, a SECURITY DEFINER function of the superuser that reads any server file,
+    executable by PUBLIC: the export that calls it fails access_lost naming the function, its
+    owner and the fix, and no byte of the file is exported; once EXECUTE is revoked from
+    PUBLIC, the source passes again."""
+    with psycopg.connect(server.admin_url) as conn:
+        (superuser,) = conn.execute("SELECT quote_ident(current_user)").fetchone() or ("",)
+    server.run(
+        "CREATE FUNCTION public.readf(p text) RETURNS text LANGUAGE sql SECURITY DEFINER"
+        " AS $$ SELECT pg_read_file(p) $$"
+    )
+    try:
+        source = PostgresSource("warehouse", server.url_of(new_role()))
+        sql = "SELECT readf('/etc/hostname') AS f"
+        status, code, detail, data = _export(_deps(tmp_path, source, sql))
+        assert (status, code, data) == (Status.FAILED, FailureCode.ACCESS_LOST, b"")
+        assert (
+            f"may execute public.readf(text), a SECURITY DEFINER function of {superuser}, which"
+            " is a superuser (REVOKE EXECUTE ON FUNCTION public.readf(text) FROM PUBLIC, or"
+            " ALTER FUNCTION public.readf(text) OWNER TO a reader)"
+        ) in detail
+        server.run("REVOKE EXECUTE ON FUNCTION public.readf(text) FROM PUBLIC")
+        assert source.check_role() == []
+    finally:
+        server.run("DROP FUNCTION public.readf(text)")
+
+
+# ---------------------------------------------------------------- judged again at each session
+
+
+@pytest.fixture(scope="module")
+def plain(pg_template: str) -> Iterator[Server]:
+    """A database without row-level security, where set_config is PUBLIC's as by default."""
+    del pg_template  # only for its check that a server is there (skip, or fail under CI)
+    name = f"qexport_plain_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    found = Server(url_for(server_url(), database=name), name)
+    found.run("CREATE TABLE docs (id int, owner text)", "INSERT INTO docs VALUES (1, 'alice')")
+    yield found
+    with psycopg.connect(server_url(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass(frozen=True)
+class Grantable:
+    """A reader login of `plain` and a NOLOGIN superuser that may be granted to it."""
+
+    login: str
+    admin: str
+
+
+@pytest.fixture
+def grantable(plain: Server) -> Iterator[Grantable]:
+    """Made for one test, dropped after."""
+    found = Grantable(*(f"qexport_{kind}_{uuid.uuid4().hex[:10]}" for kind in ("login", "admin")))
+    plain.run(
+        f"CREATE ROLE {found.login} LOGIN",
+        f"GRANT SELECT ON docs TO {found.login}",
+        f"CREATE ROLE {found.admin} SUPERUSER NOLOGIN",
+    )
+    yield found
+    for role in (found.login, found.admin):
+        plain.run(f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+
+
+# The review's query: become the superuser for one statement and read a server file.
+_BECOME_AND_READ = (
+    "SELECT set_config('role', '{admin}', true) AS r,"
+    " query_to_xml('select pg_read_file(''/etc/hostname'') as f', true, false, '')::text AS x"
+)
+
+
+def test_a_running_worker_sees_a_superuser_granted_after_it_exported(
+    plain: Server, grantable: Grantable, tmp_path: Path
+) -> None:
+    """A worker that exported through a reader (the same source object throughout, as a
+    worker holds it) judges the role again at the next export: once a superuser is granted
+    to the login, the query that would become it and read a server file fails access_lost
+    naming the grant path, with nothing exported; once revoked, exports run again."""
+    login, admin = grantable.login, grantable.admin
+    source = PostgresSource("warehouse", plain.url_of(login))
+    reader = _deps(tmp_path, source, "SELECT id FROM docs")
+    becomer = _deps(tmp_path, source, _BECOME_AND_READ.format(admin=admin))
+    assert _export(reader)[:2] == (Status.SUCCEEDED, None)
+    plain.run(f"GRANT {admin} TO {login}")
+    status, code, detail, data = _export(becomer)
+    assert (status, code, data) == (Status.FAILED, FailureCode.ACCESS_LOST, b"")
+    path = f"({login} -> {admin}: REVOKE {admin} FROM {login})"
+    assert f"can become the superuser {admin} {path}" in detail
+    assert _export(reader)[:2] == (Status.FAILED, FailureCode.ACCESS_LOST)
+    plain.run(f"REVOKE {admin} FROM {login}")
+    assert _export(reader) == (Status.SUCCEEDED, None, "", b"id\r\n1\r\n")
+
+
+def test_row_level_security_turned_on_later_is_seen_at_the_next_export(
+    plain: Server, grantable: Grantable, tmp_path: Path
+) -> None:
+    """set_config is harmless until the database uses row-level security: once a table
+    turns it on, the same worker's next export fails access_lost (a query could change
+    qexport.user_id); once set_config is revoked from PUBLIC, exports run again."""
+    table = f"qexport_rls_{uuid.uuid4().hex[:10]}"
+    source = PostgresSource("warehouse", plain.url_of(grantable.login))
+    deps = _deps(tmp_path, source, "SELECT id FROM docs")
+    assert _export(deps)[:2] == (Status.SUCCEEDED, None)
+    plain.run(
+        f"CREATE TABLE {table} (id int)",
+        f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+    )
+    try:
+        status, code, detail, _ = _export(deps)
+        assert (status, code) == (Status.FAILED, FailureCode.ACCESS_LOST)
+        assert "may execute set_config while the database uses row-level security" in detail
+        plain.run("REVOKE EXECUTE ON FUNCTION set_config(text, text, boolean) FROM PUBLIC")
+        assert _export(deps)[:2] == (Status.SUCCEEDED, None)
+    finally:
+        plain.run(
+            f"DROP TABLE {table}",
+            "GRANT EXECUTE ON FUNCTION set_config(text, text, boolean) TO PUBLIC",
+        )
+
+
+def test_a_kept_preview_process_sees_a_superuser_granted_after_it_previewed(
+    plain: Server, grantable: Grantable, tmp_path: Path
+) -> None:
+    """A preview process answers preview after preview with the same source: a grant made
+    after its first preview refuses the next one (access_lost, naming the path), in the same
+    process; once revoked, it previews again."""
+    login, admin = grantable.login, grantable.admin
+    settings = Settings(
+        data_dir=tmp_path,
+        sources={"warehouse": plain.url_of(login)},
+        source_workspaces={"warehouse": frozenset({ALICE.workspace_id})},
+    )
+    engine = create_engine(settings.database_url)
+    migrate(engine)
+    engine.dispose()
+    runner = bootstrap.preview_processes(settings, start_method="fork")
+    try:
+
+        def preview(sql: str) -> list[list[object]]:
+            job = PreviewJob("warehouse", sql, {}, ALICE, 30.0, 10, 100, 64 * 1024)
+            return runner.run(job).rows
+
+        assert preview("SELECT id FROM docs") == [[1]]
+        first = _preview_pids()
+        plain.run(f"GRANT {admin} TO {login}")
+        with pytest.raises(AccessLostError) as refused:
+            preview(_BECOME_AND_READ.format(admin=admin))
+        assert f"({login} -> {admin}: REVOKE {admin} FROM {login})" in str(refused.value)
+        assert _preview_pids() == first
+        plain.run(f"REVOKE {admin} FROM {login}")
+        assert preview("SELECT id FROM docs") == [[1]]
+    finally:
+        runner.close()
+
+
+def _preview_pids() -> list[int]:
+    return [p.pid or 0 for p in multiprocessing.active_children() if p.name == "qexport-preview"]

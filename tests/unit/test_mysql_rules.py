@@ -106,6 +106,39 @@ def test_privileges_beyond_reading_are_named() -> None:
     ]
 
 
+_MYSQL_SCHEMA = "may read the mysql system schema"
+_STATEMENTS = "may read every session's statements"
+DATABASE_TARGETS = [
+    ("`my%`.*", [f"{_MYSQL_SCHEMA} (SELECT on `my%`.*, a pattern that matches mysql)"]),
+    ("`%`.*", ["may read every database (SELECT on `%`.*, a pattern that matches any name)"]),
+    (
+        "`_%`.*",
+        [
+            f"{_MYSQL_SCHEMA} (SELECT on `_%`.*, a pattern that matches mysql)",
+            f"{_STATEMENTS} (SELECT on `_%`.*, a pattern that matches performance_schema)",
+        ],
+    ),
+    ("`MySQL`.*", [f"{_MYSQL_SCHEMA} (SELECT on `MySQL`.*)"]),
+    ("`performance_schema`.*", [f"{_STATEMENTS} (SELECT on `performance_schema`.*)"]),
+    ("`mysql`.`user`", [f"{_MYSQL_SCHEMA} (SELECT on `mysql`.`user`)"]),
+    ("strange", ["has SELECT on a target qexport cannot read (strange)"]),
+    ("`my\\_db`.*", []),
+    ("`my_db`.*", []),
+    ("`my%`.`user`", []),
+    ("`sh%p`.*", []),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "found"), DATABASE_TARGETS, ids=[t for t, _ in DATABASE_TARGETS]
+)
+def test_a_database_level_grant_is_read_as_a_like_pattern(target: str, found: list[str]) -> None:
+    """`db`.* names databases with LIKE's `%` and `_` (`\\_` an underscore): one that can
+    match a system schema, in any case, or every database, is found; a table's database is
+    its literal name; a target that cannot be read is a finding rather than a pass."""
+    assert findings_of([f"GRANT SELECT ON {target} TO `r`@`%`"]) == found
+
+
 class _Scripted:
     """A MySQLdb connection that answers each statement from a script (a statement sent
     again gets its next answer, if it has one), recording what was sent."""

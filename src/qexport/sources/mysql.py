@@ -22,7 +22,8 @@ no calendar has (`0000-00-00`, `2024-00-10`, `2024-02-30`) is NULL.
 Describe runs the query with `sql_select_limit = 0` (no row is produced unless the query
 has a LIMIT of its own, and then none is read); preview with `sql_select_limit` = one row
 more than shown, the query unchanged (a derived table would let MariaDB drop its ORDER BY).
-The login is judged once per process from SHOW GRANTS (mysql_role.py).
+The login is judged from SHOW GRANTS at every session, before the statement (mysql_role.py):
+a grant made while a worker runs is seen at its next export.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class MySQLSource:
         )
         password = str(self._options["password"])
         self._secrets = tuple(s for s in (url, password) if s)
-        self._role_checked = False
+        self._allowed_findings: list[str] = []  # the last ones logged as allowed
 
     def __repr__(self) -> str:
         return f"MySQLSource(name={self.name!r})"
@@ -168,8 +168,7 @@ class MySQLSource:
     ) -> None:
         try:
             session.open(requester, select_limit=select_limit)
-            if not self._role_checked:
-                self._judge_role(session.conn)
+            self._judge_role(session.conn)
         except BaseException:
             session.close()
             raise
@@ -297,6 +296,9 @@ class MySQLSource:
             conn.close()
 
     def _judge_role(self, conn: Any) -> list[str]:
+        """Refuse the session unless its login may only read (or the operator allowed it:
+        then the findings are logged once, and again when they change); at every session,
+        as PostgresSource does (postgres.py says why)."""
         user = str(self._options["user"])
         try:
             findings = role_findings(conn)
@@ -310,9 +312,8 @@ class MySQLSource:
                 timeout_seconds=0,
             ) from exc
         if findings and not self.allow_privileged_role:
-            # Not remembered: once the operator fixes the login, the next export passes.
             raise refusal(self.name, user, findings)
-        if findings:
+        if findings and findings != self._allowed_findings:  # once, and again when they change
             log.warning(
                 "source_role_privileged",
                 source=self.name,
@@ -320,7 +321,7 @@ class MySQLSource:
                 findings=findings,
                 reason="allowed with --allow-privileged-role",
             )
-        self._role_checked = True
+        self._allowed_findings = findings
         return findings
 
 

@@ -21,27 +21,40 @@ Each of those roles is refused when it:
   member of the owner's role, reads every row past the policies;
 - may execute dblink or postgres_fdw functions, or the server-side file functions
   (lo_import, lo_export, pg_read_file, pg_read_binary_file, pg_ls_dir, pg_stat_file), in a
-  schema it may use.
+  schema it may use;
+- may execute a SECURITY DEFINER function (EXECUTE, and USAGE on its schema) whose owner,
+  judged by these same rules, is refused: the function runs with its owner's rights, so
+  `CREATE FUNCTION readf(p text) ... SECURITY DEFINER AS $$ SELECT pg_read_file(p) $$` owned
+  by a superuser reads any server file for whoever may call it. So does an aggregate whose
+  support function (transition, final, ...) is one: PostgreSQL checks EXECUTE on those for
+  the aggregate's owner, not its caller, so revoking EXECUTE on the function from PUBLIC
+  does not stop `SELECT leak('/etc/passwd')`. A definer function owned by the login or a
+  role it can become adds nothing (that role is judged already), one owned by a plain
+  reader passes, and procedures and trigger functions are not judged (no query calls them).
 And the login may not execute set_config(text, text, boolean) in a database that uses
 row-level security: a query could then call set_config('qexport.user_id', ..., true) and read
 someone else's rows. It is granted to PUBLIC by default; qexport itself sets the requester
-with SET LOCAL, which needs no EXECUTE on set_config.
+with SET LOCAL, which needs no EXECUTE on set_config. (A definer function's owner is not
+judged for it: the owner's function cannot be made to run another requester's query.)
 
 A finding names the role, the chain of grants that reaches it (`reader -> team -> admin`,
 the shortest one) and the fix (`REVOKE admin FROM team`: the grant that hands the role on,
-or FORCE ROW LEVEL SECURITY on the table). Any finding refuses the source (access_lost, not
-retried: the operator must change the role) unless it was registered with
---allow-privileged-role, which is then logged as a warning.
+FORCE ROW LEVEL SECURITY on the table, or REVOKE EXECUTE on a definer function). Any finding
+refuses the source (access_lost, not retried: the operator must change the role) unless it
+was registered with --allow-privileged-role, which is then logged as a warning.
 
 Two catalog queries, whatever the number of roles: the roles the login can become (with
 their attributes, direct members and unforced tables: one pass over pg_roles and pg_class),
-then the outside-reaching functions with the roles their ACLs name; the chains are walked
-here, breadth first, so that the shortest one is named. A recursive CTE could build the
-chains in the server, but would enumerate every path of a role graph with many diamonds;
-walking each edge once here is linear. Measured on PostgreSQL 15: a cluster of 2,000 roles
-(30 of them reachable, with diamonds) and a database of 20,000 tables, 3 ms for the whole
-check (the login-only check it replaced took 0.5 ms); 1,000 reachable roles, 7 ms. A worker
-runs it once per source and process.
+then the outside-reaching and SECURITY DEFINER functions with the roles their ACLs name; the
+chains are walked here, breadth first, so that the shortest one is named. A recursive CTE
+could build the chains in the server, but would enumerate every path of a role graph with
+many diamonds; walking each edge once here is linear. A definer function's owner is judged
+with the same queries, once per owner and check (a superuser's ends at the first), and at
+most _MAX_OWNERS of them: past that the source is refused rather than judged in part.
+Measured on PostgreSQL 15: a cluster of 2,000 roles (30 of them reachable, with diamonds) and
+a database of 20,000 tables, 3 ms for the whole check (the login-only check it replaced took
+0.5 ms); 1,000 reachable roles, 7 ms; a cluster of 14 roles, 0.7 ms. When it runs:
+PostgresSource judges the role at every session it opens (postgres.py says why).
 """
 
 from __future__ import annotations
@@ -75,50 +88,86 @@ FILE_FUNCTIONS = (
 _SET_CONFIG = "set_config"
 _RESERVED_PREFIX = "pg_"  # the predefined roles' names; CREATE ROLE refuses it
 _SHOWN_TABLES = 3  # tables named in a finding; the rest are counted
+_MAX_OWNERS = 20  # owners of definer functions judged in one check; more refuses the source
 
-# Every role the login can become (itself included), with what makes it privileged and the
+# The role judged: `%(role)s` (an oid), or the login when that is NULL.
+_SUBJECT = """subject AS (
+    SELECT coalesce(%(role)s::oid, (SELECT oid FROM pg_roles WHERE rolname = session_user)) AS oid
+)"""
+# Every role the subject can become (itself included), with what makes it privileged and the
 # roles it was granted to directly (the edges of the chains). pg_has_role(..., 'MEMBER'):
 # direct or through other roles, whatever their INHERIT (SET ROLE is possible either way).
-_ROLES = """
-WITH unforced AS (
+_ROLES = f"""
+WITH {_SUBJECT},
+unforced AS (
     SELECT c.relowner,
         array_agg(format('%%I.%%I', n.nspname, c.relname) ORDER BY n.nspname, c.relname) AS tables
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.relrowsecurity AND NOT c.relforcerowsecurity
     GROUP BY c.relowner
 )
-SELECT r.oid, quote_ident(r.rolname), r.rolname = session_user, r.rolname = ANY(%s),
+SELECT r.oid, quote_ident(r.rolname), r.oid = (TABLE subject), r.rolname = ANY(%(predefined)s),
     r.rolsuper, r.rolbypassrls,
     ARRAY(SELECT m.member FROM pg_auth_members m WHERE m.roleid = r.oid),
-    coalesce(u.tables, '{}')
+    coalesce(u.tables, '{{}}')
 FROM pg_roles r LEFT JOIN unforced u ON u.relowner = r.oid
-WHERE pg_has_role(session_user, r.oid, 'MEMBER')
+WHERE pg_has_role((TABLE subject), r.oid, 'MEMBER')
 """
-# The functions that reach outside the database (and set_config, where row-level security
-# makes it matter): whether the login may execute them itself (with what it inherits), and
-# which roles it can become are granted EXECUTE on them, or USAGE on their schema (0 stands
-# for PUBLIC). Read from the ACLs, not with has_function_privilege for each role the login
-# can become: that call walks each role's own memberships again (1.5 s for 1,000 roles).
-_FUNCTIONS = """
-WITH reach AS (SELECT oid FROM pg_roles WHERE pg_has_role(session_user, oid, 'MEMBER'))
+# The functions that reach outside the database, those a query can call that run a SECURITY
+# DEFINER function (themselves, or an aggregate's support function; not procedures nor
+# trigger functions), and set_config for the login where row-level security makes it
+# matter: whether the subject may execute them itself (with what it inherits), and the roles
+# granted EXECUTE on them and USAGE on their schema, their owners included (0 stands for
+# PUBLIC); which of those the subject can become is told here, from the roles the first
+# query found. Read from the ACLs, not with has_function_privilege for each role the subject
+# can become: that call walks each role's own memberships again (1.5 s for 1,000 roles); nor
+# filtered in the server, where a subquery on the roles for each function took 0.5 ms a
+# function on a busy server.
+_FUNCTIONS = f"""
+WITH {_SUBJECT},
+definers AS (
+    SELECT f.oid, f.proowner,
+        format('%%I.%%I(%%s)', fn.nspname, f.proname, oidvectortypes(f.proargtypes)) AS signature
+    FROM pg_proc f JOIN pg_namespace fn ON fn.oid = f.pronamespace
+    WHERE f.prosecdef AND f.prokind IN ('f', 'w')
+        AND f.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+),
+runs AS (
+    SELECT oid AS called, oid AS runs FROM definers
+    UNION ALL
+    SELECT g.aggfnoid, d.oid FROM pg_aggregate g JOIN definers d ON d.oid IN (
+        g.aggtransfn, g.aggfinalfn, g.aggcombinefn, g.aggserialfn, g.aggdeserialfn,
+        g.aggmtransfn, g.aggminvtransfn, g.aggmfinalfn
+    )
+)
 SELECT p.proname,
-    has_function_privilege(session_user, p.oid, 'EXECUTE')
-        AND has_schema_privilege(session_user, p.pronamespace, 'USAGE'),
+    format('%%I.%%I(%%s)', n.nspname, p.proname, oidvectortypes(p.proargtypes)),
+    d.oid IS NOT NULL AND NOT k.reaching,
+    coalesce(d.proowner, p.proowner),
+    quote_ident(pg_get_userbyid(coalesce(d.proowner, p.proowner))),
+    has_function_privilege((TABLE subject), p.oid, 'EXECUTE')
+        AND has_schema_privilege((TABLE subject), p.pronamespace, 'USAGE'),
     ARRAY(
         SELECT a.grantee FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
-        WHERE a.privilege_type = 'EXECUTE' AND (a.grantee = 0 OR a.grantee IN (TABLE reach))
-        UNION SELECT p.proowner WHERE p.proowner IN (TABLE reach)
-    ),
+        WHERE a.privilege_type = 'EXECUTE'
+    ) || p.proowner,
     ARRAY(
         SELECT a.grantee FROM aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
-        WHERE a.privilege_type = 'USAGE' AND (a.grantee = 0 OR a.grantee IN (TABLE reach))
-        UNION SELECT n.nspowner WHERE n.nspowner IN (TABLE reach)
-    )
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE p.proname LIKE 'dblink%%' OR p.proname LIKE 'postgres\\_fdw%%' OR p.proname = ANY(%s)
-    OR (p.oid = 'pg_catalog.set_config(text, text, boolean)'::regprocedure
+        WHERE a.privilege_type = 'USAGE'
+    ) || n.nspowner,
+    CASE WHEN d.oid <> p.oid THEN d.signature END
+FROM pg_proc p
+    JOIN pg_namespace n ON n.oid = p.pronamespace
+    LEFT JOIN runs r ON r.called = p.oid
+    LEFT JOIN definers d ON d.oid = r.runs
+    CROSS JOIN LATERAL (
+        SELECT p.proname LIKE 'dblink%%' OR p.proname LIKE 'postgres\\_fdw%%'
+            OR p.proname = ANY(%(files)s) AS reaching
+    ) k
+WHERE k.reaching OR d.oid IS NOT NULL
+    OR (%(login)s AND p.oid = 'pg_catalog.set_config(text, text, boolean)'::regprocedure
         AND EXISTS (SELECT 1 FROM pg_class WHERE relrowsecurity))
-ORDER BY 1
+ORDER BY 1, 2
 """
 _PUBLIC = 0
 
@@ -129,11 +178,11 @@ class SourceRefusedError(AccessLostError):
 
 @dataclass(frozen=True)
 class _Role:
-    """A role the login can become, as the catalog describes it."""
+    """A role the subject can become, as the catalog describes it."""
 
     oid: int
     name: str  # quoted as an identifier where it needs to be
-    login: bool
+    subject: bool  # the role judged (the login, or a definer function's owner)
     predefined: bool  # one of PRIVILEGED_ROLES
     superuser: bool
     bypass_rls: bool
@@ -141,44 +190,122 @@ class _Role:
     unforced: tuple[str, ...]  # its tables whose row-level security spares their owner
 
 
+@dataclass(frozen=True)
+class _Function:
+    """A function that reaches outside the database, or runs with the rights of an owner the
+    subject cannot become; and who may execute it."""
+
+    name: str
+    signature: str  # schema.name(argument types), quoted where needed
+    definer: bool  # runs a SECURITY DEFINER function (itself, or as an aggregate's support)
+    owner: int  # of the SECURITY DEFINER function it runs, if any
+    owner_name: str
+    via: str | None  # that function's signature, for an aggregate
+    own: bool  # the subject may execute it itself (EXECUTE and its schema's USAGE)
+    executing: frozenset[int]  # EXECUTE granted to these roles the subject can become, or PUBLIC
+    using: frozenset[int]  # USAGE on its schema granted to these, or PUBLIC
+
+
+@dataclass(frozen=True)
+class _Finding:
+    """What a role may do (`can become the superuser admin`), and the path and fix."""
+
+    what: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.fix})" if self.fix else self.what
+
+
 def role_findings(conn: psycopg.Connection[Any]) -> list[str]:
     """What the connection's login may do beyond reading, itself or through a role it can
     become, each as a few words with the grant path and the fix; [] if nothing."""
-    with conn.cursor() as cursor:
+    return [str(finding) for finding in _Judgement(conn).of(None)]
+
+
+class _Judgement:
+    """One check: the login's findings, and those of the definer functions' owners it meets
+    on the way, each owner judged once."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._owners: dict[int, list[_Finding]] = {}
+
+    def _rows(self, parameters: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        """The two queries' rows. (Sent together in a pipeline they took as long: what they
+        cost is the server's work, not the round trip.)"""
+        with self._conn.cursor() as cursor:
+            roles = cursor.execute(_ROLES, parameters).fetchall()
+            return roles, cursor.execute(_FUNCTIONS, parameters).fetchall()
+
+    def of(self, role: int | None) -> list[_Finding]:
+        """The findings of `role` (None: the login), the login's own first, then by the
+        length of their chain and name."""
+        login = role is None
+        parameters = {
+            "role": role,
+            "login": login,
+            "predefined": list(PRIVILEGED_ROLES),
+            "files": list(FILE_FUNCTIONS),
+        }
+        role_rows, function_rows = self._rows(parameters)
         roles = {
             row[0]: _Role(
                 oid=row[0],
                 name=row[1],
-                login=bool(row[2]),
+                subject=bool(row[2]),
                 predefined=bool(row[3]),
                 superuser=bool(row[4]),
                 bypass_rls=bool(row[5]),
                 members=tuple(row[6]),
                 unforced=tuple(row[7]),
             )
-            for row in cursor.execute(_ROLES, [list(PRIVILEGED_ROLES)])
+            for row in role_rows
         }
+        subject = next((r for r in roles.values() if r.subject), None)
+        if subject is None:  # a role always is its own member; nothing to judge without it
+            return []
+        if subject.superuser:  # it may do everything below; saying so once is enough
+            return [_Finding("is a superuser")]
+        reach = {*roles, _PUBLIC}
         functions = [
-            _Function(row[0], bool(row[1]), frozenset(row[2]), frozenset(row[3]))
-            for row in cursor.execute(_FUNCTIONS, [list(FILE_FUNCTIONS)])
+            _Function(
+                name=row[0],
+                signature=row[1],
+                definer=bool(row[2]),
+                owner=row[3],
+                owner_name=row[4],
+                own=bool(row[5]),
+                executing=frozenset(row[6]) & reach,
+                using=frozenset(row[7]) & reach,
+                via=row[8],
+            )
+            for row in function_rows
+            if not (row[2] and row[3] in roles)  # a definer function of a role judged here
         ]
-    login = next((role for role in roles.values() if role.login), None)
-    if login is None:  # the login always is its own member; nothing to judge without it
-        return []
-    if login.superuser:  # it may do everything below; saying so once is enough
-        return ["is a superuser"]
-    chains = _Chains(roles, login)
-    return _judged(login, roles, chains, _executable(login, functions, roles, chains))
+        chains = _Chains(roles, subject)
+        executable = _executable(subject, functions, roles, chains)
+        verdicts = {
+            f.owner: self._owner(f) for held in executable.values() for f in held if f.definer
+        }
+        return _judged(subject, roles, chains, executable, verdicts)
 
-
-@dataclass(frozen=True)
-class _Function:
-    """A function that reaches outside the database, and who may execute it."""
-
-    name: str
-    own: bool  # the login may execute it itself (EXECUTE and its schema's USAGE)
-    executing: frozenset[int]  # EXECUTE granted to these roles the login can become, or PUBLIC
-    using: frozenset[int]  # USAGE on its schema granted to these, or PUBLIC
+    def _owner(self, function: _Function) -> list[_Finding]:
+        """What the owner of a definer function may do (the function does it for its
+        caller); [] for a plain reader."""
+        if function.owner not in self._owners:
+            if len(self._owners) >= _MAX_OWNERS:
+                return [
+                    _Finding(
+                        f"was not judged (more than {_MAX_OWNERS} roles own SECURITY DEFINER"
+                        " functions the role may execute: revoke EXECUTE on them from PUBLIC)"
+                    )
+                ]
+            # Judged as passing while it is being judged: definer functions that call each
+            # other's owners end, each owner's own findings being found at its own turn.
+            self._owners[function.owner] = []
+            self._owners[function.owner] = self.of(function.owner)
+        return self._owners[function.owner]
 
 
 def _executable(
@@ -186,12 +313,12 @@ def _executable(
     functions: list[_Function],
     roles: dict[int, _Role],
     chains: _Chains,
-) -> dict[int, list[str]]:
-    """Which functions each role the login can become opens to it: the login's own, then
+) -> dict[int, list[_Function]]:
+    """Which functions each role the subject can become opens to it: the subject's own, then
     those it reaches only through SET ROLE, under the role closest to it that holds EXECUTE
     (or USAGE on the schema, when EXECUTE is PUBLIC's). A role holding one and another role
     the other counts too: a role above both may hold both, and such a split is rare."""
-    found: dict[int, list[str]] = {}
+    found: dict[int, list[_Function]] = {}
     for function in functions:
         if function.own:
             holder = login
@@ -203,14 +330,14 @@ def _executable(
             if not reached:
                 continue
             holder = min(reached, key=lambda r: (chains.depth[r.oid], r.name))
-        names = found.setdefault(holder.oid, [])
-        if function.name not in names:  # one name for its overloads
-            names.append(function.name)
+        held = found.setdefault(holder.oid, [])
+        if function.definer or all(f.name != function.name for f in held if not f.definer):
+            held.append(function)  # one name for a reaching function's overloads
     return found
 
 
 class _Chains:
-    """The shortest chain of grants from the login to each role it can become, breadth
+    """The shortest chain of grants from the subject to each role it can become, breadth
     first (ties broken by name, so that a message is the same each time); each role keeps
     the one it was reached from, so that a deep graph costs no more than its edges."""
 
@@ -239,7 +366,7 @@ class _Chains:
                 self.depth[role.oid] = 1
 
     def of(self, role: _Role) -> list[_Role]:
-        """The chain from the login to `role`, both included."""
+        """The chain from the subject to `role`, both included."""
         chain = [role]
         while chain[-1].oid in self._parent:
             chain.append(self._roles[self._parent[chain[-1].oid]])
@@ -250,15 +377,16 @@ def _judged(
     login: _Role,
     roles: dict[int, _Role],
     chains: _Chains,
-    executable: dict[int, list[str]],
-) -> list[str]:
-    """The findings, the login's own first, then by the length of their chain and name."""
-    found = _own_findings(login, executable.get(login.oid, []))
+    executable: dict[int, list[_Function]],
+    verdicts: dict[int, list[_Finding]],
+) -> list[_Finding]:
+    """The findings, the subject's own first, then by the length of their chain and name."""
+    found = _own_findings(login, executable.get(login.oid, []), roles, verdicts)
     for role in sorted(roles.values(), key=lambda r: (chains.depth[r.oid], r.name)):
         if role is login or role.oid in chains.past_superuser:
-            continue  # the login's are above; a superuser on the way is reported already
+            continue  # the subject's are above; a superuser on the way is reported already
         if role.superuser:  # it may do everything else; saying so once is enough
-            found.append(f"can become the superuser {role.name} ({_how(chains.of(role))})")
+            found.append(_Finding(f"can become the superuser {role.name}", _how(chains.of(role))))
             continue
         what: list[tuple[str, str]] = []  # each finding, and a fix besides the REVOKE
         if role.predefined:
@@ -268,29 +396,72 @@ def _judged(
         if role.unforced:
             owns = f"can become {role.name}, which owns {_tables(role.unforced)}"
             what.append((owns, f", or {_force(role.unforced)}"))
-        functions = executable.get(role.oid, [])
-        if functions:
-            what.append((f"can become {role.name}, which may execute {', '.join(functions)}", ""))
+        held = executable.get(role.oid, [])
+        reaching = [f.name for f in held if not f.definer]
+        if reaching:
+            what.append((f"can become {role.name}, which may execute {', '.join(reaching)}", ""))
+        for function in held:
+            verdict = verdicts.get(function.owner, [])
+            if function.definer and verdict:
+                may = f"can become {role.name}, which may execute {_definer(function, verdict)}"
+                what.append((may, f", or {_revoke_execute(function, roles)}"))
         if what:
             how = _how(chains.of(role))
-            found += [f"{finding} ({how}{fix})" for finding, fix in what]
+            found += [_Finding(finding, f"{how}{fix}") for finding, fix in what]
     return found
 
 
-def _own_findings(login: _Role, functions: list[str]) -> list[str]:
-    """What the login may do itself (with what it inherits)."""
-    found = [f"has BYPASSRLS (ALTER ROLE {login.name} NOBYPASSRLS)"] if login.bypass_rls else []
+def _own_findings(
+    login: _Role,
+    functions: list[_Function],
+    roles: dict[int, _Role],
+    verdicts: dict[int, list[_Finding]],
+) -> list[_Finding]:
+    """What the subject may do itself (with what it inherits)."""
+    found = []
+    if login.bypass_rls:
+        found.append(_Finding("has BYPASSRLS", f"ALTER ROLE {login.name} NOBYPASSRLS"))
     if login.unforced:
-        found.append(f"owns {_tables(login.unforced)} ({_force(login.unforced)})")
-    reaching = [f for f in functions if f != _SET_CONFIG]
+        found.append(_Finding(f"owns {_tables(login.unforced)}", _force(login.unforced)))
+    reaching = [f.name for f in functions if not f.definer and f.name != _SET_CONFIG]
     if reaching:
-        found.append(f"may execute {', '.join(reaching)}")
-    if _SET_CONFIG in functions:
+        found.append(_Finding(f"may execute {', '.join(reaching)}"))
+    if any(f.name == _SET_CONFIG and not f.definer for f in functions):
         found.append(
-            "may execute set_config while the database uses row-level security"
-            " (a query could change qexport.user_id)"
+            _Finding(
+                "may execute set_config while the database uses row-level security",
+                "a query could change qexport.user_id",
+            )
         )
+    for function in functions:
+        verdict = verdicts.get(function.owner, [])
+        if function.definer and verdict:
+            revoke = _revoke_execute(function, roles)
+            owner = f"ALTER FUNCTION {function.via or function.signature} OWNER TO a reader"
+            found.append(
+                _Finding(f"may execute {_definer(function, verdict)}", f"{revoke}, or {owner}")
+            )
     return found
+
+
+def _definer(function: _Function, verdict: Sequence[_Finding]) -> str:
+    """`public.readf(text), a SECURITY DEFINER function of postgres, which is a superuser`;
+    for an aggregate, `public.leak(text), an aggregate that runs public.step(text, text), a
+    SECURITY DEFINER function of ...`."""
+    more = f" (and {len(verdict) - 1} more)" if len(verdict) > 1 else ""
+    runs = f", an aggregate that runs {function.via}" if function.via else ""
+    return (
+        f"{function.signature}{runs}, a SECURITY DEFINER function of {function.owner_name},"
+        f" which {verdict[0].what}{more}"
+    )
+
+
+def _revoke_execute(function: _Function, roles: dict[int, _Role]) -> str:
+    """`REVOKE EXECUTE ON FUNCTION public.readf(text) FROM PUBLIC`: from every holder among
+    PUBLIC and the roles the subject can become."""
+    named = sorted(roles[oid].name for oid in function.executing if oid in roles)
+    holders = ["PUBLIC", *named] if _PUBLIC in function.executing or not named else named
+    return f"REVOKE EXECUTE ON FUNCTION {function.signature} FROM {', '.join(holders)}"
 
 
 def _how(chain: Sequence[_Role]) -> str:
