@@ -18,7 +18,7 @@ from qexport.domain.queries import ResultColumn
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
-from qexport.sources.duckdb_errors import connect_error
+from qexport.sources.duckdb_errors import FileAlreadyOpenError, connect_error
 from qexport.sources.duckdb_lake import Lake, duckdb_location
 from qexport.sources.duckdb_preview import preview_sql
 from qexport.sources.duckdb_reads import planned_reads, with_values
@@ -128,10 +128,6 @@ def connect_sandboxed(
         con.close()
         raise
     return con
-
-
-class FileAlreadyOpenError(ValueError):
-    """The database file is already open, sandboxed, through another source of this process."""
 
 
 def _refuse_locked(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -246,7 +242,7 @@ class DuckDBSource:
             sql, parameters, requester, timeout_seconds, on_interrupt
         )
         try:
-            deadline = Deadline(timeout_seconds, cursor.interrupt)
+            deadline = Deadline(timeout_seconds, cursor.interrupt, source=self.name)
             try:
                 assert self._scratch is not None  # made with the connection
                 return copy_to_sink(
@@ -286,7 +282,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, on_interrupt
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = Deadline(timeout_seconds, cursor.interrupt, source=self.name)
         try:
             relation = cursor.sql(statement, params=values or None)
             # A relation's reader streams as it is read; the DB-API result's reader copies.
@@ -315,7 +311,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = Deadline(timeout_seconds, cursor.interrupt, source=self.name)
         try:
             relation = cursor.sql(statement, params=values or None)
             return [
@@ -342,7 +338,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = Deadline(timeout_seconds, cursor.interrupt, source=self.name)
         try:
             return planned_reads(cursor, with_values(statement.query, values))
         except duckdb.Error as exc:
@@ -369,7 +365,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = Deadline(timeout_seconds, cursor.interrupt, source=self.name)
         try:
             relation = cursor.sql(statement, params=values or None)
             columns = tuple(

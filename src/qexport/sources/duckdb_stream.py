@@ -78,9 +78,10 @@ class Deadline:
     A non-positive or infinite number of seconds sets no deadline.
     """
 
-    def __init__(self, seconds: float, interrupt: Callable[[], None]) -> None:
+    def __init__(self, seconds: float, interrupt: Callable[[], None], *, source: str = "") -> None:
         self.validate(seconds)
         self.seconds = seconds
+        self.source = source  # the source's name, for the log of an error's full words
         self.expired = False
         self._interrupt = interrupt
         self._lock = threading.Lock()
@@ -111,7 +112,9 @@ class Deadline:
             _DEADLINES.compact()
 
     def error_for(self, exc: BaseException, sql: str = "") -> QExportError:
-        return translate_error(exc, timed_out=self.expired, timeout_seconds=self.seconds, sql=sql)
+        return translate_error(
+            exc, timed_out=self.expired, timeout_seconds=self.seconds, sql=sql, source=self.source
+        )
 
 
 _DEADLINES = _Deadlines()
