@@ -145,6 +145,20 @@ def test_files_outside_the_lake_are_refused_before_anything_runs(
     assert "hunter2" not in message
 
 
+def test_a_refusal_names_the_path_but_not_the_lake_folders(
+    source: DuckDBSource, lake: Lake
+) -> None:
+    """The refusal reaches viewers too, who are not told where the installation keeps its
+    files: it names the query's own path and where its authors find the folders (the
+    source's URL), not the folders."""
+    named = f"{lake.outside}/secret.csv"
+    message = _refusal(source, f"SELECT * FROM read_csv('{named}')")
+    assert named in message
+    assert "?allow=" in message
+    assert str(lake.folder) not in message
+    assert str(lake.shared) not in message
+
+
 @pytest.mark.parametrize(
     "sql",
     [
