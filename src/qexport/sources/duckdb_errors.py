@@ -17,7 +17,7 @@ from qexport.domain.failures import (
     TextPosition,
     bounded_detail,
 )
-from qexport.sources.withheld import logged, without_layout
+from qexport.sources.withheld import PathShown, logged, without_layout
 
 # Errors the query's author caused and can fix: the export settles query_invalid.
 _QUERY_ERRORS: tuple[type[Exception], ...] = (
@@ -128,10 +128,11 @@ def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
     timeout_seconds: float,
     sql: str = "",
     source: str = "",
+    shown: PathShown | None = None,
 ) -> QExportError:
     """The qexport error for an exception raised while running or reading a statement
     (`sql`, when given, is the query's text: a mistake's position is found in it; `source`
-    names it in the log)."""
+    names it in the log; `shown`: the paths its members may read in it, a lake's)."""
     message = _redact_values(bounded_detail(str(exc)))
     if isinstance(exc, QExportError):
         return exc
@@ -154,18 +155,18 @@ def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
             "the statement asked for more memory at once than the process may take"
         )
     if isinstance(exc, duckdb.OutOfMemoryException) or message.startswith(_MEMORY_PREFIX):
-        return SourceOutOfMemoryError(_told(message, exc, sql, source))
+        return SourceOutOfMemoryError(_told(message, exc, source, shown))
     if isinstance(exc, _UNAVAILABLE_ERRORS) or message.startswith(_UNAVAILABLE_PREFIXES):
-        # A file it could not read or write: one the query named (a lake's), which stays, or
-        # the source's own (its spill, its pipes), which members are not told where.
-        return SourceUnavailableError(_told(message, exc, sql, source))
+        # A file it could not read or write: a lake's, which stays, or the source's own (its
+        # database file, spill, pipes), which members are not told where.
+        return SourceUnavailableError(_told(message, exc, source, shown))
     return QExportError(f"the DuckDB source failed unexpectedly: {type(exc).__name__}")
 
 
-def _told(message: str, exc: BaseException, sql: str, source: str) -> str:
-    """`message` without the paths the query did not write; DuckDB's words to the log when
-    that took something out."""
-    told = without_layout(message, keep=sql)
+def _told(message: str, exc: BaseException, source: str, shown: PathShown | None) -> str:
+    """`message` without the paths but those `shown`; DuckDB's words to the log when that
+    took something out."""
+    told = without_layout(message, shown=shown)
     if told != message:
         logged("source_failed", source=source, kind="duckdb", reason=str(exc))
     return told

@@ -26,15 +26,18 @@ Weighed and not done:
   it is the second line, behind the sentences each adapter writes from the error's kind
   (libpq's reason after its address, MySQL's error number, DuckDB's kind of IO error).
 
-The net replaces, with "…", absolute paths (but those the query itself wrote, which whoever
-reads the query sees anyway), IPv4 and IPv6 addresses, `host:port` pairs, a quoted name after
-`host`, `server`, `on`, `at` or `name`, the `@'host'` of a MySQL account, a `port N` and a
-`PID N`. It costs about 40 µs per message (measured on 2 shared cores), on failures only.
+The net replaces, with "…", absolute paths (but those of a lake's files, which the source's
+queries read and its editors see in its URL; not any path the query writes, or a query could
+confirm a guessed path by writing it), IPv4 and IPv6 addresses, `host:port` pairs, a quoted
+name after `host`, `server`, `on`, `at` or `name`, the `@'host'` of a MySQL account, a `port
+N` and a `PID N`. It costs about 40 µs per message (measured on 2 shared cores), on failures
+only.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import structlog
 
@@ -73,17 +76,23 @@ def _is_ipv6(found: re.Match[str]) -> str:
     return text
 
 
-def without_layout(text: str, *, keep: str = "") -> str:
+# Whether a path may be shown: one a source's queries may read (a lake's files).
+PathShown = Callable[[str], bool]
+
+
+def without_layout(text: str, *, shown: PathShown | None = None) -> str:
     """`text` with the installation's layout (paths, addresses, ports, process ids) replaced
-    by "…"; a path that occurs in `keep` (the query's own text) stays."""
+    by "…"; a path `shown` accepts (a file of the source's lake) stays."""
 
     def quoted_path(found: re.Match[str]) -> str:
         quote, written = found.group(1), found.group(2)
-        return found.group(0) if keep and written in keep else f"{quote}{ELLIPSIS}{quote}"
+        if shown is not None and shown(written):
+            return found.group(0)
+        return f"{quote}{ELLIPSIS}{quote}"
 
     def bare_path(found: re.Match[str]) -> str:
         written = found.group(0).rstrip(".,")  # the sentence's full stop is no part of it
-        if keep and written in keep:
+        if shown is not None and shown(written):
             return found.group(0)
         return ELLIPSIS + found.group(0)[len(written) :]
 
