@@ -195,15 +195,13 @@ def connect_error(name: str, exc: Exception) -> SourceUnavailableError:
     raw = str(exc)
     logged("source_connect_failed", source=name, kind="duckdb", reason=raw)
     if isinstance(exc, FileAlreadyOpenError):
-        why = (
-            "its file is already open in this process through another source; a DuckDB file"
-            " backs one source (the operator can share that one with other workspaces:"
-            " qexport sources share NAME WORKSPACE)"
+        return SourceUnavailableError(
+            f"DuckDB source {name!r} cannot be opened: its file is already open in this process"
+            " through another source; a DuckDB file backs one source (the operator can share"
+            " that one with other workspaces: qexport sources share NAME WORKSPACE)"
         )
-        return SourceUnavailableError(f"DuckDB source {name!r} cannot be opened: {why}")
-    why = next((w for words, w in _OPEN_FAILURES if words in raw), None)
-    if why is None:
-        why = without_layout(bounded_detail(raw))
+    known = (why for words, why in _OPEN_FAILURES if words in raw)
+    why = next(known, None) or without_layout(bounded_detail(raw))
     return SourceUnavailableError(
         bounded_detail(f"DuckDB source {name!r} cannot be opened: {why}; ask the operator")
     )
