@@ -22,7 +22,11 @@ from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.domain.exports import Requester, Status
-from qexport.domain.failures import InvalidRequestError, QueryInvalidError
+from qexport.domain.failures import (
+    InvalidRequestError,
+    QueryInvalidError,
+    SourceUnavailableError,
+)
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.services.sources import check_source_url
@@ -143,6 +147,30 @@ def test_files_outside_the_lake_are_refused_before_anything_runs(
     message = _refusal(source, f"SELECT * FROM read_csv('{named}')")
     assert named in message
     assert "hunter2" not in message
+
+
+def test_a_missing_lake_file_is_named_to_members(source: DuckDBSource, lake: Lake) -> None:
+    """A glob that matches nothing in the lake: source_unavailable naming the pattern, a
+    path of the lake, which the query's authors read (any other path in DuckDB's words is
+    replaced, withheld.py)."""
+    pattern = f"{lake.folder}/nothing-*.csv"
+    with pytest.raises(SourceUnavailableError) as caught:
+        _rows(source, f"SELECT * FROM read_csv('{pattern}')")
+    assert pattern in str(caught.value)
+
+
+def test_a_refusal_names_the_path_but_not_the_lake_folders(
+    source: DuckDBSource, lake: Lake
+) -> None:
+    """The refusal reaches viewers too, who are not told where the installation keeps its
+    files: it names the query's own path and where its authors find the folders (the
+    source's URL), not the folders."""
+    named = f"{lake.outside}/secret.csv"
+    message = _refusal(source, f"SELECT * FROM read_csv('{named}')")
+    assert named in message
+    assert "?allow=" in message
+    assert str(lake.folder) not in message
+    assert str(lake.shared) not in message
 
 
 @pytest.mark.parametrize(

@@ -429,9 +429,8 @@ def test_a_second_source_on_the_same_file_says_so(source: DuckDBSource, db_path:
     finally:
         second.close()
     assert "'warehouse_b'" in str(refused.value)
-    assert f"the file {db_path} is already open in this process through another source" in str(
-        refused.value
-    )
+    assert "its file is already open in this process through another source" in str(refused.value)
+    assert str(db_path) not in str(refused.value)  # where the file is: the operator's log only
     assert "qexport sources share" in str(refused.value)
     assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
 

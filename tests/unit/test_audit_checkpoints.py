@@ -4,6 +4,7 @@ never over a chain that lost what the last one named."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -94,6 +95,29 @@ def test_a_moved_chain_is_checkpointed_at_most_once_per_period() -> None:
     assert found.checkpoint is not None
     assert (found.checkpoint.seq, found.key) == (2, object_key("acme", 2))
     assert checkpointer.run_once(force=True).written == []  # nothing moved since
+
+
+def test_a_pass_cut_short_begins_no_further_chain_and_the_next_writes_them() -> None:
+    """A worker's shutdown past its grace cuts its pass short: the chain being written is
+    finished, no other begun; the next pass (this process's or another's) writes those."""
+    log, objects, clock = InMemoryAuditLog(), InMemoryObjectStore(), FrozenClock(T0)
+    _record(log, 1)
+    _record(log, 2, "beta")
+    checkpointer = Checkpointer(log, objects, clock, EVERY)
+    cut = threading.Event()
+    real_put = objects.put_new
+
+    def put_then_cut(key: str, data: bytes) -> bool:
+        if key.startswith(folder("acme")):
+            cut.set()  # the shutdown's interrupt arrives while the first chain is written
+        return real_put(key, data)
+
+    objects.put_new = put_then_cut  # type: ignore[method-assign]
+    cut_pass = checkpointer.run_once(cut_short=cut)
+    assert [c.workspace_id for c in cut_pass.written] == ["acme"]
+    assert newest(objects, "beta") is None
+    objects.put_new = real_put  # type: ignore[method-assign]
+    assert [c.workspace_id for c in checkpointer.run_once().written] == ["beta"]
 
 
 def test_no_checkpoint_is_written_over_a_tail_deleted_after_the_last_one() -> None:

@@ -110,10 +110,18 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._listed = False  # the unkeyed chains are listed in storage
 
-    def run_once(self, *, force: bool = False, only: set[str] | None = None) -> CheckpointPass:
+    def run_once(
+        self,
+        *,
+        force: bool = False,
+        only: set[str] | None = None,
+        cut_short: threading.Event | None = None,
+    ) -> CheckpointPass:
         """One pass: a checkpoint of every chain that moved (all of `only`, or every chain,
         when `force`), at most one per chain per `every` unless `force`. Never raises for
-        one chain: a storage failure is logged and that chain is tried at the next pass."""
+        one chain: a storage failure is logged and that chain is tried at the next pass.
+        Once `cut_short` is set (a worker's shutdown past its grace) no further chain is
+        begun: those left wait for the next pass, this process's or another's."""
         with self._lock:
             if not self._listed:
                 self._list_unkeyed_chains()
@@ -131,6 +139,8 @@ class Checkpointer:
             ]
             written, failed = [], {}
             for head in due:
+                if cut_short is not None and cut_short.is_set():
+                    break
                 try:
                     done = self._write(head, force=force)
                 except (QExportError, ValueError) as exc:  # ValueError: a key storage refuses

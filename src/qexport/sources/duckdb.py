@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
+from qexport.domain.failures import QueryInvalidError
 from qexport.domain.queries import ResultColumn
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
-from qexport.sources.duckdb_errors import connect_error
+from qexport.sources.duckdb_errors import FileAlreadyOpenError, connect_error
 from qexport.sources.duckdb_lake import Lake, duckdb_location
 from qexport.sources.duckdb_preview import preview_sql
 from qexport.sources.duckdb_reads import planned_reads, with_values
@@ -128,10 +129,6 @@ def connect_sandboxed(
         con.close()
         raise
     return con
-
-
-class FileAlreadyOpenError(ValueError):
-    """The database file is already open, sandboxed, through another source of this process."""
 
 
 def _refuse_locked(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -246,7 +243,7 @@ class DuckDBSource:
             sql, parameters, requester, timeout_seconds, on_interrupt
         )
         try:
-            deadline = Deadline(timeout_seconds, cursor.interrupt)
+            deadline = self._deadline(timeout_seconds, cursor)
             try:
                 assert self._scratch is not None  # made with the connection
                 return copy_to_sink(
@@ -286,7 +283,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, on_interrupt
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = self._deadline(timeout_seconds, cursor)
         try:
             relation = cursor.sql(statement, params=values or None)
             # A relation's reader streams as it is read; the DB-API result's reader copies.
@@ -315,7 +312,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = self._deadline(timeout_seconds, cursor)
         try:
             relation = cursor.sql(statement, params=values or None)
             return [
@@ -342,7 +339,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = self._deadline(timeout_seconds, cursor)
         try:
             return planned_reads(cursor, with_values(statement.query, values))
         except duckdb.Error as exc:
@@ -369,7 +366,7 @@ class DuckDBSource:
         cursor, statement, values, release = self._prepare(
             sql, parameters, requester, timeout_seconds, None
         )
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = self._deadline(timeout_seconds, cursor)
         try:
             relation = cursor.sql(statement, params=values or None)
             columns = tuple(
@@ -419,6 +416,23 @@ class DuckDBSource:
             release()
             raise
         return cursor, statement, values, release
+
+    def _deadline(self, timeout_seconds: float, cursor: duckdb.DuckDBPyConnection) -> Deadline:
+        """The statement's deadline, which also makes its errors: named after this source in
+        the log, and naming to members only the paths of its lake's files."""
+        return Deadline(timeout_seconds, cursor.interrupt, source=self.name, shown=self._shown)
+
+    def _shown(self, path: str) -> bool:
+        """Whether an error may name `path` to members: a file of the lake (theirs to read);
+        never the database file, the pipes or the spill."""
+        reads = self._reads()
+        if reads is None:
+            return False
+        try:
+            reads(path)
+        except QueryInvalidError:
+            return False
+        return True
 
     def _reads(self) -> PathCheck | None:
         """What files a query may read: on a lake, those in its folders (never this

@@ -17,6 +17,7 @@ from qexport.domain.failures import (
     TextPosition,
     bounded_detail,
 )
+from qexport.sources.withheld import PathShown, logged, without_layout
 
 # Errors the query's author caused and can fix: the export settles query_invalid.
 _QUERY_ERRORS: tuple[type[Exception], ...] = (
@@ -121,10 +122,17 @@ def timeout_error(seconds: float) -> QueryTimeoutError:
 
 
 def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
-    exc: BaseException, *, timed_out: bool, timeout_seconds: float, sql: str = ""
+    exc: BaseException,
+    *,
+    timed_out: bool,
+    timeout_seconds: float,
+    sql: str = "",
+    source: str = "",
+    shown: PathShown | None = None,
 ) -> QExportError:
     """The qexport error for an exception raised while running or reading a statement
-    (`sql`, when given, is the query's text: a mistake's position is found in it)."""
+    (`sql`, when given, is the query's text: a mistake's position is found in it; `source`
+    names it in the log; `shown`: the paths its members may read in it, a lake's)."""
     message = _redact_values(bounded_detail(str(exc)))
     if isinstance(exc, QExportError):
         return exc
@@ -147,13 +155,53 @@ def translate_error(  # noqa: PLR0911 - one return per kind of DuckDB error
             "the statement asked for more memory at once than the process may take"
         )
     if isinstance(exc, duckdb.OutOfMemoryException) or message.startswith(_MEMORY_PREFIX):
-        return SourceOutOfMemoryError(message)
+        return SourceOutOfMemoryError(_told(message, exc, source, shown))
     if isinstance(exc, _UNAVAILABLE_ERRORS) or message.startswith(_UNAVAILABLE_PREFIXES):
-        return SourceUnavailableError(message)
+        # A file it could not read or write: a lake's, which stays, or the source's own (its
+        # database file, spill, pipes), which members are not told where.
+        return SourceUnavailableError(_told(message, exc, source, shown))
     return QExportError(f"the DuckDB source failed unexpectedly: {type(exc).__name__}")
 
 
+def _told(message: str, exc: BaseException, source: str, shown: PathShown | None) -> str:
+    """`message` without the paths but those `shown`; DuckDB's words to the log when that
+    took something out."""
+    told = without_layout(message, shown=shown)
+    if told != message:
+        logged("source_failed", source=source, kind="duckdb", reason=str(exc))
+    return told
+
+
+class FileAlreadyOpenError(ValueError):
+    """The database file is already open, sandboxed, through another source of this process."""
+
+
+# What stops a database file from opening, by DuckDB's words, as a member reads it.
+_OPEN_FAILURES: tuple[tuple[str, str], ...] = (
+    ("Could not set lock", "another process holds its file (a program writing to it)"),
+    ("Conflicting lock", "another process holds its file (a program writing to it)"),
+    ("database does not exist", "its file does not exist"),
+    ("No such file or directory", "its file does not exist"),
+    ("not a valid DuckDB database file", "its file is not a DuckDB database"),
+    ("Is a directory", "its path is a folder, not a DuckDB file"),
+    ("Permission denied", "qexport may not read its file"),
+    ("version number", "its file was written by a DuckDB version qexport cannot read"),
+)
+
+
 def connect_error(name: str, exc: Exception) -> SourceUnavailableError:
+    """The source's file could not be opened: what is wrong, for its members, without the
+    file's path or the process holding it (withheld.py); DuckDB's words go to the log."""
+    raw = str(exc)
+    logged("source_connect_failed", source=name, kind="duckdb", reason=raw)
+    if isinstance(exc, FileAlreadyOpenError):
+        return SourceUnavailableError(
+            f"DuckDB source {name!r} cannot be opened: its file is already open in this process"
+            " through another source; a DuckDB file backs one source (the operator can share"
+            " that one with other workspaces: qexport sources share NAME WORKSPACE)"
+        )
+    known = (why for words, why in _OPEN_FAILURES if words in raw)
+    why = next(known, None) or without_layout(bounded_detail(raw))
     return SourceUnavailableError(
-        f"DuckDB source {name!r} cannot be opened: {bounded_detail(str(exc))}"
+        bounded_detail(f"DuckDB source {name!r} cannot be opened: {why}; ask the operator")
     )

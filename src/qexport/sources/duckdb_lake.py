@@ -45,6 +45,7 @@ LAKE_READERS = frozenset(
     }
 )
 _WILDCARDS = ("*", "?", "[", "{")
+_WHERE_LISTED = "the source's URL names them, after ?allow="
 _ALLOW = "allow"
 
 
@@ -76,8 +77,10 @@ class Lake:
         if private is not None and _within(resolved, Path(os.path.realpath(private))):
             raise _refused(path, "it is not in a lake folder")
         if not any(_within(resolved, folder) for folder in self.resolved):
-            folders = ", ".join(str(f) for f in self.folders)
-            raise _refused(path, f"it is not in a lake folder ({folders})")
+            # Not the folders themselves: the refusal reaches viewers, who are not told where
+            # the installation keeps its files; the query's authors read them in the source's
+            # URL (GET /api/v1/sources, the sources page).
+            raise _refused(path, f"it is not in a lake folder ({_WHERE_LISTED})")
 
 
 def _within(path: Path, folder: Path) -> bool:

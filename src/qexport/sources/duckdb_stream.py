@@ -18,6 +18,7 @@ import structlog
 
 from qexport.domain.failures import QExportError
 from qexport.sources.duckdb_errors import translate_error
+from qexport.sources.withheld import PathShown
 
 # Errors the Arrow reader raises while DuckDB produces the rows (DuckDB's message inside).
 _READ_ERRORS = (OSError, pa.ArrowException, duckdb.Error)
@@ -78,9 +79,18 @@ class Deadline:
     A non-positive or infinite number of seconds sets no deadline.
     """
 
-    def __init__(self, seconds: float, interrupt: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        seconds: float,
+        interrupt: Callable[[], None],
+        *,
+        source: str = "",
+        shown: PathShown | None = None,
+    ) -> None:
         self.validate(seconds)
         self.seconds = seconds
+        self.source = source  # the source's name, for the log of an error's full words
+        self.shown = shown  # the paths an error may name to members (a lake's files)
         self.expired = False
         self._interrupt = interrupt
         self._lock = threading.Lock()
@@ -111,7 +121,14 @@ class Deadline:
             _DEADLINES.compact()
 
     def error_for(self, exc: BaseException, sql: str = "") -> QExportError:
-        return translate_error(exc, timed_out=self.expired, timeout_seconds=self.seconds, sql=sql)
+        return translate_error(
+            exc,
+            timed_out=self.expired,
+            timeout_seconds=self.seconds,
+            sql=sql,
+            source=self.source,
+            shown=self.shown,
+        )
 
 
 _DEADLINES = _Deadlines()

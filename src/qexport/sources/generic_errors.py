@@ -1,5 +1,10 @@
 """The one place SQLAlchemy's (and its drivers') exceptions become qexport errors, and what to
-install when a dialect or its driver is missing."""
+install when a dialect or its driver is missing.
+
+Drivers name the server in their own ways (`Can't connect to MySQL server on 'db:3306'`,
+`[ODBC Driver 18]TCP Provider ... 10.0.0.5,1433`): members read what the failure means where
+it is one of the known forms (withheld.network_reason), the driver's words without addresses
+and paths otherwise; the operator's log has them whole."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from qexport.domain.failures import (
 )
 from qexport.sources.generic_dialects import Rules
 from qexport.sources.postgres_errors import scrub
+from qexport.sources.withheld import logged, network_reason, without_layout
 
 # The packages that provide the dialects SQLAlchemy does not ship, by the URL's dialect name.
 _DIALECT_PACKAGES = {
@@ -85,16 +91,29 @@ def connect_error(
     """The source refused the login (where the dialect tells it: not retried, as for every
     source) or could not be reached (retried with backoff)."""
     reason = _reason(exc, secrets)
+    logged("source_connect_failed", source=name, kind="sqlalchemy", reason=reason)
     if rules.is_login_refused(exc):
         return SourceLoginError(
             bounded_detail(
-                f"the data source {name!r} refused qexport's login ({reason}); check the"
-                " user, password and database in the source URL"
+                f"the data source {name!r} refused qexport's login ({without_layout(reason)});"
+                " check the user, password and database in the source URL"
             )
         )
+    why = network_reason(reason) or without_layout(reason)
     return SourceUnavailableError(
-        bounded_detail(f"the data source {name!r} cannot be reached: {reason}")
+        bounded_detail(
+            f"the data source {name!r} cannot be reached: {why}; if that lasts, ask the operator"
+        )
     )
+
+
+def _told(name: str, reason: str) -> str:
+    """`reason` as members read it (no place); the whole of it to the log when that took
+    something out."""
+    told = without_layout(reason)
+    if told != reason:
+        logged("source_failed", source=name, kind="sqlalchemy", reason=reason)
+    return told
 
 
 def timeout_error(seconds: float) -> QueryTimeoutError:
@@ -124,9 +143,9 @@ def query_error(  # noqa: PLR0911 - one return per kind of failure
         return QExportError(f"the data source {name!r} failed unexpectedly: {type(exc).__name__}")
     reason = _reason(exc, secrets)
     if exc.connection_invalidated or reason.startswith(_SQLITE_BUSY):
-        return SourceUnavailableError(f"the data source {name!r} went away: {reason}")
+        return SourceUnavailableError(f"the data source {name!r} went away: {_told(name, reason)}")
     if isinstance(exc, sa.exc.InternalError):
-        return SourceUnavailableError(f"the data source {name!r} failed: {reason}")
+        return SourceUnavailableError(f"the data source {name!r} failed: {_told(name, reason)}")
     if isinstance(exc, sa.exc.DataError):
         return QueryInvalidError(_QUOTED.sub("'…'", reason))
     # ProgrammingError (syntax, missing table), OperationalError once connected (SQLite's

@@ -6,7 +6,9 @@ Codes, as for PostgreSQL (postgres_errors.py):
 - the server refuses qexport's login (wrong password, unknown user or database, no grant on
   the database): `SourceLoginError`, access_lost, as PostgreSQL's refused login is: another
   attempt would be refused the same way until the source URL is fixed. The detail keeps the
-  server's words (`Access denied for user 'reader'@'10.0.0.5'`), never the password;
+  server's words (`Access denied for user 'reader'`), never the password nor the address
+  qexport connected from (`@'10.0.0.5'`): where the server and qexport are is for the
+  operator's log only (withheld.py), members read `cannot be reached: connection refused`;
 - the query is refused (syntax, unknown table or column, no SELECT on a table, a write in
   the read-only transaction, a value the server cannot convert): query_invalid;
 - max_statement_time / max_execution_time, or qexport's own deadline: query_timeout.
@@ -29,6 +31,7 @@ from qexport.domain.failures import (
     bounded_detail,
 )
 from qexport.sources.postgres_errors import scrub
+from qexport.sources.withheld import logged, network_reason, without_layout
 
 # Server errors (include/mysqld_error.h).
 ER_ACCESS_DENIED = 1045
@@ -87,18 +90,34 @@ def _reason(exc: BaseException, secrets: Iterable[str]) -> str:
 
 
 def connect_error(name: str, exc: BaseException, secrets: Iterable[str]) -> QExportError:
-    """The qexport error for a failure to open a session on the source."""
+    """The qexport error for a failure to open a session on the source: the reason without
+    the server's place (or qexport's) for members, the client's whole text for the log."""
     reason = _reason(exc, secrets)
+    logged("source_connect_failed", source=name, kind="mysql", reason=reason)
     if errno_of(exc) in _LOGIN:
         return SourceLoginError(
             bounded_detail(
-                f"MySQL source {name!r} refused qexport's login ({reason}); check the user,"
-                " password and database in the source URL"
+                f"MySQL source {name!r} refused qexport's login ({without_layout(reason)});"
+                " check the user, password and database in the source URL"
             )
         )
+    # "Can't connect to server on 'db' (111)": the number is the system's error (111 refused,
+    # 110 timed out; MariaDB's client says 115 for a refused non-blocking connect).
+    why = network_reason(reason) or without_layout(reason)
     return SourceUnavailableError(
-        bounded_detail(f"MySQL source {name!r} cannot be reached: {reason}")
+        bounded_detail(
+            f"MySQL source {name!r} cannot be reached: {why}; if that lasts, ask the operator"
+        )
     )
+
+
+def _told(name: str, reason: str) -> str:
+    """`reason` as members read it (no place); the whole of it to the log when that took
+    something out."""
+    told = without_layout(reason)
+    if told != reason:
+        logged("source_failed", source=name, kind="mysql", reason=reason)
+    return told
 
 
 def timeout_error(seconds: float) -> QueryTimeoutError:
@@ -131,10 +150,11 @@ def query_error(  # noqa: PLR0911 - one return per kind of failure
     if code in _LOGIN:
         return connect_error(name, exc, secrets)
     if code is None or code in _CLIENT_ERRORS or code in _TRANSIENT:
-        return SourceUnavailableError(bounded_detail(f"MySQL source {name!r} failed: {reason}"))
+        told = _told(name, reason)
+        return SourceUnavailableError(bounded_detail(f"MySQL source {name!r} failed: {told}"))
     if code == ER_QUERY_INTERRUPTED:  # KILL QUERY by someone else (an operator)
         return SourceUnavailableError(
-            bounded_detail(f"MySQL source {name!r} stopped the statement: {reason}")
+            bounded_detail(f"MySQL source {name!r} stopped the statement: {_told(name, reason)}")
         )
     if code in _VALUES or isinstance(exc, MySQLdb.DataError):
         return QueryInvalidError(bounded_detail(_QUOTED.sub("'…'", reason)))

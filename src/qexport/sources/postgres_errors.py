@@ -15,7 +15,9 @@ Codes, by what retrying would do:
 - the statement timeout: query_timeout.
 
 Only the error's primary message is kept: its DETAIL and CONTEXT can quote row values, and
-messages about values (SQLSTATE class 22) have their quoted parts removed.
+messages about values (SQLSTATE class 22) have their quoted parts removed. Where the server is
+(libpq names its host, address, port or socket before every reason) is for the operator's log
+only (withheld.py): members read `cannot be reached: connection refused`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
     bounded_detail,
 )
+from qexport.sources.withheld import logged, network_reason, without_layout
 
 log = structlog.get_logger()
 
@@ -66,31 +69,54 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+# libpq names the server before its reason: 'connection to server at "db" (10.0.0.5), port
+# 5432 failed: Connection refused', 'connection to server on socket "/run/.s.PGSQL.5432"
+# failed: No such file or directory'; psycopg puts 'connection failed: ' before it all.
+_LIBPQ_PLACE = re.compile(
+    r'^(?:[a-z ]+: )?connection to server (?:at "[^"]*"(?: \([^)]*\))?, port \d+'
+    r'|on socket "[^"]*") failed: '
+)
+
+
 def _reason(exc: psycopg.Error) -> str:
-    """The server's primary message, or the first line of libpq's."""
+    """The server's primary message, or libpq's reason (its first line, after the place)."""
     primary = exc.diag.message_primary
     if primary:
         return primary
-    text = str(exc).strip()
-    # libpq: 'connection failed: connection to server at "h", port 5432 failed: FATAL:  ...'
-    text = text.removeprefix("connection failed: ")
-    return text.split("\n", 1)[0].replace("FATAL:  ", "")
+    text = str(exc).strip().split("\n", 1)[0]
+    text = _LIBPQ_PLACE.sub("", text).removeprefix("connection failed: ")
+    return text.replace("FATAL:  ", "")
 
 
 def connect_error(name: str, exc: psycopg.Error, secrets: Iterable[str]) -> QExportError:
-    """The qexport error for a failure to open a session on the source."""
+    """The qexport error for a failure to open a session on the source: the reason without
+    the server's place for members, libpq's whole text for the log."""
+    logged("source_connect_failed", source=name, kind="postgresql", reason=scrub(str(exc), secrets))
     reason = scrub(_reason(exc), secrets)
     state = exc.sqlstate or ""
     if state[:2] in _LOGIN_CLASSES or _LOGIN_REFUSALS.search(reason):
         return SourceLoginError(
             bounded_detail(
                 f"PostgreSQL source {name!r} refused qexport's login (authentication failed:"
-                f" {reason}); check the user, password and database in the source URL"
+                f" {without_layout(reason)}); check the user, password and database in the"
+                " source URL"
             )
         )
+    why = network_reason(reason) or without_layout(reason)
     return SourceUnavailableError(
-        bounded_detail(f"PostgreSQL source {name!r} cannot be reached: {reason}")
+        bounded_detail(
+            f"PostgreSQL source {name!r} cannot be reached: {why}; if that lasts, ask the operator"
+        )
     )
+
+
+def _told(name: str, exc: psycopg.Error, reason: str, secrets: Iterable[str]) -> str:
+    """`reason` as members read it (no place); libpq's whole text to the log when that took
+    something out."""
+    told = without_layout(reason)
+    if told != reason:
+        logged("source_failed", source=name, kind="postgresql", reason=scrub(str(exc), secrets))
+    return told
 
 
 def timeout_error(seconds: float) -> QueryTimeoutError:
@@ -122,9 +148,8 @@ def query_error(
         return QueryInvalidError(bounded_detail(_QUOTED.sub("…", reason)))
     lost = not state and isinstance(exc, psycopg.OperationalError)
     if lost or state[:2] in _TRANSIENT_CLASSES:
-        return SourceUnavailableError(
-            bounded_detail(f"PostgreSQL source {name!r} failed: {reason}")
-        )
+        told = _told(name, exc, reason, secrets)
+        return SourceUnavailableError(bounded_detail(f"PostgreSQL source {name!r} failed: {told}"))
     if not state or state[:2] == "XX":
         log.warning(
             "postgres_source_failed", error=type(exc).__name__, sqlstate=state, reason=reason

@@ -10,7 +10,9 @@
 - anything else from the server (a failed job, a lost session): source_unavailable.
 
 Spark's messages carry the plan, the SQL with a caret line and, when the server is told to,
-the JVM stack trace: only the sentence before `SQLSTATE:` is kept.
+the JVM stack trace: only the sentence before `SQLSTATE:` is kept. gRPC's name the server
+(`ipv4:10.0.0.5:15002: Failed to connect to remote host: Connection refused`): members read
+what it means (`connection refused`), the operator's log the whole (withheld.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from qexport.domain.failures import (
     bounded_detail,
 )
 from qexport.sources.spark_statements import WRAPPED_SUFFIX, SparkQuery
+from qexport.sources.withheld import logged, network_reason, without_layout
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _DATA_ERRORS = (
@@ -61,8 +64,13 @@ def reason(exc: BaseException) -> str:
 
 
 def unreachable(name: str, exc: BaseException) -> SourceUnavailableError:
+    reason = _grpc_reason(exc)
+    logged("source_connect_failed", source=name, kind="spark", reason=reason)
+    why = network_reason(reason) or without_layout(reason)
     return SourceUnavailableError(
-        bounded_detail(f"the data source {name!r} cannot be reached: {_grpc_reason(exc)}")
+        bounded_detail(
+            f"the data source {name!r} cannot be reached: {why}; if that lasts, ask the operator"
+        )
     )
 
 
@@ -126,7 +134,9 @@ def query_error(
     if status in _UNREACHABLE:
         return unreachable(name, exc)
     if isinstance(exc, spark_errors.SparkConnectException | grpc.RpcError):
-        return SourceUnavailableError(
-            bounded_detail(f"the data source {name!r} failed: {reason(exc)}")
-        )
+        said = reason(exc)
+        told = without_layout(said)
+        if told != said:
+            logged("source_failed", source=name, kind="spark", reason=said)
+        return SourceUnavailableError(bounded_detail(f"the data source {name!r} failed: {told}"))
     return QExportError(f"the data source {name!r} failed unexpectedly: {type(exc).__name__}")

@@ -138,12 +138,16 @@ class Worker:
         ]
         if self.memory is not None:
             self.memory.start()
-        # Ends with the slots: a drained or stopped worker writes no more checkpoints.
+        # Ends with the slots: a drained or stopped worker begins no more checkpoint passes,
+        # and finishes the one under way before `run` returns (cut short between chains by a
+        # shutdown past its grace). Left running, its pass used the database after the caller
+        # had closed it: a connection opened in the closed engine's new pool, never closed
+        # (psycopg's "deleted while still open" in whatever ran next).
         checkpoints = threading.Thread(target=self._checkpoints, name="audit-checkpoints")
         checkpoints.daemon = True
         for thread in (sweep, checkpoints, *threads):
             thread.start()
-        for thread in (*threads, sweep):
+        for thread in (*threads, sweep, checkpoints):
             while thread.is_alive():
                 thread.join(0.2)
         if self.memory is not None:
@@ -191,7 +195,7 @@ class Worker:
         pause = min(max(every.total_seconds() / 10, 1.0), 60.0)
         while not self.stopping.is_set():
             try:
-                checkpointer.run_once()
+                checkpointer.run_once(cut_short=self.interrupt)
             except QExportError as exc:  # the database briefly unavailable: one line
                 log.warning("audit_checkpoints_failed", error=str(exc))
             except Exception:
