@@ -140,6 +140,43 @@ def reads_from_json(stored: Sequence[Mapping[str, Any]] | None) -> frozenset[Rel
     return None if stored is None else frozenset(Relation.from_json(r) for r in stored)
 
 
+# What the run that made a file read, by source: the tables (and columns) each source's
+# planner reported just before the run (None: that source could not say). A report's file
+# holds the union of its sections' runs. Recorded on the export (`ExportRecord.reads`), so
+# that the file is judged by what it was made from, not by what its query reads now.
+FileReads = Mapping[str, frozenset[Relation] | None]
+
+
+def joined_reads(
+    runs: Iterable[tuple[str, frozenset[Relation] | None]],
+) -> dict[str, frozenset[Relation] | None]:
+    """What several runs read (a report's sections), by source: the tables of each source
+    merged (`merged`), None for a source any run of which could not say."""
+    found: dict[str, frozenset[Relation] | None] = {}
+    for source, reads in runs:
+        if source not in found:
+            found[source] = reads
+            continue
+        before = found[source]
+        found[source] = None if before is None or reads is None else merged(before | reads)
+    return found
+
+
+def file_reads_to_json(reads: FileReads | None) -> list[dict[str, Any]] | None:
+    """A file's reads as stored (None: not on record)."""
+    if reads is None:
+        return None
+    return [{"source": s, "reads": reads_to_json(r)} for s, r in sorted(reads.items())]
+
+
+def file_reads_from_json(
+    stored: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, frozenset[Relation] | None] | None:
+    if stored is None:
+        return None
+    return {str(entry["source"]): reads_from_json(entry.get("reads")) for entry in stored}
+
+
 def reads_words(reads: frozenset[Relation] | None) -> str:
     """What a query reads, as people read it ("main.orders, main.customers (email)")."""
     if reads is None:
