@@ -213,6 +213,7 @@ def workspaces_policy(
             exports=deps.exports,
             clock=deps.clock,
             revoke_links=revoke_links,
+            runner=deps.previews,
         )
     except InvalidRequestError as exc:
         fail_problems(exc, _option_of)

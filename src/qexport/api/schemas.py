@@ -538,6 +538,12 @@ class SensitiveTableView(BaseModel):
         description="Only these columns are sensitive; null: the whole table",
         examples=[["email", "phone"]],
     )
+    also: list[str] = Field(
+        default_factory=list,
+        description="The workspace's other sources that reach the same data (the same"
+        " database), which the rule covers too; kept by qexport, not written",
+        examples=[["warehouse_copy"]],
+    )
 
 
 class SensitiveTableRule(BaseModel):

@@ -147,6 +147,7 @@ def change_workspace_policy(
         exports=context.exports,
         clock=context.clock,
         revoke_links=body.revoke_links,
+        runner=context.previews,
         actor=actor_of(principal),
     )
     return WorkspacePolicyChanged(

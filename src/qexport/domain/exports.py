@@ -35,6 +35,11 @@ class Requester:
     workspace_id: str
 
 
+# Whose context a source's catalogue is read with (policy rules are checked on it): nobody's,
+# no member's user or workspace (PostgreSQL's qexport.user_id is empty).
+NO_MEMBER = Requester("", "")
+
+
 @dataclass(frozen=True)
 class ExportRecord:
     id: str

@@ -184,7 +184,7 @@ class WorkspacePolicy:
 
     def marks_tables_of(self, source: str) -> bool:
         """Whether any table of `source` is sensitive (its queries are then planned)."""
-        return any(t.source == source for t in self.sensitive_tables)
+        return any(t.covers(source) for t in self.sensitive_tables)
 
     # ------------------------------------------------------------ stored form
 
@@ -254,7 +254,10 @@ class WorkspacePolicy:
             ),
             "sensitive tables: "
             + (
-                "; ".join(t.words() for t in self.sensitive_tables)
+                "; ".join(
+                    t.words() + (f" (also through {', '.join(sorted(t.also))})" if t.also else "")
+                    for t in self.sensitive_tables
+                )
                 + ", read only with an admin's approval"
                 if self.sensitive_tables
                 else "none"

@@ -33,9 +33,18 @@ from qexport.domain.failures import (
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
 from qexport.domain.reports import REPORT_FORMATS
 from qexport.domain.sensitivity import ReadsReporting
-from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, SourceCatalog
+from qexport.ports import (
+    AccountStore,
+    Catalog,
+    Clock,
+    ExportQueue,
+    PreviewRunner,
+    SourceCatalog,
+)
 from qexport.services.audit import event
+from qexport.services.describe import describe_timeout
 from qexport.services.links import unapproved_sensitive
+from qexport.services.sensitive_rules import checked_rules
 from qexport.writers.registry import FORMATS
 
 _PAGE = 500  # exports read a page at a time when looking for links to revoke
@@ -87,10 +96,15 @@ def change_policy(
     clock: Clock | None = None,
     revoke_links: bool = False,
     actor: Actor = OPERATOR,
+    runner: PreviewRunner | None = None,
 ) -> PolicyChange:
     """Apply `changes` (a rule given as None is lifted) to the workspace's policy; workspace
     admins only. Every mistake at once, each naming its rule. The change is an audit event
     of `actor`'s, in the same transaction (the rules before and after).
+
+    New or changed sensitive tables are checked on their sources through `runner`
+    (services/sensitive_rules.py): 422 for a rule that can never match, 503 when a source
+    they name cannot be asked.
 
     `revoke_links` (with `exports` and `clock`): also revoke the live public links to files
     of every subject the new policy marks sensitive, made without an approval."""
@@ -99,6 +113,19 @@ def change_policy(
     before = accounts.workspace_policy(workspace_id)
     usable = workspace_sources(sources, workspace_id) if "sensitive_tables" in changes else {}
     policy = changed_policy(before, changes, policy_limits(settings, usable))
+    if policy.sensitive_tables and "sensitive_tables" in changes:
+        if runner is None:
+            raise ValueError("checking sensitive tables on their sources needs the runner")
+        policy = checked_rules(
+            before,
+            policy,
+            changes["sensitive_tables"],
+            usable,
+            runner=runner,
+            sources=sources,
+            workspace_id=workspace_id,
+            timeout_seconds=describe_timeout(settings.statement_timeout_seconds),
+        )
     if "sensitive_queries" in changes:
         _check_queries(catalog, workspace_id, policy.sensitive_queries)
     revocations: list[tuple[str, AuditEvent]] = []

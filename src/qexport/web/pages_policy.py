@@ -11,9 +11,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
 from qexport.domain.accounts import Role
-from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    Problems,
+    SourceUnavailableError,
+)
 from qexport.domain.policies import RULES, WorkspacePolicy
 from qexport.domain.sensitivity import written_rule
 from qexport.services.audit import actor_of
@@ -184,7 +190,9 @@ async def save_policy(
         revoke_links=data.get("revoke_links") == "on",
     )
     try:
-        changed = change_policy(
+        # Off the event loop: the sensitive tables are looked up on their sources.
+        changed = await run_in_threadpool(
+            change_policy,
             context.accounts,
             context.settings,
             principal.role,
@@ -195,11 +203,15 @@ async def save_policy(
             exports=context.exports,
             clock=context.clock,
             revoke_links=form.revoke_links,
+            runner=context.previews,
             actor=actor_of(principal),
         )
     except InvalidRequestError as exc:
         numbers = [n for n, _ in form.table_lines]
         errors = form_errors(exc, RULES, lambda p: on_line(p, "sensitive_tables", numbers))
         return _render(request, context, session, principal, form, errors=errors, status=400)
+    except SourceUnavailableError as exc:
+        errors = {"sensitive_tables": exc.detail}
+        return _render(request, context, session, principal, form, errors=errors, status=503)
     notice = f"saved-{changed.links_revoked}" if form.revoke_links else "saved"
     return RedirectResponse(f"{PATH}?notice={notice}", status_code=303)
