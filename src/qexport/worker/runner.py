@@ -299,6 +299,9 @@ class Attempt:
         if record.subject_type != SUBJECT_REPORT:
             found = self.subject if isinstance(self.subject, Query) else None
             query = found or catalog.get_query(record.subject_id)
+            # What runs is what was planned: the query as read here, not read again (an
+            # edit in between would run SQL no planner saw).
+            self.subject = query
             if query is not None and can_read(record.requester, query):
                 runs.append((query, _run_values(bind_parameters, query, record.parameters)))
             return [query], runs, None
@@ -307,6 +310,7 @@ class Attempt:
             from qexport.reports.run import load_subject
 
             subject = load_subject(catalog, record.subject_id)
+        self.subject = subject  # rendered as planned (above)
         report = subject.report
         sections = report.sections if report is not None else ()
         # Each query once, as the request's fingerprint counts them (report_queries).
