@@ -276,14 +276,18 @@ def test_a_second_source_over_the_same_database_is_covered_by_the_rules(
 def test_a_rule_marked_after_the_second_source_covers_it_too(
     acme: Api, warehouse: Warehouse, mariadb_server: MariaDBServer
 ) -> None:
-    """pg and pg2 (another login string, the same database) both registered first: marking
-    pg's customers covers pg2 as well; a source over other data (MariaDB) is not covered
-    and its queries are queued as before."""
+    """pg, pg2 (another login string, the same database) and a generic SQLAlchemy source
+    over it, all registered first: marking pg's customers covers the other two as well (the
+    generic one cannot say what a query reads, so any query of it waits); a source over other
+    data (MariaDB) is not covered and its queries are queued as before."""
     _registered(acme, "pg", warehouse.url)
     _registered(acme, "pg2", warehouse.url + "?application_name=second")
+    generic = warehouse.url.replace("postgresql://", "sqlalchemy+postgresql+psycopg://", 1)
+    _registered(acme, "gen", generic)
     _registered(acme, "maria", mariadb_server.url())
     assert _patch(acme, {"source": "pg", "table": '"Customers"'}).status_code == 200
     (rule,) = _marked(acme)
-    assert rule["also"] == ["pg2"]
+    assert rule["also"] == ["gen", "pg2"]
     assert _waits_for_approval(acme, "pg2", 'SELECT name FROM "Customers"')
+    assert _waits_for_approval(acme, "gen", "SELECT 1 AS one")
     assert not _waits_for_approval(acme, "maria", "SELECT name FROM people")

@@ -19,7 +19,7 @@ one cluster, whatever the address (`localhost` or `127.0.0.1`, a replica or its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -50,6 +50,8 @@ _ADDRESS = (
     "SELECT coalesce(host(inet_server_addr()), 'local'),"
     " coalesce(inet_server_port()::text, current_setting('port')), current_database()"
 )
+# Runs one statement and returns its rows.
+Rows = Callable[[str], Sequence[tuple[Any, ...]]]
 _READ_AS_TABLES = frozenset({"r", "p", "m", "f"})
 _KIND_WORDS = {
     "S": "sequence",
@@ -60,22 +62,23 @@ _KIND_WORDS = {
 }
 
 
-def data_identity(conn: psycopg.Connection[Any]) -> str:
-    """The identity of the data this connection reaches (module docstring)."""
-    row = conn.execute(_CAN_READ_CLUSTER).fetchone()
-    if row is not None and row[0]:
-        cluster = conn.execute(_CLUSTER).fetchone()
-        if cluster is not None:
-            return f"postgresql:cluster {cluster[0]}/{cluster[1]}"
-    address = conn.execute(_ADDRESS).fetchone()
-    assert address is not None  # a SELECT of values has its row
+def data_identity(rows: Rows) -> str:
+    """The identity of the data a session reaches (module docstring); `rows` runs one
+    statement on it and returns its rows (the PostgreSQL source's, or a generic source's
+    over PostgreSQL: both say the same)."""
+    allowed = rows(_CAN_READ_CLUSTER)
+    if allowed and allowed[0][0]:
+        cluster = rows(_CLUSTER)
+        if cluster:
+            return f"postgresql:cluster {cluster[0][0]}/{cluster[0][1]}"
+    address = rows(_ADDRESS)[0]
     return f"postgresql:{address[0]}:{address[1]}/{address[2]}"
 
 
 def catalogue_of(conn: psycopg.Connection[Any], tables: Sequence[tuple[str, str]]) -> Catalogue:
     """What the database holds of each `(schema, table)` (names as PostgreSQL holds them),
     in the connection's transaction; raises psycopg's errors (the source translates them)."""
-    identity = data_identity(conn)
+    identity = data_identity(lambda statement: conn.execute(statement).fetchall())
     if not tables:
         return Catalogue(identity)
     params = {"schemas": [t[0] for t in tables], "names": [t[1] for t in tables]}
