@@ -144,18 +144,26 @@ def create_link(
 
 
 def unapproved_sensitive(
-    catalog: Catalog, policy: WorkspacePolicy, record: ExportRecord
+    catalog: Catalog,
+    policy: WorkspacePolicy,
+    record: ExportRecord,
+    *,
+    marked: dict[tuple[str, str], str | None] | None = None,
 ) -> str | None:
     """Why the file may not be shared: made without an approval from what the policy now
     marks sensitive, judged by what its run read as recorded with it (`record.reads`: not on
     record counts as every marked table), or by the ids of its query (or its report's
-    queries) that the policy marks; None if it may."""
+    queries) that the policy marks; None if it may. `marked`: what was found of each subject
+    already (by type and id), for a caller that judges many files."""
     if record.options.get(APPROVAL_OPTION) is not None:
         return None
     if policy.sensitive_queries:
-        marked = policy.marked_query(_queries_of(catalog, record))
-        if marked is not None:
-            return marked
+        subject = (record.subject_type, record.subject_id)
+        known = marked if marked is not None else {}
+        if subject not in known:
+            known[subject] = policy.marked_query(_queries_of(catalog, record))
+        if known[subject] is not None:
+            return known[subject]
     return policy.file_sensitivity(record.reads)
 
 

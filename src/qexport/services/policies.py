@@ -15,7 +15,7 @@ with an approval keep their links: an admin chose to let them out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -179,8 +179,9 @@ def _revocations(
     event of its revocation."""
     now = clock.now()
     found: list[tuple[str, AuditEvent]] = []
+    marked: dict[tuple[str, str], str | None] = {}  # each subject's queries read once
     for record in _live_files(exports, workspace_id, now):
-        if unapproved_sensitive(catalog, policy, record) is None:
+        if unapproved_sensitive(catalog, policy, record, marked=marked) is None:
             continue
         for link in accounts.list_links(record.id):
             if link.expired(now):
@@ -200,9 +201,8 @@ def _revocations(
     return found
 
 
-def _live_files(exports: ExportQueue, workspace_id: str, now: datetime) -> list[ExportRecord]:
-    """The workspace's succeeded exports whose files have not expired, every page of them."""
-    found: list[ExportRecord] = []
+def _live_files(exports: ExportQueue, workspace_id: str, now: datetime) -> Iterator[ExportRecord]:
+    """The workspace's succeeded exports whose files have not expired, a page at a time."""
     before: tuple[datetime, str] | None = None
     while True:
         page = exports.list_exports(
@@ -212,7 +212,7 @@ def _live_files(exports: ExportQueue, workspace_id: str, now: datetime) -> list[
             before=before,
             expired_at=(False, now),
         )
-        found += page
+        yield from page
         if len(page) < _PAGE:
-            return found
+            return
         before = (page[-1].created_at, page[-1].id)
