@@ -6,16 +6,16 @@ each run of an export, the source's planner is asked again, with the values the 
 view redefined since the query was saved, or a parameter that decides which table is read,
 is judged as it is now. A changed answer is recorded on the query (`Catalog.record_reads`),
 so that its next request asks for an approval. A plan is cheap beside a run (5 ms on DuckDB,
-35 ms on PostgreSQL with its own connection), and a query on a source with no sensitive table
-is not planned at all.
+35 ms on PostgreSQL with its own connection), and a preview of a query on a source with no
+sensitive table is not planned at all.
 
-Every run is planned, whatever the policy says now, and what it read is recorded with its
-file (`Result.reads`, the export's `reads`): a file is judged by what it was made from, not by
-what its query reads when a rule is added later. The query's SQL may have changed since, and
-`WHERE $flag` folded away by PostgreSQL read no table when the query was saved, but `orders`
-in a run with flag = true. A plan that fails on a source the policy marks nothing of does not
-stop the run (it would fail on its own if the statement did): that source's reads are not on
-record, which a rule added later reads as every table it marks.
+Every run of an export is planned, whatever the policy says now, and what it read is
+recorded with its file (`Result.reads`, the export's `reads`): a file is judged by what it
+was made from, not by what its query reads when a rule is added later. The query's SQL may
+have changed since, and `WHERE $flag` folded away by PostgreSQL read no table when the query
+was saved, but `orders` in a run with flag = true. A plan that fails on a source the policy
+marks nothing of does not stop the run (it would fail on its own if the statement did): that
+source's reads are not on record, which a rule added later reads as every table it marks.
 
 A preview's plan is asked of a preview process (PreviewRunner.relations), as its rows are:
 DuckDB folds constants as it plans, so planning `SELECT length(repeat('x', 1000000000))` in
