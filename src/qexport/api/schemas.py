@@ -555,6 +555,12 @@ class SensitiveTableRule(BaseModel):
     source: str = Field(max_length=200, examples=["shop"])
     table: str = Field(max_length=300, examples=["main.customers"])
     columns: list[str] | None = Field(None, max_length=100, examples=[["email"]])
+    also: list[str] | None = Field(
+        None,
+        max_length=200,
+        description="Ignored: qexport finds the sources over the same data itself (accepted so"
+        " that a rule read from the policy can be sent back as it is)",
+    )
 
 
 class WorkspacePolicyView(BaseModel):

@@ -134,7 +134,7 @@ def change_workspace_policy(
     }
     if body.sensitive_tables is not None:
         changes["sensitive_tables"] = [
-            rule.model_dump(exclude_unset=True) for rule in body.sensitive_tables
+            rule.model_dump(exclude_unset=True, exclude={"also"}) for rule in body.sensitive_tables
         ]
     changed = change_policy(
         context.accounts,
