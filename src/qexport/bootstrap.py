@@ -22,6 +22,7 @@ from qexport.domain.failures import MetadataUnavailableError, StorageUnavailable
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource
 from qexport.ports import (
     AuditLog,
+    CataloguedSource,
     Clock,
     ExportQueue,
     ObjectStore,
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 
 # Read, never written: a stat of a key nobody uses tells whether the store answers.
 PROBE_KEY = "exports/readyz/probe"
+# How long a source registered or shared may take to say what data it reaches.
+IDENTITY_TIMEOUT_SECONDS = 10.0
 # Where the embedded default keeps the audit chain's secret when QEXPORT_SECRET_KEY is unset:
 # in the data directory, never in the database (which holds the other generated secret).
 AUDIT_SECRET_FILE = "audit-chain.secret"  # noqa: S105 - a file name, not a secret
@@ -148,6 +151,16 @@ def check_source_role(
     source = source_from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
     check_role: Callable[[], list[str]] | None = getattr(source, "check_role", None)
     return [] if check_role is None else check_role()
+
+
+def source_identity(name: str, url: str, settings: Settings) -> str | None:
+    """The identity of the data the source over `url` reaches, as it says (a DuckDB file's
+    path, without opening it; a PostgreSQL or MySQL server, connecting); None for a kind
+    that cannot say (services/sensitive_rules.py)."""
+    source = source_from_url(name, url, settings)
+    if not isinstance(source, CataloguedSource):
+        return None
+    return source.catalogue((), timeout_seconds=IDENTITY_TIMEOUT_SECONDS).identity
 
 
 def sources(settings: Settings) -> dict[str, Source]:

@@ -305,6 +305,7 @@ def sources_add(
             settings,
             request,
             check_role=lambda n, u, allow: bootstrap.check_source_role(n, u, settings, allow),
+            identify=lambda n, u: bootstrap.source_identity(n, u, settings),
         )
     for finding in findings:
         note(f"warning: the role of source {name} {finding} (allowed by --allow-privileged-role)")
@@ -324,10 +325,20 @@ OwnerOption = Annotated[
 def _share(
     ctx: typer.Context, name: str, workspace: str, owner: str | None, *, shared: bool
 ) -> None:
+    from qexport import bootstrap
+
     admin = admin_context(ctx)
+    settings = admin.settings
     with refusals():
         changed = sources_service.share_source(
-            admin.accounts, admin.settings, name, workspace, shared=shared, owner=owner
+            admin.accounts,
+            settings,
+            name,
+            workspace,
+            shared=shared,
+            owner=owner,
+            identify=lambda n, u: bootstrap.source_identity(n, u, settings),
+            clock=admin.clock,
         )
     verb = "may use" if shared else "may no longer use"
     note(f"workspace {workspace} {verb} source {name}" + ("" if changed else " (unchanged)"))

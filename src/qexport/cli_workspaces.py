@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import typer
 
 from qexport.cli_admin import admin_context, note
-from qexport.cli_common import fail_input, fail_problems, state
+from qexport.cli_common import fail, fail_input, fail_problems, state
 from qexport.domain.accounts import Role
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.sensitivity import written_rule
 from qexport.ports import AccountStore, Catalog
 from qexport.services.policies import change_policy
@@ -213,9 +213,12 @@ def workspaces_policy(
             exports=deps.exports,
             clock=deps.clock,
             revoke_links=revoke_links,
+            runner=deps.previews,
         )
     except InvalidRequestError as exc:
         fail_problems(exc, _option_of)
+    except QExportError as exc:  # a source a sensitive table names could not be asked
+        fail(str(exc))
     note(f"workspace {workspace}'s policy is now:")
     for line in changed.policy.describe():
         note(f"  {line}")

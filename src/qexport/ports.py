@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from qexport.domain.policies import WorkspacePolicy
     from qexport.domain.queries import Query, ResultColumn
     from qexport.domain.reports import Report, ReportSubject
+    from qexport.domain.rule_check import Catalogue
     from qexport.domain.schedules import Delivery, NewDelivery, Outcome, Schedule
     from qexport.domain.sensitivity import ReadsReporting, Relation
     from qexport.domain.sign_in import FailureCounts
@@ -874,6 +875,20 @@ class Source(Protocol):
         ...
 
 
+@runtime_checkable
+class CataloguedSource(Source, Protocol):
+    """A source that can say what its catalogue holds, for the policy's sensitive tables
+    (domain/rule_check.py): DuckDB, PostgreSQL, MySQL."""
+
+    def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
+        """What the catalogue says of each `(schema, table)` (names as the engine holds
+        them), in that order, and the identity of the data the source reaches; read as
+        the source's own login, with no member's context (nothing is run but catalogue
+        reads and plans). Raises SourceUnavailableError (or the source's errors) when it
+        cannot be asked; with no tables, asks only the identity."""
+        ...
+
+
 class SourceCatalog(Protocol):
     """The sources by name, and which workspaces may use each."""
 
@@ -958,6 +973,17 @@ class PlanJob:
 
 
 @dataclass(frozen=True)
+class CatalogueJob:
+    """The tables sensitive-table rules name, to look up in `source`'s catalogue (and the
+    identity of its data), for a PreviewRunner: no member's rights are involved."""
+
+    source: str
+    workspace_id: str  # the workspace whose policy names them (which may use the source)
+    tables: tuple[tuple[str, str], ...]
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
 class PreviewCells:
     """What a preview shows: the columns, at most `max_rows` rows of cells (texts cut at
     `max_cell_chars`, about `max_bytes` in all), and what was left out."""
@@ -989,6 +1015,11 @@ class PreviewRunner(Protocol):
     def relations(self, job: PlanJob) -> frozenset[Relation] | None:
         """What `job.sql` reads on `job.source` as its planner reports it (Source.relations;
         None: the source cannot say), with the requester's rights; raises as `run` does."""
+        ...
+
+    def catalogue(self, job: CatalogueJob) -> Catalogue | None:
+        """What `job.source`'s catalogue says of `job.tables` (CataloguedSource.catalogue);
+        None for a source that cannot say. Raises as `run` does."""
         ...
 
     def prepare(self) -> None:

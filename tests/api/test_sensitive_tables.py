@@ -107,7 +107,7 @@ def test_the_same_sql_saved_as_another_query_needs_approval_too(acme: Api) -> No
     original = _save(acme, "customers", CUSTOMERS_SQL)
     marked = _mark(acme, CUSTOMERS)
     assert marked["sensitive_tables"] == [
-        {"source": SOURCE, "table": "main.customers", "columns": None}
+        {"source": SOURCE, "table": "main.customers", "columns": None, "also": []}
     ]
     copy = _save(acme, "my customers", CUSTOMERS_SQL, who=MALLORY)
     rewritten = _save(acme, "people", "select c.* from main.CUSTOMERS as c", who=MALLORY)
@@ -191,9 +191,9 @@ def test_marking_a_table_with_revoke_links_ends_live_public_links(acme: Api) -> 
     assert revoked["details"]["export_id"] == made[0]
     changes = _events(acme, "policy.changed")
     assert changes[0]["details"]["links_revoked"] == 1
-    assert changes[0]["details"]["after"]["sensitive_tables"] == [
-        {"source": SOURCE, "schema": "main", "table": "customers"}
-    ]
+    (after,) = changes[0]["details"]["after"]["sensitive_tables"]
+    assert (after["source"], after["schema"], after["table"]) == (SOURCE, "main", "customers")
+    assert after["identity"].startswith("duckdb:/")  # the data its source reaches
 
 
 def test_a_scheduled_query_that_becomes_sensitive_is_refused_when_it_fires(acme: Api) -> None:
@@ -261,6 +261,6 @@ def test_the_rule_is_checked_when_the_policy_changes(acme: Api) -> None:
     assert "non-empty list of column names" in problems["sensitive_tables[2].columns"]
     marked = _mark(acme, {"source": SOURCE, "table": "Customers", "columns": ["EMAIL"]})
     assert marked["sensitive_tables"] == [
-        {"source": SOURCE, "table": "main.customers", "columns": ["email"]}
+        {"source": SOURCE, "table": "main.customers", "columns": ["email"], "also": []}
     ]
     assert acme.get(POLICY, ALICE).json()["sensitive_tables"] == marked["sensitive_tables"]

@@ -85,7 +85,8 @@ def test_the_operator_marks_tables_sensitive_and_a_copy_of_the_sql_waits_too(env
     """`--sensitive-table` takes a table as the policy lists it (repeatable; `none` clears);
     a query saved with the CLI records what it reads, so a request of it, or of a copy of its
     SQL under another name, waits for an admin; a query of another table is queued. A wrong
-    table exits 2 naming its option; `--revoke-links` goes with a change only."""
+    table (malformed, or one the source does not have) exits 2 naming its option;
+    `--revoke-links` goes with a change only."""
     created = env.run("users", "create", "ann@demo.test", "--workspace", "demo", "--role", "admin")
     env.extra["QEXPORT_USER"] = created.stdout.strip()
     sql = "SELECT name FROM customers WHERE email LIKE '%@example.com' LIMIT 5"
@@ -111,6 +112,13 @@ def test_the_operator_marks_tables_sensitive_and_a_copy_of_the_sql_waits_too(env
     wrong = env.run("workspaces", "policy", "demo", "--sensitive-table", "demo: a.b.c", check=False)
     assert wrong.returncode == 2
     assert "--sensitive-table 1: 'a.b.c' names more than a schema and a table" in wrong.stderr
+    missing = env.run(
+        "workspaces", "policy", "demo", "--sensitive-table", "demo: nosuchtable", check=False
+    )
+    assert missing.returncode == 2  # looked up in the source's catalogue: it can never match
+    assert "--sensitive-table 1: the source 'demo' has no table main.nosuchtable" in (
+        missing.stderr
+    )
     alone = env.run("workspaces", "policy", "demo", "--revoke-links", check=False)
     assert alone.returncode == 2
     env.run("workspaces", "policy", "demo", "--sensitive-table", "none")

@@ -354,6 +354,7 @@ class InMemoryExportQueue:
                 progress_rows=result.row_count,
                 completed_at=now,
                 expires_at=expires_at,
+                reads=result.reads,
             )
             return updated is not None
 

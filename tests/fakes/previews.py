@@ -5,9 +5,17 @@ previews run (tests/integration/test_preview_processes.py's is)."""
 from __future__ import annotations
 
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import Relation
-from qexport.ports import DescribeJob, PlanJob, PreviewCells, PreviewJob, SourceCatalog
-from qexport.previews.child import answer
+from qexport.ports import (
+    CatalogueJob,
+    DescribeJob,
+    PlanJob,
+    PreviewCells,
+    PreviewJob,
+    SourceCatalog,
+)
+from qexport.previews.child import Job, answer
 
 
 class InProcessPreviews:
@@ -16,7 +24,7 @@ class InProcessPreviews:
     def __init__(self, sources: SourceCatalog, *, budget: int = 512 * 1024**2) -> None:
         self.sources = sources
         self.budget = budget
-        self.jobs: list[PreviewJob | DescribeJob | PlanJob] = []
+        self.jobs: list[Job] = []
 
     def prepare(self) -> None:
         """Nothing to start."""
@@ -44,6 +52,14 @@ class InProcessPreviews:
             raise found.refusal.error()
         assert found.planned
         return found.reads
+
+    def catalogue(self, job: CatalogueJob) -> Catalogue | None:
+        self.jobs.append(job)
+        found = answer(self.sources, job, self.budget)
+        if found.refusal is not None:
+            raise found.refusal.error()
+        assert found.catalogued
+        return found.catalogue
 
     def close(self) -> None:
         """Nothing to stop."""

@@ -198,8 +198,8 @@ def test_no_read_or_write_runs_on_an_event_loop(engine: sa.Engine) -> None:
 def test_a_write_commits_on_its_own_and_never_runs_where_it_may_not(engine: sa.Engine) -> None:
     """An OneWrite on PostgreSQL commits without a transaction around it: another connection
     sees its row at once, and the connection goes back to the pool out of autocommit. It is
-    refused on an event loop that serves requests, where it could wait for a lock, and on SQLite, whose writers
-    take turns in transactions."""
+    refused on an event loop that serves requests, where it could wait for a lock, and on
+    SQLite, whose writers take turns in transactions."""
     put = OneWrite(sa.select(sa.func.one_write_put(sa.bindparam("v", type_=sa.Text))))
     if engine.dialect.name == "sqlite":
         with pytest.raises(ValueError, match="SQLite"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -19,10 +20,13 @@ from qexport.domain.failures import (
     QueryTimeoutError,
     SourceUnavailableError,
 )
+from qexport.domain.lifecycle import Outcome
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
+from qexport.domain.sensitivity import Relation
 from qexport.services.exports import open_download
 from qexport.services.requests import request_export
 from qexport.worker.loop import Worker
+from qexport.worker.runner import run_attempt
 from tests import queue_helpers
 from tests.containers import container_of
 from tests.fakes import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
@@ -373,3 +377,64 @@ def test_a_metadata_outage_while_settling_leaves_the_export_to_be_redelivered() 
     work(deps)
     done = current(deps, record)
     assert (done.status, done.attempt, done.row_count) == (Status.SUCCEEDED, 2, 1000)
+
+
+READ = Relation("main", "t", frozenset({"n", "s"}))
+
+
+def test_each_run_records_with_its_file_what_its_planner_said_it_read() -> None:
+    """With no policy rule at all, the worker still plans the run with the values it binds
+    and records what it read with the export, so that a rule added later judges the file by
+    it; a file adopted from an attempt that died before settling has no such record."""
+    source = FakeSource(reads=frozenset({READ}))
+    deps = make_deps(source)
+    record = request(deps, limit="3")
+    work(deps)
+    done = current(deps, record)
+    assert done.status is Status.SUCCEEDED
+    assert done.reads == {"fake": frozenset({READ})}
+    assert source.planned == [("select n, s from t where n < $limit", {"limit": 3})]
+
+
+def test_a_plan_that_fails_on_an_unmarked_source_leaves_the_reads_unknown() -> None:
+    """A planner that fails (a timeout) on a source no rule marks does not stop the run: the
+    file is made, and what it read is not on record for that source (a rule added later
+    reads it as every marked table)."""
+    source = FakeSource(reads=frozenset({READ}))
+
+    def slow_plan(*args: object, **kwargs: object) -> None:
+        raise QueryTimeoutError("statement timeout of 10 s reached")
+
+    source.relations = slow_plan  # type: ignore[method-assign, assignment]
+    deps = make_deps(source)
+    record = request(deps)
+    work(deps)
+    done = current(deps, record)
+    assert (done.status, done.reads) == (Status.SUCCEEDED, {"fake": None})
+
+
+def test_the_run_executes_the_sql_its_planner_saw() -> None:
+    """An attempt that reads its query itself (not handed it by the claim) runs the query it
+    planned, even when an editor changes the query between the plan and the run: the file's
+    record of what it read describes what ran."""
+    source = FakeSource(reads=frozenset({READ}))
+    deps = make_deps(source)
+    record = request(deps)
+    clock = deps.clock
+    claimed = queue_helpers.claim(
+        deps.exports, record.id, worker_id="w-test", now=clock.now(), lease_seconds=30
+    )
+    assert claimed is not None
+    read_query = deps.catalog.get_query
+
+    def edited_after_reading(query_id: str) -> Query | None:
+        found = read_query(query_id)
+        if found is not None and "secrets" not in found.sql:
+            deps.catalog.update_query(replace(found, sql="select n, s from secrets"))
+        return found
+
+    deps.catalog.get_query = edited_after_reading  # type: ignore[method-assign]
+    outcome = run_attempt(deps, claimed, threading.Event(), "w-test", subject=None)
+    assert outcome is Outcome.SUCCEEDED
+    (planned_sql, _), (ran_sql, _, _) = source.planned[0], source.calls[0]
+    assert planned_sql == ran_sql == "select n, s from t where n < $limit"

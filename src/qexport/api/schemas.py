@@ -539,6 +539,12 @@ class SensitiveTableView(BaseModel):
         description="Only these columns are sensitive; null: the whole table",
         examples=[["email", "phone"]],
     )
+    also: list[str] = Field(
+        default_factory=list,
+        description="The workspace's other sources that reach the same data (the same"
+        " database), which the rule covers too; kept by qexport, not written",
+        examples=[["warehouse_copy"]],
+    )
 
 
 class SensitiveTableRule(BaseModel):
@@ -550,6 +556,12 @@ class SensitiveTableRule(BaseModel):
     source: str = Field(max_length=200, examples=["shop"])
     table: str = Field(max_length=300, examples=["main.customers"])
     columns: list[str] | None = Field(None, max_length=100, examples=[["email"]])
+    also: list[str] | None = Field(
+        None,
+        max_length=200,
+        description="Ignored: qexport finds the sources over the same data itself (accepted so"
+        " that a rule read from the policy can be sent back as it is)",
+    )
 
 
 class WorkspacePolicyView(BaseModel):

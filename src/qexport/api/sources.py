@@ -93,6 +93,7 @@ def create_source(
         body.name,
         body.url,
         check_role=lambda n, u, allow: bootstrap.check_source_role(n, u, settings, allow),
+        identify=lambda n, u: bootstrap.source_identity(n, u, settings),
     )
     response.headers["Location"] = str(request.url_for("list_sources"))
     shown = service.shown_url(body.name, body.url, "", owner=principal.workspace_id)

@@ -134,7 +134,7 @@ def change_workspace_policy(
     }
     if body.sensitive_tables is not None:
         changes["sensitive_tables"] = [
-            rule.model_dump(exclude_unset=True) for rule in body.sensitive_tables
+            rule.model_dump(exclude_unset=True, exclude={"also"}) for rule in body.sensitive_tables
         ]
     changed = change_policy(
         context.accounts,
@@ -147,6 +147,7 @@ def change_workspace_policy(
         exports=context.exports,
         clock=context.clock,
         revoke_links=body.revoke_links,
+        runner=context.previews,
         actor=actor_of(principal),
     )
     return WorkspacePolicyChanged(

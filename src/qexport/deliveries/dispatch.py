@@ -25,6 +25,7 @@ from qexport.deliveries.errors import DeliveryError
 from qexport.deliveries.signing import link_token, master_secret, signature_header, workspace_key
 from qexport.deliveries.webhook import WebhookSender
 from qexport.domain.accounts import hash_secret
+from qexport.domain.approvals import APPROVAL_OPTION
 from qexport.domain.audit import SCHEDULER, Action
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import FailureCode
@@ -206,11 +207,13 @@ class DeliveryDispatcher:
 
     def _withheld(self, export: ExportRecord) -> bool:
         """Whether the file may go out neither linked nor attached: made without an approval
-        from what the workspace's policy marks sensitive now (without the catalog to tell,
-        whenever the policy marks anything)."""
+        from what the workspace's policy marks sensitive now, judged by what its run read
+        (without the catalog to tell a query's id, whenever the policy marks queries)."""
         policy = self._accounts.workspace_policy(export.workspace_id)
         if self._catalog is None:
-            return bool(policy.sensitive_tables or policy.sensitive_queries)
+            approved = export.options.get(APPROVAL_OPTION) is not None
+            unsure = bool(policy.sensitive_queries) or policy.file_sensitivity(export.reads)
+            return not approved and bool(unsure)
         return unapproved_sensitive(self._catalog, policy, export) is not None
 
     def _master_secret(self) -> str:

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from qexport.domain.failures import FailureCode
+from qexport.domain.sensitivity import FileReads
 
 
 class Status(StrEnum):
@@ -32,6 +33,11 @@ class Requester:
 
     user_id: str
     workspace_id: str
+
+
+# Whose context a source's catalogue is read with (policy rules are checked on it): nobody's,
+# no member's user or workspace (PostgreSQL's qexport.user_id is empty).
+NO_MEMBER = Requester("", "")
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class ExportRecord:
     failure_detail: str | None = None
     last_error_code: FailureCode | None = None
     last_error_detail: str | None = None
+    # What the run that made the file read (domain/sensitivity.py); None: not on record.
+    reads: FileReads | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -184,3 +192,6 @@ class Result:
     size_bytes: int
     row_count: int
     sha256: str
+    # What the run read, as its sources' planners reported it before it (None: not known,
+    # as for a file adopted from an attempt that died before settling).
+    reads: FileReads | None = None

@@ -64,7 +64,7 @@ _CLAIMED = frozenset(
 )
 _FAILED = frozenset({"failure_code", "failure_detail", "completed_at"})
 _STORED = frozenset(
-    {"size_bytes", "row_count", "sha256", "progress_rows", "completed_at", "expires_at"}
+    {"size_bytes", "row_count", "sha256", "progress_rows", "completed_at", "expires_at", "reads"}
 )
 _BACKOFF = frozenset({"lease_expires_at", "last_error_code", "last_error_detail"})
 

@@ -32,7 +32,13 @@ from typing import Any
 
 from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.domain.queries import Query
-from qexport.domain.sensitivity import ReadsReporting, Relation, SensitiveTable, table_rules
+from qexport.domain.sensitivity import (
+    FileReads,
+    ReadsReporting,
+    Relation,
+    SensitiveTable,
+    table_rules,
+)
 
 MAX_DOMAINS = 50
 MAX_DAYS = 36_500  # a hundred years: past that a limit is no limit
@@ -117,8 +123,9 @@ class WorkspacePolicy:
         for query in queries:
             if query is None:
                 continue
-            if query.id in self.sensitive_queries:
-                return f"the workspace's policy marks the query {query.name!r} sensitive"
+            marked = self.marked_query([query])
+            if marked is not None:
+                return marked
             hit = self.table_hit(query.source, query.reads)
             if hit is None:
                 continue
@@ -134,13 +141,50 @@ class WorkspacePolicy:
             )
         return None
 
+    def marked_query(self, queries: Iterable[Query | None]) -> str | None:
+        """Why these queries wait for an approval by their ids alone (`sensitive_queries`),
+        whatever they read; None if none is marked."""
+        for query in queries:
+            if query is not None and query.id in self.sensitive_queries:
+                return f"the workspace's policy marks the query {query.name!r} sensitive"
+        return None
+
+    def file_sensitivity(self, reads: FileReads | None) -> str | None:
+        """Why a file made from `reads` (what its run read, as recorded with it) holds what
+        the policy's sensitive tables mark; None if it does not. A file whose reads are not
+        on record (made before they were recorded) counts as reading every marked table, and
+        a source that could not say as reading every marked table of it (fail closed)."""
+        if not self.sensitive_tables:
+            return None
+        if reads is None:
+            first = self.sensitive_tables[0].words()
+            return (
+                "what the file was made from is not on record, so it counts as reading every"
+                f" table the workspace's policy marks sensitive ({first})"
+            )
+        for source, relations in sorted(reads.items()):
+            hit = self.table_hit(source, relations)
+            if hit is None:
+                continue
+            if relations is None:
+                return (
+                    f"the source {source!r} could not say which tables the file was made"
+                    f" from, and the workspace's policy marks tables of it sensitive"
+                    f" ({hit.words()})"
+                )
+            return (
+                f"the file was made from {hit.words()}, which the workspace's policy marks"
+                " sensitive"
+            )
+        return None
+
     def table_hit(self, source: str, reads: frozenset[Relation] | None) -> SensitiveTable | None:
         """The first sensitive table a statement on `source` reading `reads` reads."""
         return next((t for t in self.sensitive_tables if t.hit_by(source, reads)), None)
 
     def marks_tables_of(self, source: str) -> bool:
         """Whether any table of `source` is sensitive (its queries are then planned)."""
-        return any(t.source == source for t in self.sensitive_tables)
+        return any(t.covers(source) for t in self.sensitive_tables)
 
     # ------------------------------------------------------------ stored form
 
@@ -210,7 +254,10 @@ class WorkspacePolicy:
             ),
             "sensitive tables: "
             + (
-                "; ".join(t.words() for t in self.sensitive_tables)
+                "; ".join(
+                    t.words() + (f" (also through {', '.join(sorted(t.also))})" if t.also else "")
+                    for t in self.sensitive_tables
+                )
                 + ", read only with an admin's approval"
                 if self.sensitive_tables
                 else "none"

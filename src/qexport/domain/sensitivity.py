@@ -140,6 +140,43 @@ def reads_from_json(stored: Sequence[Mapping[str, Any]] | None) -> frozenset[Rel
     return None if stored is None else frozenset(Relation.from_json(r) for r in stored)
 
 
+# What the run that made a file read, by source: the tables (and columns) each source's
+# planner reported just before the run (None: that source could not say). A report's file
+# holds the union of its sections' runs. Recorded on the export (`ExportRecord.reads`), so
+# that the file is judged by what it was made from, not by what its query reads now.
+FileReads = Mapping[str, frozenset[Relation] | None]
+
+
+def joined_reads(
+    runs: Iterable[tuple[str, frozenset[Relation] | None]],
+) -> dict[str, frozenset[Relation] | None]:
+    """What several runs read (a report's sections), by source: the tables of each source
+    merged (`merged`), None for a source any run of which could not say."""
+    found: dict[str, frozenset[Relation] | None] = {}
+    for source, reads in runs:
+        if source not in found:
+            found[source] = reads
+            continue
+        before = found[source]
+        found[source] = None if before is None or reads is None else merged(before | reads)
+    return found
+
+
+def file_reads_to_json(reads: FileReads | None) -> list[dict[str, Any]] | None:
+    """A file's reads as stored (None: not on record)."""
+    if reads is None:
+        return None
+    return [{"source": s, "reads": reads_to_json(r)} for s, r in sorted(reads.items())]
+
+
+def file_reads_from_json(
+    stored: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, frozenset[Relation] | None] | None:
+    if stored is None:
+        return None
+    return {str(entry["source"]): reads_from_json(entry.get("reads")) for entry in stored}
+
+
 def reads_words(reads: frozenset[Relation] | None) -> str:
     """What a query reads, as people read it ("main.orders, main.customers (email)")."""
     if reads is None:
@@ -154,17 +191,34 @@ def reads_words(reads: frozenset[Relation] | None) -> str:
 
 @dataclass(frozen=True)
 class SensitiveTable:
-    """A table of a source the policy marks sensitive: all of it, or only `columns`."""
+    """A table of a source the policy marks sensitive: all of it, or only `columns`.
+
+    `identity`: the data its source reaches (`Catalogue.identity`: a PostgreSQL cluster's
+    system identifier and database, a DuckDB file's real path...), as the source said when
+    the rule was checked; `also`: the workspace's other sources that reach the same data,
+    which the rule covers as well (services/sensitive_rules.py keeps both)."""
 
     source: str
     schema: str
     table: str
     columns: frozenset[str] | None = None  # None: the whole table
+    identity: str | None = None
+    also: frozenset[str] = frozenset()
+
+    def covers(self, source: str) -> bool:
+        """Whether the rule holds for statements on `source`: its own, or one over the same
+        data."""
+        return source == self.source or source in self.also
+
+    @property
+    def key(self) -> tuple[str, str, str, frozenset[str] | None]:
+        """What the rule marks, as written (its source, table and columns)."""
+        return (self.source, self.schema, self.table, self.columns)
 
     def hit_by(self, source: str, reads: frozenset[Relation] | None) -> bool:
         """Whether a statement on `source` reading `reads` (None: the source cannot say)
         reads what this rule marks."""
-        if source != self.source:
+        if not self.covers(source):
             return False
         if reads is None:
             return True  # a source that cannot say reads, for the policy, every table of it
@@ -194,16 +248,23 @@ class SensitiveTable:
         stored: dict[str, Any] = {"source": self.source, "schema": self.schema, "table": self.table}
         if self.columns is not None:
             stored["columns"] = sorted(self.columns)
+        if self.identity is not None:
+            stored["identity"] = self.identity
+        if self.also:
+            stored["also"] = sorted(self.also)
         return stored
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SensitiveTable:
         columns = data.get("columns")
+        identity = data.get("identity")
         return cls(
             str(data["source"]),
             str(data["schema"]),
             str(data["table"]),
             None if columns is None else frozenset(str(c) for c in columns),
+            None if identity is None else str(identity),
+            frozenset(str(s) for s in data.get("also") or ()),
         )
 
     def view(self) -> dict[str, Any]:
@@ -215,6 +276,7 @@ class SensitiveTable:
             "columns": None
             if self.columns is None
             else [shown_name(c) for c in sorted(self.columns)],
+            "also": sorted(self.also),
         }
 
 

@@ -15,7 +15,8 @@ cannot outlive the process that asked nor take its memory:
 
 Then, for each job: the source by name (the workspace's right to it checked again), its
 `preview`, and the cells a page shows (writers/cells.py), so that what crosses back is
-bounded too; or its `describe`, for a query being saved (DuckDB folds constants as it plans:
+bounded too; or its `catalogue`, for the rules of a policy being changed; or its
+`describe`, for a query being saved (DuckDB folds constants as it plans:
 describing `SELECT length(repeat('x', 1000000000))` took 7 s and 2 GiB in the server). A
 statement that meets the limit fails inside the source (DuckDB raises its out-of-memory
 error when an allocation is refused; Python, MemoryError) and the answer is
@@ -48,7 +49,16 @@ from qexport.domain.failures import (
     SourceOutOfMemoryError,
 )
 from qexport.logs import configure_logging
-from qexport.ports import DescribeJob, PlanJob, PreviewCells, PreviewJob, SourceCatalog
+from qexport.ports import (
+    CataloguedSource,
+    CatalogueJob,
+    DescribeJob,
+    PlanJob,
+    PreviewCells,
+    PreviewJob,
+    Source,
+    SourceCatalog,
+)
 from qexport.previews.wire import Answer, Refusal
 from qexport.sources.duckdb import limit_threads
 from qexport.writers.cells import preview_cells
@@ -100,33 +110,16 @@ def serve(
         close()
 
 
-def answer(sources: SourceCatalog, job: PreviewJob | DescribeJob | PlanJob, budget: int) -> Answer:
-    """One job's answer: its cells (a describe's columns, a plan's reads), or the refusal it
-    ended with."""
+Job = PreviewJob | DescribeJob | PlanJob | CatalogueJob
+
+
+def answer(sources: SourceCatalog, job: Job, budget: int) -> Answer:
+    """One job's answer: its cells (a describe's columns, a plan's reads, a catalogue's
+    tables), or the refusal it ended with."""
     try:
-        source = sources.source_for(job.source, job.requester.workspace_id)
-        if isinstance(job, PlanJob):
-            reads = source.relations(
-                job.sql, job.values, job.requester, timeout_seconds=job.timeout_seconds
-            )
-            return Answer(planned=True, reads=reads)
-        if isinstance(job, DescribeJob):
-            found = source.describe(
-                job.sql, job.values, job.requester, timeout_seconds=job.timeout_seconds
-            )
-            return Answer(columns=tuple(found))
-        read = source.preview(
-            job.sql,
-            job.values,
-            job.requester,
-            timeout_seconds=job.timeout_seconds,
-            max_rows=job.max_rows,
-            max_cell_chars=job.max_cell_chars,
-            max_bytes=job.max_bytes,
-        )
-        cells = preview_cells(read.table, max_chars=job.max_cell_chars, max_bytes=job.max_bytes)
-        shown = PreviewCells(read.columns, cells.rows, read.more or cells.dropped, cells.cut)
-        return Answer(cells=shown)
+        if isinstance(job, CatalogueJob):
+            return _catalogued(sources, job)
+        return _answered(sources.source_for(job.source, job.requester.workspace_id), job)
     except Exception as exc:
         if _out_of_memory(exc):
             log.warning("preview_out_of_memory", source=job.source, budget_mib=budget // _MIB)
@@ -135,6 +128,42 @@ def answer(sources: SourceCatalog, job: PreviewJob | DescribeJob | PlanJob, budg
             return Answer(refusal=Refusal.of(exc))
         log.exception("preview_failed_unexpectedly", source=job.source)
         return Answer(refusal=Refusal.of(QExportError("the preview failed unexpectedly")))
+
+
+def _answered(source: Source, job: PreviewJob | DescribeJob | PlanJob) -> Answer:
+    """A plan's reads, a describe's columns or a preview's cells, from `source`."""
+    if isinstance(job, PlanJob):
+        reads = source.relations(
+            job.sql, job.values, job.requester, timeout_seconds=job.timeout_seconds
+        )
+        return Answer(planned=True, reads=reads)
+    if isinstance(job, DescribeJob):
+        found = source.describe(
+            job.sql, job.values, job.requester, timeout_seconds=job.timeout_seconds
+        )
+        return Answer(columns=tuple(found))
+    read = source.preview(
+        job.sql,
+        job.values,
+        job.requester,
+        timeout_seconds=job.timeout_seconds,
+        max_rows=job.max_rows,
+        max_cell_chars=job.max_cell_chars,
+        max_bytes=job.max_bytes,
+    )
+    cells = preview_cells(read.table, max_chars=job.max_cell_chars, max_bytes=job.max_bytes)
+    shown = PreviewCells(read.columns, cells.rows, read.more or cells.dropped, cells.cut)
+    return Answer(cells=shown)
+
+
+def _catalogued(sources: SourceCatalog, job: CatalogueJob) -> Answer:
+    """What the source's catalogue says of the job's tables: read in this process, since
+    DuckDB opens its file to answer, and a file opened in the server would be held there."""
+    source = sources.source_for(job.source, job.workspace_id)
+    if not isinstance(source, CataloguedSource):
+        return Answer(catalogued=True, catalogue=None)
+    found = source.catalogue(job.tables, timeout_seconds=job.timeout_seconds)
+    return Answer(catalogued=True, catalogue=found)
 
 
 def out_of_memory(budget: int) -> LimitExceededError:

@@ -81,9 +81,11 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import Relation
-from qexport.ports import DescribeJob, PlanJob, PreviewCells, PreviewJob
+from qexport.ports import CatalogueJob, DescribeJob, PlanJob, PreviewCells, PreviewJob
 from qexport.previews import child
+from qexport.previews.child import Job
 from qexport.previews.wire import Answer
 from qexport.sources.scratch import remove_abandoned
 
@@ -160,7 +162,12 @@ class PreviewProcesses:
         assert answer.planned, "a plan's answer holds what it reads or a refusal"
         return answer.reads
 
-    def _call(self, job: PreviewJob | DescribeJob | PlanJob) -> Answer:
+    def catalogue(self, job: CatalogueJob) -> Catalogue | None:
+        answer = self._call(job)
+        assert answer.catalogued, "a catalogue's answer holds what it says or a refusal"
+        return answer.catalogue
+
+    def _call(self, job: Job) -> Answer:
         """The answer to `job` from a preview process; its refusal raised."""
         found = self._take()
         try:
@@ -225,7 +232,7 @@ class PreviewProcesses:
         log.info("preview_process_started", pid=process.pid)
         return _Process(process, mine)
 
-    def _ask(self, found: _Process, job: PreviewJob | DescribeJob | PlanJob) -> Answer:
+    def _ask(self, found: _Process, job: Job) -> Answer:
         """Send `job` and wait for the answer: QueryTimeoutError past the timeout and its
         grace, a refusal saying so when the process died instead of answering (the caller
         then kills the process, and removes what it left behind)."""

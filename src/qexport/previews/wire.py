@@ -26,6 +26,7 @@ from qexport.domain.failures import (
     TextPosition,
 )
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import Relation
 from qexport.ports import PreviewCells
 
@@ -91,6 +92,9 @@ class Answer:
     columns: tuple[ResultColumn, ...] | None = None  # a describe's
     planned: bool = False  # a plan's: `reads` is its answer (None: the source cannot say)
     reads: frozenset[Relation] | None = None
+    # A catalogue job's: `catalogue` is its answer (None: the source cannot say).
+    catalogued: bool = False
+    catalogue: Catalogue | None = None
     refusal: Refusal | None = None
     # The process should be replaced (it met its memory limit: what it holds is suspect).
     retire: bool = False

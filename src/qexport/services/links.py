@@ -34,6 +34,7 @@ from qexport.domain.failures import (
     QExportError,
 )
 from qexport.domain.policies import MAX_DAYS, WorkspacePolicy
+from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
 from qexport.services.audit import event
@@ -143,19 +144,36 @@ def create_link(
 
 
 def unapproved_sensitive(
-    catalog: Catalog, policy: WorkspacePolicy, record: ExportRecord
+    catalog: Catalog,
+    policy: WorkspacePolicy,
+    record: ExportRecord,
+    *,
+    marked: dict[tuple[str, str], str | None] | None = None,
 ) -> str | None:
     """Why the file may not be shared: made without an approval from what the policy now
-    marks sensitive (its query, or a query of its report); None if it may."""
+    marks sensitive, judged by what its run read as recorded with it (`record.reads`: not on
+    record counts as every marked table), or by the ids of its query (or its report's
+    queries) that the policy marks; None if it may. `marked`: what was found of each subject
+    already (by type and id), for a caller that judges many files."""
     if record.options.get(APPROVAL_OPTION) is not None:
         return None
-    if not policy.sensitive_queries and not policy.sensitive_tables:
-        return None
-    if record.subject_type == SUBJECT_REPORT:
-        report = catalog.get_report(record.subject_id)
-        ids = dict.fromkeys(s.query_id for s in report.sections) if report is not None else {}
-        return policy.sensitivity(catalog.get_query(i) for i in ids)
-    return policy.sensitivity([catalog.get_query(record.subject_id)])
+    if policy.sensitive_queries:
+        subject = (record.subject_type, record.subject_id)
+        known = marked if marked is not None else {}
+        if subject not in known:
+            known[subject] = policy.marked_query(_queries_of(catalog, record))
+        if known[subject] is not None:
+            return known[subject]
+    return policy.file_sensitivity(record.reads)
+
+
+def _queries_of(catalog: Catalog, record: ExportRecord) -> list[Query | None]:
+    """The export's query, or its report's queries (each once), as they are now."""
+    if record.subject_type != SUBJECT_REPORT:
+        return [catalog.get_query(record.subject_id)]
+    report = catalog.get_report(record.subject_id)
+    ids = dict.fromkeys(s.query_id for s in report.sections) if report is not None else {}
+    return [catalog.get_query(i) for i in ids]
 
 
 def may_manage_link(principal: Principal, link: Link) -> bool:

@@ -2,26 +2,28 @@
 operator's CLI). The rules themselves are in domain/policies.py.
 
 Marking something sensitive can also end what already went out: with `revoke_links`, the
-change revokes every live public link to a file of a query (or report) the new policy marks
-sensitive that no admin approved, in the same transaction as the change, each revocation an
-audit event of its own (the link then answers 410, as any revoked one). Without it, links
-already shared keep working until they expire; new links to such files are refused either
-way (services/links.py). Files made with an approval keep their links: an admin chose to let
-them out.
+change revokes every live public link to a file that no admin approved and that was made
+from what the new policy marks sensitive, in the same transaction as the change, each
+revocation an audit event of its own (the link then answers 410, as any revoked one). A file
+is judged by what its own run read, as recorded with it (the export's `reads`), not by what
+its query reads now: the query may have been edited since, or read another table with other
+values. A file whose reads are not on record (made before they were recorded) counts as
+reading every marked table. Without `revoke_links`, links already shared keep working until
+they expire; new links to such files are refused either way (services/links.py). Files made
+with an approval keep their links: an admin chose to let them out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from qexport.config import Settings
 from qexport.domain.accounts import Role
-from qexport.domain.approvals import APPROVAL_OPTION
 from qexport.domain.audit import OPERATOR, Action, Actor, AuditEvent
-from qexport.domain.exports import ExportFilter, ExportRecord, Status
+from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import (
     AccessLostError,
     ForbiddenError,
@@ -29,11 +31,20 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
-from qexport.domain.queries import Query
 from qexport.domain.reports import REPORT_FORMATS
 from qexport.domain.sensitivity import ReadsReporting
-from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, SourceCatalog
+from qexport.ports import (
+    AccountStore,
+    Catalog,
+    Clock,
+    ExportQueue,
+    PreviewRunner,
+    SourceCatalog,
+)
 from qexport.services.audit import event
+from qexport.services.describe import describe_timeout
+from qexport.services.links import unapproved_sensitive
+from qexport.services.sensitive_rules import checked_rules
 from qexport.writers.registry import FORMATS
 
 _PAGE = 500  # exports read a page at a time when looking for links to revoke
@@ -85,10 +96,15 @@ def change_policy(
     clock: Clock | None = None,
     revoke_links: bool = False,
     actor: Actor = OPERATOR,
+    runner: PreviewRunner | None = None,
 ) -> PolicyChange:
     """Apply `changes` (a rule given as None is lifted) to the workspace's policy; workspace
     admins only. Every mistake at once, each naming its rule. The change is an audit event
     of `actor`'s, in the same transaction (the rules before and after).
+
+    New or changed sensitive tables are checked on their sources through `runner`
+    (services/sensitive_rules.py): 422 for a rule that can never match, 503 when a source
+    they name cannot be asked.
 
     `revoke_links` (with `exports` and `clock`): also revoke the live public links to files
     of every subject the new policy marks sensitive, made without an approval."""
@@ -97,6 +113,19 @@ def change_policy(
     before = accounts.workspace_policy(workspace_id)
     usable = workspace_sources(sources, workspace_id) if "sensitive_tables" in changes else {}
     policy = changed_policy(before, changes, policy_limits(settings, usable))
+    if policy.sensitive_tables and "sensitive_tables" in changes:
+        if runner is None:
+            raise ValueError("checking sensitive tables on their sources needs the runner")
+        policy = checked_rules(
+            before,
+            policy,
+            changes["sensitive_tables"],
+            usable,
+            runner=runner,
+            sources=sources,
+            workspace_id=workspace_id,
+            timeout_seconds=describe_timeout(settings.statement_timeout_seconds),
+        )
     if "sensitive_queries" in changes:
         _check_queries(catalog, workspace_id, policy.sensitive_queries)
     revocations: list[tuple[str, AuditEvent]] = []
@@ -136,20 +165,6 @@ def _check_queries(catalog: Catalog, workspace_id: str, query_ids: frozenset[str
             )
 
 
-def sensitive_subjects(
-    catalog: Catalog, policy: WorkspacePolicy, workspace_id: str
-) -> dict[str, str]:
-    """The workspace's live queries the policy marks sensitive (by what they read, as
-    recorded, or by id) and the reports that hold one: id -> subject name."""
-    queries = {q.id: q for q in catalog.list_queries(workspace_id)}
-    marked = {q.id: q.name for q in queries.values() if policy.needs_approval([q])}
-    for report in catalog.list_reports(workspace_id):
-        held: list[Query | None] = [queries.get(s.query_id) for s in report.sections]
-        if any(s.query_id in marked for s in report.sections) or policy.needs_approval(held):
-            marked[report.id] = report.title
-    return marked
-
-
 def _revocations(
     accounts: AccountStore,
     catalog: Catalog,
@@ -159,37 +174,35 @@ def _revocations(
     workspace_id: str,
     actor: Actor,
 ) -> list[tuple[str, AuditEvent]]:
-    """Each live link to an unapproved, unexpired file of a subject the policy marks
-    sensitive, with the audit event of its revocation."""
+    """Each live link to an unexpired file made without an approval from what the policy
+    marks sensitive, judged by what the file's run read (services/links.py), with the audit
+    event of its revocation."""
     now = clock.now()
     found: list[tuple[str, AuditEvent]] = []
-    for subject_id in sensitive_subjects(catalog, policy, workspace_id):
-        for record in _files_of(exports, workspace_id, subject_id, now):
-            if record.options.get(APPROVAL_OPTION) is not None:
-                continue  # let out by an admin's approval
-            for link in accounts.list_links(record.id):
-                if link.expired(now):
-                    continue
-                revoked = event(
-                    clock,
-                    actor,
-                    Action.LINK_REVOKED,
-                    workspace_id=workspace_id,
-                    target=("link", link.id),
-                    details={
-                        "export_id": record.id,
-                        "reason": "the workspace's policy marks what it was made from sensitive",
-                    },
-                )
-                found.append((link.id, revoked))
+    marked: dict[tuple[str, str], str | None] = {}  # each subject's queries read once
+    for record in _live_files(exports, workspace_id, now):
+        if unapproved_sensitive(catalog, policy, record, marked=marked) is None:
+            continue
+        for link in accounts.list_links(record.id):
+            if link.expired(now):
+                continue
+            revoked = event(
+                clock,
+                actor,
+                Action.LINK_REVOKED,
+                workspace_id=workspace_id,
+                target=("link", link.id),
+                details={
+                    "export_id": record.id,
+                    "reason": "the workspace's policy marks what it was made from sensitive",
+                },
+            )
+            found.append((link.id, revoked))
     return found
 
 
-def _files_of(
-    exports: ExportQueue, workspace_id: str, subject_id: str, now: datetime
-) -> list[ExportRecord]:
-    """The subject's succeeded exports whose files have not expired, every page of them."""
-    found: list[ExportRecord] = []
+def _live_files(exports: ExportQueue, workspace_id: str, now: datetime) -> Iterator[ExportRecord]:
+    """The workspace's succeeded exports whose files have not expired, a page at a time."""
     before: tuple[datetime, str] | None = None
     while True:
         page = exports.list_exports(
@@ -198,9 +211,8 @@ def _files_of(
             limit=_PAGE,
             before=before,
             expired_at=(False, now),
-            narrow=ExportFilter(subject_id=subject_id),
         )
-        found += page
+        yield from page
         if len(page) < _PAGE:
-            return found
+            return
         before = (page[-1].created_at, page[-1].id)

@@ -33,6 +33,7 @@ from qexport.domain.sources import BUILT_IN_OWNER, EVERY_WORKSPACE, RegisteredSo
 from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock
 from qexport.services.audit import actor_of, event
+from qexport.services.sensitive_rules import cover_new_source
 from qexport.sources import schemes
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
 from qexport.sources.duckdb_lake import duckdb_location
@@ -58,6 +59,9 @@ _MEMBER_OPTIONS = frozenset(
 # Judges a source's role before it is stored: (name, url, allow_privileged_role) -> findings;
 # raises SourceRefusedError for a privileged role that is not allowed.
 RoleCheck = Callable[[str, str, bool], list[str]]
+# The identity of the data a source reaches: (name, usable url) -> identity, None when it
+# cannot say (services/sensitive_rules.py).
+Identify = Callable[[str, str], str | None]
 
 
 def kind_of(url: str) -> str:
@@ -237,12 +241,15 @@ def register_source(
     *,
     check_role: RoleCheck,
     actor: Actor = OPERATOR,
+    identify: Identify | None = None,
 ) -> list[str]:
     """Check and store a source; return the findings on its role that were allowed (for a
     warning). The URL's credentials are sealed when QEXPORT_SECRET_KEY is set.
 
     The name must be free in the workspace and in every workspace it is shared with; a name
-    another workspace uses without sharing it is free (and never told).
+    another workspace uses without sharing it is free (and never told). With `identify`, the
+    sensitive tables of those workspaces' policies whose source reaches the same data cover
+    the new source too (services/sensitive_rules.py).
     """
     name = _name(request.name)
     workspace_id = _workspace(request.workspace_id)
@@ -285,7 +292,23 @@ def register_source(
         ),
         audit=created,
     )
+    identity = _identity_of(identify, name, usable)
+    usable_in_workspaces = {workspace_id, *shared} - {EVERY_WORKSPACE}
+    cover_new_source(accounts, clock, actor, name, identity, usable_in_workspaces)
     return findings
+
+
+def _identity_of(identify: Identify | None, name: str, url: str) -> str | None:
+    """What `identify` says of the source, None when it cannot (logged: the source was
+    registered, its role judged; only the rules over the same data wait for the next change
+    of the policy)."""
+    if identify is None:
+        return None
+    try:
+        return identify(name, url)
+    except QExportError as exc:
+        log.warning("source_identity_unknown", source=name, reason=str(exc))
+        return None
 
 
 def _refuse_a_taken_name(
@@ -375,6 +398,7 @@ def register_member_source(
     url: str,
     *,
     check_role: RoleCheck,
+    identify: Identify | None = None,
 ) -> None:
     """A workspace admin registers a PostgreSQL source for their own workspace only; its
     role must not be privileged (only the operator may allow that)."""
@@ -393,7 +417,13 @@ def register_member_source(
 
     request = SourceRequest(name, url, principal.workspace_id)
     register_source(
-        accounts, clock, settings, request, check_role=judged, actor=actor_of(principal)
+        accounts,
+        clock,
+        settings,
+        request,
+        check_role=judged,
+        actor=actor_of(principal),
+        identify=identify,
     )
 
 
@@ -405,13 +435,18 @@ def share_source(
     *,
     shared: bool,
     owner: str | None = None,
+    identify: Identify | None = None,
+    clock: Clock | None = None,
 ) -> bool:
     """The operator lets another workspace (or `*`: every one) use a registered source, or
     stops it; exports of that workspace's queries on it then fail access_lost.
 
     The source is the one `owner` registered as `name`; without `owner`, the only source of
     that name (several: refused, naming their workspaces). A share that would give the
-    workspace a second source of a name it already uses is refused.
+    workspace a second source of a name it already uses is refused. With `identify` (and
+    `clock`), the workspace's sensitive tables whose source reaches the same data cover the
+    shared source too (services/sensitive_rules.py; not for `*`: each workspace's rules
+    then cover it from their next change).
     """
     name, workspace_id = _name(name), _workspace(workspace_id)
     registered = accounts.registered_sources()
@@ -425,9 +460,14 @@ def share_source(
         workspace_id=INSTALLATION if workspace_id == EVERY_WORKSPACE else workspace_id,
         target=("source", name),  # never its owner: the workspace shared with need not know
     )
-    return accounts.share_source(
+    done = accounts.share_source(
         source.workspace_id, name, workspace_id, shared=shared, audit=changed
     )
+    if shared and clock is not None and workspace_id != EVERY_WORKSPACE:
+        url = unseal_or_stored(source, settings.secret_key)
+        identity = _identity_of(identify, name, url)
+        cover_new_source(accounts, clock, OPERATOR, name, identity, {workspace_id})
+    return done
 
 
 def _the_source(

@@ -6,7 +6,7 @@ import functools
 import re
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,8 +16,10 @@ import pyarrow as pa
 
 from qexport.domain.failures import QueryInvalidError
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
+from qexport.sources.duckdb_catalogue import catalogue_of, file_identity
 from qexport.sources.duckdb_copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb_errors import FileAlreadyOpenError, connect_error
 from qexport.sources.duckdb_lake import Lake, duckdb_location
@@ -344,6 +346,24 @@ class DuckDBSource:
             return planned_reads(cursor, with_values(statement.query, values))
         except duckdb.Error as exc:
             raise deadline.error_for(exc, sql) from exc
+        finally:
+            deadline.cancel()
+            cursor.close()
+            release()
+
+    def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
+        """What the file's catalogue holds of each `(schema, table)` (duckdb_catalogue.py);
+        with no tables, only the file's identity, without opening it."""
+        identity = file_identity(self.path)
+        if not tables:
+            return Catalogue(identity)
+        Deadline.validate(timeout_seconds)
+        cursor, release = self._cursor()
+        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        try:
+            return catalogue_of(cursor, tables, identity)
+        except duckdb.Error as exc:
+            raise deadline.error_for(exc, "") from exc
         finally:
             deadline.cancel()
             cursor.close()

@@ -18,8 +18,9 @@ a quote in a backtick name may be refused as unterminated.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -31,6 +32,7 @@ from sqlalchemy.pool import NullPool
 
 from qexport.domain.failures import QExportError, bounded_detail
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import CANNOT_SAY, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.duckdb_statements import bound_values
@@ -321,6 +323,34 @@ class GenericSource:
         the check every other path makes)."""
         self._checked(sql)
         return None
+
+    def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
+        """The identity of the data, for the dialects qexport knows how to ask (PostgreSQL
+        and MySQL/MariaDB as their own sources say it, a SQLite file by its path), so that
+        the rules on another source over the same data cover this one; no table is looked
+        up (`tables` is not checked: this source cannot say what a query reads, and every
+        query on it reads, for the policy, every marked table of it)."""
+        dialect = self.engine.dialect.name
+        if dialect == "sqlite":
+            return Catalogue(f"sqlite:{os.path.realpath(self.engine.url.database or '')}")
+        if dialect not in ("postgresql", "mysql", "mariadb"):
+            return Catalogue(None)
+        from qexport.sources import mysql_catalogue, postgres_catalogue
+
+        session = _Session(self, timeout_seconds, None)
+        try:
+
+            def rows(statement: str) -> Sequence[tuple[Any, ...]]:
+                return [tuple(r) for r in session.conn.exec_driver_sql(statement).fetchall()]
+
+            if dialect == "postgresql":
+                return Catalogue(postgres_catalogue.data_identity(rows))
+            database = (self.engine.url.database or "").lower() or None
+            return Catalogue(mysql_catalogue.data_identity(rows, database))
+        except Exception as exc:
+            raise session.error_for(exc) from exc
+        finally:
+            session.close()
 
     def preview(
         self,

@@ -11,11 +11,14 @@ import MySQLdb
 import pyarrow as pa
 import structlog
 
+from qexport.domain.exports import NO_MEMBER
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.generic import cut_values
+from qexport.sources.mysql_catalogue import catalogue_of
 from qexport.sources.mysql_errors import connect_error, query_error
 from qexport.sources.mysql_reads import ER_SPECIFIC_ACCESS_DENIED, planned_reads
 from qexport.sources.mysql_role import refusal, role_findings
@@ -248,6 +251,26 @@ class MySQLSource:
             if isinstance(cause, MySQLdb.Error) and cause.args[:1] == (ER_SPECIFIC_ACCESS_DENIED,):
                 return None  # EXPLAIN over a view the login may not SHOW: it cannot say
             raise
+        finally:
+            session.close()
+
+    def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
+        """What the server's catalogue holds of each `(database, table)`, and the identity
+        of its data (mysql_catalogue.py), in a read-only session of the source's login with
+        no member's context (the login judged first, as for any session)."""
+        session = self._session(timeout_seconds)
+        self._open(session, NO_MEMBER)
+        try:
+
+            def rows(statement: str) -> Sequence[tuple[Any, ...]]:
+                result = session.query(statement)
+                fetched = () if result is None else result.fetch_row(maxrows=0)
+                return [tuple(_text(value) for value in row) for row in fetched]
+
+            database = self.reads_reporting.default_schema
+            return catalogue_of(rows, session.literal, tables, database)
+        except MySQLdb.Error as exc:
+            raise session.error_for(exc) from exc
         finally:
             session.close()
 

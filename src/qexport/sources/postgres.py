@@ -30,7 +30,7 @@ what exports should read: the read-only transaction refuses writes, not reading 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -38,11 +38,14 @@ import pyarrow as pa
 import structlog
 from psycopg.conninfo import conninfo_to_dict
 
+from qexport.domain.exports import NO_MEMBER
 from qexport.domain.failures import LimitExceededError
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 from qexport.sources.postgres_arrow import CsvBatches
+from qexport.sources.postgres_catalogue import catalogue_of
 from qexport.sources.postgres_copy import CopyOut, crlf_lines
 from qexport.sources.postgres_errors import connect_error, query_error, scrub
 from qexport.sources.postgres_reads import planned_reads
@@ -203,6 +206,25 @@ class PostgresSource:
             session.start_statement()
             try:
                 return planned_reads(session.conn, rendered)
+            except psycopg.Error as exc:
+                raise session.error_for(exc) from exc
+        finally:
+            session.close()
+
+    def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
+        """What the database's catalogue holds of each `(schema, table)`, and the identity
+        of its data (postgres_catalogue.py), in a read-only transaction of the source's
+        login with no member's context (the role check first, as for any session)."""
+        validate_timeout(timeout_seconds)
+        session = Session(
+            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
+        )
+        try:
+            session.open(NO_MEMBER)
+            self._judge_role(session.conn)
+            session.start_statement()
+            try:
+                return catalogue_of(session.conn, tables)
             except psycopg.Error as exc:
                 raise session.error_for(exc) from exc
         finally:

@@ -38,6 +38,7 @@ from qexport.domain.queries import Query
 from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import DeliveryStatus, NewDelivery
+from qexport.domain.sensitivity import file_reads_from_json, file_reads_to_json
 from qexport.ports import Admission, ClaimResult, NewExport
 from qexport.store.audit import append_if, lock_chain
 from qexport.store.catalog import QUERY_KEYS, to_query, to_report
@@ -425,6 +426,7 @@ def _to_record(row: Any) -> ExportRecord:  # a Row, or an OneRead's
         failure_detail=m["failure_detail"],
         last_error_code=FailureCode(m["last_error_code"]) if m["last_error_code"] else None,
         last_error_detail=m["last_error_detail"],
+        reads=file_reads_from_json(m["reads"]),
     )
 
 
@@ -756,6 +758,8 @@ class SqlExportQueue:
             "progress_rows": result.row_count,
             "completed_at": now,
             "expires_at": expires_at,
+            # SQL NULL, not JSON null, for "not on record": `IS NULL` finds them either way.
+            "reads": sa.null() if result.reads is None else file_reads_to_json(result.reads),
         }
         with self._tx() as conn:
             if quota_bytes:

@@ -146,6 +146,11 @@ exports = sa.Table(
     sa.Column("failure_detail", sa.String(500)),
     sa.Column("last_error_code", sa.String(40)),
     sa.Column("last_error_detail", sa.String(500)),
+    # [{"source", "reads": [{"schema", "table", "columns"?}] | null}]: what the run that made
+    # the file read, as each source's planner reported it just before (null: that source
+    # could not say); NULL: not on record (made before 0027, or adopted from an attempt that
+    # died), which a sensitivity rule reads as every table it marks.
+    sa.Column("reads", sa.JSON),
     sa.CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed')", name="status"),
     sa.CheckConstraint(_SUCCEEDED_COMPLETE, name="succeeded_complete"),
     sa.CheckConstraint(_FAILED_COMPLETE, name="failed_complete"),

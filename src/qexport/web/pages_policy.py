@@ -15,7 +15,12 @@ from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal, Role
-from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
+from qexport.domain.failures import (
+    ForbiddenError,
+    InvalidRequestError,
+    Problems,
+    SourceUnavailableError,
+)
 from qexport.domain.policies import RULES, WorkspacePolicy
 from qexport.domain.sensitivity import written_rule
 from qexport.services.audit import actor_of
@@ -185,7 +190,8 @@ async def save_policy(
         sensitive_queries=tuple(str(q) for q in data.getlist("sensitive_queries")),
         revoke_links=data.get("revoke_links") == "on",
     )
-    # The form is read on the event loop; what writes and reads the database, off it.
+    # The form is read on the event loop; what writes and reads the database (and looks the
+    # sensitive tables up on their sources), off it.
     return await run_in_threadpool(_save, request, context, session, principal, form)
 
 
@@ -204,11 +210,15 @@ def _save(
             exports=context.exports,
             clock=context.clock,
             revoke_links=form.revoke_links,
+            runner=context.previews,
             actor=actor_of(principal),
         )
     except InvalidRequestError as exc:
         numbers = [n for n, _ in form.table_lines]
         errors = form_errors(exc, RULES, lambda p: on_line(p, "sensitive_tables", numbers))
         return _render(request, context, session, principal, form, errors=errors, status=400)
+    except SourceUnavailableError as exc:
+        errors = {"sensitive_tables": exc.detail}
+        return _render(request, context, session, principal, form, errors=errors, status=503)
     notice = f"saved-{changed.links_revoked}" if form.revoke_links else "saved"
     return RedirectResponse(f"{PATH}?notice={notice}", status_code=303)

@@ -35,14 +35,15 @@ from qexport.domain.failures import (
 from qexport.domain.lifecycle import Outcome, Release, backoff, give_up, settle_decision
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query, bind_parameters, can_read
-from qexport.domain.reports import SUBJECT_REPORT, ReportSubject, section_parameters
+from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject, section_parameters
+from qexport.domain.sensitivity import Relation
 from qexport.ports import (
     NativeCopySource,
     StoredObject,
     WriterOptions,
 )
 from qexport.services.describe import describe_timeout
-from qexport.services.sensitivity import sensitivity_now
+from qexport.services.sensitivity import planned_runs
 from qexport.worker.lease import Lease, ShutdownRequestedError
 from qexport.worker.sink import PartSink
 from qexport.worker.staging import discard_staging
@@ -100,6 +101,9 @@ class Attempt:
         self.code: FailureCode | None = None
         self.staged = False  # this attempt's upload may have left something staged
         self._policy: WorkspacePolicy | None = None
+        # What the run read, by source, as planned before it (None: not planned, as for a
+        # file adopted from an earlier attempt): recorded with the file.
+        self.reads: dict[str, frozenset[Relation] | None] | None = None
 
     def run(self) -> Outcome:
         outcome = self._run()
@@ -252,8 +256,7 @@ class Attempt:
         refusal = self.policy.format_refusal(record.format)
         if refusal is not None:
             raise AccessLostError(refusal)
-        if self.policy.sensitive_queries or self.policy.sensitive_tables:
-            self._check_not_sensitive()
+        self._plan()
         if record.subject_type == SUBJECT_REPORT:
             return self._produce_report(lease)
         limit = self.policy.row_limit(deps.settings.max_rows)
@@ -267,48 +270,70 @@ class Attempt:
                 ) from exc
             raise
 
-    def _check_not_sensitive(self) -> None:
-        """An export may read sensitive data only as an admin approved it: with its approval
-        (approved, naming this export) and reading exactly what was approved. What it reads
-        is asked of its sources' planners now, with the values this run binds
-        (services/sensitivity.py). One queued before its query (or a table it reads) was
-        marked sensitive, a schedule's run, or one whose query or report changed since its
-        approval fails access_lost, saying which table."""
-        record, catalog = self.record, self.deps.catalog
-        report = None
-        if record.subject_type == SUBJECT_REPORT:
-            subject = self.subject if isinstance(self.subject, ReportSubject) else None
-            if subject is None:
-                from qexport.reports.run import load_subject
-
-                subject = load_subject(catalog, record.subject_id)
-            report = subject.report
-            sections = report.sections if report is not None else ()
-            # Each query once, as the request's fingerprint counts them (report_queries).
-            read: list[Query | None] = [
-                subject.queries.get(i) for i in dict.fromkeys(s.query_id for s in sections)
-            ]
-            runs: list[tuple[Query, dict[str, Any]]] = []
-            for section in sections:
-                query = subject.queries.get(section.query_id)
-                if query is not None and can_read(record.requester, query):
-                    values = _run_values(section_parameters, section, query, record.parameters)
-                    runs.append((query, values))
-        else:
-            found = self.subject if isinstance(self.subject, Query) else None
-            query = found or catalog.get_query(record.subject_id)
-            read = [query]
-            runs = []
-            if query is not None and can_read(record.requester, query):
-                runs.append((query, _run_values(bind_parameters, query, record.parameters)))
-        why = sensitivity_now(
+    def _plan(self) -> None:
+        """Ask the sources' planners what this run reads, with the values it binds
+        (services/sensitivity.py), to record with the file (`self.reads`) and to judge it
+        by the workspace's policy (`_check_not_sensitive`)."""
+        record = self.record
+        read, runs, report = self._runs()
+        planned = planned_runs(
             self.policy,
             self.deps.sources,
-            catalog,
+            self.deps.catalog,
             record.requester,
             runs,
             timeout_seconds=describe_timeout(self.deps.settings.statement_timeout_seconds),
         )
+        self.reads = planned.reads
+        if self.policy.sensitive_queries or self.policy.sensitive_tables:
+            self._check_not_sensitive(planned.queries, read, report)
+
+    def _runs(
+        self,
+    ) -> tuple[list[Query | None], list[tuple[Query, dict[str, Any]]], Report | None]:
+        """The export's queries as its approval's fingerprint counts them (each once, None
+        for a missing one), each run with the values it binds (the queries the requester may
+        read), and its report (None for a query's export)."""
+        record, catalog = self.record, self.deps.catalog
+        runs: list[tuple[Query, dict[str, Any]]] = []
+        if record.subject_type != SUBJECT_REPORT:
+            found = self.subject if isinstance(self.subject, Query) else None
+            query = found or catalog.get_query(record.subject_id)
+            # What runs is what was planned: the query as read here, not read again (an
+            # edit in between would run SQL no planner saw).
+            self.subject = query
+            if query is not None and can_read(record.requester, query):
+                runs.append((query, _run_values(bind_parameters, query, record.parameters)))
+            return [query], runs, None
+        subject = self.subject if isinstance(self.subject, ReportSubject) else None
+        if subject is None:
+            from qexport.reports.run import load_subject
+
+            subject = load_subject(catalog, record.subject_id)
+        self.subject = subject  # rendered as planned (above)
+        report = subject.report
+        sections = report.sections if report is not None else ()
+        # Each query once, as the request's fingerprint counts them (report_queries).
+        read: list[Query | None] = [
+            subject.queries.get(i) for i in dict.fromkeys(s.query_id for s in sections)
+        ]
+        for section in sections:
+            query = subject.queries.get(section.query_id)
+            if query is not None and can_read(record.requester, query):
+                values = _run_values(section_parameters, section, query, record.parameters)
+                runs.append((query, values))
+        return read, runs, report
+
+    def _check_not_sensitive(
+        self, judged: list[Query], read: list[Query | None], report: Report | None
+    ) -> None:
+        """An export may read sensitive data only as an admin approved it: with its approval
+        (approved, naming this export) and reading exactly what was approved. `judged`: its
+        runs' queries with what their planners say they read now. One queued before its
+        query (or a table it reads) was marked sensitive, a schedule's run, or one whose
+        query or report changed since its approval fails access_lost, saying which table."""
+        record = self.record
+        why = self.policy.sensitivity(judged)
         if why is None:
             return
         approval_id = record.options.get(APPROVAL_OPTION)
@@ -438,7 +463,12 @@ class Attempt:
     def _succeed(self, token: str, stored: StoredObject) -> Outcome:
         deps, record = self.deps, self.record
         now = deps.clock.now()
-        result = Result(size_bytes=stored.size_bytes, row_count=stored.rows, sha256=stored.sha256)
+        result = Result(
+            size_bytes=stored.size_bytes,
+            row_count=stored.rows,
+            sha256=stored.sha256,
+            reads=self.reads,
+        )
         self.rows, self.size = stored.rows, stored.size_bytes
         try:
             succeeded = deps.exports.succeed(

@@ -4,7 +4,7 @@ previews per minute).
 
 No preview event was recorded before this revision, so the totals start empty.
 
-Revision ID: 0024
+Revision ID: 0023
 Revises: 0022
 Create Date: 2026-12-08
 """
@@ -16,7 +16,7 @@ from alembic import op
 
 from qexport.store.tables import PREVIEW_TOTALS_POSTGRESQL, PREVIEW_TOTALS_SQLITE, UTCDateTime
 
-revision = "0024"
+revision = "0023"
 down_revision = "0022"
 branch_labels = None
 depends_on = None
