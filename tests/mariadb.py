@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.orphans import die_with_parent
+from tests.orphans import dying_with_parent
 
 MARIADBD = "/usr/sbin/mariadbd"
 DATABASE = "qexport_test"
@@ -147,28 +147,29 @@ def start_server(directory: Path) -> tuple[MariaDBServer, subprocess.Popen[bytes
     sock = directory / "mariadb.sock"
     port = _free_port()
     process = subprocess.Popen(
-        [
-            MARIADBD,
-            "--no-defaults",
-            f"--datadir={data}",
-            f"--socket={sock}",
-            f"--pid-file={directory / 'mariadb.pid'}",
-            f"--log-error={directory / 'error.log'}",
-            f"--tmpdir={directory}",
-            f"--port={port}",
-            "--bind-address=127.0.0.1",
-            "--skip-name-resolve",
-            "--skip-log-bin",
-            "--character-set-server=utf8mb4",
-            "--collation-server=utf8mb4_unicode_ci",
-            "--innodb-buffer-pool-size=32M",
-            "--innodb-log-file-size=16M",
-            "--max-connections=60",
-            *_as_root(),
-        ],
+        dying_with_parent(
+            [
+                MARIADBD,
+                "--no-defaults",
+                f"--datadir={data}",
+                f"--socket={sock}",
+                f"--pid-file={directory / 'mariadb.pid'}",
+                f"--log-error={directory / 'error.log'}",
+                f"--tmpdir={directory}",
+                f"--port={port}",
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--skip-log-bin",
+                "--character-set-server=utf8mb4",
+                "--collation-server=utf8mb4_unicode_ci",
+                "--innodb-buffer-pool-size=32M",
+                "--innodb-log-file-size=16M",
+                "--max-connections=60",
+                *_as_root(),
+            ]
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        preexec_fn=die_with_parent,  # noqa: PLW1509 - only the prctl call, before exec
     )
     server = MariaDBServer("127.0.0.1", port, sock)
     deadline = time.monotonic() + _START_SECONDS
@@ -178,9 +179,12 @@ def start_server(directory: Path) -> tuple[MariaDBServer, subprocess.Popen[bytes
             break
         except Exception:
             if process.poll() is not None or time.monotonic() > deadline:
-                log = (directory / "error.log").read_text(errors="replace")[-2000:]
+                error_log = directory / "error.log"
+                log = error_log.read_text(errors="replace")[-2000:] if error_log.exists() else ""
                 stop_server(process)
-                raise RuntimeError(f"mariadbd did not start:\n{log}") from None
+                raise RuntimeError(
+                    f"mariadbd did not start (exit code {process.returncode}):\n{log}"
+                ) from None
             time.sleep(0.2)
     return server, process
 

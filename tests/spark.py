@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orphans import die_with_parent
+from tests.orphans import dying_with_parent
 
 _START_SECONDS = 120
 SERVER_TIME_ZONE = "America/New_York"
@@ -144,19 +144,21 @@ def start_server(
     with log.open("wb") as output:
         # Its own process group: whatever spark-submit starts is stopped with it.
         process = subprocess.Popen(
-            arguments,
+            dying_with_parent(arguments),
             cwd=directory,
             env=environment,
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - only the prctl call, before exec
         )
     server = SparkServer("127.0.0.1", port)
     deadline = time.monotonic() + _START_SECONDS
     while True:
         try:
+            # The port first: pyspark's client retries a closed port for minutes on its own,
+            # and a server that died meanwhile would go unnoticed.
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
             server.sql("SELECT 1")
             break
         except Exception:

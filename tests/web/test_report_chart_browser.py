@@ -16,6 +16,7 @@ from qexport.domain.exports import Status
 from qexport.sources.demo_data import build_demo_database
 from qexport.sources.duckdb import DuckDBSource
 from tests.fakes import FixedSources
+from tests.fakes.previews import InProcessPreviews
 from tests.integration.report_env import ALICE, ReportEnv, make_env
 from tests.stores import SqlMetadataStore
 
@@ -49,7 +50,9 @@ def demo_env(sqlite_store: SqlMetadataStore, tmp_path: Path) -> ReportEnv:
     demo = tmp_path / "demo.duckdb"
     build_demo_database(demo, orders=2_000)
     sources = FixedSources({DEMO_SOURCE: DuckDBSource(DEMO_SOURCE, demo)})
-    return ReportEnv(dataclasses.replace(env.deps, sources=sources), env.store)
+    # Saved queries are described by the preview runner, which must see the same sources.
+    deps = dataclasses.replace(env.deps, sources=sources, previews=InProcessPreviews(sources))
+    return ReportEnv(deps, env.store)
 
 
 @pytest.mark.parametrize("width", [1100, 375])
