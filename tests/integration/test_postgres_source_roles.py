@@ -707,3 +707,149 @@ def test_a_kept_preview_process_sees_a_superuser_granted_after_it_previewed(
 
 def _preview_pids() -> list[int]:
     return [p.pid or 0 for p in multiprocessing.active_children() if p.name == "qexport-preview"]
+
+
+# ---------------------------------------------------------------- functions that leave the database
+
+
+def _available(server: Server, *extensions: str) -> set[str]:
+    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT name FROM pg_available_extensions WHERE name = ANY(%s)", [list(extensions)]
+        ).fetchall()
+    return {str(row[0]) for row in rows}
+
+
+def test_adminpacks_file_functions_are_found(server: Server, new_role: Callable[..., str]) -> None:
+    """adminpack installed, a reader passes (its functions are revoked from PUBLIC, and the
+    SQL pg_file_rename(text, text) only calls the C one); granted EXECUTE on pg_file_write and
+    pg_file_unlink, which write and remove server files past the read-only transaction, it is
+    refused naming each and its REVOKE; once revoked, it passes again."""
+    if not _available(server, "adminpack"):
+        pytest.skip("the adminpack extension is not available on this server")
+    server.run("CREATE EXTENSION adminpack")
+    try:
+        role = new_role()
+        source = PostgresSource("warehouse", server.url_of(role))
+        assert source.check_role() == []
+        write = "pg_catalog.pg_file_write(text, text, boolean)"
+        unlink = "pg_catalog.pg_file_unlink(text)"
+        server.run(f"GRANT EXECUTE ON FUNCTION {write}, {unlink} TO {role}")
+        with pytest.raises(SourceRefusedError) as refused:
+            source.check_role()
+        message = str(refused.value)
+        for signature, does in ((write, "writes"), (unlink, "removes")):
+            finding = (
+                f"may execute {signature}, an adminpack function that {does} server files,"
+                f" read-only transaction or not (REVOKE EXECUTE ON FUNCTION {signature}"
+                f" FROM {role})"
+            )
+            assert finding in message
+        with pytest.raises(SourceRefusedError, match="pg_file_write"):
+            source.preview(
+                "SELECT pg_file_write('qexport_probe.txt', 'x', false) AS w",
+                {},
+                ALICE,
+                timeout_seconds=10,
+                max_rows=1,
+                max_cell_chars=100,
+                max_bytes=1000,
+            )
+        server.run(f"REVOKE EXECUTE ON FUNCTION {write}, {unlink} FROM {role}")
+        assert source.check_role() == []
+    finally:
+        server.run("DROP EXTENSION IF EXISTS adminpack")
+
+
+# A function in each untrusted language, by the extension that brings it (None: a language
+# made here on plpgsql's handler, untrusted as plpython3u is, which any server has).
+UNTRUSTED: dict[str, tuple[str | None, str]] = {
+    "plpython3u": ("plpython3u", "return t"),
+    "plperlu": ("plperlu", "return $_[0];"),
+    "an untrusted language on plpgsql's handler": (None, "BEGIN RETURN t; END"),
+}
+
+
+@pytest.mark.parametrize("case", UNTRUSTED.values(), ids=UNTRUSTED.keys())
+def test_a_function_in_an_untrusted_language_is_found(
+    server: Server, new_role: Callable[..., str], case: tuple[str | None, str]
+) -> None:
+    """A function in an untrusted language runs its code as the server's operating-system
+    user: executable by PUBLIC (as any new function is), it refuses a reader, naming the
+    function, the language and the REVOKE; its trigger functions do not count (no query calls
+    them); once EXECUTE is revoked from PUBLIC, the reader passes."""
+    extension, body = case
+    suffix = uuid.uuid4().hex[:10]
+    language = extension or f"qexport_untrusted_{suffix}"
+    if extension is None:
+        server.run(
+            f"CREATE LANGUAGE {language} HANDLER plpgsql_call_handler"
+            " INLINE plpgsql_inline_handler VALIDATOR plpgsql_validator"
+        )
+    elif not _available(server, extension):
+        pytest.skip(f"the {extension} extension is not available on this server")
+    else:
+        server.run(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+    function = f"public.qexport_run_{suffix}(text)"
+    try:
+        server.run(
+            f"CREATE FUNCTION public.qexport_run_{suffix}(t text) RETURNS text"
+            f" LANGUAGE {language} AS $${body}$$",
+        )
+        if extension is None:
+            server.run(
+                f"CREATE FUNCTION public.qexport_trg_{suffix}() RETURNS trigger"
+                f" LANGUAGE {language} AS $$BEGIN RETURN NEW; END$$"
+            )
+        source = PostgresSource("warehouse", server.url_of(new_role()))
+        with pytest.raises(SourceRefusedError) as refused:
+            source.check_role()
+        message = str(refused.value)
+        assert (
+            f"may execute {function}, a function in the untrusted language {language}: its code"
+            " runs as the server's operating-system user, read-only transaction or not"
+            f" (REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC)"
+        ) in message
+        assert "qexport_trg_" not in message
+        server.run(f"REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC")
+        assert source.check_role() == []
+    finally:
+        server.run(f"DROP FUNCTION IF EXISTS {function}")
+        if extension is None:
+            server.run(f"DROP LANGUAGE IF EXISTS {language} CASCADE")
+        else:
+            server.run(f"DROP EXTENSION IF EXISTS {extension} CASCADE")
+
+
+def test_an_untrusted_function_only_after_set_role_is_found(
+    server: Server, new_role: Callable[..., str]
+) -> None:
+    """EXECUTE on the function granted to a role the login can become (NOINHERIT: only after
+    SET ROLE) refuses the login, naming the path and both fixes."""
+    suffix = uuid.uuid4().hex[:10]
+    language, mid = f"qexport_untrusted_{suffix}", f"qexport_mid_{suffix}"
+    function = f"public.qexport_run_{suffix}(text)"
+    server.run(
+        f"CREATE LANGUAGE {language} HANDLER plpgsql_call_handler VALIDATOR plpgsql_validator",
+        f"CREATE FUNCTION {function.replace('(text)', '(t text)')} RETURNS text"
+        f" LANGUAGE {language} AS $$BEGIN RETURN t; END$$",
+        f"REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC",
+        f"CREATE ROLE {mid} NOLOGIN",
+        f"GRANT EXECUTE ON FUNCTION {function} TO {mid}",
+    )
+    try:
+        login = new_role("NOINHERIT", f"GRANT {mid} TO {{role}}")
+        with pytest.raises(SourceRefusedError) as refused:
+            PostgresSource("warehouse", server.url_of(login)).check_role()
+        assert (
+            f"can become {mid}, which may execute {function}, a function in the untrusted"
+            f" language {language}: its code runs as the server's operating-system user,"
+            f" read-only transaction or not ({login} -> {mid}: REVOKE {mid} FROM {login}, or"
+            f" REVOKE EXECUTE ON FUNCTION {function} FROM {mid})"
+        ) in str(refused.value)
+    finally:
+        server.run(
+            f"DROP LANGUAGE IF EXISTS {language} CASCADE",
+            f"DROP OWNED BY {mid}",
+            f"DROP ROLE IF EXISTS {mid}",
+        )

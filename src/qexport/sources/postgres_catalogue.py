@@ -27,28 +27,42 @@ from psycopg import sql
 
 from qexport.domain.rule_check import Catalogue, FoundTable, TableKind
 from qexport.domain.sensitivity import Relation, shown_name
+from qexport.sources.postgres_catalog_path import catalog_path
 from qexport.sources.postgres_reads import planned_reads
 
+# Catalog names with their schema, and (on the PostgreSQL source) with search_path pinned:
+# postgres_catalog_path.py.
 _TABLES = """
-SELECT s.i, c.relkind::text,
-       ARRAY(SELECT a.attname::text FROM pg_attribute a
+SELECT s.i, c.relkind::pg_catalog.text,
+       ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              ORDER BY a.attnum)
-FROM unnest(%(schemas)s::text[], %(names)s::text[]) WITH ORDINALITY AS s(schema, name, i)
-JOIN pg_namespace n ON n.nspname = s.schema
-JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = s.name
+FROM ROWS FROM (
+    pg_catalog.unnest(%(schemas)s::pg_catalog.text[]),
+    pg_catalog.unnest(%(names)s::pg_catalog.text[])
+) WITH ORDINALITY AS s(schema, name, i)
+JOIN pg_catalog.pg_namespace n ON n.nspname = s.schema
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.name
 """
 _OTHER_CASE = """
-SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE lower(n.nspname) = lower(%(schema)s) AND lower(c.relname) = lower(%(name)s)
+SELECT n.nspname, c.relname
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE pg_catalog.lower(n.nspname) = pg_catalog.lower(%(schema)s)
+  AND pg_catalog.lower(c.relname) = pg_catalog.lower(%(name)s)
   AND c.relkind IN ('r', 'p', 'm', 'f', 'v')
 ORDER BY n.nspname, c.relname LIMIT 1
 """
-_CAN_READ_CLUSTER = "SELECT has_function_privilege('pg_control_system()', 'EXECUTE')"
-_CLUSTER = "SELECT system_identifier::text, current_database() FROM pg_control_system()"
+_CAN_READ_CLUSTER = (
+    "SELECT pg_catalog.has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE')"
+)
+_CLUSTER = (
+    "SELECT system_identifier::pg_catalog.text, pg_catalog.current_database()"
+    " FROM pg_catalog.pg_control_system()"
+)
 _ADDRESS = (
-    "SELECT coalesce(host(inet_server_addr()), 'local'),"
-    " coalesce(inet_server_port()::text, current_setting('port')), current_database()"
+    "SELECT coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), 'local'),"
+    " coalesce(pg_catalog.inet_server_port()::pg_catalog.text,"
+    " pg_catalog.current_setting('port')), pg_catalog.current_database()"
 )
 # Runs one statement and returns its rows.
 Rows = Callable[[str], Sequence[tuple[Any, ...]]]
@@ -77,7 +91,13 @@ def data_identity(rows: Rows) -> str:
 
 def catalogue_of(conn: psycopg.Connection[Any], tables: Sequence[tuple[str, str]]) -> Catalogue:
     """What the database holds of each `(schema, table)` (names as PostgreSQL holds them),
-    in the connection's transaction; raises psycopg's errors (the source translates them)."""
+    in the connection's transaction, with search_path pinned to the catalog; raises psycopg's
+    errors (the source translates them)."""
+    with catalog_path(conn):
+        return _catalogue_of(conn, tables)
+
+
+def _catalogue_of(conn: psycopg.Connection[Any], tables: Sequence[tuple[str, str]]) -> Catalogue:
     identity = data_identity(lambda statement: conn.execute(statement).fetchall())
     if not tables:
         return Catalogue(identity)

@@ -50,12 +50,14 @@ out: currtid2 (a tuple id by a table's name, no values), the lo_* functions (lar
 by oid, not tables), pg_get_viewdef and the like (definitions, not rows), ts_debug and
 obj_description (catalogue reads), pg_relation_size and friends (sizes).
 
-Judging it all is one more catalogue query on the plan's connection. A plan's connection is
-new, so the query loads catalogues the plan did not use: 14 ms (7 planning it, 7 running it;
-4 ms on a warm connection), medians on a 2-core machine at a load of 9, where asking for a
-join's reads took 25-30 ms before and 39-48 ms now. Where functions are looked up by name,
-a function of the database that shares a name with one the statement calls counts, whatever
-its arguments: more unknowns, never fewer.
+Judging it all is one more catalogue query on the plan's connection, its catalog names
+written with their schema and run with search_path pinned (postgres_catalog_path.py): a
+login's own `pg_proc` or `pg_class` view, first on its path, hides nothing. A plan's
+connection is new, so the query loads catalogues the plan did not use: 14 ms (7 planning it,
+7 running it; 4 ms on a warm connection), medians on a 2-core machine at a load of 9, where
+asking for a join's reads took 25-30 ms before and 39-48 ms now. Where functions are looked
+up by name, a function of the database that shares a name with one the statement calls
+counts, whatever its arguments: more unknowns, never fewer.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ import psycopg
 
 from qexport.domain.sensitivity import Relation, merged
 from qexport.sources.other_sessions import refuse_postgres_plan
+from qexport.sources.postgres_catalog_path import catalog_path
 from qexport.sources.postgres_statements import code_only
 
 # Built-in (or common extension) functions that read tables named by text or SQL in text.
@@ -173,78 +176,83 @@ TRUSTED_EXTENSIONS = frozenset(
 # hashing) and domain constraints of a user-defined one.
 _OPAQUE = """
 WITH RECURSIVE types(oid) AS (
-    SELECT t.oid FROM pg_type t WHERE t.typname = ANY(%(type_names)s)
+    SELECT t.oid FROM pg_catalog.pg_type t WHERE t.typname = ANY(%(type_names)s)
     UNION
-    SELECT unnest(%(type_oids)s::oid[])
+    SELECT pg_catalog.unnest(%(type_oids)s::pg_catalog.oid[])
     UNION
-    SELECT under.oid FROM types JOIN pg_type t ON t.oid = types.oid
+    SELECT under.oid FROM types JOIN pg_catalog.pg_type t ON t.oid = types.oid
     CROSS JOIN LATERAL (
         SELECT t.typelem UNION ALL SELECT t.typbasetype
         UNION ALL
-        SELECT a.atttypid FROM pg_attribute a
+        SELECT a.atttypid FROM pg_catalog.pg_attribute a
         WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped
     ) AS under(oid)
     WHERE under.oid <> 0
 ),
 own_types AS (SELECT oid FROM types WHERE oid >= %(first)s),
 views(oid) AS (
-    SELECT c.oid FROM pg_class c WHERE c.relkind = 'v' AND c.relname = ANY(%(names)s)
+    SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relkind = 'v' AND c.relname = ANY(%(names)s)
     UNION
     SELECT c.oid FROM views
-    JOIN pg_rewrite r ON r.ev_class = views.oid
-    JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-        AND d.refclassid = 'pg_class'::regclass
-    JOIN pg_class c ON c.oid = d.refobjid AND c.relkind = 'v'
+    JOIN pg_catalog.pg_rewrite r ON r.ev_class = views.oid
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+        AND d.objid = r.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+    JOIN pg_catalog.pg_class c ON c.oid = d.refobjid AND c.relkind = 'v'
 ),
 in_views AS (
     SELECT d.refclassid, d.refobjid FROM views
-    JOIN pg_rewrite r ON r.ev_class = views.oid
-    JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+    JOIN pg_catalog.pg_rewrite r ON r.ev_class = views.oid
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+        AND d.objid = r.oid
 ),
 named AS (
-    SELECT p.oid FROM pg_proc p WHERE p.proname = ANY(%(functions)s)
+    SELECT p.oid FROM pg_catalog.pg_proc p WHERE p.proname = ANY(%(functions)s)
     UNION
-    SELECT refobjid FROM in_views WHERE refclassid = 'pg_proc'::regclass
+    SELECT refobjid FROM in_views WHERE refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
 ),
 used(oid) AS (
     SELECT oid FROM named
     UNION
-    SELECT unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn,
-                        a.aggdeserialfn, a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::oid[])
-    FROM pg_aggregate a WHERE a.aggfnoid IN (SELECT oid FROM named)
+    SELECT pg_catalog.unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn,
+        a.aggdeserialfn, a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::pg_catalog.oid[])
+    FROM pg_catalog.pg_aggregate a WHERE a.aggfnoid IN (SELECT oid FROM named)
     UNION
-    SELECT o.oprcode FROM pg_operator o
+    SELECT o.oprcode FROM pg_catalog.pg_operator o
     WHERE o.oprname = ANY(%(operators)s)
-       OR o.oid IN (SELECT refobjid FROM in_views WHERE refclassid = 'pg_operator'::regclass)
+       OR o.oid IN (
+           SELECT refobjid FROM in_views
+           WHERE refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass
+       )
        OR o.oprleft IN (SELECT oid FROM own_types)
        OR o.oprright IN (SELECT oid FROM own_types)
     UNION
-    SELECT c.castfunc FROM pg_cast c
+    SELECT c.castfunc FROM pg_catalog.pg_cast c
     WHERE c.castfunc <> 0
       AND (c.castsource < %(first)s OR c.castsource IN (SELECT oid FROM types))
       AND (c.casttarget < %(first)s OR c.casttarget IN (SELECT oid FROM types))
     UNION
-    SELECT unnest(ARRAY[t.typinput, t.typoutput]::oid[])
-    FROM pg_type t WHERE t.oid IN (SELECT oid FROM own_types)
+    SELECT pg_catalog.unnest(ARRAY[t.typinput, t.typoutput]::pg_catalog.oid[])
+    FROM pg_catalog.pg_type t WHERE t.oid IN (SELECT oid FROM own_types)
     UNION
-    SELECT ap.amproc FROM pg_amproc ap
-    JOIN pg_opfamily f ON f.oid = ap.amprocfamily
-    JOIN pg_am am ON am.oid = f.opfmethod AND am.amname IN ('btree', 'hash')
+    SELECT ap.amproc FROM pg_catalog.pg_amproc ap
+    JOIN pg_catalog.pg_opfamily f ON f.oid = ap.amprocfamily
+    JOIN pg_catalog.pg_am am ON am.oid = f.opfmethod AND am.amname IN ('btree', 'hash')
     WHERE ap.amproclefttype IN (SELECT oid FROM own_types)
        OR ap.amprocrighttype IN (SELECT oid FROM own_types)
     UNION
-    SELECT d.refobjid FROM pg_constraint k
-    JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
-        AND d.refclassid = 'pg_proc'::regclass
+    SELECT d.refobjid FROM pg_catalog.pg_constraint k
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass
+        AND d.objid = k.oid AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
     WHERE k.contypid IN (SELECT oid FROM own_types)
 )
-SELECT used.oid::regprocedure::text
+SELECT used.oid::pg_catalog.regprocedure::pg_catalog.text
 FROM used
 CROSS JOIN LATERAL (
-    SELECT count(*) AS trusted FROM pg_depend d
-    JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = ANY(%(trusted)s)
-    WHERE d.classid = 'pg_proc'::regclass AND d.objid = used.oid AND d.objsubid = 0
-      AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+    SELECT pg_catalog.count(*) AS trusted FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = ANY(%(trusted)s)
+    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = used.oid
+      AND d.objsubid = 0 AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+      AND d.deptype = 'e'
 ) AS member
 WHERE used.oid >= %(first)s AND member.trusted = 0
 LIMIT 1
@@ -252,45 +260,57 @@ LIMIT 1
 # Each scanned relation's kind, columns (and their types), row type and ancestors
 # (partitions, inheritance).
 _RELATIONS = """
-SELECT s.schema, s.name, c.relkind::text,
-       ARRAY(SELECT a.attname::text FROM pg_attribute a
+SELECT s.schema, s.name, c.relkind::pg_catalog.text,
+       ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              ORDER BY a.attnum),
-       ARRAY(SELECT a.atttypid FROM pg_attribute a
+       ARRAY(SELECT a.atttypid FROM pg_catalog.pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              ORDER BY a.attnum),
        c.reltype,
        (WITH RECURSIVE up(oid) AS (
-            SELECT i.inhparent FROM pg_inherits i WHERE i.inhrelid = c.oid
-            UNION SELECT i.inhparent FROM pg_inherits i JOIN up ON i.inhrelid = up.oid)
-        SELECT coalesce(json_agg(json_build_array(pn.nspname, pc.relname)), '[]'::json)
-        FROM up JOIN pg_class pc ON pc.oid = up.oid
-        JOIN pg_namespace pn ON pn.oid = pc.relnamespace)
-FROM unnest(%(schemas)s::text[], %(names)s::text[]) AS s(schema, name)
-JOIN pg_namespace n ON n.nspname = s.schema
-JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = s.name
+            SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid
+            UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.oid)
+        SELECT coalesce(
+            pg_catalog.json_agg(pg_catalog.json_build_array(pn.nspname, pc.relname)),
+            '[]'::pg_catalog.json
+        )
+        FROM up JOIN pg_catalog.pg_class pc ON pc.oid = up.oid
+        JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace)
+FROM ROWS FROM (
+    pg_catalog.unnest(%(schemas)s::pg_catalog.text[]),
+    pg_catalog.unnest(%(names)s::pg_catalog.text[])
+) AS s(schema, name)
+JOIN pg_catalog.pg_namespace n ON n.nspname = s.schema
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.name
 """
 # The tables (and columns: NULL for the whole table) a materialised view was made from,
 # through the views and materialised views it reads.
 _MADE_FROM = """
 WITH RECURSIVE made(oid) AS (
-    SELECT c.oid FROM unnest(%(schemas)s::text[], %(names)s::text[]) AS s(schema, name)
-    JOIN pg_namespace n ON n.nspname = s.schema
-    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = s.name
+    SELECT c.oid
+    FROM ROWS FROM (
+        pg_catalog.unnest(%(schemas)s::pg_catalog.text[]),
+        pg_catalog.unnest(%(names)s::pg_catalog.text[])
+    ) AS s(schema, name)
+    JOIN pg_catalog.pg_namespace n ON n.nspname = s.schema
+    JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.name
     UNION
     SELECT d.refobjid FROM made
-    JOIN pg_rewrite r ON r.ev_class = made.oid
-    JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-        AND d.refclassid = 'pg_class'::regclass AND d.refobjid <> made.oid
+    JOIN pg_catalog.pg_rewrite r ON r.ev_class = made.oid
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+        AND d.objid = r.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+        AND d.refobjid <> made.oid
 )
-SELECT n.nspname, c.relname, c.relkind::text, a.attname::text
+SELECT n.nspname, c.relname, c.relkind::pg_catalog.text, a.attname::pg_catalog.text
 FROM made
-JOIN pg_rewrite r ON r.ev_class = made.oid
-JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-    AND d.refclassid = 'pg_class'::regclass AND d.refobjid <> made.oid
-JOIN pg_class c ON c.oid = d.refobjid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = d.refobjsubid
+JOIN pg_catalog.pg_rewrite r ON r.ev_class = made.oid
+JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+    AND d.objid = r.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+    AND d.refobjid <> made.oid
+JOIN pg_catalog.pg_class c ON c.oid = d.refobjid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = d.refobjsubid
     AND d.refobjsubid > 0
 """
 _MATERIALISED = "m"
@@ -371,17 +391,20 @@ def planned_reads(conn: psycopg.Connection[Any], statement: str) -> frozenset[Re
         return None
     if any(s.schema == "pg_catalog" and s.name in VALUE_CATALOGUES for s in scans):
         return None
-    known = _catalogue(conn, scans)
-    reads, types = _reads(scans, known)
-    if _opaque(conn, calls, types, written.names):
-        return None
-    materialised = [
-        (s.schema, s.name)
-        for s in scans
-        if known.get((s.schema, s.name), _UNKNOWN).kind == _MATERIALISED
-    ]
-    if materialised:
-        reads += _made_from(conn, materialised)
+    # The plan above, with the login's search_path (what the query names means what it will
+    # mean when it runs); the catalogue below, with the path pinned to the catalog.
+    with catalog_path(conn):
+        known = _catalogue(conn, scans)
+        reads, types = _reads(scans, known)
+        if _opaque(conn, calls, types, written.names):
+            return None
+        materialised = [
+            (s.schema, s.name)
+            for s in scans
+            if known.get((s.schema, s.name), _UNKNOWN).kind == _MATERIALISED
+        ]
+        if materialised:
+            reads += _made_from(conn, materialised)
     return merged(reads)
 
 

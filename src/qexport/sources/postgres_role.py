@@ -22,6 +22,13 @@ Each of those roles is refused when it:
 - may execute dblink or postgres_fdw functions, or the server-side file functions
   (lo_import, lo_export, pg_read_file, pg_read_binary_file, pg_ls_dir, pg_stat_file), in a
   schema it may use;
+- may execute adminpack's C functions (pg_file_write, pg_file_rename, pg_file_unlink,
+  pg_file_sync, pg_logdir_ls; by name, in any schema it may use: the read-only transaction
+  does not stop them writing server files; adminpack's SQL pg_file_rename(text, text) only
+  calls the C one, which checks EXECUTE for its caller), or any function in an untrusted
+  procedural language (pg_language.lanpltrusted false, internal and c aside: plpython3u,
+  plperlu...), whose code runs as the server's operating-system user; each is named with
+  its REVOKE;
 - may execute a SECURITY DEFINER function (EXECUTE, and USAGE on its schema) whose owner,
   judged by these same rules, is refused: the function runs with its owner's rights, so
   `CREATE FUNCTION readf(p text) ... SECURITY DEFINER AS $$ SELECT pg_read_file(p) $$` owned
@@ -42,6 +49,10 @@ the shortest one) and the fix (`REVOKE admin FROM team`: the grant that hands th
 FORCE ROW LEVEL SECURITY on the table, or REVOKE EXECUTE on a definer function). Any finding
 refuses the source (access_lost, not retried: the operator must change the role) unless it
 was registered with --allow-privileged-role, which is then logged as a warning.
+
+The queries name every catalog relation, function and type with its schema and run with
+search_path pinned to `pg_catalog, pg_temp` (postgres_catalog_path.py): a superuser login
+whose own schema, first on its path, holds a `pg_roles` view saying it is none passed before.
 
 Two catalog queries, whatever the number of roles: the roles the login can become (with
 their attributes, direct members and unforced tables: one pass over pg_roles and pg_class),
@@ -67,6 +78,7 @@ from typing import Any
 import psycopg
 
 from qexport.domain.failures import AccessLostError
+from qexport.sources.postgres_catalog_path import catalog_path
 
 PRIVILEGED_ROLES = (
     "pg_read_server_files",
@@ -85,14 +97,28 @@ FILE_FUNCTIONS = (
     "pg_ls_dir",
     "pg_stat_file",
 )
+# adminpack's C functions, and what each does whatever the read-only transaction says.
+ADMINPACK_FUNCTIONS = {
+    "pg_file_write": "writes server files",
+    "pg_file_rename": "renames server files",
+    "pg_file_unlink": "removes server files",
+    "pg_file_sync": "flushes server files to disk",
+    "pg_logdir_ls": "lists the server's log files",
+}
+_ADMINPACK = "adminpack"
 _SET_CONFIG = "set_config"
 _RESERVED_PREFIX = "pg_"  # the predefined roles' names; CREATE ROLE refuses it
 _SHOWN_TABLES = 3  # tables named in a finding; the rest are counted
+_SHOWN_OUTSIDE = 3  # adminpack and untrusted-language functions named for a role; the rest counted
 _MAX_OWNERS = 20  # owners of definer functions judged in one check; more refuses the source
 
-# The role judged: `%(role)s` (an oid), or the login when that is NULL.
+# The role judged: `%(role)s` (an oid), or the login when that is NULL. Every catalog name is
+# written with its schema, and the queries run with search_path pinned (postgres_catalog_path).
 _SUBJECT = """subject AS (
-    SELECT coalesce(%(role)s::oid, (SELECT oid FROM pg_roles WHERE rolname = session_user)) AS oid
+    SELECT coalesce(
+        %(role)s::pg_catalog.oid,
+        (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user)
+    ) AS oid
 )"""
 # Every role the subject can become (itself included), with what makes it privileged and the
 # roles it was granted to directly (the edges of the chains). pg_has_role(..., 'MEMBER'):
@@ -101,17 +127,19 @@ _ROLES = f"""
 WITH {_SUBJECT},
 unforced AS (
     SELECT c.relowner,
-        array_agg(format('%%I.%%I', n.nspname, c.relname) ORDER BY n.nspname, c.relname) AS tables
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        pg_catalog.array_agg(
+            pg_catalog.format('%%I.%%I', n.nspname, c.relname) ORDER BY n.nspname, c.relname
+        ) AS tables
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
     WHERE c.relrowsecurity AND NOT c.relforcerowsecurity
     GROUP BY c.relowner
 )
-SELECT r.oid, quote_ident(r.rolname), r.oid = (TABLE subject), r.rolname = ANY(%(predefined)s),
-    r.rolsuper, r.rolbypassrls,
-    ARRAY(SELECT m.member FROM pg_auth_members m WHERE m.roleid = r.oid),
+SELECT r.oid, pg_catalog.quote_ident(r.rolname), r.oid = (TABLE subject),
+    r.rolname = ANY(%(predefined)s), r.rolsuper, r.rolbypassrls,
+    ARRAY(SELECT m.member FROM pg_catalog.pg_auth_members m WHERE m.roleid = r.oid),
     coalesce(u.tables, '{{}}')
-FROM pg_roles r LEFT JOIN unforced u ON u.relowner = r.oid
-WHERE pg_has_role((TABLE subject), r.oid, 'MEMBER')
+FROM pg_catalog.pg_roles r LEFT JOIN unforced u ON u.relowner = r.oid
+WHERE pg_catalog.pg_has_role((TABLE subject), r.oid, 'MEMBER')
 """
 # The functions that reach outside the database, those a query can call that run a SECURITY
 # DEFINER function (themselves, or an aggregate's support function; not procedures nor
@@ -122,51 +150,76 @@ WHERE pg_has_role((TABLE subject), r.oid, 'MEMBER')
 # query found. Read from the ACLs, not with has_function_privilege for each role the subject
 # can become: that call walks each role's own memberships again (1.5 s for 1,000 roles); nor
 # filtered in the server, where a subquery on the roles for each function took 0.5 ms a
-# function on a busy server.
+# function on a busy server. The last column says why a function runs outside the database
+# whoever calls it: 'adminpack' for adminpack's C file functions (by name, in any schema), or
+# the name of the untrusted language it is written in.
 _FUNCTIONS = f"""
 WITH {_SUBJECT},
 definers AS (
     SELECT f.oid, f.proowner,
-        format('%%I.%%I(%%s)', fn.nspname, f.proname, oidvectortypes(f.proargtypes)) AS signature
-    FROM pg_proc f JOIN pg_namespace fn ON fn.oid = f.pronamespace
+        pg_catalog.format(
+            '%%I.%%I(%%s)', fn.nspname, f.proname, pg_catalog.oidvectortypes(f.proargtypes)
+        ) AS signature
+    FROM pg_catalog.pg_proc f JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
     WHERE f.prosecdef AND f.prokind IN ('f', 'w')
-        AND f.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+        AND f.prorettype NOT IN (
+            'pg_catalog.trigger'::pg_catalog.regtype, 'pg_catalog.event_trigger'::pg_catalog.regtype
+        )
 ),
 runs AS (
     SELECT oid AS called, oid AS runs FROM definers
     UNION ALL
-    SELECT g.aggfnoid, d.oid FROM pg_aggregate g JOIN definers d ON d.oid IN (
+    SELECT g.aggfnoid, d.oid FROM pg_catalog.pg_aggregate g JOIN definers d ON d.oid IN (
         g.aggtransfn, g.aggfinalfn, g.aggcombinefn, g.aggserialfn, g.aggdeserialfn,
         g.aggmtransfn, g.aggminvtransfn, g.aggmfinalfn
     )
 )
 SELECT p.proname,
-    format('%%I.%%I(%%s)', n.nspname, p.proname, oidvectortypes(p.proargtypes)),
-    d.oid IS NOT NULL AND NOT k.reaching,
+    pg_catalog.format(
+        '%%I.%%I(%%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes)
+    ),
+    d.oid IS NOT NULL AND NOT k.reaching AND k.outside IS NULL,
     coalesce(d.proowner, p.proowner),
-    quote_ident(pg_get_userbyid(coalesce(d.proowner, p.proowner))),
-    has_function_privilege((TABLE subject), p.oid, 'EXECUTE')
-        AND has_schema_privilege((TABLE subject), p.pronamespace, 'USAGE'),
+    pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(coalesce(d.proowner, p.proowner))),
+    pg_catalog.has_function_privilege((TABLE subject), p.oid, 'EXECUTE')
+        AND pg_catalog.has_schema_privilege((TABLE subject), p.pronamespace, 'USAGE'),
     ARRAY(
-        SELECT a.grantee FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+        SELECT a.grantee
+        FROM pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
         WHERE a.privilege_type = 'EXECUTE'
     ) || p.proowner,
     ARRAY(
-        SELECT a.grantee FROM aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+        SELECT a.grantee
+        FROM pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
         WHERE a.privilege_type = 'USAGE'
     ) || n.nspowner,
-    CASE WHEN d.oid <> p.oid THEN d.signature END
-FROM pg_proc p
-    JOIN pg_namespace n ON n.oid = p.pronamespace
+    CASE WHEN d.oid <> p.oid THEN d.signature END,
+    k.outside
+FROM pg_catalog.pg_proc p
+    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+    JOIN pg_catalog.pg_language l ON l.oid = p.prolang
     LEFT JOIN runs r ON r.called = p.oid
     LEFT JOIN definers d ON d.oid = r.runs
     CROSS JOIN LATERAL (
         SELECT p.proname LIKE 'dblink%%' OR p.proname LIKE 'postgres\\_fdw%%'
-            OR p.proname = ANY(%(files)s) AS reaching
+            OR p.proname = ANY(%(files)s) AS reaching,
+        CASE
+            WHEN p.proname = ANY(%(adminpack)s) AND l.lanname IN ('c', 'internal')
+                THEN 'adminpack'
+            WHEN NOT l.lanpltrusted AND l.lanname NOT IN ('c', 'internal')
+                AND p.prokind IN ('f', 'w')
+                AND p.prorettype NOT IN (
+                    'pg_catalog.trigger'::pg_catalog.regtype,
+                    'pg_catalog.event_trigger'::pg_catalog.regtype
+                )
+                THEN l.lanname::pg_catalog.text
+        END AS outside
     ) k
-WHERE k.reaching OR d.oid IS NOT NULL
-    OR (%(login)s AND p.oid = 'pg_catalog.set_config(text, text, boolean)'::regprocedure
-        AND EXISTS (SELECT 1 FROM pg_class WHERE relrowsecurity))
+WHERE k.reaching OR k.outside IS NOT NULL OR d.oid IS NOT NULL
+    OR (%(login)s
+        AND p.oid = 'pg_catalog.set_config(pg_catalog.text, pg_catalog.text, pg_catalog.bool)'
+            ::pg_catalog.regprocedure
+        AND EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relrowsecurity))
 ORDER BY 1, 2
 """
 _PUBLIC = 0
@@ -204,6 +257,7 @@ class _Function:
     own: bool  # the subject may execute it itself (EXECUTE and its schema's USAGE)
     executing: frozenset[int]  # EXECUTE granted to these roles the subject can become, or PUBLIC
     using: frozenset[int]  # USAGE on its schema granted to these, or PUBLIC
+    outside: str | None = None  # 'adminpack', or the untrusted language it is written in
 
 
 @dataclass(frozen=True)
@@ -219,8 +273,11 @@ class _Finding:
 
 def role_findings(conn: psycopg.Connection[Any]) -> list[str]:
     """What the connection's login may do beyond reading, itself or through a role it can
-    become, each as a few words with the grant path and the fix; [] if nothing."""
-    return [str(finding) for finding in _Judgement(conn).of(None)]
+    become, each as a few words with the grant path and the fix; [] if nothing. Judged with
+    search_path pinned to the catalog (postgres_catalog_path.py), which is the login's again
+    after: a login's own schema cannot shadow pg_roles or pg_proc."""
+    with catalog_path(conn):
+        return [str(finding) for finding in _Judgement(conn).of(None)]
 
 
 class _Judgement:
@@ -247,6 +304,7 @@ class _Judgement:
             "login": login,
             "predefined": list(PRIVILEGED_ROLES),
             "files": list(FILE_FUNCTIONS),
+            "adminpack": list(ADMINPACK_FUNCTIONS),
         }
         role_rows, function_rows = self._rows(parameters)
         roles = {
@@ -279,6 +337,7 @@ class _Judgement:
                 executing=frozenset(row[6]) & reach,
                 using=frozenset(row[7]) & reach,
                 via=row[8],
+                outside=row[9],
             )
             for row in function_rows
             if not (row[2] and row[3] in roles)  # a definer function of a role judged here
@@ -331,7 +390,11 @@ def _executable(
                 continue
             holder = min(reached, key=lambda r: (chains.depth[r.oid], r.name))
         held = found.setdefault(holder.oid, [])
-        if function.definer or all(f.name != function.name for f in held if not f.definer):
+        if (
+            function.definer
+            or function.outside
+            or all(f.name != function.name for f in held if not (f.definer or f.outside))
+        ):
             held.append(function)  # one name for a reaching function's overloads
     return found
 
@@ -397,9 +460,11 @@ def _judged(
             owns = f"can become {role.name}, which owns {_tables(role.unforced)}"
             what.append((owns, f", or {_force(role.unforced)}"))
         held = executable.get(role.oid, [])
-        reaching = [f.name for f in held if not f.definer]
+        reaching = [f.name for f in held if not (f.definer or f.outside)]
         if reaching:
             what.append((f"can become {role.name}, which may execute {', '.join(reaching)}", ""))
+        for may, revoke in _outside(held, roles):
+            what.append((f"can become {role.name}, which {may}", f", or {revoke}"))
         for function in held:
             verdict = verdicts.get(function.owner, [])
             if function.definer and verdict:
@@ -423,9 +488,10 @@ def _own_findings(
         found.append(_Finding("has BYPASSRLS", f"ALTER ROLE {login.name} NOBYPASSRLS"))
     if login.unforced:
         found.append(_Finding(f"owns {_tables(login.unforced)}", _force(login.unforced)))
-    reaching = [f.name for f in functions if not f.definer and f.name != _SET_CONFIG]
+    reaching = [f.name for f in functions if not (f.definer or f.outside) and f.name != _SET_CONFIG]
     if reaching:
         found.append(_Finding(f"may execute {', '.join(reaching)}"))
+    found += [_Finding(may, revoke) for may, revoke in _outside(functions, roles)]
     if any(f.name == _SET_CONFIG and not f.definer for f in functions):
         found.append(
             _Finding(
@@ -441,6 +507,35 @@ def _own_findings(
             found.append(
                 _Finding(f"may execute {_definer(function, verdict)}", f"{revoke}, or {owner}")
             )
+    return found
+
+
+def _outside(functions: Sequence[_Function], roles: dict[int, _Role]) -> list[tuple[str, str]]:
+    """What the adminpack and untrusted-language functions among `functions` let a query do,
+    each with its REVOKE: `may execute public.run(text), a function in the untrusted language
+    plpython3u: its code runs as the server's operating-system user, read-only transaction or
+    not`; past _SHOWN_OUTSIDE, counted."""
+    outside = [f for f in functions if f.outside]
+    found = []
+    for function in outside[:_SHOWN_OUTSIDE]:
+        if function.outside == _ADMINPACK:
+            does = ADMINPACK_FUNCTIONS.get(function.name, "reaches server files")
+            why = f"an adminpack function that {does}"
+        else:
+            why = (
+                f"a function in the untrusted language {function.outside}: its code runs as the"
+                " server's operating-system user"
+            )
+        may = f"may execute {function.signature}, {why}, read-only transaction or not"
+        found.append((may, _revoke_execute(function, roles)))
+    if len(outside) > _SHOWN_OUTSIDE:
+        more = len(outside) - _SHOWN_OUTSIDE
+        found.append(
+            (
+                f"may execute {more} more adminpack or untrusted-language functions",
+                "REVOKE EXECUTE on each",
+            )
+        )
     return found
 
 

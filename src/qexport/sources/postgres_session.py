@@ -16,6 +16,7 @@ from psycopg import sql
 from qexport.domain.failures import QExportError, QueryInvalidError, TextPosition
 from qexport.sources.duckdb_statements import bound_values
 from qexport.sources.other_sessions import refuse_postgres_readers
+from qexport.sources.postgres_catalog_path import catalog_path
 from qexport.sources.postgres_errors import connect_error, query_error
 from qexport.sources.postgres_statements import Rendered, parse_query
 from qexport.sources.postgres_types import Column, positional_names
@@ -46,6 +47,15 @@ _SETUP = sql.SQL(
     " SET LOCAL standard_conforming_strings = on;"
     " SET LOCAL qexport.user_id = {user_id};"
     " SET LOCAL qexport.workspace_id = {workspace_id}"
+)
+
+# Each result column's type as PostgreSQL writes it, from its oid and modifier (catalog names
+# with their schema, run with search_path pinned: postgres_catalog_path.py).
+TYPE_NAMES = (
+    "SELECT pg_catalog.format_type(t, m)"
+    " FROM ROWS FROM (pg_catalog.unnest(%s::pg_catalog.oid[]),"
+    " pg_catalog.unnest(%s::pg_catalog.int4[]))"
+    " WITH ORDINALITY AS c(t, m, n) ORDER BY n"
 )
 
 
@@ -153,11 +163,8 @@ class Session:
                 names = [c.name for c in described]
                 oids = [result.ftype(i) for i in range(len(names))]
                 mods = [result.fmod(i) for i in range(len(names))]
-                types = cursor.execute(
-                    "SELECT format_type(t, m) FROM unnest(%s::oid[], %s::int4[])"
-                    " WITH ORDINALITY AS c(t, m, n) ORDER BY n",
-                    [oids, mods],
-                ).fetchall()
+                with catalog_path(self.conn):  # the type names, whatever the login's path
+                    types = cursor.execute(TYPE_NAMES, [oids, mods]).fetchall()
         except psycopg.Error as exc:
             error = self.error_for(exc)
             at = exc.diag.statement_position
