@@ -29,6 +29,11 @@ went at 10,000 rows a second, unrecorded; now 30 pages a minute, each on the rec
 workspace's policy applies to a preview's rows as to an export's: a sensitive query is not
 previewed (refused, on the record), and its `max_rows` caps the rows shown; its formats rule
 does not apply, since a preview makes no file.
+
+A preview whose plan fails (the policy asks the source which tables it reads, and the source
+refuses the statement) is on the record too, as failed with `"step": "plan"`, and counts
+against the rate: MySQL and MariaDB evaluate parts of a statement while planning it, and
+their error may be made of the data (mysql_checking.py, where its text is withheld).
 """
 
 from __future__ import annotations
@@ -187,17 +192,28 @@ def preview_query(
     shown_values = {k: to_json_value(v) for k, v in values.items()}
     _admit(desk, requester)
     policy = desk.accounts.workspace_policy(requester.workspace_id)
-    if why := preview_sensitivity(
-        policy,
-        desk.sources,
-        desk.catalog,
-        desk.runner,
-        requester,
-        query,
-        values,
-        statement_timeout_seconds=desk.statement_timeout_seconds,
-        slots=desk.slots,
-    ):
+    try:
+        why = preview_sensitivity(
+            policy,
+            desk.sources,
+            desk.catalog,
+            desk.runner,
+            requester,
+            query,
+            values,
+            statement_timeout_seconds=desk.statement_timeout_seconds,
+            slots=desk.slots,
+        )
+    except TooManyRequestsError:
+        raise  # no slot: nothing was planned
+    except QExportError as exc:
+        # The source's planner refused the statement (or could not be asked): on the record,
+        # as a run's failure is, and counted against the rate above (mysql_checking.py).
+        desk.audit.record(
+            _previewed(desk, requester, query, shown_values, refusal=exc, planning=True)
+        )
+        raise
+    if why:
         refusal = ForbiddenError(
             f"{why}: it is not previewed, and its exports need an admin's approval"
         )
@@ -277,9 +293,11 @@ def _previewed(
     *,
     shown: Preview | None = None,
     refusal: QExportError | None = None,
+    planning: bool = False,
 ) -> AuditEvent:
     """The preview's event: the query, the parameters' values (each cut to 200 characters),
-    and the rows shown; or why it was refused (a policy) or failed (the source's code)."""
+    and the rows shown; or why it was refused (a policy) or failed (the source's code, and
+    `"step": "plan"` when its plan failed, before any row was read)."""
     details: dict[str, Any] = {
         "query_name": query.name,
         "source": query.source,
@@ -292,6 +310,8 @@ def _previewed(
         outcome, details["reason"] = Outcome.REFUSED, "sensitive"
     elif refusal is not None:
         outcome, details["code"] = Outcome.FAILED, refusal.code.value
+        if planning:
+            details["step"] = "plan"
     return event(
         desk.clock,
         actor_for(requester.user_id),

@@ -133,6 +133,7 @@ class _Session:
         self._source = source
         self.timeout_seconds = timeout_seconds
         self._interrupted = False
+        self.checking = False  # describing: see Rules.checked_error
         self._lock = threading.Lock()
         try:
             self.conn = source.engine.connect()
@@ -184,6 +185,7 @@ class _Session:
             source.secrets,
             timed_out=self.deadline.expired,
             timeout_seconds=self.timeout_seconds,
+            checking=self.checking,
         )
 
     def close(self) -> None:
@@ -301,6 +303,7 @@ class GenericSource:
         statement = self._statement(sql, parameters, requester)
         wrapped = _around(statement).where(sa.false())
         session = _Session(self, timeout_seconds, None)
+        session.checking = True  # the server may evaluate parts of it all the same
         try:
             result = session.execute(wrapped)
             columns = _described(result)

@@ -12,6 +12,8 @@ its timeout is only checked between batches.
 
 On MySQL, MariaDB and PostgreSQL a query that reads other sessions' statements is refused as
 on their own sources (other_sessions.py): their drivers write the values into the text too.
+On MySQL and MariaDB, the server's text of an error met while a statement is described is
+shown only where it cannot hold values, as on their own source (mysql_checking.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
+from qexport.domain.failures import QExportError
 from qexport.sources.generic_arrow import Described, decimal_type
+from qexport.sources.mysql_checking import checked_error
 from qexport.sources.other_sessions import refuse_mysql_readers, refuse_postgres_readers
 
 Interrupt = Callable[[], None]
@@ -70,6 +74,12 @@ class Rules:
         """Whether connecting failed because the server refused the credentials or the
         database (not worth another attempt); False where the dialect cannot tell."""
         return False
+
+    def checked_error(self, name: str, exc: BaseException, reason: str) -> QExportError | None:
+        """The error a member reads when the server refused a statement it was only checking
+        (describe), where the engine's message may hold values it evaluated meanwhile; None:
+        the same as when the statement runs."""
+        return None
 
     def arrow_type(self, column: Described) -> pa.DataType | None:
         """The column's Arrow type as the cursor's description tells it; None: from values."""
@@ -178,6 +188,16 @@ class MySQLRules(Rules):
 
     def is_login_refused(self, exc: BaseException) -> bool:
         return _errno(exc) in _MYSQL_LOGIN_REFUSED
+
+    def checked_error(self, name: str, exc: BaseException, reason: str) -> QExportError | None:
+        # The number alone for most errors, as on the MySQL source (mysql_checking.py).
+        code = _errno(exc)
+        return checked_error(
+            name,
+            code if isinstance(code, int) else None,
+            reason,
+            said=f"data source {name!r}",
+        )
 
     def arrow_type(self, column: Described) -> pa.DataType | None:
         if column.type_code in _MYSQL_DECIMALS and column.scale is not None:

@@ -133,8 +133,10 @@ def query_error(  # noqa: PLR0911 - one return per kind of failure
     *,
     timed_out: bool,
     timeout_seconds: float,
+    checking: bool = False,
 ) -> QExportError:
-    """The qexport error for an exception raised while a statement ran or was read."""
+    """The qexport error for an exception raised while a statement ran or was read;
+    `checking`: while it was only described (the dialect's `checked_error`)."""
     if isinstance(exc, QExportError):
         return exc
     if timed_out or rules.is_timeout(exc):
@@ -144,6 +146,8 @@ def query_error(  # noqa: PLR0911 - one return per kind of failure
     reason = _reason(exc, secrets)
     if exc.connection_invalidated or reason.startswith(_SQLITE_BUSY):
         return SourceUnavailableError(f"the data source {name!r} went away: {_told(name, reason)}")
+    if checking and (checked := rules.checked_error(name, exc, reason)) is not None:
+        return checked
     if isinstance(exc, sa.exc.InternalError):
         return SourceUnavailableError(f"the data source {name!r} failed: {_told(name, reason)}")
     if isinstance(exc, sa.exc.DataError):

@@ -10,7 +10,9 @@ Codes, as for PostgreSQL (postgres_errors.py):
   qexport connected from (`@'10.0.0.5'`): where the server and qexport are is for the
   operator's log only (withheld.py), members read `cannot be reached: connection refused`;
 - the query is refused (syntax, unknown table or column, no SELECT on a table, a write in
-  the read-only transaction, a value the server cannot convert): query_invalid;
+  the read-only transaction, a value the server cannot convert): query_invalid; while the
+  statement is only checked (describe, plan), with the server's text for the errors made of
+  the statement's and the catalogue's words only (mysql_checking.py);
 - max_statement_time / max_execution_time, or qexport's own deadline: query_timeout.
 """
 
@@ -30,6 +32,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
     bounded_detail,
 )
+from qexport.sources.mysql_checking import checked_error
 from qexport.sources.postgres_errors import scrub
 from qexport.sources.withheld import logged, network_reason, without_layout
 
@@ -132,10 +135,12 @@ def query_error(  # noqa: PLR0911 - one return per kind of failure
     interrupted: bool,
     timed_out: bool,
     timeout_seconds: float,
+    checking: bool = False,
 ) -> QExportError:
     """The qexport error for a failure while a statement ran or was read.
 
-    `interrupted`: qexport stopped it (the export's lease); `timed_out`: its deadline passed.
+    `interrupted`: qexport stopped it (the export's lease); `timed_out`: its deadline passed;
+    `checking`: the statement was being described or planned, not run (mysql_checking.py).
     """
     if isinstance(exc, QExportError):
         return exc
@@ -156,6 +161,8 @@ def query_error(  # noqa: PLR0911 - one return per kind of failure
         return SourceUnavailableError(
             bounded_detail(f"MySQL source {name!r} stopped the statement: {_told(name, reason)}")
         )
+    if checking:
+        return checked_error(name, code, reason, said=f"MySQL source {name!r}")
     if code in _VALUES or isinstance(exc, MySQLdb.DataError):
         return QueryInvalidError(bounded_detail(_QUOTED.sub("'…'", reason)))
     # Syntax (1064), unknown table (1146) or column (1054), no privilege (1142, 1143), a write

@@ -127,6 +127,9 @@ class Session:
         self._conn: Any = None
         self._thread_id: int | None = None
         self._interrupted = False
+        # Set while the statement is only checked (describe, plan): the server's text of most
+        # errors is withheld then (mysql_checking.py).
+        self.checking = False
         self.deadline = Deadline(0, lambda: None)
         if on_interrupt is not None:
             on_interrupt(self.interrupt)
@@ -207,6 +210,7 @@ class Session:
             interrupted=self._interrupted,
             timed_out=self.deadline.expired,
             timeout_seconds=self.timeout_seconds,
+            checking=self.checking,
         )
 
     def close(self) -> None:

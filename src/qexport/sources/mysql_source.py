@@ -207,9 +207,12 @@ class MySQLSource:
         *,
         timeout_seconds: float,
     ) -> list[ResultColumn]:
-        """The columns, from the result's metadata under `sql_select_limit = 0`: no row read."""
+        """The columns, from the result's metadata under `sql_select_limit = 0`: no row read.
+        The server still evaluates constant parts of the statement: most of its errors are
+        told by their number only (mysql_checking.py)."""
         session = self._session(timeout_seconds)
         self._open(session, requester, select_limit=0)
+        session.checking = True
         try:
             text = self._render(sql, parameters, requester, session)
             columns = columns_of(session.query(text))
@@ -232,9 +235,10 @@ class MySQLSource:
         """The tables the query reads, from `EXPLAIN FORMAT=JSON` and the server's rewriting
         of the statement, in the export's read-only session (mysql_reads.py); nothing runs.
         None when they cannot be told (a view qexport's login may not SHOW, a stored
-        function)."""
+        function). Errors as for `describe`: EXPLAIN evaluates constant subqueries too."""
         session = self._session(timeout_seconds)
         self._open(session, requester)
+        session.checking = True
         try:
             text = self._render(sql, parameters, requester, session)
 
