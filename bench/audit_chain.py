@@ -3,8 +3,8 @@
     python bench/audit_chain.py [--events 100000] [--backend sqlite --backend postgresql]
 
 Fills a fresh metadata database with `--events` keyed events in 20 workspaces (chained as the
-store chains them), then prints the median of 200 recordings of a download's event (on
-PostgreSQL keyed by the database's function), of 5 reads of every chain's head (a worker's
+store chains them), then prints the median of 200 recordings of a download's event (keyed
+in the process, on PostgreSQL too), of 5 reads of every chain's head (a worker's
 first checkpoint pass) and of 5 reads of the heads moved since the last 100 events (every
 later pass), the time of a checkpoint of every chain to a folder, and how many events a
 verify walk checks per second (`qexport audit verify`: the database read and the HMACs).

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote, urlparse
 
 import sqlalchemy as sa
-import structlog
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
@@ -41,7 +40,7 @@ from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.approvals import SqlApprovalStore
-from qexport.store.audit import SqlAuditLog, logs_parameters, use_keys
+from qexport.store.audit import SqlAuditLog, use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import (
@@ -276,12 +275,6 @@ def build(
     keys = audit_keys(settings)
     if keys is not None:
         use_keys(engine, keys)
-    if upgrade and (logged := logs_parameters(engine)) is not None:
-        structlog.get_logger().warning(
-            "audit_keys_in_server_log",
-            reason=logged,
-            fix="set log_parameter_max_length = 0 for qexport's role (README: Security)",
-        )
     exports = SqlExportQueue(engine, notify=settings.pg_notify)
     accounts = SqlAccountStore(engine)
     audit = SqlAuditLog(engine)

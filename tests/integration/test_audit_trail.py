@@ -375,23 +375,81 @@ def test_writers_of_separate_processes_and_transactions_never_fork_a_chain(
     assert _verify(log, "acme") == (120, None)
 
 
-def test_a_server_that_would_log_the_chains_keys_is_named(
+def _key_material(log: SqlAuditLog, workspaces: list[str]) -> list[bytes]:
+    """Every form of the chains' keys a database could be handed: each workspace's event key
+    and HMAC's two padded keys made from it, the chain and checkpoint keys they derive from."""
+    key = log.keys.current
+    found = [key._chain, key._checkpoint]
+    for workspace in workspaces:
+        event_key = key.event_key(workspace)
+        padded = event_key.ljust(64, b"\0")
+        found += [event_key, bytes(b ^ 0x36 for b in padded), bytes(b ^ 0x5C for b in padded)]
+    return found
+
+
+def _holds(value: Any, secret: bytes) -> bool:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return secret in bytes(value)
+    if isinstance(value, dict):
+        return any(_holds(v, secret) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds(v, secret) for v in value)
+    return secret.hex() in str(value).lower()
+
+
+def test_no_function_of_the_database_is_handed_the_chains_keys(
     postgresql_store: SqlMetadataStore,
 ) -> None:
-    """A PostgreSQL database whose statements are logged with their parameters would write
-    the workspaces' event keys to the server log: that is told (start-up warns), and no
-    longer once log_parameter_max_length is 0; SQLite logs nothing."""
-    from qexport.store.audit import logs_parameters
+    """On PostgreSQL the upgrade leaves no qexport_audit_append, nor any function that takes
+    bytes; and appending events (on their own, through the writer, in a store's transaction,
+    in a prune) sends no statement or parameter holding a key, a padded key or its hex: the
+    HMACs are computed in qexport's process. The chains verify and the download totals add
+    up."""
+    from sqlalchemy import event
+
+    from tests.factories import new_export
 
     engine = postgresql_store.engine
-    assert logs_parameters(engine) is None
-    database = engine.url.database
-    for setting, reason in (
-        ("log_statement = 'all'", "log_statement is 'all'"),
-        ("log_parameter_max_length = 0", None),
-    ):
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f'ALTER DATABASE "{database}" SET {setting}')
-            conn.commit()
-        engine.dispose()  # the setting applies to the connections made after it
-        assert logs_parameters(engine) == reason
+    with engine.connect() as conn:
+        functions = conn.execute(
+            sa.text(
+                "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                " WHERE n.nspname = current_schema()"
+                " AND (p.proname LIKE 'qexport_audit%' OR 'bytea'::regtype = ANY(p.proargtypes))"
+            )
+        ).all()
+    assert functions == []
+    log = SqlAuditLog(engine, linger=0.01)
+    odd = "100%s'é\\"
+    sent: list[tuple[str, Any]] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert log.record(_event(1))
+        assert log.record_soon(_event(2, "beta")).result(timeout=30)
+        postgresql_store.insert_export(new_export(T0), audit=_event(3))
+        cutoff = T0 + timedelta(minutes=2)
+        pruned = AuditEvent(
+            cutoff, "*", OPERATOR.kind, OPERATOR.id, Action.AUDIT_PRUNED, None, None
+        )
+        assert log.prune(before=cutoff, event=pruned) == {"acme": 1}
+        for n in range(3):  # a name that quoting or placeholders would have to get right
+            assert log.record(_event(5 + n, odd))
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert any("INSERT INTO audit_events" in statement for statement, _ in sent)
+    for secret in _key_material(log, ["acme", "beta", "*", odd]):
+        assert not any(_holds([statement, parameters], secret) for statement, parameters in sent)
+    for workspace in ("acme", "beta", odd):
+        assert _verify(log, workspace)[1] is None
+    assert [e.seq for e in log.chain(odd)] == [1, 2, 3]
+    with engine.connect() as conn:
+        totals: dict[str, int] = dict(
+            conn.execute(
+                sa.text("SELECT workspace_id, bytes_sent FROM audit_download_totals")
+            ).all()
+        )
+    assert totals == {"acme": 30, "beta": 20, odd: 50 + 60 + 70}

@@ -26,7 +26,7 @@ from qexport.store.engine import (
     serve_on_this_loop,
     transaction,
 )
-from qexport.store.reads import OneRead, OneWrite
+from qexport.store.reads import OneRead
 from qexport.store.tables import export_events, exports, users, workspaces
 from tests.factories import new_export
 from tests.queue_helpers import claim
@@ -193,39 +193,3 @@ def test_no_read_or_write_runs_on_an_event_loop(engine: sa.Engine) -> None:
     assert asyncio.run(on_the_loop()) == 1
     assert _workspace_names(engine) == ["acme"]
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-
-
-def test_a_write_commits_on_its_own_and_never_runs_where_it_may_not(engine: sa.Engine) -> None:
-    """An OneWrite on PostgreSQL commits without a transaction around it: another connection
-    sees its row at once, and the connection goes back to the pool out of autocommit. It is
-    refused on an event loop that serves requests, where it could wait for a lock, and on
-    SQLite, whose writers take turns in transactions."""
-    put = OneWrite(sa.select(sa.func.one_write_put(sa.bindparam("v", type_=sa.Text))))
-    if engine.dialect.name == "sqlite":
-        with pytest.raises(ValueError, match="SQLite"):
-            put.scalar(engine, {"v": "x"})
-        return
-    with engine.begin() as conn:
-        conn.execute(sa.text("CREATE TABLE one_write_probe (v text)"))
-        conn.execute(
-            sa.text(
-                "CREATE FUNCTION one_write_put(v text) RETURNS text LANGUAGE sql"
-                " AS 'INSERT INTO one_write_probe VALUES (v) RETURNING v'"
-            )
-        )
-    assert put.scalar(engine, {"v": "kept"}) == "kept"
-    with psycopg.connect(engine.url.set(drivername="postgresql").render_as_string(False)) as other:
-        assert other.execute("SELECT v FROM one_write_probe").fetchall() == [("kept",)]
-    with engine.connect() as conn:
-        assert not conn.connection.driver_connection.autocommit  # type: ignore[union-attr]
-
-    async def on_a_loop() -> None:
-        serve_on_this_loop()
-        put.scalar(engine, {"v": "refused"})
-
-    with pytest.raises(RuntimeError, match="event loop"):
-        asyncio.run(on_a_loop())
-    with engine.begin() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM one_write_probe")).scalar() == 1
-        conn.execute(sa.text("DROP FUNCTION one_write_put(text)"))
-        conn.execute(sa.text("DROP TABLE one_write_probe"))

@@ -284,24 +284,6 @@ def unkeyed(event: AuditEvent, prev_hash: str, now: datetime) -> dict[str, Any]:
     return done
 
 
-_PREV_KEY = '"prev_hash":"'
-_SEQ_KEY = '"seq":'
-
-
-def pieces(row: Mapping[str, Any], key_id: str) -> tuple[str, str, str]:
-    """The canonical form of an unchained `row`, keyed with `key_id`, as the text around its
-    prev_hash and its seq: `before + prev + between + str(seq) + after` is its canonical form
-    for any hash `prev` and sequence `seq`, so a writer that learns them only under its
-    chain's lock (the database, on PostgreSQL) can hash the event without this module. ASCII
-    (json.dumps escapes the rest); the keys cannot occur inside a value, whose quotes are
-    escaped, and sorted, prev_hash and seq are neighbours."""
-    text = canonical(**row, prev_hash=GENESIS, seq=0, key_id=key_id).decode("ascii")
-    hole = f'{_PREV_KEY}{GENESIS}",{_SEQ_KEY}0,'
-    assert text.count(hole) == 1, "the keys occur once: quotes inside values are escaped"
-    before, _, after = text.partition(hole)
-    return before + _PREV_KEY, f'",{_SEQ_KEY}', "," + after
-
-
 @dataclass(frozen=True)
 class Anchor:
     """Where a chain starts: the hash and sequence of the last event pruned from it (GENESIS

@@ -6,12 +6,8 @@ removing or editing an event (a plain SHA-256 chain, as events carried before ke
 recomputed by anyone). Three keys are derived from the secret with HKDF-SHA256 (RFC 5869, no
 salt, one 32-byte block), each under a label of its own:
 
-- the chain key, from which each workspace's event key is taken (HMAC of the workspace id):
-  on PostgreSQL the event key goes to the database with each append (store/audit.py), so a
-  server log that records bound parameters exposes one workspace's chain, never the others'
-  nor the secret;
-- the checkpoint key, which signs the heads written to object storage (audit_checkpoints.py)
-  and never leaves the process: a chain key exposed that way still cannot move a checkpoint;
+- the chain key, from which each workspace's event key is taken (HMAC of the workspace id);
+- the checkpoint key, which signs the heads written to object storage (audit_checkpoints.py);
 - the key id, 12 hex characters stored with each event, which names the secret an event was
   keyed with, so that after a rotation (a new QEXPORT_SECRET_KEY, the old one kept in
   QEXPORT_SECRET_KEY_PREVIOUS) every event is checked with its own secret. It says nothing
@@ -19,9 +15,15 @@ salt, one 32-byte block), each under a label of its own:
 
 HMAC was chosen over a signature per event, which would let a verifier check the chain without
 the secret, but costs more (Ed25519 with `cryptography`: 132 us to sign, 312 us to verify,
-against 12 us for an HMAC of a 400-byte event, on the shared test machine) and cannot be
-computed by PostgreSQL under the chain's lock; and over an unkeyed chain signed only at
-checkpoints, where anything written after the last checkpoint could be rewritten unseen.
+against 12 us for an HMAC of a 400-byte event, on the shared test machine); and over an
+unkeyed chain signed only at checkpoints, where anything written after the last checkpoint
+could be rewritten unseen.
+
+None of the keys ever leaves the process: every event's HMAC is computed in Python, on
+PostgreSQL too (store/audit.py), so neither the database, its functions nor its logs ever
+see one. (Until migration 0025, PostgreSQL computed the HMAC in a function of the database,
+handed the event key's pads with each append: whoever held qexport's database login could
+have replaced that function with one that kept them.)
 
 Pure: no I/O (hmac and hashlib only).
 """
@@ -36,7 +38,6 @@ from dataclasses import dataclass, field
 from qexport.domain.failures import QExportError
 
 KEY_ID_CHARS = 12
-_BLOCK = 64  # SHA-256's block: HMAC pads its key to this
 _CHAIN_LABEL = b"qexport audit chain v1"
 _CHECKPOINT_LABEL = b"qexport audit checkpoint v1"
 _KEY_ID_LABEL = b"qexport audit key id v1"
@@ -55,10 +56,8 @@ class ChainKey:
     key_id: str
     _chain: bytes = field(compare=False)
     _checkpoint: bytes = field(compare=False)
-    # Each workspace's event key and pads, once derived (a verify walk keys every event of a
-    # chain; on PostgreSQL every append sends the pads).
+    # Each workspace's event key, once derived (a verify walk keys every event of a chain).
     _event_keys: dict[str, bytes] = field(default_factory=dict, compare=False)
-    _pads: dict[str, tuple[bytes, bytes]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def derive(cls, secret: str) -> ChainKey:
@@ -82,17 +81,6 @@ class ChainKey:
     def mac(self, workspace_id: str, message: bytes) -> str:
         """HMAC-SHA256 of `message` under the workspace's event key, as hex."""
         return hmac.digest(self.event_key(workspace_id), message, "sha256").hex()
-
-    def pads(self, workspace_id: str) -> tuple[bytes, bytes]:
-        """The workspace's event key padded to a block and XORed with HMAC's inner and outer
-        pads: HMAC(K, m) = SHA256(outer || SHA256(inner || m)), which a database that has
-        SHA-256 but no HMAC (PostgreSQL's sha256()) computes from these two."""
-        pads = self._pads.get(workspace_id)
-        if pads is None:
-            key = self.event_key(workspace_id).ljust(_BLOCK, b"\0")
-            pads = bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
-            self._pads[workspace_id] = pads
-        return pads
 
     def sign(self, payload: bytes) -> str:
         """The checkpoint signature of `payload` (HMAC-SHA256 under the checkpoint key)."""

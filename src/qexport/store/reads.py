@@ -1,12 +1,11 @@
-"""The API's hottest reads, and writes that are one statement: each run alone, outside any
-transaction, on a SQLAlchemy Connection of the pool; never on an event loop.
+"""The API's hottest reads: each run alone, outside any transaction, on a SQLAlchemy
+Connection of the pool; never on an event loop.
 
 A read that needs no other statement to agree with it (a token's holder, an export, its
 events, the query lists, a workspace's policy) takes no transaction: on PostgreSQL it runs in
 autocommit, one round trip where BEGIN, the statement and COMMIT are three; on SQLite, whose
 driver runs each statement on its own, in a transaction that only reads (deferred, so it
-waits for no writer: qexport.store.engine). A write that is one statement (on PostgreSQL, a
-SELECT of a function that writes) commits on its own the same way.
+waits for no writer: qexport.store.engine).
 
 They go through SQLAlchemy's Connection, its compiled cache and its type processors, like
 every other statement of the store. They used to run on the driver's cursor with a plan of
@@ -18,7 +17,7 @@ times, is about half of what the API's requests cost more now that none reads on
 (qexport.http.one_hop has the figures); reading on the loop could not stay: a read that
 waited for a lock held the loop, and every request of the process with it.
 
-Every read and write here is subject to the engine's deadline when it has one (a server's:
+Every read here is subject to the engine's deadline when it has one (a server's:
 `create_engine(deadline=)`); past it, or when the database cannot be reached, it fails with
 MetadataUnavailableError.
 """
@@ -64,21 +63,3 @@ class OneRead:
     ) -> Any:
         with single_statements(engine) as conn:
             return take(conn.execute(self.statement, params or {}))
-
-
-class OneWrite(OneRead):
-    """A write that is one statement (on PostgreSQL, a SELECT of a function that writes),
-    run as an OneRead is: in autocommit, so that it commits on its own in one round trip.
-    Not on SQLite, where writers take turns in transactions (qexport.store.engine)."""
-
-    __slots__ = ()
-
-    def _run(
-        self,
-        engine: sa.Engine,
-        params: Mapping[str, Any] | None,
-        take: Callable[[sa.CursorResult[Any]], Any],
-    ) -> Any:
-        if engine.dialect.name != "postgresql":
-            raise ValueError("an OneWrite is for PostgreSQL; SQLite writes in transactions")
-        return super()._run(engine, params, take)

@@ -623,9 +623,9 @@ audit_download_totals = sa.Table(
 # Each workspace's previews and the rows they showed, over the `query.previewed` events
 # audit_events holds (outcome ok), for /metrics. Kept by the database itself: a trigger adds
 # each such event as it is inserted and takes it off as a prune deletes it, however the event
-# was written (one at a time, in a group, by qexport_audit_append) and whatever writes it
-# next, so the totals are always the sum over the trail. A trigger's WHEN clause costs every
-# other event one comparison.
+# was written (one at a time or in a group) and whatever writes it next, so the totals are
+# always the sum over the trail. A trigger's WHEN clause costs every other event one
+# comparison.
 audit_preview_totals = sa.Table(
     "audit_preview_totals",
     metadata,
