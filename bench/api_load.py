@@ -387,7 +387,10 @@ def measure(backend: str, args: argparse.Namespace) -> list[str]:
         data_dir = root / "data"
         build_demo_database(data_dir / "demo.duckdb", orders=args.orders)
         with database(backend) as db_url:
-            inst = seed(Settings(data_dir=data_dir, database_url=db_url))
+            # PostgreSQL: the installation secret must be given (as in production), the same
+            # here, where the chains of the seeded events are keyed, as in the processes.
+            secret = secrets.token_hex(32) if db_url else ""
+            inst = seed(Settings(data_dir=data_dir, database_url=db_url, secret_key=secret))
             env = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
             env |= {
                 "QEXPORT_DATA_DIR": str(data_dir),
@@ -396,8 +399,8 @@ def measure(backend: str, args: argparse.Namespace) -> list[str]:
                 "QEXPORT_WORKER_NICE": str(args.worker_nice),
                 "QEXPORT_WORKER_IDLE": str(args.worker_idle).lower(),
             }
-            if db_url:  # PostgreSQL: the installation secret must be given (as in production)
-                env["QEXPORT_SECRET_KEY"] = secrets.token_hex(32)
+            if secret:
+                env["QEXPORT_SECRET_KEY"] = secret
             port = _free_port()
             workers = ["--workers", str(args.workers)] if args.workers > 1 else []
             procs.start(env, root / "serve.log", "serve", "--port", str(port), *workers)

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import http.client
 import os
+import secrets
 import shutil
 import socket
 import statistics
@@ -130,6 +131,7 @@ def measure(backend: str, requests: int) -> str:
             settings = Settings(
                 data_dir=root / "data",
                 database_url=url,
+                secret_key=secrets.token_hex(32),  # required on PostgreSQL, as in production
                 sources={"shop": f"duckdb://{demo}"},
                 source_workspaces={"shop": frozenset({"acme"})},
             )

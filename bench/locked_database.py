@@ -139,11 +139,14 @@ def measure(backend: str, args: argparse.Namespace) -> list[str]:
         data_dir = root / "data"
         build_demo_database(data_dir / "demo.duckdb", orders=1000)
         with api_load.database(backend) as db_url:
-            inst = seed(Settings(data_dir=data_dir, database_url=db_url))
+            # PostgreSQL: the installation secret must be given (as in production), the same
+            # here, where the chains of the seeded events are keyed, as in the processes.
+            secret = secrets.token_hex(32) if db_url else ""
+            inst = seed(Settings(data_dir=data_dir, database_url=db_url, secret_key=secret))
             env = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
             env |= {"QEXPORT_DATA_DIR": str(data_dir), "QEXPORT_DATABASE_URL": db_url}
-            if db_url:
-                env["QEXPORT_SECRET_KEY"] = secrets.token_hex(32)
+            if secret:
+                env["QEXPORT_SECRET_KEY"] = secret
             port = api_load._free_port()
             procs.start(env, root / "serve.log", "serve", "--port", str(port), "--workers", "1")
             api_load._wait_until_up(f"http://127.0.0.1:{port}", procs)
