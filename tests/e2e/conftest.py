@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,6 +36,21 @@ class Env:
     extra: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _store: SqlMetadataStore | None = None
+    # Workers lead process groups of their own: what a `--processes` supervisor forked is
+    # stopped with it at the end, even after the supervisor was killed (its children, told by
+    # the parent-death signal to finish or hand back, would wait on a database the test
+    # dropped).
+    _groups: list[int] = field(default_factory=list)
+
+    def stop_all(self) -> None:
+        """Kill every process started for the test, and every worker's process group."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for group in self._groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
 
     @property
     def environ(self) -> dict[str, str]:
@@ -75,8 +92,10 @@ class Env:
                 env={**self.environ, **extra_env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self.procs.append(proc)
+        self._groups.append(proc.pid)
         return proc
 
     def add_query(self, name: str, sql: str, *params: Parameter, source: str = "demo") -> None:
@@ -158,7 +177,4 @@ def env(tmp_path: Path, demo_db: Path) -> Iterator[Env]:
     e = Env(tmp_path)
     e.run("db", "upgrade")
     yield e
-    for proc in e.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    e.stop_all()

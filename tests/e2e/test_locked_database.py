@@ -124,10 +124,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
             waiting = lambda: True  # noqa: E731 - nothing to see from outside: they just wait
         yield Served(request.param, env, url, token, export_id, lock, waiting)
     finally:
-        for proc in env.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        env.stop_all()
         env.store.engine.dispose()
 
 

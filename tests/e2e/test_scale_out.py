@@ -57,10 +57,7 @@ def cluster(
         _store=SqlMetadataStore(engine),
     )
     yield env
-    for proc in env.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    env.stop_all()
     engine.dispose()
 
 

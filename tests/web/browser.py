@@ -140,10 +140,7 @@ def make_site(
     worker = env.start_worker("--concurrency", "2")
     url, _ = start_server(env)
     yield Site(env, url, token, artifacts, worker)
-    for proc in env.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    env.stop_all()
 
 
 @pytest.fixture(scope="module")
