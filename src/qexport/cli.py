@@ -31,13 +31,15 @@ from qexport.cli_schedules import schedules_app
 from qexport.cli_workspaces import workspaces_app
 from qexport.config import Setting, Settings, declared
 from qexport.container import Container
-from qexport.domain.audit import OPERATOR, Action
+from qexport.domain.audit import OPERATOR, Action, operator_for
 from qexport.domain.exports import Requester
 from qexport.domain.failures import (
     InvalidRequestError,
+    MetadataUnavailableError,
     QExportError,
     SourceUnavailableError,
     StatementRefusedError,
+    TooManyRequestsError,
 )
 from qexport.domain.queries import (
     Parameter,
@@ -48,7 +50,12 @@ from qexport.domain.queries import (
     parse_param_spec,
 )
 from qexport.logs import configure_logging
-from qexport.services.describe import Described, describe_statement, describe_timeout
+from qexport.services.describe import (
+    Described,
+    Saving,
+    describe_statement,
+    describe_timeout,
+)
 from qexport.services.queries import check_sql, query_event
 
 app = typer.Typer(
@@ -556,7 +563,7 @@ def queries_add(
             f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
         )
     template = _filename_template(filename, params)
-    described = _described(st, deps, source, sql, params)
+    described = _described(st, deps, source, sql, params, name=name)
     query = Query(
         id=str(uuid.uuid4()),
         workspace_id=st.requester.workspace_id,
@@ -619,7 +626,7 @@ def queries_update(
         if filename is not None
         else current.filename_template and _filename_template(current.filename_template, params)
     )
-    described = _described(st, deps, source, sql, params)
+    described = _described(st, deps, source, sql, params, name=name, query_id=current.id)
     updated = replace(
         current,
         sql=sql,
@@ -652,11 +659,19 @@ def _print_columns(columns: tuple[ResultColumn, ...]) -> None:
 
 
 def _described(
-    st: State, deps: Container, source: str, sql: str, params: tuple[Parameter, ...]
+    st: State,
+    deps: Container,
+    source: str,
+    sql: str,
+    params: tuple[Parameter, ...],
+    *,
+    name: str,
+    query_id: str | None = None,
 ) -> Described:
     """The columns the source describes and the tables it reads, with the requester's
-    rights; a statement it refuses exits 2 with its message, an unreachable source 1 (nothing
-    is saved either way)."""
+    rights; a statement it refuses exits 2 with its message (recorded, and one of the
+    requester's previews of the minute), an unreachable source 1, none of those previews
+    left 1 before the source is asked (nothing is saved either way)."""
     try:
         check_sql(sql)
     except InvalidRequestError as exc:
@@ -672,6 +687,8 @@ def _described(
             sql=sql,
             parameters=params,
             timeout_seconds=describe_timeout(deps.settings.statement_timeout_seconds),
+            ration=replace(deps.save_ration(), actor=operator_for(st.requester.user_id)),
+            saving=Saving(name=name, query_id=query_id),
         )
     except StatementRefusedError as exc:
         fail_input(f"source {source!r} refuses the SQL: {exc.detail}")
@@ -679,6 +696,10 @@ def _described(
         fail_input(exc.detail)
     except SourceUnavailableError as exc:
         fail(exc.detail)
+    except TooManyRequestsError as exc:
+        fail(f"{exc.detail} (too_many_requests)")
+    except MetadataUnavailableError as exc:
+        fail(f"{exc.detail} ({exc.code.value})")
     finally:
         runner.close()
 

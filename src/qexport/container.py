@@ -29,6 +29,7 @@ from qexport.ports import (
     SourceCatalog,
 )
 from qexport.services.approvals import ApprovalDesk
+from qexport.services.describe import Ration
 from qexport.services.preview import PreviewDesk
 from qexport.services.slots import SourceSlots
 
@@ -73,6 +74,11 @@ class Container:
         """Where export requests of sensitive queries go (telling people by email when
         QEXPORT_SMTP_URL is set)."""
         return approval_desk(self.approvals, self.accounts, self.settings)
+
+    def save_ration(self) -> Ration:
+        """What checking a query as it is saved is rationed and recorded with
+        (services/describe.py): the member's previews of the minute, and the audit trail."""
+        return Ration(self.preview_desk().looks(), self.audit)
 
     def preview_desk(self) -> PreviewDesk:
         """What a preview needs (services/preview.py), whichever door asks for one."""

@@ -1042,6 +1042,11 @@ class RateLimits(Protocol):
         `limit` times."""
         ...
 
+    def give_back(self, key: str, *, at: datetime) -> None:
+        """Forget one use of `key` recorded at `at` (an admission that turned out not to
+        count); nothing when there is none."""
+        ...
+
 
 # ---------------------------------------------------------------- writers
 

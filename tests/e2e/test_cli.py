@@ -325,3 +325,31 @@ def test_queries_update_is_checked_like_add(env: Env) -> None:
     after = env.store.find_query("demo", "orders")
     assert after is not None
     assert (after.sql, after.parameters) == ("SELECT note FROM orders", before.parameters)
+
+
+def test_refused_saves_are_recorded_and_rationed(env: Env) -> None:
+    """With two previews a minute: a refused `queries add` and `queries update` are failed
+    `query.created`/`query.changed` events of the CLI acting for its user, each taking one;
+    the next add is refused in one line saying when to try again (exit 1), unrecorded."""
+    _add_orders(env)
+    limited = Env(env.data_dir, {"QEXPORT_PREVIEW_PER_MINUTE": "2"})
+    added = limited.run("queries", "add", "broken", "--sql", "SELECT * FROM gone", check=False)
+    assert added.returncode == 2
+    changed = limited.run("queries", "update", "orders", "--sql", "SELECT nope", check=False)
+    assert changed.returncode == 2
+    proc = limited.run("queries", "add", "broken", "--sql", "SELECT * FROM gone", check=False)
+    assert proc.returncode == 1
+    assert "(too_many_requests)" in proc.stderr
+    assert "the query was not saved" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    events = [
+        e
+        for action in ("query.created", "query.changed")
+        for e in env.json("audit", "list", "--action", action)["items"]
+        if e["outcome"] == "failed"
+    ]
+    assert [(e["action"], e["actor"], e["details"]["name"]) for e in events] == [
+        ("query.created", {"kind": "operator", "id": "alice"}, "broken"),
+        ("query.changed", {"kind": "operator", "id": "alice"}, "orders"),
+    ]
+    assert events[0]["details"]["code"] == "query_invalid"

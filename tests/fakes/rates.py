@@ -19,3 +19,9 @@ class InMemoryRateLimits:
                 return max(min(uses) + window - now, timedelta(microseconds=1))
             self._uses[key] = [*uses, now]
         return timedelta(0)
+
+    def give_back(self, key: str, *, at: datetime) -> None:
+        with self._lock:
+            uses = self._uses.get(key, [])
+            if at in uses:
+                uses.remove(at)

@@ -3,8 +3,9 @@ for the policy) leaks no data through the server's error: MariaDB evaluates cons
 subqueries while it prepares and plans, and `extractvalue`/`updatexml` put their argument in
 the message. The member reads the error's number and why its text is withheld; a syntax
 error or an unknown column still reads as the server says it. A preview whose plan fails is
-on the record and counts against the preview rate. On the MySQL source and the generic
-source over MariaDB, on a real server (tests/mariadb.py)."""
+on the record and counts against the preview rate; so does a save whose statement is refused,
+the one bit the refusal still tells. On the MySQL source and the generic source over
+MariaDB, on a real server (tests/mariadb.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query
 from qexport.domain.sensitivity import SensitiveTable
 from qexport.ports import Source
-from qexport.services.describe import describe_statement
+from qexport.services.describe import Ration, Saving, describe_statement
+from qexport.services.looks import Looks
 from qexport.services.preview import PreviewDesk, preview_query
 from qexport.services.slots import SourceSlots
 from qexport.sources.generic import GenericSource, engine_for
@@ -99,6 +101,68 @@ def test_a_query_saved_reads_the_error_number_never_the_data(source: Source, car
     with pytest.raises(StatementRefusedError) as caught:
         _describe(source, LEAKS[carrier])
     _withheld(caught.value.detail)
+
+
+def _probe(threshold: int) -> str:
+    """Refused when the first digit of alice's salary (1: ASCII 49) is above `threshold`:
+    the server evaluates the branch it takes while it checks the statement (a subquery of
+    two rows, error 1242), not the other."""
+    first = "(SELECT ascii(substr(salary, 1, 1)) FROM salaries ORDER BY name LIMIT 1)"
+    return (
+        f"SELECT 1 AS x FROM salaries WHERE IF({first} > {threshold}, (SELECT 1 UNION SELECT 2), 1)"
+    )
+
+
+def test_a_refused_save_is_on_the_record_and_the_31st_in_a_minute_never_reaches_the_source(
+    server: MariaDBServer,
+) -> None:
+    """On the MySQL source (it describes and plans on the server), the probe's refusal (a
+    bit of the salaries table) is a failed `query.created` event of Ann's, without the
+    server's text, and takes one of her 30 previews of the minute; the probe the server
+    accepts takes none; the 31st refused save is TooManyRequestsError with a Retry-After,
+    and the source is not asked."""
+    sources = FixedSources({"maria": MySQLSource("maria", server.url())})
+    runner = InProcessPreviews(sources)
+    audit = InMemoryAuditLog()
+    ration = Ration(Looks(InMemoryRateLimits(), FrozenClock(), 30), audit)
+
+    def save(sql: str) -> None:
+        describe_statement(
+            sources,
+            runner,
+            ANN,
+            source="maria",
+            sql=sql,
+            parameters=(),
+            timeout_seconds=10,
+            ration=ration,
+            saving=Saving(name="probe"),
+        )
+
+    with pytest.raises(StatementRefusedError, match="MySQL error 1242"):
+        save(_probe(48))
+    save(_probe(49))
+    narrow = AuditFilter(action=Action.QUERY_CREATED.value)
+    [recorded] = audit.list_events(workspace_id=None, narrow=narrow, limit=100)
+    assert (recorded.actor_kind, recorded.actor_id, recorded.outcome) == ("user", "ann", "failed")
+    details = json.loads(recorded.details)
+    assert (details["name"], details["source"], details["code"]) == (
+        "probe",
+        "maria",
+        "query_invalid",
+    )
+    assert details["step"] in ("describe", "plan")
+    assert "123456" not in recorded.details
+    assert "withheld" not in recorded.details
+    for _ in range(29):
+        with pytest.raises(StatementRefusedError):
+            save(_probe(48))
+    asked = len(runner.jobs)
+    with pytest.raises(TooManyRequestsError) as limited:
+        save(_probe(48))
+    assert limited.value.retry_after == 60
+    assert len(runner.jobs) == asked
+    assert len(audit.list_events(workspace_id=None, narrow=narrow, limit=100)) == 30
 
 
 @pytest.mark.parametrize("carrier", sorted(LEAKS))

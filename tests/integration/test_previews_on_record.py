@@ -59,6 +59,31 @@ def test_a_key_longer_than_its_column_is_counted_all_the_same(
     assert rates.admit(key[:-1], now=T0, limit=1, window=MINUTE) == timedelta(0)
 
 
+def test_a_use_given_back_frees_one_place_and_only_one(sql_store: SqlMetadataStore) -> None:
+    """Two uses at the same moment, a limit of two: giving one back admits one more, not
+    two; giving back a use that was never recorded, or another key's, changes nothing; a
+    long key is given back as it was admitted."""
+    rates = SqlRateLimits(sql_store.engine)
+
+    def admit(key: str) -> bool:
+        return rates.admit(key, now=T0, limit=2, window=MINUTE) == timedelta(0)
+
+    assert admit("ann")
+    assert admit("ann")
+    assert not admit("ann")
+    rates.give_back("ann", at=T0)
+    rates.give_back("bob", at=T0)
+    rates.give_back("ann", at=T0 + timedelta(seconds=1))
+    assert admit("ann")
+    assert not admit("ann")
+    key = "preview:acme:" + "u" * 1_000
+    assert admit(key)
+    assert admit(key)
+    rates.give_back(key, at=T0)
+    assert admit(key)
+    assert not admit(key)
+
+
 def test_callers_at_once_are_admitted_exactly_the_limit(sql_store: SqlMetadataStore) -> None:
     """Twenty callers at the same moment (each its own connection, as server processes are)
     with a limit of five: exactly five admitted."""

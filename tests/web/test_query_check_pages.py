@@ -1,15 +1,18 @@
 """The query form checks the SQL with its source when saved: a refusal is shown next to the
 SQL field (tied to it for screen readers), the form keeps what was typed, and a saved query's
-page lists its columns (or says they are not known yet)."""
+page lists its columns (or says they are not known yet). A refused save is on the record and
+takes one of the person's previews of the minute."""
 
 from __future__ import annotations
 
 import html as markup
+import json
 import re
 from pathlib import Path
 
+from qexport.domain.audit import AuditFilter
 from qexport.domain.sources import RegisteredSource
-from tests.api.conftest import Api
+from tests.api.conftest import Api, api_on
 from tests.web.conftest import Browser, add_person, csrf_of
 
 FORM = "/queries/new"
@@ -102,3 +105,40 @@ def test_a_query_saved_before_checking_still_shows(api: Api, browser: Browser) -
     page = browser.page(f"/queries/{query.id}")
     assert "Not known yet" in page
     assert '<pre class="sql">' in page
+
+
+def test_a_refused_save_is_recorded_and_counts_with_previews(
+    tmp_path: Path, source_template: Path
+) -> None:
+    """Two previews a minute: the form's refused save is a failed `query.created` by the
+    signed-in person (a session); the second refused save spends the minute, and the third
+    is 429 with Retry-After, the reason above the form, the form kept, nothing recorded."""
+    with api_on(tmp_path, source_template, preview_per_minute=2) as api:
+        browser = Browser(api.client)
+        add_person(api, "ann@example.com")
+        browser.sign_in("ann@example.com")
+        sql = "SELECT * FROM no_such_table"
+        status, _ = _submit(browser, sql=sql)
+        assert status == 400
+        narrow = AuditFilter(action="query.created")
+        [found] = api.context.audit.list_events(workspace_id="acme", narrow=narrow)
+        assert (found.actor_kind, found.actor_id) == ("user", api.user_id("ann@example.com"))
+        assert found.outcome == "failed"
+        details = json.loads(found.details)
+        assert (details["name"], details["source"], details["code"]) == (
+            "checked",
+            "shop",
+            "query_invalid",
+        )
+        assert _submit(browser, sql=sql)[0] == 400
+        token = csrf_of(browser.page(FORM))
+        fields = {"name": "checked", "source": "shop", "visibility": "workspace", "sql": sql}
+        limited = browser.client.post(FORM, data={"csrf": token, **fields})
+        assert limited.status_code == 429
+        assert limited.headers["Retry-After"] == "60"
+        assert re.search(
+            r'<p class="error" role="alert">[^<]*the query was not saved', limited.text
+        )
+        assert f">{markup.escape(sql)}</textarea>" in limited.text
+        assert len(api.context.audit.list_events(workspace_id="acme", narrow=narrow)) == 2
+        assert api.context.catalog.list_queries("acme") == []

@@ -220,25 +220,48 @@ def _sources(context: Container, principal: Principal) -> frozenset[str]:
 
 
 def _describe(context: Container, principal: Principal) -> Describe:
-    """The caller's source describes the statement before it is saved, with their rights."""
+    """The caller's source describes the statement before it is saved, with their rights;
+    a statement it refuses is recorded and takes one of their previews of the minute."""
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
     return describer(
-        context.sources, context.previews, principal.requester, timeout, context.source_slots
+        context.sources,
+        context.previews,
+        principal.requester,
+        timeout,
+        context.source_slots,
+        context.save_ration(),
     )
+
+
+def _save_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {
+        **problem_responses(*statuses),
+        429: {
+            **problem_responses(429)[429],
+            "description": "You ran as many previews (or checks of queries that were not"
+            " saved) as allowed in the last minute (QEXPORT_PREVIEW_PER_MINUTE), or you (or"
+            " the server) already run as many previews and query checks as allowed at once;"
+            " the source was not asked and nothing was saved; Retry-After says when to ask"
+            " again.",
+        },
+    }
 
 
 @router.post(
     "",
     status_code=201,
     response_model=QueryView,
-    responses=problem_responses(400, 401, 403, 413, 422, 503),
+    responses=_save_responses(400, 401, 403, 413, 422, 503),
     summary="Save a query (editors and admins); its source describes it first",
     description="The source describes the statement without running it (the columns and"
     " their types, stored with the query). A statement it refuses (a syntax error, a missing"
     " table or column, anything but one SELECT, an undeclared parameter) is refused with 422,"
     ' `field` "sql", the source\'s message and, when the source gives one, `position`'
     " {line, column}; a source that cannot be reached refuses the save with 503"
-    " `source_unavailable`.",
+    " `source_unavailable`. A statement the source refuses is recorded in the audit trail"
+    " (`query.created`, outcome `failed`) and takes one of your previews of the minute"
+    " (QEXPORT_PREVIEW_PER_MINUTE); with none left the save is 429 before the source is"
+    " asked. A statement the source accepts costs nothing.",
 )
 def create_query(
     body: QueryWrite,
@@ -285,8 +308,10 @@ def read_query(query_id: str, principal: CurrentPrincipal, context: Context) -> 
 @router.put(
     "/{query_id}",
     response_model=QueryView,
-    responses=problem_responses(400, 401, 403, 404, 413, 422, 503),
+    responses=_save_responses(400, 401, 403, 404, 413, 422, 503),
     summary="Replace a query whole (editors and admins); its owner stays",
+    description="Checked by its source as a new query is (see POST); a statement the source"
+    " refuses is recorded as a failed `query.changed`.",
 )
 def replace_query(
     query_id: str, body: QueryWrite, principal: CurrentPrincipal, context: Context

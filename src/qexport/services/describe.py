@@ -19,25 +19,41 @@ columns come back at once. A describe that still meets the limit is refused on `
 The source's planner also says then, in a preview process too, which tables (and columns) the
 statement reads (`Source.relations`, domain/sensitivity.py): recorded with the query, it is
 what a policy's sensitive tables are judged against when an export of it is requested.
+
+A check is a look at the source's data too: MySQL and MariaDB evaluate constant subqueries as
+they describe and plan, so `IF((SELECT ascii(salary) FROM salaries LIMIT 1) > 50, (SELECT 1
+UNION SELECT 2), 1)` is refused or not by what the table holds. So a save is
+rationed as a preview is (services/looks.py): it takes one of the member's previews of the
+minute before the source is asked (429 with a Retry-After when none is left, the source not
+asked), given back when the source accepts the statement and the save is refused for nothing
+else; and a statement the source refuses is on the record, the save's `query.created` or
+`query.changed` event with outcome `failed`: who, the source, the query's name, the
+statement, which step refused it and where, never the source's message.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from qexport.domain.audit import MAX_SQL_CHARS, Action, Actor, Outcome
 from qexport.domain.failures import (
     AccessLostError,
     InvalidRequestError,
     LimitExceededError,
+    MetadataUnavailableError,
+    QExportError,
     QueryInvalidError,
     QueryTimeoutError,
     SourceUnavailableError,
     StatementRefusedError,
+    TextPosition,
+    TooManyRequestsError,
     readable_detail,
 )
 from qexport.domain.queries import (
@@ -48,11 +64,13 @@ from qexport.domain.queries import (
     bind_parameters,
 )
 from qexport.ports import DescribeJob, PlanJob
+from qexport.services.audit import actor_for, event
+from qexport.services.looks import Looks, admit_look, give_back_look
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
     from qexport.domain.sensitivity import Relation
-    from qexport.ports import PreviewRunner, SourceCatalog
+    from qexport.ports import AuditLog, PreviewRunner, SourceCatalog
     from qexport.services.slots import SourceSlots
 
 # Describing plans a statement and reads the catalogue: milliseconds. A save waits at most
@@ -79,8 +97,38 @@ class Described:
     reads: frozenset[Relation] | None
 
 
-# Asks a query's source about its statement: (source name, SQL, declared parameters).
-Describe = Callable[[str, str, Sequence[Parameter]], Described]
+@dataclass(frozen=True)
+class Saving:
+    """The save a statement is checked for, as a refusal of it is recorded."""
+
+    name: str | None = None  # the query's name, when it has one
+    query_id: str | None = None  # the query changed; None: a new one
+    # The save is refused for another of its fields: an accepted statement counts as a look.
+    refused_anyway: bool = False
+
+
+@dataclass(frozen=True)
+class Ration:
+    """What checks on save are rationed and recorded with: the member's looks a minute
+    (shared with previews) and the audit trail."""
+
+    looks: Looks
+    audit: AuditLog
+    actor: Actor | None = None  # who the events name; None: the requester (actor_for)
+
+
+class Describe(Protocol):
+    """Asks a query's source about its statement: (source name, SQL, declared parameters),
+    for `saving`."""
+
+    def __call__(
+        self,
+        source: str,
+        sql: str,
+        parameters: Sequence[Parameter],
+        /,
+        saving: Saving = ...,
+    ) -> Described: ...
 
 
 def describe_values(parameters: Sequence[Parameter]) -> dict[str, Any]:
@@ -108,41 +156,119 @@ def describe_statement(
     parameters: Sequence[Parameter],
     timeout_seconds: float,
     slots: SourceSlots | None = None,
+    ration: Ration | None = None,
+    saving: Saving = Saving(),
 ) -> Described:
     """The columns of `sql` on `source` and the tables it reads, described and planned with
     `requester`'s rights by a preview process (`runner`), holding one of `slots` meanwhile
     (TooManyRequestsError when none is free).
 
+    With a `ration`, the check takes one of the requester's looks of the minute first
+    (TooManyRequestsError when none is left, the source not asked), given back when the
+    source accepts the statement unless `saving` is refused anyway; a refusal is recorded.
+
     StatementRefusedError (field `sql`) for a statement the source refuses; an
     InvalidRequestError on `source` for a source the workspace may not use;
-    SourceUnavailableError when the source cannot be asked.
+    SourceUnavailableError when the source cannot be asked; MetadataUnavailableError when
+    a refusal could not be recorded.
     """
     try:
         sources.source_for(source, requester.workspace_id)
     except (AccessLostError, SourceUnavailableError):
         raise InvalidRequestError(f"unknown source {source!r}", field="source") from None
+    taken = (
+        None
+        if ration is None
+        else admit_look(
+            ration.looks,
+            requester,
+            refused=f"you ran {ration.looks.per_minute} previews (or checks of queries that"
+            " were not saved) in the last minute, as many as allowed; the query was not saved;"
+            " try again in {seconds} s",
+        )
+    )
     job = DescribeJob(source, sql, describe_values(parameters), requester, timeout_seconds)
+    step = "describe"
     try:
         with slots.hold(requester) if slots is not None else contextlib.nullcontext():
             columns = runner.describe(job)
+            step = "plan"
             reads = runner.relations(PlanJob(source, sql, job.values, requester, timeout_seconds))
-    except QueryInvalidError as exc:
-        # Said as people read it (no caret art, no engine-internal suggestion); the position
-        # stays, as words in the text and as line/column for the form and the API.
-        raise StatementRefusedError(readable_detail(exc.detail), position=exc.position) from exc
-    except QueryTimeoutError as exc:
-        raise StatementRefusedError(
-            f"the source took longer than {timeout_seconds:g} s to describe the query"
-        ) from exc
-    except LimitExceededError as exc:
-        raise StatementRefusedError(f"{exc.detail}; the query was not saved") from exc
+    except TooManyRequestsError:
+        if ration is not None and taken is not None:  # no slot: the source was not asked
+            give_back_look(ration.looks, requester, taken)
+        raise
+    except (QueryInvalidError, QueryTimeoutError, LimitExceededError) as exc:
+        refusal = _refusal(exc, timeout_seconds)
+        if ration is not None:
+            _record_refusal(ration, requester, source, sql, saving, exc, step, refusal)
+        raise refusal from exc
     except (SourceUnavailableError, AccessLostError) as exc:
         # AccessLostError here: the source refused qexport's login, or its role is refused.
+        # The look is kept: the statement may be what the source could not answer.
         raise SourceUnavailableError(
             f"{exc.detail}. The query was not saved: its SQL is checked by its source when it"
             " is saved; try again once the source answers"
         ) from exc
+    if ration is not None and taken is not None and not saving.refused_anyway:
+        give_back_look(ration.looks, requester, taken)
     return Described(tuple(columns), reads)
+
+
+def _refusal(exc: QExportError, timeout_seconds: float) -> StatementRefusedError:
+    """What the member reads of the source's refusal."""
+    if isinstance(exc, QueryInvalidError):
+        # Said as people read it (no caret art, no engine-internal suggestion); the position
+        # stays, as words in the text and as line/column for the form and the API.
+        return StatementRefusedError(readable_detail(exc.detail), position=exc.position)
+    if isinstance(exc, QueryTimeoutError):
+        return StatementRefusedError(
+            f"the source took longer than {timeout_seconds:g} s to describe the query"
+        )
+    return StatementRefusedError(f"{exc.detail}; the query was not saved")
+
+
+def _record_refusal(
+    ration: Ration,
+    requester: Requester,
+    source: str,
+    sql: str,
+    saving: Saving,
+    exc: QExportError,
+    step: str,
+    refusal: StatementRefusedError,
+) -> None:
+    """The save's event, failed: who, the source, the query's name, the statement, the
+    refusal's code, step and position; never the source's message, which may be made of the
+    data. MetadataUnavailableError when it could not be written: the refusal is not told."""
+    details: dict[str, Any] = {
+        "name": saving.name,
+        "source": source,
+        "sql": sql[:MAX_SQL_CHARS],
+        "sql_sha256": hashlib.sha256(sql.encode()).hexdigest(),
+        "code": exc.code.value,
+        "step": step,
+    }
+    position: TextPosition | None = refusal.position
+    if position is not None:
+        details["position"] = {"line": position.line, "column": position.column}
+    action = Action.QUERY_CREATED if saving.query_id is None else Action.QUERY_CHANGED
+    recorded = ration.audit.record(
+        event(
+            ration.looks.clock,
+            ration.actor or actor_for(requester.user_id),
+            action,
+            workspace_id=requester.workspace_id,
+            target=("query", saving.query_id),
+            outcome=Outcome.FAILED,
+            details=details,
+        )
+    )
+    if not recorded:
+        raise MetadataUnavailableError(
+            "the query's check could not be recorded in the audit trail, so the query was not"
+            " saved; try again in a moment"
+        )
 
 
 def describer(
@@ -151,10 +277,13 @@ def describer(
     requester: Requester,
     timeout_seconds: float,
     slots: SourceSlots | None = None,
+    ration: Ration | None = None,
 ) -> Describe:
     """`describe_statement` for one requester, as the query services take it."""
 
-    def describe(source: str, sql: str, parameters: Sequence[Parameter]) -> Described:
+    def describe(
+        source: str, sql: str, parameters: Sequence[Parameter], /, saving: Saving = Saving()
+    ) -> Described:
         return describe_statement(
             sources,
             runner,
@@ -164,6 +293,8 @@ def describer(
             parameters=parameters,
             timeout_seconds=timeout_seconds,
             slots=slots,
+            ration=ration,
+            saving=saving,
         )
 
     return describe

@@ -24,8 +24,9 @@ other record of them, and the rows shown, or the failure's code), written before
 shown: a preview whose event cannot be written is refused (503), its rows unaccounted for. A
 member runs at most QEXPORT_PREVIEW_PER_MINUTE previews in any minute, through the API, the
 pages and the CLI together, whichever process runs them (RateLimits, in the metadata
-database); the next is 429 with a Retry-After. Paging a table through `OFFSET $off` previews
-went at 10,000 rows a second, unrecorded; now 30 pages a minute, each on the record. The
+database; services/looks.py), which saves whose statement the source refuses share; the
+next is 429 with a Retry-After. Paging a table through `OFFSET $off` previews went at 10,000
+rows a second, unrecorded; now 30 pages a minute, each on the record. The
 workspace's policy applies to a preview's rows as to an export's: a sensitive query is not
 previewed (refused, on the record), and its `max_rows` caps the rows shown; its formats rule
 does not apply, since a preview makes no file.
@@ -38,12 +39,10 @@ their error may be made of the data (mysql_checking.py, where its text is withhe
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -59,6 +58,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Query, ResultColumn, to_json_value
 from qexport.ports import Cell, PreviewJob
 from qexport.services.audit import actor_for, event
+from qexport.services.looks import Looks, admit_look
 from qexport.services.requests import bind_query_values, find_readable_query
 from qexport.services.sensitivity import preview_sensitivity
 
@@ -81,7 +81,6 @@ MAX_ROWS = 100
 MAX_CELL_CHARS = 1_000
 MAX_BYTES = 256 * 1024
 PREVIEW_TIMEOUT_SECONDS = 30.0
-RATE_WINDOW = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -117,6 +116,10 @@ class PreviewDesk:
     clock: Clock
     per_minute: int  # QEXPORT_PREVIEW_PER_MINUTE
     statement_timeout_seconds: float
+
+    def looks(self) -> Looks:
+        """The member's looks a minute, which previews and refused query checks share."""
+        return Looks(self.rates, self.clock, self.per_minute)
 
 
 _DECIMAL_TYPE = re.compile(r"^(decimal|numeric)\b", re.IGNORECASE)
@@ -269,20 +272,14 @@ def preview_query(
 
 
 def _admit(desk: PreviewDesk, requester: Requester) -> None:
-    """One of the member's previews this minute, or TooManyRequestsError saying when."""
-    wait = desk.rates.admit(
-        f"preview:{requester.workspace_id}:{requester.user_id}",
-        now=desk.clock.now(),
-        limit=desk.per_minute,
-        window=RATE_WINDOW,
+    """One of the member's looks this minute (services/looks.py), or TooManyRequestsError
+    saying when."""
+    admit_look(
+        desk.looks(),
+        requester,
+        refused=f"you ran {desk.per_minute} previews in the last minute, as many as allowed;"
+        " try again in {seconds} s (an export holds every row at once)",
     )
-    if wait > timedelta(0):
-        seconds = max(1, math.ceil(wait.total_seconds()))
-        raise TooManyRequestsError(
-            f"you ran {desk.per_minute} previews in the last minute, as many as allowed;"
-            f" try again in {seconds} s (an export holds every row at once)",
-            retry_after=seconds,
-        )
 
 
 def _previewed(

@@ -35,7 +35,7 @@ from qexport.domain.queries import (
 )
 from qexport.ports import AccountStore, Catalog
 from qexport.services.audit import event
-from qexport.services.describe import Describe, Described
+from qexport.services.describe import Describe, Described, Saving
 
 MAX_NAME_CHARS = 200
 MAX_SQL_CHARS = 50_000
@@ -262,7 +262,12 @@ def _checked(
     if not problems.fields() & _DESCRIBE_NEEDS:
         try:
             with problems.check():
-                described = describe(draft.source, draft.sql, draft.parameters)
+                saving = Saving(
+                    name=draft.name or None,
+                    query_id=None if current is None else current.id,
+                    refused_anyway=bool(problems),
+                )
+                described = describe(draft.source, draft.sql, draft.parameters, saving)
         except SourceUnavailableError as exc:
             unavailable = exc
     problems.raise_any(in_field_order(QUERY_FIELDS))

@@ -10,7 +10,8 @@ that callers take in turn: on PostgreSQL under a transaction-scoped advisory loc
 lock, 20 callers at once with a limit of 5 were admitted 17 times on PostgreSQL. The key's
 rows older than the window go in the same transaction, so a key keeps at most `limit` rows:
 one statement to delete, one to count, one to insert; 0.15 ms on SQLite and 0.8 ms on
-PostgreSQL (median of 300).
+PostgreSQL (median of 300). `give_back` deletes one row of the key at the time it was
+admitted (a query check whose source accepted the statement is not a look; looks.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ _c = rate_admissions.c
 _FORGET = rate_admissions.delete().where(_c.key == _KEY, _c.at <= _SINCE)
 _WITHIN = sa.select(sa.func.count(), sa.func.min(_c.at)).where(_c.key == _KEY, _c.at > _SINCE)
 _ADD = rate_admissions.insert()
+_AT = sa.bindparam("at_", type_=rate_admissions.c.at.type)
+_ONE_AT = sa.select(sa.func.max(_c.id)).where(_c.key == _KEY, _c.at == _AT).scalar_subquery()
+_GIVE_BACK = rate_admissions.delete().where(_c.id == _ONE_AT)
 
 
 def _stored_key(key: str) -> str:
@@ -63,3 +67,10 @@ class SqlRateLimits:
                 return max(wait, timedelta(microseconds=1))
             conn.execute(_ADD, {"key": key, "at": now})
         return timedelta(0)
+
+    def give_back(self, key: str, *, at: datetime) -> None:
+        key = _stored_key(key)
+        with transaction(self._engine) as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(_LOCK, {"key": key})
+            conn.execute(_GIVE_BACK, {"key_": key, "at_": at})

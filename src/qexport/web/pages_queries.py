@@ -161,7 +161,12 @@ def _save(
     sources = _sources(context, principal)
     timeout = describe_timeout(context.settings.statement_timeout_seconds)
     describe = describer(
-        context.sources, context.previews, principal.requester, timeout, context.source_slots
+        context.sources,
+        context.previews,
+        principal.requester,
+        timeout,
+        context.source_slots,
+        context.save_ration(),
     )
     read = _draft(context, form)
     try:
@@ -210,9 +215,11 @@ def _save(
             status=503,
             errors=errors,
         )
-    except TooManyRequestsError as exc:  # no slot to describe it (services/slots.py)
+    except TooManyRequestsError as exc:
+        # No slot to describe it (services/slots.py), or no preview left this minute
+        # (services/looks.py): the source was not asked.
         errors = {GENERAL: exc.detail}
-        return _form_page(
+        refused = _form_page(
             request,
             context,
             session,
@@ -222,6 +229,8 @@ def _save(
             status=429,
             errors=errors,
         )
+        refused.headers["Retry-After"] = str(exc.retry_after)
+        return refused
     return RedirectResponse(f"/queries/{quote(query.id, safe='')}?notice=saved", status_code=303)
 
 
