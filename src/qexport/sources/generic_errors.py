@@ -23,7 +23,7 @@ from qexport.domain.failures import (
 )
 from qexport.sources.generic_dialects import Rules
 from qexport.sources.postgres_errors import scrub
-from qexport.sources.withheld import logged, network_reason, without_layout
+from qexport.sources.withheld import logged, network_reason, told, without_layout
 
 # The packages that provide the dialects SQLAlchemy does not ship, by the URL's dialect name.
 _DIALECT_PACKAGES = {
@@ -108,12 +108,7 @@ def connect_error(
 
 
 def _told(name: str, reason: str) -> str:
-    """`reason` as members read it (no place); the whole of it to the log when that took
-    something out."""
-    told = without_layout(reason)
-    if told != reason:
-        logged("source_failed", source=name, kind="sqlalchemy", reason=reason)
-    return told
+    return told(name, "sqlalchemy", reason)
 
 
 def timeout_error(seconds: float) -> QueryTimeoutError:

@@ -34,7 +34,7 @@ from qexport.domain.failures import (
 )
 from qexport.sources.mysql_checking import checked_error
 from qexport.sources.postgres_errors import scrub
-from qexport.sources.withheld import logged, network_reason, without_layout
+from qexport.sources.withheld import logged, network_reason, told, without_layout
 
 # Server errors (include/mysqld_error.h).
 ER_ACCESS_DENIED = 1045
@@ -115,12 +115,7 @@ def connect_error(name: str, exc: BaseException, secrets: Iterable[str]) -> QExp
 
 
 def _told(name: str, reason: str) -> str:
-    """`reason` as members read it (no place); the whole of it to the log when that took
-    something out."""
-    told = without_layout(reason)
-    if told != reason:
-        logged("source_failed", source=name, kind="mysql", reason=reason)
-    return told
+    return told(name, "mysql", reason)
 
 
 def timeout_error(seconds: float) -> QueryTimeoutError:
@@ -155,8 +150,8 @@ def query_error(  # noqa: PLR0911 - one return per kind of failure
     if code in _LOGIN:
         return connect_error(name, exc, secrets)
     if code is None or code in _CLIENT_ERRORS or code in _TRANSIENT:
-        told = _told(name, reason)
-        return SourceUnavailableError(bounded_detail(f"MySQL source {name!r} failed: {told}"))
+        shown = _told(name, reason)
+        return SourceUnavailableError(bounded_detail(f"MySQL source {name!r} failed: {shown}"))
     if code == ER_QUERY_INTERRUPTED:  # KILL QUERY by someone else (an operator)
         return SourceUnavailableError(
             bounded_detail(f"MySQL source {name!r} stopped the statement: {_told(name, reason)}")

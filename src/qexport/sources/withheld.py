@@ -160,3 +160,12 @@ def logged(event: str, *, source: str, kind: str, reason: str) -> None:
     text leaves out: `event` is source_connect_failed or source_failed."""
     one_line = " ".join(reason.split())[:_LOG_REASON_CHARS]
     log.warning(event, source=source, kind=kind, reason=one_line)
+
+
+def told(source: str, kind: str, reason: str) -> str:
+    """`reason` as members read it (no place); the whole of it to the log when that took
+    something out."""
+    shown = without_layout(reason)
+    if shown != reason:
+        logged("source_failed", source=source, kind=kind, reason=reason)
+    return shown
