@@ -122,6 +122,29 @@ def _as_root() -> list[str]:
     return ["--user=root"] if os.geteuid() == 0 else []
 
 
+def _install(install: str, data: Path, directory: Path) -> None:
+    """`mariadb-install-db` into `data`, its temporary files under `directory` (not the
+    machine's /tmp, which every pytest-xdist worker's install shares); tried twice, since an
+    install beside another one has failed now and then, and the second failure says why."""
+    command = [
+        install,
+        "--no-defaults",
+        f"--datadir={data}",
+        f"--tmpdir={directory}",
+        "--auth-root-authentication-method=socket",
+        "--skip-test-db",
+        *_as_root(),
+    ]
+    for attempt in (1, 2):
+        done = subprocess.run(command, check=False, capture_output=True)
+        if done.returncode == 0:
+            return
+        shutil.rmtree(data, ignore_errors=True)
+        if attempt == 2:
+            output = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
+            raise RuntimeError(f"mariadb-install-db failed ({done.returncode}):\n{output}")
+
+
 def start_server(directory: Path) -> tuple[MariaDBServer, subprocess.Popen[bytes]]:
     """Install a data directory under `directory` and start mariadbd on it; the server and
     its process (stop it with `stop_server`)."""
@@ -132,18 +155,7 @@ def start_server(directory: Path) -> tuple[MariaDBServer, subprocess.Popen[bytes
             f"{MARIADBD} or mariadb-install-db is missing (apt-get install mariadb-server)"
         )
         raise AssertionError("unreachable")
-    subprocess.run(
-        [
-            install,
-            "--no-defaults",
-            f"--datadir={data}",
-            "--auth-root-authentication-method=socket",
-            "--skip-test-db",
-            *_as_root(),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    _install(install, data, directory)
     sock = directory / "mariadb.sock"
     port = _free_port()
     process = subprocess.Popen(
