@@ -26,6 +26,8 @@ _READ_ERRORS = (OSError, pa.ArrowException, duckdb.Error)
 _COMPACT_AT = 1024
 
 log = structlog.get_logger()
+# What a forked child inherited and must never free (_Deadlines._after_fork).
+_INHERITED: list[object] = []
 
 
 class _Deadlines:
@@ -37,7 +39,15 @@ class _Deadlines:
 
     def __init__(self) -> None:
         self._reset()
-        os.register_at_fork(after_in_child=self._reset)
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a queue of its own. The parent's deadlines hold its DuckDB
+        connections; freeing them here would run DuckDB's destructors on state that threads
+        of the parent owned at the fork (a segmentation fault in the child), so they are kept,
+        never touched."""
+        _INHERITED.append(self._queue)
+        self._reset()
 
     def _reset(self) -> None:
         self._cond = threading.Condition()
