@@ -6,6 +6,7 @@ them, and the concurrency cap."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from qexport.app import create_app
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
+from qexport.http.one_hop import API_THREADS
 from qexport.services.slots import PER_REQUESTER
 from qexport.writers.cells import CUT_MARK
 from tests.api.conftest import SOURCE, Api, api_on
@@ -257,3 +259,43 @@ def test_a_third_preview_at_once_is_429_with_retry_after(api: Api) -> None:
         assert answers == [200] * PER_REQUESTER
         again = client.post(_url("q-orders-acme"), headers=api.headers(ANN), json={})
         assert again.status_code == 200
+
+
+def test_previews_waiting_on_their_source_leave_the_request_threads_free(api: Api) -> None:
+    """Previews wait on their source on threads of their own: while more previews wait than
+    the server has request threads, the API (a list, a page of exports) still answers; once
+    the source answers, every preview gets its rows."""
+    members = [f"ed{i}@acme.test" for i in range(API_THREADS + 1)]
+    for member in members:
+        api.member(member, "editor")
+    api.add_query("orders")
+    inside = threading.Semaphore(0)
+    release = threading.Event()
+
+    def hold() -> None:
+        inside.release()
+        release.wait(timeout=30)
+
+    source = FakeSource(pa.table({"n": [1]}), on_preview=hold)
+    sources = FixedSources({SOURCE: source}, ["acme"])
+    deps = replace(api.deps, sources=sources, previews=InProcessPreviews(sources))
+    with (
+        TestClient(create_app(deps), raise_server_exceptions=False) as client,
+        ThreadPoolExecutor(len(members) + 1) as pool,
+    ):
+        url, ann = _url("q-orders-acme"), api.headers(members[0])
+        waiting = [
+            pool.submit(client.post, url, headers=api.headers(member), json={})
+            for member in members
+        ]
+        try:
+            for _ in members:
+                assert inside.acquire(timeout=30), "a preview did not reach its source"
+            listed = pool.submit(client.get, "/api/v1/queries", headers=ann)
+            # (A bound for a failure, not a timing: held threads would make it wait for ever.)
+            assert listed.result(timeout=30).status_code == 200
+            exports = pool.submit(client.get, "/api/v1/exports", headers=ann)
+            assert exports.result(timeout=30).status_code == 200
+        finally:
+            release.set()
+        assert [answer.result(timeout=30).status_code for answer in waiting] == [200] * len(members)

@@ -20,7 +20,7 @@ from qexport.domain.queries import (
     Query,
     Visibility,
 )
-from qexport.http.one_hop import OneHopRoute
+from qexport.http.one_hop import OneHopRoute, waits_on_sources
 from qexport.services import preview
 from qexport.services import queries as service
 from qexport.services.describe import Describe, describe_timeout, describer
@@ -263,6 +263,7 @@ def _save_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     " (QEXPORT_PREVIEW_PER_MINUTE); with none left the save is 429 before the source is"
     " asked. A statement the source accepts costs nothing.",
 )
+@waits_on_sources
 def create_query(
     body: QueryWrite,
     principal: CurrentPrincipal,
@@ -313,6 +314,7 @@ def read_query(query_id: str, principal: CurrentPrincipal, context: Context) -> 
     description="Checked by its source as a new query is (see POST); a statement the source"
     " refuses is recorded as a failed `query.changed`.",
 )
+@waits_on_sources
 def replace_query(
     query_id: str, body: QueryWrite, principal: CurrentPrincipal, context: Context
 ) -> QueryView:
@@ -420,6 +422,7 @@ _PREVIEW_RESPONSES = {
     " source 503 `source_unavailable`; more previews than QEXPORT_PREVIEW_PER_MINUTE in a"
     " minute 429.",
 )
+@waits_on_sources
 def preview_query(
     query_id: str, body: PreviewRequest, principal: CurrentPrincipal, context: Context
 ) -> PreviewView:

@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+from anyio.lowlevel import RunVar
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
@@ -66,11 +67,21 @@ from qexport.domain.failures import MetadataUnavailableError
 
 T = TypeVar("T")
 
-# Threads a server runs the endpoints' blocking work on (anyio's default: 40). As many as
-# the metadata database keeps connections (qexport.store.engine.POOL_SIZE): beyond those,
-# every request opened and closed one; more threads would only take turns on one
-# interpreter lock.
-API_THREADS = 16
+# Threads a server runs the endpoints' blocking work on at once (anyio's default: 40). Each
+# does a few short reads or a write of the metadata database: more of them only took turns on
+# one interpreter lock, and lengthened the writers' hold on their locks meanwhile. Under 40
+# clients (bench/api_load.py, serve --workers 2 on 2 cores beside a large export, runs taken
+# in turn), 16 threads gave PostgreSQL 468-540 requests/s, reads p99 149-178 ms and creates
+# p50 290-303 ms; 4 threads 528-710 requests/s, p99 103-159 ms, creates p50 76-107 ms; 2
+# threads 565-650, p99 123-162 ms. SQLite: 16 threads 787-932 requests/s, creates p99
+# 463-670 ms; 4 threads 769-832, creates p99 161-208 ms.
+API_THREADS = 4
+# Threads for the work that waits on a member's data source (a preview, the describe of a
+# query being saved: up to the statement timeout): never on the requests' threads, which a
+# few previews would otherwise hold. As many as the source slots let run in a process
+# (qexport.services.slots.PER_PROCESS), which refuse more with 429.
+SOURCE_THREADS = 8
+_SOURCE_LIMITER: RunVar[anyio.CapacityLimiter] = RunVar("qexport_source_limiter")
 # The requests that write nothing, and so may be given up at the deadline.
 _READS = frozenset({"GET", "HEAD"})
 
@@ -88,11 +99,31 @@ class Deferred:
 _ONLY_READS: ContextVar[bool] = ContextVar("qexport_only_reads", default=False)
 
 
-async def off_the_loop(work: Callable[[], T]) -> T:
-    """`work()`, run on the thread pool. For a request that only reads, if it is cancelled
-    meanwhile (its deadline passed), the thread is left to finish on its own rather than
-    awaited; any other work is awaited to its end, cancelled or not."""
-    return await anyio.to_thread.run_sync(work, abandon_on_cancel=_ONLY_READS.get())
+async def off_the_loop(work: Callable[[], T], *, on_sources: bool = False) -> T:
+    """`work()`, run on the thread pool (`on_sources`: on the threads of the work that waits
+    on data sources). For a request that only reads, if it is cancelled meanwhile (its
+    deadline passed), the thread is left to finish on its own rather than awaited; any other
+    work is awaited to its end, cancelled or not."""
+    limiter = _source_limiter() if on_sources else None
+    return await anyio.to_thread.run_sync(
+        work, abandon_on_cancel=_ONLY_READS.get(), limiter=limiter
+    )
+
+
+def _source_limiter() -> anyio.CapacityLimiter:
+    try:
+        return _SOURCE_LIMITER.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(SOURCE_THREADS)
+        _SOURCE_LIMITER.set(limiter)
+        return limiter
+
+
+def waits_on_sources(endpoint: Callable[..., T]) -> Callable[..., T]:
+    """Mark an endpoint whose work waits on a member's data source: an OneHopRoute runs it on
+    the threads kept for that work (SOURCE_THREADS), not on the requests' own."""
+    endpoint._on_sources = True  # type: ignore[attr-defined]
+    return endpoint
 
 
 def _resolved(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +146,7 @@ def one_hop(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     one trip to the thread pool (an async endpoint's: only its Deferred arguments')."""
     if getattr(endpoint, "_one_hop", False):
         return endpoint
+    on_sources = getattr(endpoint, "_on_sources", False)
     if inspect.iscoroutinefunction(endpoint):
 
         async def run(**arguments: Any) -> Any:
@@ -123,7 +155,9 @@ def one_hop(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     else:
 
         async def run(**arguments: Any) -> Any:
-            return await off_the_loop(lambda: endpoint(**_resolved(arguments)))
+            return await off_the_loop(
+                lambda: endpoint(**_resolved(arguments)), on_sources=on_sources
+            )
 
     functools.update_wrapper(run, endpoint)  # FastAPI reads the signature through __wrapped__
     run._one_hop = True  # type: ignore[attr-defined]

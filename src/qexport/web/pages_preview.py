@@ -18,7 +18,6 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
-from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
@@ -30,6 +29,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.http.errors import status_of
+from qexport.http.one_hop import off_the_loop
 from qexport.services import preview as service
 from qexport.services.queries import get_readable_query
 from qexport.web import pages_new
@@ -185,7 +185,7 @@ async def preview_on_query_page(
         )
         return _with_retry_after(page, preview)
 
-    return await run_in_threadpool(answer)
+    return await off_the_loop(answer, on_sources=True)
 
 
 @router.post("/exports/new/preview")
@@ -219,7 +219,7 @@ async def preview_on_new_export_page(
         )
         return _with_retry_after(page, preview)
 
-    return await run_in_threadpool(answer)
+    return await off_the_loop(answer, on_sources=True)
 
 
 @router.get("/queries/{query_id}/preview")

@@ -19,6 +19,7 @@ from qexport.domain.failures import (
     TooManyRequestsError,
 )
 from qexport.domain.queries import Parameter, Query, Visibility, parse_param_spec, to_json_value
+from qexport.http.one_hop import off_the_loop
 from qexport.services import queries as service
 from qexport.services.describe import describe_timeout, describer
 from qexport.sources.registry import query_source_names
@@ -264,7 +265,7 @@ def new_query_page(
 
 
 @router.post("/queries/new")
-def create_query(
+async def create_query(
     request: Request,
     context: Context,
     session: CheckedForm,
@@ -278,7 +279,9 @@ def create_query(
     filename_template: Text = "",
 ) -> Response:
     form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
-    return _save(request, context, session, principal, form, None)
+    return await off_the_loop(
+        lambda: _save(request, context, session, principal, form, None), on_sources=True
+    )
 
 
 @router.get("/queries/{query_id}")
@@ -338,7 +341,7 @@ def edit_query_page(
 
 
 @router.post("/queries/{query_id}/edit")
-def edit_query(
+async def edit_query(
     request: Request,
     context: Context,
     session: CheckedForm,
@@ -353,7 +356,9 @@ def edit_query(
     filename_template: Text = "",
 ) -> Response:
     form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
-    return _save(request, context, session, principal, form, query_id)
+    return await off_the_loop(
+        lambda: _save(request, context, session, principal, form, query_id), on_sources=True
+    )
 
 
 @asks_first("/queries/{query_id}/delete")
