@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
@@ -11,6 +13,7 @@ from fastapi.testclient import TestClient
 from qexport import bootstrap
 from qexport.app import create_app
 from qexport.domain.accounts import Role
+from qexport.http.one_hop import API_THREADS
 from qexport.services import accounts as service
 from qexport.services.sign_in import VerificationGate
 from qexport.web.session import COOKIE
@@ -236,3 +239,53 @@ def test_a_sign_in_when_every_slot_is_taken_gets_503_and_the_form_again(
         assert csrf_of(page)
     app.state.sign_in_gate = real  # type: ignore[attr-defined]  # as above
     assert _try(browser, "ann@example.com", PASSWORD)[0] == 303
+
+
+class _HeldGate(VerificationGate):
+    """A gate whose slot waits until released, as one does while others check passwords."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.inside = threading.Semaphore(0)
+        self.release = threading.Event()
+
+    @contextmanager
+    def slot(self) -> Iterator[bool]:
+        self.inside.release()
+        self.release.wait(timeout=30)
+        yield False
+
+
+def test_sign_ins_waiting_for_a_password_check_leave_the_requests_threads_free(
+    api: Api, browser: Browser
+) -> None:
+    """As many sign-ins wait for a password check as the server has request threads (a
+    flood): the API still answers meanwhile, and the sign-ins get their 503 after."""
+    add_person(api, "ann@example.com")
+    token = api.member("ed@example.com", "editor")
+    app = api.client.app
+    real = app.state.sign_in_gate  # type: ignore[attr-defined]  # Starlette's app type hides state
+    gate = _HeldGate()
+    app.state.sign_in_gate = gate  # type: ignore[attr-defined]  # as above
+    form = {
+        "email": "ann@example.com",
+        "password": PASSWORD,
+        "csrf": csrf_of(browser.page("/sign-in")),
+    }
+    flood = API_THREADS  # on the requests' threads, these would hold every one
+    with ThreadPoolExecutor(flood + 1) as pool:
+        waiting = [
+            pool.submit(browser.client.post, "/sign-in", data=form, follow_redirects=False)
+            for _ in range(flood)
+        ]
+        try:
+            for _ in range(flood):
+                assert gate.inside.acquire(timeout=30), "a sign-in did not reach its check"
+            headers = {"Authorization": f"Bearer {token}"}
+            listed = pool.submit(api.client.get, "/api/v1/exports", headers=headers)
+            # (A bound for a failure, not a timing: held threads would make it wait for ever.)
+            assert listed.result(timeout=30).status_code == 200
+        finally:
+            gate.release.set()
+        assert [answer.result(timeout=30).status_code for answer in waiting] == [503] * flood
+    app.state.sign_in_gate = real  # type: ignore[attr-defined]  # as above

@@ -76,12 +76,14 @@ T = TypeVar("T")
 # threads 565-650, p99 123-162 ms. SQLite: 16 threads 787-932 requests/s, creates p99
 # 463-670 ms; 4 threads 769-832, creates p99 161-208 ms.
 API_THREADS = 4
-# Threads for the work that waits on a member's data source (a preview, the describe of a
-# query being saved: up to the statement timeout): never on the requests' threads, which a
-# few previews would otherwise hold. As many as the source slots let run in a process
-# (qexport.services.slots.PER_PROCESS), which refuse more with 429.
-SOURCE_THREADS = 8
-_SOURCE_LIMITER: RunVar[anyio.CapacityLimiter] = RunVar("qexport_source_limiter")
+# Work that waits on something slower than the metadata database runs on threads kept for its
+# kind, never on the requests' own, which a few such waits would otherwise hold (and a flood
+# of them, every request of the process): a member's data source (a preview, the describe of
+# a query being saved: up to the statement timeout; as many at once as the source slots let
+# run, qexport.services.slots.PER_PROCESS, which refuse more with 429), and a sign-in's
+# password check (argon2, after a wait of up to 3 s for one of QEXPORT_SIGNIN_CONCURRENCY).
+APART_THREADS = {"sources": 8, "sign-in": 4}
+_APART_LIMITERS: RunVar[dict[str, anyio.CapacityLimiter]] = RunVar("qexport_apart_limiters")
 # The requests that write nothing, and so may be given up at the deadline.
 _READS = frozenset({"GET", "HEAD"})
 
@@ -99,30 +101,31 @@ class Deferred:
 _ONLY_READS: ContextVar[bool] = ContextVar("qexport_only_reads", default=False)
 
 
-async def off_the_loop(work: Callable[[], T], *, on_sources: bool = False) -> T:
-    """`work()`, run on the thread pool (`on_sources`: on the threads of the work that waits
-    on data sources). For a request that only reads, if it is cancelled meanwhile (its
-    deadline passed), the thread is left to finish on its own rather than awaited; any other
-    work is awaited to its end, cancelled or not."""
-    limiter = _source_limiter() if on_sources else None
+async def off_the_loop(work: Callable[[], T], *, apart: str | None = None) -> T:
+    """`work()`, run on the thread pool: on the requests' threads, or with `apart` on those
+    kept for that kind of slow work (APART_THREADS). For a request that only reads, if it is
+    cancelled meanwhile (its deadline passed), the thread is left to finish on its own rather
+    than awaited; any other work is awaited to its end, cancelled or not."""
+    limiter = None if apart is None else _apart_limiter(apart)
     return await anyio.to_thread.run_sync(
         work, abandon_on_cancel=_ONLY_READS.get(), limiter=limiter
     )
 
 
-def _source_limiter() -> anyio.CapacityLimiter:
+def _apart_limiter(kind: str) -> anyio.CapacityLimiter:
+    """The limiter of `kind`'s threads on the running event loop."""
     try:
-        return _SOURCE_LIMITER.get()
+        limiters = _APART_LIMITERS.get()
     except LookupError:
-        limiter = anyio.CapacityLimiter(SOURCE_THREADS)
-        _SOURCE_LIMITER.set(limiter)
-        return limiter
+        limiters = {name: anyio.CapacityLimiter(n) for name, n in APART_THREADS.items()}
+        _APART_LIMITERS.set(limiters)
+    return limiters[kind]
 
 
 def waits_on_sources(endpoint: Callable[..., T]) -> Callable[..., T]:
     """Mark an endpoint whose work waits on a member's data source: an OneHopRoute runs it on
-    the threads kept for that work (SOURCE_THREADS), not on the requests' own."""
-    endpoint._on_sources = True  # type: ignore[attr-defined]
+    the threads kept for that (APART_THREADS), not on the requests' own."""
+    endpoint._apart = "sources"  # type: ignore[attr-defined]
     return endpoint
 
 
@@ -146,7 +149,7 @@ def one_hop(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     one trip to the thread pool (an async endpoint's: only its Deferred arguments')."""
     if getattr(endpoint, "_one_hop", False):
         return endpoint
-    on_sources = getattr(endpoint, "_on_sources", False)
+    apart = getattr(endpoint, "_apart", None)
     if inspect.iscoroutinefunction(endpoint):
 
         async def run(**arguments: Any) -> Any:
@@ -155,9 +158,7 @@ def one_hop(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     else:
 
         async def run(**arguments: Any) -> Any:
-            return await off_the_loop(
-                lambda: endpoint(**_resolved(arguments)), on_sources=on_sources
-            )
+            return await off_the_loop(lambda: endpoint(**_resolved(arguments)), apart=apart)
 
     functools.update_wrapper(run, endpoint)  # FastAPI reads the signature through __wrapped__
     run._one_hop = True  # type: ignore[attr-defined]

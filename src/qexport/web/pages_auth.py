@@ -10,6 +10,7 @@ from fastapi.responses import RedirectResponse
 from qexport.domain.audit import INSTALLATION, Action, Actor, ActorKind
 from qexport.domain.audit import Outcome as AuditOutcome
 from qexport.domain.failures import ForbiddenError
+from qexport.http.one_hop import off_the_loop
 from qexport.services import sign_in as service
 from qexport.services.accounts import MAX_PASSWORD_CHARS
 from qexport.services.audit import event
@@ -55,7 +56,7 @@ def sign_in_form(request: Request, context: Context, next: str = "/") -> Respons
 
 
 @router.post("/sign-in")
-def sign_in(
+async def sign_in(
     request: Request,
     context: Context,
     email: Annotated[str, Form(max_length=320)] = "",
@@ -64,7 +65,21 @@ def sign_in(
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
     """A session for the user's first workspace when the password matches; 429 after too
-    many failures, 503 when too many sign-ins are being checked at once."""
+    many failures, 503 when too many sign-ins are being checked at once. Checked on the
+    threads kept for sign-ins: a flood of them holds none of the requests' threads."""
+    return await off_the_loop(
+        lambda: _signed_in(request, context, email, password, csrf, next), apart="sign-in"
+    )
+
+
+def _signed_in(
+    request: Request,
+    context: Context,
+    email: str,
+    password: str,
+    csrf: str | None,
+    next: str,
+) -> Response:
     session = read_session(request)
     if session is None or not session.csrf_matches(csrf):
         raise ForbiddenError("the form has expired or did not come from this site; try again")

@@ -185,7 +185,7 @@ async def preview_on_query_page(
         )
         return _with_retry_after(page, preview)
 
-    return await off_the_loop(answer, on_sources=True)
+    return await off_the_loop(answer, apart="sources")
 
 
 @router.post("/exports/new/preview")
@@ -219,7 +219,7 @@ async def preview_on_new_export_page(
         )
         return _with_retry_after(page, preview)
 
-    return await off_the_loop(answer, on_sources=True)
+    return await off_the_loop(answer, apart="sources")
 
 
 @router.get("/queries/{query_id}/preview")

@@ -280,7 +280,7 @@ async def create_query(
 ) -> Response:
     form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
     return await off_the_loop(
-        lambda: _save(request, context, session, principal, form, None), on_sources=True
+        lambda: _save(request, context, session, principal, form, None), apart="sources"
     )
 
 
@@ -357,7 +357,7 @@ async def edit_query(
 ) -> Response:
     form = QueryForm(name, source, sql, parameters, visibility, members, filename_template)
     return await off_the_loop(
-        lambda: _save(request, context, session, principal, form, query_id), on_sources=True
+        lambda: _save(request, context, session, principal, form, query_id), apart="sources"
     )
 
 
