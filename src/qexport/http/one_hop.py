@@ -68,13 +68,14 @@ from qexport.domain.failures import MetadataUnavailableError
 T = TypeVar("T")
 
 # Threads a server runs the endpoints' blocking work on at once (anyio's default: 40). Each
-# does a few short reads or a write of the metadata database: more of them only took turns on
-# one interpreter lock, and lengthened the writers' hold on their locks meanwhile. Under 40
-# clients (bench/api_load.py, serve --workers 2 on 2 cores beside a large export, runs taken
-# in turn), 16 threads gave PostgreSQL 468-540 requests/s, reads p99 149-178 ms and creates
-# p50 290-303 ms; 4 threads 528-710 requests/s, p99 103-159 ms, creates p50 76-107 ms; 2
-# threads 565-650, p99 123-162 ms. SQLite: 16 threads 787-932 requests/s, creates p99
-# 463-670 ms; 4 threads 769-832, creates p99 161-208 ms.
+# does a few short reads or a write of the metadata database: more of them took turns on one
+# interpreter lock, and writers held their locks longer meanwhile. Under 40 clients
+# (bench/api_load.py: serve --workers 2 on 2 cores beside a large export, 15 s runs taken in
+# turn, twice): 4 threads served SQLite 714-788 requests/s (reads p99 109-116 ms, creates p99
+# 193-271 ms) and PostgreSQL 509-628 (p99 124-166 ms, creates p50 85-104 ms); 8 threads
+# 798-845 (p99 104-111, creates p99 312-346) and 516-545 (p99 150-164, creates p50 142-153);
+# 16 threads 788-810 (p99 101-105, creates p99 586-792) and 511-522 (p99 148-171, creates
+# p50 222-288). Reads come out about even; creates wait half as long or less with 4.
 API_THREADS = 4
 # Work that waits on something slower than the metadata database runs on threads kept for its
 # kind, never on the requests' own, which a few such waits would otherwise hold (and a flood

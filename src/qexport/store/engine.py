@@ -45,8 +45,8 @@ _SQLITE_BUSY_MS = 30_000
 # Connections kept open per engine, and opened beyond that for a burst. The default (5 kept)
 # made a server under 20 clients open and close a connection for most requests (on SQLite
 # each one a file open and four PRAGMAs): 252 requests/s, against 543 with enough kept
-# (bench/api_load.py). A server's thread pool (qexport.http.one_hop.API_THREADS) is no
-# larger than what is kept.
+# (bench/api_load.py). A server's threads (qexport.http.one_hop: API_THREADS for the
+# requests, APART_THREADS for previews and sign-ins) are together no more than what is kept.
 POOL_SIZE = 16
 _POOL: dict[str, Any] = {"pool_size": POOL_SIZE, "max_overflow": POOL_SIZE}
 # A pooled PostgreSQL connection idle for longer than this is pinged before it is used.
