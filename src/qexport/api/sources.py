@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from qexport import bootstrap
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import problem_responses
-from qexport.http.one_hop import OneHopRoute
+from qexport.http.one_hop import OneHopRoute, waits_on_sources
 from qexport.services import sources as service
 
 router = APIRouter(route_class=OneHopRoute, prefix="/sources", tags=["sources"])
@@ -77,6 +77,7 @@ def list_sources(principal: CurrentPrincipal, context: Context) -> SourceList:
     responses=problem_responses(400, 401, 403, 413, 422, 503),
     summary="Register a PostgreSQL source for your workspace (admins)",
 )
+@waits_on_sources
 def create_source(
     body: SourceWrite,
     principal: CurrentPrincipal,

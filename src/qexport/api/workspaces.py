@@ -23,7 +23,7 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import NotFoundError
 from qexport.domain.policies import WorkspacePolicy
-from qexport.http.one_hop import OneHopRoute
+from qexport.http.one_hop import OneHopRoute, waits_on_sources
 from qexport.services.audit import actor_of
 from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
@@ -115,6 +115,7 @@ def read_policy(
     responses=problem_responses(400, 401, 403, 404, 413, 422, 503),
     summary="Change what your workspace lets leave (workspace admins)",
 )
+@waits_on_sources
 def change_workspace_policy(
     workspace_id: str, body: WorkspacePolicyChange, principal: CurrentPrincipal, context: Context
 ) -> WorkspacePolicyChanged:

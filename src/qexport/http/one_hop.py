@@ -81,8 +81,10 @@ API_THREADS = 4
 # kind, never on the requests' own, which a few such waits would otherwise hold (and a flood
 # of them, every request of the process): a member's data source (a preview, the describe of
 # a query being saved: up to the statement timeout; as many at once as the source slots let
-# run, qexport.services.slots.PER_PROCESS, which refuse more with 429), and a sign-in's
-# password check (argon2, after a wait of up to 3 s for one of QEXPORT_SIGNIN_CONCURRENCY).
+# run, qexport.services.slots.PER_PROCESS, which refuse more with 429; and an admin's policy
+# change or new source, whose sensitive tables are looked up on the sources), and a
+# sign-in's password check (argon2, after a wait of up to 3 s for one of
+# QEXPORT_SIGNIN_CONCURRENCY).
 APART_THREADS = {"sources": 8, "sign-in": 4}
 _APART_LIMITERS: RunVar[dict[str, anyio.CapacityLimiter]] = RunVar("qexport_apart_limiters")
 # The requests that write nothing, and so may be given up at the deadline.

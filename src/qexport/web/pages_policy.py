@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
-from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal, Role
@@ -23,6 +22,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.policies import RULES, WorkspacePolicy
 from qexport.domain.sensitivity import written_rule
+from qexport.http.one_hop import off_the_loop
 from qexport.services.audit import actor_of
 from qexport.services.policies import change_policy, policy_limits, workspace_sources
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
@@ -192,7 +192,9 @@ async def save_policy(
     )
     # The form is read on the event loop; what writes and reads the database (and looks the
     # sensitive tables up on their sources), off it.
-    return await run_in_threadpool(_save, request, context, session, principal, form)
+    return await off_the_loop(
+        lambda: _save(request, context, session, principal, form), apart="sources"
+    )
 
 
 def _save(
