@@ -438,3 +438,30 @@ def test_the_run_executes_the_sql_its_planner_saw() -> None:
     assert outcome is Outcome.SUCCEEDED
     (planned_sql, _), (ran_sql, _, _) = source.planned[0], source.calls[0]
     assert planned_sql == ran_sql == "select n, s from t where n < $limit"
+
+
+def test_a_slot_that_fails_unexpectedly_stops_the_worker_which_says_so() -> None:
+    """What gets past a slot's handler (here a SystemExit; with the worker's output gone,
+    logging the failure raises BrokenPipeError) stops the worker and `run` raises it, instead
+    of a drain that never ends with no slot left to drain."""
+    deps = make_deps(FakeSource())
+    request(deps)
+    worker = Worker(deps, concurrency=1, drain=True)
+
+    def gone() -> bool:
+        raise SystemExit(3)
+
+    worker.run_once = gone  # type: ignore[method-assign]
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except SystemExit as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)  # (a bound for the failure, which was waiting for ever)
+    assert not thread.is_alive()
+    assert [exc.code for exc in raised if isinstance(exc, SystemExit)] == [3]

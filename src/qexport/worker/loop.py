@@ -78,6 +78,8 @@ class Worker:
         self.stopping = threading.Event()  # no new claims
         self.interrupt = threading.Event()  # running attempts hand their export back
         self._wakeups = Wakeups(concurrency)
+        # What ended a slot that no handler expected (see _slot); `run` raises it.
+        self._slot_failure: BaseException | None = None
         self.outcomes: dict[str, int] = {}
         self._outcomes_lock = threading.Lock()
         self.memory = memory
@@ -152,6 +154,8 @@ class Worker:
                 thread.join(0.2)
         if self.memory is not None:
             self.memory.close()
+        if self._slot_failure is not None:
+            raise self._slot_failure
         log.info("worker_stopped", worker=self.worker_id, outcomes=self.outcomes)
         return dict(self.outcomes)
 
@@ -162,6 +166,18 @@ class Worker:
         return self.memory is not None and self.memory.kept.is_set()
 
     def _slot(self) -> None:
+        try:
+            self._claim_until_stopped()
+        except BaseException as exc:
+            # Nothing is meant to get past run_once's handler; what does (the worker's output
+            # gone, so that logging the failure raised BrokenPipeError; a SystemExit) stops
+            # the worker, and `run` raises it once the other slots have finished, rather
+            # than go on a slot short, or drain for ever with none left.
+            self._slot_failure = self._slot_failure or exc
+            self.stopping.set()
+            self._wakeups.release_all()
+
+    def _claim_until_stopped(self) -> None:
         poll = self.deps.settings.poll_seconds
         while not self.stopping.is_set():
             if self.memory is not None and not self.memory.claimable:
