@@ -17,7 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 from qexport.cli import app
-from qexport.cli_common import State
+from qexport.cli.common import State
 from qexport.config import Bound, Bytes, Setting, Settings, declared
 
 README = Path(__file__).parents[2] / "README.md"

@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from qexport.cli_common import err, fail, fail_input, out, state
+from qexport.cli.common import err, fail, fail_input, out, state
 from qexport.config import Settings
 from qexport.domain.accounts import ApiToken
 from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportError

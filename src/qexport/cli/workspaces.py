@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 
-from qexport.cli_admin import admin_context, note
-from qexport.cli_common import fail, fail_input, fail_problems, state
+from qexport.cli.admin import admin_context, note
+from qexport.cli.common import fail, fail_input, fail_problems, state
 from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.sensitivity import written_rule

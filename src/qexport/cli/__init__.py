@@ -18,17 +18,17 @@ import typer
 from rich.table import Table
 
 from qexport import bootstrap
-from qexport.cli_admin import sources_app, tokens_app, users_app
-from qexport.cli_approvals import approvals_app
-from qexport.cli_audit import audit_app
-from qexport.cli_common import State, fail, fail_input, local_deps, out, state
-from qexport.cli_deliveries import exports_deliveries
-from qexport.cli_exports import exports_app
-from qexport.cli_members import members_app
-from qexport.cli_preview import queries_preview
-from qexport.cli_reports import reports_app
-from qexport.cli_schedules import schedules_app
-from qexport.cli_workspaces import workspaces_app
+from qexport.cli.admin import sources_app, tokens_app, users_app
+from qexport.cli.approvals import approvals_app
+from qexport.cli.audit import audit_app
+from qexport.cli.common import State, fail, fail_input, local_deps, out, state
+from qexport.cli.deliveries import exports_deliveries
+from qexport.cli.exports import exports_app
+from qexport.cli.members import members_app
+from qexport.cli.preview import queries_preview
+from qexport.cli.reports import reports_app
+from qexport.cli.schedules import schedules_app
+from qexport.cli.workspaces import workspaces_app
 from qexport.config import Setting, Settings, declared
 from qexport.container import Container
 from qexport.domain.audit import OPERATOR, Action, operator_for

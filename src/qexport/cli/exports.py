@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from qexport.cli_common import (
+from qexport.cli.common import (
     did_you_mean,
     err,
     fail,
@@ -32,7 +32,7 @@ from qexport.cli_common import (
     server_errors,
     server_refusals,
 )
-from qexport.cli_schedules import (
+from qexport.cli.schedules import (
     EMAIL_HELP,
     SLACK_HELP,
     TEAMS_HELP,
@@ -68,7 +68,7 @@ from qexport.services.requests import request_export, request_report_export
 from qexport.services.views import approval_view, export_view
 
 if TYPE_CHECKING:
-    from qexport.client import QExportClient
+    from qexport.cli.client import QExportClient
 
 SHORT_ID_CHARS = 8  # what `exports list` shows of an id, at least
 # Optional for click, so that leaving it out gets a sentence saying where ids are found.
@@ -275,7 +275,7 @@ def _remote_create(
     notify: list[dict[str, str]],
 ) -> dict[str, Any]:
     """Request the export on the server, by name or id; an unknown name gets suggestions."""
-    from qexport.client import ApiError
+    from qexport.cli.client import ApiError
 
     ref = report if report is not None else query
     assert ref is not None

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qexport import bootstrap
-from qexport.cli_common import (
+from qexport.cli.common import (
     BAD_INPUT,
     fail,
     fail_input,

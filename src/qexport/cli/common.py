@@ -21,7 +21,7 @@ from qexport.domain.exports import Requester
 from qexport.domain.failures import InvalidRequestError
 
 if TYPE_CHECKING:
-    from qexport.client import ApiError, QExportClient
+    from qexport.cli.client import ApiError, QExportClient
 
 # No console markup: what is printed holds names, SQL and messages people typed, where
 # `[by SERIES]` would vanish and `[/x]` would crash the command.
@@ -118,7 +118,7 @@ def remote(ctx: typer.Context) -> QExportClient | None:
         return None
     if not (st.url and st.token):
         fail_input("talking to a server needs both QEXPORT_URL and QEXPORT_TOKEN (--url, --token)")
-    from qexport.client import QExportClient
+    from qexport.cli.client import QExportClient
 
     return QExportClient(st.url, st.token)
 
@@ -126,7 +126,7 @@ def remote(ctx: typer.Context) -> QExportClient | None:
 @contextlib.contextmanager
 def server_errors(client_error_code: int = 1) -> Iterator[None]:
     """A server's refusal as one line with its code; `client_error_code` for 4xx answers."""
-    from qexport.client import ApiError
+    from qexport.cli.client import ApiError
 
     try:
         yield
@@ -141,7 +141,7 @@ def server_refusals() -> Iterator[None]:
     """A server's refusal as one line with its code: 2 when it refused the values given
     (422), as the same values are refused locally; 1 for any other (a bad token, someone
     else's thing, the server down)."""
-    from qexport.client import ApiError
+    from qexport.cli.client import ApiError
 
     try:
         yield

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli_common import fail_input, fail_problems, local_deps, out
+from qexport.cli.common import fail_input, fail_problems, local_deps, out
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (

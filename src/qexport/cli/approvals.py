@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from qexport.cli_admin import refusals
-from qexport.cli_common import local_deps, out
+from qexport.cli.admin import refusals
+from qexport.cli.common import local_deps, out
 from qexport.domain.approvals import Decision, checked_reason
 from qexport.domain.audit import Actor, ActorKind
 from qexport.services.approvals import Decider, Rebuild, decide, listed

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli_common import fail, fail_input, out, state
+from qexport.cli.common import fail, fail_input, out, state
 from qexport.domain.audit import RecordedEvent, Stretch
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.services import audit_trail

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from qexport.cli_admin import admin_context, note, print_members, refusals
+from qexport.cli.admin import admin_context, note, print_members, refusals
 from qexport.services import accounts as service
 
 members_app = typer.Typer(no_args_is_help=True, help="A workspace's members.")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
-from qexport.cli_common import (
+from qexport.cli.common import (
     BAD_INPUT,
     fail,
     fail_input,

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli_common import fail, local_deps, out, remote, server_errors
+from qexport.cli.common import fail, local_deps, out, remote, server_errors
 from qexport.domain.exports import UNSETTLED
 from qexport.domain.failures import QExportError
 from qexport.schedules.catalog import list_visible_deliveries
