@@ -28,8 +28,9 @@ from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.failures import readable_detail
+from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.domain.queries import Parameter, ParamType, Query
-from qexport.domain.reports import REPORT_FORMATS, SUBJECT_REPORT, Display, Report, Section
+from qexport.domain.reports import SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
 from qexport.humanize import human_size
 from qexport.ports import AccountStore, Clock, LocalFiles
@@ -40,7 +41,6 @@ from qexport.services.describe import describe_statement, describe_timeout
 from qexport.services.requests import request_export, request_report_export
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
-from qexport.writers.registry import FORMATS
 
 DEMO_QUERIES = (
     Query(
@@ -190,7 +190,7 @@ def run_demo(
                     deps.exports, deps.catalog, deps.clock, requester, query_ref="orders", fmt=fmt
                 )
             )
-            for fmt in FORMATS
+            for fmt in QUERY_FORMATS
         ] + [
             _queued(
                 request_report_export(

@@ -21,11 +21,12 @@ import pytest
 from openpyxl.utils.escape import unescape
 
 from qexport.domain.failures import InvalidRequestError, LimitExceededError
+from qexport.domain.formats import QUERY_FORMATS as FORMATS
 from qexport.ports import Writer, WriterOptions
 from qexport.writers import xlsx as xlsx_writer
 from qexport.writers.neutralize import looks_like_formula
 from qexport.writers.parquet import ParquetFileWriter
-from qexport.writers.registry import FORMATS, get_writer
+from qexport.writers.registry import get_writer
 from qexport.writers.xlsx import XlsxFileWriter
 
 NEUTRAL = WriterOptions()

@@ -21,8 +21,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from qexport.domain.exports import EventKind, Status
 from qexport.domain.failures import FailureCode
+from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.domain.queries import MAX_PARAMETER_CHARS
-from qexport.domain.reports import REPORT_FORMATS
 from qexport.domain.schedules import (
     MAX_CRON_CHARS,
     MAX_RECIPIENTS,
@@ -34,7 +34,6 @@ from qexport.http.errors import PROBLEM_MEDIA_TYPE as PROBLEM_MEDIA_TYPE  # noqa
 from qexport.http.errors import PROBLEM_SCHEMA as PROBLEM_SCHEMA  # noqa: PLC0414 - re-exported
 from qexport.http.errors import Problem as Problem  # noqa: PLC0414 - re-exported
 from qexport.services.requests import MAX_PARAMETERS, MAX_REF_CHARS
-from qexport.writers.registry import FORMATS
 
 _INT64 = 2**63
 
@@ -143,7 +142,7 @@ class ExportOptions(BaseModel):
 
 
 # The query formats, then the formats only a report takes.
-ANY_FORMAT: tuple[str, ...] = (*FORMATS, *sorted(REPORT_FORMATS - set(FORMATS)))
+ANY_FORMAT: tuple[str, ...] = (*QUERY_FORMATS, *sorted(REPORT_FORMATS - set(QUERY_FORMATS)))
 
 
 class EmailRecipient(BaseModel):

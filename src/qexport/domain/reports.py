@@ -13,7 +13,6 @@ from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.domain.queries import Query, Visibility, bind_parameters, can_read
 
 SUBJECT_REPORT = "report"
-REPORT_FORMATS = frozenset({"pdf", "xlsx", "html"})
 MAX_SECTIONS = 50
 DEFAULT_ROW_CAP = 1_000
 MAX_ROW_CAP = 100_000

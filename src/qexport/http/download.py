@@ -19,10 +19,10 @@ from starlette.background import BackgroundTasks
 
 from qexport.domain.audit import Action, Actor, AuditEvent, Outcome
 from qexport.domain.exports import ExportRecord
+from qexport.domain.formats import FILE_FORMATS, media_type
 from qexport.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, problem
 from qexport.ports import AuditLog, Clock, ObjectStore, Presigner
 from qexport.services.audit import event
-from qexport.writers.registry import FORMATS, get_writer
 
 CHUNK_BYTES = 256 * 1024
 # A single range `bytes=first-last`, `bytes=first-` or `bytes=-suffix`; longer numbers than
@@ -318,17 +318,6 @@ def file_response(
     )
 
 
-# Report documents in the formats no tabular writer makes (xlsx is both).
-REPORT_MEDIA_TYPES = {"pdf": "application/pdf", "html": "text/html; charset=utf-8"}
-
-
-def media_type(fmt: str) -> str:
-    """The Content-Type of a file of format `fmt`, a query's or a report's."""
-    if fmt in REPORT_MEDIA_TYPES:
-        return REPORT_MEDIA_TYPES[fmt]
-    return get_writer(fmt).media_type
-
-
 # ---------------------------------------------------------------- OpenAPI
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
@@ -336,7 +325,7 @@ _STRING = {"schema": {"type": "string"}}
 
 
 def _file_content() -> dict[str, Any]:
-    return {media_type(fmt): _BINARY for fmt in (*FORMATS, *REPORT_MEDIA_TYPES)}
+    return {f.media_type: _BINARY for f in FILE_FORMATS.values()}
 
 
 def file_responses() -> dict[int | str, dict[str, Any]]:

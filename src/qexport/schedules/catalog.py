@@ -30,6 +30,7 @@ from qexport.domain.failures import (
     Problems,
     in_field_order,
 )
+from qexport.domain.formats import query_format
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import can_read, check_filename_template, to_json_value
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
@@ -60,7 +61,6 @@ from qexport.services.requests import (
     find_readable_query,
 )
 from qexport.services.subscribers import PER_PERSON, Refusal, reading_refusal
-from qexport.writers.registry import get_writer
 
 MAX_ID_CHARS = 64  # schedule ids are UUIDs; anything much longer is not worth a lookup
 NO_SUCH_SCHEDULE = "no schedule with this id that you can see"
@@ -211,7 +211,7 @@ def _check_subject(
             return _SubjectCheck()
         assert draft.query_id is not None
         with problems.check():
-            get_writer(draft.format)
+            query_format(draft.format)
         query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
     except NotFoundError as exc:
         return _SubjectCheck(missing=exc)

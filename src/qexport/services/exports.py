@@ -31,11 +31,10 @@ from qexport.domain.failures import (
     QExportError,
     readable_detail,
 )
-from qexport.domain.reports import REPORT_FORMATS
+from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.ports import AuditLog, Catalog, Clock, ExportQueue, ObjectStore, Presigner
 from qexport.services.audit import actor_for, event
 from qexport.services.reports import may_read_export
-from qexport.writers.registry import FORMATS
 
 # Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
 MAX_EXPORT_ID_CHARS = 64
@@ -116,7 +115,7 @@ def list_visible_exports(
 # ---------------------------------------------------------------- the list, filtered and paged
 
 STATUS_CHOICES = ("queued", "running", "succeeded", "failed", EXPIRED)
-FORMAT_CHOICES = tuple(sorted(set(FORMATS) | REPORT_FORMATS))
+FORMAT_CHOICES = tuple(sorted(set(QUERY_FORMATS) | REPORT_FORMATS))
 MIN_ID_PREFIX = 4  # like git's shortest abbreviation: fewer characters match too much
 MAX_SEARCH_CHARS = 200
 # A UUID starts with 8 hex digits: a prefix's first 4 are hex, which also lets the store find

@@ -30,8 +30,8 @@ from qexport.domain.failures import (
     InvalidRequestError,
     SourceUnavailableError,
 )
+from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
-from qexport.domain.reports import REPORT_FORMATS
 from qexport.domain.sensitivity import ReadsReporting
 from qexport.ports import (
     AccountStore,
@@ -45,7 +45,6 @@ from qexport.services.audit import event
 from qexport.services.describe import describe_timeout
 from qexport.services.links import unapproved_sensitive
 from qexport.services.sensitive_rules import checked_rules
-from qexport.writers.registry import FORMATS
 
 _PAGE = 500  # exports read a page at a time when looking for links to revoke
 
@@ -64,7 +63,7 @@ def policy_limits(
     """What the installation allows, which a workspace's policy may only narrow; with the
     workspace's `sources` (what each one's planner reports) for its sensitive tables."""
     return PolicyLimits(
-        formats=every_format(FORMATS, REPORT_FORMATS),
+        formats=every_format(QUERY_FORMATS, REPORT_FORMATS),
         max_rows=settings.max_rows,
         retention_days=settings.retention.days,
         sources=dict(sources or {}),

@@ -22,6 +22,7 @@ from qexport.domain.failures import (
     Problems,
     in_field_order,
 )
+from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS, query_format
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import (
     Query,
@@ -31,7 +32,6 @@ from qexport.domain.queries import (
     to_json_value,
 )
 from qexport.domain.reports import (
-    REPORT_FORMATS,
     SUBJECT_REPORT,
     Report,
     bind_report_parameters,
@@ -41,7 +41,6 @@ from qexport.ports import Catalog, Clock, ExportQueue, NewExport
 from qexport.services.approvals import ApprovalDesk, ask
 from qexport.services.audit import export_requested
 from qexport.services.reports import find_readable_report, report_queries
-from qexport.writers.registry import FORMATS, get_writer
 
 SUBJECT_QUERY = "query"
 # The order a request's problems are told in: the new-export form's, then the API's extras.
@@ -94,7 +93,7 @@ def request_export(
     """
     problems = Problems(found)
     with problems.check():
-        get_writer(fmt)  # a bad format is refused whether or not the query exists
+        query_format(fmt)  # a bad format is refused whether or not the query exists
         check_allowed_format(policy, fmt)
     query = _found(
         problems, lambda: find_readable_query(catalog, requester, query_ref, match_name=match_name)
@@ -244,8 +243,8 @@ def _check_options(problems: Problems, neutralize_formulas: object) -> None:
 
 def check_any_format(fmt: str) -> None:
     """A format some subject takes (when it is not yet known which)."""
-    if fmt not in FORMATS and fmt not in REPORT_FORMATS:
-        names = ", ".join(dict.fromkeys((*FORMATS, *sorted(REPORT_FORMATS))))
+    if fmt not in QUERY_FORMATS and fmt not in REPORT_FORMATS:
+        names = ", ".join(dict.fromkeys((*QUERY_FORMATS, *sorted(REPORT_FORMATS))))
         raise InvalidRequestError(
             f"unknown format {fmt[:20]!r}; valid formats: {names}", field="format"
         )
@@ -313,7 +312,7 @@ def query_export(
         filename_template or query.filename_template,
         name=query.name,
         fmt=fmt,
-        extension=get_writer(fmt).extension,
+        extension=query_format(fmt).extension,
         values=values,
         at=now,
     )

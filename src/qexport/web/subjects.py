@@ -11,11 +11,10 @@ from typing import Any
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import NotFoundError
+from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.domain.queries import Parameter, ParamType, to_json_value
-from qexport.domain.reports import REPORT_FORMATS
 from qexport.services.reports import find_readable_report, report_queries
 from qexport.services.requests import find_readable_query
-from qexport.writers.registry import FORMATS
 
 INPUT_TYPES = {
     ParamType.INTEGER: "number",
@@ -25,13 +24,17 @@ INPUT_TYPES = {
     ParamType.STRING: "text",
 }
 PARAM_PREFIX = "p."
-QUERY_FORMATS: tuple[str, ...] = FORMATS
 REPORT_FORMAT_NAMES: tuple[str, ...] = tuple(sorted(REPORT_FORMATS))
 # Every format, each with the kinds of subject that take it (for the script that narrows the
 # choice as soon as a subject is picked).
 ALL_FORMATS: tuple[tuple[str, str], ...] = tuple(
-    (f, " ".join(k for k, names in (("query", FORMATS), ("report", REPORT_FORMATS)) if f in names))
-    for f in (*FORMATS, *sorted(REPORT_FORMATS - set(FORMATS)))
+    (
+        f,
+        " ".join(
+            k for k, names in (("query", QUERY_FORMATS), ("report", REPORT_FORMATS)) if f in names
+        ),
+    )
+    for f in (*QUERY_FORMATS, *sorted(REPORT_FORMATS - set(QUERY_FORMATS)))
 )
 _TRUE_WORDS = ("true", "1", "yes", "on")
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from qexport.domain.formats import FILE_FORMATS, FileFormat
 from qexport.writers.jsonvalues import iso_timestamps, to_text
 from qexport.writers.neutralize import prefix_formulas
 from qexport.writers.pipeline import (
@@ -52,9 +53,9 @@ Converter = Callable[[pa.Array], pa.Array]
 class DelimitedWriter:
     """Writes delimited text; `CSV_WRITER` and `TSV_WRITER` are the two configurations."""
 
-    def __init__(self, *, extension: str, media_type: str, delimiter: str, eol: str) -> None:
-        self.extension = extension
-        self.media_type = media_type
+    def __init__(self, file_format: FileFormat, *, delimiter: str, eol: str) -> None:
+        self.extension = file_format.extension
+        self.media_type = file_format.media_type
         self._delimiter, self._eol = delimiter, eol
         self._options = pcsv.WriteOptions(include_header=False, delimiter=delimiter, eol=eol)
 
@@ -170,9 +171,5 @@ def _is_native(arrow_type: pa.DataType) -> bool:
     )
 
 
-CSV_WRITER = DelimitedWriter(
-    extension="csv", media_type="text/csv; charset=utf-8", delimiter=",", eol="\r\n"
-)
-TSV_WRITER = DelimitedWriter(
-    extension="tsv", media_type="text/tab-separated-values; charset=utf-8", delimiter="\t", eol="\n"
-)
+CSV_WRITER = DelimitedWriter(FILE_FORMATS["csv"], delimiter=",", eol="\r\n")
+TSV_WRITER = DelimitedWriter(FILE_FORMATS["tsv"], delimiter="\t", eol="\n")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from qexport.domain.formats import FILE_FORMATS
 from qexport.writers.jsonvalues import json_fragments, json_key
 from qexport.writers.pipeline import (
     SinkFile,
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 class JsonLinesWriter:
     """Formula neutralisation does not apply: JSON is data, never opened as a spreadsheet."""
 
-    extension = "jsonl"
-    media_type = "application/x-ndjson"
+    extension = FILE_FORMATS["jsonl"].extension
+    media_type = FILE_FORMATS["jsonl"].media_type
 
     def write(
         self,

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from qexport.domain.failures import FailureCode, QExportError
+from qexport.domain.formats import FILE_FORMATS
 from qexport.writers.jsonvalues import to_text
 from qexport.writers.pipeline import SinkFile, prefetched
 
@@ -28,8 +29,8 @@ ROW_GROUP_BYTES = 64 * 1024 * 1024
 
 
 class ParquetFileWriter:
-    extension = "parquet"
-    media_type = "application/vnd.apache.parquet"
+    extension = FILE_FORMATS["parquet"].extension
+    media_type = FILE_FORMATS["parquet"].media_type
 
     def __init__(
         self, *, row_group_rows: int = ROW_GROUP_ROWS, row_group_bytes: int = ROW_GROUP_BYTES

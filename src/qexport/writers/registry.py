@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.formats import query_format
 from qexport.writers.csv import CSV_WRITER, TSV_WRITER
 from qexport.writers.jsonl import JsonLinesWriter
 from qexport.writers.parquet import ParquetFileWriter
@@ -23,14 +23,7 @@ _WRITERS: Mapping[str, Writer] = {
     "xlsx": XlsxFileWriter(),
 }
 
-FORMATS: tuple[str, ...] = tuple(_WRITERS)
-
 
 def get_writer(fmt: str) -> Writer:
     """The writer for a format name; unknown names are refused with the list of valid ones."""
-    writer = _WRITERS.get(fmt)
-    if writer is None:
-        raise InvalidRequestError(
-            f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}", field="format"
-        )
-    return writer
+    return _WRITERS[query_format(fmt).name]

@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING
 import pyarrow as pa
 
 from qexport.domain.failures import LimitExceededError
+from qexport.domain.formats import FILE_FORMATS
 from qexport.writers.pipeline import (
     SinkFile,
     ordered_map,
@@ -51,8 +52,8 @@ COMPRESS_LEVEL = 1  # deflate is the bottleneck; level 1 is several times faster
 
 
 class XlsxFileWriter:
-    extension = "xlsx"
-    media_type = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    extension = FILE_FORMATS["xlsx"].extension
+    media_type = FILE_FORMATS["xlsx"].media_type
 
     def __init__(
         self, *, rows_per_sheet: int = MAX_DATA_ROWS, sheet_bytes: int = SHEET_BYTES
