@@ -29,7 +29,6 @@ from qexport.ports import (
     Source,
     SourceCatalog,
 )
-from qexport.previews.processes import PreviewProcesses, StartMethod
 from qexport.private_files import make_private_dirs, open_private
 from qexport.sources import schemes
 from qexport.sources.audit import AuditSource
@@ -51,7 +50,6 @@ from qexport.store.engine import (
     serve_on_this_loop,
 )
 from qexport.store.exports import SqlExportQueue
-from qexport.store.notify import PgListener
 from qexport.store.rates import SqlRateLimits
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path
@@ -59,7 +57,9 @@ from qexport.store.stats import read_stats
 
 if TYPE_CHECKING:
     from qexport.deliveries.dispatch import DeliveryDispatcher
+    from qexport.previews.processes import PreviewProcesses, StartMethod
     from qexport.storage.s3 import S3ObjectStore
+    from qexport.store.notify import PgListener
 
 # Read, never written: a stat of a key nobody uses tells whether the store answers.
 PROBE_KEY = "exports/readyz/probe"
@@ -227,6 +227,8 @@ def preview_processes(
     """Where previews run (previews/processes.py): processes forked from a forkserver, or,
     for a process that has opened no source yet and previews once (the CLI), forked from
     it ("fork")."""
+    from qexport.previews.processes import PreviewProcesses
+
     return PreviewProcesses(settings, preview_sources, start_method=start_method)
 
 
@@ -240,6 +242,8 @@ def listener(
         return SqliteChangeWatcher(path, on_notify)
     if not settings.pg_notify or not settings.metadata_on_postgresql:
         return None
+    from qexport.store.notify import PgListener  # psycopg: PostgreSQL's only
+
     return PgListener(settings.database_url, on_notify)
 
 

@@ -127,7 +127,7 @@ def test_a_lone_worker_renews_itself_in_place() -> None:
     script = textwrap.dedent(
         """
         import os, sys
-        from qexport.cli import _renew_worker
+        from qexport.cli.run import _renew_worker
         nice = os.environ.get("QEXPORT_WORKER_NICE")
         print(os.getpid(), nice, os.environ.get("QEXPORT_WORKER_IDLE"), *sys.argv[1:], flush=True)
         if nice != "0":

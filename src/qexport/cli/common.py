@@ -14,14 +14,13 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperOption
 
-from qexport import bootstrap
 from qexport.config import Settings
-from qexport.container import Container
 from qexport.domain.exports import Requester
 from qexport.domain.failures import InvalidRequestError
 
 if TYPE_CHECKING:
     from qexport.cli.client import ApiError, QExportClient
+    from qexport.container import Container
 
 # No console markup: what is printed holds names, SQL and messages people typed, where
 # `[by SERIES]` would vanish and `[/x]` would crash the command.
@@ -40,6 +39,8 @@ class State:
 
     def deps(self) -> Container:
         if self._deps is None:
+            from qexport import bootstrap  # the adapters, only for a command that uses them
+
             self._deps = bootstrap.build(self.settings)
         return self._deps
 

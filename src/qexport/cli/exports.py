@@ -32,6 +32,7 @@ from qexport.cli.common import (
     server_errors,
     server_refusals,
 )
+from qexport.cli.deliveries import exports_deliveries
 from qexport.cli.schedules import (
     EMAIL_HELP,
     SLACK_HELP,
@@ -927,3 +928,6 @@ def exports_cancel(ctx: typer.Context, export_id: ExportRef = None) -> None:
     except QExportError as exc:
         fail(str(exc))
     out.print(f"export {record.id} cancelled")
+
+
+exports_app.command("deliveries")(exports_deliveries)

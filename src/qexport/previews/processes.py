@@ -69,7 +69,7 @@ from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkContext, ForkServerContext
 from multiprocessing.process import BaseProcess
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 
@@ -84,10 +84,14 @@ from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import Relation
 from qexport.ports import CatalogueJob, DescribeJob, PlanJob, PreviewCells, PreviewJob
-from qexport.previews import child
-from qexport.previews.child import Job
 from qexport.previews.wire import Answer
 from qexport.sources.scratch import remove_abandoned
+
+if TYPE_CHECKING:
+    # The child's module (Arrow, the sources) is imported when the first process starts, not
+    # with this one: a command that builds the container and runs no preview never loads it.
+    from qexport.previews import child
+    from qexport.previews.child import Job
 
 log = structlog.get_logger()
 
@@ -210,6 +214,8 @@ class PreviewProcesses:
     def _start(self) -> _Process:
         if self._context.get_start_method() == "forkserver":
             self.prepare()
+        from qexport.previews import child
+
         mine, theirs = self._context.Pipe()
         forked = self._context.get_start_method() == "fork"
         process = self._context.Process(
@@ -258,8 +264,10 @@ class PreviewProcesses:
         code = found.process.exitcode
         log.warning("preview_process_died", pid=found.process.pid, exitcode=code)
         if code is not None and code < 0:
+            from qexport.previews.child import out_of_memory
+
             return LimitExceededError(
-                f"{child.out_of_memory(self._settings.preview_max_memory)} (the preview's"
+                f"{out_of_memory(self._settings.preview_max_memory)} (the preview's"
                 f" process was killed by {signal.Signals(-code).name} before it answered)"
             )
         return SourceUnavailableError(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import psycopg
 import sqlalchemy as sa
 
 from qexport.store.wakeup_thread import WakeupThread
@@ -27,16 +26,20 @@ def notify_claimable(conn: sa.Connection, export_id: str) -> None:
 class PgListener(WakeupThread):
     """LISTENs on its own connection and calls `on_notify` for each notification."""
 
-    # The database went away: polling carries on; listen again when it is back.
-    errors = (psycopg.Error,)
     failure_event = "listen_failed"
 
     def __init__(self, url: str, on_notify: Callable[[], None]) -> None:
+        import psycopg  # here, not with the module: the stores on SQLite never load it
+
         super().__init__(on_notify, name="qexport-listen")
+        # The database went away: polling carries on; listen again when it is back.
+        self.errors = (psycopg.Error,)
         # psycopg wants a libpq URL, without SQLAlchemy's "+driver".
         self._url = sa.make_url(url).set(drivername="postgresql").render_as_string(False)
 
     def _watch(self) -> None:
+        import psycopg
+
         with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             while not self._stop.is_set():
