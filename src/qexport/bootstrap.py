@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import sys
@@ -31,9 +32,7 @@ from qexport.ports import (
 )
 from qexport.private_files import make_private_dirs, open_private
 from qexport.sources import schemes
-from qexport.sources.audit import AuditSource
 from qexport.sources.credentials import unseal
-from qexport.sources.duckdb import DuckDBSource
 from qexport.sources.registry import AUDIT_SOURCE, SourceRegistry, configured_grants
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
 from qexport.storage.filesystem import FilesystemObjectStore
@@ -162,20 +161,31 @@ def source_identity(name: str, url: str, settings: Settings) -> str | None:
     return source.catalogue((), timeout_seconds=IDENTITY_TIMEOUT_SECONDS).identity
 
 
-def sources(settings: Settings) -> dict[str, Source]:
-    """The configured sources: the built-in demo and those of QEXPORT_SOURCE_*."""
-    found: dict[str, Source] = {
-        DEMO_SOURCE: DuckDBSource(
+def sources(settings: Settings) -> dict[str, Callable[[], Source]]:
+    """The configured sources, each opened on first use: the built-in demo and those of
+    QEXPORT_SOURCE_*, whose URLs are checked here (a bad one stops the process starting)."""
+
+    def demo() -> Source:
+        from qexport.sources.duckdb import DuckDBSource  # DuckDB and Arrow: on first use
+
+        return DuckDBSource(
             DEMO_SOURCE,
             settings.demo_database,
             memory_limit=settings.duckdb_memory_limit,
             temp_limit=settings.duckdb_temp_limit,
         )
-    }
+
+    found: dict[str, Callable[[], Source]] = {DEMO_SOURCE: demo}
     for name, url in settings.sources.items():
         privileged = name in settings.privileged_sources
-        found[name] = source_from_url(name, url, settings, allow_privileged_role=privileged)
+        source = source_from_url(name, url, settings, allow_privileged_role=privileged)
+        found[name] = functools.partial(_same, source)
     return found
+
+
+def _same(source: Source) -> Source:
+    """A source already opened (functools.partial of this: no closure over a loop's name)."""
+    return source
 
 
 def registered_source(source: RegisteredSource, settings: Settings) -> Source:
@@ -193,11 +203,14 @@ def source_registry(
     then those registered in the database (looked up on a miss)."""
     configured, grants = sources(settings), configured_grants(settings)
     if audit is not None:
-        configured[AUDIT_SOURCE] = AuditSource(
-            audit,
-            accounts,
-            memory_limit=settings.duckdb_memory_limit,
-        )
+        trail = audit
+
+        def audit_source() -> Source:
+            from qexport.sources.audit import AuditSource
+
+            return AuditSource(trail, accounts, memory_limit=settings.duckdb_memory_limit)
+
+        configured[AUDIT_SOURCE] = audit_source
         grants[AUDIT_SOURCE] = frozenset({EVERY_WORKSPACE})
     return SourceRegistry(
         configured,

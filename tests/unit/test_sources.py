@@ -426,7 +426,7 @@ def test_a_source_registered_later_is_found_at_the_next_lookup(
     demo = FakeSource()
     builds = _Builds()
     registry = SourceRegistry(
-        {"demo": demo}, {"demo": frozenset({"demo"})}, accounts.registered_sources, builds
+        {"demo": lambda: demo}, {"demo": frozenset({"demo"})}, accounts.registered_sources, builds
     )
     with pytest.raises(SourceUnavailableError):
         registry.source_for("shop", "acme")
@@ -446,7 +446,7 @@ def test_a_source_taken_away_is_access_lost_at_once(
     """A workspace that may no longer use a source (unshared, or never allowed) gets
     access_lost from the worker's registry, even for a source it used before."""
     registry = SourceRegistry(
-        {"demo": FakeSource()},
+        {"demo": FakeSource},
         configured_grants(Settings()),
         accounts.registered_sources,
         _Builds(),
@@ -469,7 +469,7 @@ def test_the_registry_finds_a_name_within_the_workspace(
     builds = _Builds()
     demo = FakeSource()
     grants = {"demo": frozenset({"demo", "beta"})}
-    registry = SourceRegistry({"demo": demo}, grants, accounts.registered_sources, builds)
+    registry = SourceRegistry({"demo": lambda: demo}, grants, accounts.registered_sources, builds)
     _register(accounts, clock, "warehouse", "duckdb:///data/acme.duckdb", "acme")
     _register(accounts, clock, "warehouse", "duckdb:///data/beta.duckdb", "beta")
     _register(accounts, clock, "demo2", "duckdb:///data/d.duckdb", "gamma")

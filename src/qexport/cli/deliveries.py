@@ -13,7 +13,6 @@ from rich.table import Table
 from qexport.cli.common import fail, local_deps, out, remote, server_errors
 from qexport.domain.exports import UNSETTLED
 from qexport.domain.failures import QExportError
-from qexport.schedules.catalog import list_visible_deliveries
 from qexport.services.exports import get_visible_export
 from qexport.services.views import delivery_view
 
@@ -36,6 +35,8 @@ def exports_deliveries(
     else:
         st, deps = local_deps(ctx)
         try:
+            from qexport.schedules.catalog import list_visible_deliveries  # schedules: here only
+
             record = get_visible_export(deps.exports, st.requester, export_id)
             found = list_visible_deliveries(deps.exports, deps.deliveries, st.requester, export_id)
         except QExportError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -151,6 +152,9 @@ def _run_worker(
     from qexport.worker.memory import watch_memory
 
     remove_abandoned()  # pipes and spill of workers killed outright (SIGKILL, OOM killer)
+    # A worker reads sources: DuckDB (the built-in ones open on first use) loads now, not
+    # within its first export's time.
+    importlib.import_module("qexport.sources.duckdb")
     beating = start_heartbeats()  # before the lowering, which leaves it out
     _lower_priority(settings, keep=beating)
     structlog.get_logger().info(

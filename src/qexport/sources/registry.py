@@ -30,12 +30,14 @@ class SourceRegistry:
     Every lookup reads the registered sources from the database again, so that a worker
     started before a source was registered finds it at its next export, and taking a source
     away (or registering a workspace's own of the same name) holds at once. A registered
-    source is built once per process, keyed by its workspace and name.
+    source is built once per process, keyed by its workspace and name; a configured one is
+    opened when first used (the built-in DuckDB sources load DuckDB and Arrow: a command that
+    reads no source never does).
     """
 
     def __init__(
         self,
-        configured: Mapping[str, Source],
+        configured: Mapping[str, Callable[[], Source]],
         grants: Mapping[str, frozenset[str]],
         registered: Callable[[], Iterable[RegisteredSource]],
         build: Callable[[RegisteredSource], Source],
@@ -45,6 +47,7 @@ class SourceRegistry:
         self._registered = registered
         self._build = build
         self._built: dict[tuple[str, str], Source] = {}
+        self._opened: dict[str, Source] = {}
         self._lock = threading.Lock()
 
     def source_for(self, name: str, workspace_id: str) -> Source:
@@ -60,7 +63,11 @@ class SourceRegistry:
             raise SourceUnavailableError(f"no data source named {name!r} is configured")
         found = usable[name]
         if found is None:
-            return self._configured[name]
+            with self._lock:
+                opened = self._opened.get(name)
+                if opened is None:
+                    opened = self._opened[name] = self._configured[name]()
+            return opened
         with self._lock:
             source = self._built.get(found.key)
         if source is not None:
@@ -78,7 +85,7 @@ class SourceRegistry:
         """Close every source this registry holds that has something to close (DuckDB's
         connection and scratch folder); each opens again on next use."""
         with self._lock:
-            held = [*self._configured.values(), *self._built.values()]
+            held = [*self._opened.values(), *self._built.values()]
         for source in held:
             close: Callable[[], None] | None = getattr(source, "close", None)
             if close is not None:
