@@ -97,11 +97,12 @@ def test_a_mistyped_command_is_named_with_the_nearest() -> None:
     assert "Did you mean 'exports'" in shown.output
 
 
-def test_a_local_list_at_the_newest_schema_loads_no_migration_or_other_backends_driver(
+def test_a_local_list_at_the_newest_schema_loads_only_what_it_uses(
     tmp_path: Path,
 ) -> None:
     """A client command on the embedded default, its database already at the newest schema,
-    loads neither Alembic nor PostgreSQL's driver, S3's client or pandas."""
+    loads neither Alembic, PostgreSQL's driver, S3's client, DuckDB, Arrow nor pandas: it reads
+    no source and writes no file."""
     env = {**os.environ, "QEXPORT_DATA_DIR": str(tmp_path)}
     for key in [k for k in env if k.startswith("QEXPORT_") and k != "QEXPORT_DATA_DIR"]:
         del env[key]
@@ -116,4 +117,4 @@ def test_a_local_list_at_the_newest_schema_loads_no_migration_or_other_backends_
     )
     loaded = _imported_after(code, env=env)
     assert "sqlalchemy" in loaded  # it did reach the database
-    assert {"alembic", "psycopg", "boto3", "pandas"}.isdisjoint(loaded)
+    assert {"alembic", "psycopg", "boto3", "duckdb", "pyarrow", "pandas"}.isdisjoint(loaded)
