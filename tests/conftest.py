@@ -50,3 +50,30 @@ def store(request: pytest.FixtureRequest) -> MetadataStore:
 @pytest.fixture
 def clock() -> FrozenClock:
     return FrozenClock()
+
+
+# What a test needs, marked from the fixtures it uses (through any chain) and the backend it
+# is parametrized on, so that `-m "not spark and not browser"` selects by need. The markers
+# are registered in pyproject.toml and pytest runs with --strict-markers.
+NEEDS: dict[str, frozenset[str]] = {
+    "postgres": frozenset({"pg_template"}),
+    "mysql": frozenset({"mariadb_server"}),
+    "spark": frozenset({"spark_server", "pyspark_installed"}),
+    "s3": frozenset({"moto_endpoint"}),
+    "browser": frozenset({"chromium"}),
+}
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in NEEDS.items():
+            if used & fixtures:
+                item.add_marker(marker)
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if any(isinstance(p, str) and p == "postgresql" for p in params):
+            item.add_marker("postgres")  # a backend fixture that asks for pg_url when run
+        if item.path.is_relative_to(E2E):
+            item.add_marker("e2e")
