@@ -6,6 +6,7 @@ other module imports one or asks whether an object is one."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,14 @@ def _exists(dotted: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def imports() -> Iterator[Import]:
+@functools.cache
+def imports() -> tuple[Import, ...]:
     """Every import of a qexport module in src/qexport: at module level, inside functions and
-    under TYPE_CHECKING alike."""
+    under TYPE_CHECKING alike (read once per test session)."""
+    return tuple(_imports())
+
+
+def _imports() -> Iterator[Import]:
     for path in sorted(SRC.rglob("*.py")):
         source = _module_name(path)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -198,3 +204,116 @@ def test_no_isinstance_on_a_store_type_outside_bootstrap() -> None:
                 if named in concrete:
                     offending.append(f"{module} (line {node.lineno}): isinstance(..., {named})")
     assert offending == []
+
+
+# ---------------------------------------------------------------- the layers
+#
+# Each top-level package or module of qexport belongs to one layer; a layer may import only
+# the layers it names (and itself). docs/architecture.md draws them.
+LAYER_OF: dict[str, str] = {
+    "domain": "domain",
+    "ports": "ports",
+    "services": "services",
+    "schedules": "services",  # the schedule catalogue; its loop is the scheduler's entry point
+    **dict.fromkeys(
+        ("store", "storage", "sources", "writers", "reports", "deliveries", "previews"),
+        "adapters",
+    ),
+    **dict.fromkeys(
+        ("api", "web", "http", "cli", "worker", "app", "demo", "demo_schedule", "__main__"),
+        "entry points",
+    ),
+    "container": "container",  # what the entry points receive: the ports, wired
+    "bootstrap": "composition",  # the one place adapters are chosen and built
+    # What every layer above the domain may use: settings, and helpers that know no use case.
+    **dict.fromkeys(
+        (
+            "config",
+            "clock",
+            "logs",
+            "humanize",
+            "egress",
+            "smtp_url",
+            "host_addresses",
+            "proxies",
+            "private_files",
+        ),
+        "support",
+    ),
+    "qexport": "support",  # the package itself (its version)
+}
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "domain": frozenset(),
+    "ports": frozenset({"domain"}),
+    "support": frozenset({"domain"}),
+    "services": frozenset({"domain", "ports", "support"}),
+    "adapters": frozenset({"domain", "ports", "support"}),
+    "entry points": frozenset({"domain", "ports", "support", "services", "container"}),
+    "container": frozenset({"domain", "ports", "support", "services"}),
+    "composition": frozenset({"domain", "ports", "support", "services", "adapters", "container"}),
+}
+# The arrows against the table that are there today, each to go (issue 31): the test fails
+# when one of them is gone and still listed, so the list only shrinks.
+KNOWN: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("domain", "humanize"),  # sizes and durations in messages: to move into the domain
+        ("services", "sources"),  # URL checks and catalogues: to each source's entry point
+        ("schedules", "container"),  # take what they need, not the whole container
+        ("reports", "container"),
+        ("deliveries", "services"),  # dispatch, resend, approval mail and content: to services
+        ("container", "deliveries"),
+        ("api", "deliveries"),  # routes that reach adapters: through services instead
+        ("api", "sources"),
+        ("api", "bootstrap"),
+        ("cli", "deliveries"),
+        ("cli", "sources"),
+        ("web", "deliveries"),
+        ("web", "sources"),
+        ("web", "writers"),
+        ("worker", "reports"),
+        ("worker", "writers"),
+        ("demo", "sources"),
+        ("demo", "deliveries"),
+    }
+)
+# Entry points that build the adapters (the composition root's callers), and may import it.
+BUILDS: frozenset[tuple[str, str]] = frozenset(
+    {("cli", "bootstrap"), ("demo", "bootstrap"), ("app", "api"), ("app", "web")}
+)
+
+
+def _arrows() -> set[tuple[str, str]]:
+    return {
+        (_unit(i.source), _unit(i.target)) for i in imports() if _unit(i.source) != _unit(i.target)
+    }
+
+
+def _against_the_table(arrow: tuple[str, str]) -> bool:
+    a, b = (LAYER_OF[u] for u in arrow)
+    return a != b and b not in MAY_IMPORT[a] and arrow not in BUILDS
+
+
+def test_every_package_has_a_layer() -> None:
+    units = {u for arrow in _arrows() for u in arrow}
+    assert sorted(units - set(LAYER_OF)) == []
+
+
+def test_no_new_arrow_against_the_layers() -> None:
+    """Domain imports nothing of qexport; ports the domain; services the domain and ports;
+    adapters the domain and ports; entry points the services and the composition root;
+    only bootstrap the adapters. An arrow against that fails here, naming the imports."""
+    arrows = _arrows()
+    new = sorted(a for a in arrows if _against_the_table(a) and a not in KNOWN)
+    where = [
+        f"{i.source} (line {i.line}) imports qexport.{i.target}"
+        for i in imports()
+        if (_unit(i.source), _unit(i.target)) in new
+    ]
+    assert where == []
+
+
+def test_the_known_arrows_are_still_there() -> None:
+    """An arrow that is gone leaves the KNOWN list: it only shrinks."""
+    arrows = _arrows()
+    assert sorted(KNOWN - arrows) == []
+    assert sorted(a for a in KNOWN if not _against_the_table(a)) == []
