@@ -5,6 +5,7 @@ suggestions for a mistyped name; locally and through a server."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -76,6 +77,22 @@ def test_an_id_prefix_names_one_export_or_is_refused_like_git(env: Env) -> None:
     assert "at least 4 characters" in short.stderr
     cancelled = env.run("exports", "cancel", "abcd2")
     assert "abcd2222-0000-4000-8000-000000000002 cancelled" in cancelled.stdout
+
+
+def test_a_cancelled_export_reads_cancelled_as_in_the_pages(env: Env) -> None:
+    """The list, `get` and `wait` say `cancelled` for an export its requester cancelled (the
+    API's failed/cancelled, the pages' Cancelled badge), not `failed`."""
+    _insert(env, "abcd3333-0000-4000-8000-000000000003")
+    env.run("exports", "cancel", "abcd3")
+    listed = env.run("exports", "list").stdout.splitlines()
+    assert [line.split()[1] for line in listed if line.startswith("abcd")] == ["cancelled"]
+    shown = env.run("exports", "get", "abcd3").stdout
+    assert re.search(r"^\s*status\s+cancelled\s*$", shown, re.M), shown
+    assert "failure cancelled: " in " ".join(shown.split())
+    waited = env.run("exports", "wait", "abcd3", check=False)
+    assert waited.returncode == 1  # no file came of it
+    assert "export abcd3333 cancelled" in waited.stdout
+    assert "error:" not in waited.stderr
 
 
 def test_download_goes_to_the_file_name_a_directory_and_never_over_a_file(

@@ -76,6 +76,8 @@ def test_cancel_through_the_server(client: Env) -> None:
     proc = client.run("exports", "cancel", created["id"])
     assert proc.stdout.strip() == f"export {created['id']} cancelled"
     assert _json(client, "exports", "get", created["id"])["failure"]["code"] == "cancelled"
+    shown = client.run("exports", "get", created["id"]).stdout
+    assert "status cancelled" in " ".join(shown.split())  # as the local CLI and the pages say
     again = client.run("exports", "cancel", created["id"], check=False)
     assert again.returncode == 1
     assert "(conflict)" in again.stderr

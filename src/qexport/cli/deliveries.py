@@ -11,12 +11,10 @@ import typer
 from rich.table import Table
 
 from qexport.cli.common import fail, local_deps, out, remote, server_errors
-from qexport.domain.exports import UNSETTLED
+from qexport.domain.exports import UNSETTLED_STATUSES
 from qexport.domain.failures import QExportError
 from qexport.services.exports import get_visible_export
 from qexport.services.views import delivery_view
-
-UNSETTLED_VIEWS = frozenset(str(s) for s in UNSETTLED)
 
 
 def exports_deliveries(
@@ -31,7 +29,7 @@ def exports_deliveries(
     if client is not None:
         with client, server_errors():
             items = client.list_deliveries(export_id).get("items", [])
-            settled = client.get_export(export_id)["status"] not in UNSETTLED_VIEWS
+            settled = client.get_export(export_id)["status"] not in UNSETTLED_STATUSES
     else:
         st, deps = local_deps(ctx)
         try:

@@ -44,7 +44,14 @@ from qexport.cli.schedules import (
 from qexport.container import Container
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.audit import operator_for
-from qexport.domain.exports import EXPIRED, ExportRecord, Requester, safe_filename
+from qexport.domain.exports import (
+    CANCELLED,
+    SETTLED_STATUSES,
+    ExportRecord,
+    Requester,
+    safe_filename,
+    shown_status,
+)
 from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, QExportError
 from qexport.domain.queries import can_read
 from qexport.domain.reports import can_read_report
@@ -90,7 +97,6 @@ exports_app = typer.Typer(
 )
 
 
-SETTLED_VIEWS = frozenset({"succeeded", "failed", EXPIRED})
 # A server is asked less often than the local database: other clients share it.
 REMOTE_POLL_SECONDS = 0.5
 # How long `--wait` sees an export queued before it says that a worker must take it.
@@ -99,6 +105,12 @@ QUEUED_HINT_SECONDS = 5.0
 
 def _print_export(record: ExportRecord, deps: Container, as_json: bool) -> None:
     _print_view(export_view(record, deps.clock.now()), as_json)
+
+
+def _shown(view: dict[str, Any]) -> str:
+    """The status people read for an export the API shows: `cancelled` for one its requester
+    cancelled (the API's failed/cancelled), as the pages show it."""
+    return shown_status(view["status"], (view.get("failure") or {}).get("code"))
 
 
 def _print_view(view: dict[str, Any], as_json: bool) -> None:
@@ -120,7 +132,8 @@ def _print_view(view: dict[str, Any], as_json: bool) -> None:
         "completed_at",
         "expires_at",
     ):
-        table.add_row(key, "" if view[key] is None else str(view[key]))
+        value = _shown(view) if key == "status" else view[key]
+        table.add_row(key, "" if value is None else str(value))
     table.add_row("subject", f"{view['subject']['type']} {view['subject']['name']}")
     table.add_row("progress", f"{view['progress']['rows']:,} rows")
     if view["failure"]:
@@ -347,6 +360,9 @@ def _print_summary(view: dict[str, Any]) -> None:
         out.print(f"download it: qexport exports download {short}", highlight=False)
         return
     failure = view.get("failure") or {}
+    if _shown(view) == CANCELLED:
+        out.print(f"export {short} cancelled{took}", highlight=False)
+        return
     if view["status"] == "failed":
         code = failure.get("code") or "failed"
         err.print(
@@ -574,7 +590,7 @@ def _print_list(page: dict[str, Any], as_json: bool, *, filtered: bool = False) 
     rows = [
         (
             short[view["id"]],
-            view["status"],
+            _shown(view),
             view["subject"]["name"],
             view["format"],
             f"{view['row_count']:,}" if view["row_count"] is not None else "",
@@ -663,9 +679,9 @@ def _wait(
                 task,
                 rows=rows,
                 rate=rate.words(rows) if view["status"] == "running" else "",
-                description=f"{short} {view['status']}",
+                description=f"{short} {_shown(view)}",
             )
-            if view["status"] in SETTLED_VIEWS:
+            if view["status"] in SETTLED_STATUSES:
                 return view
             time.sleep(interval)
 

@@ -25,6 +25,27 @@ class Status(StrEnum):
 SETTLED = frozenset({Status.SUCCEEDED, Status.FAILED})
 UNSETTLED = frozenset({Status.QUEUED, Status.RUNNING})
 EXPIRED = "expired"
+# What a person reads for an export settled failed/cancelled (stored so, and said so by the
+# API, DESIGN section 5): they asked for it, so it is no failure to them.
+CANCELLED = "cancelled"
+# Every status a person reads, in the pages and the CLI: the effective status, a cancelled
+# export apart (shown_status).
+STATUS_LABELS = {
+    "queued": "Queued",
+    "running": "Running",
+    "succeeded": "Succeeded",
+    "expired": "Expired",
+    "failed": "Failed",
+    CANCELLED: "Cancelled",
+}
+UNSETTLED_STATUSES = ("queued", "running")
+SETTLED_STATUSES = ("succeeded", "failed", EXPIRED)
+
+
+def shown_status(status: str, code: str | None) -> str:
+    """What a person reads for an export whose effective status is `status` and whose failure
+    code is `code`: the status, or `cancelled` for one its requester cancelled."""
+    return CANCELLED if status == Status.FAILED and code == FailureCode.CANCELLED else status
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,11 @@ class FailureCode(StrEnum):
     def retryable(self) -> bool:
         return self in _RETRYABLE
 
+    @property
+    def reason(self) -> str:
+        """What the failure means to a person; the record's detail follows it."""
+        return FAILURE_REASONS.get(self, "The export failed.")
+
 
 _RETRYABLE = frozenset({FailureCode.SOURCE_UNAVAILABLE, FailureCode.STORAGE_UNAVAILABLE})
 
@@ -410,3 +415,17 @@ def waiting_cap_reached(waiting: int, cap: int) -> TooManyRequestsError:
         f" {cap}); wait for a decision (or withdraw one) first",
         retry_after=WAITING_CAP_RETRY_AFTER_SECONDS,
     )
+
+
+FAILURE_REASONS: dict[FailureCode, str] = {
+    FailureCode.ACCESS_LOST: "You may no longer read what this export was made from.",
+    FailureCode.QUERY_INVALID: "The query could not run.",
+    FailureCode.QUERY_TIMEOUT: "The query took longer than allowed.",
+    FailureCode.LIMIT_EXCEEDED: "The result was larger than allowed.",
+    FailureCode.RENDER_FAILED: "The file could not be written.",
+    FailureCode.CANCELLED: "The export was cancelled.",
+    FailureCode.SOURCE_UNAVAILABLE: "The data source could not be reached.",
+    FailureCode.STORAGE_UNAVAILABLE: "The file store could not be reached.",
+    FailureCode.ATTEMPTS_EXHAUSTED: "The export was tried too many times.",
+    FailureCode.INTERNAL: "Something went wrong on our side.",
+}

@@ -5,39 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from qexport.domain.exports import ExportRecord, effective_status
+from qexport.domain.exports import (
+    CANCELLED,
+    SETTLED_STATUSES,
+    STATUS_LABELS,
+    UNSETTLED_STATUSES,
+    ExportRecord,
+    effective_status,
+    shown_status,
+)
 from qexport.domain.failures import FailureCode, readable_detail
 from qexport.humanize import human_size
 
-UNSETTLED = ("queued", "running")
-SETTLED = ("succeeded", "failed", "expired")
-
-# The badge every page shows for a status (the exports list, an export, a schedule's runs).
-# A cancelled export is stored failed/cancelled (the API says so too); people asked for it,
-# so its badge says Cancelled, in a neutral colour, not the red of a failure.
-CANCELLED = "cancelled"
-LABELS = {
-    "queued": "Queued",
-    "running": "Running",
-    "succeeded": "Succeeded",
-    "expired": "Expired",
-    "failed": "Failed",
-    CANCELLED: "Cancelled",
-}
-
-# What a failure code means to a person; the record's detail follows it.
-REASONS = {
-    "access_lost": "You may no longer read what this export was made from.",
-    "query_invalid": "The query could not run.",
-    "query_timeout": "The query took longer than allowed.",
-    "limit_exceeded": "The result was larger than allowed.",
-    "render_failed": "The file could not be written.",
-    "cancelled": "The export was cancelled.",
-    "source_unavailable": "The data source could not be reached.",
-    "storage_unavailable": "The file store could not be reached.",
-    "attempts_exhausted": "The export was tried too many times.",
-    "internal": "Something went wrong on our side.",
-}
+# The badge every page shows for a status (the exports list, an export, a schedule's runs) is
+# the status people read (domain/exports.py: shown_status); a cancelled export's is neutral in
+# colour, not the red of a failure.
 
 
 def human_duration(delta: timedelta) -> str:
@@ -69,8 +51,8 @@ def human_elapsed(delta: timedelta) -> str:
 
 
 def badge_of(status: str, code: FailureCode | str | None) -> str:
-    """The badge's key (its CSS class and LABELS entry): the status, or `cancelled`."""
-    return CANCELLED if status == "failed" and code == FailureCode.CANCELLED else status
+    """The badge's key (its CSS class and STATUS_LABELS entry): the status, or `cancelled`."""
+    return shown_status(status, code)
 
 
 @dataclass(frozen=True)
@@ -100,11 +82,11 @@ class ExportRow:
 
     @property
     def unsettled(self) -> bool:
-        return self.status in UNSETTLED
+        return self.status in UNSETTLED_STATUSES
 
     @property
     def settled(self) -> bool:
-        return self.status in SETTLED
+        return self.status in SETTLED_STATUSES
 
     @property
     def downloadable(self) -> bool:
@@ -112,7 +94,7 @@ class ExportRow:
 
     @property
     def label(self) -> str:
-        return LABELS.get(self.badge, self.badge)
+        return STATUS_LABELS.get(self.badge, self.badge)
 
     @property
     def cancelled(self) -> bool:
@@ -157,7 +139,7 @@ def export_row(record: ExportRecord, now: datetime) -> ExportRow:
         size=human_size(record.size_bytes),
         expires=expires,
         failure_code=code,
-        failure_reason=REASONS.get(code or "", "The export failed."),
+        failure_reason=record.failure_code.reason if record.failure_code else "",
         failure_detail=readable_detail(record.failure_detail),
         filename=record.filename,
         parameters=dict(record.parameters),
