@@ -217,7 +217,8 @@ def test_the_list_pages_newest_first_without_duplicates_or_gaps(api: Api) -> Non
 
 
 def test_the_list_filters_by_effective_status(api: Api) -> None:
-    """status= selects queued, failed, succeeded (unexpired only) or expired exports."""
+    """status= selects queued, failed, succeeded (unexpired only), expired or cancelled
+    exports (the failed ones their requester cancelled)."""
     api.member(ALICE, "viewer")
     api.add_query("orders")
     old = [_export_id(api) for _ in range(2)]
@@ -235,6 +236,7 @@ def test_the_list_filters_by_effective_status(api: Api) -> None:
     assert listed("expired") == set(old)
     assert listed("succeeded") == {fresh}
     assert listed("failed") == {cancelled}
+    assert listed("cancelled") == {cancelled}
     assert listed("queued") == {queued}
     assert listed("running") == set()
     statuses = {i["id"]: i["status"] for i in api.get("/api/v1/exports", ALICE).json()["items"]}

@@ -83,9 +83,15 @@ def test_a_cancelled_export_reads_cancelled_as_in_the_pages(env: Env) -> None:
     """The list, `get` and `wait` say `cancelled` for an export its requester cancelled (the
     API's failed/cancelled, the pages' Cancelled badge), not `failed`."""
     _insert(env, "abcd3333-0000-4000-8000-000000000003")
+    _insert(env, "abcd4444-0000-4000-8000-000000000004")
     env.run("exports", "cancel", "abcd3")
     listed = env.run("exports", "list").stdout.splitlines()
-    assert [line.split()[1] for line in listed if line.startswith("abcd")] == ["cancelled"]
+    statuses = {line.split()[0]: line.split()[1] for line in listed if line.startswith("abcd")}
+    assert sorted(statuses.values()) == ["cancelled", "queued"]
+    assert next(s for i, s in statuses.items() if i.startswith("abcd3")) == "cancelled"
+    only = env.run("exports", "list", "--status", "cancelled").stdout
+    assert "abcd3333" in only
+    assert "abcd4444" not in only  # still queued
     shown = env.run("exports", "get", "abcd3").stdout
     assert re.search(r"^\s*status\s+cancelled\s*$", shown, re.M), shown
     assert "failure cancelled: " in " ".join(shown.split())

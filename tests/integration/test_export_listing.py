@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from qexport.domain.exports import ExportFilter, ExportRecord, Requester
+from qexport.domain.failures import FailureCode
 from qexport.services.exports import ExportListing, list_export_page
 from tests import queue_helpers
 from tests.factories import new_export
@@ -72,6 +73,31 @@ def test_filters_narrow_by_format_subject_dates_name_and_id_prefix(
     assert ids(ExportFilter(id_prefix=csv_orders.id[:6])) == [csv_orders.id]
     assert ids(ExportFilter(id_prefix=csv_orders.id[:13])) == [csv_orders.id]
     assert ids(ExportFilter(id_prefix=csv_orders.id)) == [csv_orders.id]
+
+
+def test_a_failure_code_keeps_the_exports_that_failed_with_it(
+    store: MetadataStore, clock: FrozenClock
+) -> None:
+    """`failure_code` keeps the failed exports settled with that code (the `cancelled` status
+    filter): not those failed otherwise, nor the unsettled ones."""
+    cancelled, refused, _still_queued = (_request(store, clock) for _ in range(3))
+    assert store.cancel(cancelled.id, now=clock.now())
+    claimed = queue_helpers.claim(
+        store, refused.id, worker_id="w", now=clock.now(), lease_seconds=LEASE
+    )
+    assert claimed is not None
+    assert claimed.lease_token is not None
+    assert store.fail(
+        refused.id,
+        claimed.lease_token,
+        now=clock.now(),
+        code=FailureCode.QUERY_INVALID,
+        detail="no such table",
+    )
+    listed = store.list_exports(
+        workspace_id="w1", narrow=ExportFilter(failure_code=FailureCode.CANCELLED)
+    )
+    assert [r.id for r in listed] == [cancelled.id]
 
 
 def test_an_id_prefix_is_found_whatever_its_last_hex_digit(

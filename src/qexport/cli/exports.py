@@ -427,7 +427,7 @@ def exports_list(
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Exports to show.")] = 50,
     status: Annotated[
         str | None,
-        typer.Option(help="queued, running, succeeded, failed or expired."),
+        typer.Option(help="queued, running, succeeded, failed, expired or cancelled."),
     ] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="Only this format.")] = None,
     subject: Annotated[

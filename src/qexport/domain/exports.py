@@ -124,7 +124,8 @@ class ExportFilter:
     """What a list of exports is narrowed to, beyond who may see it (which no filter widens).
 
     `since` and `until` bound `created_at` (since <= created_at < until); `search` is found
-    anywhere in the subject's name, ignoring ASCII case; `id_prefix` starts the id."""
+    anywhere in the subject's name, ignoring ASCII case; `id_prefix` starts the id;
+    `failure_code` is the code a failed export settled with (`cancelled`: those cancelled)."""
 
     format: str | None = None
     subject_id: str | None = None
@@ -132,6 +133,7 @@ class ExportFilter:
     until: datetime | None = None
     search: str | None = None
     id_prefix: str | None = None
+    failure_code: FailureCode | None = None
 
     def matches(self, record: ExportRecord) -> bool:
         """The same narrowing, on one record (what the store's query compiles)."""
@@ -145,6 +147,7 @@ class ExportFilter:
                 or _ascii_lower(self.search) in _ascii_lower(record.subject_name)
             )
             and (self.id_prefix is None or record.id.startswith(self.id_prefix))
+            and (self.failure_code is None or record.failure_code == self.failure_code)
         )
 
 

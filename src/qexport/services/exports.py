@@ -7,12 +7,13 @@ workspace. Anything else looks missing, exactly like an id that was never issued
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import BinaryIO
 
 from qexport.domain.audit import Action, Actor, AuditEvent
 from qexport.domain.exports import (
+    CANCELLED,
     EXPIRED,
     ExportEvent,
     ExportFilter,
@@ -24,6 +25,7 @@ from qexport.domain.exports import (
 from qexport.domain.failures import (
     AccessLostError,
     ConflictError,
+    FailureCode,
     InvalidRequestError,
     MetadataUnavailableError,
     NotFoundError,
@@ -86,8 +88,8 @@ def list_visible_exports(
     narrow: ExportFilter | None = None,
 ) -> list[ExportRecord]:
     """The exports the requester may see, newest first, by effective status (`expired` too;
-    `succeeded` then means not expired). `requested_by` and `narrow` only ever narrow: a
-    member asking for someone else's exports gets none."""
+    `succeeded` then means not expired; `cancelled`: the failed ones cancelled). `requested_by`
+    and `narrow` only ever narrow: a member asking for someone else's exports gets none."""
     if not whole_workspace:
         if requested_by is not None and requested_by != requester.user_id:
             return []
@@ -96,6 +98,9 @@ def list_visible_exports(
     expired_at: tuple[bool, datetime] | None = None
     if status == EXPIRED:
         stored, expired_at = Status.SUCCEEDED, (True, clock.now())
+    elif status == CANCELLED:  # failed/cancelled; `failed` still lists them, as the API says
+        stored = Status.FAILED
+        narrow = replace(narrow or ExportFilter(), failure_code=FailureCode.CANCELLED)
     elif status is not None:
         stored = Status(status)
         if stored is Status.SUCCEEDED:
@@ -114,7 +119,7 @@ def list_visible_exports(
 
 # ---------------------------------------------------------------- the list, filtered and paged
 
-STATUS_CHOICES = ("queued", "running", "succeeded", "failed", EXPIRED)
+STATUS_CHOICES = ("queued", "running", "succeeded", "failed", EXPIRED, CANCELLED)
 FORMAT_CHOICES = tuple(sorted(set(QUERY_FORMATS) | REPORT_FORMATS))
 MIN_ID_PREFIX = 4  # like git's shortest abbreviation: fewer characters match too much
 MAX_SEARCH_CHARS = 200

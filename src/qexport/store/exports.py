@@ -225,6 +225,7 @@ class _NarrowShape:
     until: bool
     search: bool
     prefix: bool
+    failure_code: bool
     id_range: bool  # the prefix starts with hex digits: a range over the primary key too
 
 
@@ -247,6 +248,7 @@ def _narrow_params(narrow: ExportFilter, params: dict[str, Any]) -> _NarrowShape
     params["subject_"] = narrow.subject_id
     params["since_"] = narrow.since
     params["until_"] = narrow.until
+    params["failure_code_"] = narrow.failure_code and narrow.failure_code.value
     if narrow.search:
         params["search_"] = "%" + re.sub(r"([\\%_])", r"\\\1", narrow.search.lower()) + "%"
     head = None
@@ -266,6 +268,7 @@ def _narrow_params(narrow: ExportFilter, params: dict[str, Any]) -> _NarrowShape
         until=narrow.until is not None,
         search=bool(narrow.search),
         prefix=bool(narrow.id_prefix),
+        failure_code=narrow.failure_code is not None,
         id_range=head is not None,
     )
 
@@ -285,6 +288,8 @@ def _narrowed(shape: _NarrowShape) -> list[sa.ColumnElement[bool]]:
         clauses.append(c.created_at < p("until_", type_=c.created_at.type))
     if shape.search:
         clauses.append(sa.func.lower(c.subject_name).like(p("search_"), escape="\\"))
+    if shape.failure_code:
+        clauses.append(c.failure_code == p("failure_code_"))
     if shape.id_range:
         clauses.extend([c.id >= p("head_"), c.id < p("upper_")])
     if shape.prefix:

@@ -16,6 +16,7 @@ from qexport.deliveries.resend import may_name, may_send_again, send_again
 from qexport.deliveries.signing import link_token, master_secret
 from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
+from qexport.domain.exports import STATUS_LABELS
 from qexport.domain.failures import (
     ConflictError,
     ForbiddenError,
@@ -215,7 +216,7 @@ def _filter_choices(context: Context, principal: Principal) -> dict[str, list[tu
         else []
     )
     return {
-        "status": [(s, s.capitalize()) for s in STATUS_CHOICES],
+        "status": [(s, STATUS_LABELS[s]) for s in STATUS_CHOICES],
         "format": [(f, f) for f in FORMAT_CHOICES],
         "subject": sorted(subjects, key=lambda item: item[1].lower()),
         "requested_by": members,
