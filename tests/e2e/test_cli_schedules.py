@@ -48,10 +48,15 @@ def test_add_list_pause_resume_and_run_now_locally(env: Env) -> None:
     )
     assert _json(env, "schedules", "list")["items"][0]["next_run_at"] is None
     assert "paused" in env.run("schedules", "list").stdout
-    resumed = env.run("schedules", "resume", schedule_id).stdout
+    resumed = env.run("schedules", "resume", schedule_id[:8]).stdout  # a start of the id will do
     assert f"schedule {schedule_id} resumed; next run at 20" in resumed
+    short = env.run("schedules", "run-now", "ab", check=False)
+    assert (short.returncode, short.stderr.strip()) == (
+        2,
+        "error: a schedule id prefix needs at least 4 characters, not 'ab'",
+    )
 
-    export_id = env.run("schedules", "run-now", schedule_id).stdout.strip()
+    export_id = env.run("schedules", "run-now", schedule_id[:6]).stdout.strip()
     record = env.record(export_id)
     assert (record.requested_by, record.subject_name, record.parameters) == (
         "alice",
@@ -62,6 +67,8 @@ def test_add_list_pause_resume_and_run_now_locally(env: Env) -> None:
         ("email", "ops@example.com", "waiting"),
         ("webhook", "https://hooks.example.com/in", "waiting"),
     ]
+    by_prefix = json.loads(env.run("exports", "deliveries", export_id[:8], "--json").stdout)
+    assert sorted(next(iter(d["recipient"])) for d in by_prefix["items"]) == ["email", "webhook"]
     assert len(env.run("schedules", "signing-key").stdout.strip()) == 64
 
 
@@ -231,7 +238,10 @@ def test_schedules_through_a_server(env: Env, tmp_path: Path) -> None:
     assert query is not None
     assert created["query_id"] == query.id
     assert [s["id"] for s in _json(editor, "schedules", "list")["items"]] == [schedule_id]
-    editor.run("schedules", "pause", schedule_id)
+    listed = editor.run("schedules", "list").stdout
+    assert "small_orders jsonl" in listed  # its name, as the local list shows it
+    assert query.id not in listed
+    editor.run("schedules", "pause", schedule_id[:8])
     assert _json(editor, "schedules", "list")["items"][0]["next_run_at"] is None
     editor.run("schedules", "resume", schedule_id)
     export_id = editor.run("schedules", "run-now", schedule_id).stdout.strip()

@@ -7,6 +7,7 @@ one line whatever went wrong: a refused request, a dead server, a corrupted down
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
@@ -140,27 +141,35 @@ class QExportClient:
     def lookup(self, path: str, label: str, ref: str) -> tuple[str, list[str]]:
         """The id of the item of `path` whose `label` is `ref` (else `ref`, taken as an id),
         and every label seen on the way (for suggestions when `ref` turns out unknown)."""
-        params: dict[str, str] = {}
         seen: list[str] = []
+        for item_id, item_label in self._labelled(path, label):
+            if item_label == ref:
+                return item_id, seen
+            seen.append(item_label)
+        return ref, seen
+
+    def names(self, path: str, label: str) -> dict[str, str]:
+        """Each item of `path` (queries, reports) by id: its `label` (name, title)."""
+        return dict(self._labelled(path, label))
+
+    def _labelled(self, path: str, label: str) -> Iterator[tuple[str, str]]:
+        """(id, label) of each item of `path` the caller can read, page after page; none from
+        a server without that API."""
+        params: dict[str, str] = {}
         for _ in range(MAX_QUERY_PAGES):
             try:
                 page = self._json("GET", path, params=params)
             except ApiError as exc:
                 if exc.status in (404, 405):  # a server without that API
-                    return ref, seen
+                    return
                 raise
             for item in page.get("items", []):
-                if not isinstance(item, dict):
-                    continue
-                if item.get(label) == ref and "id" in item:
-                    return str(item["id"]), seen
-                if isinstance(item.get(label), str):
-                    seen.append(item[label])
+                if isinstance(item, dict) and "id" in item and isinstance(item.get(label), str):
+                    yield str(item["id"]), item[label]
             cursor = page.get("next_cursor")
             if not cursor:
                 break
             params = {"cursor": str(cursor)}
-        return ref, seen
 
     def create_export(
         self,

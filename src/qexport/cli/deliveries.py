@@ -19,12 +19,15 @@ from qexport.services.views import delivery_view
 
 def exports_deliveries(
     ctx: typer.Context,
-    export_id: Annotated[str, typer.Argument(help="The export's id.")],
+    export_id: Annotated[str, typer.Argument(help="The export's id or its start.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
 ) -> None:
     """List who hears about an export and how far each delivery got.
 
     Per recipient: waiting, sending, sent or failed; attempts; sent when, why, or next try."""
+    from qexport.cli.exports import resolve_export_id  # the group that holds this command
+
+    export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
     if client is not None:
         with client, server_errors():

@@ -30,6 +30,7 @@ from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
 from qexport.schedules import catalog as service
+from qexport.services.exports import ambiguous_message, id_prefix_of
 from qexport.services.recipients import admit_recipients, rules_for
 from qexport.services.reports import find_readable_report
 from qexport.services.requests import find_readable_query
@@ -44,6 +45,8 @@ schedules_app = typer.Typer(
     help="Schedules: an export on a cron timetable, mailed or posted to its recipients. In the"
     " local database, or on a server when QEXPORT_URL and QEXPORT_TOKEN are set.",
 )
+
+_SCHEDULE_ID = typer.Argument(help="The schedule's id or its start (4 characters or more).")
 
 FAILED = 1
 CRON_HELP = (
@@ -269,6 +272,8 @@ def schedules_list(
     if client is not None:
         with client, server_errors():
             items = client.list_schedules()["items"]
+            # Names, not ids, as the local list shows them.
+            names = {**client.names("/queries", "name"), **client.names("/reports", "title")}
     else:
         deps, actor = _local(ctx)
         found = service.list_visible_schedules(deps.catalog, deps.schedules, actor)
@@ -301,7 +306,7 @@ def schedules_list(
 @schedules_app.command("update")
 def schedules_update(
     ctx: typer.Context,
-    schedule_id: Annotated[str, typer.Argument(help="The schedule's id (schedules list).")],
+    schedule_id: Annotated[str, _SCHEDULE_ID],
     query: Annotated[
         str | None, typer.Option(help="Export this query (name or id) instead.")
     ] = None,
@@ -375,6 +380,7 @@ def schedules_update(
         fail_input("give at most one of --query and --report")
     if not changes and query is None and report is None:
         fail_input("nothing to change: give at least one option (see --help)")
+    schedule_id = resolve_schedule_id(ctx, schedule_id)
     client = remote(ctx)
     if client is not None:
         with client, server_refusals():
@@ -470,7 +476,42 @@ def _subject_name(deps: Container, kind: str, subject_id: str) -> str:
     return query.name if query is not None else subject_id
 
 
+def resolve_schedule_id(ctx: typer.Context, ref: str) -> str:
+    """The full id of the schedule `ref` names: its id, or a start of it (at least 4
+    characters) that no other schedule the caller can see shares, locally or on the server.
+    As for exports: an ambiguous start is refused with the candidates (exit 2), an unknown
+    one says so (exit 1)."""
+    ref = ref.strip()
+    try:
+        prefix = id_prefix_of(ref)
+    except InvalidRequestError as exc:
+        fail_input(exc.detail.replace("an export id", "a schedule id"))
+    if prefix is None:  # a whole id, or nothing like one: the lookup says which
+        return ref
+    client = remote(ctx)
+    if client is not None:
+        with client, server_errors():
+            found = [
+                (str(v["id"]), str(v["query_id"] or v["report_id"]))
+                for v in client.list_schedules()["items"]
+                if str(v["id"]).startswith(prefix)
+            ]
+    else:
+        deps, actor = _local(ctx)
+        found = [
+            (s.id, _subject_name(deps, s.subject_type, s.subject_id))
+            for s in service.list_visible_schedules(deps.catalog, deps.schedules, actor)
+            if s.id.startswith(prefix)
+        ]
+    if not found:
+        fail("no schedule with this id that you can see")  # as the services say of a whole id
+    if len(found) > 1:
+        fail_input(ambiguous_message(ref, found, kind="schedule"))
+    return found[0][0]
+
+
 def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict[str, Any]:
+    schedule_id = resolve_schedule_id(ctx, schedule_id)
     client = remote(ctx)
     if client is not None:
         with client, server_errors():
@@ -498,14 +539,14 @@ def _local_view(deps: Container, actor: service.Actor, schedule: Schedule) -> di
 
 
 @schedules_app.command("pause")
-def schedules_pause(ctx: typer.Context, schedule_id: str) -> None:
+def schedules_pause(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Pause a schedule: nothing fires until it is resumed."""
     view = _set_enabled(ctx, schedule_id, enabled=False)
     out.print(f"schedule {view['id']} paused", highlight=False, soft_wrap=True)
 
 
 @schedules_app.command("resume")
-def schedules_resume(ctx: typer.Context, schedule_id: str) -> None:
+def schedules_resume(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Resume a schedule from now on; due times that passed while paused never fire."""
     view = _set_enabled(ctx, schedule_id, enabled=True)
     out.print(
@@ -516,8 +557,9 @@ def schedules_resume(ctx: typer.Context, schedule_id: str) -> None:
 
 
 @schedules_app.command("run-now")
-def schedules_run_now(ctx: typer.Context, schedule_id: str) -> None:
+def schedules_run_now(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Fire a schedule now (paused or not) and print the export's id."""
+    schedule_id = resolve_schedule_id(ctx, schedule_id)
     client = remote(ctx)
     if client is not None:
         with client, server_errors():
@@ -562,12 +604,11 @@ def schedules_signing_key(ctx: typer.Context) -> None:
 
 # ---------------------------------------------------------------- subscribing oneself
 
-_SCHEDULE_ID = typer.Argument(help="The schedule's id, as schedules list shows it.")
-
 
 @schedules_app.command("subscribe")
 def schedules_subscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Mail each run's export to your own address too; you do not become its owner."""
+    schedule_id = resolve_schedule_id(ctx, schedule_id)
     client = remote(ctx)
     if client is not None:
         with client, server_errors():
@@ -590,6 +631,7 @@ def schedules_subscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDUL
 @schedules_app.command("unsubscribe")
 def schedules_unsubscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Stop mailing a schedule's exports to you (also once you may no longer see it)."""
+    schedule_id = resolve_schedule_id(ctx, schedule_id)
     client = remote(ctx)
     if client is not None:
         with client, server_errors():

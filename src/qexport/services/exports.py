@@ -349,11 +349,11 @@ def id_prefix_of(ref: str) -> str | None:
         return None
 
 
-def ambiguous_message(ref: str, candidates: list[tuple[str, str]]) -> str:
+def ambiguous_message(ref: str, candidates: list[tuple[str, str]], kind: str = "export") -> str:
     """`export id 'b0e6' is ambiguous; it starts: ...` with up to MAX_CANDIDATES ids."""
-    shown = "; ".join(f"{export_id} ({name})" for export_id, name in candidates[:MAX_CANDIDATES])
+    shown = "; ".join(f"{found_id} ({name})" for found_id, name in candidates[:MAX_CANDIDATES])
     more = " and more" if len(candidates) > MAX_CANDIDATES else ""
-    return f"export id {ref!r} is ambiguous; it starts {shown}{more}"
+    return f"{kind} id {ref!r} is ambiguous; it starts {shown}{more}"
 
 
 def list_visible_events(
