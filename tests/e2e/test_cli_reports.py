@@ -151,3 +151,20 @@ def test_a_workspace_time_zone_is_set_and_checked(env: Env) -> None:
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr
     assert accounts.workspace_timezone("demo") == "Europe/Paris"
+
+
+def test_a_report_is_deleted_by_title_and_its_queued_exports_fail(env: Env) -> None:
+    """`reports delete TITLE` removes it (recorded in the trail as the operator's); an export
+    of it still queued then fails access_lost; an unknown title fails with one line."""
+    _add_orders(env)
+    env.run("reports", "add", "Sales", "--section", "S|orders|table")
+    created = env.json("exports", "create", "--report", "Sales", "--format", "pdf")
+    deleted = env.run("reports", "delete", "Sales")
+    assert deleted.stdout.startswith("deleted report 'Sales' (")
+    assert env.json("reports", "list") == []
+    env.run("worker", "--drain")
+    shown = env.json("exports", "get", created["id"])
+    assert (shown["status"], shown["failure"]["code"]) == ("failed", "access_lost")
+    again = env.run("reports", "delete", "Sales", check=False)
+    assert again.returncode == 1
+    assert again.stderr.strip() == "error: no report 'Sales' that you can read"

@@ -71,6 +71,11 @@ def test_add_list_pause_resume_and_run_now_locally(env: Env) -> None:
     assert sorted(next(iter(d["recipient"])) for d in by_prefix["items"]) == ["email", "webhook"]
     assert len(env.run("schedules", "signing-key").stdout.strip()) == 64
 
+    gone = env.run("schedules", "delete", schedule_id[:8]).stdout.strip()
+    assert gone == f"deleted schedule {schedule_id}"
+    assert _json(env, "schedules", "list")["items"] == []
+    assert env.record(export_id).subject_name == "small_orders"  # its exports stay
+
 
 BAD_OPTIONS = [
     (("--cron", "0 8 * *"), "--cron: cron '0 8 * *' must have 5 fields"),
@@ -246,6 +251,8 @@ def test_schedules_through_a_server(env: Env, tmp_path: Path) -> None:
     editor.run("schedules", "resume", schedule_id)
     export_id = editor.run("schedules", "run-now", schedule_id).stdout.strip()
     assert _delivered_to(env, export_id) == [("webhook", "https://hooks.example.com/q", "waiting")]
+    editor.run("schedules", "delete", schedule_id[:8])
+    assert _json(editor, "schedules", "list")["items"] == []
 
     refused = editor.run("schedules", "signing-key", check=False)
     assert refused.returncode == 1

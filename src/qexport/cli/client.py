@@ -293,6 +293,9 @@ class QExportClient:
         """Change the given settings of a schedule (`{"enabled": False}` pauses it)."""
         return self._json("PATCH", f"/schedules/{_path_segment(schedule_id)}", json=changes)
 
+    def delete_schedule(self, schedule_id: str) -> None:
+        self._request("DELETE", f"/schedules/{_path_segment(schedule_id)}")
+
     def run_schedule(self, schedule_id: str) -> dict[str, Any]:
         """Fire a schedule now; returns the export."""
         return self._json("POST", f"/schedules/{_path_segment(schedule_id)}/run")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli.common import fail_input, fail_problems, local_deps, out
+from qexport.cli.common import fail, fail_input, fail_problems, local_deps, out
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
@@ -163,3 +163,24 @@ def reports_list(
         headings = ", ".join(f"{s.heading} ({display_spec(s)})" for s in report.sections)
         table.add_row(report.title, headings, report.visibility.value, report.id)
     out.print(table)
+
+
+@reports_app.command("delete")
+def reports_delete(
+    ctx: typer.Context, report: Annotated[str, typer.Argument(help="Its title or id.")]
+) -> None:
+    """Delete a report; its unsettled exports then fail with access_lost."""
+    from qexport.domain.audit import Action, operator_for
+    from qexport.services.reports import find_readable_report, report_event
+
+    st, deps = local_deps(ctx)
+    try:
+        found = find_readable_report(deps.catalog, st.requester, report, match_title=True)
+    except NotFoundError as exc:
+        fail(str(exc))
+    except InvalidRequestError as exc:
+        fail_input(exc.detail)
+    deleted = report_event(operator_for(st.requester.user_id), Action.REPORT_DELETED, found)
+    if not deps.catalog.delete_report(found.id, audit=deleted):
+        fail(f"no report {report!r} that you can read")
+    out.print(f"deleted report {found.title!r} ({found.id})", highlight=False, soft_wrap=True)

@@ -556,6 +556,23 @@ def schedules_resume(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_I
     )
 
 
+@schedules_app.command("delete")
+def schedules_delete(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
+    """Delete a schedule (its owner or a workspace admin); the exports it made stay."""
+    schedule_id = resolve_schedule_id(ctx, schedule_id)
+    client = remote(ctx)
+    if client is not None:
+        with client, server_errors():
+            client.delete_schedule(schedule_id)
+    else:
+        deps, actor = _local(ctx)
+        try:
+            service.delete_schedule(deps.catalog, deps.schedules, deps.clock, actor, schedule_id)
+        except QExportError as exc:
+            _refused(exc, FAILED)
+    out.print(f"deleted schedule {schedule_id}", highlight=False, soft_wrap=True)
+
+
 @schedules_app.command("run-now")
 def schedules_run_now(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Fire a schedule now (paused or not) and print the export's id."""
