@@ -380,3 +380,26 @@ def test_a_newcomer_is_told_where_to_start(env: Env, tmp_path: Path) -> None:
     out, _ = waiting.communicate(timeout=120)
     assert waiting.returncode == 0
     assert " succeeded: 100 rows, " in out
+
+
+def test_links_are_made_listed_and_revoked_locally(env: Env) -> None:
+    """The local command line makes, lists and revokes public links in its database as a
+    server does, recorded in the trail as the operator acting for the requester."""
+    _add_orders(env)
+    created = json.loads(env.run("exports", "create", "--query", "orders", "--format", "csv",
+                                 "--param", "n=5", "--json").stdout)  # fmt: skip
+    early = env.run("links", "create", created["id"][:8], check=False)
+    assert early.returncode == 1  # not ready: no file to link to yet
+    _drain(env)
+    made = json.loads(env.run("links", "create", created["id"][:8], "--days", "1", "--json").stdout)
+    assert "/p/" in made["url"]
+    listed = json.loads(env.run("links", "list", created["id"], "--json").stdout)["items"]
+    assert [i["id"] for i in listed] == [made["id"]]
+    assert made["url"] not in json.dumps(listed)
+    assert env.run("links", "revoke", made["id"]).stdout.strip() == f"link {made['id']} revoked"
+    assert json.loads(env.run("links", "list", created["id"], "--json").stdout)["items"] == []
+    missing = env.run("links", "revoke", "no-such-link", check=False)
+    assert (missing.returncode, missing.stderr.strip()) == (1, "error: no link 'no-such-link'")
+    trail = json.loads(env.run("audit", "list", "--json").stdout)["items"]
+    kinds = {(e["action"], e["actor"]["kind"]) for e in trail}
+    assert {("link.created", "operator"), ("link.revoked", "operator")} <= kinds

@@ -178,3 +178,33 @@ def test_a_report_by_title_through_the_server(env: Env, client: Env, tmp_path: P
     out = tmp_path / "report.html"
     client.run("exports", "download", done["id"], "-o", str(out))
     assert "First orders" in out.read_text()
+
+
+def _fetch(url: str) -> tuple[int, bytes]:
+    import httpx2
+
+    response = httpx2.get(url, timeout=30)
+    return response.status_code, response.content
+
+
+def test_links_through_the_server(env: Env, client: Env) -> None:
+    """`links create` prints a public URL that serves the file without a token; `links list`
+    shows it without its URL; after `links revoke` the URL serves nothing."""
+    env.start_worker()
+    created = _json(client, "exports", "create", "--query", "small_orders", "--format", "csv",
+                    "--param", "n=5", "--wait")  # fmt: skip
+    made = client.run("links", "create", created["id"][:8]).stdout.splitlines()
+    url = made[0]
+    assert url.startswith(("http://127.0.0.1:", "http://localhost:"))
+    assert "/p/" in url
+    status, body = _fetch(url)
+    assert status == 200
+    assert body.startswith(b"order_id")  # the file's header row
+    listed = _json(client, "links", "list", created["id"][:8])["items"]
+    assert len(listed) == 1
+    assert url not in json.dumps(listed)  # the token is shown only once
+    link_id = listed[0]["id"]
+    assert made[1].startswith(f"link {link_id}, until ")
+    assert client.run("links", "revoke", link_id).stdout.strip() == f"link {link_id} revoked"
+    assert _fetch(url)[0] != 200
+    assert _json(client, "links", "list", created["id"])["items"] == []

@@ -293,6 +293,17 @@ class QExportClient:
         """Change the given settings of a schedule (`{"enabled": False}` pauses it)."""
         return self._json("PATCH", f"/schedules/{_path_segment(schedule_id)}", json=changes)
 
+    def create_link(self, export_id: str, days: int | None) -> dict[str, Any]:
+        """A public link to the export's file; its URL is in the answer only."""
+        body = {} if days is None else {"expires_in_days": days}
+        return self._json("POST", f"/exports/{_path_segment(export_id)}/links", json=body)
+
+    def list_links(self, export_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/exports/{_path_segment(export_id)}/links")
+
+    def revoke_link(self, link_id: str) -> None:
+        self._request("DELETE", f"/links/{_path_segment(link_id)}")
+
     def delete_schedule(self, schedule_id: str) -> None:
         self._request("DELETE", f"/schedules/{_path_segment(schedule_id)}")
 

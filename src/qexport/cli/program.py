@@ -66,6 +66,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "approvals:approvals_app",
         "Export requests of sensitive queries: list, approve, deny.",
     ),
+    ("links", "links:links_app", "Public links to exports' files: create, list, revoke."),
 )
 
 

@@ -25,7 +25,7 @@ from qexport.domain.accounts import (
     valid_link_token,
 )
 from qexport.domain.approvals import APPROVAL_OPTION
-from qexport.domain.audit import Action
+from qexport.domain.audit import Action, Actor
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import (
     ForbiddenError,
@@ -86,12 +86,14 @@ def create_link(
     base_url: str,
     max_live: int | None = None,
     days: int | None = None,
+    acting: Actor | None = None,
 ) -> CreatedLink:
     """A link to an export the caller could download now; it expires with the export, or
     after `days` if sooner, and never later than the workspace's policy lets links live.
     ForbiddenError where the policy allows no public links, or for a file made without an
     approval from what the policy marks sensitive; InvalidRequestError for `days` past its
-    lifetime."""
+    lifetime. `acting`: who the trail names, when not the principal (the operator's command
+    line acting for them)."""
     policy = accounts.workspace_policy(principal.workspace_id)
     if not policy.public_links:
         raise ForbiddenError("the workspace's policy allows no public links")
@@ -126,8 +128,9 @@ def create_link(
     token = new_secret()
     created = event(
         clock,
-        principal,
+        acting or principal,
         Action.LINK_CREATED,
+        workspace_id=principal.workspace_id,
         target=("link", None),  # the store names the new link
         details={"export_id": record.id, "expires_at": expires_at.isoformat()},
     )
@@ -227,6 +230,7 @@ def revoke_link(
     link_id: str,
     *,
     export_id: str | None = None,
+    acting: Actor | None = None,
 ) -> Link:
     """Revoke a link of the caller's (or, for an admin, of the workspace's); with
     `export_id`, only a link of that export.
@@ -238,8 +242,9 @@ def revoke_link(
         raise NotFoundError(f"no link {link_id!r}")
     revoked = event(
         clock,
-        principal,
+        acting or principal,
         Action.LINK_REVOKED,
+        workspace_id=principal.workspace_id,
         target=("link", link.id),
         details={"export_id": record.id},
     )
