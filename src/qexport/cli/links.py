@@ -56,8 +56,10 @@ def links_create(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """A public URL for a file you could download now; anyone with it can, until it expires or
-    is revoked. The URL is shown only this once."""
+    """Make a public URL for a file you could download now.
+
+    Anyone with it can download the file until it expires or is revoked; it is shown only
+    this once."""
     from qexport.cli.exports import resolve_export_id
 
     export_id = resolve_export_id(ctx, export_id)
@@ -109,8 +111,10 @@ def links_list(
     export_id: Annotated[str, _EXPORT_ID],
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """The export's live links that you may revoke (yours; every one for a workspace admin),
-    oldest first. Their URLs are not shown again."""
+    """List an export's live links that you may revoke.
+
+    Yours, or every one for a workspace admin; oldest first; their URLs are not shown
+    again."""
     from qexport.cli.exports import resolve_export_id
 
     export_id = resolve_export_id(ctx, export_id)
@@ -166,7 +170,7 @@ def links_revoke(
     ctx: typer.Context,
     link_id: Annotated[str, typer.Argument(help="The link's id (links list).")],
 ) -> None:
-    """Revoke a link: it stops working at once. Revoking it again is no error."""
+    """Revoke a link: it stops working at once (revoking it again is no error)."""
     client = remote(ctx)
     if client is not None:
         with client, server_errors():
