@@ -56,7 +56,9 @@ def test_sigterm_stops_every_process_and_a_killed_one_is_replaced(env: Env) -> N
     wait_for(replaced)
     wait_for(lambda: env.record(export_id).status is Status.SUCCEEDED, timeout=180)
     done = env.record(export_id)
-    assert done.attempt == 2
+    # At least the one redelivery. On a loaded machine a 1.5 s lease can also lapse under the
+    # second attempt, and the other process then takes a third: still one file, one success.
+    assert done.attempt >= 2
     assert done.worker_id != holder
     assert supervisor.poll() is None
 
