@@ -30,7 +30,7 @@ def _drain(env: Env, **extra: str) -> None:
     ("args", "message"),
     [
         (["--format", "docx"], "unknown format 'docx'"),
-        (["--format", "csv", "--param", "n=ten"], "parameter 'n' must be a integer"),
+        (["--format", "csv", "--param", "n=ten"], "parameter 'n' must be an integer"),
         (["--format", "csv", "--param", "colour=red"], "unknown parameter 'colour'"),
         (["--format", "csv", "--param", "n"], "--param expects KEY=VALUE"),
     ],

@@ -80,7 +80,7 @@ def test_refusals_are_one_line(local: Env) -> None:
     statement the source refuses says why (exit 1)."""
     proc = local.run("queries", "preview", "small_orders", "--param", "n=many", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: --param n: parameter 'n' must be a integer")
+    assert proc.stderr.startswith("error: --param n: parameter 'n' must be an integer")
     proc = local.run("queries", "preview", "no_such_query", check=False)
     assert proc.returncode == 2
     assert "no query 'no_such_query' that you can read" in proc.stderr

@@ -84,7 +84,7 @@ def test_a_report_added_on_the_command_line_is_listed_and_exported(env: Env) -> 
         (["--section", "S|nope|table"], "section 1: no query 'nope'"),
         (["--section", "S|orders|table", "--param", "2:n=5"], "there are sections 1 to 1"),
         (["--section", "S|orders|table", "--param", "1:m=5"], "the query has no parameter 'm'"),
-        (["--section", "S|orders|table", "--param", "1:n=five"], "must be a integer"),
+        (["--section", "S|orders|table", "--param", "1:n=five"], "must be an integer"),
         (["--section", "S|orders|table", "--param", "n=5"], "--param expects N:NAME=VALUE"),
     ],
 )

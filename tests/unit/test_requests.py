@@ -77,8 +77,8 @@ def test_a_valid_request_is_recorded_with_typed_parameters(store: InMemoryMetada
         ("docx", {"since": "2024-01-01"}, "unknown format 'docx'"),
         ("csv", {}, "missing required parameter 'since'"),
         ("csv", {"since": "yesterday"}, "parameter 'since' must be a date"),
-        ("csv", {"since": "2024-01-01", "limit": "ten"}, "parameter 'limit' must be a integer"),
-        ("csv", {"since": "2024-01-01", "limit": "1.5"}, "parameter 'limit' must be a integer"),
+        ("csv", {"since": "2024-01-01", "limit": "ten"}, "parameter 'limit' must be an integer"),
+        ("csv", {"since": "2024-01-01", "limit": "1.5"}, "parameter 'limit' must be an integer"),
         (
             "csv",
             {"since": "2024-01-01", "min_total": "NaN"},
@@ -159,7 +159,7 @@ def test_param_specs_from_the_command_line() -> None:
     assert parse_param_spec("n:integer=") == Parameter("n", ParamType.INTEGER, False, None)
     with pytest.raises(InvalidRequestError, match="unknown parameter type 'float'"):
         parse_param_spec("x:float")
-    with pytest.raises(InvalidRequestError, match="must be a integer"):
+    with pytest.raises(InvalidRequestError, match="must be an integer"):
         parse_param_spec("n:integer=abc")
     with pytest.raises(InvalidRequestError, match="invalid parameter name"):
         parse_param_spec("1x:string")

@@ -92,7 +92,7 @@ def test_a_bad_parameter_is_shown_next_to_its_input(api: Api, browser: Browser) 
     )
     assert response.status_code == 400
     assert 'aria-describedby="error-n" aria-invalid="true"' in response.text
-    assert "parameter &#39;n&#39; must be a integer" in response.text
+    assert "parameter &#39;n&#39; must be an integer" in response.text
     assert "preview-table" not in response.text
 
 

@@ -164,8 +164,10 @@ def _coerce(param: Parameter, raw: object) -> Any:
     try:
         return _convert(param.type, raw)
     except (TypeError, ValueError, InvalidOperation):
+        kind = param.type.value
+        article = "an" if kind[0] in "aeiou" else "a"
         raise InvalidRequestError(
-            f"parameter {param.name!r} must be a {param.type.value}, got {str(raw)[:80]!r}",
+            f"parameter {param.name!r} must be {article} {kind}, got {str(raw)[:80]!r}",
             field=param.name,
         ) from None
 
