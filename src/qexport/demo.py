@@ -26,6 +26,7 @@ from qexport.demo_schedule import (
 )
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.approvals import ApprovalRequest
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.failures import readable_detail
 from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
@@ -36,9 +37,9 @@ from qexport.humanize import human_size
 from qexport.ports import AccountStore, Clock, LocalFiles
 from qexport.schedules.loop import Scheduler
 from qexport.schedules.tick import run_now
-from qexport.services.accounts import hash_password
+from qexport.services.accounts import hash_password, local_principal
 from qexport.services.describe import describe_statement, describe_timeout
-from qexport.services.requests import request_export, request_report_export
+from qexport.services.requests import request
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
 
@@ -184,19 +185,15 @@ def run_demo(
         schedules = deps.schedules
         query = next(q for q in queries if q.name == DEMO_SCHEDULE_QUERY)
         schedule = register_demo_schedule(schedules, deps.clock, requester, query, receiver.url)
+        acting = local_principal(deps.accounts, requester)
+        orders, summary = (
+            SubjectRef("query", "orders", by_name=True),
+            SubjectRef("report", report.id),
+        )
         records = [
-            _queued(
-                request_export(
-                    deps.exports, deps.catalog, deps.clock, requester, query_ref="orders", fmt=fmt
-                )
-            )
-            for fmt in QUERY_FORMATS
+            _queued(request(deps, acting, RequestExport(orders, fmt))) for fmt in QUERY_FORMATS
         ] + [
-            _queued(
-                request_report_export(
-                    deps.exports, deps.catalog, deps.clock, requester, report_ref=report.id, fmt=fmt
-                )
-            )
+            _queued(request(deps, acting, RequestExport(summary, fmt)))
             for fmt in sorted(REPORT_FORMATS)
         ]
         scheduled = run_now(deps.catalog, schedules, deps.clock, schedule, accounts=deps.accounts)

@@ -317,3 +317,31 @@ def test_the_known_arrows_are_still_there() -> None:
     arrows = _arrows()
     assert sorted(KNOWN - arrows) == []
     assert sorted(a for a in KNOWN if not _against_the_table(a)) == []
+
+
+# ---------------------------------------------------------------- one handler per use case
+#
+# The steps a handler takes, which no door takes itself: a door builds a command and hands it
+# to the handler (`services.requests.request`), so that every door asks the same questions.
+HANDLER_STEPS: dict[str, frozenset[str]] = {
+    "services.requests": frozenset({"request_export", "request_report_export"}),
+}
+
+
+def test_no_entry_point_takes_a_handlers_steps_itself() -> None:
+    offending = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = _module_name(path)
+        if LAYER_OF.get(_unit(module)) != "entry points":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            target = _resolve(module, _is_package(path), node)
+            steps = HANDLER_STEPS.get(target or "", frozenset())
+            offending += [
+                f"{module} (line {node.lineno}) imports {target}.{alias.name}"
+                for alias in node.names
+                if alias.name in steps
+            ]
+    assert offending == []

@@ -22,9 +22,9 @@ from qexport.api.schemas import (
     problem_responses,
 )
 from qexport.domain.approvals import ApprovalRequest
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord
-from qexport.domain.failures import InvalidRequestError, Problems, in_field_order
-from qexport.domain.schedules import Recipient
+from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.http.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
 from qexport.http.download import (
     DownloadConditions,
@@ -50,13 +50,7 @@ from qexport.services.exports import (
     list_visible_events,
     parse_listing,
 )
-from qexport.services.recipients import RecipientRules, admit_recipients
-from qexport.services.requests import (
-    REQUEST_FIELDS,
-    check_any_format,
-    request_export,
-    request_report_export,
-)
+from qexport.services.requests import request
 from qexport.services.views import export_view
 
 router = APIRouter(route_class=OneHopRoute, tags=["exports"])
@@ -91,62 +85,23 @@ def create_export(
     role (403). A sensitive query (or a report that holds one) is not queued: the answer is
     the approval request (`Location: /api/v1/approvals/{id}`) that a workspace admin other
     than the caller approves or denies."""
-    policy = context.accounts.workspace_policy(principal.workspace_id)
-    # Every mistake of the body at once: these with those the request's checks find.
-    found = Problems()
-    notify: tuple[Recipient, ...] = ()
-    if body.notify:  # the rules take a read of their own: only for recipients to admit
-        rules = RecipientRules(
-            role=principal.role,
-            own_email=principal.email,
-            webhook_hosts=context.accounts.workspace_webhook_hosts(principal.workspace_id),
-            egress=context.settings.egress_policy(),
-            policy=policy,
-        )
-        with found.check():
-            notify = admit_recipients([r.model_dump() for r in body.notify], rules, "notify")
-    if (body.query_id is None) == (body.report_id is None):
-        found.add(
-            InvalidRequestError("give exactly one of query_id and report_id", field="query_id")
-        )
-        with found.check():
-            check_any_format(body.format)
-        found.raise_any(in_field_order(REQUEST_FIELDS))
-    if body.report_id is not None:
-        record = request_report_export(
-            context.exports,
-            context.catalog,
-            context.clock,
-            principal.requester,
-            report_ref=body.report_id,
-            fmt=body.format,
-            parameters=body.parameters,
-            neutralize_formulas=body.options.neutralize_formulas,
-            max_unsettled=context.settings.max_unsettled_per_user,
-            notify=notify,
-            found=found.found(),
-            policy=policy,
-            approvals=context.approval_desk(),
-        )
-        return _created(record, context, response)
-    assert body.query_id is not None
-    record = request_export(
-        context.exports,
-        context.catalog,
-        context.clock,
-        principal.requester,
-        query_ref=body.query_id,
-        fmt=body.format,
-        parameters=body.parameters,
-        neutralize_formulas=body.options.neutralize_formulas,
-        match_name=False,
-        max_unsettled=context.settings.max_unsettled_per_user,
-        notify=notify,
-        found=found.found(),
-        policy=policy,
-        approvals=context.approval_desk(),
-    )
+    record = request(context, principal, _command(body))
     return _created(record, context, response)
+
+
+def _command(body: ExportRequest) -> RequestExport:
+    subject = None  # both or neither: refused by the service, with the body's other mistakes
+    if body.query_id is not None and body.report_id is None:
+        subject = SubjectRef("query", body.query_id)
+    elif body.report_id is not None and body.query_id is None:
+        subject = SubjectRef("report", body.report_id)
+    return RequestExport(
+        subject,
+        body.format,
+        body.parameters,
+        body.options.neutralize_formulas,
+        tuple(r.model_dump() for r in body.notify),
+    )
 
 
 def _created(

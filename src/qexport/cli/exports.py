@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -25,6 +25,7 @@ from qexport.cli.common import (
     err,
     fail,
     fail_input,
+    fail_problems,
     local_deps,
     out,
     parse_kv,
@@ -38,12 +39,14 @@ from qexport.cli.schedules import (
     SLACK_HELP,
     TEAMS_HELP,
     WEBHOOK_HELP,
-    local_notify,
+    option_of,
     parse_notify,
+    recipients_json,
 )
 from qexport.container import Container
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.audit import operator_for
+from qexport.domain.commands import RequestExport, SubjectKind, SubjectRef
 from qexport.domain.exports import (
     CANCELLED,
     SETTLED_STATUSES,
@@ -52,12 +55,18 @@ from qexport.domain.exports import (
     safe_filename,
     shown_status,
 )
-from qexport.domain.failures import InvalidRequestError, NotFoundError, Problems, QExportError
+from qexport.domain.failures import (
+    InvalidRequestError,
+    NotFoundError,
+    Problems,
+    QExportError,
+)
 from qexport.domain.queries import can_read
 from qexport.domain.reports import can_read_report
 from qexport.http.cursors import decode_page_cursor, encode_page_cursor
 from qexport.humanize import human_size
 from qexport.ports import Presigner
+from qexport.services.accounts import local_principal
 from qexport.services.exports import (
     MAX_CANDIDATES,
     ExportListing,
@@ -72,7 +81,7 @@ from qexport.services.exports import (
     parse_listing,
 )
 from qexport.services.exports import resolve_export_id as resolve_local_export_id
-from qexport.services.requests import request_export, request_report_export
+from qexport.services.requests import request
 from qexport.services.views import approval_view, export_view
 
 if TYPE_CHECKING:
@@ -200,43 +209,20 @@ def exports_create(
         _print_created(view, wait=wait, as_json=as_json)
         return
     st, deps = local_deps(ctx)
-    if notify:
-        notify = local_notify(ctx, email, webhook, slack, teams)
+    kind: SubjectKind = "query" if query is not None else "report"
+    command = RequestExport(
+        SubjectRef(kind, query or report or "", by_name=True),
+        fmt,
+        parameters,
+        neutralize,
+        tuple(recipients_json(email, webhook, slack, teams)),
+    )
     try:
-        if report is not None:
-            record = request_report_export(
-                deps.exports,
-                deps.catalog,
-                deps.clock,
-                st.requester,
-                report_ref=report,
-                fmt=fmt,
-                parameters=dict(parameters),
-                neutralize_formulas=neutralize,
-                match_title=True,
-                notify=notify,
-                policy=deps.accounts.workspace_policy(st.requester.workspace_id),
-                approvals=deps.approval_desk(),
-            )
-        else:
-            assert query is not None
-            record = request_export(
-                deps.exports,
-                deps.catalog,
-                deps.clock,
-                st.requester,
-                query_ref=query,
-                fmt=fmt,
-                parameters=parameters,
-                neutralize_formulas=neutralize,
-                notify=notify,
-                policy=deps.accounts.workspace_policy(st.requester.workspace_id),
-                approvals=deps.approval_desk(),
-            )
+        record = request(deps, local_principal(deps.accounts, st.requester), command)
     except NotFoundError as exc:
         fail_input(str(exc) + _local_suggestion(deps, st.requester, query, report))
     except QExportError as exc:
-        fail_input(str(exc))
+        _refused(exc)
     if isinstance(record, ApprovalRequest):
         now = deps.clock.now()
         _print_awaiting(approval_view(record, now), as_json=as_json)
@@ -245,6 +231,18 @@ def exports_create(
     if wait:
         view = _wait(_local_view(deps, st.requester, record.id), record.id, quiet=as_json)
     _print_created(view, wait=wait, as_json=as_json)
+
+
+def _refused(exc: QExportError) -> NoReturn:
+    """A local refusal, exit 2: every mistake, one line each, a recipient's led by its
+    option (`--webhook: ...`)."""
+    if isinstance(exc, InvalidRequestError):
+        fail_problems(exc, lambda p: f"{option_of(p.field)}: " if _names_a_recipient(p) else "")
+    fail_input(str(exc))
+
+
+def _names_a_recipient(problem: InvalidRequestError) -> bool:
+    return (problem.field or "").startswith("notify")
 
 
 def _local_suggestion(

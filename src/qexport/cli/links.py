@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from qexport.cli.common import fail, fail_input, local_deps, out, remote, server_errors
-from qexport.domain.accounts import Principal, Role
+from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError, QExportError
 
 if TYPE_CHECKING:
@@ -23,16 +23,15 @@ links_app = typer.Typer(
 )
 
 _EXPORT_ID = typer.Argument(help="The export's id or its start (4 characters or more).")
-LOCAL_TOKEN = "cli"  # noqa: S105 - no secret: the local command line's principal has no token
 
 
 def _local(ctx: typer.Context) -> tuple[Container, Principal]:
     """The local database and who acts in it, as `schedules` does: a member with their role
     in a workspace with accounts; in one without, the command line administers its own."""
+    from qexport.services.accounts import local_principal
+
     st, deps = local_deps(ctx)
-    requester = st.requester
-    role = deps.accounts.role_of(requester.workspace_id, requester.user_id) or Role.ADMIN
-    return deps, Principal(requester.user_id, "", requester.workspace_id, role, LOCAL_TOKEN)
+    return deps, local_principal(deps.accounts, st.requester)
 
 
 def _refused(exc: QExportError) -> NoReturn:

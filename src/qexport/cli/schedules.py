@@ -26,12 +26,11 @@ from qexport.cli.common import (
     server_refusals,
     state,
 )
-from qexport.domain.accounts import Role
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
 from qexport.schedules import catalog as service
+from qexport.services.accounts import local_principal
 from qexport.services.exports import ambiguous_message, id_prefix_of
-from qexport.services.recipients import admit_recipients, rules_for
 from qexport.services.reports import find_readable_report
 from qexport.services.requests import find_readable_query
 from qexport.services.views import schedule_view
@@ -61,11 +60,11 @@ TEAMS_HELP = "Post a card to the Teams channel of this incoming-webhook https UR
 def _refused(exc: QExportError, code: int = BAD_INPUT) -> NoReturn:
     """One line naming the option at fault, e.g. `--cron: cron '0 8' must have 5 fields`."""
     if isinstance(exc, InvalidRequestError):
-        fail_problems(exc, lambda p: f"{_option(p.field)}: " if p.field else "")
+        fail_problems(exc, lambda p: f"{option_of(p.field)}: " if p.field else "")
     fail(str(exc), code)
 
 
-def _option(field: str) -> str:
+def option_of(field: str) -> str:
     """The command-line option for an API field: `recipients[0].email` -> `--email`."""
     name = field.rsplit(".", 1)[-1]
     if field.startswith(("recipients", "notify")) and name in (
@@ -110,37 +109,11 @@ def parse_notify(
         _refused(exc)
 
 
-def local_notify(
-    ctx: typer.Context,
-    emails: list[str] | None,
-    webhooks: list[str] | None,
-    slack: list[str] | None = None,
-    teams: list[str] | None = None,
-) -> tuple[Recipient, ...]:
-    """The recipients of a local export, checked as the API checks `notify` (who may name
-    them, the workspace's webhook hosts, the egress policy); refused ones exit 2."""
-    deps, actor = _local(ctx)
-    requester = actor.requester
-    rules = rules_for(
-        deps.accounts,
-        requester.workspace_id,
-        requester.user_id,
-        actor.role,
-        state(ctx).settings.egress_policy(),
-    )
-    try:
-        recipients = recipients_json(emails, webhooks, slack, teams)
-        return admit_recipients(recipients, rules, "notify")
-    except QExportError as exc:
-        _refused(exc)
-
-
 def _local(ctx: typer.Context) -> tuple[Container, service.Actor]:
     """The local database and who acts in it: a member with their role in a workspace with
     accounts; in one without, the command line administers its own workspace."""
     st, deps = local_deps(ctx)
-    role = deps.accounts.role_of(st.requester.workspace_id, st.requester.user_id)
-    return deps, service.Actor(st.requester, role or Role.ADMIN)
+    return deps, service.Actor.of(local_principal(deps.accounts, st.requester))
 
 
 def _print_schedule(view: dict[str, Any], as_json: bool) -> None:

@@ -11,6 +11,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from qexport.domain.accounts import (
     ApiToken,
     Membership,
+    Principal,
     Role,
     User,
     check_workspace_id,
@@ -19,6 +20,7 @@ from qexport.domain.accounts import (
     parse_api_token,
 )
 from qexport.domain.audit import OPERATOR, Action
+from qexport.domain.exports import Requester
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
 from qexport.ports import AccountStore, Clock, ScheduleStore
 from qexport.services.audit import event
@@ -29,6 +31,22 @@ _TOKEN_ID = re.compile(r"[0-9a-f]{16}")
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 _hasher = PasswordHasher()
+LOCAL_TOKEN = "cli"  # noqa: S105 - no secret: the local command line's principal has no token
+
+
+def local_principal(accounts: AccountStore, requester: Requester) -> Principal:
+    """Who acts on the local database (the command line, the demo): in a workspace with
+    accounts, the member `requester` names, with their role and email (the caller has checked
+    they are one); in a workspace without, the operator administers their own."""
+    role = accounts.role_of(requester.workspace_id, requester.user_id)
+    user = accounts.get_user(requester.user_id) if role is not None else None
+    return Principal(
+        requester.user_id,
+        user.email if user is not None else "",
+        requester.workspace_id,
+        role or Role.ADMIN,
+        LOCAL_TOKEN,
+    )
 
 
 # ---------------------------------------------------------------- passwords

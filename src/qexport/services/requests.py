@@ -1,4 +1,8 @@
-"""Request an export: validate everything up front, then record it (and queue it) at once."""
+"""Request an export: validate everything up front, then record it (and queue it) at once.
+
+`request` is the one way in: every door hands it a `RequestExport` and who is acting, and it
+reads the workspace's policy, its caps and its recipient rules itself.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
+from qexport.domain.accounts import Principal
 from qexport.domain.approvals import (
     APPROVAL_OPTION,
     APPROVED_READS_OPTION,
     ApprovalRequest,
     reads_fingerprint,
 )
+from qexport.domain.commands import RequestExport
 from qexport.domain.exports import ExportRecord, Requester, safe_filename, storage_key
 from qexport.domain.failures import (
     ForbiddenError,
@@ -37,10 +43,14 @@ from qexport.domain.reports import (
     bind_report_parameters,
 )
 from qexport.domain.schedules import NewDelivery, Recipient
-from qexport.ports import Catalog, Clock, ExportQueue, NewExport
+from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, NewExport
 from qexport.services.approvals import ApprovalDesk, ask
 from qexport.services.audit import export_requested
+from qexport.services.recipients import RecipientRules, admit_recipients
 from qexport.services.reports import find_readable_report, report_queries
+
+if TYPE_CHECKING:
+    from qexport.config import Settings
 
 SUBJECT_QUERY = "query"
 # The order a request's problems are told in: the new-export form's, then the API's extras.
@@ -48,6 +58,77 @@ REQUEST_FIELDS = ("query_id", "report_id", "format", "parameters", "options", "n
 MAX_PARAMETERS = 64  # far more than any query declares; bounds the work a request can ask for
 MAX_REF_CHARS = 200  # the longest query id or name worth a lookup
 T = TypeVar("T")
+
+
+class RequestDeps(Protocol):
+    """What handling a request reads and writes (the container has it all)."""
+
+    @property
+    def exports(self) -> ExportQueue: ...
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def accounts(self) -> AccountStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> Settings: ...
+    def approval_desk(self) -> ApprovalDesk: ...
+
+
+def request(
+    deps: RequestDeps,
+    principal: Principal,
+    command: RequestExport,
+) -> ExportRecord | ApprovalRequest:
+    """Handle a request from any door: the export recorded as queued (with a delivery per
+    recipient), or, for a subject the workspace's policy marks sensitive, the approval request
+    an admin answers. Every mistake is refused at once (InvalidRequestError, naming each
+    field), and nothing is recorded; the requester's cap of unsettled exports applies
+    (TooManyRequestsError); recipients are admitted by the rules of the principal's role
+    (ForbiddenError for one it may not name)."""
+    workspace = principal.workspace_id
+    policy = deps.accounts.workspace_policy(workspace)
+    found = Problems()
+    notify: tuple[Recipient, ...] = ()
+    if command.notify:  # the rules take a read of their own: only for recipients to admit
+        rules = RecipientRules(
+            role=principal.role,
+            own_email=principal.email or None,
+            webhook_hosts=deps.accounts.workspace_webhook_hosts(workspace),
+            egress=deps.settings.egress_policy(),
+            policy=policy,
+        )
+        with found.check():
+            notify = admit_recipients(command.notify, rules, "notify")
+    subject = command.subject
+    if subject is None:
+        _refuse_without_subject(found, command.format)
+    common: dict[str, Any] = {
+        "fmt": command.format,
+        "parameters": dict(command.parameters),
+        "neutralize_formulas": command.neutralize_formulas,
+        "max_unsettled": deps.settings.max_unsettled_per_user,
+        "notify": notify,
+        "found": found.found(),
+        "policy": policy,
+        "approvals": deps.approval_desk(),
+    }
+    args = (deps.exports, deps.catalog, deps.clock, principal.requester)
+    if subject.kind == SUBJECT_REPORT:
+        return request_report_export(
+            *args, report_ref=subject.ref, match_title=subject.by_name, **common
+        )
+    return request_export(*args, query_ref=subject.ref, match_name=subject.by_name, **common)
+
+
+def _refuse_without_subject(found: Problems, fmt: str) -> NoReturn:
+    """A request that names no single subject: refused with its other mistakes."""
+    found.add(InvalidRequestError("give exactly one of query_id and report_id", field="query_id"))
+    with found.check():
+        check_any_format(fmt)
+    every = InvalidRequestError.of(found.found()).problems
+    raise InvalidRequestError.of(sorted(every, key=in_field_order(REQUEST_FIELDS)))
 
 
 def find_readable_query(

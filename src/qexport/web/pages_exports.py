@@ -16,6 +16,7 @@ from qexport.deliveries.resend import may_name, may_send_again, send_again
 from qexport.deliveries.signing import link_token, master_secret
 from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
+from qexport.domain.commands import RequestAgain
 from qexport.domain.exports import STATUS_LABELS
 from qexport.domain.failures import (
     ConflictError,
@@ -428,16 +429,7 @@ def again(
     """A new export of the same subject, format, parameters and options, requested as any
     other; its page follows. A refusal (the subject gone, a cap) shows on this export's page."""
     try:
-        record = request_again(
-            context.exports,
-            context.catalog,
-            context.clock,
-            principal,
-            export_id,
-            max_unsettled=context.settings.max_unsettled_per_user,
-            policy=context.accounts.workspace_policy(principal.workspace_id),
-            approvals=context.approval_desk(),
-        )
+        record = request_again(context, principal, RequestAgain(export_id))
     except (*_REFUSALS, TooManyRequestsError) as exc:
         return _detail(request, context, session, principal, export_id, error=exc)
     if isinstance(record, ApprovalRequest):

@@ -18,11 +18,12 @@ from starlette.concurrency import run_in_threadpool
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.approvals import ApprovalRequest
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.services.queries import list_readable_queries
 from qexport.services.reports import list_readable_reports
-from qexport.services.requests import request_export, request_report_export
+from qexport.services.requests import request
 from qexport.web.auth import Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import field_of
@@ -143,29 +144,6 @@ def _submit(
 def _request(
     context: Container, principal: Principal, subject: Subject, fmt: str, params: dict[str, Any]
 ) -> ExportRecord | ApprovalRequest:
-    if subject.kind == "report":
-        return request_report_export(
-            context.exports,
-            context.catalog,
-            context.clock,
-            principal.requester,
-            report_ref=subject.id,
-            fmt=fmt,
-            parameters=params,
-            max_unsettled=context.settings.max_unsettled_per_user,
-            policy=context.accounts.workspace_policy(principal.workspace_id),
-            approvals=context.approval_desk(),
-        )
-    return request_export(
-        context.exports,
-        context.catalog,
-        context.clock,
-        principal.requester,
-        query_ref=subject.id,
-        fmt=fmt,
-        parameters=params,
-        match_name=False,
-        max_unsettled=context.settings.max_unsettled_per_user,
-        policy=context.accounts.workspace_policy(principal.workspace_id),
-        approvals=context.approval_desk(),
+    return request(
+        context, principal, RequestExport(SubjectRef(subject.kind, subject.id), fmt, params)
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import SubjectKind
 from qexport.domain.failures import NotFoundError
 from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.domain.queries import Parameter, ParamType, to_json_value
@@ -43,7 +44,7 @@ _TRUE_WORDS = ("true", "1", "yes", "on")
 class Subject:
     """What is exported: its kind, id and name, the parameters a request gives, its formats."""
 
-    kind: str
+    kind: SubjectKind
     id: str
     name: str
     parameters: tuple[Parameter, ...]

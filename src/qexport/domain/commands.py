@@ -1,0 +1,47 @@
+"""What a person asks qexport to do, as data: one frozen command per use case.
+
+Every door (the API, the pages, the command line locally and through a server, "request
+again", the demo) turns its input into one of these and hands it, with who is acting, to
+the one service function that handles it. The doors parse and present; they never read a
+policy, pick between a query and a report or choose which caps apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SubjectKind = Literal["query", "report"]
+
+
+@dataclass(frozen=True)
+class SubjectRef:
+    """A query or a report, by id; with `by_name`, by its name (a query) or title (a report)
+    too, as the command line takes them."""
+
+    kind: SubjectKind
+    ref: str
+    by_name: bool = False
+
+
+@dataclass(frozen=True)
+class RequestExport:
+    """Export a subject in a format, with parameter values, optionally notifying recipients
+    (each as the API's `notify` item: `{"email": ...}`, `{"webhook": ...}`...).
+
+    `subject` is None when the request named no single subject (both or neither of a query
+    and a report): it is refused, with every other mistake in it."""
+
+    subject: SubjectRef | None
+    format: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    neutralize_formulas: bool = True
+    notify: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class RequestAgain:
+    """A new export of a settled one's subject, format, parameters and options."""
+
+    export_id: str
