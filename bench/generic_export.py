@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.mariadb, f
 
 from qexport.config import Settings
 from qexport.domain.exports import Requester
-from qexport.sources.generic import from_url
+from qexport.sources.generic.source import from_url
 
 SQL = "SELECT * FROM orders"
 FETCH = 10_000

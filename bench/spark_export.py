@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.spark, fro
 from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.ports import WriterOptions
-from qexport.sources.spark import from_url
+from qexport.sources.spark.source import from_url
 from qexport.writers.registry import get_writer
 
 REQUESTER = Requester("bench", "bench")

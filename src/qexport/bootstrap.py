@@ -166,7 +166,7 @@ def sources(settings: Settings) -> dict[str, Callable[[], Source]]:
     QEXPORT_SOURCE_*, whose URLs are checked here (a bad one stops the process starting)."""
 
     def demo() -> Source:
-        from qexport.sources.duckdb import DuckDBSource  # DuckDB and Arrow: on first use
+        from qexport.sources.duckdb.source import DuckDBSource  # DuckDB and Arrow: on first use
 
         return DuckDBSource(
             DEMO_SOURCE,

@@ -68,7 +68,7 @@ _DUCKDB_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNOREC
 
 def _duckdb_size(text: str) -> int | None:
     """`256MB` -> 256,000,000 bytes, `1GiB` -> 1,073,741,824; None when DuckDB's own check
-    will refuse the text anyway (sources/duckdb.py)."""
+    will refuse the text anyway (sources/duckdb/source.py)."""
     match = _DUCKDB_SIZE.match(text)
     if not match:
         return None

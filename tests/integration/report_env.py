@@ -19,7 +19,7 @@ from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Parameter, Query
 from qexport.domain.reports import Display, Report, Section
 from qexport.services.requests import request_report_export
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.worker.loop import Worker

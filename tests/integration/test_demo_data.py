@@ -13,7 +13,7 @@ from qexport.domain.exports import Requester
 from qexport.domain.failures import QExportError
 from qexport.sources import demo_data
 from qexport.sources.demo_data import build_demo_database
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb.source import DuckDBSource
 
 ORDERS = 5_000
 CHECKSUM_SQL = """

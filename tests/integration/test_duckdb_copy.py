@@ -16,8 +16,8 @@ import pytest
 
 from qexport.domain.exports import Requester
 from qexport.domain.failures import LimitExceededError, QueryInvalidError, QueryTimeoutError
-from qexport.sources.duckdb import DuckDBSource
-from qexport.sources.duckdb_copy import has_order_by
+from qexport.sources.duckdb.copy import has_order_by
+from qexport.sources.duckdb.source import DuckDBSource
 
 ALICE = Requester("alice", "w1")
 VALUES = [

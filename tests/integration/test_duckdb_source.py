@@ -21,7 +21,7 @@ from qexport.domain.failures import (
     QueryTimeoutError,
     SourceUnavailableError,
 )
-from qexport.sources.duckdb import BATCH_ROWS, DuckDBSource, connect_sandboxed
+from qexport.sources.duckdb.source import BATCH_ROWS, DuckDBSource, connect_sandboxed
 
 REQUESTER = Requester(user_id="user-7", workspace_id="acme")
 

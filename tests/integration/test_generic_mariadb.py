@@ -31,7 +31,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.sources.generic import GenericSource, from_url
+from qexport.sources.generic.source import GenericSource, from_url
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore

@@ -29,8 +29,8 @@ from qexport.services.describe import Ration, Saving, describe_statement
 from qexport.services.looks import Looks
 from qexport.services.preview import PreviewDesk, preview_query
 from qexport.services.slots import SourceSlots
-from qexport.sources.generic import GenericSource, engine_for
-from qexport.sources.mysql_source import MySQLSource
+from qexport.sources.generic.source import GenericSource, engine_for
+from qexport.sources.mysql.source import MySQLSource
 from tests.fakes import (
     FixedSources,
     FrozenClock,

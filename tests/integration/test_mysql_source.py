@@ -25,8 +25,8 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.sources.mysql import from_url
-from qexport.sources.mysql_source import BATCH_BYTES, MySQLSource
-from qexport.sources.postgres_role import SourceRefusedError
+from qexport.sources.mysql.source import BATCH_BYTES, MySQLSource
+from qexport.sources.postgres.role import SourceRefusedError
 from tests.mariadb import ADMIN, ADMIN_PASSWORD, READER_PASSWORD, MariaDBServer, mariadb_server
 
 __all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py

@@ -20,8 +20,8 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.mysql import from_url
-from qexport.sources.mysql_source import MySQLSource
-from qexport.sources.postgres_role import SourceRefusedError
+from qexport.sources.mysql.source import MySQLSource
+from qexport.sources.postgres.role import SourceRefusedError
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore

@@ -28,9 +28,9 @@ from qexport.domain.failures import FailureCode, QueryInvalidError
 from qexport.domain.queries import Query
 from qexport.ports import Source
 from qexport.services.requests import request_export
-from qexport.sources.generic import GenericSource, engine_for
-from qexport.sources.mysql_source import MySQLSource
-from qexport.sources.postgres import PostgresSource
+from qexport.sources.generic.source import GenericSource, engine_for
+from qexport.sources.mysql.source import MySQLSource
+from qexport.sources.postgres.source import PostgresSource
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore

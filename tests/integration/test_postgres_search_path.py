@@ -14,8 +14,8 @@ import pytest
 
 from qexport.domain.exports import Requester
 from qexport.domain.rule_check import TableKind
-from qexport.sources.postgres import PostgresSource
-from qexport.sources.postgres_role import SourceRefusedError, role_findings
+from qexport.sources.postgres.role import SourceRefusedError, role_findings
+from qexport.sources.postgres.source import PostgresSource
 from tests.integration.test_postgres_source import url_for
 from tests.pg import server_url
 

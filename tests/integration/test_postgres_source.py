@@ -34,7 +34,7 @@ from qexport.domain.failures import (
     QueryTimeoutError,
 )
 from qexport.ports import WriterOptions
-from qexport.sources.postgres import PostgresSource
+from qexport.sources.postgres.source import PostgresSource
 from qexport.writers.parquet import ParquetFileWriter
 from qexport.writers.registry import get_writer
 from tests.pg import server_url

@@ -19,7 +19,7 @@ from qexport.domain.failures import (
     SourceLoginError,
     SourceUnavailableError,
 )
-from qexport.sources.postgres import PostgresSource
+from qexport.sources.postgres.source import PostgresSource
 from tests.integration.test_postgres_source import (
     ALICE,
     Database,

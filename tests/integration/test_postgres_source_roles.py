@@ -25,8 +25,8 @@ from qexport.domain.failures import AccessLostError, FailureCode
 from qexport.domain.queries import Query
 from qexport.ports import PreviewJob
 from qexport.services.requests import request_export
-from qexport.sources.postgres import PostgresSource
-from qexport.sources.postgres_role import SourceRefusedError
+from qexport.sources.postgres.role import SourceRefusedError
+from qexport.sources.postgres.source import PostgresSource
 from qexport.store.engine import create_engine, migrate
 from qexport.worker.loop import Worker
 from tests.containers import container_of

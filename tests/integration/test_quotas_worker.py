@@ -18,7 +18,7 @@ from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import FailureCode, QueryInvalidError
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb.source import DuckDBSource
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore

@@ -15,7 +15,7 @@ import pytest
 
 from qexport.domain.exports import Requester
 from qexport.domain.failures import READABLE_MAX_CHARS, QueryInvalidError, readable_detail
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb.source import DuckDBSource
 from tests.integration.test_postgres_source import Database, MemorySink, csv_of, database, rows_of
 
 __all__ = ["database"]  # the PostgreSQL source's fixture

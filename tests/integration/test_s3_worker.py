@@ -14,7 +14,7 @@ from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
 from qexport.services.exports import open_download
 from qexport.services.requests import request_export
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
 from qexport.worker.loop import Worker
 from tests.containers import container_of

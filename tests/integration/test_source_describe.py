@@ -16,7 +16,7 @@ from qexport.domain.exports import Requester
 from qexport.domain.failures import QueryInvalidError, QueryTimeoutError, TextPosition
 from qexport.domain.queries import ResultColumn
 from qexport.ports import Source
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb.source import DuckDBSource
 from tests.integration.test_postgres_source import Database, database
 
 __all__ = ["database"]

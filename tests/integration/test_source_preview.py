@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from qexport.domain.exports import Requester
 from qexport.domain.failures import QueryInvalidError, QueryTimeoutError
 from qexport.ports import PreviewRows, Source
-from qexport.sources.duckdb import DuckDBSource
-from qexport.sources.duckdb_preview import without_trailing
+from qexport.sources.duckdb.preview import without_trailing
+from qexport.sources.duckdb.source import DuckDBSource
 from qexport.writers.cells import CUT_MARK, preview_cells
 from tests.integration.test_postgres_source import HOSTILE, Database, database
 

@@ -23,9 +23,9 @@ from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import Query
 from qexport.domain.sensitivity import Relation, SensitiveTable
 from qexport.ports import Source
-from qexport.sources.duckdb import DuckDBSource
-from qexport.sources.mysql_source import MySQLSource
-from qexport.sources.postgres import PostgresSource
+from qexport.sources.duckdb.source import DuckDBSource
+from qexport.sources.mysql.source import MySQLSource
+from qexport.sources.postgres.source import PostgresSource
 from tests.mariadb import MariaDBServer, mariadb_server
 from tests.pg import server_url
 

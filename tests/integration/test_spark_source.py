@@ -28,7 +28,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.sources.spark import SparkSource, from_url
+from qexport.sources.spark.source import SparkSource, from_url
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore

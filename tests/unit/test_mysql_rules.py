@@ -12,9 +12,9 @@ from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.failures import QueryInvalidError
 from qexport.sources.mysql import from_url
-from qexport.sources.mysql_role import findings_of, role_findings
-from qexport.sources.mysql_statements import parse_mysql_query, render
-from qexport.sources.mysql_types import Column, _microseconds
+from qexport.sources.mysql.role import findings_of, role_findings
+from qexport.sources.mysql.statements import parse_mysql_query, render
+from qexport.sources.mysql.types import Column, _microseconds
 
 ALICE = Requester("u-alice", "w1")
 

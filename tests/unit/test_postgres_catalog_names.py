@@ -1,6 +1,6 @@
 """qexport's own catalog statements on PostgreSQL sources name every catalog relation,
 function and type with its schema: a login's search_path cannot point them elsewhere
-(operators, which cannot carry one, are left to the pinned path: postgres_catalog_path.py)."""
+(operators, which cannot carry one, are left to the pinned path: postgres/catalog_path.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import re
 
 import pytest
 
-from qexport.sources import postgres_catalogue, postgres_reads, postgres_role, postgres_session
+from qexport.sources.postgres import catalogue as postgres_catalogue
+from qexport.sources.postgres import reads as postgres_reads
+from qexport.sources.postgres import role as postgres_role
+from qexport.sources.postgres import session as postgres_session
 
 STATEMENTS = {
     "role: roles": postgres_role._ROLES,

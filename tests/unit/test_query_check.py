@@ -21,7 +21,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Parameter, ParamType, ResultColumn
 from qexport.services.describe import describe_statement, describe_timeout, describe_values
-from qexport.sources.duckdb_errors import located
+from qexport.sources.duckdb.errors import located
 from tests.fakes.previews import InProcessPreviews
 from tests.fakes.sources import FixedSources
 from tests.unit.fakes import FakeSource

@@ -20,14 +20,12 @@ from qexport.domain.failures import (
     SourceLoginError,
     SourceUnavailableError,
 )
-from qexport.sources import (
-    duckdb_errors,
-    generic_errors,
-    mysql_errors,
-    postgres_errors,
-    spark_errors,
-)
-from qexport.sources.generic_dialects import Rules
+from qexport.sources.duckdb import errors as duckdb_errors
+from qexport.sources.generic import errors as generic_errors
+from qexport.sources.generic.dialects import Rules
+from qexport.sources.mysql import errors as mysql_errors
+from qexport.sources.postgres import errors as postgres_errors
+from qexport.sources.spark import errors as spark_errors
 from qexport.sources.withheld import without_layout
 
 PASSWORD = "pw-never-shown"  # noqa: S105 - a made-up password, to show it never leaks

@@ -14,9 +14,9 @@ from qexport.config import Settings
 from qexport.domain.failures import InvalidRequestError
 from qexport.services.sources import check_source_url
 from qexport.sources import schemes
-from qexport.sources.duckdb import DuckDBSource
-from qexport.sources.generic import GenericSource
-from qexport.sources.postgres import PostgresSource
+from qexport.sources.duckdb.source import DuckDBSource
+from qexport.sources.generic.source import GenericSource
+from qexport.sources.postgres.source import PostgresSource
 
 PASSWORD = "s3cret-pw"  # noqa: S105 - a test value
 

@@ -19,7 +19,7 @@ from qexport.domain.failures import (
     memory_refused_detail,
     readable_detail,
 )
-from qexport.sources.duckdb_errors import translate_error
+from qexport.sources.duckdb.errors import translate_error
 from qexport.worker.lease import Lease
 from qexport.worker.loop import Worker
 from qexport.worker.memory import (

@@ -14,7 +14,7 @@ from qexport.bootstrap import DEMO_SOURCE
 from qexport.demo import register_demo_queries, register_demo_report
 from qexport.domain.exports import Status
 from qexport.sources.demo_data import build_demo_database
-from qexport.sources.duckdb import DuckDBSource
+from qexport.sources.duckdb.source import DuckDBSource
 from tests.fakes import FixedSources
 from tests.fakes.previews import InProcessPreviews
 from tests.integration.report_env import ALICE, ReportEnv, make_env

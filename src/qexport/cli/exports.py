@@ -237,12 +237,14 @@ def _refused(exc: QExportError) -> NoReturn:
     """A local refusal, exit 2: every mistake, one line each, a recipient's led by its
     option (`--webhook: ...`)."""
     if isinstance(exc, InvalidRequestError):
-        fail_problems(exc, lambda p: f"{option_of(p.field)}: " if _names_a_recipient(p) else "")
+        fail_problems(exc, _recipient_option)
     fail_input(str(exc))
 
 
-def _names_a_recipient(problem: InvalidRequestError) -> bool:
-    return (problem.field or "").startswith("notify")
+def _recipient_option(problem: InvalidRequestError) -> str:
+    """`--webhook: ` before a refused recipient; nothing before any other mistake."""
+    field = problem.field or ""
+    return f"{option_of(field)}: " if field.startswith("notify") else ""
 
 
 def _local_suggestion(

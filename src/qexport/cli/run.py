@@ -154,7 +154,7 @@ def _run_worker(
     remove_abandoned()  # pipes and spill of workers killed outright (SIGKILL, OOM killer)
     # A worker reads sources: DuckDB (the built-in ones open on first use) loads now, not
     # within its first export's time.
-    importlib.import_module("qexport.sources.duckdb")
+    importlib.import_module("qexport.sources.duckdb.source")
     beating = start_heartbeats()  # before the lowering, which leaves it out
     _lower_priority(settings, keep=beating)
     structlog.get_logger().info(

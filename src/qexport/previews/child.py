@@ -60,7 +60,7 @@ from qexport.ports import (
     SourceCatalog,
 )
 from qexport.previews.wire import Answer, Refusal
-from qexport.sources.duckdb import limit_threads
+from qexport.sources.duckdb.source import limit_threads
 from qexport.writers.cells import preview_cells
 
 log = structlog.get_logger()

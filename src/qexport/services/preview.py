@@ -34,7 +34,7 @@ does not apply, since a preview makes no file.
 A preview whose plan fails (the policy asks the source which tables it reads, and the source
 refuses the statement) is on the record too, as failed with `"step": "plan"`, and counts
 against the rate: MySQL and MariaDB evaluate parts of a statement while planning it, and
-their error may be made of the data (mysql_checking.py, where its text is withheld).
+their error may be made of the data (mysql/checking.py, where its text is withheld).
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def preview_query(
         raise  # no slot: nothing was planned
     except QExportError as exc:
         # The source's planner refused the statement (or could not be asked): on the record,
-        # as a run's failure is, and counted against the rate above (mysql_checking.py).
+        # as a run's failure is, and counted against the rate above (mysql/checking.py).
         desk.audit.record(
             _previewed(desk, requester, query, shown_values, refusal=exc, planning=True)
         )

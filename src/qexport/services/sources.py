@@ -3,7 +3,7 @@
 The operator registers any source with `qexport sources add NAME URL --workspace W`; a
 workspace's admins may register a PostgreSQL source for their own workspace through the API,
 with narrower URLs (see `check_member_url`). Every PostgreSQL source's role is judged before
-it is stored (postgres_role.py). URLs are stored sealed when QEXPORT_SECRET_KEY is set and
+it is stored (postgres/role.py). URLs are stored sealed when QEXPORT_SECRET_KEY is set and
 are only ever shown with their password masked.
 """
 
@@ -36,7 +36,7 @@ from qexport.services.audit import actor_of, event
 from qexport.services.sensitive_rules import cover_new_source
 from qexport.sources import schemes
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
-from qexport.sources.duckdb_lake import duckdb_location
+from qexport.sources.duckdb.lake import duckdb_location
 from qexport.sources.registry import (
     AUDIT_SOURCE,
     BUILT_IN_NAMES,
@@ -358,7 +358,7 @@ def _refuse_a_second_source_on_one_file(
     accounts: AccountStore, settings: Settings, url: str, workspace_id: str
 ) -> None:
     """A DuckDB file backs one source: a worker opens it once, sandboxed around that source's
-    own folders, and a second source on it could not run (qexport.sources.duckdb). The
+    own folders, and a second source on it could not run (qexport.sources.duckdb.source). The
     refusal names the source to share instead."""
     path = _duckdb_file(url)
     if path is None:

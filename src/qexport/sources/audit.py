@@ -27,7 +27,7 @@ from qexport.domain.accounts import Role
 from qexport.domain.failures import AccessLostError
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import AccountStore, AuditLog, PreviewRows
-from qexport.sources.duckdb import DuckDBSource, process_config
+from qexport.sources.duckdb.source import DuckDBSource, process_config
 from qexport.sources.registry import AUDIT_SOURCE
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ import duckdb
 
 from qexport.domain.failures import QExportError, bounded_detail
 from qexport.private_files import make_private_dirs
-from qexport.sources.duckdb import connect_sandboxed
-from qexport.sources.duckdb_errors import FileAlreadyOpenError
+from qexport.sources.duckdb.errors import FileAlreadyOpenError
+from qexport.sources.duckdb.source import connect_sandboxed
 
 # Bump when the generated data changes, so existing demo databases are rebuilt.
 GENERATOR_VERSION = 1

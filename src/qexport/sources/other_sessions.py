@@ -1,7 +1,7 @@
 """Statements that read other sessions' SQL are refused, on PostgreSQL and MySQL/MariaDB.
 
 Every export of a source runs on the source's one login, and qexport writes a run's parameter
-values into its statement as literals (COPY takes no parameters: postgres_statements.py;
+values into its statement as literals (COPY takes no parameters: postgres/statements.py;
 mysqlclient binds client-side). A login sees the statements of its own other sessions with
 no privilege at all: PostgreSQL's pg_stat_activity shows the `query` of every session of the
 same role, MySQL's and MariaDB's PROCESSLIST the `INFO` of every thread of the same user. So
@@ -47,8 +47,8 @@ from __future__ import annotations
 import re
 
 from qexport.domain.failures import QueryInvalidError, TextPosition
-from qexport.sources.mysql_statements import mysql_without_comments
-from qexport.sources.postgres_statements import without_comments
+from qexport.sources.mysql.statements import mysql_without_comments
+from qexport.sources.postgres.statements import without_comments
 
 _SHOWS = "it shows other sessions' statements and the values of their parameters"
 

@@ -11,19 +11,19 @@ from qexport.deliveries.signing import master_secret
 from qexport.domain.failures import QExportError
 from qexport.http.one_hop import off_the_loop
 from qexport.services.sign_in import VerificationGate
-from qexport.web import (
-    errors,
-    pages_approvals,
-    pages_audit,
-    pages_auth,
-    pages_exports,
-    pages_new,
-    pages_policy,
-    pages_preview,
-    pages_queries,
-    pages_reports,
-    pages_schedules,
-    pages_subscriptions,
+from qexport.web import errors
+from qexport.web.pages import (
+    approvals,
+    audit,
+    auth,
+    exports,
+    new,
+    policy,
+    preview,
+    queries,
+    reports,
+    schedules,
+    subscriptions,
 )
 from qexport.web.session import SessionKey
 
@@ -37,17 +37,17 @@ def install(app: FastAPI, context: Container) -> None:
     )
     errors.install(app)
     app.mount("/static", StaticFiles(packages=[("qexport.web", "static")]), name="static")
-    app.include_router(pages_auth.router)
-    app.include_router(pages_new.router)  # /exports/new before /exports/{export_id}
-    app.include_router(pages_preview.router)  # /exports/new/preview too
-    app.include_router(pages_exports.router)
-    app.include_router(pages_queries.router)
-    app.include_router(pages_reports.router)
-    app.include_router(pages_schedules.router)
-    app.include_router(pages_subscriptions.router)
-    app.include_router(pages_policy.router)
-    app.include_router(pages_audit.router)
-    app.include_router(pages_approvals.router)
+    app.include_router(auth.router)
+    app.include_router(new.router)  # /exports/new before /exports/{export_id}
+    app.include_router(preview.router)  # /exports/new/preview too
+    app.include_router(exports.router)
+    app.include_router(queries.router)
+    app.include_router(reports.router)
+    app.include_router(schedules.router)
+    app.include_router(subscriptions.router)
+    app.include_router(policy.router)
+    app.include_router(audit.router)
+    app.include_router(approvals.router)
 
 
 async def derive_session_key(app: FastAPI) -> None:

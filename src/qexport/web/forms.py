@@ -16,7 +16,7 @@ NOTICES = {
     "saved": "Saved.",
     "paused": "The schedule is paused: it makes no exports until it is resumed.",
     "resumed": "The schedule is resumed; its next run counts from now.",
-    # pages_subscriptions.py
+    # pages/subscriptions.py
     "subscribed": "You are subscribed: each run's export is mailed to you too.",
     "unsubscribed": "You are unsubscribed: its runs are no longer mailed to you.",
     "query-deleted": "The query was deleted.",

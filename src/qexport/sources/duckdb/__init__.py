@@ -1,0 +1,1 @@
+"""The DuckDB source: the embedded default and the lake sandbox."""

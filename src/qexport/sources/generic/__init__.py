@@ -1,0 +1,1 @@
+"""Any database SQLAlchemy has a dialect for, as a source."""

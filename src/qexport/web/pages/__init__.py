@@ -1,0 +1,1 @@
+"""The pages: one module per family of pages (its routes and forms)."""
