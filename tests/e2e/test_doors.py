@@ -1,12 +1,14 @@
-"""Every door requests an export through the same handler: the API, the pages, and the
-command line on the local database and through a server give the same export for the same
-request, and refuse the same bad request (or one over the requester's cap) the same way,
-recording nothing."""
+"""Every door takes a use case to the same handler: the API, the pages, and the command line
+on the local database and through a server give the same export for the same request, refuse
+the same bad request (or one over the requester's cap) the same way, recording nothing, and
+share and revoke a file's public link alike."""
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +17,10 @@ import httpx2
 import pytest
 
 from qexport.clock import SystemClock
+from qexport.domain.audit import AuditFilter
 from qexport.services.accounts import add_user, issue_token
 from qexport.store.accounts import SqlAccountStore
+from qexport.store.audit import SqlAuditLog
 from tests.e2e.conftest import Env
 from tests.e2e.test_serve import SMALL_ORDERS, N, bearer, start_server
 
@@ -71,6 +75,46 @@ class Doors:
     def cli_remote(self, parameters: dict[str, str]) -> tuple[str | None, str]:
         return _cli(self.remote, parameters)
 
+    def api_link(self, export_id: str) -> tuple[str, str, Callable[[], None]]:
+        """A new link's id and URL, and how to revoke it."""
+        with httpx2.Client(base_url=self.url, headers=bearer(self.token), timeout=30) as api:
+            made = api.post(f"/api/v1/exports/{export_id}/links")
+        assert made.status_code == 201, made.text
+
+        def revoke() -> None:
+            with httpx2.Client(base_url=self.url, headers=bearer(self.token), timeout=30) as api:
+                assert api.delete(f"/api/v1/links/{made.json()['id']}").status_code == 204
+
+        return made.json()["id"], made.json()["url"], revoke
+
+    def pages_link(self, export_id: str) -> tuple[str, str, Callable[[], None]]:
+        browser = httpx2.Client(base_url=self.url, timeout=30)
+        sign_in = browser.get("/sign-in", headers={"Accept": "text/html"}).text
+        data = {"email": EMAIL, "password": PASSWORD, "csrf": _csrf(sign_in), "next": "/"}
+        assert browser.post("/sign-in", data=data).status_code == 303
+        page = browser.get(f"/exports/{export_id}").text
+        made = browser.post(f"/exports/{export_id}/links", data={"csrf": _csrf(page)})
+        assert made.status_code == 303, made.text
+        page = browser.get(made.headers["Location"]).text  # shows the new URL this once
+        url = re.search(r'id="public-url" type="text" readonly value="([^"]+)"', page)
+        link_id = re.search(r'<tr id="link-([^"]+)">', page)
+        assert url, page
+        assert link_id, page
+
+        def revoke() -> None:
+            action = f"/exports/{export_id}/links/{link_id.group(1)}/revoke"
+            answer = browser.post(action, data={"csrf": _csrf(page), "confirmed": "yes"})
+            assert answer.status_code == 303, answer.text
+            browser.close()
+
+        return link_id.group(1), html.unescape(url.group(1)), revoke
+
+    def cli_local_link(self, export_id: str) -> tuple[str, str, Callable[[], None]]:
+        return _cli_link(self.local, export_id)
+
+    def cli_remote_link(self, export_id: str) -> tuple[str, str, Callable[[], None]]:
+        return _cli_link(self.remote, export_id)
+
     def all(self) -> dict[str, Any]:
         return {
             "api": self.api,
@@ -78,6 +122,15 @@ class Doors:
             "cli (local)": self.cli_local,
             "cli (server)": self.cli_remote,
         }
+
+
+def _cli_link(cli: Env, export_id: str) -> tuple[str, str, Callable[[], None]]:
+    made = cli.json("links", "create", export_id[:8])  # an id's start, as anywhere in the CLI
+
+    def revoke() -> None:
+        cli.run("links", "revoke", made["id"])
+
+    return made["id"], made["url"], revoke
 
 
 def _csrf(page: str) -> str:
@@ -107,7 +160,11 @@ def _doors(env: Env, tmp_path: Path, **settings: str) -> Doors:
     url, _ = start_server(env)
     query = env.store.find_query("demo", "small_orders")
     assert query is not None
-    local = Env(env.data_dir, {**env.extra, "QEXPORT_USER": ada.user.id})
+    # The local command line makes links for the server's address, as the server does.
+    local = Env(
+        env.data_dir,
+        {**env.extra, "QEXPORT_USER": ada.user.id, "QEXPORT_PUBLIC_BASE_URL": url},
+    )
     remote = Env(tmp_path / "client", {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})
     return Doors(env, url, token, query.id, local, remote)
 
@@ -165,3 +222,45 @@ def test_each_door_refuses_the_same_request_and_records_nothing(
         assert export_id is None, f"{door} recorded {export_id}"
         assert refusal in said, f"{door}: {said}"
     assert _count(env) == before
+
+
+def test_each_door_shares_a_file_and_revokes_its_link_alike(env: Env, tmp_path: Path) -> None:
+    """A link made at any door downloads the file (checked against its sha256) and lives as
+    long as the file; once revoked there, it downloads nothing."""
+    doors = _doors(env, tmp_path)
+    export_id, _ = doors.api({"n": "5"})
+    assert export_id is not None
+    assert env.start_worker("--drain").wait(timeout=120) == 0
+    record = env.record(export_id)
+    makers = {
+        "api": doors.api_link,
+        "pages": doors.pages_link,
+        "cli (local)": doors.cli_local_link,
+        "cli (server)": doors.cli_remote_link,
+    }
+    accounts = SqlAccountStore(env.store.engine)
+    made = {}
+    for door, make in makers.items():
+        link_id, url, revoke = make(export_id)
+        made[link_id] = door
+        assert url.startswith(f"{doors.url}/p/"), f"{door}: {url}"
+        shared = httpx2.get(url, timeout=30)
+        assert shared.status_code == 200, f"{door}: {shared.status_code}"
+        assert hashlib.sha256(shared.content).hexdigest() == record.sha256, door
+        link = accounts.get_link(link_id)
+        assert link is not None, door
+        assert (link.created_by, link.expires_at) == (record.requested_by, None), door
+        revoke()
+        assert httpx2.get(url, timeout=30).status_code == 410, door
+    # The trail names who acted at each door: the member through their token or their
+    # session, or the operator's command line acting for them.
+    trail = SqlAuditLog(env.store.engine).list_events(
+        workspace_id="demo", narrow=AuditFilter(action="link.created")
+    )
+    actors = {made[e.target_id]: e.actor_kind for e in trail if e.target_id in made}
+    assert actors == {
+        "api": "token",
+        "pages": "user",
+        "cli (local)": "operator",
+        "cli (server)": "token",
+    }

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import CreatedLink, LinkItem, LinkList, LinkRequest, problem_responses
+from qexport.domain.commands import CreateLink, RevokeLink
 from qexport.http.one_hop import OneHopRoute
 from qexport.services.links import create_link, list_live_links, revoke_link
 
@@ -37,17 +38,7 @@ def create(
     The same refusals as the file: 409 not ready or failed, 410 expired, 403 access lost,
     403 where the workspace's policy allows no public links.
     """
-    created = create_link(
-        context.exports,
-        context.catalog,
-        context.accounts,
-        context.clock,
-        principal,
-        export_id,
-        base_url=context.settings.public_base_url,
-        max_live=context.settings.max_links_per_export,
-        days=body.expires_in_days,
-    )
+    created = create_link(context, principal, CreateLink(export_id, body.expires_in_days))
     return CreatedLink(id=created.link.id, url=created.url, expires_at=created.expires_at)
 
 
@@ -88,5 +79,5 @@ def list_links(export_id: str, principal: CurrentPrincipal, context: Context) ->
 def revoke(link_id: str, principal: CurrentPrincipal, context: Context) -> Response:
     """Revoke a link; revoking a revoked link is 204 again. Links of others (unless the
     caller is a workspace admin) answer 404 like missing ones."""
-    revoke_link(context.exports, context.accounts, context.clock, principal, link_id)
+    revoke_link(context, principal, RevokeLink(link_id))
     return Response(status_code=204)

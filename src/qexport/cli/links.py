@@ -67,24 +67,13 @@ def links_create(
         with client, server_errors():
             view = client.create_link(export_id, days)
     else:
-        from qexport.domain.audit import operator_for
+        from qexport.domain.commands import CreateLink
         from qexport.services.links import create_link
         from qexport.services.views import iso_time
 
         deps, principal = _local(ctx)
         try:
-            created = create_link(
-                deps.exports,
-                deps.catalog,
-                deps.accounts,
-                deps.clock,
-                principal,
-                export_id,
-                base_url=deps.settings.public_base_url,
-                max_live=deps.settings.max_links_per_export,
-                days=days,
-                acting=operator_for(principal.user_id),
-            )
+            created = create_link(deps, principal, CreateLink(export_id, days))
         except QExportError as exc:
             _refused(exc)
         view = {
@@ -175,19 +164,12 @@ def links_revoke(
         with client, server_errors():
             client.revoke_link(link_id)
     else:
-        from qexport.domain.audit import operator_for
+        from qexport.domain.commands import RevokeLink
         from qexport.services.links import revoke_link
 
         deps, principal = _local(ctx)
         try:
-            revoke_link(
-                deps.exports,
-                deps.accounts,
-                deps.clock,
-                principal,
-                link_id,
-                acting=operator_for(principal.user_id),
-            )
+            revoke_link(deps, principal, RevokeLink(link_id))
         except QExportError as exc:
             _refused(exc)
     out.print(f"link {link_id} revoked", highlight=False, soft_wrap=True)

@@ -82,6 +82,8 @@ class Standing:
 
 # The `token_id` of a Principal from a signed-in session rather than an API token.
 SESSION_TOKEN_ID = "session"  # noqa: S105 - a marker, not a secret
+# The operator's command line on the local database, acting for a member: it has no token.
+OPERATOR_TOKEN_ID = "cli"  # noqa: S105 - a marker, not a secret
 
 
 @dataclass(frozen=True)

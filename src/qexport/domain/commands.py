@@ -45,3 +45,20 @@ class RequestAgain:
     """A new export of a settled one's subject, format, parameters and options."""
 
     export_id: str
+
+
+@dataclass(frozen=True)
+class CreateLink:
+    """A public link to an export's file, for `days` (None: until the file expires), never
+    longer than the workspace's policy lets a link live."""
+
+    export_id: str
+    days: int | None = None
+
+
+@dataclass(frozen=True)
+class RevokeLink:
+    """Stop a public link; with `export_id`, only if it is a link of that export."""
+
+    link_id: str
+    export_id: str | None = None

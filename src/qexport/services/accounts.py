@@ -9,6 +9,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from qexport.domain.accounts import (
+    OPERATOR_TOKEN_ID,
     ApiToken,
     Membership,
     Principal,
@@ -31,13 +32,13 @@ _TOKEN_ID = re.compile(r"[0-9a-f]{16}")
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 _hasher = PasswordHasher()
-LOCAL_TOKEN = "cli"  # noqa: S105 - no secret: the local command line's principal has no token
 
 
 def local_principal(accounts: AccountStore, requester: Requester) -> Principal:
     """Who acts on the local database (the command line, the demo): in a workspace with
     accounts, the member `requester` names, with their role and email (the caller has checked
-    they are one); in a workspace without, the operator administers their own."""
+    they are one); in a workspace without, the operator administers their own. The audit
+    trail names the operator acting for them (`OPERATOR_TOKEN_ID`)."""
     role = accounts.role_of(requester.workspace_id, requester.user_id)
     user = accounts.get_user(requester.user_id) if role is not None else None
     return Principal(
@@ -45,7 +46,7 @@ def local_principal(accounts: AccountStore, requester: Requester) -> Principal:
         user.email if user is not None else "",
         requester.workspace_id,
         role or Role.ADMIN,
-        LOCAL_TOKEN,
+        OPERATOR_TOKEN_ID,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from qexport.domain.accounts import SESSION_TOKEN_ID, Principal
+from qexport.domain.accounts import OPERATOR_TOKEN_ID, SESSION_TOKEN_ID, Principal
 from qexport.domain.audit import (
     Action,
     Actor,
@@ -22,6 +22,7 @@ from qexport.domain.audit import (
     AuditEvent,
     Outcome,
     bounded,
+    operator_for,
 )
 from qexport.domain.schedules import Recipient
 from qexport.ports import Clock, NewExport
@@ -70,9 +71,12 @@ def actor_for(user_id: str) -> Actor:
 
 
 def actor_of(principal: Principal) -> Actor:
-    """A person through a session (user) or through an API token (token, with its id)."""
+    """A person through a session (user), through an API token (token, with its id), or the
+    operator's command line acting for them on the local database."""
     if principal.token_id == SESSION_TOKEN_ID:
         return Actor(ActorKind.USER, principal.user_id)
+    if principal.token_id == OPERATOR_TOKEN_ID:
+        return operator_for(principal.user_id)
     return Actor(ActorKind.TOKEN, principal.user_id, via=principal.token_id)
 
 

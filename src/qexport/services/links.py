@@ -3,7 +3,7 @@
 Only the token's hash is stored. A link works while the export is succeeded and unexpired,
 the link is not revoked, and its creator is still a member who may read the export's subject
 and still holds the role that let them share it (`may_share`): nobody receives data through
-someone else's rights. An export has at most `max_live` unrevoked links.
+someone else's rights. An export has at most QEXPORT_MAX_LINKS_PER_EXPORT unrevoked links.
 
 A link is managed (listed, revoked) by its creator or a workspace admin; to anyone else it
 looks missing. When it serves its file it records `last_used_at`, at most once a minute.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -25,7 +26,8 @@ from qexport.domain.accounts import (
     valid_link_token,
 )
 from qexport.domain.approvals import APPROVAL_OPTION
-from qexport.domain.audit import Action, Actor
+from qexport.domain.audit import Action
+from qexport.domain.commands import CreateLink, RevokeLink
 from qexport.domain.exports import ExportRecord, Requester, is_downloadable
 from qexport.domain.failures import (
     ForbiddenError,
@@ -40,6 +42,9 @@ from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
 from qexport.services.audit import event
 from qexport.services.exports import downloadable, get_visible_export
 from qexport.services.reports import may_read_export
+
+if TYPE_CHECKING:
+    from qexport.config import Settings
 
 log = structlog.get_logger()
 
@@ -75,25 +80,29 @@ def public_url(base_url: str, token: str) -> str:
     return f"{base_url.rstrip('/')}/p/{token}"
 
 
-def create_link(
-    exports: ExportQueue,
-    catalog: Catalog,
-    accounts: AccountStore,
-    clock: Clock,
-    principal: Principal,
-    export_id: str,
-    *,
-    base_url: str,
-    max_live: int | None = None,
-    days: int | None = None,
-    acting: Actor | None = None,
-) -> CreatedLink:
+class LinkDeps(Protocol):
+    """What handling a link command reads and writes (the container has it all)."""
+
+    @property
+    def exports(self) -> ExportQueue: ...
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def accounts(self) -> AccountStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> Settings: ...
+
+
+def create_link(deps: LinkDeps, principal: Principal, command: CreateLink) -> CreatedLink:
     """A link to an export the caller could download now; it expires with the export, or
-    after `days` if sooner, and never later than the workspace's policy lets links live.
-    ForbiddenError where the policy allows no public links, or for a file made without an
-    approval from what the policy marks sensitive; InvalidRequestError for `days` past its
-    lifetime. `acting`: who the trail names, when not the principal (the operator's command
-    line acting for them)."""
+    after `command.days` if sooner, and never later than the workspace's policy lets links
+    live; at most QEXPORT_MAX_LINKS_PER_EXPORT unrevoked per export. ForbiddenError where the
+    policy allows no public links, or for a file made without an approval from what the
+    policy marks sensitive; InvalidRequestError for `days` past its lifetime."""
+    exports, catalog, accounts, clock = deps.exports, deps.catalog, deps.accounts, deps.clock
+    export_id, days = command.export_id, command.days
     policy = accounts.workspace_policy(principal.workspace_id)
     if not policy.public_links:
         raise ForbiddenError("the workspace's policy allows no public links")
@@ -128,7 +137,7 @@ def create_link(
     token = new_secret()
     created = event(
         clock,
-        acting or principal,
+        principal,
         Action.LINK_CREATED,
         workspace_id=principal.workspace_id,
         target=("link", None),  # the store names the new link
@@ -139,11 +148,11 @@ def create_link(
         created_by=principal.user_id,
         token_hash=hash_secret(token),
         now=now,
-        max_live=max_live,
+        max_live=deps.settings.max_links_per_export,
         expires_at=None if expires_at == record.expires_at else expires_at,
         audit=created,
     )
-    return CreatedLink(link, public_url(base_url, token), expires_at)
+    return CreatedLink(link, public_url(deps.settings.public_base_url, token), expires_at)
 
 
 def unapproved_sensitive(
@@ -222,27 +231,20 @@ def manageable_link(
     return link, record
 
 
-def revoke_link(
-    store: ExportQueue,
-    accounts: AccountStore,
-    clock: Clock,
-    principal: Principal,
-    link_id: str,
-    *,
-    export_id: str | None = None,
-    acting: Actor | None = None,
-) -> Link:
+def revoke_link(deps: LinkDeps, principal: Principal, command: RevokeLink) -> Link:
     """Revoke a link of the caller's (or, for an admin, of the workspace's); with
-    `export_id`, only a link of that export.
+    `command.export_id`, only a link of that export.
 
     Revoking an already revoked link succeeds again; someone else's link looks missing.
     """
+    store, accounts, clock = deps.exports, deps.accounts, deps.clock
+    link_id, export_id = command.link_id, command.export_id
     link, record = manageable_link(store, accounts, principal, link_id)
     if export_id is not None and record.id != export_id:
         raise NotFoundError(f"no link {link_id!r}")
     revoked = event(
         clock,
-        acting or principal,
+        principal,
         Action.LINK_REVOKED,
         workspace_id=principal.workspace_id,
         target=("link", link.id),

@@ -16,7 +16,7 @@ from qexport.deliveries.resend import may_name, may_send_again, send_again
 from qexport.deliveries.signing import link_token, master_secret
 from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
-from qexport.domain.commands import RequestAgain
+from qexport.domain.commands import CreateLink, RequestAgain, RevokeLink
 from qexport.domain.exports import STATUS_LABELS
 from qexport.domain.failures import (
     ConflictError,
@@ -447,16 +447,7 @@ def create_public_link(
 ) -> Response:
     """A new public link, then the export's page, which shows its URL once (web/link_flash.py)."""
     try:
-        created = create_link(
-            context.exports,
-            context.catalog,
-            context.accounts,
-            context.clock,
-            principal,
-            export_id,
-            base_url=context.settings.public_base_url,
-            max_live=context.settings.max_links_per_export,
-        )
+        created = create_link(context, principal, CreateLink(export_id))
     except (InvalidRequestError, ForbiddenError) as exc:  # at the cap; links off by policy
         return _detail(request, context, session, principal, export_id, error=exc)
     # No #fragment: a page opened at one does not focus its autofocus field (the new URL).
@@ -503,9 +494,7 @@ def revoke_public_link(
         params = {"export_id": export_id, "link_id": link_id}
         ask = _ask_revoke(request, context, session, principal, params)
         return confirm_page(request, session, ask)
-    revoke_link(
-        context.exports, context.accounts, context.clock, principal, link_id, export_id=export_id
-    )
+    revoke_link(context, principal, RevokeLink(link_id, export_id))
     return RedirectResponse(f"{_path(export_id)}?notice=link-revoked#links", status_code=303)
 
 
