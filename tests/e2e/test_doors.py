@@ -5,6 +5,7 @@ share and revoke a file's public link alike."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import re
@@ -30,14 +31,23 @@ PASSWORD = "a long enough password"  # noqa: S105 - a test account's
 
 @dataclass
 class Doors:
-    """One member, ada, at each door; every door answers `(export id or None, refusal)`."""
+    """One member at each door; every door answers `(export id or None, refusal)`."""
 
     env: Env
     url: str
+    email: str
     token: str
     query_id: str
-    local: Env  # the command line on the server's database, acting as ada
+    local: Env  # the command line on the server's database, acting as the member
     remote: Env  # the command line with an empty data dir, through the server
+
+    def signed_in(self) -> httpx2.Client:
+        """A browser signed in to the pages as the member (the caller closes it)."""
+        browser = httpx2.Client(base_url=self.url, timeout=30)
+        sign_in = browser.get("/sign-in", headers={"Accept": "text/html"}).text
+        data = {"email": self.email, "password": PASSWORD, "csrf": _csrf(sign_in), "next": "/"}
+        assert browser.post("/sign-in", data=data).status_code == 303
+        return browser
 
     def api(self, parameters: dict[str, str]) -> tuple[str | None, str]:
         with httpx2.Client(base_url=self.url, headers=bearer(self.token), timeout=30) as api:
@@ -50,10 +60,7 @@ class Doors:
         return None, " ".join(e["message"] for e in errors)
 
     def pages(self, parameters: dict[str, str]) -> tuple[str | None, str]:
-        with httpx2.Client(base_url=self.url, timeout=30) as browser:
-            sign_in = browser.get("/sign-in", headers={"Accept": "text/html"}).text
-            data = {"email": EMAIL, "password": PASSWORD, "csrf": _csrf(sign_in), "next": "/"}
-            assert browser.post("/sign-in", data=data).status_code == 303
+        with contextlib.closing(self.signed_in()) as browser:
             form = browser.get("/exports/new").text
             fields = {f"p.{name}": value for name, value in parameters.items()}
             answer = browser.post(
@@ -88,10 +95,7 @@ class Doors:
         return made.json()["id"], made.json()["url"], revoke
 
     def pages_link(self, export_id: str) -> tuple[str, str, Callable[[], None]]:
-        browser = httpx2.Client(base_url=self.url, timeout=30)
-        sign_in = browser.get("/sign-in", headers={"Accept": "text/html"}).text
-        data = {"email": EMAIL, "password": PASSWORD, "csrf": _csrf(sign_in), "next": "/"}
-        assert browser.post("/sign-in", data=data).status_code == 303
+        browser = self.signed_in()
         page = browser.get(f"/exports/{export_id}").text
         made = browser.post(f"/exports/{export_id}/links", data={"csrf": _csrf(page)})
         assert made.status_code == 303, made.text
@@ -115,6 +119,34 @@ class Doors:
     def cli_remote_link(self, export_id: str) -> tuple[str, str, Callable[[], None]]:
         return _cli_link(self.remote, export_id)
 
+    def api_decide(self, approval_id: str) -> str:
+        """Approve a request; "" when it was, else what the door said."""
+        with httpx2.Client(base_url=self.url, headers=bearer(self.token), timeout=30) as api:
+            answer = api.post(f"/api/v1/approvals/{approval_id}/approve", json={"reason": "ok"})
+        return "" if answer.status_code == 200 else answer.json()["detail"]
+
+    def pages_decide(self, approval_id: str) -> str:
+        with contextlib.closing(self.signed_in()) as browser:
+            page = browser.get("/approvals").text
+            answer = browser.post(
+                f"/approvals/{approval_id}/approve", data={"csrf": _csrf(page), "reason": "ok"}
+            )
+        return "" if answer.status_code == 303 else html.unescape(answer.text)
+
+    def cli_local_decide(self, approval_id: str) -> str:
+        return _cli_decide(self.local, approval_id)
+
+    def cli_remote_decide(self, approval_id: str) -> str:
+        return _cli_decide(self.remote, approval_id)
+
+    def deciders(self) -> dict[str, Callable[[str], str]]:
+        return {
+            "api": self.api_decide,
+            "pages": self.pages_decide,
+            "cli (local)": self.cli_local_decide,
+            "cli (server)": self.cli_remote_decide,
+        }
+
     def all(self) -> dict[str, Any]:
         return {
             "api": self.api,
@@ -131,6 +163,15 @@ def _cli_link(cli: Env, export_id: str) -> tuple[str, str, Callable[[], None]]:
         cli.run("links", "revoke", made["id"])
 
     return made["id"], made["url"], revoke
+
+
+def _cli_decide(cli: Env, approval_id: str) -> str:
+    proc = cli.run("approvals", "approve", approval_id, "--reason", "ok", check=False)
+    if proc.returncode == 0:
+        assert "approved: export" in proc.stdout
+        return ""
+    assert proc.returncode == 1, proc.stderr  # a decision refused, at either end
+    return proc.stderr
 
 
 def _csrf(page: str) -> str:
@@ -152,21 +193,26 @@ def _cli(cli: Env, parameters: dict[str, str]) -> tuple[str | None, str]:
 
 
 def _doors(env: Env, tmp_path: Path, **settings: str) -> Doors:
+    """ada, an editor, at every door of a server on `env` (with `settings`)."""
     env.extra.update(settings)  # for the server and both command lines alike
     env.add_query("small_orders", SMALL_ORDERS, N)
-    accounts, clock = SqlAccountStore(env.store.engine), SystemClock()
-    ada = add_user(accounts, clock, EMAIL, workspace="demo", role="editor", password=PASSWORD)
-    token = issue_token(accounts, clock, EMAIL).token
     url, _ = start_server(env)
+    return _member(env, url, EMAIL, "editor", tmp_path)
+
+
+def _member(env: Env, url: str, email: str, role: str, tmp_path: Path) -> Doors:
+    accounts, clock = SqlAccountStore(env.store.engine), SystemClock()
+    added = add_user(accounts, clock, email, workspace="demo", role=role, password=PASSWORD)
+    token = issue_token(accounts, clock, email).token
     query = env.store.find_query("demo", "small_orders")
     assert query is not None
     # The local command line makes links for the server's address, as the server does.
     local = Env(
         env.data_dir,
-        {**env.extra, "QEXPORT_USER": ada.user.id, "QEXPORT_PUBLIC_BASE_URL": url},
+        {**env.extra, "QEXPORT_USER": added.user.id, "QEXPORT_PUBLIC_BASE_URL": url},
     )
-    remote = Env(tmp_path / "client", {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})
-    return Doors(env, url, token, query.id, local, remote)
+    remote = Env(tmp_path / email, {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})
+    return Doors(env, url, email, token, query.id, local, remote)
 
 
 def _what_was_asked(env: Env, export_id: str) -> dict[str, Any]:
@@ -264,3 +310,46 @@ def test_each_door_shares_a_file_and_revokes_its_link_alike(env: Env, tmp_path: 
         "cli (local)": "operator",
         "cli (server)": "token",
     }
+
+
+def test_each_door_decides_an_approval_alike(env: Env, tmp_path: Path) -> None:
+    """An export of a query the policy marks sensitive waits for an admin. ada, its editor
+    requester, may approve it at no door (the same refusal at each); bea, an admin, approves
+    one request at each door, and each becomes the same export, ada's, queued; the trail
+    names who decided at each door."""
+    ada = _doors(env, tmp_path)
+    env.run("workspaces", "policy", "demo", "--sensitive-queries", "small_orders")
+    bea = _member(env, ada.url, "bea@example.com", "admin", tmp_path)
+    with httpx2.Client(base_url=ada.url, headers=bearer(ada.token), timeout=30) as api:
+        body = {"query_id": ada.query_id, "format": "csv", "parameters": {"n": "4"}}
+        asked = [api.post("/api/v1/exports", json=body).json() for _ in range(4)]
+    assert {a["kind"] for a in asked} == {"approval"}
+    doors = list(bea.deciders())
+    # Both command lines list the same waiting requests, newest first.
+    waiting = [[a["id"] for a in cli.json("approvals", "list", "--pending")["items"]]
+               for cli in (bea.local, bea.remote)]  # fmt: skip
+    assert waiting == [[a["id"] for a in reversed(asked)]] * 2
+    for door, decide in ada.deciders().items():
+        said = decide(asked[0]["id"])
+        assert "only workspace admins may approve" in said, f"{door}: {said}"
+    made, approval_of = {}, {}
+    for (door, decide), request in zip(bea.deciders().items(), asked, strict=True):
+        assert decide(request["id"]) == "", door
+        approval_of[request["id"]] = door
+    with httpx2.Client(base_url=bea.url, headers=bearer(bea.token), timeout=30) as api:
+        for request in asked:
+            decided = api.get(f"/api/v1/approvals/{request['id']}").json()
+            assert (decided["status"], decided["reason"]) == ("approved", "ok")
+            export = _what_was_asked(env, decided["export_id"])
+            # Each export names the request it was approved from; otherwise they are alike.
+            assert export["options"].pop("approval_id") == request["id"]
+            made[approval_of[request["id"]]] = export
+    first = made["api"]
+    assert (first["status"], first["parameters"]) == ("queued", {"n": 4})
+    assert first["requested_by"] == ada.local.extra["QEXPORT_USER"]  # ada's, not bea's
+    assert {door: m for door, m in made.items() if m != first} == {}
+    trail = SqlAuditLog(env.store.engine).list_events(
+        workspace_id="demo", narrow=AuditFilter(action="approval.decided")
+    )
+    decided_by = {approval_of[e.target_id]: e.actor_kind for e in trail if e.outcome == "ok"}
+    assert decided_by == dict(zip(doors, ["token", "user", "operator", "token"], strict=True))

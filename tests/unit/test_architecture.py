@@ -322,9 +322,11 @@ def test_the_known_arrows_are_still_there() -> None:
 # ---------------------------------------------------------------- one handler per use case
 #
 # The steps a handler takes, which no door takes itself: a door builds a command and hands it
-# to the handler (`services.requests.request`), so that every door asks the same questions.
+# to the handler (`services.requests.request`, `services.deciding.decide_request`), so that
+# every door asks the same questions.
 HANDLER_STEPS: dict[str, frozenset[str]] = {
-    "services.requests": frozenset({"request_export", "request_report_export"}),
+    "services.requests": frozenset({"request_export", "request_report_export", "approved_export"}),
+    "services.approvals": frozenset({"decide", "Decider", "Rebuild"}),
 }
 
 

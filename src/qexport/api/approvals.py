@@ -18,12 +18,12 @@ from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import ExportSubject, problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.approvals import ApprovalRequest, Decision, checked_reason
+from qexport.domain.approvals import ApprovalRequest, Decision
+from qexport.domain.commands import Decide
 from qexport.http.one_hop import OneHopRoute
-from qexport.services.approvals import Decider, Rebuild, decide, listed
+from qexport.services.approvals import listed
 from qexport.services.approvals import visible_request as _visible
-from qexport.services.audit import actor_of
-from qexport.services.requests import approved_export
+from qexport.services.deciding import decide_request
 from qexport.services.views import approval_view as approval_json
 
 router = APIRouter(route_class=OneHopRoute, tags=["approvals"])
@@ -106,17 +106,7 @@ def _decide(
     decision: Decision,
     body: ApprovalDecision,
 ) -> Approval:
-    reason = checked_reason(body.reason)
-    decided = decide(
-        context.approval_desk(),
-        context.audit,
-        context.clock,
-        Rebuild(context.catalog, context.accounts, approved_export(context.catalog, context.clock)),
-        Decider(principal.user_id, principal.workspace_id, principal.role, actor_of(principal)),
-        approval_id,
-        decision,
-        reason,
-    )
+    decided = decide_request(context, principal, Decide(approval_id, decision, body.reason))
     return approval_view(decided, context.clock.now())
 
 

@@ -1,9 +1,10 @@
 """`qexport approvals list|approve|deny`: export requests of sensitive queries.
 
-Like `qexport export`, these act as the user `--user` names in `--workspace` (read from the
-metadata database directly): an admin sees and decides the workspace's requests, anyone else
-lists their own. An admin may not approve their own request (four eyes). The audit trail
-names the operator's CLI acting as that user.
+Like `qexport exports`, these act as the user `--user` names in `--workspace` on the local
+database, or as the token's user on a server (QEXPORT_URL and QEXPORT_TOKEN): an admin sees
+and decides the workspace's requests, anyone else lists their own. An admin may not approve
+their own request (four eyes). Locally, the audit trail names the operator's CLI acting as
+that user.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import typer
 from rich.table import Table
 
 from qexport.cli.admin import refusals
-from qexport.cli.common import local_deps, out
-from qexport.domain.approvals import Decision, checked_reason
-from qexport.domain.audit import Actor, ActorKind
-from qexport.services.approvals import Decider, Rebuild, decide, listed
-from qexport.services.requests import approved_export
-from qexport.services.views import approval_view, iso_time
+from qexport.cli.common import local_deps, out, remote, server_errors, server_refusals
+from qexport.domain.approvals import Decision
+from qexport.domain.commands import Decide
+from qexport.services.accounts import local_principal
+from qexport.services.approvals import listed
+from qexport.services.deciding import decide_request
+from qexport.services.views import approval_view
 
 approvals_app = typer.Typer(
-    no_args_is_help=True, help="Export requests of sensitive queries: list, approve, deny."
+    no_args_is_help=True,
+    help="Export requests of sensitive queries: list, approve, deny. In the local database, or"
+    " on a server when QEXPORT_URL and QEXPORT_TOKEN are set.",
 )
 
 
@@ -34,54 +38,54 @@ def approvals_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Newest first: an admin sees the workspace's requests, anyone else their own."""
-    st, deps = local_deps(ctx)
-    user, workspace = st.requester.user_id, st.requester.workspace_id
-    role = deps.accounts.role_of(workspace, user)
-    now = deps.clock.now()
-    found = listed(deps.approvals, user, workspace, role, pending_at=now if pending else None)
+    client = remote(ctx)
+    if client is not None:
+        with client, server_errors():
+            views = client.list_approvals(pending=pending)["items"]
+    else:
+        st, deps = local_deps(ctx)
+        user, workspace = st.requester.user_id, st.requester.workspace_id
+        role = deps.accounts.role_of(workspace, user)
+        now = deps.clock.now()
+        found = listed(deps.approvals, user, workspace, role, pending_at=now if pending else None)
+        views = [approval_view(r, now) for r in found]
     if as_json:
-        print(json.dumps({"items": [approval_view(r, now) for r in found]}, indent=2))
+        print(json.dumps({"items": views}, indent=2))
         return
     table = Table("id", "status", "subject", "format", "requested by", "asked", "expires")
-    for r in found:
+    for view in views:
         table.add_row(
-            r.id,
-            r.effective_status(now).value,
-            f"{r.subject_type} {r.subject_name}",
-            r.format,
-            r.requested_by,
-            iso_time(r.created_at) or "",
-            iso_time(r.expires_at) or "",
+            view["id"],
+            view["status"],
+            f"{view['subject']['type']} {view['subject']['name']}",
+            view["format"],
+            view["requested_by"],
+            view["created_at"] or "",
+            view["expires_at"] or "",
         )
     out.print(table)
 
 
 def _decide(ctx: typer.Context, approval_id: str, decision: Decision, reason: str | None) -> None:
-    st, deps = local_deps(ctx)
-    user, workspace = st.requester.user_id, st.requester.workspace_id
-    with refusals():
-        decided = decide(
-            deps.approval_desk(),
-            deps.audit,
-            deps.clock,
-            Rebuild(deps.catalog, deps.accounts, approved_export(deps.catalog, deps.clock)),
-            Decider(
-                user,
-                workspace,
-                deps.accounts.role_of(workspace, user),
-                Actor(ActorKind.OPERATOR, user),
-            ),
-            approval_id,
-            decision,
-            checked_reason(reason),
-        )
-    if decided.export_id is not None:
+    client = remote(ctx)
+    if client is not None:
+        # Exit statuses as `refusals()` gives them locally: 2 for a bad reason or an unknown
+        # request, 1 for a refused decision (not an admin, four eyes, already decided).
+        with client, server_refusals(bad_input=(400, 404, 422)):
+            decided = client.decide(approval_id, decision.value, reason)
+    else:
+        st, deps = local_deps(ctx)
+        acting = local_principal(deps.accounts, st.requester)
+        with refusals():
+            request = decide_request(deps, acting, Decide(approval_id, decision, reason))
+        decided = approval_view(request, deps.clock.now())
+    if decided["export_id"] is not None:
         out.print(
-            f"approved: export {decided.export_id} queued for {decided.requested_by}",
+            f"approved: export {decided['export_id']} queued for {decided['requested_by']}",
             highlight=False,
         )
     else:
-        out.print(f"denied: request {decided.id}; nothing is exported", highlight=False)
+        out.print(f"denied: request {decided['id']}; nothing is exported", highlight=False)
 
 
 @approvals_app.command("approve")

@@ -293,6 +293,15 @@ class QExportClient:
         """Change the given settings of a schedule (`{"enabled": False}` pauses it)."""
         return self._json("PATCH", f"/schedules/{_path_segment(schedule_id)}", json=changes)
 
+    def list_approvals(self, *, pending: bool) -> dict[str, Any]:
+        params = {"pending": "true"} if pending else {}
+        return self._json("GET", "/approvals", params=params)
+
+    def decide(self, approval_id: str, decision: str, reason: str | None) -> dict[str, Any]:
+        """Approve or deny (`decision`) a request waiting for an admin."""
+        body = {} if reason is None else {"reason": reason}
+        return self._json("POST", f"/approvals/{_path_segment(approval_id)}/{decision}", json=body)
+
     def create_link(self, export_id: str, days: int | None) -> dict[str, Any]:
         """A public link to the export's file; its URL is in the answer only."""
         body = {} if days is None else {"expires_in_days": days}

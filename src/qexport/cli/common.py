@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
 
@@ -138,16 +138,16 @@ def server_errors(client_error_code: int = 1) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def server_refusals() -> Iterator[None]:
+def server_refusals(bad_input: Collection[int] = (422,)) -> Iterator[None]:
     """A server's refusal as one line with its code: 2 when it refused the values given
-    (422), as the same values are refused locally; 1 for any other (a bad token, someone
-    else's thing, the server down)."""
+    (422, or the other `bad_input` statuses), as the same values are refused locally; 1 for
+    any other (a bad token, someone else's thing, the server down)."""
     from qexport.cli.client import ApiError
 
     try:
         yield
     except ApiError as exc:
-        fail_api(exc, BAD_INPUT if exc.status == 422 else 1)
+        fail_api(exc, BAD_INPUT if exc.status in bad_input else 1)
 
 
 def fail_api(exc: ApiError, code: int) -> NoReturn:

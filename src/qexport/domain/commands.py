@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from qexport.domain.approvals import Decision
+
 SubjectKind = Literal["query", "report"]
 
 
@@ -62,3 +64,13 @@ class RevokeLink:
 
     link_id: str
     export_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Decide:
+    """An admin's answer to an export request waiting for approval, with an optional reason
+    the requester reads."""
+
+    approval_id: str
+    decision: Decision
+    reason: str | None = None

@@ -23,8 +23,8 @@ from qexport.domain.approvals import (
     ApprovalRequest,
     ApprovalStatus,
     Decision,
-    checked_reason,
 )
+from qexport.domain.commands import Decide
 from qexport.domain.failures import (
     ConflictError,
     ForbiddenError,
@@ -35,9 +35,8 @@ from qexport.domain.failures import (
 from qexport.domain.queries import can_read
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
 from qexport.http import errors as api_errors
-from qexport.services.approvals import Decider, Rebuild, decide, listed
-from qexport.services.audit import actor_of
-from qexport.services.requests import approved_export
+from qexport.services.approvals import listed
+from qexport.services.deciding import decide_request
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import email_of
@@ -224,18 +223,7 @@ def _decide(
     reason: str,
 ) -> Response:
     try:
-        decide(
-            context.approval_desk(),
-            context.audit,
-            context.clock,
-            Rebuild(
-                context.catalog, context.accounts, approved_export(context.catalog, context.clock)
-            ),
-            Decider(principal.user_id, principal.workspace_id, principal.role, actor_of(principal)),
-            approval_id,
-            decision,
-            checked_reason(reason),
-        )
+        decide_request(context, principal, Decide(approval_id, decision, reason))
     except _REFUSALS as exc:
         of_reason = isinstance(exc, InvalidRequestError)
         kept = _Kept(approval_id, reason[: MAX_REASON_CHARS * 2], exc.detail, of_reason)
