@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from decimal import Decimal
+from decimal import Context, Decimal
 
 import openpyxl
 import pyarrow as pa
@@ -140,7 +140,8 @@ def test_decimal_text_is_plain_notation_with_the_columns_scale(
     as Python's plain notation of its value at that scale: no exponent, every digit of the
     scale written (`0E-10` is `0.0000000000`)."""
     scale, unscaled = case
-    values = [None if u is None else Decimal(u).scaleb(-scale) for u in unscaled]
+    exact = Context(prec=100)  # the default 28 digits would round a 36-digit value
+    values = [None if u is None else Decimal(u).scaleb(-scale, exact) for u in unscaled]
     arrow_type = pa.decimal256(76, scale) if wide else pa.decimal128(38, scale)
     array = pa.array(values, arrow_type)
     for part in (array, array.slice(1)):
