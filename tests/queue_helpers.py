@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import FailureCode
-from qexport.domain.lifecycle import Guard, Step, guard_holds
+from qexport.domain.lifecycle import Guard, Step, failed_changes, guard_holds
 from qexport.store.engine import transaction
 from qexport.store.exports import (
     SqlExportQueue,
@@ -24,7 +24,7 @@ from qexport.store.exports import (
     transition_in,
 )
 from qexport.store.tables import exports
-from tests.fakes.exports import InMemoryExportQueue, failed_changes
+from tests.fakes.exports import InMemoryExportQueue
 
 
 def next_claimable(queue: Any, now: datetime) -> ExportRecord | None:

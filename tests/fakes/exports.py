@@ -27,7 +27,14 @@ from qexport.domain.failures import (
     unsettled_cap_reached,
 )
 from qexport.domain.fairness import RequesterKey, RequesterQueue, claim_order
-from qexport.domain.lifecycle import TRANSITIONS, Guard, Step, claim_step, guard_holds
+from qexport.domain.lifecycle import (
+    TRANSITIONS,
+    Guard,
+    Step,
+    claim_step,
+    failed_changes,
+    guard_holds,
+)
 from qexport.domain.queries import Query
 from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
@@ -39,15 +46,6 @@ from tests.fakes.catalog import InMemoryCatalog
 
 def _expired(record: ExportRecord, now: datetime) -> bool:
     return record.expires_at is not None and record.expires_at <= now
-
-
-def failed_changes(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
-    """What a step that settles `failed` sets besides the status."""
-    return {
-        "failure_code": code,
-        "failure_detail": bounded_detail(detail) or code.value,
-        "completed_at": now,
-    }
 
 
 class InMemoryExportQueue:

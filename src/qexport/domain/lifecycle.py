@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum, StrEnum
+from typing import Any
 
 from qexport.domain.exports import UNSETTLED, EventKind, ExportRecord, Status
-from qexport.domain.failures import FailureCode
+from qexport.domain.failures import FailureCode, bounded_detail
 
 
 class Guard(Enum):
@@ -136,3 +137,14 @@ def give_up(record: ExportRecord, max_attempts: int) -> Fail | None:
     if record.attempt <= max_attempts:
         return None
     return Fail(record.last_error_code or FailureCode.ATTEMPTS_EXHAUSTED)
+
+
+def failed_changes(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
+    """What a step that settles `failed` (FAIL, REFUSE, CANCEL) sets besides the status: the
+    code, its detail as people read it (bounded; the code itself when there is none), and
+    when it settled."""
+    return {
+        "failure_code": code,
+        "failure_detail": bounded_detail(detail) or code.value,
+        "completed_at": now,
+    }

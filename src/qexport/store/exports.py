@@ -33,7 +33,7 @@ from qexport.domain.failures import (
     unsettled_cap_reached,
 )
 from qexport.domain.fairness import RequesterQueue, claim_order
-from qexport.domain.lifecycle import TRANSITIONS, Guard, Step, claim_step
+from qexport.domain.lifecycle import TRANSITIONS, Guard, Step, claim_step, failed_changes
 from qexport.domain.queries import Query
 from qexport.domain.quotas import check_workspace_quota
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
@@ -336,12 +336,9 @@ def _key_value(side: str) -> sa.Tuple:
 
 
 def failed_values(now: datetime, code: FailureCode, detail: str) -> dict[str, Any]:
-    """What a step that settles `failed` sets besides the status."""
-    return {
-        "failure_code": code.value,
-        "failure_detail": bounded_detail(detail) or code.value,
-        "completed_at": now,
-    }
+    """The columns a step that settles `failed` sets besides the status
+    (`lifecycle.failed_changes`, with the code as the column holds it)."""
+    return {**failed_changes(now, code, detail), "failure_code": code.value}
 
 
 def _record_event(conn: sa.Connection, row: sa.Row[Any], kind: EventKind, now: datetime) -> None:

@@ -16,11 +16,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from qexport.container import Container
-from qexport.domain.accounts import Standing
-from qexport.domain.exports import ExportRecord
+from qexport.domain.access import pre_run_refusal
 from qexport.domain.failures import QExportError
-from qexport.domain.queries import Query, can_read
-from qexport.domain.reports import ReportSubject
 from qexport.services.audit_checkpoints import Checkpointer
 from qexport.worker.runner import run_attempt
 from qexport.worker.staging import discard_staging, sweep_settled_staging
@@ -30,22 +27,6 @@ if TYPE_CHECKING:
     from qexport.worker.memory import MemoryWatch
 
 log = structlog.get_logger()
-
-
-def pre_run_refusal(
-    export: ExportRecord, subject: Query | ReportSubject | None, standing: Standing
-) -> str | None:
-    """The pre-run check: an export whose query or report (or any query in it) is gone or
-    unreadable, or whose requester left the workspace or was disabled, never starts."""
-    if not standing.member:
-        return "the requester is no longer a member of the workspace"
-    if standing.disabled:
-        return "the requester's account is disabled"
-    if isinstance(subject, ReportSubject):
-        return subject.refusal(export.requester)
-    if can_read(export.requester, subject):
-        return None
-    return "the requester may no longer read this query, or it was deleted"
 
 
 def new_worker_id() -> str:
