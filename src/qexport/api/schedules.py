@@ -26,6 +26,7 @@ from qexport.api.schemas import (
 )
 from qexport.api.schemas import Schedule as ScheduleView
 from qexport.deliveries.signing import signing_key as workspace_key
+from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.schedules import Schedule
 from qexport.http.one_hop import OneHopRoute
@@ -41,7 +42,7 @@ _OTHER_SUBJECT = {"query_id": "report_id", "report_id": "query_id"}
 
 
 def _view(
-    schedule: Schedule, actor: service.Actor, subscribed: frozenset[str] = frozenset()
+    schedule: Schedule, actor: Principal, subscribed: frozenset[str] = frozenset()
 ) -> ScheduleView:
     full = service.sees_recipients(actor, schedule)
     view = ScheduleView.model_validate(schedule_view(schedule, full_recipients=full))
@@ -55,7 +56,7 @@ def _view(
     summary="The workspace's webhook signing key (workspace admins)",
 )
 def signing_key(principal: CurrentPrincipal, context: Context) -> SigningKey:
-    service.require_admin(service.Actor.of(principal))
+    service.require_admin(principal)
     key = workspace_key(context.settings, context.schedules, context.clock, principal.workspace_id)
     return SigningKey(workspace=principal.workspace_id, key=key)
 
@@ -103,7 +104,7 @@ def create_schedule(
         context.schedules,
         context.accounts,
         context.clock,
-        service.Actor.of(principal),
+        principal,
         draft,
         egress=context.settings.egress_policy(),
         limits=service.ScheduleLimits.of(context.settings),
@@ -111,7 +112,7 @@ def create_schedule(
     response.headers["Location"] = request.app.url_path_for(
         "read_schedule", schedule_id=schedule.id
     )
-    return _view(schedule, service.Actor.of(principal))
+    return _view(schedule, principal)
 
 
 @router.get(
@@ -121,10 +122,9 @@ def create_schedule(
     summary="The workspace's schedules you can see",
 )
 def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleList:
-    actor = service.Actor.of(principal)
-    found = service.list_visible_schedules(context.catalog, context.schedules, actor)
-    subscribed = service.subscribed_ids(context.schedules, actor)
-    return ScheduleList(items=[_view(s, actor, subscribed) for s in found])
+    found = service.list_visible_schedules(context.catalog, context.schedules, principal)
+    subscribed = service.subscribed_ids(context.schedules, principal)
+    return ScheduleList(items=[_view(s, principal, subscribed) for s in found])
 
 
 @router.get(
@@ -134,9 +134,10 @@ def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleLis
     summary="One schedule (404 when missing, deleted or not visible to you)",
 )
 def read_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> ScheduleView:
-    actor = service.Actor.of(principal)
-    schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
-    return _view(schedule, actor, service.subscribed_ids(context.schedules, actor))
+    schedule = service.get_visible_schedule(
+        context.catalog, context.schedules, principal, schedule_id
+    )
+    return _view(schedule, principal, service.subscribed_ids(context.schedules, principal))
 
 
 @router.patch(
@@ -174,15 +175,14 @@ def change_schedule(
         context.schedules,
         context.accounts,
         context.clock,
-        service.Actor.of(principal),
+        principal,
         schedule_id,
         changes,
         egress=context.settings.egress_policy(),
         limits=service.ScheduleLimits.of(context.settings),
         found=found,
     )
-    actor = service.Actor.of(principal)
-    return _view(schedule, actor, service.subscribed_ids(context.schedules, actor))
+    return _view(schedule, principal, service.subscribed_ids(context.schedules, principal))
 
 
 @router.delete(
@@ -194,7 +194,7 @@ def change_schedule(
 )
 def delete_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Response:
     service.delete_schedule(
-        context.catalog, context.schedules, context.clock, service.Actor.of(principal), schedule_id
+        context.catalog, context.schedules, context.clock, principal, schedule_id
     )
     return Response(status_code=204)
 
@@ -221,7 +221,7 @@ def run_schedule(
         context.catalog,
         context.schedules,
         context.clock,
-        service.Actor.of(principal),
+        principal,
         schedule_id,
         max_unsettled=context.settings.max_unsettled_per_user,
         accounts=context.accounts,
@@ -268,7 +268,7 @@ def subscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -
         context.schedules,
         context.accounts,
         context.clock,
-        service.Actor.of(principal),
+        principal,
         schedule_id,
     )
     return Subscription(schedule_id=found.schedule_id, subscribed=True, email=found.email)
@@ -282,7 +282,5 @@ def subscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -
     summary="Unsubscribe yourself (also once you may no longer see the schedule)",
 )
 def unsubscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Response:
-    service.unsubscribe(
-        context.catalog, context.schedules, service.Actor.of(principal), schedule_id
-    )
+    service.unsubscribe(context.catalog, context.schedules, principal, schedule_id)
     return Response(status_code=204)

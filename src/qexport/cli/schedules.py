@@ -26,6 +26,7 @@ from qexport.cli.common import (
     server_refusals,
     state,
 )
+from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
 from qexport.schedules import catalog as service
@@ -109,11 +110,11 @@ def parse_notify(
         _refused(exc)
 
 
-def _local(ctx: typer.Context) -> tuple[Container, service.Actor]:
+def _local(ctx: typer.Context) -> tuple[Container, Principal]:
     """The local database and who acts in it: a member with their role in a workspace with
     accounts; in one without, the command line administers its own workspace."""
     st, deps = local_deps(ctx)
-    return deps, service.Actor.of(local_principal(deps.accounts, st.requester))
+    return deps, local_principal(deps.accounts, st.requester)
 
 
 def _print_schedule(view: dict[str, Any], as_json: bool) -> None:
@@ -505,7 +506,7 @@ def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict
     return _local_view(deps, actor, schedule)
 
 
-def _local_view(deps: Container, actor: service.Actor, schedule: Schedule) -> dict[str, Any]:
+def _local_view(deps: Container, actor: Principal, schedule: Schedule) -> dict[str, Any]:
     """A schedule as the server would answer it to the actor (recipients, `subscribed`)."""
     view = schedule_view(schedule, full_recipients=service.sees_recipients(actor, schedule))
     return {**view, "subscribed": schedule.id in service.subscribed_ids(deps.schedules, actor)}

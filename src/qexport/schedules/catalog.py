@@ -70,22 +70,6 @@ _TIMETABLE_FIELDS = frozenset({"cron", "timezone"})
 
 
 @dataclass(frozen=True)
-class Actor:
-    """Who acts on schedules: a user in a workspace, with their role there."""
-
-    requester: Requester
-    role: Role
-
-    @classmethod
-    def of(cls, principal: Principal) -> Actor:
-        return cls(principal.requester, principal.role)
-
-    @property
-    def is_admin(self) -> bool:
-        return self.role is Role.ADMIN
-
-
-@dataclass(frozen=True)
 class ScheduleLimits:
     """Per workspace: how many live schedules, and the shortest gap between due times."""
 
@@ -127,17 +111,17 @@ class _Subject:
 # ---------------------------------------------------------------- checks
 
 
-def _writer(actor: Actor) -> None:
+def _writer(actor: Principal) -> None:
     if not at_least(actor.role, Role.EDITOR):
         raise ForbiddenError("only editors and admins may create schedules")
 
 
-def may_manage(actor: Actor, schedule: Schedule) -> bool:
+def may_manage(actor: Principal, schedule: Schedule) -> bool:
     """Whether the actor may change, pause, resume, delete or run the schedule."""
-    return schedule.owner == actor.requester.user_id or actor.is_admin
+    return schedule.owner == actor.requester.user_id or actor.sees_workspace
 
 
-def _manager(actor: Actor, schedule: Schedule) -> None:
+def _manager(actor: Principal, schedule: Schedule) -> None:
     if not may_manage(actor, schedule):
         raise ForbiddenError(
             "only the schedule's owner or a workspace admin may change, pause, resume, delete"
@@ -245,7 +229,7 @@ def _filename_template(draft: ScheduleDraft, subject: _Subject) -> str | None:
 
 def _changed_template(
     store: Catalog,
-    actor: Actor,
+    actor: Principal,
     current: Schedule,
     draft: ScheduleDraft,
     problems: Problems,
@@ -328,14 +312,14 @@ def _refuse_any(problems: Problems, subject: _SubjectCheck) -> None:
         raise subject.missing
 
 
-def _rules(accounts: AccountStore, actor: Actor, egress: EgressPolicy | None) -> RecipientRules:
+def _rules(accounts: AccountStore, actor: Principal, egress: EgressPolicy | None) -> RecipientRules:
     requester = actor.requester
     return rules_for(
         accounts, requester.workspace_id, requester.user_id, actor.role, egress or EgressPolicy()
     )
 
 
-def sees_recipients(actor: Actor, schedule: Schedule) -> bool:
+def sees_recipients(actor: Principal, schedule: Schedule) -> bool:
     """Whether the actor sees the recipients in full (webhook URLs hold the receiver's secret,
     addresses are personal): its owner and admins; others see them masked."""
     return may_manage(actor, schedule)
@@ -354,7 +338,7 @@ def check_new_schedule(
     store: Catalog,
     accounts: AccountStore,
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     draft: ScheduleDraft,
     *,
     match_name: bool = False,
@@ -416,7 +400,7 @@ def create_schedule(
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     draft: ScheduleDraft,
     *,
     match_name: bool = False,
@@ -447,7 +431,7 @@ def create_schedule(
 
 
 def get_visible_schedule(
-    store: Catalog, schedules: ScheduleStore, actor: Actor, schedule_id: str
+    store: Catalog, schedules: ScheduleStore, actor: Principal, schedule_id: str
 ) -> Schedule:
     """A live schedule of the caller's workspace that they own, administer or whose subject
     they may read; NotFoundError otherwise."""
@@ -457,16 +441,16 @@ def get_visible_schedule(
     return schedule
 
 
-def _sees(store: Catalog, actor: Actor, schedule: Schedule) -> bool:
+def _sees(store: Catalog, actor: Principal, schedule: Schedule) -> bool:
     if schedule.deleted or schedule.workspace_id != actor.requester.workspace_id:
         return False
-    if actor.is_admin or schedule.owner == actor.requester.user_id:
+    if actor.sees_workspace or schedule.owner == actor.requester.user_id:
         return True
     return _reads_subject(store, actor.requester, schedule.subject_type, schedule.subject_id)
 
 
 def list_visible_schedules(
-    store: Catalog, schedules: ScheduleStore, actor: Actor
+    store: Catalog, schedules: ScheduleStore, actor: Principal
 ) -> list[Schedule]:
     """The workspace's live schedules the caller may see, oldest first."""
     return [
@@ -497,7 +481,7 @@ def changed_schedule(
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     schedule_id: str,
     changes: Mapping[str, Any],
     *,
@@ -583,7 +567,7 @@ def update_schedule(
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     schedule_id: str,
     changes: Mapping[str, Any],
     *,
@@ -625,7 +609,7 @@ def set_enabled(
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     schedule_id: str,
     *,
     enabled: bool,
@@ -637,7 +621,7 @@ def set_enabled(
 
 
 def delete_schedule(
-    store: Catalog, schedules: ScheduleStore, clock: Clock, actor: Actor, schedule_id: str
+    store: Catalog, schedules: ScheduleStore, clock: Clock, actor: Principal, schedule_id: str
 ) -> None:
     """Delete a schedule the caller owns or administers; exports it made stay as they are."""
     schedule = get_visible_schedule(store, schedules, actor, schedule_id)
@@ -651,7 +635,7 @@ def run_schedule(
     store: Catalog,
     schedules: ScheduleStore,
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     schedule_id: str,
     *,
     max_unsettled: int | None = None,
@@ -689,8 +673,8 @@ def list_visible_deliveries(
     return deliveries.list_deliveries(record.id)
 
 
-def require_admin(actor: Actor) -> None:
-    if not actor.is_admin:
+def require_admin(actor: Principal) -> None:
+    if not actor.sees_workspace:
         raise ForbiddenError("only workspace admins may read the webhook signing key")
 
 
@@ -707,7 +691,7 @@ class Subscription:
 
 
 def subscription_refusal(
-    store: Catalog, accounts: AccountStore, actor: Actor, schedule: Schedule
+    store: Catalog, accounts: AccountStore, actor: Principal, schedule: Schedule
 ) -> Refusal | None:
     """Why the caller may not subscribe to the (visible) schedule, or None."""
     if accounts.get_user(actor.requester.user_id) is None:
@@ -722,7 +706,7 @@ def subscribe(
     schedules: ScheduleStore,
     accounts: AccountStore,
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     schedule_id: str,
 ) -> Subscription:
     """Mail each run's export to the caller's own address too; any member who may read the
@@ -744,7 +728,7 @@ def subscribe(
 
 
 def unsubscribe(
-    store: Catalog, schedules: ScheduleStore, actor: Actor, schedule_id: str
+    store: Catalog, schedules: ScheduleStore, actor: Principal, schedule_id: str
 ) -> Subscription:
     """Stop mailing the schedule's exports to the caller. Allowed even once they may no
     longer see the schedule (their subscription has stopped delivering, but is theirs to
@@ -762,7 +746,7 @@ def unsubscribe(
     return Subscription(schedule.id, subscribed=False, email=None)
 
 
-def subscribed_ids(schedules: ScheduleStore, actor: Actor) -> frozenset[str]:
+def subscribed_ids(schedules: ScheduleStore, actor: Principal) -> frozenset[str]:
     """The ids of the workspace's schedules the caller is subscribed to."""
     return schedules.subscriptions(actor.requester.workspace_id, actor.requester.user_id)
 
@@ -790,7 +774,7 @@ def _audited_fields(schedule: Schedule) -> dict[str, Any]:
 
 def schedule_event(
     clock: Clock,
-    actor: Actor,
+    actor: Principal,
     action: AuditAction,
     schedule: Schedule,
     *,

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import to_json_value
 from qexport.domain.reports import SUBJECT_REPORT
@@ -182,7 +183,7 @@ def subject_name(context: Container, schedule: Schedule) -> str:
     return query.name if query else schedule.subject_id
 
 
-def schedule_row(context: Container, actor: service.Actor, schedule: Schedule) -> dict[str, Any]:
+def schedule_row(context: Container, actor: Principal, schedule: Schedule) -> dict[str, Any]:
     """A schedule as the pages show it; `manage` says whether the person may change it."""
     return {
         "id": schedule.id,

@@ -111,14 +111,13 @@ def _submit(
 ) -> Response:
     """Save (create, or change the schedule), "Check" (every refusal, or that there is none,
     nothing saved) or show the chosen subject's formats and parameters."""
-    actor = service.Actor.of(principal)
     if schedule_id is None:
         require_writer(principal)
     else:
         current = service.get_visible_schedule(
-            context.catalog, context.schedules, actor, schedule_id
+            context.catalog, context.schedules, principal, schedule_id
         )
-        if not service.may_manage(actor, current):
+        if not service.may_manage(principal, current):
             raise ForbiddenError("only the schedule's owner or a workspace admin may change it")
     subject = subject_of(context, principal, fields.get("subject", ""))
     form = ScheduleForm.read(fields, subject)
@@ -141,7 +140,7 @@ def _submit(
     parsed = parse(form, subject)
     try:
         saved = _save_or_check(
-            context, actor, parsed.settings, schedule_id, check=action == "check"
+            context, principal, parsed.settings, schedule_id, check=action == "check"
         )
     except InvalidRequestError as exc:
         return again(status=400, errors=errors_of(exc, parsed.recipient_lines, subject))
@@ -152,7 +151,7 @@ def _submit(
 
 def _save_or_check(
     context: Container,
-    actor: service.Actor,
+    actor: Principal,
     settings: dict[str, Any],
     schedule_id: str | None,
     *,
@@ -209,10 +208,9 @@ def schedules_page(
     notice: str | None = None,
 ) -> Response:
     """The workspace's schedules the person may see, oldest first."""
-    actor = service.Actor.of(principal)
-    found = service.list_visible_schedules(context.catalog, context.schedules, actor)
-    rows = [schedule_row(context, actor, s) for s in found]
-    subscribed = service.subscribed_ids(context.schedules, actor)  # pages/subscriptions.py
+    found = service.list_visible_schedules(context.catalog, context.schedules, principal)
+    rows = [schedule_row(context, principal, s) for s in found]
+    subscribed = service.subscribed_ids(context.schedules, principal)  # pages/subscriptions.py
     return page(
         request,
         "schedules.html",
@@ -263,11 +261,12 @@ def schedule_page(
 ) -> Response:
     """One schedule: what it exports, when, to whom, and how its recent runs went; with its
     actions for those who may."""
-    actor = service.Actor.of(principal)
-    schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
-    row = schedule_row(context, actor, schedule)
+    schedule = service.get_visible_schedule(
+        context.catalog, context.schedules, principal, schedule_id
+    )
+    row = schedule_row(context, principal, schedule)
     now = context.clock.now()
-    full = service.sees_recipients(actor, schedule)
+    full = service.sees_recipients(principal, schedule)
     runs = [
         run_row(
             run.due_at,
@@ -288,7 +287,7 @@ def schedule_page(
         runs=runs,
         runs_unsettled=any(r.export.unsettled or any(d.unsent for d in r.deliveries) for r in runs),
         notice=NOTICES.get(notice or ""),
-        subscription=subscription_of(context, actor, schedule),
+        subscription=subscription_of(context, principal, schedule),
         no_smtp=NO_SMTP if row["no_smtp"] else "",
         delete_consequence=schedule_consequence(schedule) if row["manage"] else "",
     )
@@ -298,9 +297,10 @@ def schedule_page(
 def edit_schedule_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal, schedule_id: str
 ) -> Response:
-    actor = service.Actor.of(principal)
-    schedule = service.get_visible_schedule(context.catalog, context.schedules, actor, schedule_id)
-    if not service.may_manage(actor, schedule):
+    schedule = service.get_visible_schedule(
+        context.catalog, context.schedules, principal, schedule_id
+    )
+    if not service.may_manage(principal, schedule):
         raise ForbiddenError("only the schedule's owner or a workspace admin may change it")
     form = ScheduleForm.of(schedule)
     subject = subject_of(context, principal, form.subject)
@@ -336,13 +336,12 @@ def resume(
 def _set_enabled(
     context: Container, principal: Principal, schedule_id: str, *, enabled: bool
 ) -> Response:
-    actor = service.Actor.of(principal)
     schedule = service.set_enabled(
         context.catalog,
         context.schedules,
         context.accounts,
         context.clock,
-        actor,
+        principal,
         schedule_id,
         enabled=enabled,
     )
@@ -359,7 +358,7 @@ def run_now(
         context.catalog,
         context.schedules,
         context.clock,
-        service.Actor.of(principal),
+        principal,
         schedule_id,
         max_unsettled=context.settings.max_unsettled_per_user,
         accounts=context.accounts,
@@ -377,13 +376,12 @@ def _ask_delete(
     principal: Principal,
     params: Mapping[str, str],
 ) -> Confirmation:
-    actor = service.Actor.of(principal)
     schedule = service.get_visible_schedule(
-        context.catalog, context.schedules, actor, params["schedule_id"]
+        context.catalog, context.schedules, principal, params["schedule_id"]
     )
-    if not service.may_manage(actor, schedule):
+    if not service.may_manage(principal, schedule):
         raise ForbiddenError("only the schedule's owner or a workspace admin may delete it")
-    row = schedule_row(context, actor, schedule)
+    row = schedule_row(context, principal, schedule)
     return Confirmation(
         title=f"Delete the schedule of {row['subject']}?",
         consequence=schedule_consequence(schedule),
@@ -407,6 +405,7 @@ def delete_schedule(
     ask = _ask_delete(request, context, session, principal, {"schedule_id": schedule_id})
     if not is_confirmed(confirmed):
         return confirm_page(request, session, ask)
-    actor = service.Actor.of(principal)
-    service.delete_schedule(context.catalog, context.schedules, context.clock, actor, schedule_id)
+    service.delete_schedule(
+        context.catalog, context.schedules, context.clock, principal, schedule_id
+    )
     return RedirectResponse("/schedules?notice=schedule-deleted", status_code=303)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
+from qexport.domain.accounts import Principal
 from qexport.domain.failures import NotFoundError
 from qexport.domain.schedules import Schedule
 from qexport.schedules import catalog as service
@@ -24,7 +25,7 @@ def _page(schedule_id: str) -> str:
     return f"/schedules/{quote(schedule_id, safe='')}"
 
 
-def subscription_of(context: Container, actor: service.Actor, schedule: Schedule) -> dict[str, Any]:
+def subscription_of(context: Container, actor: Principal, schedule: Schedule) -> dict[str, Any]:
     """What the schedule's page shows of the person's subscription: whether they are
     subscribed, and whether they may (or why not)."""
     refusal = service.subscription_refusal(context.catalog, context.accounts, actor, schedule)
@@ -46,7 +47,7 @@ def subscribe(
         context.schedules,
         context.accounts,
         context.clock,
-        service.Actor.of(principal),
+        principal,
         schedule_id,
     )
     return RedirectResponse(f"{_page(found.schedule_id)}?notice=subscribed", status_code=303)
@@ -57,10 +58,11 @@ def unsubscribe(
     context: Context, _session: CheckedForm, principal: WebPrincipal, schedule_id: str
 ) -> Response:
     """Back to the schedule's page, or to the list when the person may no longer see it."""
-    actor = service.Actor.of(principal)
-    found = service.unsubscribe(context.catalog, context.schedules, actor, schedule_id)
+    found = service.unsubscribe(context.catalog, context.schedules, principal, schedule_id)
     try:
-        service.get_visible_schedule(context.catalog, context.schedules, actor, found.schedule_id)
+        service.get_visible_schedule(
+            context.catalog, context.schedules, principal, found.schedule_id
+        )
     except NotFoundError:
         return RedirectResponse("/schedules?notice=unsubscribed", status_code=303)
     return RedirectResponse(f"{_page(found.schedule_id)}?notice=unsubscribed", status_code=303)
