@@ -26,15 +26,8 @@ from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.http.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
-from qexport.http.download import (
-    DownloadConditions,
-    audited,
-    file_response,
-    file_responses,
-    presigned_redirect,
-)
+from qexport.http.download import DownloadConditions, download, file_responses
 from qexport.http.one_hop import OneHopRoute
-from qexport.services.audit import actor_of
 from qexport.services.exports import (
     FORMAT_CHOICES,
     MAX_EXPORT_ID_CHARS,
@@ -44,7 +37,6 @@ from qexport.services.exports import (
     STATUS_CHOICES,
     ExportListing,
     cancel_export,
-    downloadable,
     get_visible_export,
     list_export_page,
     list_visible_events,
@@ -260,17 +252,7 @@ def get_export_file(
 ) -> Response:
     """The file while it may be downloaded (Range and If-None-Match honoured), or a
     redirect to a short-lived presigned URL on S3."""
-    record = downloadable(
-        context.exports,
-        context.catalog,
-        context.clock,
-        principal.requester,
-        export_id,
-        whole_workspace=principal.sees_workspace,
-    )
-    redirect = presigned_redirect(context.objects, record, context.clock.now())
-    response = redirect or file_response(context.objects, record, conditions)
-    return audited(context.audit, context.clock, actor_of(principal), record, conditions, response)
+    return download(context, principal, export_id, conditions)
 
 
 @router.post(

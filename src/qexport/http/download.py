@@ -17,12 +17,15 @@ from fastapi import Depends, Header
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.background import BackgroundTasks
 
+from qexport.container import Container
+from qexport.domain.accounts import Principal
 from qexport.domain.audit import Action, Actor, AuditEvent, Outcome
 from qexport.domain.exports import ExportRecord
 from qexport.domain.formats import FILE_FORMATS, media_type
 from qexport.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, problem
 from qexport.ports import AuditLog, Clock, ObjectStore, Presigner
-from qexport.services.audit import event
+from qexport.services.audit import actor_of, event
+from qexport.services.exports import downloadable
 
 CHUNK_BYTES = 256 * 1024
 # A single range `bytes=first-last`, `bytes=first-` or `bytes=-suffix`; longer numbers than
@@ -322,6 +325,26 @@ def file_response(
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 _STRING = {"schema": {"type": "string"}}
+
+
+def download(
+    context: Container, principal: Principal, export_id: str, conditions: Conditions
+) -> Response:
+    """An export's file for its requester (or a workspace admin), as the API and the pages
+    serve it: refused as `downloadable` refuses (not ready, expired, access lost, not theirs);
+    a redirect to a short-lived presigned URL where the object store makes one, else the
+    bytes (ranges and validators honoured); on the audit trail once it is sent."""
+    record = downloadable(
+        context.exports,
+        context.catalog,
+        context.clock,
+        principal.requester,
+        export_id,
+        whole_workspace=principal.sees_workspace,
+    )
+    redirect = presigned_redirect(context.objects, record, context.clock.now())
+    response = redirect or file_response(context.objects, record, conditions)
+    return audited(context.audit, context.clock, actor_of(principal), record, conditions, response)
 
 
 def _file_content() -> dict[str, Any]:

@@ -30,21 +30,15 @@ from qexport.domain.failures import (
 from qexport.domain.schedules import Delivery
 from qexport.http import errors as api_errors
 from qexport.http.cursors import decode_page_cursor, encode_page_cursor
-from qexport.http.download import (
-    DownloadConditions,
-    audited,
-    file_response,
-    presigned_redirect,
-)
+from qexport.http.download import DownloadConditions
+from qexport.http.download import download as file_of
 from qexport.services.accounts import list_members
 from qexport.services.again import SubjectGoneError, request_again
 from qexport.services.approvals import listed
-from qexport.services.audit import actor_of
 from qexport.services.exports import (
     FORMAT_CHOICES,
     STATUS_CHOICES,
     cancel_export,
-    downloadable,
     get_visible_export,
     list_export_page,
     list_visible_events,
@@ -354,17 +348,7 @@ def download(
     conditions: DownloadConditions,
 ) -> Response:
     """The file, with the same checks and headers as the API's download."""
-    record = downloadable(
-        context.exports,
-        context.catalog,
-        context.clock,
-        principal.requester,
-        export_id,
-        whole_workspace=principal.sees_workspace,
-    )
-    redirect = presigned_redirect(context.objects, record, context.clock.now())
-    response = redirect or file_response(context.objects, record, conditions)
-    return audited(context.audit, context.clock, actor_of(principal), record, conditions, response)
+    return file_of(context, principal, export_id, conditions)
 
 
 @asks_first("/exports/{export_id}/cancel")
