@@ -16,7 +16,7 @@ from typer.core import TyperOption
 
 from qexport.config import Settings
 from qexport.domain.exports import Requester
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, NotFoundError
 
 if TYPE_CHECKING:
     from qexport.cli.client import ApiError, QExportClient
@@ -190,3 +190,45 @@ def local_deps(ctx: typer.Context) -> tuple[State, Container]:
     deps = st.deps()
     check_local_requester(deps, st.requester)
     return st, deps
+
+
+def resolve_export_id(ctx: typer.Context, ref: str | None) -> str:
+    """The full id of the export `ref` names: its id, or a start of it (at least 4
+    characters) that no other export the caller may see shares, locally or on the server
+    (QEXPORT_URL). Like git, an ambiguous start is refused with the candidates (exit 2) and
+    an unknown one says so (exit 1); none at all says where ids are found (exit 2)."""
+    if ref is None or not ref.strip():
+        fail_input(
+            "which export? give its id or the start of it; `qexport exports list` shows them"
+        )
+    from qexport.services.exports import (
+        MAX_CANDIDATES,
+        ambiguous_message,
+        id_prefix_of,
+    )
+    from qexport.services.exports import resolve_export_id as resolve_local_export_id
+
+    ref = ref.strip()
+    client = remote(ctx)
+    if client is not None:
+        try:
+            prefix = id_prefix_of(ref)
+        except InvalidRequestError as exc:
+            fail_input(exc.detail)
+        if prefix is None:  # a whole id, or nothing like one: the server says which
+            return ref
+        with client, server_refusals():
+            found = client.exports_starting(prefix, MAX_CANDIDATES + 1)
+        if not found:
+            fail(f"no export {ref!r}")
+        if len(found) > 1:
+            candidates = [(str(v["id"]), str(v["subject"]["name"])) for v in found]
+            fail_input(ambiguous_message(ref, candidates))
+        return str(found[0]["id"])
+    st, deps = local_deps(ctx)
+    try:
+        return resolve_local_export_id(deps.exports, deps.clock, st.requester, ref)
+    except NotFoundError as exc:
+        fail(str(exc))
+    except InvalidRequestError as exc:
+        fail_input(exc.detail)

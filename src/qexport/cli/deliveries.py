@@ -25,7 +25,7 @@ def exports_deliveries(
     """List who hears about an export and how far each delivery got.
 
     Per recipient: waiting, sending, sent or failed; attempts; sent when, why, or next try."""
-    from qexport.cli.exports import resolve_export_id  # the group that holds this command
+    from qexport.cli.common import resolve_export_id
 
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)

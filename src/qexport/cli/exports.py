@@ -30,6 +30,7 @@ from qexport.cli.common import (
     out,
     parse_kv,
     remote,
+    resolve_export_id,
     server_errors,
     server_refusals,
 )
@@ -68,19 +69,15 @@ from qexport.humanize import human_size
 from qexport.ports import Presigner
 from qexport.services.accounts import local_principal
 from qexport.services.exports import (
-    MAX_CANDIDATES,
     ExportListing,
-    ambiguous_message,
     cancel_export,
     downloadable,
     get_visible_export,
     hand_over_file,
     hand_over_link,
-    id_prefix_of,
     list_export_page,
     parse_listing,
 )
-from qexport.services.exports import resolve_export_id as resolve_local_export_id
 from qexport.services.requests import request
 from qexport.services.views import approval_view, export_view
 
@@ -735,41 +732,6 @@ def exports_wait(
         _print_summary(view)
     if view["status"] == "failed":
         raise typer.Exit(1)
-
-
-def resolve_export_id(ctx: typer.Context, ref: str | None) -> str:
-    """The full id of the export `ref` names: its id, or a start of it (at least 4
-    characters) that no other export the caller may see shares, locally or on the server
-    (QEXPORT_URL). Like git, an ambiguous start is refused with the candidates (exit 2) and
-    an unknown one says so (exit 1); none at all says where ids are found (exit 2)."""
-    if ref is None or not ref.strip():
-        fail_input(
-            "which export? give its id or the start of it; `qexport exports list` shows them"
-        )
-    ref = ref.strip()
-    client = remote(ctx)
-    if client is not None:
-        try:
-            prefix = id_prefix_of(ref)
-        except InvalidRequestError as exc:
-            fail_input(exc.detail)
-        if prefix is None:  # a whole id, or nothing like one: the server says which
-            return ref
-        with client, server_refusals():
-            found = client.exports_starting(prefix, MAX_CANDIDATES + 1)
-        if not found:
-            fail(f"no export {ref!r}")
-        if len(found) > 1:
-            candidates = [(str(v["id"]), str(v["subject"]["name"])) for v in found]
-            fail_input(ambiguous_message(ref, candidates))
-        return str(found[0]["id"])
-    st, deps = local_deps(ctx)
-    try:
-        return resolve_local_export_id(deps.exports, deps.clock, st.requester, ref)
-    except NotFoundError as exc:
-        fail(str(exc))
-    except InvalidRequestError as exc:
-        fail_input(exc.detail)
 
 
 def _print_download_link(deps: Container, requester: Requester, export_id: str) -> None:

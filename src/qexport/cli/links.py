@@ -59,7 +59,7 @@ def links_create(
 
     Anyone with it can download the file until it expires or is revoked; it is shown only
     this once."""
-    from qexport.cli.exports import resolve_export_id
+    from qexport.cli.common import resolve_export_id
 
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
@@ -103,7 +103,7 @@ def links_list(
 
     Yours, or every one for a workspace admin; oldest first; their URLs are not shown
     again."""
-    from qexport.cli.exports import resolve_export_id
+    from qexport.cli.common import resolve_export_id
 
     export_id = resolve_export_id(ctx, export_id)
     client = remote(ctx)
