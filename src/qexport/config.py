@@ -24,10 +24,10 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
-from qexport.egress import EgressPolicy, parse_allow
-from qexport.humanize import binary_size
-from qexport.proxies import TrustedProxies
-from qexport.smtp_url import parse_smtp_url
+from qexport.domain.humanize import binary_size
+from qexport.net.egress import EgressPolicy, parse_allow
+from qexport.net.proxies import TrustedProxies
+from qexport.net.smtp_url import parse_smtp_url
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

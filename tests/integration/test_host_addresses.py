@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from qexport.egress import EgressPolicy, EgressRefusedError
-from qexport.host_addresses import IPAddress, OwnAddresses, netlink_addresses
+from qexport.net.egress import EgressPolicy, EgressRefusedError
+from qexport.net.host_addresses import IPAddress, OwnAddresses, netlink_addresses
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="netlink: Linux")
 

@@ -15,7 +15,7 @@ import pytest
 
 from qexport.deliveries.errors import DeliveryError
 from qexport.deliveries.webhook import WebhookSender
-from qexport.egress import EgressPolicy
+from qexport.net.egress import EgressPolicy
 from tests.receivers import localhost_certificate
 
 

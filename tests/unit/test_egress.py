@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from qexport.config import Settings
-from qexport.egress import (
+from qexport.net.egress import (
     IPV4_SPECIAL_PURPOSE,
     IPV6_SPECIAL_PURPOSE,
     OTHER_REFUSED,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qexport.humanize import human_size
+from qexport.domain.humanize import human_size
 
 
 @pytest.mark.parametrize(

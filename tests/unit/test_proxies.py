@@ -1,4 +1,4 @@
-"""Whose X-Forwarded-For is believed, and which address it gives (proxies.py): decisions on
+"""Whose X-Forwarded-For is believed, and which address it gives (net/proxies.py): decisions on
 strings, no network."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from qexport.config import Settings
-from qexport.proxies import TrustedProxies, parse_address
+from qexport.net.proxies import TrustedProxies, parse_address
 
 BALANCERS = TrustedProxies.parse("10.0.0.5, 10.1.0.0/24,::1")
 

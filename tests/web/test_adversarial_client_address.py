@@ -1,5 +1,5 @@
 """A client cannot choose the address the audit trail records and sign-in throttling counts
-under: X-Forwarded-For is believed only from QEXPORT_TRUSTED_PROXIES (proxies.py), on
+under: X-Forwarded-For is believed only from QEXPORT_TRUSTED_PROXIES (net/proxies.py), on
 SQLite and PostgreSQL. The connection's address is set per client, as a socket's would be."""
 
 from __future__ import annotations

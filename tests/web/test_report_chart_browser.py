@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qexport.bootstrap import DEMO_SOURCE
-from qexport.demo import register_demo_queries, register_demo_report
+from qexport.demo.run import register_demo_queries, register_demo_report
 from qexport.domain.exports import Status
 from qexport.sources.demo_data import build_demo_database
 from qexport.sources.duckdb.source import DuckDBSource

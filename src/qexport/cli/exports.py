@@ -62,10 +62,10 @@ from qexport.domain.failures import (
     Problems,
     QExportError,
 )
+from qexport.domain.humanize import human_size
 from qexport.domain.queries import can_read
 from qexport.domain.reports import can_read_report
 from qexport.http.cursors import decode_page_cursor, encode_page_cursor
-from qexport.humanize import human_size
 from qexport.ports import Presigner
 from qexport.services.accounts import local_principal
 from qexport.services.exports import (

@@ -72,7 +72,7 @@ def _refuse_unsafe_start(settings: Settings, service: str) -> None:
 
 def _refuse_uvicorns_proxy_variable(settings: Settings) -> None:
     """Exit 2 when FORWARDED_ALLOW_IPS is set and QEXPORT_TRUSTED_PROXIES is not: qexport reads
-    X-Forwarded-For itself (proxies.py), so an operator relying on uvicorn's variable behind
+    X-Forwarded-For itself (net/proxies.py), so an operator relying on uvicorn's variable behind
     a balancer would see every client as the balancer, one address for the sign-in throttle
     to hold them all to."""
     if os.environ.get("FORWARDED_ALLOW_IPS", "").strip() and not settings.trusted_proxies:
@@ -342,7 +342,7 @@ def demo(
     """Everything on the embedded default: data, queries, a worker, one export per format, and
     a weekly schedule fired once and delivered to a local webhook receiver."""
     from qexport.api.server import with_public_url
-    from qexport.demo import demo_receiver, run_demo, serve_demo
+    from qexport.demo.run import demo_receiver, run_demo, serve_demo
 
     st = state(ctx)
     # The demo's deliveries link to the server it starts (--serve) on 127.0.0.1.

@@ -24,8 +24,8 @@ from typing import Any
 from qexport.deliveries.content import Notice, email_subject, readable_time
 from qexport.deliveries.webhook import WebhookSender
 from qexport.domain.failures import readable_detail
+from qexport.domain.humanize import human_size
 from qexport.domain.schedules import Channel, Outcome
-from qexport.humanize import human_size
 
 SLACK_HEADER_CHARS = 150  # Block Kit's limit on a header's text
 SLACK_BUTTON_CHARS = 75  # ... and on a button's

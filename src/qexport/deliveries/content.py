@@ -16,8 +16,8 @@ from typing import Any
 
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import readable_detail
+from qexport.domain.humanize import human_size
 from qexport.domain.schedules import Delivery, Outcome
-from qexport.humanize import human_size
 from qexport.services.views import iso_time
 
 DELIVERY_HEADER = "X-QExport-Delivery"

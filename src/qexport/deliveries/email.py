@@ -18,8 +18,8 @@ import ssl
 from email.message import EmailMessage
 
 from qexport.deliveries.errors import DeliveryError
-from qexport.smtp_url import SmtpConfig as SmtpConfig  # noqa: PLC0414 - re-exported
-from qexport.smtp_url import parse_smtp_url as parse_smtp_url  # noqa: PLC0414 - re-exported
+from qexport.net.smtp_url import SmtpConfig as SmtpConfig  # noqa: PLC0414 - re-exported
+from qexport.net.smtp_url import parse_smtp_url as parse_smtp_url  # noqa: PLC0414 - re-exported
 
 CONNECT_FAILED = "could not connect to the mail server"
 TIMED_OUT = "the mail server did not answer in time"

@@ -22,7 +22,7 @@ from qexport.domain.accounts import Principal, Role, at_least, hash_secret
 from qexport.domain.exports import EXPIRED, ExportRecord, effective_status
 from qexport.domain.failures import ConflictError, ForbiddenError, NotFoundError
 from qexport.domain.schedules import Delivery, DeliveryStatus, Recipient
-from qexport.egress import EgressPolicy
+from qexport.net.egress import EgressPolicy
 from qexport.ports import AccountStore, Clock, DeliveryStore, ExportQueue
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import admit_recipients, rules_for

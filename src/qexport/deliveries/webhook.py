@@ -28,7 +28,7 @@ from types import TracebackType
 import httpx2
 
 from qexport.deliveries.errors import DeliveryError, refused_destination
-from qexport.egress import (
+from qexport.net.egress import (
     EgressPolicy,
     EgressRefusedError,
     IPAddress,

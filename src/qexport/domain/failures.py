@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 
-from qexport.humanize import binary_size
+from qexport.domain.humanize import binary_size
 
 MAX_DETAIL_CHARS = 500
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from qexport.proxies import TrustedProxies
+from qexport.net.proxies import TrustedProxies
 from qexport.services.audit import Origin, reset_origin, set_origin
 
 
@@ -18,7 +18,7 @@ class RequestOrigin:
     handlers.
 
     The address is the connection's peer, or, when the peer is one of `trusted`
-    (QEXPORT_TRUSTED_PROXIES), the client its X-Forwarded-For names (proxies.py). It is
+    (QEXPORT_TRUSTED_PROXIES), the client its X-Forwarded-For names (net/proxies.py). It is
     written back into the scope, so that everything reading `request.client` (the sign-in
     throttle) sees the same address the audit trail records; uvicorn's own reading of the
     header is off (api/server.py).

@@ -44,7 +44,7 @@ from qexport.domain.schedules import (
     check_timezone,
     next_due,
 )
-from qexport.egress import EgressPolicy
+from qexport.net.egress import EgressPolicy
 from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQueue, ScheduleStore
 from qexport.schedules.tick import run_now
 from qexport.services.audit import actor_for, event, recipient_on_record

@@ -27,7 +27,7 @@ from qexport.domain.accounts import Role, at_least
 from qexport.domain.failures import ForbiddenError, InvalidRequestError, Problems
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.schedules import Channel, Recipient, parse_recipient, parse_recipients
-from qexport.egress import (
+from qexport.net.egress import (
     EgressPolicy,
     EgressRefusedError,
     UnresolvedError,

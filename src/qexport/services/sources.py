@@ -30,7 +30,7 @@ from qexport.domain.failures import (
     QExportError,
 )
 from qexport.domain.sources import BUILT_IN_OWNER, EVERY_WORKSPACE, RegisteredSource, usable_in
-from qexport.egress import EgressPolicy, EgressRefusedError, UnresolvedError
+from qexport.net.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock
 from qexport.services.audit import actor_of, event
 from qexport.services.sensitive_rules import cover_new_source

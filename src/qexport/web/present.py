@@ -15,7 +15,7 @@ from qexport.domain.exports import (
     shown_status,
 )
 from qexport.domain.failures import FailureCode, readable_detail
-from qexport.humanize import human_size
+from qexport.domain.humanize import human_size
 
 # The badge every page shows for a status (the exports list, an export, a schedule's runs) is
 # the status people read (domain/exports.py: shown_status); a cancelled export's is neutral in

@@ -81,7 +81,7 @@ from dataclasses import dataclass
 import structlog
 
 from qexport.domain.failures import WorkerMemoryError
-from qexport.humanize import binary_size
+from qexport.domain.humanize import binary_size
 from qexport.worker.lease import Lease
 
 log = structlog.get_logger()

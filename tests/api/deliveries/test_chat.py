@@ -20,8 +20,8 @@ from structlog.testing import capture_logs
 
 from qexport.deliveries.errors import DESTINATION_REFUSED
 from qexport.domain.failures import FailureCode, readable_detail
+from qexport.domain.humanize import human_size
 from qexport.domain.schedules import DeliveryStatus, Outcome
-from qexport.humanize import human_size
 from tests.api.conftest import Api, api_on
 from tests.api.deliveries.env import ALICE, LINK, Deliveries
 from tests.receivers import Hook, WebhookReceiver, localhost_certificate, running_receiver

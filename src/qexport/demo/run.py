@@ -18,7 +18,7 @@ from qexport import bootstrap
 from qexport.bootstrap import DEMO_SOURCE
 from qexport.container import Container
 from qexport.deliveries.signing import signing_key
-from qexport.demo_schedule import (
+from qexport.demo.schedule import (
     DemoReceiver,
     delivery_line,
     receiver_allowed,
@@ -30,10 +30,10 @@ from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester, effective_status
 from qexport.domain.failures import readable_detail
 from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
+from qexport.domain.humanize import human_size
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
-from qexport.humanize import human_size
 from qexport.ports import AccountStore, Clock, LocalFiles
 from qexport.schedules.loop import Scheduler
 from qexport.schedules.tick import run_now

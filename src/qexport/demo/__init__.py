@@ -1,0 +1,1 @@
+"""`qexport demo`: the demo's data, queries, report and schedule, run end to end."""
