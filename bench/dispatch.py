@@ -44,11 +44,14 @@ from typing import TypeVar
 import psycopg
 import sqlalchemy as sa
 
+from qexport.bootstrap import audit_keys
 from qexport.clock import SystemClock
+from qexport.config import Settings
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
+from qexport.store.audit import use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
 from qexport.store.exports import SqlExportQueue
@@ -60,6 +63,7 @@ class SqlMetadataStore(SqlExportQueue, SqlCatalog):
 
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+SECRET = "bench-" + "k" * 40  # QEXPORT_SECRET_KEY for the benchmark's throwaway databases
 # The requests come from several people, as a real queue's do: the fair share (by default
 # QEXPORT_MAX_RUNNING_PER_USER is half the slots, so 1 of 2) would run one person's tiny
 # exports one at a time and measure that cap rather than the workers: 56-67 exports/s on
@@ -93,8 +97,9 @@ class Site:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QEXPORT_")}
         env["QEXPORT_DATA_DIR"] = str(self.data_dir)
         env["QEXPORT_DATABASE_URL"] = self.database_url
-        # Required on PostgreSQL (the worker refuses to start without it); any value will do.
-        env["QEXPORT_SECRET_KEY"] = "bench-" + "k" * 40
+        # Required on PostgreSQL (the worker refuses to start without it); any value will do,
+        # the same as the one this process keys its requests' audit events with.
+        env["QEXPORT_SECRET_KEY"] = SECRET
         env["QEXPORT_SOURCE_DEMO_WORKSPACES"] = WORKSPACE  # the demo source's users
         return env
 
@@ -180,6 +185,9 @@ def fresh_site(backend: str, demo_db: Path) -> Iterator[Site]:
     else:
         url = f"sqlite:///{data_dir / 'qexport.db'}"
     engine = create_engine(url)
+    keys = audit_keys(Settings(data_dir=data_dir, database_url=url, secret_key=SECRET))
+    assert keys is not None  # a secret is given
+    use_keys(engine, keys)
     site = Site(backend, data_dir, url, SqlMetadataStore(engine))
     try:
         migrate(engine)
