@@ -44,23 +44,15 @@ from typing import TypeVar
 import psycopg
 import sqlalchemy as sa
 
-from qexport.bootstrap import audit_keys
+from bench_store import SqlMetadataStore, metadata_store
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
-from qexport.store.audit import use_keys
-from qexport.store.catalog import SqlCatalog
-from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlExportQueue
+from qexport.store.engine import migrate
 from qexport.store.tables import exports
-
-
-class SqlMetadataStore(SqlExportQueue, SqlCatalog):
-    """The export queue and the catalog over one engine, as the benchmark drives both."""
-
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SECRET = "bench-" + "k" * 40  # QEXPORT_SECRET_KEY for the benchmark's throwaway databases
@@ -184,11 +176,9 @@ def fresh_site(backend: str, demo_db: Path) -> Iterator[Site]:
         url = sa.make_url(PG_URL).set(database=database).render_as_string(hide_password=False)
     else:
         url = f"sqlite:///{data_dir / 'qexport.db'}"
-    engine = create_engine(url)
-    keys = audit_keys(Settings(data_dir=data_dir, database_url=url, secret_key=SECRET))
-    assert keys is not None  # a secret is given
-    use_keys(engine, keys)
-    site = Site(backend, data_dir, url, SqlMetadataStore(engine))
+    store = metadata_store(Settings(data_dir=data_dir, database_url=url, secret_key=SECRET))
+    engine = store.engine
+    site = Site(backend, data_dir, url, store)
     try:
         migrate(engine)
         site.store.add_query(Query(str(uuid.uuid4()), WORKSPACE, QUERY, TINY_SQL, "demo"))

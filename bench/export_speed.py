@@ -27,20 +27,13 @@ from pathlib import Path
 import duckdb
 import xlsxwriter
 
+from bench_store import metadata_store
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
 from qexport.sources.demo_data import build_demo_database
-from qexport.store.catalog import SqlCatalog
-from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlExportQueue
-
-
-class SqlMetadataStore(SqlExportQueue, SqlCatalog):
-    """The export queue and the catalog over one engine, as the benchmark drives both."""
-
 
 ORDERS_SQL = "SELECT * FROM orders"
 REQUESTER = Requester("bench", "bench")
@@ -87,7 +80,7 @@ def raw_xlsxwriter(db: Path, sql: str, target: Path) -> float:
 def qexport_export(data_dir: Path, query_name: str, fmt: str) -> Run:
     """Request one export and let a fresh worker process run it; time request -> succeeded."""
     settings = Settings(data_dir=data_dir)
-    store = SqlMetadataStore(create_engine(settings.database_url))
+    store = metadata_store(settings)
     env = {
         **os.environ,
         "QEXPORT_DATA_DIR": str(data_dir),
@@ -128,9 +121,7 @@ def _peak_rss_kib(pid: int) -> int:
 def prepare(data_dir: Path, rows: int, xlsx_rows: int) -> Path:
     settings = Settings(data_dir=data_dir)
     build_demo_database(settings.demo_database, orders=rows)
-    engine = create_engine(settings.database_url)
-    migrate(engine)
-    store = SqlMetadataStore(engine)
+    store = metadata_store(settings, upgrade=True)
     queries = {
         "all_orders": ORDERS_SQL,
         "first_orders": f"SELECT * FROM orders ORDER BY order_id LIMIT {xlsx_rows}",

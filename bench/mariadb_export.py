@@ -33,6 +33,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_store import metadata_store
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.mariadb, from the repo
 
 from qexport.clock import SystemClock
@@ -40,16 +42,9 @@ from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.store.catalog import SqlCatalog
-from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlExportQueue
 
 REQUESTER = Requester("bench", "bench")
 LOGIN = "bench"  # the throwaway server's read-only login; its password is the same word
-
-
-class SqlMetadataStore(SqlExportQueue, SqlCatalog):
-    """The export queue and the catalog over one engine, as the benchmark drives both."""
 
 
 @dataclass
@@ -92,7 +87,7 @@ def qexport_export(
 ) -> Run:
     """Request one csv export and let a fresh worker process run it; time claimed ->
     succeeded, and read the worker's peak RSS."""
-    store = SqlMetadataStore(create_engine(Settings(data_dir=data_dir).database_url))
+    store = metadata_store(Settings(data_dir=data_dir))
     env = {**os.environ, "QEXPORT_DATA_DIR": str(data_dir), "QEXPORT_POLL_SECONDS": "0.02"}
     for name, url in sources.items():
         env[f"QEXPORT_SOURCE_{name.upper()}"] = url
@@ -145,9 +140,7 @@ def fill(server: object, rows: int) -> None:
 
 
 def prepare(data_dir: Path, queries: dict[str, tuple[str, str]]) -> None:
-    engine = create_engine(Settings(data_dir=data_dir).database_url)
-    migrate(engine)
-    store = SqlMetadataStore(engine)
+    store = metadata_store(Settings(data_dir=data_dir), upgrade=True)
     for name, (sql, source) in queries.items():
         store.add_query(Query(str(uuid.uuid4()), REQUESTER.workspace_id, name, sql, source))
 

@@ -27,19 +27,12 @@ from pathlib import Path
 import psycopg
 import sqlalchemy as sa
 
+from bench_store import SqlMetadataStore, metadata_store
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.services.requests import request_export
-from qexport.store.catalog import SqlCatalog
-from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlExportQueue
-
-
-class SqlMetadataStore(SqlExportQueue, SqlCatalog):
-    """The export queue and the catalog over one engine, as the benchmark drives both."""
-
 
 SERVER_URL = os.environ.get("QEXPORT_TEST_DATABASE_URL") or (
     "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -99,10 +92,7 @@ def psql_copy(url: str, target: Path) -> float:
 
 
 def prepare(data_dir: Path) -> SqlMetadataStore:
-    settings = Settings(data_dir=data_dir)
-    engine = create_engine(settings.database_url)
-    migrate(engine)
-    store = SqlMetadataStore(engine)
+    store = metadata_store(Settings(data_dir=data_dir), upgrade=True)
     if store.find_query(REQUESTER.workspace_id, QUERY_NAME) is None:
         store.add_query(
             Query(str(uuid.uuid4()), REQUESTER.workspace_id, QUERY_NAME, ORDERS_SQL, SOURCE)
