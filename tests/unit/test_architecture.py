@@ -56,6 +56,18 @@ def _exists(dotted: str) -> bool:
 
 
 @functools.cache
+def syntax_tree(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once per test session."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@functools.cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a source file's tree (`ast.walk`), listed once per test session."""
+    return tuple(ast.walk(syntax_tree(path)))
+
+
+@functools.cache
 def imports() -> tuple[Import, ...]:
     """Every import of a qexport module in src/qexport: at module level, inside functions and
     under TYPE_CHECKING alike (read once per test session)."""
@@ -65,7 +77,7 @@ def imports() -> tuple[Import, ...]:
 def _imports() -> Iterator[Import]:
     for path in sorted(SRC.rglob("*.py")):
         source = _module_name(path)
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith("qexport."):
@@ -154,7 +166,7 @@ def _concrete_store_classes() -> set[str]:
     names: set[str] = set()
     for package in ADAPTER_PACKAGES:
         for path in (SRC / package).rglob("*.py"):
-            tree = ast.parse(path.read_text(), str(path))
+            tree = syntax_tree(path)
             names |= {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     return names
 
@@ -189,7 +201,7 @@ def test_no_isinstance_on_a_store_type_outside_bootstrap() -> None:
         module = _module_name(path)
         if _allowed_to_name_adapters(module):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -331,7 +343,7 @@ def test_no_entry_point_takes_a_handlers_steps_itself() -> None:
         module = _module_name(path)
         if LAYER_OF.get(_unit(module)) != "entry points":
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if not isinstance(node, ast.ImportFrom):
                 continue
             target = _resolve(module, _is_package(path), node)
