@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +45,10 @@ UNSPECIFIED = "0.0.0.0"  # noqa: S104 - connecting to it reaches this machine's 
 MONDAYS = {"query_id": "q-orders-acme", "format": "csv", "cron": "0 8 * * 1"}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def api(request: pytest.FixtureRequest, tmp_path: Path, source_template: Path) -> Iterator[Api]:
+@pytest.fixture
+def api(api_both: Api) -> Api:
     """The API under the default egress policy, on SQLite and on PostgreSQL."""
-    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
-    with api_on(tmp_path, source_template, url) as api:
-        yield api
+    return api_both
 
 
 def _url(receiver: WebhookReceiver, host: str, path: str = "/hook") -> str:

@@ -22,7 +22,7 @@ from qexport.deliveries.errors import DESTINATION_REFUSED
 from qexport.domain.failures import FailureCode, readable_detail
 from qexport.domain.humanize import human_size
 from qexport.domain.schedules import DeliveryStatus, Outcome
-from tests.api.conftest import Api, api_on
+from tests.api.conftest import Api
 from tests.api.deliveries.env import ALICE, LINK, Deliveries
 from tests.receivers import Hook, WebhookReceiver, localhost_certificate, running_receiver
 
@@ -33,12 +33,10 @@ MONDAYS = {"query_id": "q-orders-acme", "format": "csv", "cron": "0 8 * * 1"}
 RETRIES = {"delivery_max_attempts": 3, "delivery_retry_base_seconds": 10}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def api(request: pytest.FixtureRequest, tmp_path: Path, source_template: Path) -> Iterator[Api]:
+@pytest.fixture
+def api(api_both: Api) -> Api:
     """The API (and so the `deliveries` fixture) on SQLite and on PostgreSQL."""
-    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
-    with api_on(tmp_path, source_template, url) as api:
-        yield api
+    return api_both
 
 
 @pytest.fixture(scope="module")
