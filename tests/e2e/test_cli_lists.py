@@ -384,15 +384,22 @@ def test_a_newcomer_is_told_where_to_start(env: Env, tmp_path: Path) -> None:
 
 def test_links_are_made_listed_and_revoked_locally(env: Env) -> None:
     """The local command line makes, lists and revokes public links in its database as a
-    server does, recorded in the trail as the operator acting for the requester."""
+    server does, recorded in the trail as the operator acting for the requester. It makes
+    them for QEXPORT_PUBLIC_BASE_URL, and none without it (no URL anyone could open)."""
     _add_orders(env)
     created = json.loads(env.run("exports", "create", "--query", "orders", "--format", "csv",
                                  "--param", "n=5", "--json").stdout)  # fmt: skip
-    early = env.run("links", "create", created["id"][:8], check=False)
-    assert early.returncode == 1  # not ready: no file to link to yet
     _drain(env)
+    nowhere = env.run("links", "create", created["id"][:8], check=False)
+    assert nowhere.returncode == 2
+    assert "set QEXPORT_PUBLIC_BASE_URL" in nowhere.stderr
+    env.extra["QEXPORT_PUBLIC_BASE_URL"] = "http://127.0.0.1:9"  # never opened here
+    later = json.loads(env.run("exports", "create", "--query", "orders", "--format", "csv",
+                               "--param", "n=5", "--json").stdout)  # fmt: skip
+    early = env.run("links", "create", later["id"][:8], check=False)
+    assert early.returncode == 1  # not ready: no file to link to yet
     made = json.loads(env.run("links", "create", created["id"][:8], "--days", "1", "--json").stdout)
-    assert "/p/" in made["url"]
+    assert made["url"].startswith("http://127.0.0.1:9/p/")
     listed = json.loads(env.run("links", "list", created["id"], "--json").stdout)["items"]
     assert [i["id"] for i in listed] == [made["id"]]
     assert made["url"] not in json.dumps(listed)

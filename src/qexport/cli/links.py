@@ -72,6 +72,13 @@ def links_create(
         from qexport.services.views import iso_time
 
         deps, principal = _local(ctx)
+        if not deps.settings.public_base_url:
+            # A server makes its links for its own address; the command line knows none, and
+            # a link without one is no URL anyone can open: made nowhere, refused here.
+            fail_input(
+                "set QEXPORT_PUBLIC_BASE_URL (or --public-base-url) to the address people reach"
+                " `qexport serve` at; a public link's URL starts with it"
+            )
         try:
             created = create_link(deps, principal, CreateLink(export_id, days))
         except QExportError as exc:
