@@ -44,10 +44,15 @@ def approvals_list(
             views = client.list_approvals(pending=pending)["items"]
     else:
         st, deps = local_deps(ctx)
-        user, workspace = st.requester.user_id, st.requester.workspace_id
-        role = deps.accounts.role_of(workspace, user)
+        acting = local_principal(deps.accounts, st.requester)
         now = deps.clock.now()
-        found = listed(deps.approvals, user, workspace, role, pending_at=now if pending else None)
+        found = listed(
+            deps.approvals,
+            acting.user_id,
+            acting.workspace_id,
+            acting.role,
+            pending_at=now if pending else None,
+        )
         views = [approval_view(r, now) for r in found]
     if as_json:
         print(json.dumps({"items": views}, indent=2))
