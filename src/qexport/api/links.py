@@ -12,6 +12,7 @@ from qexport.api.schemas import CreatedLink, LinkItem, LinkList, LinkRequest, pr
 from qexport.domain.commands import CreateLink, RevokeLink
 from qexport.http.one_hop import OneHopRoute
 from qexport.services.links import create_link, list_live_links, revoke_link
+from qexport.services.views import link_view
 
 router = APIRouter(route_class=OneHopRoute, tags=["links"])
 NO_OPTIONS = LinkRequest(
@@ -53,18 +54,7 @@ def list_links(export_id: str, principal: CurrentPrincipal, context: Context) ->
     record, found = list_live_links(
         context.exports, context.accounts, context.clock, principal, export_id
     )
-    return LinkList(
-        items=[
-            LinkItem(
-                id=link.id,
-                created_by=link.created_by,
-                created_at=link.created_at,
-                expires_at=link.expires_at or record.expires_at,
-                last_used_at=link.last_used_at,
-            )
-            for link in found
-        ]
-    )
+    return LinkList(items=[LinkItem(**link_view(link, record)) for link in found])
 
 
 @router.delete(

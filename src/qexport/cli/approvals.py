@@ -15,14 +15,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from qexport.cli.admin import refusals
-from qexport.cli.common import local_deps, out, remote, server_errors, server_refusals
+from qexport.cli.common import client_of, out, server_refusals
 from qexport.domain.approvals import Decision
-from qexport.domain.commands import Decide
-from qexport.services.accounts import local_principal
-from qexport.services.approvals import listed
-from qexport.services.deciding import decide_request
-from qexport.services.views import approval_view
 
 approvals_app = typer.Typer(
     no_args_is_help=True,
@@ -38,22 +32,8 @@ def approvals_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Newest first: an admin sees the workspace's requests, anyone else their own."""
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            views = client.list_approvals(pending=pending)["items"]
-    else:
-        st, deps = local_deps(ctx)
-        acting = local_principal(deps.accounts, st.requester)
-        now = deps.clock.now()
-        found = listed(
-            deps.approvals,
-            acting.user_id,
-            acting.workspace_id,
-            acting.role,
-            pending_at=now if pending else None,
-        )
-        views = [approval_view(r, now) for r in found]
+    with client_of(ctx) as client, server_refusals():
+        views = client.list_approvals(pending=pending)["items"]
     if as_json:
         print(json.dumps({"items": views}, indent=2))
         return
@@ -72,18 +52,10 @@ def approvals_list(
 
 
 def _decide(ctx: typer.Context, approval_id: str, decision: Decision, reason: str | None) -> None:
-    client = remote(ctx)
-    if client is not None:
-        # Exit statuses as `refusals()` gives them locally: 2 for a bad reason or an unknown
-        # request, 1 for a refused decision (not an admin, four eyes, already decided).
-        with client, server_refusals(bad_input=(400, 404, 422)):
-            decided = client.decide(approval_id, decision.value, reason)
-    else:
-        st, deps = local_deps(ctx)
-        acting = local_principal(deps.accounts, st.requester)
-        with refusals():
-            request = decide_request(deps, acting, Decide(approval_id, decision, reason))
-        decided = approval_view(request, deps.clock.now())
+    # Exit status 2 for a bad reason or an unknown request, 1 for a refused decision (not an
+    # admin, four eyes, already decided).
+    with client_of(ctx) as client, server_refusals(bad_input=(400, 404, 422)):
+        decided = client.decide(approval_id, decision.value, reason)
     if decided["export_id"] is not None:
         out.print(
             f"approved: export {decided['export_id']} queued for {decided['requested_by']}",

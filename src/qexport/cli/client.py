@@ -1,4 +1,5 @@
-"""The CLI's HTTP client for a qexport server: the /api/v1 exports endpoints (DESIGN section 5).
+"""The CLI's client interface, and its HTTP implementation for a qexport server (the /api/v1
+endpoints, DESIGN section 5); `qexport.cli.local` is the other, on the local database.
 
 Every failure becomes an ApiError carrying the problem document's `code`, so the CLI prints
 one line whatever went wrong: a refused request, a dead server, a corrupted download.
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from types import TracebackType
+from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote
 
 import httpx2
@@ -47,6 +49,35 @@ class ApiError(Exception):
 
     def __str__(self) -> str:
         return f"{self.detail} ({self.code})"
+
+
+class Client(Protocol):
+    """What a client command asks of a qexport, the server's or the local database's: the
+    API's answers as JSON-shaped dicts, and its refusals as ApiError. Use as a context
+    manager."""
+
+    def __enter__(self) -> Client: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def list_approvals(self, *, pending: bool) -> dict[str, Any]: ...
+
+    def decide(self, approval_id: str, decision: str, reason: str | None) -> dict[str, Any]:
+        """Approve or deny (`decision`) a request waiting for an admin."""
+        ...
+
+    def create_link(self, export_id: str, days: int | None) -> dict[str, Any]:
+        """A public link to the export's file; its URL is in the answer only."""
+        ...
+
+    def list_links(self, export_id: str) -> dict[str, Any]: ...
+
+    def revoke_link(self, link_id: str) -> None: ...
 
 
 def _problems(errors: Any) -> tuple[str, ...]:

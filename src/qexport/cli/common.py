@@ -19,7 +19,7 @@ from qexport.domain.exports import Requester
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 
 if TYPE_CHECKING:
-    from qexport.cli.client import ApiError, QExportClient
+    from qexport.cli.client import ApiError, Client, QExportClient
     from qexport.container import Container
 
 # No console markup: what is printed holds names, SQL and messages people typed, where
@@ -122,6 +122,20 @@ def remote(ctx: typer.Context) -> QExportClient | None:
     from qexport.cli.client import QExportClient
 
     return QExportClient(st.url, st.token)
+
+
+def client_of(ctx: typer.Context) -> Client:
+    """The client a command talks to: the server's when QEXPORT_URL and QEXPORT_TOKEN (or
+    --url, --token) are set, else the local database's, acting as the member --user names
+    (`qexport.services.accounts.local_principal`). The same answers and refusals either way."""
+    found = remote(ctx)
+    if found is not None:
+        return found
+    from qexport.cli.local import LocalClient
+    from qexport.services.accounts import local_principal
+
+    st, deps = local_deps(ctx)
+    return LocalClient(deps, local_principal(deps.accounts, st.requester))
 
 
 @contextlib.contextmanager

@@ -4,17 +4,12 @@ creator or a workspace admin, in the local database or on a server (QEXPORT_URL)
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from qexport.cli.common import fail, fail_input, local_deps, out, remote, server_errors
-from qexport.domain.accounts import Principal
-from qexport.domain.failures import InvalidRequestError, QExportError
-
-if TYPE_CHECKING:
-    from qexport.container import Container
+from qexport.cli.common import client_of, out, resolve_export_id, server_refusals
 
 links_app = typer.Typer(
     no_args_is_help=True,
@@ -23,21 +18,6 @@ links_app = typer.Typer(
 )
 
 _EXPORT_ID = typer.Argument(help="The export's id or its start (4 characters or more).")
-
-
-def _local(ctx: typer.Context) -> tuple[Container, Principal]:
-    """The local database and who acts in it, as `schedules` does: a member with their role
-    in a workspace with accounts; in one without, the command line administers its own."""
-    from qexport.services.accounts import local_principal
-
-    st, deps = local_deps(ctx)
-    return deps, local_principal(deps.accounts, st.requester)
-
-
-def _refused(exc: QExportError) -> NoReturn:
-    if isinstance(exc, InvalidRequestError):
-        fail_input(exc.detail)
-    fail(str(exc))
 
 
 @links_app.command("create")
@@ -59,35 +39,9 @@ def links_create(
 
     Anyone with it can download the file until it expires or is revoked; it is shown only
     this once."""
-    from qexport.cli.common import resolve_export_id
-
     export_id = resolve_export_id(ctx, export_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            view = client.create_link(export_id, days)
-    else:
-        from qexport.domain.commands import CreateLink
-        from qexport.services.links import create_link
-        from qexport.services.views import iso_time
-
-        deps, principal = _local(ctx)
-        if not deps.settings.public_base_url:
-            # A server makes its links for its own address; the command line knows none, and
-            # a link without one is no URL anyone can open: made nowhere, refused here.
-            fail_input(
-                "set QEXPORT_PUBLIC_BASE_URL (or --public-base-url) to the address people reach"
-                " `qexport serve` at; a public link's URL starts with it"
-            )
-        try:
-            created = create_link(deps, principal, CreateLink(export_id, days))
-        except QExportError as exc:
-            _refused(exc)
-        view = {
-            "id": created.link.id,
-            "url": created.url,
-            "expires_at": iso_time(created.expires_at),
-        }
+    with client_of(ctx) as client, server_refusals():
+        view = client.create_link(export_id, days)
     if as_json:
         print(json.dumps(view, indent=2))
         return
@@ -110,34 +64,9 @@ def links_list(
 
     Yours, or every one for a workspace admin; oldest first; their URLs are not shown
     again."""
-    from qexport.cli.common import resolve_export_id
-
     export_id = resolve_export_id(ctx, export_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            items: list[dict[str, Any]] = client.list_links(export_id)["items"]
-    else:
-        from qexport.services.links import list_live_links
-        from qexport.services.views import iso_time
-
-        deps, principal = _local(ctx)
-        try:
-            record, found = list_live_links(
-                deps.exports, deps.accounts, deps.clock, principal, export_id
-            )
-        except QExportError as exc:
-            _refused(exc)
-        items = [
-            {
-                "id": link.id,
-                "created_by": link.created_by,
-                "created_at": iso_time(link.created_at),
-                "expires_at": iso_time(link.expires_at or record.expires_at),
-                "last_used_at": iso_time(link.last_used_at) if link.last_used_at else None,
-            }
-            for link in found
-        ]
+    with client_of(ctx) as client, server_refusals():
+        items: list[dict[str, Any]] = client.list_links(export_id)["items"]
     if as_json:
         print(json.dumps({"items": items}, indent=2))
         return
@@ -166,17 +95,6 @@ def links_revoke(
     link_id: Annotated[str, typer.Argument(help="The link's id (links list).")],
 ) -> None:
     """Revoke a link: it stops working at once (revoking it again is no error)."""
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            client.revoke_link(link_id)
-    else:
-        from qexport.domain.commands import RevokeLink
-        from qexport.services.links import revoke_link
-
-        deps, principal = _local(ctx)
-        try:
-            revoke_link(deps, principal, RevokeLink(link_id))
-        except QExportError as exc:
-            _refused(exc)
+    with client_of(ctx) as client, server_refusals():
+        client.revoke_link(link_id)
     out.print(f"link {link_id} revoked", highlight=False, soft_wrap=True)

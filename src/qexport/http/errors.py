@@ -17,23 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qexport.domain.failures import (
-    AccessLostError,
-    ConflictError,
-    ForbiddenError,
     InvalidRequestError,
-    LimitExceededError,
     MetadataUnavailableError,
-    NotFoundError,
     QExportError,
-    QueryInvalidError,
-    QueryTimeoutError,
-    SourceUnavailableError,
     StatementRefusedError,
-    StorageUnavailableError,
     TooManyRequestsError,
-    UnauthorizedError,
 )
-from qexport.services.exports import ExpiredError, ExportFailedError, NotReadyError
+from qexport.http.statuses import status_of
+from qexport.services.exports import NotReadyError
 
 log = structlog.get_logger()
 
@@ -74,29 +65,6 @@ class Problem(BaseModel):
 PROBLEM_SCHEMA: dict[str, Any] = Problem.model_json_schema()
 
 
-# Most specific first: the first class an error is an instance of decides.
-_STATUS: tuple[tuple[type[QExportError], int, str], ...] = (
-    (InvalidRequestError, 422, "invalid_request"),
-    (UnauthorizedError, 401, "unauthorized"),
-    (ForbiddenError, 403, "forbidden"),
-    (AccessLostError, 403, "access_lost"),
-    (NotFoundError, 404, "not_found"),
-    (NotReadyError, 409, "not_ready"),
-    (ExportFailedError, 409, "export_failed"),
-    (ConflictError, 409, "conflict"),
-    (ExpiredError, 410, "expired"),
-    (TooManyRequestsError, 429, "too_many_requests"),
-    (MetadataUnavailableError, 503, "database_unavailable"),
-    (StorageUnavailableError, 503, "unavailable"),
-    (SourceUnavailableError, 503, "source_unavailable"),
-    # A statement run while the caller waits (a preview): refused by its source, or too slow.
-    (QueryInvalidError, 422, "query_invalid"),
-    (QueryTimeoutError, 504, "query_timeout"),
-    # A preview that needed more memory than a preview may use (QEXPORT_PREVIEW_MAX_MEMORY).
-    (LimitExceededError, 422, "limit_exceeded"),
-)
-
-
 def problem(
     status: int,
     code: str,
@@ -117,14 +85,6 @@ def problem(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM)
 
 
-def status_of(exc: QExportError) -> tuple[int, str] | None:
-    """The HTTP status and problem code of a qexport error; None for an unexpected one."""
-    for cls, status, code in _STATUS:
-        if isinstance(exc, cls):
-            return status, code
-    return None
-
-
 async def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
     """(async: it does no I/O, and a plain function would take a trip to the thread pool)"""
     assert isinstance(exc, QExportError)
@@ -132,23 +92,24 @@ async def _qexport_error(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def qexport_problem(exc: QExportError) -> JSONResponse:
-    for cls, status, code in _STATUS:
-        if isinstance(exc, cls):
-            headers: dict[str, str] = {}
-            members: dict[str, Any] = {}
-            if status == 401:
-                headers["WWW-Authenticate"] = "Bearer"
-            if isinstance(exc, NotReadyError):
-                headers["Retry-After"] = str(RETRY_NOT_READY_SECONDS)
-            if isinstance(exc, MetadataUnavailableError):
-                headers["Retry-After"] = str(RETRY_UNAVAILABLE_SECONDS)
-            if isinstance(exc, TooManyRequestsError):
-                headers["Retry-After"] = str(exc.retry_after)
-            if isinstance(exc, InvalidRequestError):
-                members.update(_invalid_members(exc))
-            return problem(status, code, exc.detail, headers=headers or None, **members)
-    log.error("api.unexpected_error", error=type(exc).__name__, detail=exc.detail)
-    return problem(500, "internal", "an unexpected error occurred")
+    found = status_of(exc)
+    if found is None:
+        log.error("api.unexpected_error", error=type(exc).__name__, detail=exc.detail)
+        return problem(500, "internal", "an unexpected error occurred")
+    status, code = found
+    headers: dict[str, str] = {}
+    members: dict[str, Any] = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, NotReadyError):
+        headers["Retry-After"] = str(RETRY_NOT_READY_SECONDS)
+    if isinstance(exc, MetadataUnavailableError):
+        headers["Retry-After"] = str(RETRY_UNAVAILABLE_SECONDS)
+    if isinstance(exc, TooManyRequestsError):
+        headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, InvalidRequestError):
+        members.update(_invalid_members(exc))
+    return problem(status, code, exc.detail, headers=headers or None, **members)
 
 
 def _position(exc: InvalidRequestError) -> dict[str, int] | None:

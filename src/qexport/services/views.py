@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from qexport.domain.accounts import Link
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import ExportRecord, effective_status
 from qexport.domain.failures import readable_detail
@@ -114,4 +115,16 @@ def delivery_view(delivery: Delivery) -> dict[str, Any]:
         "created_at": iso_time(delivery.created_at),
         "next_attempt_at": iso_time(delivery.next_attempt_at),
         "resent_at": iso_time(delivery.resent_at),
+    }
+
+
+def link_view(link: Link, record: ExportRecord) -> dict[str, Any]:
+    """A live public link, without its URL (only its hash is kept): it ends when it expires,
+    or with its export's file."""
+    return {
+        "id": link.id,
+        "created_by": link.created_by,
+        "created_at": iso_time(link.created_at),
+        "expires_at": iso_time(link.expires_at or record.expires_at),
+        "last_used_at": iso_time(link.last_used_at),
     }

@@ -31,6 +31,7 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import MetadataUnavailableError, QExportError
 from qexport.http import errors as api_errors
+from qexport.http.statuses import status_of
 from qexport.web.auth import SignInRequiredError, read_session, signed_in_session
 from qexport.web.confirm import Confirmation, confirm_page
 from qexport.web.render import page
@@ -73,7 +74,7 @@ def _sign_in_redirect(request: Request) -> Response:
 
 
 def _qexport_error_page(request: Request, exc: QExportError) -> Response:
-    found = api_errors.status_of(exc)
+    found = status_of(exc)
     if found is None:
         log.exception("web.unexpected_error", error=type(exc).__name__, detail=exc.detail)
         return error_page(request, 500, "An unexpected error occurred.")

@@ -34,7 +34,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import can_read
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
-from qexport.http import errors as api_errors
+from qexport.http.statuses import status_of
 from qexport.services.approvals import listed
 from qexport.services.deciding import decide_request
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
@@ -184,7 +184,7 @@ def _render(
     if isinstance(error, InvalidRequestError):
         status = 400  # a refused field, as every form page answers it
     elif error is not None:
-        mapped = api_errors.status_of(error)
+        mapped = status_of(error)
         status = mapped[0] if mapped else 500
     return page(
         request,

@@ -28,10 +28,10 @@ from qexport.domain.failures import (
     readable_detail,
 )
 from qexport.domain.schedules import Delivery
-from qexport.http import errors as api_errors
 from qexport.http.cursors import decode_page_cursor, encode_page_cursor
 from qexport.http.download import DownloadConditions
 from qexport.http.download import download as file_of
+from qexport.http.statuses import status_of
 from qexport.services.accounts import list_members
 from qexport.services.again import SubjectGoneError, request_again
 from qexport.services.approvals import listed
@@ -275,7 +275,7 @@ def _detail(
     ]
     status = 200
     if error is not None:
-        mapped = api_errors.status_of(error)
+        mapped = status_of(error)
         status = mapped[0] if mapped else 500
     response = page(
         request,

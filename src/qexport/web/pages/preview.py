@@ -28,8 +28,8 @@ from qexport.domain.failures import (
     TooManyRequestsError,
 )
 from qexport.domain.queries import Parameter, ParamType, Query
-from qexport.http.errors import status_of
 from qexport.http.one_hop import off_the_loop
+from qexport.http.statuses import status_of
 from qexport.services import preview as service
 from qexport.services.queries import get_readable_query
 from qexport.web.auth import Context, SignedIn, WebPrincipal
