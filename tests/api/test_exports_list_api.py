@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from qexport.http.cursors import encode_page_cursor
+from qexport.domain.cursors import encode_page_cursor
 from tests.api.conftest import Api
 
 ALICE = "alice@acme.test"  # an editor

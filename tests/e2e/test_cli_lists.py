@@ -406,7 +406,10 @@ def test_links_are_made_listed_and_revoked_locally(env: Env) -> None:
     assert env.run("links", "revoke", made["id"]).stdout.strip() == f"link {made['id']} revoked"
     assert json.loads(env.run("links", "list", created["id"], "--json").stdout)["items"] == []
     missing = env.run("links", "revoke", "no-such-link", check=False)
-    assert (missing.returncode, missing.stderr.strip()) == (1, "error: no link 'no-such-link' (not_found)")
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "error: no link 'no-such-link' (not_found)",
+    )
     trail = json.loads(env.run("audit", "list", "--json").stdout)["items"]
     kinds = {(e["action"], e["actor"]["kind"]) for e in trail}
     assert {("link.created", "operator"), ("link.revoked", "operator")} <= kinds

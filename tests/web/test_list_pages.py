@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from fastapi.testclient import TestClient
 
-from qexport.http.cursors import encode_page_cursor
+from qexport.domain.cursors import encode_page_cursor
 from tests.api.conftest import Api
 from tests.web.conftest import Browser, add_person, csrf_of
 

@@ -23,9 +23,9 @@ from qexport.api.schemas import (
 )
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.commands import RequestExport, SubjectRef
+from qexport.domain.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import InvalidRequestError, Problems
-from qexport.http.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
 from qexport.http.download import DownloadConditions, download, file_responses
 from qexport.http.one_hop import OneHopRoute
 from qexport.services.exports import (

@@ -48,6 +48,7 @@ from qexport.container import Container
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.audit import operator_for
 from qexport.domain.commands import RequestExport, SubjectKind, SubjectRef
+from qexport.domain.cursors import decode_page_cursor, encode_page_cursor
 from qexport.domain.exports import (
     CANCELLED,
     SETTLED_STATUSES,
@@ -65,7 +66,6 @@ from qexport.domain.failures import (
 from qexport.domain.humanize import human_size
 from qexport.domain.queries import can_read
 from qexport.domain.reports import can_read_report
-from qexport.http.cursors import decode_page_cursor, encode_page_cursor
 from qexport.ports import Presigner
 from qexport.services.accounts import local_principal
 from qexport.services.exports import (

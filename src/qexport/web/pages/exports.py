@@ -17,6 +17,7 @@ from qexport.deliveries.signing import link_token, master_secret
 from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.commands import CreateLink, RequestAgain, RevokeLink
+from qexport.domain.cursors import decode_page_cursor, encode_page_cursor
 from qexport.domain.exports import STATUS_LABELS
 from qexport.domain.failures import (
     ConflictError,
@@ -28,7 +29,6 @@ from qexport.domain.failures import (
     readable_detail,
 )
 from qexport.domain.schedules import Delivery
-from qexport.http.cursors import decode_page_cursor, encode_page_cursor
 from qexport.http.download import DownloadConditions
 from qexport.http.download import download as file_of
 from qexport.http.statuses import status_of
