@@ -12,6 +12,8 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from qexport.domain.accounts import Principal, Role
+from qexport.domain.commands import CancelExport
 from qexport.domain.exports import ExportRecord, Requester, Result
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
@@ -195,7 +197,8 @@ def test_metrics_after_exports(api: Api, people: Requester) -> None:
     clock.advance(8 * 86400)  # past the 7-day retention: both expired; their attempts too old
     recent = _request(api, people)
     _request(api, people, "broken")
-    cancel_export(store, clock, people, _request(api, people).id)
+    admin = Principal(people.user_id, "", people.workspace_id, Role.ADMIN, "t")
+    cancel_export(api.deps, admin, CancelExport(_request(api, people).id))
     assert api.drain() == {"succeeded": 1, "failed": 1}
     retried = _request(api, people)
     _retried_by_hand(store, clock, retried.id)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from qexport.cli.exports import plain_file_name
+from qexport.cli.downloads import plain_file_name
 from qexport.store.tables import exports
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_serve import SMALL_ORDERS, N, new_token, start_server

@@ -58,7 +58,7 @@ def test_subscribe_and_unsubscribe_locally(env: Env) -> None:
     assert _json(vera, "schedules", "list")["items"][0]["subscribed"] is False
     missing = vera.run("schedules", "subscribe", "no-such-id", check=False)
     assert missing.returncode == 1
-    assert missing.stderr.strip() == "error: no schedule with this id that you can see"
+    assert missing.stderr.strip() == "error: no schedule with this id that you can see (not_found)"
 
 
 def test_subscribe_through_a_server(env: Env, tmp_path: Path) -> None:

@@ -353,3 +353,36 @@ def test_each_door_decides_an_approval_alike(env: Env, tmp_path: Path) -> None:
     )
     decided_by = {approval_of[e.target_id]: e.actor_kind for e in trail if e.outcome == "ok"}
     assert decided_by == dict(zip(doors, ["token", "user", "operator", "token"], strict=True))
+
+
+def _sees(doors: Doors, export_id: str) -> dict[str, tuple[bool, bool]]:
+    """At each door: whether the member finds the export by its id, and in their list."""
+    seen: dict[str, tuple[bool, bool]] = {}
+    with httpx2.Client(base_url=doors.url, headers=bearer(doors.token), timeout=30) as api:
+        listed = [e["id"] for e in api.get("/api/v1/exports").json()["items"]]
+        found = api.get(f"/api/v1/exports/{export_id}").status_code == 200
+        seen["api"] = (found, export_id in listed)
+    with contextlib.closing(doors.signed_in()) as browser:
+        found = browser.get(f"/exports/{export_id}").status_code == 200
+        seen["pages"] = (found, export_id in browser.get("/").text)
+    for door, cli in (("cli (local)", doors.local), ("cli (server)", doors.remote)):
+        got = cli.run("exports", "get", export_id[:8], "--json", check=False)
+        assert got.returncode in (0, 1), got.stderr
+        listed = [e["id"] for e in cli.json("exports", "list")["items"]]
+        seen[door] = (got.returncode == 0, export_id in listed)
+    return seen
+
+
+def test_each_door_shows_an_admin_the_workspace_and_a_member_their_own(
+    env: Env, tmp_path: Path
+) -> None:
+    """ada's export is found, by its id's start too, and listed at every door for bea, a
+    workspace admin, and at none for cy, another editor: the command line on the local
+    database shows what the API shows."""
+    ada = _doors(env, tmp_path)
+    export_id, refusal = ada.api({"n": "3"})
+    assert export_id is not None, refusal
+    bea = _member(env, ada.url, "bea@example.com", "admin", tmp_path)
+    cy = _member(env, ada.url, "cy@example.com", "editor", tmp_path)
+    assert _sees(bea, export_id) == dict.fromkeys(bea.all(), (True, True))
+    assert _sees(cy, export_id) == dict.fromkeys(cy.all(), (False, False))

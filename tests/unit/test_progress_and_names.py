@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from qexport.cli.exports import plain_file_name
+from qexport.cli.downloads import plain_file_name
 from qexport.domain.exports import safe_filename
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import check_filename_template, export_filename

@@ -22,32 +22,28 @@ from qexport.api.schemas import (
     problem_responses,
 )
 from qexport.domain.approvals import ApprovalRequest
-from qexport.domain.commands import RequestExport, SubjectRef
-from qexport.domain.cursors import MAX_CURSOR_CHARS, decode_page_cursor, encode_page_cursor
+from qexport.domain.commands import CancelExport, ListExports, RequestExport, SubjectRef
+from qexport.domain.cursors import MAX_CURSOR_CHARS
 from qexport.domain.exports import ExportRecord
-from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.http.download import DownloadConditions, download, file_responses
 from qexport.http.one_hop import OneHopRoute
 from qexport.services.exports import (
     FORMAT_CHOICES,
     MAX_EXPORT_ID_CHARS,
     MAX_INSTANT_CHARS,
+    MAX_PAGE,
     MAX_SEARCH_CHARS,
     MAX_USER_CHARS,
     STATUS_CHOICES,
-    ExportListing,
     cancel_export,
     get_visible_export,
-    list_export_page,
     list_visible_events,
-    parse_listing,
 )
+from qexport.services.exports import list_exports as list_exports_page
 from qexport.services.requests import request
 from qexport.services.views import export_view
 
 router = APIRouter(route_class=OneHopRoute, tags=["exports"])
-
-MAX_PAGE = 200
 
 
 def _view(record: ExportRecord, context: Context) -> Export:
@@ -191,40 +187,23 @@ def list_exports(
 ) -> ExportList:
     """The caller's exports (an admin's: the workspace's), newest first, narrowed by the
     filters given. `next_cursor` continues with older exports, `prev_cursor` with newer."""
-    problems = Problems()
-    listing = ExportListing()
-    at = None
-    with problems.check():
-        listing = parse_listing(
-            status=status,
-            fmt=format,
-            subject=subject,
-            requested_by=requested_by,
-            since=since,
-            until=until,
-            search=q,
-            id_prefix=id_prefix,
-        )
-    with problems.check():
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidRequestError(f"limit must be 1 to {MAX_PAGE}, not {limit}", field="limit")
-    with problems.check():
-        at = decode_page_cursor(cursor) if cursor is not None else None
-    problems.raise_any()
-    page = list_export_page(
-        context.exports,
-        context.clock,
-        principal.requester,
-        listing,
-        whole_workspace=principal.sees_workspace,
+    query = ListExports(
+        status=status,
+        format=format,
+        subject=subject,
+        requested_by=requested_by,
+        since=since,
+        until=until,
+        search=q,
+        id_prefix=id_prefix,
         limit=limit,
-        before=at.at if at is not None and not at.newer else None,
-        after=at.at if at is not None and at.newer else None,
+        cursor=cursor,
     )
+    page = list_exports_page(context, principal, query)
     return ExportList(
         items=[_view(record, context) for record in page.items],
-        next_cursor=encode_page_cursor(page.older) if page.older else None,
-        prev_cursor=encode_page_cursor(page.newer, newer=True) if page.newer else None,
+        next_cursor=page.next_cursor,
+        prev_cursor=page.prev_cursor,
     )
 
 
@@ -262,13 +241,7 @@ def get_export_file(
 )
 def cancel(export_id: str, principal: CurrentPrincipal, context: Context) -> Export:
     """Settle a queued or running export as failed/cancelled; a settled one is 409."""
-    record = cancel_export(
-        context.exports,
-        context.clock,
-        principal.requester,
-        export_id,
-        whole_workspace=principal.sees_workspace,
-    )
+    record = cancel_export(context, principal, CancelExport(export_id))
     return _view(record, context)
 
 

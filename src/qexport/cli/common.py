@@ -16,10 +16,11 @@ from typer.core import TyperOption
 
 from qexport.config import Settings
 from qexport.domain.exports import Requester
-from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.failures import InvalidRequestError
 
 if TYPE_CHECKING:
-    from qexport.cli.client import ApiError, Client, QExportClient
+    from qexport.cli.client import ApiError, Client
+    from qexport.cli.remote import QExportClient
     from qexport.container import Container
 
 # No console markup: what is printed holds names, SQL and messages people typed, where
@@ -119,7 +120,7 @@ def remote(ctx: typer.Context) -> QExportClient | None:
         return None
     if not (st.url and st.token):
         fail_input("talking to a server needs both QEXPORT_URL and QEXPORT_TOKEN (--url, --token)")
-    from qexport.cli.client import QExportClient
+    from qexport.cli.remote import QExportClient
 
     return QExportClient(st.url, st.token)
 
@@ -135,7 +136,8 @@ def client_of(ctx: typer.Context) -> Client:
     from qexport.services.accounts import local_principal
 
     st, deps = local_deps(ctx)
-    return LocalClient(deps, local_principal(deps.accounts, st.requester))
+    member = deps.accounts.role_of(st.requester.workspace_id, st.requester.user_id) is not None
+    return LocalClient(deps, local_principal(deps.accounts, st.requester), member=member)
 
 
 @contextlib.contextmanager
@@ -164,12 +166,20 @@ def server_refusals(bad_input: Collection[int] = (422,)) -> Iterator[None]:
         fail_api(exc, BAD_INPUT if exc.status in bad_input else 1)
 
 
-def fail_api(exc: ApiError, code: int) -> NoReturn:
-    """A server's refusal: one line, or one line per mistake when it found several."""
-    if len(exc.problems) > 1:
-        for line in exc.problems[:-1]:
-            say_error(line)
-        fail(f"{exc.problems[-1]} ({exc.code})", code)
+def fail_api(
+    exc: ApiError, code: int, label: Callable[[str | None], str] | None = None
+) -> NoReturn:
+    """A refusal: one line, or one line per mistake when several were found. With `label`,
+    each line is led by `label(field)` (the option that gave the field at fault, say); else
+    several mistakes are led by their fields."""
+    lead = label or (lambda field: f"{field}: " if field else "")
+    if len(exc.mistakes) > 1:
+        *lines, (last_lead, last) = [(lead(f), m) for f, m in exc.mistakes]
+        for led, line in lines:
+            say_error(f"{led}{line}")
+        fail(f"{last_lead}{last} ({exc.code})", code)
+    if label is not None:
+        fail(f"{label(exc.field)}{exc}", code)
     fail(str(exc), code)
 
 
@@ -215,34 +225,20 @@ def resolve_export_id(ctx: typer.Context, ref: str | None) -> str:
         fail_input(
             "which export? give its id or the start of it; `qexport exports list` shows them"
         )
-    from qexport.services.exports import (
-        MAX_CANDIDATES,
-        ambiguous_message,
-        id_prefix_of,
-    )
-    from qexport.services.exports import resolve_export_id as resolve_local_export_id
+    from qexport.services.exports import MAX_CANDIDATES, ambiguous_message, id_prefix_of
 
     ref = ref.strip()
-    client = remote(ctx)
-    if client is not None:
-        try:
-            prefix = id_prefix_of(ref)
-        except InvalidRequestError as exc:
-            fail_input(exc.detail)
-        if prefix is None:  # a whole id, or nothing like one: the server says which
-            return ref
-        with client, server_refusals():
-            found = client.exports_starting(prefix, MAX_CANDIDATES + 1)
-        if not found:
-            fail(f"no export {ref!r}")
-        if len(found) > 1:
-            candidates = [(str(v["id"]), str(v["subject"]["name"])) for v in found]
-            fail_input(ambiguous_message(ref, candidates))
-        return str(found[0]["id"])
-    st, deps = local_deps(ctx)
     try:
-        return resolve_local_export_id(deps.exports, deps.clock, st.requester, ref)
-    except NotFoundError as exc:
-        fail(str(exc))
+        prefix = id_prefix_of(ref)
     except InvalidRequestError as exc:
         fail_input(exc.detail)
+    if prefix is None:  # a whole id, or nothing like one: the export's own lookup says which
+        return ref
+    with client_of(ctx) as client, server_refusals():
+        found = client.exports_starting(prefix, MAX_CANDIDATES + 1)
+    if not found:
+        fail(f"no export {ref!r}")
+    if len(found) > 1:
+        candidates = [(str(v["id"]), str(v["subject"]["name"])) for v in found]
+        fail_input(ambiguous_message(ref, candidates))
+    return str(found[0]["id"])

@@ -10,11 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli.common import fail, local_deps, out, remote, server_errors
+from qexport.cli.common import client_of, out, server_errors
 from qexport.domain.exports import UNSETTLED_STATUSES
-from qexport.domain.failures import QExportError
-from qexport.services.exports import get_visible_export
-from qexport.services.views import delivery_view
 
 
 def exports_deliveries(
@@ -28,22 +25,9 @@ def exports_deliveries(
     from qexport.cli.common import resolve_export_id
 
     export_id = resolve_export_id(ctx, export_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            items = client.list_deliveries(export_id).get("items", [])
-            settled = client.get_export(export_id)["status"] not in UNSETTLED_STATUSES
-    else:
-        st, deps = local_deps(ctx)
-        try:
-            from qexport.schedules.catalog import list_visible_deliveries  # schedules: here only
-
-            record = get_visible_export(deps.exports, st.requester, export_id)
-            found = list_visible_deliveries(deps.exports, deps.deliveries, st.requester, export_id)
-        except QExportError as exc:
-            fail(str(exc))
-        items = [delivery_view(d) for d in found]
-        settled = record.settled
+    with client_of(ctx) as client, server_errors():
+        items = client.list_deliveries(export_id).get("items", [])
+        settled = client.get_export(export_id)["status"] not in UNSETTLED_STATUSES
     if as_json:
         print(json.dumps({"items": items}, indent=2))
         return

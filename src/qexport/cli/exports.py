@@ -3,38 +3,32 @@ or, with QEXPORT_URL and QEXPORT_TOKEN, on a server."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
-import shutil
-import sys
 import time
-from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from qexport.cli.client import ApiError, Client
 from qexport.cli.common import (
+    BAD_INPUT,
+    client_of,
     did_you_mean,
     err,
-    fail,
+    fail_api,
     fail_input,
-    fail_problems,
-    local_deps,
     out,
     parse_kv,
-    remote,
     resolve_export_id,
     server_errors,
     server_refusals,
 )
 from qexport.cli.deliveries import exports_deliveries
+from qexport.cli.downloads import download
 from qexport.cli.schedules import (
     EMAIL_HELP,
     SLACK_HELP,
@@ -42,47 +36,13 @@ from qexport.cli.schedules import (
     WEBHOOK_HELP,
     option_of,
     parse_notify,
-    recipients_json,
 )
-from qexport.container import Container
-from qexport.domain.approvals import ApprovalRequest
-from qexport.domain.audit import operator_for
-from qexport.domain.commands import RequestExport, SubjectKind, SubjectRef
-from qexport.domain.cursors import decode_page_cursor, encode_page_cursor
 from qexport.domain.exports import (
     CANCELLED,
     SETTLED_STATUSES,
-    ExportRecord,
-    Requester,
-    safe_filename,
     shown_status,
 )
-from qexport.domain.failures import (
-    InvalidRequestError,
-    NotFoundError,
-    Problems,
-    QExportError,
-)
 from qexport.domain.humanize import human_size
-from qexport.domain.queries import can_read
-from qexport.domain.reports import can_read_report
-from qexport.ports import Presigner
-from qexport.services.accounts import local_principal
-from qexport.services.exports import (
-    ExportListing,
-    cancel_export,
-    downloadable,
-    get_visible_export,
-    hand_over_file,
-    hand_over_link,
-    list_export_page,
-    parse_listing,
-)
-from qexport.services.requests import request
-from qexport.services.views import approval_view, export_view
-
-if TYPE_CHECKING:
-    from qexport.cli.client import QExportClient
 
 SHORT_ID_CHARS = 8  # what `exports list` shows of an id, at least
 # Optional for click, so that leaving it out gets a sentence saying where ids are found.
@@ -105,12 +65,9 @@ exports_app = typer.Typer(
 
 # A server is asked less often than the local database: other clients share it.
 REMOTE_POLL_SECONDS = 0.5
+LOCAL_POLL_SECONDS = 0.2
 # How long `--wait` sees an export queued before it says that a worker must take it.
 QUEUED_HINT_SECONDS = 5.0
-
-
-def _print_export(record: ExportRecord, deps: Container, as_json: bool) -> None:
-    _print_view(export_view(record, deps.clock.now()), as_json)
 
 
 def _shown(view: dict[str, Any]) -> str:
@@ -177,88 +134,47 @@ def exports_create(
     parameters = parse_kv(param or [])
     if (query is None) == (report is None):
         fail_input("give exactly one of --query and --report")
-    notify = parse_notify(email, webhook, slack, teams)
-    client = remote(ctx)
-    if client is not None:
-        with client:
-            with server_errors(client_error_code=2):
-                view = _remote_create(
-                    client,
-                    query,
-                    report,
-                    fmt,
-                    parameters,
-                    neutralize,
-                    [r.to_json() for r in notify],
-                )
-            if view.get("kind") == "approval":
-                _print_awaiting(view, as_json=as_json)
-                return
-            if wait:
-                export_id = view["id"]
-                with server_errors():
-                    view = _wait(
-                        lambda: client.get_export(export_id),
-                        export_id,
-                        quiet=as_json,
-                        interval=REMOTE_POLL_SECONDS,
-                    )
-        _print_created(view, wait=wait, as_json=as_json)
-        return
-    st, deps = local_deps(ctx)
-    kind: SubjectKind = "query" if query is not None else "report"
-    command = RequestExport(
-        SubjectRef(kind, query or report or "", by_name=True),
-        fmt,
-        parameters,
-        neutralize,
-        tuple(recipients_json(email, webhook, slack, teams)),
-    )
-    try:
-        record = request(deps, local_principal(deps.accounts, st.requester), command)
-    except NotFoundError as exc:
-        fail_input(str(exc) + _local_suggestion(deps, st.requester, query, report))
-    except QExportError as exc:
-        _refused(exc)
-    if isinstance(record, ApprovalRequest):
-        now = deps.clock.now()
-        _print_awaiting(approval_view(record, now), as_json=as_json)
-        return
-    view = export_view(record, deps.clock.now())
-    if wait:
-        view = _wait(_local_view(deps, st.requester, record.id), record.id, quiet=as_json)
+    kind = "query" if query is not None else "report"
+    ref = query or report or ""
+    notify = [r.to_json() for r in parse_notify(email, webhook, slack, teams)]
+    with client_of(ctx) as client:
+        try:
+            view = client.request_export(
+                kind, ref, fmt, parameters, neutralize_formulas=neutralize, notify=notify
+            )
+        except ApiError as exc:
+            _refused(client, exc, kind, ref)
+        if view.get("kind") == "approval":
+            _print_awaiting(view, as_json=as_json)
+            return
+        if wait:
+            with server_errors():
+                view = _wait(client, view["id"], quiet=as_json)
     _print_created(view, wait=wait, as_json=as_json)
 
 
-def _refused(exc: QExportError) -> NoReturn:
-    """A local refusal, exit 2: every mistake, one line each, a recipient's led by its
-    option (`--webhook: ...`)."""
-    if isinstance(exc, InvalidRequestError):
-        fail_problems(exc, _recipient_option)
-    fail_input(str(exc))
+def _refused(client: Client, exc: ApiError, kind: str, ref: str) -> NoReturn:
+    """A refused request, exit 2 (1 for a bad token, or a server down or failing): every
+    mistake, one line each, a recipient's led by its option (`--webhook: ...`); an unknown
+    query or report with the nearest name the caller can read."""
+    if exc.status == 404:
+        names = [name for _id, name in client.subjects(kind)]
+        hint = did_you_mean(ref, names) or _none_yet(kind, names, on_server=_on_server(client))
+        fail_input(f"{exc.detail}{hint} ({exc.code})")
+    code = 1 if exc.status in (0, 401) or exc.status >= 500 else BAD_INPUT
+    fail_api(exc, code, _recipient_option)
 
 
-def _recipient_option(problem: InvalidRequestError) -> str:
+def _on_server(client: Client) -> bool:
+    from qexport.cli.remote import QExportClient
+
+    return isinstance(client, QExportClient)
+
+
+def _recipient_option(field: str | None) -> str:
     """`--webhook: ` before a refused recipient; nothing before any other mistake."""
-    field = problem.field or ""
+    field = field or ""
     return f"{option_of(field)}: " if field.startswith("notify") else ""
-
-
-def _local_suggestion(
-    deps: Container, requester: Requester, query: str | None, report: str | None
-) -> str:
-    """A close name among the queries (or reports) the requester may read."""
-    principal_reports = [
-        r.title
-        for r in deps.catalog.list_reports(requester.workspace_id)
-        if can_read_report(requester, r)
-    ]
-    if report is not None:
-        return did_you_mean(report, principal_reports) or _none_yet("report", principal_reports)
-    names = [
-        q.name for q in deps.catalog.list_queries(requester.workspace_id) if can_read(requester, q)
-    ]
-    return did_you_mean(query or "", names) or _none_yet("query", names)
 
 
 def _none_yet(what: str, names: list[str], *, on_server: bool = False) -> str:
@@ -274,38 +190,6 @@ def _none_yet(what: str, names: list[str], *, on_server: bool = False) -> str:
         "; there are no queries you can read yet: add one with"
         " qexport queries add NAME --sql 'SELECT …' (or try qexport demo)"
     )
-
-
-def _remote_create(
-    client: QExportClient,
-    query: str | None,
-    report: str | None,
-    fmt: str,
-    parameters: dict[str, str],
-    neutralize: bool,
-    notify: list[dict[str, str]],
-) -> dict[str, Any]:
-    """Request the export on the server, by name or id; an unknown name gets suggestions."""
-    from qexport.cli.client import ApiError
-
-    ref = report if report is not None else query
-    assert ref is not None
-    path, label = ("/reports", "title") if report is not None else ("/queries", "name")
-    subject_id, names = client.lookup(path, label, ref)
-    try:
-        if report is not None:
-            return client.create_export(
-                subject_id, fmt, parameters, subject="report", notify=notify
-            )
-        return client.create_export(
-            subject_id, fmt, parameters, neutralize_formulas=neutralize, notify=notify
-        )
-    except ApiError as exc:
-        if exc.status == 404 and subject_id == ref:  # no such name: perhaps a typo
-            what = "report" if report is not None else "query"
-            hint = did_you_mean(ref, names) or _none_yet(what, names, on_server=True)
-            fail_input(f"{exc.detail}{hint} ({exc.code})")
-        raise
 
 
 def _print_awaiting(view: dict[str, Any], *, as_json: bool) -> None:
@@ -404,17 +288,8 @@ def exports_get(
 ) -> None:
     """Show one export: its status, file, rows, size and times."""
     export_id = resolve_export_id(ctx, export_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            _print_view(client.get_export(export_id), as_json)
-        return
-    st, deps = local_deps(ctx)
-    try:
-        record = get_visible_export(deps.exports, st.requester, export_id)
-    except QExportError as exc:
-        fail(str(exc))
-    _print_export(record, deps, as_json)
+    with client_of(ctx) as client, server_errors():
+        _print_view(client.get_export(export_id), as_json)
 
 
 @exports_app.command("list")
@@ -448,110 +323,51 @@ def exports_list(
 ) -> None:
     """List your exports, newest first, a page at a time.
 
-    On a server, an admin sees the workspace's. Ids are shortened to what tells them apart;
-    the other commands accept them."""
-    client = remote(ctx)
-    if client is not None:
-        filters = {
-            key: value
-            for key, value in {
-                "format": fmt,
-                "since": since,
-                "until": until,
-                "q": search,
-            }.items()
-            if value
-        }
-        with client, server_refusals():
-            if subject:
-                filters["subject"] = _remote_subject(client, subject)
-            page = client.list_exports(
-                limit=None if all_pages else limit, status=status, cursor=cursor, filters=filters
-            )
-        _print_list(page, as_json, filtered=bool(filters or status))
-        return
-    st, deps = local_deps(ctx)
-    problems = Problems()
-    listing, at = ExportListing(), None
-    with problems.check():
-        listing = parse_listing(
-            status=status,
-            fmt=fmt,
-            subject=_local_subject(deps, st.requester, subject) if subject else None,
-            since=since,
-            until=until,
-            search=search,
-        )
-    with problems.check():
-        at = decode_page_cursor(cursor) if cursor else None
-    try:
-        problems.raise_any()
-    except InvalidRequestError as exc:
-        fail_input(_flag_words(exc))
-    items: list[dict[str, Any]] = []
-    now = deps.clock.now()
-    before = at.at if at is not None and not at.newer else None
-    after = at.at if at is not None and at.newer else None  # an API's prev_cursor: one page
-    while True:
-        found = list_export_page(
-            deps.exports,
-            deps.clock,
-            st.requester,
-            listing,
-            limit=min(limit - len(items), PAGE_SIZE) if not all_pages else PAGE_SIZE,
-            before=before,
-            after=after,
-        )
-        items.extend(export_view(r, now) for r in found.items)
-        before, after = found.older, None
-        if before is None or (not all_pages and len(items) >= limit):
-            break
-    next_cursor = encode_page_cursor(before) if before is not None else None
-    _print_list({"items": items, "next_cursor": next_cursor}, as_json, filtered=listing.filtered)
+    A workspace admin sees the workspace's, locally as on a server. Ids are shortened to
+    what tells them apart; the other commands accept them."""
+    filters = {
+        key: value
+        for key, value in {"format": fmt, "since": since, "until": until, "q": search}.items()
+        if value
+    }
+    with client_of(ctx) as client:
+        if subject:
+            filters["subject"] = _subject_id(client, subject)
+        with server_refusals():
+            try:
+                page = client.list_exports(
+                    limit=None if all_pages else limit,
+                    status=status,
+                    cursor=cursor,
+                    filters=filters,
+                )
+            except ApiError as exc:
+                fail_api(exc, BAD_INPUT if exc.status == 422 else 1, _flag_of)
+    _print_list(page, as_json, filtered=bool(filters or status))
 
 
-PAGE_SIZE = 200
 # The list's options, as its API parameters name them in errors.
 _FLAGS = {"q": "--search", "format": "--format", "cursor": "--cursor", "subject": "--subject"}
 
 
-def _flag_words(exc: InvalidRequestError) -> str:
-    """Every problem found, each naming its option (`--search` rather than `q`)."""
-    words = []
-    for problem in exc.problems:
-        detail, field = problem.detail, problem.field or ""
-        flag = _FLAGS.get(field, f"--{field.replace('_', '-')}")
-        words.append(f"{flag}: {detail.removeprefix(field + ' ')}" if field else detail)
-    return "; ".join(words)
+def _flag_of(field: str | None) -> str:
+    """`--search: ` before a mistake in the API's `q`, and so on."""
+    if not field:
+        return ""
+    return f"{_FLAGS.get(field, '--' + field.replace('_', '-'))}: "
 
 
-def _local_subject(deps: Container, requester: Requester, ref: str) -> str:
-    """The id of the query or report `ref` names (by name, title or id); unknown ones are
-    refused, with suggestions."""
-    queries = [
-        q for q in deps.catalog.list_queries(requester.workspace_id) if can_read(requester, q)
-    ]
-    reports = [
-        r
-        for r in deps.catalog.list_reports(requester.workspace_id)
-        if can_read_report(requester, r)
-    ]
-    ids = [q.id for q in queries if ref in (q.name, q.id)]
-    ids += [r.id for r in reports if ref in (r.title, r.id)]
-    if not ids:
-        names = [q.name for q in queries] + [r.title for r in reports]
-        fail_input(
-            f"--subject: no query or report {ref!r} that you can read" + did_you_mean(ref, names)
-        )
-    return ids[0]
-
-
-def _remote_subject(client: QExportClient, ref: str) -> str:
-    """The id of the query or report named `ref` on the server, else `ref` itself (an id)."""
-    query_id, _ = client.lookup("/queries", "name", ref)
-    if query_id != ref:
-        return query_id
-    return client.lookup("/reports", "title", ref)[0]
+def _subject_id(client: Client, ref: str) -> str:
+    """The id of the query or report `ref` names (by name, title or id) among those the
+    caller can read; unknown ones are refused, with the nearest name."""
+    known = client.subjects("query") + client.subjects("report")
+    for subject_id, name in known:
+        if ref in (name, subject_id):
+            return subject_id
+    return fail_input(
+        f"--subject: no query or report {ref!r} that you can read"
+        + did_you_mean(ref, [name for _id, name in known])
+    )
 
 
 def short_ids(ids: list[str], minimum: int = SHORT_ID_CHARS) -> dict[str, str]:
@@ -629,23 +445,10 @@ def _print_list(page: dict[str, Any], as_json: bool, *, filtered: bool = False) 
         )
 
 
-def _local_view(
-    deps: Container, requester: Requester, export_id: str
-) -> Callable[[], dict[str, Any]]:
-    return lambda: export_view(
-        get_visible_export(deps.exports, requester, export_id), deps.clock.now()
-    )
-
-
-def _wait(
-    fetch: Callable[[], dict[str, Any]],
-    export_id: str,
-    *,
-    quiet: bool = False,
-    interval: float = 0.2,
-) -> dict[str, Any]:
-    """Poll `fetch` (the export as the API shows it) until it settles, showing the rows
-    written, the time elapsed and the rate on stderr as it goes."""
+def _wait(client: Client, export_id: str, *, quiet: bool = False) -> dict[str, Any]:
+    """Ask for the export (as the API shows it) until it settles, showing the rows written,
+    the time elapsed and the rate on stderr as it goes."""
+    interval = REMOTE_POLL_SECONDS if _on_server(client) else LOCAL_POLL_SECONDS
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -661,7 +464,7 @@ def _wait(
         rate = _Rate()
         hint_at = time.monotonic() + QUEUED_HINT_SECONDS
         while True:
-            view = fetch()
+            view = client.get_export(export_id)
             if view["status"] == "queued" and hint_at and time.monotonic() >= hint_at:
                 hint_at = 0.0
                 if not quiet:
@@ -711,41 +514,14 @@ def exports_wait(
 
     Then its rows, size and time taken, or why it failed (exit 1)."""
     export_id = resolve_export_id(ctx, export_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            view = _wait(
-                lambda: client.get_export(export_id),
-                export_id,
-                quiet=as_json,
-                interval=REMOTE_POLL_SECONDS,
-            )
-    else:
-        st, deps = local_deps(ctx)
-        try:
-            view = _wait(_local_view(deps, st.requester, export_id), export_id, quiet=as_json)
-        except QExportError as exc:
-            fail(str(exc))
+    with client_of(ctx) as client, server_errors():
+        view = _wait(client, export_id, quiet=as_json)
     if as_json:
         _print_view(view, True)
     else:
         _print_summary(view)
     if view["status"] == "failed":
         raise typer.Exit(1)
-
-
-def _print_download_link(deps: Container, requester: Requester, export_id: str) -> None:
-    objects = deps.objects
-    if not isinstance(objects, Presigner):
-        fail_input("download links need S3 storage; use --output with the filesystem store")
-    try:
-        record = downloadable(deps.exports, deps.catalog, deps.clock, requester, export_id)
-        actor = operator_for(requester.user_id)
-        link, valid = hand_over_link(objects, deps.audit, deps.clock, actor, record)
-    except QExportError as exc:
-        fail(str(exc))
-    out.print(link, highlight=False, soft_wrap=True)
-    err.print(f"valid for {valid} s ({human_size(record.size_bytes)})")
 
 
 @exports_app.command("download")
@@ -775,137 +551,17 @@ def exports_download(
     sha256. An existing file is never replaced without --force. A local download is recorded
     in the audit trail (file.downloaded, by the operator for --user) before any byte."""
     export_id = resolve_export_id(ctx, export_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            _remote_download(client, export_id, output, link=url, force=force)
-        return
-    st, deps = local_deps(ctx)
-    if url:
-        _print_download_link(deps, st.requester, export_id)
-        return
-    try:
-        record = downloadable(deps.exports, deps.catalog, deps.clock, st.requester, export_id)
-    except QExportError as exc:
-        fail(str(exc))
-    target = None if output == "-" else download_target(output, record.filename, force=force)
-    try:
-        actor = operator_for(st.requester.user_id)
-        stream = hand_over_file(deps.objects, deps.audit, deps.clock, actor, record)
-    except QExportError as exc:
-        fail(str(exc))
-    with stream:
-        if target is None:
-            shutil.copyfileobj(stream, sys.stdout.buffer)
-            return
-        with _writing(target) as fh:
-            shutil.copyfileobj(stream, fh, 1024 * 1024)
-    err.print(
-        f"wrote {target} ({human_size(record.size_bytes)}, sha256 {record.sha256})", soft_wrap=True
-    )
-
-
-# What every export's file name looks like (domain/exports.py's safe_filename makes them).
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-
-
-def plain_file_name(filename: str) -> str:
-    """The export's file name as one plain name inside the directory it is written to: what
-    qexport names files is kept; anything else (a server's `../../.bashrc`, `/etc/x`, `..`)
-    is made safe the same way, so it can never leave that directory."""
-    if _PLAIN_NAME.fullmatch(filename) and ".." not in filename:
-        return filename
-    stem, dot, extension = filename.rpartition(".")
-    if not dot or not stem:
-        stem, extension = filename, ""
-    return safe_filename(stem, re.sub(r"[^A-Za-z0-9]", "", extension)[:10] or "bin")
-
-
-def download_target(output: str | None, filename: str, *, force: bool) -> Path:
-    """Where a download goes: `output` if it names a file, the export's file name inside it
-    if it names a directory (`.`, `DIR/`), else that name here; an existing file only with
-    `force`. The export's own name never reaches outside the directory (`plain_file_name`)."""
-    filename = plain_file_name(filename)
-    if output is None:
-        target = Path(filename)
-    elif Path(output).is_dir():
-        target = Path(output) / filename
-    elif output.endswith(("/", os.sep)):
-        fail_input(f"no directory {output!r}: create it first, or name a file")
-    else:
-        target = Path(output)
-    if target.is_dir():
-        fail_input(f"{str(target)!r} is a directory; name a file, or a directory to write into")
-    if target.exists() and not force:
-        fail_input(f"{str(target)!r} already exists; pass --force to replace it")
-    if not target.parent.is_dir():
-        fail_input(f"no directory {str(target.parent)!r} to write {target.name!r} into")
-    return target
-
-
-@contextlib.contextmanager
-def _writing(output: Path) -> Iterator[BinaryIO]:
-    """`_replacing`, with a file system's refusal as one line instead of a traceback."""
-    try:
-        with _replacing(output) as fh:
-            yield fh
-    except OSError as exc:
-        fail(f"cannot write {str(output)!r}: {exc.strerror or exc}")
-
-
-@contextlib.contextmanager
-def _replacing(output: Path) -> Iterator[BinaryIO]:
-    """Write next to `output`, then rename over it: a failed download leaves nothing behind."""
-    tmp = output.with_name(f".{output.name}.part")
-    try:
-        with tmp.open("wb") as fh:
-            yield fh
-        tmp.replace(output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _remote_download(
-    client: QExportClient, export_id: str, output: str | None, *, link: bool, force: bool
-) -> None:
-    if link:
-        location = client.file_location(export_id)
-        if location is None:
-            fail_input("this server serves files itself: use --output PATH")
-        out.print(location, highlight=False, soft_wrap=True)
-        return
-    if output == "-":
-        client.download(export_id, sys.stdout.buffer)
-        return
-    view = client.get_export(export_id)
-    if view["status"] != "succeeded":  # the server's refusal says why, before any file exists
-        client.file_location(export_id)
-    target = download_target(output, str(view["filename"]), force=force)
-    with _writing(target) as fh:
-        view = client.download(export_id, fh)
-    err.print(
-        f"wrote {target} ({human_size(view['size_bytes'])}, sha256 {view['sha256']})",
-        soft_wrap=True,
-    )
+    with client_of(ctx) as client, server_errors():
+        download(client, export_id, output, link=url, force=force)
 
 
 @exports_app.command("cancel")
 def exports_cancel(ctx: typer.Context, export_id: ExportRef = None) -> None:
     """Cancel a queued or running export."""
     export_id = resolve_export_id(ctx, export_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            view = client.cancel_export(export_id)
-        out.print(f"export {view['id']} cancelled")
-        return
-    st, deps = local_deps(ctx)
-    try:
-        record = cancel_export(deps.exports, deps.clock, st.requester, export_id)
-    except QExportError as exc:
-        fail(str(exc))
-    out.print(f"export {record.id} cancelled")
+    with client_of(ctx) as client, server_errors():
+        view = client.cancel_export(export_id)
+    out.print(f"export {view['id']} cancelled")
 
 
 exports_app.command("deliveries")(exports_deliveries)

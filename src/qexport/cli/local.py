@@ -14,11 +14,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from qexport.cli.client import ApiError
+from qexport.cli.client import CHUNK_BYTES, ApiError, copy_checked, gathered
+from qexport.domain.accounts import Role
 from qexport.domain.approvals import Decision
-from qexport.domain.commands import CreateLink, Decide, RevokeLink
+from qexport.domain.commands import (
+    CancelExport,
+    CreateLink,
+    Decide,
+    ListExports,
+    RequestExport,
+    RevokeLink,
+    SubjectRef,
+)
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.http.statuses import status_of
 from qexport.services import views
@@ -26,19 +36,22 @@ from qexport.services import views
 if TYPE_CHECKING:
     from qexport.container import Container
     from qexport.domain.accounts import Principal
+    from qexport.domain.exports import ExportRecord
+    from qexport.domain.schedules import Schedule
 
 
 def refused_as_a_server_would(exc: QExportError) -> ApiError:
     """`exc` as the API's problem document reaches the remote client: its status, code and
     detail, and every mistake of a refused request as `field: message`."""
     status, code = status_of(exc) or (500, "internal")
-    problems: tuple[str, ...] = ()
+    mistakes: tuple[tuple[str | None, str], ...] = ()
+    field = None
     if isinstance(exc, InvalidRequestError):
-        problems = tuple(
-            f"{found.field or 'body'}: {' '.join(found.detail.split())}" for found in exc.problems
+        field = exc.field
+        mistakes = tuple(
+            (found.field or "body", " ".join(found.detail.split())) for found in exc.problems
         )
-    field = exc.field if isinstance(exc, InvalidRequestError) else None
-    return ApiError(status, code, " ".join(exc.detail.split()), field=field, problems=problems)
+    return ApiError(status, code, " ".join(exc.detail.split()), field=field, mistakes=mistakes)
 
 
 @contextlib.contextmanager
@@ -52,15 +65,306 @@ def _as_a_server() -> Iterator[None]:
 class LocalClient:
     """The local database, acting as `principal`: `QExportClient`'s methods and answers."""
 
-    def __init__(self, deps: Container, principal: Principal) -> None:
+    def __init__(self, deps: Container, principal: Principal, *, member: bool = True) -> None:
+        """`member`: `principal` is a member of a workspace with accounts. In a workspace
+        without, the operator's command line administers it (schedules, links, approvals),
+        but each --user's exports stay their own, as a member's do: none of them is an admin
+        who may see another's."""
         self._deps = deps
         self._principal = principal
+        self._reader = principal if member else replace(principal, role=Role.EDITOR)
 
     def __enter__(self) -> LocalClient:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         """(The local database is closed with the command's state, not here.)"""
+
+    # ------------------------------------------------------------ exports
+
+    def request_export(
+        self,
+        kind: str,
+        ref: str,
+        fmt: str,
+        parameters: dict[str, Any],
+        *,
+        neutralize_formulas: bool = True,
+        notify: list[dict[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        from qexport.domain.approvals import ApprovalRequest
+        from qexport.services.requests import request
+
+        subject = SubjectRef("report" if kind == "report" else "query", ref, by_name=True)
+        command = RequestExport(subject, fmt, parameters, neutralize_formulas, tuple(notify or ()))
+        with _as_a_server():
+            made = request(self._deps, self._principal, command)
+        now = self._deps.clock.now()
+        if isinstance(made, ApprovalRequest):
+            return {"kind": "approval", **views.approval_view(made, now)}
+        return views.export_view(made, now)
+
+    def subjects(self, kind: str) -> list[tuple[str, str]]:
+        """(id, name) of each query (or report, by title) the principal may read."""
+        from qexport.domain.queries import can_read
+        from qexport.domain.reports import can_read_report
+
+        catalog, reader = self._deps.catalog, self._principal.requester
+        workspace = reader.workspace_id
+        if kind == "report":
+            return [
+                (r.id, r.title)
+                for r in catalog.list_reports(workspace)
+                if can_read_report(reader, r)
+            ]
+        return [(q.id, q.name) for q in catalog.list_queries(workspace) if can_read(reader, q)]
+
+    def get_export(self, export_id: str) -> dict[str, Any]:
+        from qexport.services.exports import get_visible_export
+
+        acting = self._reader
+        with _as_a_server():
+            record = get_visible_export(
+                self._deps.exports,
+                acting.requester,
+                export_id,
+                whole_workspace=acting.sees_workspace,
+            )
+        return views.export_view(record, self._deps.clock.now())
+
+    def list_exports(
+        self,
+        *,
+        limit: int | None = 50,
+        status: str | None = None,
+        cursor: str | None = None,
+        filters: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        from qexport.services.exports import list_exports
+
+        given = filters or {}
+
+        def page_of(size: int, at: str | None) -> dict[str, Any]:
+            query = ListExports(
+                status=status,
+                format=given.get("format"),
+                subject=given.get("subject"),
+                requested_by=given.get("requested_by"),
+                since=given.get("since"),
+                until=given.get("until"),
+                search=given.get("q"),
+                id_prefix=given.get("id_prefix"),
+                limit=size,
+                cursor=at,
+            )
+            with _as_a_server():
+                page = list_exports(self._deps, self._reader, query)
+            now = self._deps.clock.now()
+            return {
+                "items": [views.export_view(record, now) for record in page.items],
+                "next_cursor": page.next_cursor,
+            }
+
+        return gathered(page_of, limit, cursor)
+
+    def exports_starting(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        return list(self.list_exports(limit=limit, filters={"id_prefix": prefix})["items"])
+
+    def cancel_export(self, export_id: str) -> dict[str, Any]:
+        from qexport.services.exports import cancel_export
+
+        with _as_a_server():
+            record = cancel_export(self._deps, self._reader, CancelExport(export_id))
+        return views.export_view(record, self._deps.clock.now())
+
+    def list_deliveries(self, export_id: str) -> dict[str, Any]:
+        from qexport.schedules.catalog import list_visible_deliveries
+
+        acting = self._reader
+        with _as_a_server():
+            found = list_visible_deliveries(
+                self._deps.exports,
+                self._deps.deliveries,
+                acting.requester,
+                export_id,
+                whole_workspace=acting.sees_workspace,
+            )
+        return {"items": [views.delivery_view(delivery) for delivery in found]}
+
+    def _downloadable(self, export_id: str) -> ExportRecord:
+        from qexport.services.exports import downloadable
+
+        deps, acting = self._deps, self._reader
+        return downloadable(
+            deps.exports,
+            deps.catalog,
+            deps.clock,
+            acting.requester,
+            export_id,
+            whole_workspace=acting.sees_workspace,
+        )
+
+    def file_location(self, export_id: str) -> str | None:
+        """A short-lived presigned URL to the file on S3 (its handing out recorded in the
+        trail first); None where files are kept on a file system."""
+        from qexport.ports import Presigner
+        from qexport.services.audit import actor_of
+        from qexport.services.exports import hand_over_link
+
+        deps = self._deps
+        with _as_a_server():
+            record = self._downloadable(export_id)
+            if not isinstance(deps.objects, Presigner):
+                return None
+            actor = actor_of(self._principal)
+            link, _valid = hand_over_link(deps.objects, deps.audit, deps.clock, actor, record)
+        return link
+
+    def download(self, export_id: str, sink: BinaryIO) -> dict[str, Any]:
+        """The file into `sink`, recorded in the trail before its first byte, and checked
+        against the export's size and sha256 as a download from a server is."""
+        from qexport.services.audit import actor_of
+        from qexport.services.exports import hand_over_file
+
+        deps = self._deps
+        with _as_a_server():
+            record = self._downloadable(export_id)
+            actor = actor_of(self._principal)
+            stream = hand_over_file(deps.objects, deps.audit, deps.clock, actor, record)
+        export = views.export_view(record, deps.clock.now())
+        with stream:
+            copy_checked(iter(lambda: stream.read(CHUNK_BYTES), b""), sink, export)
+        return export
+
+    # ------------------------------------------------------------ schedules
+
+    def _schedule_view(self, schedule: Schedule) -> dict[str, Any]:
+        """A schedule as the server answers it to the principal (recipients, `subscribed`)."""
+        from qexport.schedules import catalog as service
+
+        acting = self._principal
+        view = views.schedule_view(
+            schedule, full_recipients=service.sees_recipients(acting, schedule)
+        )
+        subscribed = schedule.id in service.subscribed_ids(self._deps.schedules, acting)
+        return {**view, "subscribed": subscribed}
+
+    def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:
+        from qexport.schedules import catalog as service
+
+        deps = self._deps
+        draft = service.ScheduleDraft(
+            query_id=body.get("query_id"),
+            report_id=body.get("report_id"),
+            format=body.get("format", ""),
+            parameters=body.get("parameters", {}),
+            cron=body.get("cron", ""),
+            timezone=body.get("timezone"),
+            recipients=body.get("recipients", []),
+            missed=body.get("missed", "once"),
+            enabled=body.get("enabled", True),
+            neutralize_formulas=body.get("options", {}).get("neutralize_formulas", True),
+            filename_template=body.get("filename_template"),
+        )
+        with _as_a_server():
+            schedule = service.create_schedule(
+                deps.catalog,
+                deps.schedules,
+                deps.accounts,
+                deps.clock,
+                self._principal,
+                draft,
+                egress=deps.settings.egress_policy(),
+                limits=service.ScheduleLimits.of(deps.settings),
+            )
+        return self._schedule_view(schedule)
+
+    def list_schedules(self) -> dict[str, Any]:
+        from qexport.schedules import catalog as service
+
+        deps, acting = self._deps, self._principal
+        with _as_a_server():
+            found = service.list_visible_schedules(deps.catalog, deps.schedules, acting)
+        return {"items": [self._schedule_view(schedule) for schedule in found]}
+
+    def update_schedule(self, schedule_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        from qexport.schedules import catalog as service
+
+        deps = self._deps
+        settings = dict(changes)
+        if "options" in settings:
+            settings["neutralize_formulas"] = settings.pop("options")["neutralize_formulas"]
+        with _as_a_server():
+            schedule = service.update_schedule(
+                deps.catalog,
+                deps.schedules,
+                deps.accounts,
+                deps.clock,
+                self._principal,
+                schedule_id,
+                settings,
+                egress=deps.settings.egress_policy(),
+                limits=service.ScheduleLimits.of(deps.settings),
+            )
+        return self._schedule_view(schedule)
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        from qexport.schedules import catalog as service
+
+        deps = self._deps
+        with _as_a_server():
+            service.delete_schedule(
+                deps.catalog, deps.schedules, deps.clock, self._principal, schedule_id
+            )
+
+    def run_schedule(self, schedule_id: str) -> dict[str, Any]:
+        from qexport.schedules import catalog as service
+
+        deps = self._deps
+        with _as_a_server():
+            record = service.run_schedule(
+                deps.catalog,
+                deps.schedules,
+                deps.clock,
+                self._principal,
+                schedule_id,
+                max_unsettled=deps.settings.max_unsettled_per_user,
+                accounts=deps.accounts,
+            )
+        return views.export_view(record, deps.clock.now())
+
+    def signing_key(self) -> dict[str, Any]:
+        from qexport.deliveries.signing import signing_key
+        from qexport.schedules import catalog as service
+
+        deps, acting = self._deps, self._principal
+        with _as_a_server():
+            service.require_admin(acting)
+        key = signing_key(deps.settings, deps.schedules, deps.clock, acting.workspace_id)
+        return {"workspace": acting.workspace_id, "key": key}
+
+    def subscribe(self, schedule_id: str) -> dict[str, Any]:
+        from qexport.schedules import catalog as service
+
+        deps = self._deps
+        with _as_a_server():
+            found = service.subscribe(
+                deps.catalog,
+                deps.schedules,
+                deps.accounts,
+                deps.clock,
+                self._principal,
+                schedule_id,
+            )
+        return {"schedule_id": found.schedule_id, "subscribed": True, "email": found.email}
+
+    def unsubscribe(self, schedule_id: str) -> None:
+        from qexport.schedules import catalog as service
+
+        with _as_a_server():
+            service.unsubscribe(
+                self._deps.catalog, self._deps.schedules, self._principal, schedule_id
+            )
 
     # ------------------------------------------------------------ approvals
 

@@ -7,38 +7,32 @@ QEXPORT_TOKEN, through a server. Bad input exits 2 with one line on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
 
+from qexport.cli.client import ApiError, Client
 from qexport.cli.common import (
     BAD_INPUT,
+    client_of,
     fail,
+    fail_api,
     fail_input,
     fail_problems,
-    local_deps,
     out,
     parse_kv,
-    remote,
     server_errors,
-    server_refusals,
-    state,
 )
-from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
-from qexport.schedules import catalog as service
-from qexport.services.accounts import local_principal
 from qexport.services.exports import ambiguous_message, id_prefix_of
-from qexport.services.reports import find_readable_report
-from qexport.services.requests import find_readable_query
-from qexport.services.views import schedule_view
 
 if TYPE_CHECKING:
-    from qexport.container import Container
-    from qexport.domain.schedules import Recipient, Schedule
+    from qexport.domain.schedules import Recipient
 
 schedules_app = typer.Typer(
     no_args_is_help=True,
@@ -63,6 +57,18 @@ def _refused(exc: QExportError, code: int = BAD_INPUT) -> NoReturn:
     if isinstance(exc, InvalidRequestError):
         fail_problems(exc, lambda p: f"{option_of(p.field)}: " if p.field else "")
     fail(str(exc), code)
+
+
+@contextlib.contextmanager
+def refused_by_option(code: int) -> Iterator[None]:
+    """A refusal, one line per mistake, each led by the option at fault (`--cron: cron '0 8'
+    must have 5 fields`): exit 2 for the values given (422), `code` for a subject or schedule
+    not found, 1 for anything else (a bad token, a forbidden change, the server down)."""
+    try:
+        yield
+    except ApiError as exc:
+        status = BAD_INPUT if exc.status == 422 else code if exc.status == 404 else 1
+        fail_api(exc, status, lambda field: f"{option_of(field)}: " if field else "")
 
 
 def option_of(field: str) -> str:
@@ -108,13 +114,6 @@ def parse_notify(
         return parse_recipients(recipients_json(emails, webhooks, slack, teams), "notify")
     except InvalidRequestError as exc:
         _refused(exc)
-
-
-def _local(ctx: typer.Context) -> tuple[Container, Principal]:
-    """The local database and who acts in it: a member with their role in a workspace with
-    accounts; in one without, the command line administers its own workspace."""
-    st, deps = local_deps(ctx)
-    return deps, local_principal(deps.accounts, st.requester)
 
 
 def _print_schedule(view: dict[str, Any], as_json: bool) -> None:
@@ -180,53 +179,23 @@ def schedules_add(
     Europe/Berlin --email ops@example.com`."""
     parameters = parse_kv(param or [])
     recipients = recipients_json(email, webhook, slack, teams)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors(client_error_code=BAD_INPUT):
-            subject_id = client.resolve_report(subject) if report else client.resolve_query(subject)
-            body: dict[str, Any] = {
-                "report_id" if report else "query_id": subject_id,
-                "format": fmt,
-                "parameters": parameters,
-                "cron": cron,
-                "recipients": recipients,
-                "missed": missed,
-                "enabled": not disabled,
-            }
-            if timezone is not None:
-                body["timezone"] = timezone
-            if filename is not None:
-                body["filename_template"] = filename
+    kind = "report" if report else "query"
+    with client_of(ctx) as client:
+        body: dict[str, Any] = {
+            f"{kind}_id": _subject_id(client, kind, subject),
+            "format": fmt,
+            "parameters": parameters,
+            "cron": cron,
+            "recipients": recipients,
+            "missed": missed,
+            "enabled": not disabled,
+        }
+        if timezone is not None:
+            body["timezone"] = timezone
+        if filename is not None:
+            body["filename_template"] = filename
+        with refused_by_option(BAD_INPUT):
             view = client.create_schedule(body)
-    else:
-        deps, actor = _local(ctx)
-        draft = service.ScheduleDraft(
-            query_id=None if report else subject,
-            report_id=subject if report else None,
-            format=fmt,
-            parameters=parameters,
-            cron=cron,
-            timezone=timezone,
-            recipients=recipients,
-            missed=missed,
-            enabled=not disabled,
-            filename_template=filename,
-        )
-        try:
-            schedule = service.create_schedule(
-                deps.catalog,
-                deps.schedules,
-                deps.accounts,
-                deps.clock,
-                actor,
-                draft,
-                match_name=True,
-                egress=state(ctx).settings.egress_policy(),
-                limits=service.ScheduleLimits.of(deps.settings),
-            )
-        except QExportError as exc:
-            _refused(exc)
-        view = {**schedule_view(schedule), "subscribed": False}  # as the server answers
     if as_json:
         _print_schedule(view, True)
     else:
@@ -241,20 +210,10 @@ def schedules_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """List the workspace's schedules you can see."""
-    client = remote(ctx)
-    names: dict[str, str] = {}  # subject id -> its name, where known
-    if client is not None:
-        with client, server_errors():
-            items = client.list_schedules()["items"]
-            # Names, not ids, as the local list shows them.
-            names = {**client.names("/queries", "name"), **client.names("/reports", "title")}
-    else:
-        deps, actor = _local(ctx)
-        found = service.list_visible_schedules(deps.catalog, deps.schedules, actor)
-        items = [schedule_view(s, full_recipients=service.sees_recipients(actor, s)) for s in found]
-        names = {s.subject_id: _subject_name(deps, s.subject_type, s.subject_id) for s in found}
-        subscribed = service.subscribed_ids(deps.schedules, actor)
-        items = [{**view, "subscribed": view["id"] in subscribed} for view in items]
+    with client_of(ctx) as client, server_errors():
+        items = client.list_schedules()["items"]
+        # Names, not ids: those of the subjects the caller can read.
+        names = dict(client.subjects("query") + client.subjects("report"))
     if as_json:
         print(json.dumps({"items": items}, indent=2))
         return
@@ -355,37 +314,13 @@ def schedules_update(
     if not changes and query is None and report is None:
         fail_input("nothing to change: give at least one option (see --help)")
     schedule_id = resolve_schedule_id(ctx, schedule_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_refusals():
-            if query is not None:
-                changes["query_id"] = client.resolve_query(query)
-            if report is not None:
-                changes["report_id"] = client.resolve_report(report)
+    with client_of(ctx) as client:
+        if query is not None:
+            changes["query_id"] = _subject_id(client, "query", query)
+        if report is not None:
+            changes["report_id"] = _subject_id(client, "report", report)
+        with refused_by_option(FAILED):
             view = client.update_schedule(schedule_id, _as_api(changes))
-    else:
-        deps, actor = _local(ctx)
-        try:
-            if query is not None:
-                changes["query_id"] = find_readable_query(deps.catalog, actor.requester, query).id
-            if report is not None:
-                changes["report_id"] = find_readable_report(
-                    deps.catalog, actor.requester, report, match_title=True
-                ).id
-            schedule = service.update_schedule(
-                deps.catalog,
-                deps.schedules,
-                deps.accounts,
-                deps.clock,
-                actor,
-                schedule_id,
-                changes,
-                egress=state(ctx).settings.egress_policy(),
-                limits=service.ScheduleLimits.of(deps.settings),
-            )
-        except QExportError as exc:
-            _refused(exc, FAILED)
-        view = _local_view(deps, actor, schedule)
     if as_json:
         _print_schedule(view, True)
         return
@@ -442,12 +377,14 @@ def _as_api(changes: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _subject_name(deps: Container, kind: str, subject_id: str) -> str:
-    found = deps.catalog.get_report(subject_id) if kind == "report" else None
-    if found is not None:
-        return found.title
-    query = deps.catalog.get_query(subject_id) if kind != "report" else None
-    return query.name if query is not None else subject_id
+def _subject_id(client: Client, kind: str, ref: str) -> str:
+    """The id of the query (`kind` "query") or report that `ref` names, by name (title)
+    among those the caller can read; else `ref` itself, taken as an id (and refused as a
+    subject the caller cannot read when it is none)."""
+    for subject_id, name in client.subjects(kind):
+        if ref == name:
+            return subject_id
+    return ref
 
 
 def resolve_schedule_id(ctx: typer.Context, ref: str) -> str:
@@ -462,21 +399,13 @@ def resolve_schedule_id(ctx: typer.Context, ref: str) -> str:
         fail_input(exc.detail.replace("an export id", "a schedule id"))
     if prefix is None:  # a whole id, or nothing like one: the lookup says which
         return ref
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            found = [
-                (str(v["id"]), str(v["query_id"] or v["report_id"]))
-                for v in client.list_schedules()["items"]
-                if str(v["id"]).startswith(prefix)
-            ]
-    else:
-        deps, actor = _local(ctx)
-        found = [
-            (s.id, _subject_name(deps, s.subject_type, s.subject_id))
-            for s in service.list_visible_schedules(deps.catalog, deps.schedules, actor)
-            if s.id.startswith(prefix)
-        ]
+    with client_of(ctx) as client, server_errors():
+        names = dict(client.subjects("query") + client.subjects("report"))
+        found = []
+        for view in client.list_schedules()["items"]:
+            if str(view["id"]).startswith(prefix):
+                subject_id = str(view["query_id"] or view["report_id"])
+                found.append((str(view["id"]), names.get(subject_id, subject_id)))
     if not found:
         fail("no schedule with this id that you can see")  # as the services say of a whole id
     if len(found) > 1:
@@ -486,30 +415,8 @@ def resolve_schedule_id(ctx: typer.Context, ref: str) -> str:
 
 def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict[str, Any]:
     schedule_id = resolve_schedule_id(ctx, schedule_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            return client.update_schedule(schedule_id, {"enabled": enabled})
-    deps, actor = _local(ctx)
-    try:
-        schedule = service.set_enabled(
-            deps.catalog,
-            deps.schedules,
-            deps.accounts,
-            deps.clock,
-            actor,
-            schedule_id,
-            enabled=enabled,
-        )
-    except QExportError as exc:
-        _refused(exc, FAILED)
-    return _local_view(deps, actor, schedule)
-
-
-def _local_view(deps: Container, actor: Principal, schedule: Schedule) -> dict[str, Any]:
-    """A schedule as the server would answer it to the actor (recipients, `subscribed`)."""
-    view = schedule_view(schedule, full_recipients=service.sees_recipients(actor, schedule))
-    return {**view, "subscribed": schedule.id in service.subscribed_ids(deps.schedules, actor)}
+    with client_of(ctx) as client, refused_by_option(FAILED):
+        return client.update_schedule(schedule_id, {"enabled": enabled})
 
 
 @schedules_app.command("pause")
@@ -534,16 +441,8 @@ def schedules_resume(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_I
 def schedules_delete(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Delete a schedule (its owner or a workspace admin); the exports it made stay."""
     schedule_id = resolve_schedule_id(ctx, schedule_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            client.delete_schedule(schedule_id)
-    else:
-        deps, actor = _local(ctx)
-        try:
-            service.delete_schedule(deps.catalog, deps.schedules, deps.clock, actor, schedule_id)
-        except QExportError as exc:
-            _refused(exc, FAILED)
+    with client_of(ctx) as client, server_errors():
+        client.delete_schedule(schedule_id)
     out.print(f"deleted schedule {schedule_id}", highlight=False, soft_wrap=True)
 
 
@@ -551,24 +450,8 @@ def schedules_delete(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_I
 def schedules_run_now(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Fire a schedule now (paused or not) and print the export's id."""
     schedule_id = resolve_schedule_id(ctx, schedule_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            export_id = client.run_schedule(schedule_id)["id"]
-    else:
-        deps, actor = _local(ctx)
-        try:
-            export_id = service.run_schedule(
-                deps.catalog,
-                deps.schedules,
-                deps.clock,
-                actor,
-                schedule_id,
-                max_unsettled=deps.settings.max_unsettled_per_user,
-                accounts=deps.accounts,
-            ).id
-        except QExportError as exc:
-            _refused(exc, FAILED)
+    with client_of(ctx) as client, server_errors():
+        export_id = client.run_schedule(schedule_id)["id"]
     print(export_id)
 
 
@@ -577,19 +460,8 @@ def schedules_signing_key(ctx: typer.Context) -> None:
     """Print the workspace's webhook signing key (workspace admins).
 
     Receivers verify X-QExport-Signature with it."""
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            key = client.signing_key()["key"]
-    else:
-        from qexport.deliveries.signing import signing_key
-
-        deps, actor = _local(ctx)
-        try:
-            service.require_admin(actor)
-        except QExportError as exc:
-            _refused(exc, FAILED)
-        key = signing_key(deps.settings, deps.schedules, deps.clock, actor.requester.workspace_id)
+    with client_of(ctx) as client, server_errors():
+        key = client.signing_key()["key"]
     print(key)
 
 
@@ -600,18 +472,8 @@ def schedules_signing_key(ctx: typer.Context) -> None:
 def schedules_subscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Mail each run's export to your own address too; you do not become its owner."""
     schedule_id = resolve_schedule_id(ctx, schedule_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            email = client.subscribe(schedule_id)["email"]
-    else:
-        deps, actor = _local(ctx)
-        try:
-            email = service.subscribe(
-                deps.catalog, deps.schedules, deps.accounts, deps.clock, actor, schedule_id
-            ).email
-        except QExportError as exc:
-            _refused(exc, FAILED)
+    with client_of(ctx) as client, server_errors():
+        email = client.subscribe(schedule_id)["email"]
     out.print(
         f"subscribed to schedule {schedule_id}: each run's export is mailed to {email}",
         highlight=False,
@@ -623,14 +485,6 @@ def schedules_subscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDUL
 def schedules_unsubscribe(ctx: typer.Context, schedule_id: Annotated[str, _SCHEDULE_ID]) -> None:
     """Stop mailing a schedule's exports to you (also once you may no longer see it)."""
     schedule_id = resolve_schedule_id(ctx, schedule_id)
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors():
-            client.unsubscribe(schedule_id)
-    else:
-        deps, actor = _local(ctx)
-        try:
-            service.unsubscribe(deps.catalog, deps.schedules, actor, schedule_id)
-        except QExportError as exc:
-            _refused(exc, FAILED)
+    with client_of(ctx) as client, server_errors():
+        client.unsubscribe(schedule_id)
     out.print(f"unsubscribed from schedule {schedule_id}", highlight=False, soft_wrap=True)

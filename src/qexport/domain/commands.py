@@ -43,6 +43,31 @@ class RequestExport:
 
 
 @dataclass(frozen=True)
+class CancelExport:
+    """Settle a queued or running export as cancelled."""
+
+    export_id: str
+
+
+@dataclass(frozen=True)
+class ListExports:
+    """A page of the exports the caller may see, newest first. The filters are as people and
+    programs give them (blank: unset), each checked; `cursor` is a page's `next_cursor` or
+    `prev_cursor`, unchanged."""
+
+    status: str | None = None
+    format: str | None = None
+    subject: str | None = None
+    requested_by: str | None = None
+    since: str | None = None
+    until: str | None = None
+    search: str | None = None
+    id_prefix: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
 class RequestAgain:
     """A new export of a settled one's subject, format, parameters and options."""
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
+from qexport.domain.accounts import Principal
 from qexport.domain.audit import Action, Actor, AuditEvent
+from qexport.domain.commands import CancelExport, ListExports
+from qexport.domain.cursors import decode_page_cursor, encode_page_cursor
 from qexport.domain.exports import (
     CANCELLED,
     EXPIRED,
@@ -35,7 +38,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.ports import AuditLog, Catalog, Clock, ExportQueue, ObjectStore, Presigner
-from qexport.services.audit import actor_for, event
+from qexport.services.audit import event
 from qexport.services.reports import may_read_export
 
 # Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
@@ -298,37 +301,70 @@ def _key(record: ExportRecord) -> tuple[datetime, str]:
     return record.created_at, record.id
 
 
-class AmbiguousIdError(InvalidRequestError):
-    """An id prefix that starts more than one export the caller may see."""
+class ExportDeps(Protocol):
+    """What listing and cancelling exports read and write (the container has it)."""
+
+    @property
+    def exports(self) -> ExportQueue: ...
+    @property
+    def clock(self) -> Clock: ...
 
 
-def resolve_export_id(
-    store: ExportQueue,
-    clock: Clock,
-    requester: Requester,
-    ref: str,
-    *,
-    whole_workspace: bool = False,
-) -> str:
-    """The id of the one export the requester may see whose id is `ref` or starts with it
-    (like git's abbreviations); NotFoundError for none, AmbiguousIdError naming the
-    candidates for several."""
-    prefix = id_prefix_of(ref)
-    if prefix is None:
-        return ref
-    found = list_visible_exports(
-        store,
-        clock,
-        requester,
-        whole_workspace=whole_workspace,
-        limit=MAX_CANDIDATES + 1,
-        narrow=ExportFilter(id_prefix=prefix),
+MAX_PAGE = 200  # exports in one page of a list, at most
+
+
+@dataclass(frozen=True)
+class ListedExports:
+    """A page of a list, and where the next pages start: `next_cursor` older, `prev_cursor`
+    newer (None: nothing further that way); `filtered` when some filter narrowed it."""
+
+    items: list[ExportRecord]
+    next_cursor: str | None
+    prev_cursor: str | None
+    filtered: bool
+
+
+def list_exports(deps: ExportDeps, principal: Principal, query: ListExports) -> ListedExports:
+    """The exports the principal may see (an admin's: the workspace's), newest first, that
+    the query's filters keep; every mistake in them is refused at once, named by its API
+    parameter."""
+    problems = Problems()
+    listing, at = ExportListing(), None
+    with problems.check():
+        listing = parse_listing(
+            status=query.status,
+            fmt=query.format,
+            subject=query.subject,
+            requested_by=query.requested_by,
+            since=query.since,
+            until=query.until,
+            search=query.search,
+            id_prefix=query.id_prefix,
+        )
+    with problems.check():
+        if not 1 <= query.limit <= MAX_PAGE:
+            raise InvalidRequestError(
+                f"limit must be 1 to {MAX_PAGE}, not {query.limit}", field="limit"
+            )
+    with problems.check():
+        at = decode_page_cursor(query.cursor) if query.cursor is not None else None
+    problems.raise_any()
+    page = list_export_page(
+        deps.exports,
+        deps.clock,
+        principal.requester,
+        listing,
+        whole_workspace=principal.sees_workspace,
+        limit=query.limit,
+        before=at.at if at is not None and not at.newer else None,
+        after=at.at if at is not None and at.newer else None,
     )
-    if not found:
-        raise NotFoundError(f"no export {ref!r}")
-    if len(found) > 1:
-        raise AmbiguousIdError(ambiguous_message(ref, [(r.id, r.subject_name) for r in found]))
-    return found[0].id
+    return ListedExports(
+        page.items,
+        encode_page_cursor(page.older) if page.older else None,
+        encode_page_cursor(page.newer, newer=True) if page.newer else None,
+        listing.filtered,
+    )
 
 
 FULL_ID_CHARS = 36
@@ -364,19 +400,16 @@ def list_visible_events(
     return store.list_events(record.id)
 
 
-def cancel_export(
-    store: ExportQueue,
-    clock: Clock,
-    requester: Requester,
-    export_id: str,
-    *,
-    whole_workspace: bool = False,
-) -> ExportRecord:
-    """Settle an unsettled export as failed/cancelled; a settled one is a conflict."""
-    record = get_visible_export(store, requester, export_id, whole_workspace=whole_workspace)
+def cancel_export(deps: ExportDeps, principal: Principal, command: CancelExport) -> ExportRecord:
+    """Settle an unsettled export the principal may see as failed/cancelled; a settled one is
+    a conflict."""
+    store, clock = deps.exports, deps.clock
+    record = get_visible_export(
+        store, principal.requester, command.export_id, whole_workspace=principal.sees_workspace
+    )
     cancelled_event = event(
         clock,
-        actor_for(requester.user_id),
+        principal,
         Action.EXPORT_CANCELLED,
         workspace_id=record.workspace_id,
         target=("export", record.id),
@@ -385,7 +418,7 @@ def cancel_export(
         current = store.get_export(record.id)
         status = effective_status(current, clock.now()) if current else "missing"
         raise ConflictError(
-            f"export {export_id} is already {status};"
+            f"export {command.export_id} is already {status};"
             " only queued or running exports can be cancelled"
         )
     cancelled = store.get_export(record.id)

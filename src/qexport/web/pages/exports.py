@@ -16,7 +16,7 @@ from qexport.deliveries.resend import may_name, may_send_again, send_again
 from qexport.deliveries.signing import link_token, master_secret
 from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
-from qexport.domain.commands import CreateLink, RequestAgain, RevokeLink
+from qexport.domain.commands import CancelExport, CreateLink, RequestAgain, RevokeLink
 from qexport.domain.cursors import decode_page_cursor, encode_page_cursor
 from qexport.domain.exports import STATUS_LABELS
 from qexport.domain.failures import (
@@ -391,13 +391,7 @@ def cancel(
         params = {"export_id": export_id}
         ask = _ask_cancel(request, context, session, principal, params, back)
         return confirm_page(request, session, ask)
-    cancel_export(
-        context.exports,
-        context.clock,
-        principal.requester,
-        export_id,
-        whole_workspace=principal.sees_workspace,
-    )
+    cancel_export(context, principal, CancelExport(export_id))
     target = "/" if back == "list" else f"/exports/{export_id}?notice=cancelled"
     return RedirectResponse(target, status_code=303)
 
