@@ -226,13 +226,13 @@ LAYER_OF: dict[str, str] = {
     "domain": "domain",
     "ports": "ports",
     "services": "services",
-    "schedules": "services",  # the schedule catalogue; its loop is the scheduler's entry point
+    "schedules": "services",  # the schedule catalogue and its tick
     **dict.fromkeys(
         ("store", "storage", "sources", "writers", "reports", "deliveries", "previews"),
         "adapters",
     ),
     **dict.fromkeys(
-        ("api", "web", "http", "cli", "worker", "app", "demo", "__main__"),
+        ("api", "web", "http", "cli", "worker", "scheduler", "app", "demo", "__main__"),
         "entry points",
     ),
     "container": "container",  # what the entry points receive: the ports, wired
@@ -265,8 +265,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 KNOWN: frozenset[tuple[str, str]] = frozenset(
     {
         ("services", "sources"),  # URL checks and catalogues: to each source's entry point
-        ("schedules", "container"),  # take what they need, not the whole container
-        ("reports", "container"),
+        ("reports", "container"),  # take what they need, not the whole container
         ("deliveries", "services"),  # dispatch, resend, approval mail and content: to services
         ("container", "deliveries"),
         ("api", "deliveries"),  # routes that reach adapters: through services instead

@@ -213,7 +213,7 @@ def scheduler(
     export has settled are sent (email, webhook, Slack, Teams) every poll
     (QEXPORT_SCHEDULER_POLL_SECONDS). Any number of schedulers may run at once: each due
     time still fires exactly one export, and each recipient hears once."""
-    from qexport.schedules.loop import Scheduler
+    from qexport.scheduler.loop import Scheduler
 
     configure_logging(level=logging.INFO)
     settings = state(ctx).settings

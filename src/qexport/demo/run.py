@@ -35,7 +35,7 @@ from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
 from qexport.ports import AccountStore, Clock, LocalFiles
-from qexport.schedules.loop import Scheduler
+from qexport.scheduler.loop import Scheduler
 from qexport.schedules.tick import run_now
 from qexport.services.accounts import hash_password, local_principal
 from qexport.services.describe import describe_statement, describe_timeout

@@ -1,3 +1,3 @@
-"""Schedules: the catalog (create, change, pause, run now, through the API and the CLI), one
-tick (fire what is due into exports and deliveries) and the loop that ticks and sends until
-stopped."""
+"""Schedules: the catalog (create, change, pause, run now, through the API and the CLI) and
+one tick (fire what is due into exports and deliveries). The loop that ticks and sends until
+stopped is the scheduler process, `qexport.scheduler`."""

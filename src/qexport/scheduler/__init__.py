@@ -1,0 +1,1 @@
+"""The scheduler process: the loop that fires due schedules (`qexport scheduler`)."""
