@@ -13,7 +13,7 @@ import pytest
 
 from qexport.domain.accounts import Role
 from qexport.domain.queries import Visibility
-from qexport.schedules.tick import tick
+from qexport.services.schedules.tick import tick
 from tests.api.conftest import Api
 
 ALICE = "alice@acme.test"  # editor, the usual owner

@@ -8,7 +8,7 @@ from typing import Any
 
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import Report, Section
-from qexport.schedules.tick import tick
+from qexport.services.schedules.tick import tick
 from tests.api.conftest import Api
 
 ALICE = "alice@acme.test"  # editor, the usual owner

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import duckdb
 import pytest
 
-from qexport.schedules.tick import tick
+from qexport.services.schedules.tick import tick
 from tests.api.conftest import SOURCE, Api, api_on
 
 ALICE = "alice@acme.test"  # an editor

@@ -15,7 +15,7 @@ from qexport import bootstrap
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Visibility
 from qexport.domain.schedules import DeliveryStatus
-from qexport.schedules.tick import tick
+from qexport.services.schedules.tick import tick
 from tests.api.conftest import Api
 
 ALICE = "alice@acme.test"  # editor, the owner

@@ -18,7 +18,7 @@ from qexport.domain.failures import MetadataUnavailableError
 from qexport.domain.queries import Query
 from qexport.domain.schedules import Channel, Missed, Recipient, Schedule, next_due
 from qexport.scheduler.loop import Scheduler
-from qexport.schedules import tick as schedule_tick
+from qexport.services.schedules import tick as schedule_tick
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine
 from qexport.store.schedules import SqlScheduleStore

@@ -226,7 +226,6 @@ LAYER_OF: dict[str, str] = {
     "domain": "domain",
     "ports": "ports",
     "services": "services",
-    "schedules": "services",  # the schedule catalogue and its tick
     **dict.fromkeys(
         ("store", "storage", "sources", "writers", "reports", "deliveries", "previews"),
         "adapters",
@@ -328,28 +327,45 @@ def test_the_known_arrows_are_still_there() -> None:
 # ---------------------------------------------------------------- one handler per use case
 #
 # The steps a handler takes, which no door takes itself: a door builds a command and hands it
-# to the handler (`services.requests.request`, `services.deciding.decide_request`), so that
-# every door asks the same questions.
+# to the handler (`services.requests.request`, `services.deciding.decide_request`,
+# `services.scheduling`), so that every door asks the same questions.
 HANDLER_STEPS: dict[str, frozenset[str]] = {
     "services.requests": frozenset({"request_export", "request_report_export", "approved_export"}),
     "services.approvals": frozenset({"decide", "Decider", "Rebuild"}),
+    "services.schedules.catalog": frozenset(
+        {"run_schedule", "delete_schedule", "set_enabled", "subscribe", "unsubscribe"}
+    ),
 }
 
 
 def test_no_entry_point_takes_a_handlers_steps_itself() -> None:
+    """Neither imported by name (`from ...catalog import run_schedule`) nor called through
+    its module (`catalog.run_schedule(...)`)."""
     offending = []
     for path in sorted(SRC.rglob("*.py")):
         module = _module_name(path)
         if LAYER_OF.get(_unit(module)) != "entry points":
             continue
+        modules: dict[str, str] = {}  # a name the file binds to a module with steps -> it
         for node in nodes(path):
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            target = _resolve(module, _is_package(path), node)
-            steps = HANDLER_STEPS.get(target or "", frozenset())
-            offending += [
-                f"{module} (line {node.lineno}) imports {target}.{alias.name}"
-                for alias in node.names
-                if alias.name in steps
-            ]
+            if isinstance(node, ast.ImportFrom):
+                target = _resolve(module, _is_package(path), node) or ""
+                steps = HANDLER_STEPS.get(target, frozenset())
+                offending += [
+                    f"{module} (line {node.lineno}) imports {target}.{alias.name}"
+                    for alias in node.names
+                    if alias.name in steps
+                ]
+                for alias in node.names:
+                    dotted = f"{target}.{alias.name}".lstrip(".")
+                    if dotted in HANDLER_STEPS:
+                        modules[alias.asname or alias.name] = dotted
+        for node in nodes(path):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.attr in HANDLER_STEPS.get(modules.get(node.value.id, ""), ())
+            ):
+                where = modules[node.value.id]
+                offending.append(f"{module} (line {node.lineno}) calls {where}.{node.attr}")
     assert offending == []

@@ -27,10 +27,14 @@ from qexport.api.schemas import (
 from qexport.api.schemas import Schedule as ScheduleView
 from qexport.deliveries.signing import signing_key as workspace_key
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import DeleteSchedule, RunScheduleNow, Subscribe
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.schedules import Schedule
 from qexport.http.one_hop import OneHopRoute
-from qexport.schedules import catalog as service
+from qexport.services import scheduling
+from qexport.services.schedules import catalog as service
+from qexport.services.scheduling import delete_schedule as delete_schedule_now
+from qexport.services.scheduling import run_schedule_now
 from qexport.services.views import delivery_view, export_view, schedule_view
 
 router = APIRouter(route_class=OneHopRoute, tags=["schedules"])
@@ -193,9 +197,7 @@ def change_schedule(
     summary="Delete a schedule (its owner or a workspace admin); its exports stay",
 )
 def delete_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Response:
-    service.delete_schedule(
-        context.catalog, context.schedules, context.clock, principal, schedule_id
-    )
+    delete_schedule_now(context, principal, DeleteSchedule(schedule_id))
     return Response(status_code=204)
 
 
@@ -217,15 +219,7 @@ def run_schedule(
 ) -> Export:
     """An export outside the timetable, with the owner's rights, whether or not the schedule
     is paused; its timetable is left as it is."""
-    record = service.run_schedule(
-        context.catalog,
-        context.schedules,
-        context.clock,
-        principal,
-        schedule_id,
-        max_unsettled=context.settings.max_unsettled_per_user,
-        accounts=context.accounts,
-    )
+    record = run_schedule_now(context, principal, RunScheduleNow(schedule_id))
     response.headers["Location"] = f"/api/v1/exports/{record.id}"
     return Export.model_validate(export_view(record, context.clock.now()))
 
@@ -263,14 +257,7 @@ def subscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -
     run is mailed to you only while you may still read the subject. 404 for a schedule you
     cannot see; 403 when you see it but may not read its subject; 409 for a subject whose rows
     depend on who runs it (its SQL reads $user_id). Subscribing again changes nothing."""
-    found = service.subscribe(
-        context.catalog,
-        context.schedules,
-        context.accounts,
-        context.clock,
-        principal,
-        schedule_id,
-    )
+    found = scheduling.subscribe(context, principal, Subscribe(schedule_id))
     return Subscription(schedule_id=found.schedule_id, subscribed=True, email=found.email)
 
 
@@ -282,5 +269,5 @@ def subscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -
     summary="Unsubscribe yourself (also once you may no longer see the schedule)",
 )
 def unsubscribe(schedule_id: str, principal: CurrentPrincipal, context: Context) -> Response:
-    service.unsubscribe(context.catalog, context.schedules, principal, schedule_id)
+    scheduling.subscribe(context, principal, Subscribe(schedule_id, subscribed=False))
     return Response(status_code=204)

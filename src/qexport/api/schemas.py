@@ -344,7 +344,7 @@ class LinkList(BaseModel):
 # ---------------------------------------------------------------- schedules and deliveries
 
 MissedChoice = Literal["once", "skip"]
-# A schedule's values are checked by schedules/catalog.py all together, so that a 422 lists
+# A schedule's values are checked by services/schedules/catalog.py all together, so that a 422 lists
 # every mistake at once in the form's order; these types document the rules they check.
 Cron = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_CRON_CHARS})]
 TimeZoneName = Annotated[str, WithJsonSchema({"type": "string", "maxLength": 64})]

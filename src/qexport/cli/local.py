@@ -24,10 +24,13 @@ from qexport.domain.commands import (
     CancelExport,
     CreateLink,
     Decide,
+    DeleteSchedule,
     ListExports,
     RequestExport,
     RevokeLink,
+    RunScheduleNow,
     SubjectRef,
+    Subscribe,
 )
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.http.statuses import status_of
@@ -178,7 +181,7 @@ class LocalClient:
         return views.export_view(record, self._deps.clock.now())
 
     def list_deliveries(self, export_id: str) -> dict[str, Any]:
-        from qexport.schedules.catalog import list_visible_deliveries
+        from qexport.services.schedules.catalog import list_visible_deliveries
 
         acting = self._reader
         with _as_a_server():
@@ -240,7 +243,7 @@ class LocalClient:
 
     def _schedule_view(self, schedule: Schedule) -> dict[str, Any]:
         """A schedule as the server answers it to the principal (recipients, `subscribed`)."""
-        from qexport.schedules import catalog as service
+        from qexport.services.schedules import catalog as service
 
         acting = self._principal
         view = views.schedule_view(
@@ -250,7 +253,7 @@ class LocalClient:
         return {**view, "subscribed": subscribed}
 
     def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:
-        from qexport.schedules import catalog as service
+        from qexport.services.schedules import catalog as service
 
         deps = self._deps
         draft = service.ScheduleDraft(
@@ -280,7 +283,7 @@ class LocalClient:
         return self._schedule_view(schedule)
 
     def list_schedules(self) -> dict[str, Any]:
-        from qexport.schedules import catalog as service
+        from qexport.services.schedules import catalog as service
 
         deps, acting = self._deps, self._principal
         with _as_a_server():
@@ -288,7 +291,7 @@ class LocalClient:
         return {"items": [self._schedule_view(schedule) for schedule in found]}
 
     def update_schedule(self, schedule_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        from qexport.schedules import catalog as service
+        from qexport.services.schedules import catalog as service
 
         deps = self._deps
         settings = dict(changes)
@@ -309,33 +312,21 @@ class LocalClient:
         return self._schedule_view(schedule)
 
     def delete_schedule(self, schedule_id: str) -> None:
-        from qexport.schedules import catalog as service
+        from qexport.services import scheduling
 
-        deps = self._deps
         with _as_a_server():
-            service.delete_schedule(
-                deps.catalog, deps.schedules, deps.clock, self._principal, schedule_id
-            )
+            scheduling.delete_schedule(self._deps, self._principal, DeleteSchedule(schedule_id))
 
     def run_schedule(self, schedule_id: str) -> dict[str, Any]:
-        from qexport.schedules import catalog as service
+        from qexport.services.scheduling import run_schedule_now
 
-        deps = self._deps
         with _as_a_server():
-            record = service.run_schedule(
-                deps.catalog,
-                deps.schedules,
-                deps.clock,
-                self._principal,
-                schedule_id,
-                max_unsettled=deps.settings.max_unsettled_per_user,
-                accounts=deps.accounts,
-            )
-        return views.export_view(record, deps.clock.now())
+            record = run_schedule_now(self._deps, self._principal, RunScheduleNow(schedule_id))
+        return views.export_view(record, self._deps.clock.now())
 
     def signing_key(self) -> dict[str, Any]:
         from qexport.deliveries.signing import signing_key
-        from qexport.schedules import catalog as service
+        from qexport.services.schedules import catalog as service
 
         deps, acting = self._deps, self._principal
         with _as_a_server():
@@ -344,27 +335,18 @@ class LocalClient:
         return {"workspace": acting.workspace_id, "key": key}
 
     def subscribe(self, schedule_id: str) -> dict[str, Any]:
-        from qexport.schedules import catalog as service
+        from qexport.services import scheduling
 
-        deps = self._deps
         with _as_a_server():
-            found = service.subscribe(
-                deps.catalog,
-                deps.schedules,
-                deps.accounts,
-                deps.clock,
-                self._principal,
-                schedule_id,
-            )
+            found = scheduling.subscribe(self._deps, self._principal, Subscribe(schedule_id))
         return {"schedule_id": found.schedule_id, "subscribed": True, "email": found.email}
 
     def unsubscribe(self, schedule_id: str) -> None:
-        from qexport.schedules import catalog as service
+        from qexport.services import scheduling
 
+        command = Subscribe(schedule_id, subscribed=False)
         with _as_a_server():
-            service.unsubscribe(
-                self._deps.catalog, self._deps.schedules, self._principal, schedule_id
-            )
+            scheduling.subscribe(self._deps, self._principal, command)
 
     # ------------------------------------------------------------ approvals
 

@@ -36,10 +36,10 @@ from qexport.domain.reports import SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
 from qexport.ports import AccountStore, Clock, LocalFiles
 from qexport.scheduler.loop import Scheduler
-from qexport.schedules.tick import run_now
 from qexport.services.accounts import hash_password, local_principal
 from qexport.services.describe import describe_statement, describe_timeout
 from qexport.services.requests import request
+from qexport.services.schedules.tick import run_now
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
 

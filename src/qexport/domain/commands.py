@@ -99,3 +99,36 @@ class Decide:
     approval_id: str
     decision: Decision
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RunScheduleNow:
+    """An export of a schedule now, outside its timetable (paused or not), delivered like the
+    others; its timetable stays as it is."""
+
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class DeleteSchedule:
+    """Delete a schedule; the exports it made stay."""
+
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class PauseSchedule:
+    """Pause a schedule (`enabled` False), or resume it from now on (True): due times that
+    passed while it was paused never fire."""
+
+    schedule_id: str
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """Mail each run of a schedule to the caller's own address too (`subscribed` True), or
+    stop (False)."""
+
+    schedule_id: str
+    subscribed: bool = True

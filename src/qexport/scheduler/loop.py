@@ -17,8 +17,8 @@ import structlog
 
 from qexport.container import Container
 from qexport.domain.failures import QExportError
-from qexport.schedules import tick as schedule_tick
-from qexport.schedules.tick import FiredRun
+from qexport.services.schedules import tick as schedule_tick
+from qexport.services.schedules.tick import FiredRun
 
 log = structlog.get_logger()
 T = TypeVar("T")

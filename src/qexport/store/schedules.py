@@ -114,7 +114,7 @@ class SqlScheduleStore:
         an advisory lock per workspace serialises concurrent creations (SQLite's writers
         already are)."""
         if conn.dialect.name == "postgresql":
-            key = f"qexport.schedules/{workspace_id}"
+            key = f"qexport.services.schedules/{workspace_id}"
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
         stmt = sa.select(sa.func.count()).where(schedules.c.workspace_id == workspace_id, _LIVE)
         live = int(conn.execute(stmt).scalar_one())

@@ -26,7 +26,7 @@ from qexport.domain.schedules import (
     describe_cron,
     next_runs,
 )
-from qexport.schedules import catalog as service
+from qexport.services.schedules import catalog as service
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
 from qexport.web.subjects import Subject, given_parameters, param_field, typed_values
 

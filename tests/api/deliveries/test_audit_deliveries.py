@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from qexport.domain.audit import AuditFilter
-from qexport.schedules.tick import tick
+from qexport.services.schedules.tick import tick
 from tests.api.deliveries.env import ALICE, Deliveries
 
 MAIL = "team@example.com"

@@ -15,10 +15,13 @@ from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import DeleteSchedule, PauseSchedule, RunScheduleNow
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
-from qexport.schedules import catalog as service
+from qexport.services import scheduling
 from qexport.services.queries import list_readable_queries
 from qexport.services.reports import list_readable_reports
+from qexport.services.schedules import catalog as service
+from qexport.services.scheduling import pause_schedule, run_schedule_now
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.deleting import schedule_consequence
@@ -336,15 +339,7 @@ def resume(
 def _set_enabled(
     context: Container, principal: Principal, schedule_id: str, *, enabled: bool
 ) -> Response:
-    schedule = service.set_enabled(
-        context.catalog,
-        context.schedules,
-        context.accounts,
-        context.clock,
-        principal,
-        schedule_id,
-        enabled=enabled,
-    )
+    schedule = pause_schedule(context, principal, PauseSchedule(schedule_id, enabled))
     notice = "resumed" if enabled else "paused"
     return RedirectResponse(f"{_path(schedule.id)}?notice={notice}", status_code=303)
 
@@ -354,15 +349,7 @@ def run_now(
     context: Context, _session: CheckedForm, principal: WebPrincipal, schedule_id: str
 ) -> Response:
     """An export now, outside the timetable, delivered like the others; shown on its page."""
-    record = service.run_schedule(
-        context.catalog,
-        context.schedules,
-        context.clock,
-        principal,
-        schedule_id,
-        max_unsettled=context.settings.max_unsettled_per_user,
-        accounts=context.accounts,
-    )
+    record = run_schedule_now(context, principal, RunScheduleNow(schedule_id))
     return RedirectResponse(
         f"/exports/{quote(record.id, safe='')}?notice=requested", status_code=303
     )
@@ -405,7 +392,5 @@ def delete_schedule(
     ask = _ask_delete(request, context, session, principal, {"schedule_id": schedule_id})
     if not is_confirmed(confirmed):
         return confirm_page(request, session, ask)
-    service.delete_schedule(
-        context.catalog, context.schedules, context.clock, principal, schedule_id
-    )
+    scheduling.delete_schedule(context, principal, DeleteSchedule(schedule_id))
     return RedirectResponse("/schedules?notice=schedule-deleted", status_code=303)

@@ -12,9 +12,11 @@ from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import Subscribe
 from qexport.domain.failures import NotFoundError
 from qexport.domain.schedules import Schedule
-from qexport.schedules import catalog as service
+from qexport.services import scheduling
+from qexport.services.schedules import catalog as service
 from qexport.web.auth import CheckedForm, Context, WebPrincipal
 from qexport.web.errors import PageRoute
 
@@ -42,14 +44,7 @@ def subscription_of(context: Container, actor: Principal, schedule: Schedule) ->
 def subscribe(
     context: Context, _session: CheckedForm, principal: WebPrincipal, schedule_id: str
 ) -> Response:
-    found = service.subscribe(
-        context.catalog,
-        context.schedules,
-        context.accounts,
-        context.clock,
-        principal,
-        schedule_id,
-    )
+    found = scheduling.subscribe(context, principal, Subscribe(schedule_id))
     return RedirectResponse(f"{_page(found.schedule_id)}?notice=subscribed", status_code=303)
 
 
@@ -58,7 +53,7 @@ def unsubscribe(
     context: Context, _session: CheckedForm, principal: WebPrincipal, schedule_id: str
 ) -> Response:
     """Back to the schedule's page, or to the list when the person may no longer see it."""
-    found = service.unsubscribe(context.catalog, context.schedules, principal, schedule_id)
+    found = scheduling.subscribe(context, principal, Subscribe(schedule_id, subscribed=False))
     try:
         service.get_visible_schedule(
             context.catalog, context.schedules, principal, found.schedule_id

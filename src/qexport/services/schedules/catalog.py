@@ -46,7 +46,6 @@ from qexport.domain.schedules import (
 )
 from qexport.net.egress import EgressPolicy
 from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQueue, ScheduleStore
-from qexport.schedules.tick import run_now
 from qexport.services.audit import actor_for, event, recipient_on_record
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
@@ -60,6 +59,7 @@ from qexport.services.requests import (
     check_report_format,
     find_readable_query,
 )
+from qexport.services.schedules.tick import run_now
 from qexport.services.subscribers import PER_PERSON, Refusal, reading_refusal
 
 MAX_ID_CHARS = 64  # schedule ids are UUIDs; anything much longer is not worth a lookup
