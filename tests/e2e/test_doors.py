@@ -386,3 +386,76 @@ def test_each_door_shows_an_admin_the_workspace_and_a_member_their_own(
     cy = _member(env, ada.url, "cy@example.com", "editor", tmp_path)
     assert _sees(bea, export_id) == dict.fromkeys(bea.all(), (True, True))
     assert _sees(cy, export_id) == dict.fromkeys(cy.all(), (False, False))
+
+
+def _schedule(doors: Doors) -> str:
+    """A paused schedule of ada's query, made through the API; its id."""
+    with httpx2.Client(base_url=doors.url, headers=bearer(doors.token), timeout=30) as api:
+        body = {"query_id": doors.query_id, "format": "csv", "parameters": {"n": "2"},
+                "cron": "0 8 1 1 *", "enabled": False}  # fmt: skip
+        made = api.post("/api/v1/schedules", json=body)
+    assert made.status_code == 201, made.text
+    return str(made.json()["id"])
+
+
+def _schedule_now(doors: Doors, schedule_id: str) -> dict[str, Any]:
+    with httpx2.Client(base_url=doors.url, headers=bearer(doors.token), timeout=30) as api:
+        found = api.get(f"/api/v1/schedules/{schedule_id}")
+    assert found.status_code == 200, found.text
+    return dict(found.json())
+
+
+def _on_the_api(doors: Doors, schedule_id: str, action: str) -> str | None:
+    """Resume, pause or run the schedule through the API; the export's id for a run."""
+    with httpx2.Client(base_url=doors.url, headers=bearer(doors.token), timeout=30) as api:
+        if action == "run":
+            answer = api.post(f"/api/v1/schedules/{schedule_id}/run")
+            assert answer.status_code == 202, answer.text
+            return str(answer.json()["id"])
+        answer = api.patch(f"/api/v1/schedules/{schedule_id}", json={"enabled": action == "resume"})
+    assert answer.status_code == 200, answer.text
+    return None
+
+
+def _on_the_pages(doors: Doors, schedule_id: str, action: str) -> str | None:
+    with contextlib.closing(doors.signed_in()) as browser:
+        page = browser.get(f"/schedules/{schedule_id}").text
+        answer = browser.post(f"/schedules/{schedule_id}/{action}", data={"csrf": _csrf(page)})
+    assert answer.status_code == 303, answer.text
+    if action == "run":
+        return answer.headers["Location"].split("/")[2].split("?")[0]
+    return None
+
+
+def _on_the_cli(cli: Env, schedule_id: str, action: str) -> str | None:
+    command = {"run": "run-now"}.get(action, action)
+    done = cli.run("schedules", command, schedule_id[:8])  # an id's start, as anywhere
+    return done.stdout.strip() if action == "run" else None
+
+
+def test_each_door_pauses_resumes_and_runs_a_schedule_alike(env: Env, tmp_path: Path) -> None:
+    """ada resumes, pauses and runs her schedule at every door: each resume gives it a next
+    run, each pause takes it away, and each run records the same export, ada's, queued."""
+    ada = _doors(env, tmp_path)
+    schedule_id = _schedule(ada)
+    doors: dict[str, Callable[[str, str], str | None]] = {
+        "api": lambda sid, action: _on_the_api(ada, sid, action),
+        "pages": lambda sid, action: _on_the_pages(ada, sid, action),
+        "cli (local)": lambda sid, action: _on_the_cli(ada.local, sid, action),
+        "cli (server)": lambda sid, action: _on_the_cli(ada.remote, sid, action),
+    }
+    made = {}
+    for door, act in doors.items():
+        assert act(schedule_id, "resume") is None
+        resumed = _schedule_now(ada, schedule_id)
+        assert (resumed["enabled"], resumed["next_run_at"] is not None) == (True, True), door
+        assert act(schedule_id, "pause") is None
+        paused = _schedule_now(ada, schedule_id)
+        assert (paused["enabled"], paused["next_run_at"]) == (False, None), door
+        export_id = act(schedule_id, "run")
+        assert export_id is not None, door
+        made[door] = _what_was_asked(env, export_id)
+    first = made["api"]
+    assert (first["status"], first["parameters"]) == ("queued", {"n": 2})
+    assert first["requested_by"] == ada.local.extra["QEXPORT_USER"]
+    assert {door: m for door, m in made.items() if m != first} == {}
