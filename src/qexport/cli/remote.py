@@ -107,25 +107,13 @@ class QExportClient:
     def resolve_query(self, ref: str) -> str:
         """The id of the query named `ref` among those the caller can read; `ref` itself when
         none has that name (it is then taken as an id) or the server lists no queries."""
-        return self.lookup("/queries", "name", ref)[0]
+        return self._id_of("query", ref)
 
-    def resolve_report(self, ref: str) -> str:
-        """The id of the report titled `ref` among those the caller can read, else `ref`."""
-        return self.lookup("/reports", "title", ref)[0]
-
-    def lookup(self, path: str, label: str, ref: str) -> tuple[str, list[str]]:
-        """The id of the item of `path` whose `label` is `ref` (else `ref`, taken as an id),
-        and every label seen on the way (for suggestions when `ref` turns out unknown)."""
-        seen: list[str] = []
-        for item_id, item_label in self._labelled(path, label):
-            if item_label == ref:
-                return item_id, seen
-            seen.append(item_label)
-        return ref, seen
-
-    def names(self, path: str, label: str) -> dict[str, str]:
-        """Each item of `path` (queries, reports) by id: its `label` (name, title)."""
-        return dict(self._labelled(path, label))
+    def _id_of(self, kind: str, ref: str) -> str:
+        """The id of the query (`kind` "query") or report whose name (title) is `ref`, else
+        `ref`, taken as an id."""
+        found = (item_id for item_id, name in self._labelled(*_LISTS[kind]) if name == ref)
+        return next(found, ref)  # (pages are read only until it is found)
 
     def request_export(
         self,
@@ -139,10 +127,8 @@ class QExportClient:
     ) -> dict[str, Any]:
         """Request an export of the query (`kind` "query") or report ("report") that `ref`
         names or is the id of: the export, or the approval request it waits on."""
-        path, label = _LISTS[kind]
-        subject_id, _seen = self.lookup(path, label, ref)
         return self.create_export(
-            subject_id,
+            self._id_of(kind, ref),
             fmt,
             parameters,
             neutralize_formulas=neutralize_formulas,
