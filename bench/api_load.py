@@ -56,10 +56,11 @@ from qexport import bootstrap
 from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.accounts import Role, new_api_token
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
 from qexport.logs import configure_logging
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
 
@@ -120,13 +121,14 @@ def seed(settings: Settings) -> Installation:
         for name, sql in queries.items():
             container.catalog.add_query(Query(name, WORKSPACE, name, sql, source, owner=admin))
         ids = [
-            request_export(
+            record_request(
                 container.exports,
                 container.catalog,
                 container.clock,
                 Requester(admin, WORKSPACE),
-                query_ref="medium" if i == 0 else "small",
-                fmt="csv",
+                RequestExport(
+                    SubjectRef("query", "medium" if i == 0 else "small", by_name=True), "csv"
+                ),
             ).id
             for i in range(50)
         ]

@@ -47,9 +47,10 @@ import sqlalchemy as sa
 from bench_store import SqlMetadataStore, metadata_store
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.demo_data import build_demo_database
 from qexport.store.engine import migrate
 from qexport.store.tables import exports
@@ -109,8 +110,12 @@ class Site:
     def request(self) -> ExportRecord:
         self.requested += 1
         requester = REQUESTERS[self.requested % len(REQUESTERS)]
-        return request_export(
-            self.store, self.store, SystemClock(), requester, query_ref=QUERY, fmt="csv"
+        return record_request(
+            self.store,
+            self.store,
+            SystemClock(),
+            requester,
+            RequestExport(SubjectRef("query", QUERY, by_name=True), "csv"),
         )
 
     def settled(self) -> int:

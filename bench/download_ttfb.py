@@ -42,9 +42,10 @@ from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.accounts import Role, new_api_token
 from qexport.domain.audit import AuditEvent, AuditFilter, RecordedEvent
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
 
@@ -151,13 +152,12 @@ def measure(backend: str, requests: int) -> str:
             container.catalog.add_query(
                 Query("q1", "acme", "orders", "SELECT * FROM orders LIMIT 100", "shop")
             )
-            record = request_export(
+            record = record_request(
                 container.exports,
                 container.catalog,
                 container.clock,
                 Requester(user.id, "acme"),
-                query_ref="q1",
-                fmt="csv",
+                RequestExport(SubjectRef("query", "q1", by_name=True), "csv"),
             )
             Worker(container, drain=True).run()
             path = f"/api/v1/exports/{record.id}/file"

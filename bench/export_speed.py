@@ -30,9 +30,10 @@ import xlsxwriter
 from bench_store import metadata_store
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.demo_data import build_demo_database
 
 ORDERS_SQL = "SELECT * FROM orders"
@@ -95,7 +96,13 @@ def qexport_export(data_dir: Path, query_name: str, fmt: str) -> Run:
         stderr=subprocess.PIPE,
     )
     time.sleep(3)  # let the worker import and start polling, so its start-up is not timed
-    record = request_export(store, store, SystemClock(), REQUESTER, query_ref=query_name, fmt=fmt)
+    record = record_request(
+        store,
+        store,
+        SystemClock(),
+        REQUESTER,
+        RequestExport(SubjectRef("query", query_name, by_name=True), fmt),
+    )
     while (done := store.get_export(record.id)) is not None and not done.settled:
         time.sleep(0.2)
     peak_kib = _peak_rss_kib(worker.pid)

@@ -39,9 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.mariadb, f
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 
 REQUESTER = Requester("bench", "bench")
 LOGIN = "bench"  # the throwaway server's read-only login; its password is the same word
@@ -101,7 +102,13 @@ def qexport_export(
     # A warm-up export of one row first: what is timed is a running worker's export, not the
     # first one of a fresh process (its lazy imports, its first look at the source's grants).
     for name in (warm_up, query_name):
-        record = request_export(store, store, SystemClock(), REQUESTER, query_ref=name, fmt="csv")
+        record = record_request(
+            store,
+            store,
+            SystemClock(),
+            REQUESTER,
+            RequestExport(SubjectRef("query", name, by_name=True), "csv"),
+        )
         while (done := store.get_export(record.id)) is not None and not done.settled:
             time.sleep(0.05)
     peak_kib = _peak_rss_kib(worker.pid)

@@ -30,9 +30,10 @@ import sqlalchemy as sa
 from bench_store import SqlMetadataStore, metadata_store
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 
 SERVER_URL = os.environ.get("QEXPORT_TEST_DATABASE_URL") or (
     "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -118,7 +119,13 @@ def qexport_export(data_dir: Path, store: SqlMetadataStore, url: str) -> tuple[f
         stderr=subprocess.PIPE,
     )
     time.sleep(3)  # let the worker import and start polling, so its start-up is not timed
-    record = request_export(store, store, SystemClock(), REQUESTER, query_ref=QUERY_NAME, fmt="csv")
+    record = record_request(
+        store,
+        store,
+        SystemClock(),
+        REQUESTER,
+        RequestExport(SubjectRef("query", QUERY_NAME, by_name=True), "csv"),
+    )
     while (done := store.get_export(record.id)) is not None and not done.settled:
         time.sleep(0.1)
     worker.terminate()

@@ -13,12 +13,12 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from qexport.domain.accounts import Principal, Role
-from qexport.domain.commands import CancelExport
+from qexport.domain.commands import CancelExport, RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester, Result
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.exports import cancel_export
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.store.engine import head_revision
 from qexport.store.exports import SqlExportQueue
 from qexport.store.stats import read_stats
@@ -153,8 +153,12 @@ def people(api: Api) -> Requester:
 
 
 def _request(api: Api, who: Requester, query: str = "orders") -> ExportRecord:
-    return request_export(
-        api.deps.exports, api.deps.catalog, api.clock, who, query_ref=query, fmt="csv"
+    return record_request(
+        api.deps.exports,
+        api.deps.catalog,
+        api.clock,
+        who,
+        RequestExport(SubjectRef("query", query, by_name=True), "csv"),
     )
 
 
@@ -248,9 +252,15 @@ def test_stats_read_the_same_on_both_databases(
 
     who = Requester("ann", "acme")
     store.add_query(Query("q1", "acme", "q", "SELECT 1 AS x", "demo", ()))
-    queued = request_export(store, store, clock, who, query_ref="q", fmt="csv")
-    stale = request_export(store, store, clock, who, query_ref="q", fmt="csv")
-    retried = request_export(store, store, clock, who, query_ref="q", fmt="csv")
+    queued = record_request(
+        store, store, clock, who, RequestExport(SubjectRef("query", "q", by_name=True), "csv")
+    )
+    stale = record_request(
+        store, store, clock, who, RequestExport(SubjectRef("query", "q", by_name=True), "csv")
+    )
+    retried = record_request(
+        store, store, clock, who, RequestExport(SubjectRef("query", "q", by_name=True), "csv")
+    )
     assert queue_helpers.claim(store, stale.id, worker_id="w", now=clock.now(), lease_seconds=5)
     _retried_by_hand(store, clock, retried.id)
     clock.advance(10)

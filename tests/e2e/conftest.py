@@ -20,9 +20,10 @@ import pytest
 from qexport.bootstrap import audit_keys
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Parameter, Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.audit import use_keys
@@ -107,14 +108,12 @@ class Env:
 
     def request(self, query: str, fmt: str, **params: str) -> str:
         """Request an export in-process, as alice."""
-        record = request_export(
+        record = record_request(
             self.store,
             self.store,
             SystemClock(),
             Requester("alice", "demo"),
-            query_ref=query,
-            fmt=fmt,
-            parameters=params,
+            RequestExport(SubjectRef("query", query, by_name=True), fmt, parameters=params),
         )
         return record.id
 

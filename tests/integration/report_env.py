@@ -15,10 +15,11 @@ from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.accounts import Role
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.queries import Parameter, Query
 from qexport.domain.reports import Display, Report, Section
-from qexport.services.requests import request_report_export
+from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
@@ -66,14 +67,12 @@ class ReportEnv:
     def request(
         self, report: Report, fmt: str, requester: Requester = ALICE, **params: Any
     ) -> ExportRecord:
-        return request_report_export(
+        return record_request(
             self.store,
             self.store,
             self.deps.clock,
             requester,
-            report_ref=report.id,
-            fmt=fmt,
-            parameters=params,
+            RequestExport(SubjectRef("report", report.id), fmt, parameters=params),
         )
 
     def run(self, record: ExportRecord) -> ExportRecord:

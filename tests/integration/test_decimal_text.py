@@ -22,10 +22,11 @@ import pytest
 from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
 from qexport.ports import Source
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
 from qexport.writers.cells import preview_cells
 from tests.containers import container_of
@@ -57,8 +58,12 @@ def _exported(source: Source, sql: str, fmt: str, tmp_path: Path) -> str:
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path / "data"),
     )
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="amounts", fmt=fmt
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "amounts", by_name=True), fmt),
     )
     Worker(deps, worker_id="w").run_once()
     final = deps.exports.get_export(record.id)

@@ -21,6 +21,7 @@ import pytest
 from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import (
     InvalidRequestError,
@@ -28,7 +29,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.services.sources import check_source_url
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.worker.loop import Worker
@@ -335,8 +336,12 @@ def test_a_lake_query_exports_through_the_worker(lake: Lake, fmt: str) -> None:
         settings=lake.settings,
     )
     try:
-        record = request_export(
-            deps.exports, deps.catalog, deps.clock, ALICE, query_ref="joined", fmt=fmt
+        record = record_request(
+            deps.exports,
+            deps.catalog,
+            deps.clock,
+            ALICE,
+            RequestExport(SubjectRef("query", "joined", by_name=True), fmt),
         )
         Worker(deps, worker_id="w").run_once()
         final = deps.exports.get_export(record.id)

@@ -20,6 +20,7 @@ import pytest
 from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import (
     FailureCode,
@@ -30,7 +31,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.generic.source import GenericSource, from_url
 from qexport.worker.loop import Worker
 from tests.containers import container_of
@@ -263,8 +264,12 @@ def test_a_mariadb_query_exports_through_the_worker(
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path / "data"),
     )
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="typed", fmt=fmt
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "typed", by_name=True), fmt),
     )
     Worker(deps, worker_id="w").run_once()
     final = deps.exports.get_export(record.id)

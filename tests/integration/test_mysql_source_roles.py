@@ -15,10 +15,11 @@ import pytest
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.mysql import from_url
 from qexport.sources.mysql.source import MySQLSource
 from qexport.sources.postgres.role import SourceRefusedError
@@ -216,8 +217,12 @@ def _deps(tmp_path: Path, source: MySQLSource, sql: str) -> Container:
 
 
 def _export(deps: Container) -> tuple[Status, FailureCode | None, int, str, bytes]:
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="people", fmt="csv"
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "people", by_name=True), "csv"),
     )
     Worker(deps, drain=True).run()
     final = deps.exports.get_export(record.id)

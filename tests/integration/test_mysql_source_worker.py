@@ -19,10 +19,11 @@ from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
@@ -60,7 +61,13 @@ def deps(mariadb_server: MariaDBServer, tmp_path: Path) -> Deps:
 
 
 def _export(deps: Container, query: str, fmt: str) -> tuple[Status, str | None, bytes]:
-    record = request_export(deps.exports, deps.catalog, deps.clock, ALICE, query_ref=query, fmt=fmt)
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", query, by_name=True), fmt),
+    )
     Worker(deps, worker_id="w").run_once()
     final = deps.exports.get_export(record.id)
     assert final is not None
@@ -124,8 +131,12 @@ def test_cancel_stops_the_statement_on_the_server(
     """Cancelled while MariaDB runs a ten-minute statement (no timeout): the attempt ends,
     the export is failed/cancelled, and the server no longer runs it."""
     container = deps(lease_seconds=0.6, statement_timeout_seconds=0)
-    record = request_export(
-        container.exports, container.catalog, container.clock, ALICE, query_ref="slow", fmt="csv"
+    record = record_request(
+        container.exports,
+        container.catalog,
+        container.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "slow", by_name=True), "csv"),
     )
     worker = Worker(container, worker_id="w")
     done = threading.Event()

@@ -23,11 +23,12 @@ import sqlalchemy as sa
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import FailureCode, QueryInvalidError
 from qexport.domain.queries import Query
 from qexport.ports import Source
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.generic.source import GenericSource, engine_for
 from qexport.sources.mysql.source import MySQLSource
 from qexport.sources.postgres.source import PostgresSource
@@ -227,8 +228,12 @@ def test_a_postgresql_export_that_reads_them_fails_query_invalid(
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path),
     )
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="spy", fmt="csv"
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "spy", by_name=True), "csv"),
     )
     Worker(deps, worker_id="w").run_once()
     final = deps.exports.get_export(record.id)

@@ -11,9 +11,10 @@ import sqlalchemy as sa
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.store.notify import CHANNEL, PgListener
 from qexport.worker.loop import Worker
 from tests.containers import container_of
@@ -52,8 +53,12 @@ def test_a_request_wakes_an_idle_worker(
         with psycopg.connect(_libpq(pg_url), autocommit=True) as probe:
             probe.execute(f"LISTEN {CHANNEL}")  # the listener is up once it hears this
             wait_for(lambda: listener_ready(probe), timeout=10)
-        record = request_export(
-            postgresql_store, postgresql_store, deps.clock, ALICE, query_ref="q", fmt="csv"
+        record = record_request(
+            postgresql_store,
+            postgresql_store,
+            deps.clock,
+            ALICE,
+            RequestExport(SubjectRef("query", "q", by_name=True), "csv"),
         )
         done = wait_for(
             lambda: (r := postgresql_store.get_export(record.id)) and r.settled and r, timeout=20
@@ -82,10 +87,22 @@ def test_notifications_can_be_turned_off(pg_url: str) -> None:
     quiet.add_query(Query(str(uuid.uuid4()), "w1", "q", "select 1", "fake"))
     with psycopg.connect(_libpq(pg_url), autocommit=True) as listen:
         listen.execute(f"LISTEN {CHANNEL}")
-        request_export(quiet, quiet, SystemClock(), ALICE, query_ref="q", fmt="csv")
+        record_request(
+            quiet,
+            quiet,
+            SystemClock(),
+            ALICE,
+            RequestExport(SubjectRef("query", "q", by_name=True), "csv"),
+        )
         assert list(listen.notifies(timeout=0.5)) == []
         loud = SqlMetadataStore(engine)
-        record = request_export(loud, loud, SystemClock(), ALICE, query_ref="q", fmt="csv")
+        record = record_request(
+            loud,
+            loud,
+            SystemClock(),
+            ALICE,
+            RequestExport(SubjectRef("query", "q", by_name=True), "csv"),
+        )
         heard = list(listen.notifies(timeout=2, stop_after=1))
         assert [n.payload for n in heard] == [record.id]
     engine.dispose()

@@ -20,11 +20,12 @@ from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import AccessLostError, FailureCode
 from qexport.domain.queries import Query
 from qexport.ports import PreviewJob
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.postgres.role import SourceRefusedError
 from qexport.sources.postgres.source import PostgresSource
 from qexport.store.engine import create_engine, migrate
@@ -453,8 +454,12 @@ def _deps(tmp_path: Path, source: PostgresSource, sql: str) -> Container:
 
 
 def _export(deps: Container, fmt: str = "csv") -> tuple[Status, FailureCode | None, str, bytes]:
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="docs", fmt=fmt
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "docs", by_name=True), fmt),
     )
     Worker(deps, drain=True).run()
     final = deps.exports.get_export(record.id)
@@ -496,8 +501,12 @@ def test_a_worker_refuses_a_login_that_can_become_a_privileged_role(
     names = becoming(case)
     source = PostgresSource("warehouse", server.url_of(names["login"]))
     deps = _deps(tmp_path, source, "SELECT * FROM docs")
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="docs", fmt="csv"
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "docs", by_name=True), "csv"),
     )
     Worker(deps, drain=True).run()
     final = deps.exports.get_export(record.id)

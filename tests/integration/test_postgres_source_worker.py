@@ -12,10 +12,11 @@ import pytest
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
@@ -54,8 +55,12 @@ def test_cancel_stops_the_statement_on_the_server(
 ) -> None:
     """Cancelled while PostgreSQL runs a ten-minute statement (no statement timeout): the
     attempt ends, the export is failed/cancelled, and the server no longer runs it."""
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="slow", fmt=fmt
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "slow", by_name=True), fmt),
     )
     worker = Worker(deps, worker_id="w")
     done = threading.Event()

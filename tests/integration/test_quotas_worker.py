@@ -14,10 +14,11 @@ import pytest
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import FailureCode, QueryInvalidError
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.worker.loop import Worker
 from tests.containers import container_of
@@ -51,7 +52,13 @@ def _deps(tmp_path: Path, **settings: object) -> Container:
 
 
 def _run(deps: Container, query: str, fmt: str = "csv") -> ExportRecord:
-    record = request_export(deps.exports, deps.catalog, deps.clock, ALICE, query_ref=query, fmt=fmt)
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", query, by_name=True), fmt),
+    )
     assert Worker(deps, worker_id="w").run_once()
     final = deps.exports.get_export(record.id)
     assert final is not None

@@ -19,11 +19,12 @@ import pytest
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import FailureCode, StorageUnavailableError
 from qexport.domain.queries import Query
 from qexport.ports import StoredObject
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
 from qexport.worker.loop import Worker
@@ -100,7 +101,13 @@ def _deps(
 
 def _request(deps: Container, *exports: tuple[str, str]) -> list[str]:
     return [
-        request_export(deps.exports, deps.catalog, deps.clock, ALICE, query_ref=query, fmt=fmt).id
+        record_request(
+            deps.exports,
+            deps.catalog,
+            deps.clock,
+            ALICE,
+            RequestExport(SubjectRef("query", query, by_name=True), fmt),
+        ).id
         for query, fmt in exports
     ]
 

@@ -10,10 +10,11 @@ import duckdb
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
 from qexport.services.exports import open_download
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.s3 import S3ObjectStore
 from qexport.worker.loop import Worker
@@ -41,7 +42,13 @@ def test_exports_of_every_format_are_stored_in_s3(s3_store: S3ObjectStore, tmp_p
         settings=Settings(data_dir=tmp_path),
     )
     ids = [
-        request_export(store, store, deps.clock, ALICE, query_ref="t", fmt=f).id
+        record_request(
+            store,
+            store,
+            deps.clock,
+            ALICE,
+            RequestExport(SubjectRef("query", "t", by_name=True), f),
+        ).id
         for f in ("csv", "parquet", "xlsx")
     ]
     assert Worker(deps, drain=True).run() == {"succeeded": 3}

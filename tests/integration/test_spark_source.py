@@ -19,6 +19,7 @@ import pytest
 from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import (
     QExportError,
@@ -27,7 +28,7 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.spark.source import SparkSource, from_url
 from qexport.worker.loop import Worker
 from tests.containers import container_of
@@ -251,8 +252,12 @@ def test_a_spark_query_exports_to_csv_through_the_worker(
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path / "data"),
     )
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="typed", fmt="csv"
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "typed", by_name=True), "csv"),
     )
     Worker(deps, worker_id="w").run_once()
     final = deps.exports.get_export(record.id)

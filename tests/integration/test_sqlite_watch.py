@@ -10,9 +10,10 @@ from pathlib import Path
 from qexport import bootstrap
 from qexport.clock import SystemClock
 from qexport.config import Settings
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.store.engine import create_engine
 from qexport.store.sqlite_watch import SqliteChangeWatcher
 from qexport.worker.loop import Worker
@@ -46,8 +47,12 @@ def test_a_request_wakes_an_idle_worker(sqlite_store: SqlMetadataStore, tmp_path
     thread.start()
     try:
         wait_for(lambda: not sqlite_store.has_unsettled(), timeout=10)  # idle, polling
-        record = request_export(
-            sqlite_store, sqlite_store, deps.clock, ALICE, query_ref="q", fmt="csv"
+        record = record_request(
+            sqlite_store,
+            sqlite_store,
+            deps.clock,
+            ALICE,
+            RequestExport(SubjectRef("query", "q", by_name=True), "csv"),
         )
         done = wait_for(
             lambda: (r := sqlite_store.get_export(record.id)) and r.settled and r, timeout=20

@@ -13,10 +13,11 @@ import pytest
 from qexport.clock import SystemClock
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.worker.loop import Worker
 from tests.containers import container_of
@@ -50,8 +51,12 @@ def deps(tmp_path: Path) -> Container:
 def test_cancel_interrupts_a_running_statement(deps: Container, fmt: str) -> None:
     """Cancelled while DuckDB is still computing: the attempt ends within seconds, not at
     the 120 s statement timeout, and the worker is free again."""
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="slow", fmt=fmt
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "slow", by_name=True), fmt),
     )
     worker = Worker(deps, worker_id="w")
     done = threading.Event()
@@ -75,8 +80,12 @@ def test_cancel_interrupts_a_running_statement(deps: Container, fmt: str) -> Non
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_failure_details_carry_no_row_data(deps: Container, fmt: str) -> None:
     """A conversion error names the problem but not the value from the row."""
-    record = request_export(
-        deps.exports, deps.catalog, deps.clock, ALICE, query_ref="bad_cast", fmt=fmt
+    record = record_request(
+        deps.exports,
+        deps.catalog,
+        deps.clock,
+        ALICE,
+        RequestExport(SubjectRef("query", "bad_cast", by_name=True), fmt),
     )
     Worker(deps, worker_id="w").run_once()
     final = deps.exports.get_export(record.id)

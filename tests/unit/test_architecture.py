@@ -330,10 +330,20 @@ def test_the_known_arrows_are_still_there() -> None:
 # to the handler (`services.requests.request`, `services.deciding.decide_request`,
 # `services.scheduling`), so that every door asks the same questions.
 HANDLER_STEPS: dict[str, frozenset[str]] = {
-    "services.requests": frozenset({"request_export", "request_report_export", "approved_export"}),
+    "services.requests": frozenset({"record_request", "approved_export"}),
     "services.approvals": frozenset({"decide", "Decider", "Rebuild"}),
     "services.schedules.catalog": frozenset(
-        {"run_schedule", "delete_schedule", "set_enabled", "subscribe", "unsubscribe"}
+        {
+            "check_new_schedule",
+            "create_schedule",
+            "changed_schedule",
+            "update_schedule",
+            "run_schedule",
+            "delete_schedule",
+            "set_enabled",
+            "subscribe",
+            "unsubscribe",
+        }
     ),
 }
 

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status, safe_filename, storage_key
 from qexport.domain.failures import InvalidRequestError, NotFoundError, bounded_detail
 from qexport.domain.queries import (
@@ -18,7 +19,7 @@ from qexport.domain.queries import (
     can_read,
     parse_param_spec,
 )
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from tests.fakes import FrozenClock, InMemoryMetadataStore
 
 ALICE = Requester("alice", "w1")
@@ -48,14 +49,16 @@ def store() -> InMemoryMetadataStore:
 
 def test_a_valid_request_is_recorded_with_typed_parameters(store: InMemoryMetadataStore) -> None:
     """Parameters are checked and stored typed-as-JSON; defaults are filled in."""
-    record = request_export(
+    record = record_request(
         store,
         store,
         FrozenClock(),
         ALICE,
-        query_ref="Orders by day",
-        fmt="xlsx",
-        parameters={"since": "2024-02-01", "min_total": "10.50"},
+        RequestExport(
+            SubjectRef("query", "Orders by day", by_name=True),
+            "xlsx",
+            parameters={"since": "2024-02-01", "min_total": "10.50"},
+        ),
     )
     assert record.status is Status.QUEUED
     assert record.parameters == {
@@ -94,8 +97,12 @@ def test_bad_input_is_refused_and_nothing_recorded(
 ) -> None:
     """Each problem gets a message naming it, and no export is recorded."""
     with pytest.raises(InvalidRequestError, match=message):
-        request_export(
-            store, store, FrozenClock(), ALICE, query_ref="q1", fmt=fmt, parameters=params
+        record_request(
+            store,
+            store,
+            FrozenClock(),
+            ALICE,
+            RequestExport(SubjectRef("query", "q1", by_name=True), fmt, parameters=params),
         )
     assert store.list_exports(workspace_id="w1") == []
 
@@ -104,14 +111,16 @@ def test_an_unknown_or_unreadable_query_is_not_found(store: InMemoryMetadataStor
     """A missing query, or one in another workspace, is refused the same way."""
     for requester, ref in ((ALICE, "nope"), (Requester("alice", "w2"), "q1")):
         with pytest.raises(NotFoundError, match="no query"):
-            request_export(
+            record_request(
                 store,
                 store,
                 FrozenClock(),
                 requester,
-                query_ref=ref,
-                fmt="csv",
-                parameters={"since": "2024-01-01"},
+                RequestExport(
+                    SubjectRef("query", ref, by_name=True),
+                    "csv",
+                    parameters={"since": "2024-01-01"},
+                ),
             )
     assert store.list_exports(workspace_id="w1") == []
 

@@ -12,6 +12,7 @@ import pytest
 
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester, Status
 from qexport.domain.failures import (
     FailureCode,
@@ -24,7 +25,7 @@ from qexport.domain.lifecycle import Outcome
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
 from qexport.domain.sensitivity import Relation
 from qexport.services.exports import open_download
-from qexport.services.requests import request_export
+from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
 from qexport.worker.runner import run_attempt
 from tests import queue_helpers
@@ -61,14 +62,12 @@ def make_deps(source: FakeSource, **settings: object) -> Container:
 
 
 def request(deps: Container, fmt: str = "csv", **params: str) -> ExportRecord:
-    return request_export(
+    return record_request(
         deps.exports,
         deps.catalog,
         deps.clock,
         ALICE,
-        query_ref="numbers",
-        fmt=fmt,
-        parameters=params,
+        RequestExport(SubjectRef("query", "numbers", by_name=True), fmt, parameters=params),
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from qexport.clock import SystemClock
 from qexport.domain.exports import Requester
-from qexport.services.requests import query_export
+from qexport.services.subjects import query_subject
 from qexport.store.accounts import SqlAccountStore
 from tests.e2e.test_serve import bearer
 from tests.web.browser import EMAIL, Site, chromium, page, require_browser, sign_in, site
@@ -51,8 +51,8 @@ def _fill(site: Site, count: int) -> None:
     for n in range(1, count + 1):
         fmt = "csv" if n % 2 else "jsonl"
         site.env.store.insert_export(
-            query_export(
-                me, query, fmt, {"n": n}, neutralize_formulas=True, now=SystemClock().now()
+            query_subject(query).new_export(
+                me, fmt, {"n": n}, neutralize_formulas=True, now=SystemClock().now()
             )
         )
     deadline = time.monotonic() + 120

@@ -14,10 +14,11 @@ from starlette.routing import BaseRoute
 
 from qexport import bootstrap
 from qexport.domain.accounts import Role
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import Requester, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.schedules import DeliveryStatus, parse_recipients
-from qexport.services.requests import request_export
+from qexport.services.requests import Admission, record_request
 from qexport.web.link_flash import COOKIE as LINK_COOKIE
 from tests import queue_helpers
 from tests.api.conftest import Api
@@ -308,14 +309,13 @@ def test_a_demoted_owner_is_offered_no_send_again_for_a_webhook(api: Api) -> Non
     api.add_query()
     ann = _signed_in(api, ANN)
     # Saved before the workspace's rules applied to it: the server's policy refuses it now.
-    record = request_export(
+    record = record_request(
         api.deps.exports,
         api.deps.catalog,
         api.clock,
         Requester(api.user_id(ANN), "acme"),
-        query_ref="q-orders-acme",
-        fmt="csv",
-        notify=parse_recipients([{"webhook": "http://127.0.0.1:9/hook"}]),
+        RequestExport(SubjectRef("query", "q-orders-acme", by_name=True), "csv"),
+        Admission(notify=parse_recipients([{"webhook": "http://127.0.0.1:9/hook"}])),
     )
     api.drain()
     _dispatch_without_smtp(api)

@@ -26,7 +26,7 @@ from qexport.domain.reports import (
 from qexport.http.one_hop import OneHopRoute
 from qexport.services import reports as service
 from qexport.services.queries import MAX_MEMBERS
-from qexport.services.requests import MAX_PARAMETERS
+from qexport.services.subjects import MAX_PARAMETERS
 
 router = APIRouter(route_class=OneHopRoute, prefix="/reports", tags=["reports"])
 

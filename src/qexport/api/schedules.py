@@ -27,7 +27,14 @@ from qexport.api.schemas import (
 from qexport.api.schemas import Schedule as ScheduleView
 from qexport.deliveries.signing import signing_key as workspace_key
 from qexport.domain.accounts import Principal
-from qexport.domain.commands import DeleteSchedule, RunScheduleNow, Subscribe
+from qexport.domain.commands import (
+    ChangeSchedule,
+    CreateSchedule,
+    DeleteSchedule,
+    RunScheduleNow,
+    ScheduleDraft,
+    Subscribe,
+)
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.schedules import Schedule
 from qexport.http.one_hop import OneHopRoute
@@ -90,7 +97,7 @@ def create_schedule(
     loopback, private, link-local or other internal address included), every mistake at
     once in `errors`, in the order subject, format, cron, timezone, recipients, missed,
     parameters."""
-    draft = service.ScheduleDraft(
+    draft = ScheduleDraft(
         query_id=body.query_id,
         report_id=body.report_id,
         format=body.format,
@@ -103,16 +110,7 @@ def create_schedule(
         neutralize_formulas=body.options.neutralize_formulas,
         filename_template=body.filename_template,
     )
-    schedule = service.create_schedule(
-        context.catalog,
-        context.schedules,
-        context.accounts,
-        context.clock,
-        principal,
-        draft,
-        egress=context.settings.egress_policy(),
-        limits=service.ScheduleLimits.of(context.settings),
-    )
+    schedule = scheduling.create_schedule(context, principal, CreateSchedule(draft))
     response.headers["Location"] = request.app.url_path_for(
         "read_schedule", schedule_id=schedule.id
     )
@@ -174,18 +172,8 @@ def change_schedule(
             changes[name] = [r.model_dump() for r in value]
         elif value is not None or name in ("timezone", "filename_template"):
             changes[name] = value
-    schedule = service.update_schedule(
-        context.catalog,
-        context.schedules,
-        context.accounts,
-        context.clock,
-        principal,
-        schedule_id,
-        changes,
-        egress=context.settings.egress_policy(),
-        limits=service.ScheduleLimits.of(context.settings),
-        found=found,
-    )
+    changed = ChangeSchedule(schedule_id, changes, found=tuple(found))
+    schedule = scheduling.change_schedule(context, principal, changed)
     return _view(schedule, principal, service.subscribed_ids(context.schedules, principal))
 
 

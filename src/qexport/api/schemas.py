@@ -33,7 +33,7 @@ from qexport.domain.schedules import (
 from qexport.http.errors import PROBLEM_MEDIA_TYPE as PROBLEM_MEDIA_TYPE  # noqa: PLC0414 - re-exported
 from qexport.http.errors import PROBLEM_SCHEMA as PROBLEM_SCHEMA  # noqa: PLC0414 - re-exported
 from qexport.http.errors import Problem as Problem  # noqa: PLC0414 - re-exported
-from qexport.services.requests import MAX_PARAMETERS, MAX_REF_CHARS
+from qexport.services.subjects import MAX_PARAMETERS, MAX_REF_CHARS
 
 _INT64 = 2**63
 

@@ -22,13 +22,16 @@ from qexport.domain.accounts import Role
 from qexport.domain.approvals import Decision
 from qexport.domain.commands import (
     CancelExport,
+    ChangeSchedule,
     CreateLink,
+    CreateSchedule,
     Decide,
     DeleteSchedule,
     ListExports,
     RequestExport,
     RevokeLink,
     RunScheduleNow,
+    ScheduleDraft,
     SubjectRef,
     Subscribe,
 )
@@ -253,10 +256,10 @@ class LocalClient:
         return {**view, "subscribed": subscribed}
 
     def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:
-        from qexport.services.schedules import catalog as service
+        from qexport.services import scheduling
 
         deps = self._deps
-        draft = service.ScheduleDraft(
+        draft = ScheduleDraft(
             query_id=body.get("query_id"),
             report_id=body.get("report_id"),
             format=body.get("format", ""),
@@ -270,16 +273,7 @@ class LocalClient:
             filename_template=body.get("filename_template"),
         )
         with _as_a_server():
-            schedule = service.create_schedule(
-                deps.catalog,
-                deps.schedules,
-                deps.accounts,
-                deps.clock,
-                self._principal,
-                draft,
-                egress=deps.settings.egress_policy(),
-                limits=service.ScheduleLimits.of(deps.settings),
-            )
+            schedule = scheduling.create_schedule(deps, self._principal, CreateSchedule(draft))
         return self._schedule_view(schedule)
 
     def list_schedules(self) -> dict[str, Any]:
@@ -291,24 +285,15 @@ class LocalClient:
         return {"items": [self._schedule_view(schedule) for schedule in found]}
 
     def update_schedule(self, schedule_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        from qexport.services.schedules import catalog as service
+        from qexport.services import scheduling
 
         deps = self._deps
         settings = dict(changes)
         if "options" in settings:
             settings["neutralize_formulas"] = settings.pop("options")["neutralize_formulas"]
         with _as_a_server():
-            schedule = service.update_schedule(
-                deps.catalog,
-                deps.schedules,
-                deps.accounts,
-                deps.clock,
-                self._principal,
-                schedule_id,
-                settings,
-                egress=deps.settings.egress_policy(),
-                limits=service.ScheduleLimits.of(deps.settings),
-            )
+            changed = ChangeSchedule(schedule_id, settings)
+            schedule = scheduling.change_schedule(deps, self._principal, changed)
         return self._schedule_view(schedule)
 
     def delete_schedule(self, schedule_id: str) -> None:

@@ -28,7 +28,7 @@ from qexport.domain.reports import (
     parse_section_spec,
 )
 from qexport.services.reports import ReportDraft, add_report
-from qexport.services.requests import find_readable_query
+from qexport.services.subjects import find_readable_query
 
 if TYPE_CHECKING:
     from qexport.container import Container

@@ -8,11 +8,13 @@ policy, pick between a query and a report or choose which caps apply.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from qexport.domain.approvals import Decision
+from qexport.domain.failures import InvalidRequestError
+from qexport.domain.schedules import Missed
 
 SubjectKind = Literal["query", "report"]
 
@@ -99,6 +101,48 @@ class Decide:
     approval_id: str
     decision: Decision
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleDraft:
+    """Every setting of a schedule, as a person or program gave it (checked when a schedule
+    is created or changed). `recipients` are JSON: `{"email": ADDRESS}` or `{"webhook":
+    URL}`."""
+
+    format: str
+    cron: str
+    query_id: str | None = None
+    report_id: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    timezone: str | None = None  # None: the workspace's time zone
+    recipients: Sequence[Any] = ()
+    missed: str = Missed.ONCE.value
+    enabled: bool = True
+    neutralize_formulas: bool = True
+    filename_template: str | None = None  # None: the subject's own
+
+
+@dataclass(frozen=True)
+class CreateSchedule:
+    """A schedule of the draft's settings, owned by the caller; with `check_only`, checked as
+    it would be saved and nothing saved. `found`: the mistakes the door already found reading
+    the draft, told with the rest."""
+
+    draft: ScheduleDraft
+    found: tuple[InvalidRequestError, ...] = ()
+    check_only: bool = False
+
+
+@dataclass(frozen=True)
+class ChangeSchedule:
+    """Change the given settings (named as ScheduleDraft's fields) of a schedule; with
+    `check_only`, checked as they would be saved and nothing saved. `found` as for
+    CreateSchedule."""
+
+    schedule_id: str
+    changes: Mapping[str, Any]
+    found: tuple[InvalidRequestError, ...] = ()
+    check_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Exports of sensitive queries: asked for, then approved or denied by another admin.
 
-`request_export` (services/requests.py) hands a request whose subject the workspace's policy
+`record_request` (services/requests.py) hands a request whose subject the workspace's policy
 marks sensitive to `ask`, which records it as awaiting approval; `decide` makes the export,
 with the requester's rights and in the same transaction as the decision, or denies it. Both
 are audit events in their transaction; a refused decision (an admin approving their own

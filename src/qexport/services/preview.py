@@ -59,8 +59,8 @@ from qexport.domain.queries import Query, ResultColumn, to_json_value
 from qexport.ports import Cell, PreviewJob
 from qexport.services.audit import actor_for, event
 from qexport.services.looks import Looks, admit_look
-from qexport.services.requests import bind_query_values, find_readable_query
 from qexport.services.sensitivity import preview_sensitivity
+from qexport.services.subjects import find_readable_query, query_subject
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -191,7 +191,7 @@ def preview_query(
     """
     limit = check_limit(limit)
     query = find_readable_query(desk.catalog, requester, query_ref, match_name=match_name)
-    values = bind_query_values(query, parameters or {})
+    values = query_subject(query).bind(parameters or {})
     shown_values = {k: to_json_value(v) for k, v in values.items()}
     _admit(desk, requester)
     policy = desk.accounts.workspace_policy(requester.workspace_id)

@@ -5,31 +5,35 @@ the command line call these, never the steps themselves."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from qexport.config import Settings
 from qexport.domain.accounts import Principal
-from qexport.domain.commands import DeleteSchedule, PauseSchedule, RunScheduleNow, Subscribe
+from qexport.domain.commands import (
+    ChangeSchedule,
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    RunScheduleNow,
+    Subscribe,
+)
 from qexport.domain.exports import ExportRecord
 from qexport.domain.schedules import Schedule
-from qexport.ports import AccountStore, Catalog, Clock, ScheduleStore
 from qexport.services.schedules import catalog
-from qexport.services.schedules.catalog import Subscription
+from qexport.services.schedules.catalog import ScheduleDeps, Subscription
 
 
-class ScheduleDeps(Protocol):
-    """What handling a schedule command reads and writes (the container has it all)."""
+def create_schedule(deps: ScheduleDeps, principal: Principal, command: CreateSchedule) -> Schedule:
+    """The schedule, saved, owned by the principal (an editor or admin), or with
+    `check_only` as it would be saved; every mistake at once (InvalidRequestError), in the
+    schedule form's order; the workspace's cap on schedules and shortest interval apply."""
+    step = catalog.check_new_schedule if command.check_only else catalog.create_schedule
+    return step(deps, principal, command.draft, found=command.found)
 
-    @property
-    def catalog(self) -> Catalog: ...
-    @property
-    def schedules(self) -> ScheduleStore: ...
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> Settings: ...
+
+def change_schedule(deps: ScheduleDeps, principal: Principal, command: ChangeSchedule) -> Schedule:
+    """The schedule with the changes, saved, or with `check_only` as it would be saved. Its
+    owner or a workspace admin; whoever changes where its exports go or what they hold
+    becomes its owner (`catalog.update_schedule`)."""
+    step = catalog.changed_schedule if command.check_only else catalog.update_schedule
+    return step(deps, principal, command.schedule_id, command.changes, found=command.found)
 
 
 def run_schedule_now(
@@ -58,15 +62,7 @@ def delete_schedule(deps: ScheduleDeps, principal: Principal, command: DeleteSch
 
 def pause_schedule(deps: ScheduleDeps, principal: Principal, command: PauseSchedule) -> Schedule:
     """The schedule, paused or resumed; its owner or a workspace admin."""
-    return catalog.set_enabled(
-        deps.catalog,
-        deps.schedules,
-        deps.accounts,
-        deps.clock,
-        principal,
-        command.schedule_id,
-        enabled=command.enabled,
-    )
+    return catalog.set_enabled(deps, principal, command.schedule_id, enabled=command.enabled)
 
 
 def subscribe(deps: ScheduleDeps, principal: Principal, command: Subscribe) -> Subscription:

@@ -27,8 +27,9 @@ from qexport.domain.schedules import (
     next_runs,
 )
 from qexport.services.schedules import catalog as service
+from qexport.services.subjects import Subject
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
-from qexport.web.subjects import Subject, given_parameters, param_field, typed_values
+from qexport.web.subjects import given_parameters, param_field, typed_values
 
 FIELDS = ("format", "cron", "timezone", "recipients", "missed", "parameters", "filename_template")
 _SUBJECT_FIELDS = ("query_id", "report_id")

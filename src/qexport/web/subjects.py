@@ -5,17 +5,15 @@ it asks for (`p.NAME`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.commands import SubjectKind
+from qexport.domain.commands import SubjectKind, SubjectRef
 from qexport.domain.failures import NotFoundError
 from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
-from qexport.domain.queries import Parameter, ParamType, to_json_value
-from qexport.services.reports import find_readable_report, report_queries
-from qexport.services.requests import find_readable_query
+from qexport.domain.queries import ParamType, to_json_value
+from qexport.services.subjects import Subject, readable_subject
 
 INPUT_TYPES = {
     ParamType.INTEGER: "number",
@@ -25,7 +23,6 @@ INPUT_TYPES = {
     ParamType.STRING: "text",
 }
 PARAM_PREFIX = "p."
-REPORT_FORMAT_NAMES: tuple[str, ...] = tuple(sorted(REPORT_FORMATS))
 # Every format, each with the kinds of subject that take it (for the script that narrows the
 # choice as soon as a subject is picked).
 ALL_FORMATS: tuple[tuple[str, str], ...] = tuple(
@@ -40,46 +37,19 @@ ALL_FORMATS: tuple[tuple[str, str], ...] = tuple(
 _TRUE_WORDS = ("true", "1", "yes", "on")
 
 
-@dataclass(frozen=True)
-class Subject:
-    """What is exported: its kind, id and name, the parameters a request gives, its formats."""
-
-    kind: SubjectKind
-    id: str
-    name: str
-    parameters: tuple[Parameter, ...]
-    formats: tuple[str, ...]
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind}:{self.id}"
-
-
 def subject_of(context: Container, principal: Principal, ref: str) -> Subject | None:
-    """The query or report a form names, if the person may read it (every query of a report
-    included); None for an empty, malformed, missing or unreadable one."""
+    """The query or report a form names (`query:ID`, `report:ID`), if the person may read it
+    (every query of a report included); None for an empty, malformed, missing or unreadable
+    one."""
     kind, _, ident = ref[:300].partition(":")
-    if not ident:
+    if not ident or kind not in ("query", "report"):
         return None
-    requester = principal.requester
     try:
-        if kind == "query":
-            query = find_readable_query(context.catalog, requester, ident, match_name=False)
-            return Subject("query", query.id, query.name, query.parameters, QUERY_FORMATS)
-        if kind == "report":
-            report = find_readable_report(context.catalog, requester, ident)
-            queries = report_queries(context.catalog, requester, report)
-        else:
-            return None
+        return readable_subject(
+            context.catalog, principal.requester, SubjectRef(cast(SubjectKind, kind), ident)
+        )
     except NotFoundError:
         return None
-    open_params: dict[str, Parameter] = {}
-    for section in report.sections:
-        for param in queries[section.query_id].parameters:
-            if param.name not in section.parameters:
-                open_params.setdefault(param.name, param)
-    params = tuple(open_params.values())
-    return Subject("report", report.id, report.title, params, REPORT_FORMAT_NAMES)
 
 
 def _shown(value: Any) -> str:

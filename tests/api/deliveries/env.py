@@ -14,9 +14,10 @@ from urllib.parse import urlparse
 from qexport import bootstrap
 from qexport.config import Settings
 from qexport.deliveries.dispatch import DeliveryDispatcher
+from qexport.domain.commands import RequestExport, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.schedules import Delivery, parse_recipients
-from qexport.services.requests import request_export
+from qexport.services.requests import Admission, record_request
 from tests.api.conftest import Api
 from tests.receivers import SmtpServer, WebhookReceiver
 
@@ -44,14 +45,13 @@ class Deliveries:
 
     def export(self, *recipients: dict[str, str], query: str = "q-orders-acme") -> ExportRecord:
         """An export of `query` for Alice with `recipients`, settled by a worker."""
-        record = request_export(
+        record = record_request(
             self.api.deps.exports,
             self.api.deps.catalog,
             self.api.clock,
             Requester(self.api.user_id(ALICE), "acme"),
-            query_ref=query,
-            fmt="csv",
-            notify=parse_recipients(list(recipients)),
+            RequestExport(SubjectRef("query", query, by_name=True), "csv"),
+            Admission(notify=parse_recipients(list(recipients))),
         )
         self.api.drain()
         settled = self.api.deps.exports.get_export(record.id)

@@ -12,15 +12,15 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import timedelta
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role, at_least
 from qexport.domain.audit import Action as AuditAction
 from qexport.domain.audit import AuditEvent
 from qexport.domain.audit import changes as audit_changes
+from qexport.domain.commands import ScheduleDraft, SubjectRef
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
     ConflictError,
@@ -30,7 +30,6 @@ from qexport.domain.failures import (
     Problems,
     in_field_order,
 )
-from qexport.domain.formats import query_format
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.queries import can_read, check_filename_template, to_json_value
 from qexport.domain.reports import SUBJECT_REPORT, can_read_report
@@ -44,22 +43,17 @@ from qexport.domain.schedules import (
     check_timezone,
     next_due,
 )
-from qexport.net.egress import EgressPolicy
 from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQueue, ScheduleStore
 from qexport.services.audit import actor_for, event, recipient_on_record
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
-from qexport.services.reports import find_readable_report, report_queries
-from qexport.services.requests import (
-    SUBJECT_QUERY,
-    bind_query_values,
-    bind_report_values,
+from qexport.services.schedules.tick import run_now
+from qexport.services.subjects import (
     check_allowed_format,
     check_any_format,
-    check_report_format,
-    find_readable_query,
+    check_kind_format,
+    readable_subject,
 )
-from qexport.services.schedules.tick import run_now
 from qexport.services.subscribers import PER_PERSON, Refusal, reading_refusal
 
 MAX_ID_CHARS = 64  # schedule ids are UUIDs; anything much longer is not worth a lookup
@@ -69,34 +63,19 @@ _SUBJECT_FIELDS = frozenset({"query_id", "report_id", "format", "parameters"})
 _TIMETABLE_FIELDS = frozenset({"cron", "timezone"})
 
 
-@dataclass(frozen=True)
-class ScheduleLimits:
-    """Per workspace: how many live schedules, and the shortest gap between due times."""
+class ScheduleDeps(Protocol):
+    """What the schedule use cases read and write (the container has it all)."""
 
-    max_per_workspace: int | None = None
-    min_interval: timedelta = timedelta(0)
-
-    @classmethod
-    def of(cls, settings: Settings) -> ScheduleLimits:
-        return cls(settings.max_schedules_per_workspace, settings.schedule_min_interval)
-
-
-@dataclass(frozen=True)
-class ScheduleDraft:
-    """Everything a caller writes of a schedule, as given; checked by `create_schedule` and
-    `update_schedule`. `recipients` are JSON: `{"email": ADDRESS}` or `{"webhook": URL}`."""
-
-    format: str
-    cron: str
-    query_id: str | None = None
-    report_id: str | None = None
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-    timezone: str | None = None  # None: the workspace's time zone
-    recipients: Sequence[Any] = ()
-    missed: str = Missed.ONCE.value
-    enabled: bool = True
-    neutralize_formulas: bool = True
-    filename_template: str | None = None  # None: the subject's own
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def schedules(self) -> ScheduleStore: ...
+    @property
+    def accounts(self) -> AccountStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> Settings: ...
 
 
 @dataclass(frozen=True)
@@ -176,37 +155,31 @@ def _check_subject(
         with problems.check():
             check_any_format(draft.format)
         return _SubjectCheck()
-    parameters = dict(draft.parameters)
+    ref = (
+        SubjectRef("report", draft.report_id, by_name=match_name)
+        if draft.report_id is not None
+        else SubjectRef("query", str(draft.query_id), by_name=match_name)
+    )
     try:
-        if draft.report_id is not None:
-            with problems.check():
-                check_report_format(draft.format)
-            report = find_readable_report(store, requester, draft.report_id, match_title=match_name)
-            if policy is not None:
-                held = report_queries(store, requester, report).values()
-                why = policy.sensitivity(held)
-                if why is not None:
-                    problems.add(_sensitive(f"{why} (in the report {report.title!r})", "report_id"))
-            with problems.check():
-                values = bind_report_values(store, requester, report, parameters)
-                return _SubjectCheck(
-                    _Subject(SUBJECT_REPORT, report.id, draft.format, values, tuple(values))
-                )
-            return _SubjectCheck()
-        assert draft.query_id is not None
         with problems.check():
-            query_format(draft.format)
-        query = find_readable_query(store, requester, draft.query_id, match_name=match_name)
+            check_kind_format(ref.kind, draft.format)
+        subject = readable_subject(store, requester, ref)
     except NotFoundError as exc:
         return _SubjectCheck(missing=exc)
-    why = None if policy is None else policy.sensitivity([query])
+    why = None if policy is None else subject.sensitivity(policy)
     if why is not None:
-        problems.add(_sensitive(why, "query_id"))
+        problems.add(_sensitive(why, f"{ref.kind}_id"))
     with problems.check():
-        bound = bind_query_values(query, parameters)
-        values = {k: to_json_value(v) for k, v in bound.items()}
-        names = tuple(p.name for p in query.parameters)
-        return _SubjectCheck(_Subject(SUBJECT_QUERY, query.id, draft.format, values, names))
+        values = subject.bind(draft.parameters)
+        return _SubjectCheck(
+            _Subject(
+                subject.kind,
+                subject.id,
+                draft.format,
+                {k: to_json_value(v) for k, v in values.items()},
+                subject.template_names(values),
+            )
+        )
     return _SubjectCheck()
 
 
@@ -312,11 +285,10 @@ def _refuse_any(problems: Problems, subject: _SubjectCheck) -> None:
         raise subject.missing
 
 
-def _rules(accounts: AccountStore, actor: Principal, egress: EgressPolicy | None) -> RecipientRules:
+def _rules(deps: ScheduleDeps, actor: Principal) -> RecipientRules:
     requester = actor.requester
-    return rules_for(
-        accounts, requester.workspace_id, requester.user_id, actor.role, egress or EgressPolicy()
-    )
+    egress = deps.settings.egress_policy()
+    return rules_for(deps.accounts, requester.workspace_id, requester.user_id, actor.role, egress)
 
 
 def sees_recipients(actor: Principal, schedule: Schedule) -> bool:
@@ -335,37 +307,31 @@ def _timezone(accounts: AccountStore, workspace_id: str, given: str | None) -> s
 
 
 def check_new_schedule(
-    store: Catalog,
-    accounts: AccountStore,
-    clock: Clock,
+    deps: ScheduleDeps,
     actor: Principal,
     draft: ScheduleDraft,
     *,
     match_name: bool = False,
-    egress: EgressPolicy | None = None,
-    limits: ScheduleLimits | None = None,
     found: Sequence[InvalidRequestError] = (),
 ) -> Schedule:
     """The schedule a draft makes, checked as `create_schedule` checks it, nothing saved:
     every mistake at once (with those the caller `found` reading its form), in the form's
     order (subject, format, cron, time zone, recipients, missed runs, parameters)."""
     _writer(actor)
-    limits = limits or ScheduleLimits()
     problems = Problems(found)
+    accounts = deps.accounts
     policy = accounts.workspace_policy(actor.requester.workspace_id)
     subject = _check_subject(
-        store, actor.requester, draft, problems, match_name=match_name, policy=policy
+        deps.catalog, actor.requester, draft, problems, match_name=match_name, policy=policy
     )
     timetable = _timetable(problems, accounts, actor.requester.workspace_id, draft)
-    now = clock.now()
+    now = deps.clock.now()
     if timetable is not None:
         with problems.check():
-            check_min_interval(*timetable, limits.min_interval, now)
+            check_min_interval(*timetable, deps.settings.schedule_min_interval, now)
     recipients: tuple[Recipient, ...] = ()
     with problems.check():
-        recipients = admit_recipients(
-            draft.recipients, _rules(accounts, actor, egress), "recipients"
-        )
+        recipients = admit_recipients(draft.recipients, _rules(deps, actor), "recipients")
     missed = _check_flags(draft, problems)
     template: str | None = None
     if subject.subject is not None:
@@ -396,37 +362,22 @@ def check_new_schedule(
 
 
 def create_schedule(
-    store: Catalog,
-    schedules: ScheduleStore,
-    accounts: AccountStore,
-    clock: Clock,
+    deps: ScheduleDeps,
     actor: Principal,
     draft: ScheduleDraft,
     *,
     match_name: bool = False,
-    egress: EgressPolicy | None = None,
-    limits: ScheduleLimits | None = None,
     found: Sequence[InvalidRequestError] = (),
 ) -> Schedule:
     """Check and save a schedule owned by the caller (an editor or admin); with `match_name`
-    the subject may also be named by its query name or report title (the CLI). Webhooks are
-    checked against `egress` (by default every internal address is refused)."""
-    limits = limits or ScheduleLimits()
-    schedule = check_new_schedule(
-        store,
-        accounts,
-        clock,
-        actor,
-        draft,
-        match_name=match_name,
-        egress=egress,
-        limits=limits,
-        found=found,
-    )
-    return schedules.add_schedule(
+    the subject may also be named by its query name or report title. Webhooks are checked
+    against the installation's egress policy (by default every internal address is
+    refused)."""
+    schedule = check_new_schedule(deps, actor, draft, match_name=match_name, found=found)
+    return deps.schedules.add_schedule(
         schedule,
-        max_per_workspace=limits.max_per_workspace,
-        audit=schedule_event(clock, actor, AuditAction.SCHEDULE_CREATED, schedule),
+        max_per_workspace=deps.settings.max_schedules_per_workspace,
+        audit=schedule_event(deps.clock, actor, AuditAction.SCHEDULE_CREATED, schedule),
     )
 
 
@@ -477,23 +428,19 @@ def draft_of(schedule: Schedule) -> ScheduleDraft:
 
 
 def changed_schedule(
-    store: Catalog,
-    schedules: ScheduleStore,
-    accounts: AccountStore,
-    clock: Clock,
+    deps: ScheduleDeps,
     actor: Principal,
     schedule_id: str,
     changes: Mapping[str, Any],
     *,
-    egress: EgressPolicy | None = None,
-    limits: ScheduleLimits | None = None,
     found: Sequence[InvalidRequestError] = (),
 ) -> Schedule:
     """The schedule as `update_schedule` would save it, nothing saved; every mistake at once
     (with those the caller `found`), in the form's order. A body refused as it was read is
     refused so even for a schedule the caller cannot see."""
+    store, accounts, clock = deps.catalog, deps.accounts, deps.clock
     try:
-        current = get_visible_schedule(store, schedules, actor, schedule_id)
+        current = get_visible_schedule(store, deps.schedules, actor, schedule_id)
     except NotFoundError:
         Problems(found).raise_any(_IN_ORDER)
         raise
@@ -512,9 +459,7 @@ def changed_schedule(
     if "recipients" in given:
         recipients = None
         with problems.check():
-            recipients = admit_recipients(
-                draft.recipients, _rules(accounts, actor, egress), "recipients"
-            )
+            recipients = admit_recipients(draft.recipients, _rules(deps, actor), "recipients")
     subject = _SubjectCheck()
     checks_subject = _SUBJECT_FIELDS & set(given) or recipients != current.recipients
     if checks_subject:
@@ -525,7 +470,7 @@ def changed_schedule(
     timetable = _timetable(problems, accounts, current.workspace_id, draft)
     moved = timetable is not None and timetable != (current.cron, current.timezone)
     if timetable is not None and moved:
-        minimum = (limits or ScheduleLimits()).min_interval
+        minimum = deps.settings.schedule_min_interval
         with problems.check():
             check_min_interval(*timetable, minimum, clock.now())
     missed = _check_flags(draft, problems)
@@ -563,16 +508,11 @@ def changed_schedule(
 
 
 def update_schedule(
-    store: Catalog,
-    schedules: ScheduleStore,
-    accounts: AccountStore,
-    clock: Clock,
+    deps: ScheduleDeps,
     actor: Principal,
     schedule_id: str,
     changes: Mapping[str, Any],
     *,
-    egress: EgressPolicy | None = None,
-    limits: ScheduleLimits | None = None,
     found: Sequence[InvalidRequestError] = (),
 ) -> Schedule:
     """Change the given settings (ScheduleDraft field names) of a schedule the caller owns or
@@ -585,39 +525,21 @@ def update_schedule(
     round. Changing the cron or time zone, or resuming, moves the next run to the first due
     time after now: due times that passed while a schedule was paused never fire.
     """
-    updated = changed_schedule(
-        store,
-        schedules,
-        accounts,
-        clock,
-        actor,
-        schedule_id,
-        changes,
-        egress=egress,
-        limits=limits,
-        found=found,
+    updated = changed_schedule(deps, actor, schedule_id, changes, found=found)
+    current = deps.schedules.get_schedule(schedule_id)
+    changed = schedule_event(
+        deps.clock, actor, AuditAction.SCHEDULE_CHANGED, updated, before=current
     )
-    current = schedules.get_schedule(schedule_id)
-    changed = schedule_event(clock, actor, AuditAction.SCHEDULE_CHANGED, updated, before=current)
-    if not schedules.update_schedule(updated, audit=changed):  # deleted in the meantime
+    if not deps.schedules.update_schedule(updated, audit=changed):  # deleted in the meantime
         raise NotFoundError(NO_SUCH_SCHEDULE)
     return updated
 
 
 def set_enabled(
-    store: Catalog,
-    schedules: ScheduleStore,
-    accounts: AccountStore,
-    clock: Clock,
-    actor: Principal,
-    schedule_id: str,
-    *,
-    enabled: bool,
+    deps: ScheduleDeps, actor: Principal, schedule_id: str, *, enabled: bool
 ) -> Schedule:
     """Pause (False) or resume (True) a schedule."""
-    return update_schedule(
-        store, schedules, accounts, clock, actor, schedule_id, {"enabled": enabled}
-    )
+    return update_schedule(deps, actor, schedule_id, {"enabled": enabled})
 
 
 def delete_schedule(

@@ -22,43 +22,35 @@ from qexport.domain.reports import SUBJECT_REPORT, Report
 from qexport.domain.schedules import NewDelivery, Schedule, plan_tick
 from qexport.ports import AccountStore, Catalog, Clock, NewExport, ScheduleStore
 from qexport.services.audit import export_requested
-from qexport.services.requests import new_deliveries, query_export, report_export
+from qexport.services.requests import new_deliveries
+from qexport.services.subjects import query_subject, report_subject
 from qexport.services.subscribers import subscriber_deliveries
 
 log = structlog.get_logger()
 
 
 def schedule_export(store: Catalog, schedule: Schedule, now: datetime) -> NewExport:
-    """The export a schedule asks for, with its owner as the requester."""
-    requester = Requester(schedule.owner, schedule.workspace_id)
-    neutralize = bool(schedule.options.get("neutralize_formulas", True))
-    values = dict(schedule.parameters)
+    """The export a schedule asks for, with its owner as the requester (of a subject deleted
+    since: named so, and failed by the worker as any export of a missing subject is)."""
     if schedule.subject_type == SUBJECT_REPORT:
         report = store.get_report(schedule.subject_id) or Report(
             id=schedule.subject_id, workspace_id=schedule.workspace_id, title="deleted report"
         )
-        return report_export(
-            requester,
-            report,
-            schedule.format,
-            values,
-            neutralize_formulas=neutralize,
-            now=now,
-            filename_template=schedule.filename_template,
+        subject = report_subject(report, {})
+    else:
+        query = store.get_query(schedule.subject_id) or Query(
+            id=schedule.subject_id,
+            workspace_id=schedule.workspace_id,
+            name="deleted query",
+            sql="",
+            source="",
         )
-    query = store.get_query(schedule.subject_id) or Query(
-        id=schedule.subject_id,
-        workspace_id=schedule.workspace_id,
-        name="deleted query",
-        sql="",
-        source="",
-    )
-    return query_export(
-        requester,
-        query,
+        subject = query_subject(query)
+    return subject.new_export(
+        Requester(schedule.owner, schedule.workspace_id),
         schedule.format,
-        values,
-        neutralize_formulas=neutralize,
+        dict(schedule.parameters),
+        neutralize_formulas=bool(schedule.options.get("neutralize_formulas", True)),
         now=now,
         filename_template=schedule.filename_template,
     )

@@ -24,6 +24,7 @@ from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.services.queries import list_readable_queries
 from qexport.services.reports import list_readable_reports
 from qexport.services.requests import request
+from qexport.services.subjects import Subject
 from qexport.web.auth import Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
 from qexport.web.forms import field_of
@@ -31,7 +32,6 @@ from qexport.web.pages.approvals import awaiting_path
 from qexport.web.render import page
 from qexport.web.session import Session
 from qexport.web.subjects import (
-    Subject,
     given_parameters,
     param_field,
     param_inputs,

@@ -15,13 +15,21 @@ from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.commands import DeleteSchedule, PauseSchedule, RunScheduleNow
+from qexport.domain.commands import (
+    ChangeSchedule,
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    RunScheduleNow,
+    ScheduleDraft,
+)
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.services import scheduling
 from qexport.services.queries import list_readable_queries
 from qexport.services.reports import list_readable_reports
 from qexport.services.schedules import catalog as service
 from qexport.services.scheduling import pause_schedule, run_schedule_now
+from qexport.services.subjects import Subject
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.deleting import schedule_consequence
@@ -40,7 +48,7 @@ from qexport.web.schedule_forms import (
     timetable,
 )
 from qexport.web.session import Session
-from qexport.web.subjects import ALL_FORMATS, Subject, param_inputs, subject_of
+from qexport.web.subjects import ALL_FORMATS, param_inputs, subject_of
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
@@ -161,44 +169,13 @@ def _save_or_check(
     check: bool,
 ) -> str | None:
     """Create or change the schedule (its id), or with `check` only check it (None)."""
-    egress = context.settings.egress_policy()
-    limits = service.ScheduleLimits.of(context.settings)
     if schedule_id is None:
-        draft = service.ScheduleDraft(**settings)
-        if check:
-            service.check_new_schedule(
-                context.catalog,
-                context.accounts,
-                context.clock,
-                actor,
-                draft,
-                egress=egress,
-                limits=limits,
-            )
-            return None
-        saved = service.create_schedule(
-            context.catalog,
-            context.schedules,
-            context.accounts,
-            context.clock,
-            actor,
-            draft,
-            egress=egress,
-            limits=limits,
-        )
-        return saved.id
-    change = service.changed_schedule if check else service.update_schedule
-    change(
-        context.catalog,
-        context.schedules,
-        context.accounts,
-        context.clock,
-        actor,
-        schedule_id,
-        settings,
-        egress=egress,
-        limits=limits,
-    )
+        draft = ScheduleDraft(**settings)
+        created = CreateSchedule(draft, check_only=check)
+        saved = scheduling.create_schedule(context, actor, created)
+        return None if check else saved.id
+    changed = ChangeSchedule(schedule_id, settings, check_only=check)
+    scheduling.change_schedule(context, actor, changed)
     return None if check else schedule_id
 
 
