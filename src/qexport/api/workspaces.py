@@ -21,10 +21,10 @@ from qexport.api.schemas import (
 )
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import ChangePolicy
 from qexport.domain.failures import NotFoundError
 from qexport.domain.policies import WorkspacePolicy
 from qexport.http.one_hop import OneHopRoute, waits_on_sources
-from qexport.services.audit import actor_of
 from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
 
@@ -138,18 +138,7 @@ def change_workspace_policy(
             rule.model_dump(exclude_unset=True, exclude={"also"}) for rule in body.sensitive_tables
         ]
     changed = change_policy(
-        context.accounts,
-        context.settings,
-        principal.role,
-        workspace_id,
-        changes,
-        catalog=context.catalog,
-        sources=context.sources,
-        exports=context.exports,
-        clock=context.clock,
-        revoke_links=body.revoke_links,
-        runner=context.previews,
-        actor=actor_of(principal),
+        context, principal, ChangePolicy(workspace_id, changes, body.revoke_links)
     )
     return WorkspacePolicyChanged(
         **_policy_fields(changed.policy), links_revoked=changed.links_revoked

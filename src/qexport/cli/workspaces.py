@@ -13,6 +13,7 @@ import typer
 from qexport.cli.admin import admin_context, note
 from qexport.cli.common import fail, fail_input, fail_problems, state
 from qexport.domain.accounts import Role
+from qexport.domain.commands import ChangePolicy
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.sensitivity import written_rule
 from qexport.ports import AccountStore, Catalog
@@ -200,21 +201,8 @@ def workspaces_policy(
             fail_input("--revoke-links goes with a change of the policy (it revokes with it)")
         print("\n".join(accounts.workspace_policy(workspace).describe()))
         return
-    settings = admin_context(ctx).settings
     try:
-        changed = change_policy(
-            accounts,
-            settings,
-            Role.ADMIN,
-            workspace,
-            changes,
-            catalog=deps.catalog,
-            sources=deps.sources,
-            exports=deps.exports,
-            clock=deps.clock,
-            revoke_links=revoke_links,
-            runner=deps.previews,
-        )
+        changed = change_policy(deps, None, ChangePolicy(workspace, changes, revoke_links))
     except InvalidRequestError as exc:
         fail_problems(exc, _option_of)
     except QExportError as exc:  # a source a sensitive table names could not be asked

@@ -104,6 +104,17 @@ class Decide:
 
 
 @dataclass(frozen=True)
+class ChangePolicy:
+    """Change some rules of a workspace's policy (named as the API names them; None lifts a
+    rule); with `revoke_links`, also revoke the live public links to files of what the new
+    policy marks sensitive, made without an approval, in the same transaction."""
+
+    workspace_id: str
+    changes: Mapping[str, Any]
+    revoke_links: bool = False
+
+
+@dataclass(frozen=True)
 class ScheduleDraft:
     """Every setting of a schedule, as a person or program gave it (checked when a schedule
     is created or changed). `recipients` are JSON: `{"email": ADDRESS}` or `{"webhook":

@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Protocol
 
 from qexport.config import Settings
-from qexport.domain.accounts import Role
+from qexport.domain.accounts import Principal, Role
 from qexport.domain.audit import OPERATOR, Action, Actor, AuditEvent
+from qexport.domain.commands import ChangePolicy
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import (
     AccessLostError,
@@ -41,7 +42,7 @@ from qexport.ports import (
     PreviewRunner,
     SourceCatalog,
 )
-from qexport.services.audit import event
+from qexport.services.audit import actor_of, event
 from qexport.services.describe import describe_timeout
 from qexport.services.links import unapproved_sensitive
 from qexport.services.sensitive_rules import checked_rules
@@ -82,45 +83,60 @@ def workspace_sources(sources: SourceCatalog, workspace_id: str) -> dict[str, Re
     return found
 
 
+class PolicyDeps(Protocol):
+    """What changing a policy reads and writes (the container has it all)."""
+
+    @property
+    def accounts(self) -> AccountStore: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def sources(self) -> SourceCatalog: ...
+    @property
+    def exports(self) -> ExportQueue: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def previews(self) -> PreviewRunner: ...
+
+
 def change_policy(
-    accounts: AccountStore,
-    settings: Settings,
-    role: Role,
-    workspace_id: str,
-    changes: Mapping[str, Any],
-    *,
-    catalog: Catalog,
-    sources: SourceCatalog,
-    exports: ExportQueue | None = None,
-    clock: Clock | None = None,
-    revoke_links: bool = False,
-    actor: Actor = OPERATOR,
-    runner: PreviewRunner | None = None,
+    deps: PolicyDeps, principal: Principal | None, command: ChangePolicy
 ) -> PolicyChange:
-    """Apply `changes` (a rule given as None is lifted) to the workspace's policy; workspace
-    admins only. Every mistake at once, each naming its rule. The change is an audit event
-    of `actor`'s, in the same transaction (the rules before and after).
+    """Apply the command's changes (a rule given as None is lifted) to the workspace's policy;
+    workspace admins only (`principal`; None: the operator at the command line, who is an
+    admin of every workspace). Every mistake at once, each naming its rule. The change is an
+    audit event of the principal's, in the same transaction (the rules before and after).
 
-    New or changed sensitive tables are checked on their sources through `runner`
-    (services/sensitive_rules.py): 422 for a rule that can never match, 503 when a source
-    they name cannot be asked.
+    New or changed sensitive tables are checked on their sources through the preview
+    processes (services/sensitive_rules.py): 422 for a rule that can never match, 503 when a
+    source they name cannot be asked.
 
-    `revoke_links` (with `exports` and `clock`): also revoke the live public links to files
-    of every subject the new policy marks sensitive, made without an approval."""
-    if role is not Role.ADMIN:
+    `revoke_links`: also revoke the live public links to files of every subject the new
+    policy marks sensitive, made without an approval."""
+    if principal is not None and principal.role is not Role.ADMIN:
         raise ForbiddenError("only workspace admins may change the workspace's policy")
+    actor = OPERATOR if principal is None else actor_of(principal)
+    accounts, settings, catalog, sources, clock = (
+        deps.accounts,
+        deps.settings,
+        deps.catalog,
+        deps.sources,
+        deps.clock,
+    )
+    workspace_id, changes = command.workspace_id, command.changes
     before = accounts.workspace_policy(workspace_id)
     usable = workspace_sources(sources, workspace_id) if "sensitive_tables" in changes else {}
     policy = changed_policy(before, changes, policy_limits(settings, usable))
     if policy.sensitive_tables and "sensitive_tables" in changes:
-        if runner is None:
-            raise ValueError("checking sensitive tables on their sources needs the runner")
         policy = checked_rules(
             before,
             policy,
             changes["sensitive_tables"],
             usable,
-            runner=runner,
+            runner=deps.previews,
             sources=sources,
             workspace_id=workspace_id,
             timeout_seconds=describe_timeout(settings.statement_timeout_seconds),
@@ -128,10 +144,8 @@ def change_policy(
     if "sensitive_queries" in changes:
         _check_queries(catalog, workspace_id, policy.sensitive_queries)
     revocations: list[tuple[str, AuditEvent]] = []
-    if revoke_links:
-        if exports is None or clock is None:
-            raise ValueError("revoking links needs the export queue and the clock")
-        revocations = _revocations(accounts, catalog, exports, clock, policy, workspace_id, actor)
+    if command.revoke_links:
+        revocations = _revocations(deps, policy, workspace_id, actor)
     changed = event(
         None,
         actor,
@@ -141,7 +155,7 @@ def change_policy(
         details={
             "before": before.to_json(),
             "after": policy.to_json(),
-            **({"links_revoked": len(revocations)} if revoke_links else {}),
+            **({"links_revoked": len(revocations)} if command.revoke_links else {}),
         },
     )
     accounts.set_workspace_policy(
@@ -149,7 +163,7 @@ def change_policy(
         policy,
         audit=changed,
         revoke_links=revocations,
-        now=clock.now() if clock is not None else None,
+        now=clock.now(),
     )
     return PolicyChange(policy, len(revocations))
 
@@ -165,24 +179,19 @@ def _check_queries(catalog: Catalog, workspace_id: str, query_ids: frozenset[str
 
 
 def _revocations(
-    accounts: AccountStore,
-    catalog: Catalog,
-    exports: ExportQueue,
-    clock: Clock,
-    policy: WorkspacePolicy,
-    workspace_id: str,
-    actor: Actor,
+    deps: PolicyDeps, policy: WorkspacePolicy, workspace_id: str, actor: Actor
 ) -> list[tuple[str, AuditEvent]]:
     """Each live link to an unexpired file made without an approval from what the policy
     marks sensitive, judged by what the file's run read (services/links.py), with the audit
     event of its revocation."""
+    clock = deps.clock
     now = clock.now()
     found: list[tuple[str, AuditEvent]] = []
     marked: dict[tuple[str, str], str | None] = {}  # each subject's queries read once
-    for record in _live_files(exports, workspace_id, now):
-        if unapproved_sensitive(catalog, policy, record, marked=marked) is None:
+    for record in _live_files(deps.exports, workspace_id, now):
+        if unapproved_sensitive(deps.catalog, policy, record, marked=marked) is None:
             continue
-        for link in accounts.list_links(record.id):
+        for link in deps.accounts.list_links(record.id):
             if link.expired(now):
                 continue
             revoked = event(

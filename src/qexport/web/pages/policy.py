@@ -14,6 +14,7 @@ from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal, Role
+from qexport.domain.commands import ChangePolicy
 from qexport.domain.failures import (
     ForbiddenError,
     InvalidRequestError,
@@ -23,7 +24,6 @@ from qexport.domain.failures import (
 from qexport.domain.policies import RULES, WorkspacePolicy
 from qexport.domain.sensitivity import written_rule
 from qexport.http.one_hop import off_the_loop
-from qexport.services.audit import actor_of
 from qexport.services.policies import change_policy, policy_limits, workspace_sources
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.errors import PageRoute
@@ -201,20 +201,8 @@ def _save(
     request: Request, context: Container, session: Session, principal: Principal, form: PolicyForm
 ) -> Response:
     try:
-        changed = change_policy(
-            context.accounts,
-            context.settings,
-            principal.role,
-            principal.workspace_id,
-            form.changes(),
-            catalog=context.catalog,
-            sources=context.sources,
-            exports=context.exports,
-            clock=context.clock,
-            revoke_links=form.revoke_links,
-            runner=context.previews,
-            actor=actor_of(principal),
-        )
+        command = ChangePolicy(principal.workspace_id, form.changes(), form.revoke_links)
+        changed = change_policy(context, principal, command)
     except InvalidRequestError as exc:
         numbers = [n for n, _ in form.table_lines]
         errors = form_errors(exc, RULES, lambda p: on_line(p, "sensitive_tables", numbers))
