@@ -7,6 +7,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from qexport.bootstrap import object_capabilities
 from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.stats import ExportStats
@@ -82,6 +83,7 @@ def container_of(
     def no_rules() -> RetentionRules | None:
         return None
 
+    presigner, local_files = object_capabilities(objects)
     return Container(
         exports=store,
         catalog=store,
@@ -91,6 +93,8 @@ def container_of(
         deliveries=deliveries,
         audit=audit,
         objects=objects,
+        presigner=presigner,
+        local_files=local_files,
         sources=sources,
         previews=InProcessPreviews(sources),
         rates=SqlRateLimits(engine) if engine is not None else InMemoryRateLimits(),

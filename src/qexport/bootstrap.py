@@ -25,7 +25,9 @@ from qexport.ports import (
     CataloguedSource,
     Clock,
     ExportQueue,
+    LocalFiles,
     ObjectStore,
+    Presigner,
     RetentionRules,
     Source,
     SourceCatalog,
@@ -147,8 +149,7 @@ def check_source_role(
     MySQL), connect and judge it: SourceRefusedError for a privileged one not allowed; the
     allowed findings otherwise."""
     source = source_from_url(name, url, settings, allow_privileged_role=allow_privileged_role)
-    check_role: Callable[[], list[str]] | None = getattr(source, "check_role", None)
-    return [] if check_role is None else check_role()
+    return source.check_role()
 
 
 def source_identity(name: str, url: str, settings: Settings) -> str | None:
@@ -296,6 +297,7 @@ def build(
     accounts = SqlAccountStore(engine)
     audit = SqlAuditLog(engine)
     objects = object_store(settings)
+    presigner, local_files = object_capabilities(objects)
     previews = preview_processes(settings)
 
     def close() -> None:
@@ -311,6 +313,8 @@ def build(
         deliveries=SqlDeliveryStore(engine),
         audit=audit,
         objects=objects,
+        presigner=presigner,
+        local_files=local_files,
         sources=source_registry(settings, accounts, audit),
         previews=previews,
         rates=SqlRateLimits(engine),
@@ -364,6 +368,13 @@ def _usable_folder(root: Path) -> bool:
             return False
         probe = probe.parent
     return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+
+
+def object_capabilities(objects: ObjectStore) -> tuple[Presigner | None, LocalFiles | None]:
+    """What the object store can do besides storing, as the container tells it: sign
+    download URLs (S3), or give the path of a file on this machine (a folder)."""
+    local = objects if isinstance(objects, FilesystemObjectStore) else None
+    return _on_s3(objects), local
 
 
 def _on_s3(objects: ObjectStore) -> S3ObjectStore | None:

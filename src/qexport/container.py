@@ -21,7 +21,9 @@ from qexport.ports import (
     Clock,
     DeliveryStore,
     ExportQueue,
+    LocalFiles,
     ObjectStore,
+    Presigner,
     PreviewRunner,
     RateLimits,
     RetentionRules,
@@ -44,6 +46,10 @@ class Container:
     deliveries: DeliveryStore
     audit: AuditLog
     objects: ObjectStore
+    # What the object store can do besides storing: sign download URLs (S3), or give the path
+    # of a file on this machine (a folder); each None when it cannot.
+    presigner: Presigner | None
+    local_files: LocalFiles | None
     sources: SourceCatalog
     # Where previews run: processes of their own, of bounded memory (previews/processes.py).
     previews: PreviewRunner

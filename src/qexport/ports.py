@@ -741,9 +741,9 @@ class ObjectStore(Protocol):
         ...
 
 
-@runtime_checkable
 class Presigner(Protocol):
-    """An object store that can sign a time-limited GET URL (S3)."""
+    """An object store that can sign a time-limited GET URL (S3); the container says whether
+    its store is one (`Container.presigner`)."""
 
     presign_seconds: int
 
@@ -752,9 +752,9 @@ class Presigner(Protocol):
         ...
 
 
-@runtime_checkable
 class LocalFiles(Protocol):
-    """An object store whose objects are files on this machine (the filesystem store)."""
+    """An object store whose objects are files on this machine (the filesystem store); the
+    container says whether its store is one (`Container.local_files`)."""
 
     def local_path(self, key: str) -> Path:
         """Where the object for `key` lives on disk."""
@@ -872,6 +872,13 @@ class Source(Protocol):
         scan; None when the source cannot say. Planned as `execute` would run it (the same
         checks, binding and rights), nothing run. Raises as `describe` does.
         """
+        ...
+
+    def check_role(self) -> list[str]:
+        """Judge the login the source connects as, connecting where its kind can (PostgreSQL,
+        MySQL): SourceRefusedError for one that could reach more than its grants (a
+        superuser, a role it may become...) and is not allowed to; the allowed findings
+        otherwise. A kind that has no login to judge returns [] without connecting."""
         ...
 
 

@@ -129,3 +129,7 @@ class FakeSource:
         """`reads`, whatever the statement (each call kept in `planned`)."""
         self.planned.append((sql, parameters))
         return self.reads
+
+    def check_role(self) -> list[str]:
+        """Nothing to judge: a fake has no login."""
+        return []

@@ -29,6 +29,8 @@ def plugin(tmp_path: Path) -> Iterator[Path]:
         "class EchoSource:\n"
         "    def __init__(self, name, url):\n"
         "        self.name, self.url = name, url\n"
+        "    def check_role(self):\n"
+        "        return []\n"
         "def from_url(name, url, settings, *, allow_privileged_role=False):\n"
         "    return EchoSource(name, url)\n"
     )

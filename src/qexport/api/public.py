@@ -87,7 +87,7 @@ def download_public(
         refused = invalid_link(410)
         holder = Actor(ActorKind.PUBLIC_LINK, gone.link.id)
         return audited(context.audit, context.clock, holder, gone.record, conditions, refused)
-    response = presigned_redirect(context.objects, record, context.clock.now())
+    response = presigned_redirect(context.presigner, record, context.clock.now())
     if response is not None:
         response.headers.update(_PUBLIC_HEADERS)
     else:

@@ -213,17 +213,16 @@ class LocalClient:
     def file_location(self, export_id: str) -> str | None:
         """A short-lived presigned URL to the file on S3 (its handing out recorded in the
         trail first); None where files are kept on a file system."""
-        from qexport.ports import Presigner
         from qexport.services.audit import actor_of
         from qexport.services.exports import hand_over_link
 
         deps = self._deps
         with _as_a_server():
             record = self._downloadable(export_id)
-            if not isinstance(deps.objects, Presigner):
+            if deps.presigner is None:
                 return None
             actor = actor_of(self._principal)
-            link, _valid = hand_over_link(deps.objects, deps.audit, deps.clock, actor, record)
+            link, _valid = hand_over_link(deps.presigner, deps.audit, deps.clock, actor, record)
         return link
 
     def download(self, export_id: str, sink: BinaryIO) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from qexport.domain.humanize import human_size
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
-from qexport.ports import AccountStore, Clock, LocalFiles
+from qexport.ports import AccountStore, Clock
 from qexport.scheduler.loop import Scheduler
 from qexport.services.accounts import hash_password, local_principal
 from qexport.services.describe import describe_statement, describe_timeout
@@ -298,8 +298,8 @@ def _print_results(
     table.add_column("file", overflow="fold")
     for r in records:
         path = ""
-        if isinstance(deps.objects, LocalFiles) and r.status.value == "succeeded":
-            path = _display_path(deps.objects.local_path(r.storage_key))
+        if deps.local_files is not None and r.status.value == "succeeded":
+            path = _display_path(deps.local_files.local_path(r.storage_key))
         status = effective_status(r, now)
         if r.failure_code:
             status += f" ({r.failure_code.value}: {readable_detail(r.failure_detail)})"

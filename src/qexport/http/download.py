@@ -25,7 +25,7 @@ from qexport.domain.formats import FILE_FORMATS, media_type
 from qexport.http.errors import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, problem
 from qexport.ports import AuditLog, Clock, ObjectStore, Presigner
 from qexport.services.audit import actor_of, event
-from qexport.services.exports import downloadable
+from qexport.services.exports import downloadable, presigned_link
 
 CHUNK_BYTES = 256 * 1024
 # A single range `bytes=first-last`, `bytes=first-` or `bytes=-suffix`; longer numbers than
@@ -97,15 +97,12 @@ def _etag_matches(header: str, etag: str) -> bool:
 
 
 def presigned_redirect(
-    objects: ObjectStore, record: ExportRecord, now: datetime
+    presigner: Presigner | None, record: ExportRecord, now: datetime
 ) -> Response | None:
     """307 to a signed URL that never outlives the export; None if the store cannot sign."""
-    if not isinstance(objects, Presigner):
+    if presigner is None:
         return None
-    assert record.expires_at is not None  # only succeeded records are sent
-    left = (record.expires_at - now).total_seconds()
-    valid = max(1, min(objects.presign_seconds, int(left)))
-    url = objects.presigned_url(record.storage_key, record.filename, max_seconds=valid)
+    url, _valid = presigned_link(presigner, record, now)
     return RedirectResponse(url, status_code=307, headers={"Cache-Control": "no-store"})
 
 
@@ -342,7 +339,7 @@ def download(
         export_id,
         whole_workspace=principal.sees_workspace,
     )
-    redirect = presigned_redirect(context.objects, record, context.clock.now())
+    redirect = presigned_redirect(context.presigner, record, context.clock.now())
     response = redirect or file_response(context.objects, record, conditions)
     return audited(context.audit, context.clock, actor_of(principal), record, conditions, response)
 

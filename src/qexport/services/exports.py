@@ -506,11 +506,22 @@ def hand_over_link(
 ) -> tuple[str, int]:
     """A presigned URL to a `downloadable` record's file and how many seconds it is valid
     (never past the export's expiry), its `file.presigned` event written first."""
-    assert record.expires_at is not None  # only succeeded records are handed over
-    left = (record.expires_at - clock.now()).total_seconds()
-    valid = max(1, min(objects.presign_seconds, int(left)))
+    valid = _link_seconds(objects, record, clock.now())
     _record_or_refuse(audit, _file_event(clock, actor, record, Action.FILE_PRESIGNED, valid))
     return objects.presigned_url(record.storage_key, record.filename, max_seconds=valid), valid
+
+
+def presigned_link(presigner: Presigner, record: ExportRecord, now: datetime) -> tuple[str, int]:
+    """A presigned URL to a `downloadable` record's file and how many seconds it is valid:
+    the store's presign lifetime, never past the export's expiry."""
+    valid = _link_seconds(presigner, record, now)
+    return presigner.presigned_url(record.storage_key, record.filename, max_seconds=valid), valid
+
+
+def _link_seconds(presigner: Presigner, record: ExportRecord, now: datetime) -> int:
+    assert record.expires_at is not None  # only succeeded records are handed over
+    left = (record.expires_at - now).total_seconds()
+    return max(1, min(presigner.presign_seconds, int(left)))
 
 
 def _file_event(

@@ -11,8 +11,9 @@ metadata:
     clickhouse = "qexport_clickhouse:from_url"
 
 A scheme `a+b` with no entry point of its own falls back to `a`: `sqlalchemy+mssql+pyodbc`
-is the generic SQLAlchemy source's. A source that can judge its login's privileges has
-`check_role() -> list[str]` (see PostgresSource.check_role); the others are not judged.
+is the generic SQLAlchemy source's. Every source says whether it judges its login's
+privileges: `check_role() -> list[str]` connects and judges (PostgresSource.check_role), or
+returns [] for a kind that has no login to judge.
 """
 
 from __future__ import annotations

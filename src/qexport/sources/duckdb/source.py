@@ -351,6 +351,10 @@ class DuckDBSource:
             cursor.close()
             release()
 
+    def check_role(self) -> list[str]:
+        """Nothing to judge: DuckDB has no logins (what a query may read is the sandbox's)."""
+        return []
+
     def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
         """What the file's catalogue holds of each `(schema, table)` (duckdb/catalogue.py);
         with no tables, only the file's identity, without opening it."""

@@ -327,6 +327,10 @@ class GenericSource:
         self._checked(sql)
         return None
 
+    def check_role(self) -> list[str]:
+        """Not judged: a login of another engine is the operator's to restrict (DESIGN 7)."""
+        return []
+
     def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
         """The identity of the data, for the dialects qexport knows how to ask (PostgreSQL
         and MySQL/MariaDB as their own sources say it, a SQLite file by its path), so that

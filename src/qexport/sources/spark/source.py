@@ -367,6 +367,10 @@ class SparkSource:
         """None: this source cannot say what a statement reads."""
         return None
 
+    def check_role(self) -> list[str]:
+        """Not judged: Spark SQL's rights are its catalogue's, outside this source."""
+        return []
+
     def preview(
         self,
         sql: str,
