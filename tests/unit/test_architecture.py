@@ -265,20 +265,16 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
     {
         ("services", "sources"),  # URL checks and catalogues: to each source's entry point
         ("reports", "container"),  # take what they need, not the whole container
-        ("deliveries", "services"),  # dispatch, resend, approval mail and content: to services
+        ("deliveries", "services"),  # dispatch, approval mail and content: to services
         ("container", "deliveries"),
-        ("api", "deliveries"),  # routes that reach adapters: through services instead
-        ("api", "sources"),
+        ("api", "sources"),  # routes that reach adapters: through services instead
         ("api", "bootstrap"),
-        ("cli", "deliveries"),
         ("cli", "sources"),
-        ("web", "deliveries"),
         ("web", "sources"),
         ("web", "writers"),
         ("worker", "reports"),
         ("worker", "writers"),
         ("demo", "sources"),
-        ("demo", "deliveries"),
     }
 )
 # Entry points that build the adapters (the composition root's callers), and may import it.

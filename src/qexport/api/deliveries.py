@@ -9,9 +9,9 @@ from fastapi import APIRouter
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas import Delivery, problem_responses
-from qexport.deliveries.resend import send_again
-from qexport.deliveries.signing import link_token, master_secret
+from qexport.domain.commands import SendAgain
 from qexport.http.one_hop import OneHopRoute
+from qexport.services.resend import send_again
 from qexport.services.views import delivery_view
 
 router = APIRouter(route_class=OneHopRoute, tags=["exports"])
@@ -30,16 +30,5 @@ def retry_delivery(
     key) and the same link. 409 unless it failed, once the file expired, or when its link was
     revoked; 403 when the caller could not name that recipient today (a viewer: only their
     own address); 422 when the egress policy refuses it."""
-    master = master_secret(context.settings, context.schedules, context.clock)
-    delivery = send_again(
-        context.exports,
-        context.deliveries,
-        context.accounts,
-        context.clock,
-        principal,
-        export_id,
-        delivery_id,
-        egress=context.settings.egress_policy(),
-        link_token=lambda delivery_id: link_token(master, delivery_id),
-    )
+    delivery = send_again(context, principal, SendAgain(export_id, delivery_id))
     return Delivery.model_validate(delivery_view(delivery))

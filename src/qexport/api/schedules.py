@@ -25,7 +25,6 @@ from qexport.api.schemas import (
     problem_responses,
 )
 from qexport.api.schemas import Schedule as ScheduleView
-from qexport.deliveries.signing import signing_key as workspace_key
 from qexport.domain.accounts import Principal
 from qexport.domain.commands import (
     ChangeSchedule,
@@ -42,6 +41,7 @@ from qexport.services import scheduling
 from qexport.services.schedules import catalog as service
 from qexport.services.scheduling import delete_schedule as delete_schedule_now
 from qexport.services.scheduling import run_schedule_now
+from qexport.services.signing import signing_key as workspace_key
 from qexport.services.views import delivery_view, export_view, schedule_view
 
 router = APIRouter(route_class=OneHopRoute, tags=["schedules"])

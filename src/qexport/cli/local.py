@@ -309,8 +309,8 @@ class LocalClient:
         return views.export_view(record, self._deps.clock.now())
 
     def signing_key(self) -> dict[str, Any]:
-        from qexport.deliveries.signing import signing_key
         from qexport.services.schedules import catalog as service
+        from qexport.services.signing import signing_key
 
         deps, acting = self._deps, self._principal
         with _as_a_server():

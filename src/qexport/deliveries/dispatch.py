@@ -22,7 +22,6 @@ from qexport.deliveries.content import (
 )
 from qexport.deliveries.email import SmtpSender
 from qexport.deliveries.errors import DeliveryError
-from qexport.deliveries.signing import link_token, master_secret, signature_header, workspace_key
 from qexport.deliveries.webhook import WebhookSender
 from qexport.domain.accounts import hash_secret
 from qexport.domain.approvals import APPROVAL_OPTION
@@ -43,13 +42,14 @@ from qexport.ports import (
 )
 from qexport.services.audit import event, recipient_on_record
 from qexport.services.links import public_url, unapproved_sensitive
+from qexport.services.signing import link_token, master_secret, signature_header, workspace_key
 from qexport.services.subscribers import subscriber_refusal
 
 log = structlog.get_logger()
 
 
 class DeliveryDispatcher:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - its stores, senders and settings, each named
         self,
         exports: ExportQueue,
         deliveries: DeliveryStore,

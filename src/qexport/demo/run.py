@@ -17,7 +17,6 @@ from rich.table import Table
 from qexport import bootstrap
 from qexport.bootstrap import DEMO_SOURCE
 from qexport.container import Container
-from qexport.deliveries.signing import signing_key
 from qexport.demo.schedule import (
     DemoReceiver,
     delivery_line,
@@ -40,6 +39,7 @@ from qexport.services.accounts import hash_password, local_principal
 from qexport.services.describe import describe_statement, describe_timeout
 from qexport.services.requests import request
 from qexport.services.schedules.tick import run_now
+from qexport.services.signing import signing_key
 from qexport.sources.demo_data import build_demo_database
 from qexport.worker.loop import Worker
 

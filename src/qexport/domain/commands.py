@@ -104,6 +104,15 @@ class Decide:
 
 
 @dataclass(frozen=True)
+class SendAgain:
+    """Send a failed delivery of an export again: the same delivery (its id, its link), due
+    now."""
+
+    export_id: str
+    delivery_id: str
+
+
+@dataclass(frozen=True)
 class ChangePolicy:
     """Change some rules of a workspace's policy (named as the API names them; None lifts a
     rule); with `revoke_links`, also revoke the live public links to files of what the new

@@ -7,10 +7,10 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from qexport.container import Container
-from qexport.deliveries.signing import master_secret
 from qexport.domain.failures import QExportError
 from qexport.http.one_hop import off_the_loop
 from qexport.services.sign_in import VerificationGate
+from qexport.services.signing import master_secret
 from qexport.web import errors
 from qexport.web.pages import (
     approvals,

@@ -8,8 +8,8 @@ import hmac
 import json
 from dataclasses import replace
 
-from qexport.deliveries.signing import signing_key
 from qexport.domain.schedules import DeliveryStatus
+from qexport.services.signing import signing_key
 from tests.api.deliveries.env import Deliveries
 from tests.receivers import Hook
 

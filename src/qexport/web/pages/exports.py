@@ -12,11 +12,9 @@ from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
-from qexport.deliveries.resend import may_name, may_send_again, send_again
-from qexport.deliveries.signing import link_token, master_secret
 from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
-from qexport.domain.commands import CancelExport, CreateLink, RequestAgain, RevokeLink
+from qexport.domain.commands import CancelExport, CreateLink, RequestAgain, RevokeLink, SendAgain
 from qexport.domain.cursors import decode_page_cursor, encode_page_cursor
 from qexport.domain.exports import STATUS_LABELS
 from qexport.domain.failures import (
@@ -47,6 +45,8 @@ from qexport.services.exports import (
 from qexport.services.links import create_link, list_live_links, manageable_link, revoke_link
 from qexport.services.queries import list_readable_queries
 from qexport.services.reports import list_readable_reports
+from qexport.services.resend import may_name, may_send_again, send_again
+from qexport.services.signing import link_token, master_secret
 from qexport.web import link_flash
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
@@ -75,7 +75,7 @@ FILTER_FIELDS = ("q", "status", "format", "subject", "requested_by", "since", "u
 
 
 @router.get("/")
-def exports_page(
+def exports_page(  # noqa: PLR0913 - one per query-string filter
     request: Request,
     context: Context,
     session: SignedIn,
@@ -485,20 +485,9 @@ def send_delivery_again(
     export_id: str,
     delivery_id: str,
 ) -> Response:
-    """Send a failed delivery again (deliveries/resend.py); a refusal shows on the page."""
-    master = master_secret(context.settings, context.schedules, context.clock)
+    """Send a failed delivery again (services/resend.py); a refusal shows on the page."""
     try:
-        send_again(
-            context.exports,
-            context.deliveries,
-            context.accounts,
-            context.clock,
-            principal,
-            export_id,
-            delivery_id,
-            egress=context.settings.egress_policy(),
-            link_token=lambda delivery_id: link_token(master, delivery_id),
-        )
+        send_again(context, principal, SendAgain(export_id, delivery_id))
     except _REFUSALS as exc:
         return _detail(request, context, session, principal, export_id, error=exc)
     return RedirectResponse(f"{_path(export_id)}?notice=sending-again#deliveries", status_code=303)

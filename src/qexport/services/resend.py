@@ -16,16 +16,18 @@ through someone else's earlier rights.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
+from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role, at_least, hash_secret
+from qexport.domain.commands import SendAgain
 from qexport.domain.exports import EXPIRED, ExportRecord, effective_status
 from qexport.domain.failures import ConflictError, ForbiddenError, NotFoundError
 from qexport.domain.schedules import Delivery, DeliveryStatus, Recipient
-from qexport.net.egress import EgressPolicy
-from qexport.ports import AccountStore, Clock, DeliveryStore, ExportQueue
+from qexport.ports import AccountStore, Clock, DeliveryStore, ExportQueue, ScheduleStore
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import admit_recipients, rules_for
+from qexport.services.signing import link_token, master_secret
 
 MAX_DELIVERY_ID_CHARS = 64  # delivery ids are UUIDs
 
@@ -66,23 +68,27 @@ def visible_delivery(
     return record, found
 
 
-def send_again(
-    exports: ExportQueue,
-    deliveries: DeliveryStore,
-    accounts: AccountStore,
-    clock: Clock,
-    principal: Principal,
-    export_id: str,
-    delivery_id: str,
-    *,
-    egress: EgressPolicy,
-    link_token: Callable[[str], str],
-) -> Delivery:
-    """Put a failed delivery back to waiting, due now; the delivery as it is then.
+class ResendDeps(Protocol):
+    """What sending again reads and writes (the container has it all)."""
 
-    `link_token` gives a delivery's public link token (deliveries.signing.link_token with
-    the installation's secret).
-    """
+    @property
+    def exports(self) -> ExportQueue: ...
+    @property
+    def deliveries(self) -> DeliveryStore: ...
+    @property
+    def accounts(self) -> AccountStore: ...
+    @property
+    def schedules(self) -> ScheduleStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def settings(self) -> Settings: ...
+
+
+def send_again(deps: ResendDeps, principal: Principal, command: SendAgain) -> Delivery:
+    """Put a failed delivery back to waiting, due now; the delivery as it is then."""
+    exports, deliveries, clock = deps.exports, deps.deliveries, deps.clock
+    export_id, delivery_id = command.export_id, command.delivery_id
     record, delivery = visible_delivery(exports, deliveries, principal, export_id, delivery_id)
     if not may_send_again(principal, record):
         raise ForbiddenError("only the export's owner or a workspace admin may send it again")
@@ -93,13 +99,17 @@ def send_again(
     now = clock.now()
     if effective_status(record, now) == EXPIRED:
         raise ConflictError("the file has expired; request the export again to send a new one")
-    link = accounts.find_link(hash_secret(link_token(delivery.id)))
+    master = master_secret(deps.settings, deps.schedules, clock)
+    link = deps.accounts.find_link(hash_secret(link_token(master, delivery.id)))
     if link is not None and link.revoked_at is not None:
         raise ConflictError(
             "its public link was revoked, so it would send a link that no longer works;"
             " request the export again to send a new one"
         )
-    rules = rules_for(accounts, principal.workspace_id, principal.user_id, principal.role, egress)
+    egress = deps.settings.egress_policy()
+    rules = rules_for(
+        deps.accounts, principal.workspace_id, principal.user_id, principal.role, egress
+    )
     admit_recipients([delivery.recipient.to_json()], rules, "recipient")
     if not deliveries.send_again(record.id, delivery.id, now=now, by=principal.user_id):
         raise ConflictError("this delivery changed meanwhile; reload to see where it is")
