@@ -915,7 +915,7 @@ class NativeCopySource(Source, Protocol):
 
     native_formats: frozenset[str]
 
-    def copy(
+    def copy(  # noqa: PLR0913 - the native copy's contract: the statement, its values and options
         self,
         sql: str,
         parameters: dict[str, Any],

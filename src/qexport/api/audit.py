@@ -80,7 +80,7 @@ Text = Annotated[str | SkipJsonSchema[None], Query(json_schema_extra=_TEXT)]
 
 
 @router.get("/audit", response_model=AuditList, responses=problem_responses(401, 403, 422, 503))
-def list_audit(
+def list_audit(  # noqa: PLR0913 - one per query-string filter
     principal: CurrentPrincipal,
     context: Context,
     actor: Annotated[

@@ -114,7 +114,7 @@ def _at_most(chars: int) -> dict[str, Any]:
 
 
 @router.get("/exports", response_model=ExportList, responses=problem_responses(401, 422, 503))
-def list_exports(
+def list_exports(  # noqa: PLR0913 - one per query-string filter
     principal: CurrentPrincipal,
     context: Context,
     status: Annotated[

@@ -155,7 +155,7 @@ def event_json(e: RecordedEvent) -> dict[str, Any]:
 
 
 @audit_app.command("list")
-def audit_list(
+def audit_list(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
     workspace: Annotated[
         str | None, typer.Option(help="Only this workspace's events (default: every one).")

@@ -105,7 +105,7 @@ def _print_view(view: dict[str, Any], as_json: bool) -> None:
 
 
 @exports_app.command("create")
-def exports_create(
+def exports_create(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
     fmt: Annotated[
         str,
@@ -293,7 +293,7 @@ def exports_get(
 
 
 @exports_app.command("list")
-def exports_list(
+def exports_list(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON.")] = False,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Exports to show.")] = 50,

@@ -139,7 +139,7 @@ def _recipients_text(recipients: list[dict[str, str]]) -> str:
 
 
 @schedules_app.command("add")
-def schedules_add(
+def schedules_add(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
     subject: Annotated[str, typer.Argument(help="Query name or id (with --report: a report).")],
     fmt: Annotated[
@@ -237,7 +237,7 @@ def schedules_list(
 
 
 @schedules_app.command("update")
-def schedules_update(
+def schedules_update(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
     schedule_id: Annotated[str, _SCHEDULE_ID],
     query: Annotated[
@@ -330,7 +330,7 @@ def schedules_update(
     )
 
 
-def _changes(
+def _changes(  # noqa: PLR0913 - keyword-only: one per command-line option
     *,
     fmt: str | None,
     cron: str | None,

@@ -126,7 +126,7 @@ def _number_or_lift(value: str, option: str) -> int | None:
 
 
 @workspaces_app.command("policy")
-def workspaces_policy(
+def workspaces_policy(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
     workspace: str,
     formats: Annotated[

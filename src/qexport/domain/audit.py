@@ -179,7 +179,7 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, An
     return found
 
 
-def canonical(
+def canonical(  # noqa: PLR0913 - keyword-only: one per field of the canonical form
     *,
     at: datetime,
     workspace_id: str,

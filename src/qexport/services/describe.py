@@ -146,7 +146,7 @@ def describe_timeout(statement_timeout_seconds: float) -> float:
     return min(statement_timeout_seconds, DESCRIBE_TIMEOUT_SECONDS)
 
 
-def describe_statement(
+def describe_statement(  # noqa: PLR0913 - keyword-only: the one check and what it is rationed by
     sources: SourceCatalog,
     runner: PreviewRunner,
     requester: Requester,

@@ -81,18 +81,18 @@ def list_visible_exports(
     store: ExportQueue,
     clock: Clock,
     requester: Requester,
+    listing: ExportListing,
     *,
     whole_workspace: bool = False,
-    status: str | None = None,
     limit: int = 50,
     before: tuple[datetime, str] | None = None,
     after: tuple[datetime, str] | None = None,
-    requested_by: str | None = None,
-    narrow: ExportFilter | None = None,
 ) -> list[ExportRecord]:
-    """The exports the requester may see, newest first, by effective status (`expired` too;
-    `succeeded` then means not expired; `cancelled`: the failed ones cancelled). `requested_by`
-    and `narrow` only ever narrow: a member asking for someone else's exports gets none."""
+    """The exports the requester may see that `listing` keeps, newest first, by effective
+    status (`expired` too; `succeeded` then means not expired; `cancelled`: the failed ones
+    cancelled). Its `requested_by` and `narrow` only ever narrow: a member asking for someone
+    else's exports gets none."""
+    status, requested_by, narrow = listing.status, listing.requested_by, listing.narrow
     if not whole_workspace:
         if requested_by is not None and requested_by != requester.user_id:
             return []
@@ -273,13 +273,11 @@ def list_export_page(
         store,
         clock,
         requester,
+        listing,
         whole_workspace=whole_workspace,
-        status=listing.status,
         limit=limit + 1,
         before=before,
         after=after,
-        requested_by=listing.requested_by,
-        narrow=listing.narrow,
     )
     if after is not None:
         # The page just newer than `after`; one more than a page means more are newer still

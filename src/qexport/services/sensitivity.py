@@ -146,7 +146,7 @@ def sensitivity_now(
     return policy.sensitivity(judged)
 
 
-def preview_sensitivity(
+def preview_sensitivity(  # noqa: PLR0913 - a preview's own inputs, as services/preview.py holds them
     policy: WorkspacePolicy,
     sources: SourceCatalog,
     catalog: Catalog,

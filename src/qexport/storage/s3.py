@@ -404,7 +404,7 @@ class S3ObjectStore:
     at first, then less and less often (at most every `cleanup_retry_max_seconds`).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one per S3 setting
         self,
         bucket: str,
         prefix: str = "",

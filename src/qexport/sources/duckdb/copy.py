@@ -157,7 +157,7 @@ class _PipeReader:
         self._thread.join()
 
 
-def copy_to_sink(
+def copy_to_sink(  # noqa: PLR0913 - keyword-only: what one COPY needs
     cursor: duckdb.DuckDBPyConnection,
     statement: Any,
     values: dict[str, Any],

@@ -226,7 +226,7 @@ class DuckDBSource:
         """This process's private folder for the source's pipes and spill, once opened."""
         return self._scratch.root if self._scratch is not None else None
 
-    def copy(
+    def copy(  # noqa: PLR0913 - NativeCopySource.copy's signature
         self,
         sql: str,
         parameters: Mapping[str, Any],

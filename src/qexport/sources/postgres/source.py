@@ -275,7 +275,7 @@ class PostgresSource:
         columns = tuple(ResultColumn(column.name, name) for column, name in typed)
         return PreviewRows(columns, table.slice(0, max_rows), stopped or table.num_rows > max_rows)
 
-    def copy(
+    def copy(  # noqa: PLR0913 - NativeCopySource.copy's signature
         self,
         sql: str,
         parameters: Mapping[str, Any],

@@ -45,7 +45,7 @@ MAX_FORM_FIELDS = 80
 FIELDS = ("subject", "format")
 
 
-def _form_page(
+def _form_page(  # noqa: PLR0913 - keyword-only: what the form page shows
     request: Request,
     context: Container,
     session: Session,

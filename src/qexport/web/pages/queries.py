@@ -265,7 +265,7 @@ def new_query_page(
 
 
 @router.post("/queries/new")
-async def create_query(
+async def create_query(  # noqa: PLR0913 - one per form field
     request: Request,
     context: Context,
     session: CheckedForm,
@@ -341,7 +341,7 @@ def edit_query_page(
 
 
 @router.post("/queries/{query_id}/edit")
-async def edit_query(
+async def edit_query(  # noqa: PLR0913 - one per form field
     request: Request,
     context: Context,
     session: CheckedForm,

@@ -61,7 +61,7 @@ def _path(schedule_id: str) -> str:
     return f"/schedules/{quote(schedule_id, safe='')}"
 
 
-def _form_page(
+def _form_page(  # noqa: PLR0913 - keyword-only: what the form page shows
     request: Request,
     context: Container,
     session: Session,
