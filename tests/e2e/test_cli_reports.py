@@ -167,4 +167,4 @@ def test_a_report_is_deleted_by_title_and_its_queued_exports_fail(env: Env) -> N
     assert (shown["status"], shown["failure"]["code"]) == ("failed", "access_lost")
     again = env.run("reports", "delete", "Sales", check=False)
     assert again.returncode == 1
-    assert again.stderr.strip() == "error: no report 'Sales' that you can read"
+    assert again.stderr.strip() == "error: no report 'Sales' that you can read (not_found)"

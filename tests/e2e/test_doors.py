@@ -459,3 +459,55 @@ def test_each_door_pauses_resumes_and_runs_a_schedule_alike(env: Env, tmp_path: 
     assert (first["status"], first["parameters"]) == ("queued", {"n": 2})
     assert first["requested_by"] == ada.local.extra["QEXPORT_USER"]
     assert {door: m for door, m in made.items() if m != first} == {}
+
+
+def _listed(doors: Doors, kind: str) -> dict[str, list[dict[str, Any]]]:
+    """The queries (`kind` "queries") or reports the member reads, at the API and at both
+    ends of the command line."""
+    with httpx2.Client(base_url=doors.url, headers=bearer(doors.token), timeout=30) as api:
+        answer = api.get(f"/api/v1/{kind}")
+    assert answer.status_code == 200, answer.text
+    return {
+        "api": answer.json()["items"],
+        "cli (local)": doors.local.json(kind, "list"),
+        "cli (server)": doors.remote.json(kind, "list"),
+    }
+
+
+def test_the_command_line_lists_and_deletes_queries_and_reports_alike(
+    env: Env, tmp_path: Path
+) -> None:
+    """`queries list` and `reports list` show what the API shows, on the local database and
+    through a server (before, a set QEXPORT_URL was ignored and the local database listed);
+    a viewer's delete is refused the same at both ends, and ada, an editor, deletes one
+    query, and one report, at each end, by name or title."""
+    for name in ("gone_locally", "gone_remotely"):
+        env.add_query(name, "SELECT 1 AS one")
+    ada = _doors(env, tmp_path)
+    for title in ("Local report", "Remote report"):
+        ada.local.run("reports", "add", title, "--section", "S|small_orders|table")
+    for kind in ("queries", "reports"):
+        listed = _listed(ada, kind)
+        assert len(listed["api"]) == (3 if kind == "queries" else 2)
+        assert {door: found for door, found in listed.items() if found != listed["api"]} == {}
+
+    vic = _member(env, ada.url, "vic@example.com", "viewer", tmp_path)
+    refusals = set()
+    for cli in (vic.local, vic.remote):
+        refused = cli.run("queries", "delete", "gone_locally", check=False)
+        assert refused.returncode == 1, refused.stderr
+        refusals.add(refused.stderr.strip())
+    assert len(refusals) == 1, refusals
+    assert "(forbidden)" in refusals.pop()
+
+    assert ada.local.run("queries", "delete", "gone_locally").stdout.startswith("deleted query")
+    assert ada.remote.run("queries", "delete", "gone_remotely").stdout.startswith("deleted query")
+    ada.local.run("reports", "delete", "Local report")
+    ada.remote.run("reports", "delete", "Remote report")
+    assert [q["name"] for q in _listed(ada, "queries")["api"]] == ["small_orders"]
+    assert _listed(ada, "reports")["api"] == []
+    missing = {
+        cli.run("reports", "delete", "Local report", check=False).stderr.strip()
+        for cli in (ada.local, ada.remote)
+    }
+    assert missing == {"error: no report 'Local report' that you can read (not_found)"}

@@ -13,7 +13,6 @@ from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import (
-    DEFAULT_FILENAME,
     MAX_PARAMETER_CHARS,
     Parameter,
     ParamType,
@@ -24,6 +23,7 @@ from qexport.http.one_hop import OneHopRoute, waits_on_sources
 from qexport.services import preview
 from qexport.services import queries as service
 from qexport.services.describe import Describe, describe_timeout, describer
+from qexport.services.views import query_view
 from qexport.sources.registry import query_source_names
 
 router = APIRouter(route_class=OneHopRoute, prefix="/queries", tags=["queries"])
@@ -186,23 +186,7 @@ class QueryView(BaseModel):
 
     @classmethod
     def of(cls, query: Query) -> QueryView:
-        return cls(
-            id=query.id,
-            name=query.name,
-            sql=query.sql,
-            source=query.source,
-            parameters=[
-                ParameterView(name=p.name, type=p.type, required=p.required, default=p.default)
-                for p in query.parameters
-            ],
-            visibility=query.visibility.value,
-            members=sorted(query.members),
-            owner=query.owner,
-            columns=None
-            if query.columns is None
-            else [ColumnView(name=c.name, type=c.type) for c in query.columns],
-            filename_template=query.filename_template or DEFAULT_FILENAME,
-        )
+        return cls.model_validate(query_view(query))
 
 
 class QueryList(BaseModel):

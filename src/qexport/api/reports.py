@@ -27,6 +27,7 @@ from qexport.http.one_hop import OneHopRoute
 from qexport.services import reports as service
 from qexport.services.queries import MAX_MEMBERS
 from qexport.services.subjects import MAX_PARAMETERS
+from qexport.services.views import report_view
 
 router = APIRouter(route_class=OneHopRoute, prefix="/reports", tags=["reports"])
 
@@ -174,15 +175,7 @@ class ReportView(BaseModel):
 
     @classmethod
     def of(cls, report: Report) -> ReportView:
-        return cls(
-            id=report.id,
-            title=report.title,
-            description=report.description,
-            sections=[SectionView.model_validate(s.to_json()) for s in report.sections],
-            visibility=report.visibility.value,
-            members=sorted(report.members),
-            owner=report.owner,
-        )
+        return cls.model_validate(report_view(report))
 
 
 class ReportList(BaseModel):

@@ -119,6 +119,18 @@ class Client(Protocol):
         returns the export. A file that does not match raises ApiError `checksum_mismatch`."""
         ...
 
+    # ------------------------------------------------------------ queries and reports
+
+    def list_subjects(self, kind: str) -> list[dict[str, Any]]:
+        """Every query (`kind` "query") or report the caller can read, as the API shows
+        them (services.views.query_view, report_view)."""
+        ...
+
+    def delete_subject(self, kind: str, ref: str) -> dict[str, Any]:
+        """Delete the query (`kind` "query") or report whose name (title) or id is `ref`,
+        among those the caller can read; returns it as it was. An editor's or an admin's."""
+        ...
+
     # ------------------------------------------------------------ schedules
 
     def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -241,6 +241,32 @@ class LocalClient:
             copy_checked(iter(lambda: stream.read(CHUNK_BYTES), b""), sink, export)
         return export
 
+    # ------------------------------------------------------------ queries and reports
+
+    def list_subjects(self, kind: str) -> list[dict[str, Any]]:
+        from qexport.services.queries import list_readable_queries
+        from qexport.services.reports import list_readable_reports
+
+        catalog, reader = self._deps.catalog, self._reader
+        with _as_a_server():
+            if kind == "report":
+                return [views.report_view(r) for r in list_readable_reports(catalog, reader)]
+            return [views.query_view(q) for q in list_readable_queries(catalog, reader)]
+
+    def delete_subject(self, kind: str, ref: str) -> dict[str, Any]:
+        from qexport.services.queries import delete_query
+        from qexport.services.reports import delete_report
+
+        label = "title" if kind == "report" else "name"
+        listed = self.list_subjects(kind)
+        found = next((i for i in listed if ref in (i[label], i["id"])), None)
+        if found is None:
+            raise ApiError(404, "not_found", f"no {kind} {ref!r} that you can read")
+        delete = delete_report if kind == "report" else delete_query
+        with _as_a_server():
+            delete(self._deps.catalog, self._principal, found["id"])
+        return found
+
     # ------------------------------------------------------------ schedules
 
     def _schedule_view(self, schedule: Schedule) -> dict[str, Any]:

@@ -5,13 +5,21 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from qexport import bootstrap
-from qexport.cli.common import State, fail, fail_input, local_deps, out
+from qexport.cli.common import (
+    State,
+    client_of,
+    fail,
+    fail_input,
+    local_deps,
+    out,
+    server_errors,
+)
 from qexport.cli.preview import queries_preview
 from qexport.container import Container
 from qexport.domain.audit import OPERATOR, Action, operator_for
@@ -227,44 +235,32 @@ def _described(
 def queries_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
-    """List the workspace's queries."""
-    st, deps = local_deps(ctx)
-    found = deps.catalog.list_queries(st.requester.workspace_id)
+    """List the workspace's queries that you can read (locally, or on a server with
+    QEXPORT_URL and QEXPORT_TOKEN)."""
+    with client_of(ctx) as client, server_errors():
+        found = client.list_subjects("query")
     if as_json:
-        print(json.dumps([_query_json(q) for q in found], indent=2))
+        print(json.dumps(found, indent=2))
         return
     table = Table("name", "source", "parameters", "visibility", "id")
     for q in found:
         params = ", ".join(
-            f"{p.name}:{p.type.value}" + ("" if p.required else f"={p.default}")
-            for p in q.parameters
+            f"{p['name']}:{p['type']}" + ("" if p["required"] else f"={p['default']}")
+            for p in q["parameters"]
         )
-        table.add_row(q.name, q.source, params, q.visibility.value, q.id)
+        table.add_row(q["name"], q["source"], params, q["visibility"], q["id"])
     out.print(table)
 
 
 @queries_app.command("delete")
-def queries_delete(ctx: typer.Context, name: str) -> None:
-    """Delete a query; its unsettled exports then fail with access_lost."""
-    st, deps = local_deps(ctx)
-    query = deps.catalog.find_query(st.requester.workspace_id, name)
-    if query is None or not deps.catalog.delete_query(
-        query.id, audit=query_event(OPERATOR, Action.QUERY_DELETED, query)
-    ):
-        fail(f"no query named {name!r}")
-    out.print(f"deleted query {name!r}")
+def queries_delete(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Its name or id.")]
+) -> None:
+    """Delete a query (an editor or admin); its unsettled exports then fail with
+    access_lost."""
+    with client_of(ctx) as client, server_errors():
+        deleted = client.delete_subject("query", name)
+    out.print(f"deleted query {deleted['name']!r}", highlight=False, soft_wrap=True)
 
 
 queries_app.command("preview")(queries_preview)
-
-
-def _query_json(q: Query) -> dict[str, Any]:
-    return {
-        "id": q.id,
-        "name": q.name,
-        "sql": q.sql,
-        "source": q.source,
-        "parameters": [p.to_json() for p in q.parameters],
-        "visibility": q.visibility.value,
-        "columns": None if q.columns is None else [c.to_json() for c in q.columns],
-    }

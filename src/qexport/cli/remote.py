@@ -144,6 +144,13 @@ class QExportClient:
     def _labelled(self, path: str, label: str) -> Iterator[tuple[str, str]]:
         """(id, label) of each item of `path` the caller can read, page after page; none from
         a server without that API."""
+        for item in self._items(path):
+            if "id" in item and isinstance(item.get(label), str):
+                yield str(item["id"]), item[label]
+
+    def _items(self, path: str) -> Iterator[dict[str, Any]]:
+        """Each item of the list at `path` the caller can read, page after page; none from a
+        server without that API."""
         params: dict[str, str] = {}
         for _ in range(MAX_QUERY_PAGES):
             try:
@@ -152,9 +159,7 @@ class QExportClient:
                 if exc.status in (404, 405):  # a server without that API
                     return
                 raise
-            for item in page.get("items", []):
-                if isinstance(item, dict) and "id" in item and isinstance(item.get(label), str):
-                    yield str(item["id"]), item[label]
+            yield from (item for item in page.get("items", []) if isinstance(item, dict))
             cursor = page.get("next_cursor")
             if not cursor:
                 break
@@ -251,6 +256,19 @@ class QExportClient:
         except httpx2.HTTPError as exc:
             raise ApiError(0, "unreachable", f"download from {self.url} broke off: {exc}") from exc
         return export
+
+    # ------------------------------------------------------------ queries and reports
+
+    def list_subjects(self, kind: str) -> list[dict[str, Any]]:
+        return list(self._items(_LISTS[kind][0]))
+
+    def delete_subject(self, kind: str, ref: str) -> dict[str, Any]:
+        path, label = _LISTS[kind]
+        found = next((i for i in self._items(path) if ref in (i.get(label), i.get("id"))), None)
+        if found is None:
+            raise ApiError(404, "not_found", f"no {kind} {ref!r} that you can read")
+        self._request("DELETE", f"{path}/{_path_segment(str(found['id']))}")
+        return found
 
     # ------------------------------------------------------------ schedules
 

@@ -12,16 +12,22 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from qexport.cli.common import fail, fail_input, fail_problems, local_deps, out
+from qexport.cli.common import (
+    client_of,
+    fail_input,
+    fail_problems,
+    local_deps,
+    out,
+    server_errors,
+)
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
-    Report,
     Section,
     display_spec,
     parse_fixed_spec,
@@ -136,32 +142,22 @@ def reports_add(
     out.print(f"saved report {title!r} ({report.id})")
 
 
-def _report_json(report: Report) -> dict[str, Any]:
-    return {
-        "id": report.id,
-        "title": report.title,
-        "description": report.description,
-        "sections": [s.to_json() for s in report.sections],
-        "visibility": report.visibility.value,
-        "members": sorted(report.members),
-        "owner": report.owner,
-    }
-
-
 @reports_app.command("list")
 def reports_list(
     ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
-    """List the workspace's reports."""
-    st, deps = local_deps(ctx)
-    found = deps.catalog.list_reports(st.requester.workspace_id)
+    """List the workspace's reports that you can read (locally, or on a server with
+    QEXPORT_URL and QEXPORT_TOKEN)."""
+    with client_of(ctx) as client, server_errors():
+        found = client.list_subjects("report")
     if as_json:
-        print(json.dumps([_report_json(r) for r in found], indent=2))
+        print(json.dumps(found, indent=2))
         return
     table = Table("title", "sections", "visibility", "id")
     for report in found:
-        headings = ", ".join(f"{s.heading} ({display_spec(s)})" for s in report.sections)
-        table.add_row(report.title, headings, report.visibility.value, report.id)
+        sections = [Section.from_json(s) for s in report["sections"]]
+        headings = ", ".join(f"{s.heading} ({display_spec(s)})" for s in sections)
+        table.add_row(report["title"], headings, report["visibility"], report["id"])
     out.print(table)
 
 
@@ -169,18 +165,8 @@ def reports_list(
 def reports_delete(
     ctx: typer.Context, report: Annotated[str, typer.Argument(help="Its title or id.")]
 ) -> None:
-    """Delete a report; its unsettled exports then fail with access_lost."""
-    from qexport.domain.audit import Action, operator_for
-    from qexport.services.reports import find_readable_report, report_event
-
-    st, deps = local_deps(ctx)
-    try:
-        found = find_readable_report(deps.catalog, st.requester, report, match_title=True)
-    except NotFoundError as exc:
-        fail(str(exc))
-    except InvalidRequestError as exc:
-        fail_input(exc.detail)
-    deleted = report_event(operator_for(st.requester.user_id), Action.REPORT_DELETED, found)
-    if not deps.catalog.delete_report(found.id, audit=deleted):
-        fail(f"no report {report!r} that you can read")
-    out.print(f"deleted report {found.title!r} ({found.id})", highlight=False, soft_wrap=True)
+    """Delete a report (an editor or admin); its unsettled exports then fail with
+    access_lost."""
+    with client_of(ctx) as client, server_errors():
+        found = client.delete_subject("report", report)
+    out.print(f"deleted report {found['title']!r} ({found['id']})", highlight=False, soft_wrap=True)

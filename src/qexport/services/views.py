@@ -1,5 +1,6 @@
-"""How exports, schedules and deliveries are shown to people and programs (DESIGN section 5
-field names)."""
+"""How exports, queries, reports, schedules and deliveries are shown to people and programs
+(DESIGN section 5 field names): the API answers with these, and so does the local command
+line."""
 
 from __future__ import annotations
 
@@ -10,8 +11,39 @@ from qexport.domain.accounts import Link
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.exports import ExportRecord, effective_status
 from qexport.domain.failures import readable_detail
-from qexport.domain.reports import SUBJECT_REPORT
+from qexport.domain.queries import DEFAULT_FILENAME, Query
+from qexport.domain.reports import SUBJECT_REPORT, Report
 from qexport.domain.schedules import Delivery, Schedule
+
+
+def query_view(query: Query) -> dict[str, Any]:
+    """A saved query: its statement, parameters, who reads it and the columns its source
+    described when it was saved (None for one saved before queries were described)."""
+    return {
+        "id": query.id,
+        "name": query.name,
+        "sql": query.sql,
+        "source": query.source,
+        "parameters": [p.to_json() for p in query.parameters],
+        "visibility": query.visibility.value,
+        "members": sorted(query.members),
+        "owner": query.owner,
+        "columns": None if query.columns is None else [c.to_json() for c in query.columns],
+        "filename_template": query.filename_template or DEFAULT_FILENAME,
+    }
+
+
+def report_view(report: Report) -> dict[str, Any]:
+    """A saved report: its title, description, sections and who reads it."""
+    return {
+        "id": report.id,
+        "title": report.title,
+        "description": report.description,
+        "sections": [s.to_json() for s in report.sections],
+        "visibility": report.visibility.value,
+        "members": sorted(report.members),
+        "owner": report.owner,
+    }
 
 
 def iso_time(value: datetime | None) -> str | None:
