@@ -11,14 +11,21 @@ from typing import Any
 import pytest
 
 from qexport.domain.access import pre_run_refusal
-from qexport.domain.accounts import Role, Standing, hash_secret, new_api_token, parse_api_token
+from qexport.domain.accounts import (
+    LAST_USED_RESOLUTION,
+    Role,
+    Standing,
+    hash_secret,
+    new_api_token,
+    parse_api_token,
+)
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import ConflictError, FailureCode, InvalidRequestError, NotFoundError
 from qexport.domain.queries import Query
 from qexport.domain.sign_in import FailureCounts, Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.ports import AccountStore, NewExport
-from qexport.store.accounts import LAST_USED_RESOLUTION, SqlAccountStore
+from qexport.store.accounts import SqlAccountStore
 from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryAccountStore, InMemoryMetadataStore
 from tests.stores import MetadataStore, SqlMetadataStore

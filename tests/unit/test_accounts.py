@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from qexport.domain.accounts import (
+    LAST_USED_RESOLUTION,
     Role,
     check_workspace_id,
     hash_secret,
@@ -20,7 +21,6 @@ from qexport.domain.accounts import (
 from qexport.domain.failures import InvalidRequestError, NotFoundError, UnauthorizedError
 from qexport.services import accounts as service
 from qexport.services.auth import authenticate
-from qexport.store.accounts import LAST_USED_RESOLUTION
 from tests.fakes import FrozenClock, InMemoryAccountStore
 
 WORDS = "correct horse"  # a password, for the tests that set one

@@ -20,7 +20,7 @@ from qexport.deliveries.email import SmtpSender
 from qexport.deliveries.errors import DeliveryError
 from qexport.domain.accounts import Role
 from qexport.domain.approvals import ApprovalRequest, ApprovalStatus
-from qexport.ports import AccountStore, ApprovalStore
+from qexport.ports import AccountStore, ApprovalStore, UserStore
 from qexport.services.approvals import ApprovalDesk
 
 log = structlog.get_logger()
@@ -52,9 +52,7 @@ def _mailer(
     return tell
 
 
-def _tell(
-    sender: SmtpSender, accounts: AccountStore, base_url: str, request: ApprovalRequest
-) -> None:
+def _tell(sender: SmtpSender, accounts: UserStore, base_url: str, request: ApprovalRequest) -> None:
     """Build and send the messages, on the mail's own thread: nothing here reaches the
     request or decision it reports."""
     try:
@@ -72,7 +70,7 @@ def _tell(
 
 
 def _messages(
-    request: ApprovalRequest, accounts: AccountStore, base_url: str
+    request: ApprovalRequest, accounts: UserStore, base_url: str
 ) -> list[tuple[str, EmailMessage]]:
     """Who hears of `request` as it now stands, and what they read."""
     where = f"{base_url.rstrip('/')}{PAGE}" if base_url else "the Approvals page of qexport"
@@ -104,7 +102,7 @@ def _messages(
     return [(requester.email, _message(requester.email, subject, body + "\n"))]
 
 
-def _emails(accounts: AccountStore, user_ids: list[str]) -> list[str]:
+def _emails(accounts: UserStore, user_ids: list[str]) -> list[str]:
     found = []
     for user_id in user_ids:
         user = accounts.get_user(user_id)

@@ -33,7 +33,7 @@ from qexport.domain.humanize import human_size
 from qexport.domain.queries import Parameter, ParamType, Query
 from qexport.domain.reports import SUBJECT_REPORT, Display, Report, Section
 from qexport.domain.schedules import Schedule
-from qexport.ports import AccountStore, Clock
+from qexport.ports import AccountStore, Clock, UserStore
 from qexport.scheduler.loop import Scheduler
 from qexport.services.accounts import hash_password, local_principal
 from qexport.services.describe import describe_statement, describe_timeout
@@ -364,7 +364,7 @@ def demo_token(accounts: AccountStore, clock: Clock, requester: Requester) -> st
     return token
 
 
-def demo_password(accounts: AccountStore, requester: Requester) -> str:
+def demo_password(accounts: UserStore, requester: Requester) -> str:
     """A new random password for the demo's user (made by `demo_token`), so that a person can
     sign in to the web pages; the one of an earlier run stops working."""
     password = secrets.token_urlsafe(12)

@@ -8,7 +8,14 @@ One module per port; every name is also importable from `qexport.ports` itself.
 
 from __future__ import annotations
 
-from qexport.ports.accounts import AccountStore
+from qexport.ports.accounts import (
+    AccountStore,
+    LinkStore,
+    SourceRecordStore,
+    TokenStore,
+    UserStore,
+    WorkspaceStore,
+)
 from qexport.ports.approvals import ApprovalStore
 from qexport.ports.audit import AuditLog
 from qexport.ports.catalog import Catalog
@@ -60,6 +67,7 @@ __all__ = [
     "DeliveryStore",
     "DescribeJob",
     "ExportQueue",
+    "LinkStore",
     "LocalFiles",
     "NativeCopySource",
     "NewExport",
@@ -78,8 +86,12 @@ __all__ = [
     "Sink",
     "Source",
     "SourceCatalog",
+    "SourceRecordStore",
     "StoredObject",
+    "TokenStore",
     "Upload",
+    "UserStore",
+    "WorkspaceStore",
     "Writer",
     "WriterOptions",
 ]

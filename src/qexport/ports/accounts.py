@@ -1,4 +1,6 @@
-"""Accounts: workspaces, users and roles, API tokens, public links and registered sources."""
+"""Accounts, one port per concept: workspaces, users and their roles, API tokens, public
+links and registered sources. (The SQL store implements them all over one database, and the
+container hands that one object out as `AccountStore`.)"""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ if TYPE_CHECKING:
     from qexport.domain.sources import RegisteredSource
 
 
-class AccountStore(Protocol):
-    """Workspaces, users and roles, API tokens, public links and registered sources."""
+class WorkspaceStore(Protocol):
+    """Workspaces: their time zone, the hosts their webhooks may reach, and their policy."""
 
     def ensure_workspace(self, workspace_id: str, *, now: datetime) -> bool: ...
     def workspace_exists(self, workspace_id: str) -> bool: ...
@@ -61,6 +63,10 @@ class AccountStore(Protocol):
         `now` each of `revoke_links` (link id, the event of its revocation) still unrevoked,
         appending its event; False, with nothing written, when there is no such workspace."""
         ...
+
+
+class UserStore(Protocol):
+    """Users, their passwords and sessions, and their roles in workspaces."""
 
     def create_user(
         self, email: str, *, password_hash: str | None, now: datetime, user_id: str | None = None
@@ -105,6 +111,10 @@ class AccountStore(Protocol):
     def memberships_of(self, user_id: str) -> list[Membership]: ...
     def members(self, workspace_id: str) -> list[Membership]: ...
 
+
+class TokenStore(Protocol):
+    """API tokens, and the sign-in failures that slow down guessing."""
+
     def add_token(
         self,
         *,
@@ -127,7 +137,6 @@ class AccountStore(Protocol):
         self, token_id: str, *, now: datetime, audit: AuditEvent | None = None
     ) -> bool: ...
     def revoke_tokens(self, user_id: str, *, workspace_id: str, now: datetime) -> int: ...
-
     def sign_in_failures(self, email: str, address: str, *, since: datetime) -> FailureCounts:
         """Sign-in failures since `since`: for the email from the address, for the email, and
         for the client address."""
@@ -140,6 +149,10 @@ class AccountStore(Protocol):
         """Forget the email's failures from `address` (after a sign-in from it); they still
         count for the address, and the email's failures from elsewhere stay."""
         ...
+
+
+class LinkStore(Protocol):
+    """Public links to exports' files."""
 
     def add_link(
         self,
@@ -172,6 +185,10 @@ class AccountStore(Protocol):
         `unless_since` (one guarded write); whether it was written."""
         ...
 
+
+class SourceRecordStore(Protocol):
+    """Registered sources, and the workspaces each is shared with."""
+
     def add_source(self, source: RegisteredSource, *, audit: AuditEvent | None = None) -> None:
         """Register a source (its URL as it is to be stored); a name its workspace already
         registered is refused."""
@@ -193,3 +210,8 @@ class AccountStore(Protocol):
         """Let a workspace use the source `owner` registered as `name`, or stop it; False when
         nothing changed. NotFoundError for an unknown source."""
         ...
+
+
+class AccountStore(WorkspaceStore, UserStore, TokenStore, LinkStore, SourceRecordStore, Protocol):
+    """Every account port at once: what the container hands out (one database holds them
+    all). A use case asks for the narrow ports it reads."""

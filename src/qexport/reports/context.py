@@ -7,12 +7,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import structlog
 
-from qexport.ports import AccountStore
+from qexport.ports import UserStore, WorkspaceStore
 
 log = structlog.get_logger()
 
 
-def requester_label(accounts: AccountStore, user_id: str) -> str:
+def requester_label(accounts: UserStore, user_id: str) -> str:
     """The requester's email when the accounts store knows them, else their user id."""
     try:
         user = accounts.get_user(user_id)
@@ -22,7 +22,7 @@ def requester_label(accounts: AccountStore, user_id: str) -> str:
     return user.email if user is not None else user_id
 
 
-def workspace_zone(accounts: AccountStore, workspace_id: str) -> dt.tzinfo:
+def workspace_zone(accounts: WorkspaceStore, workspace_id: str) -> dt.tzinfo:
     """The workspace's time zone; UTC when unknown or unset."""
     try:
         name = accounts.workspace_timezone(workspace_id)

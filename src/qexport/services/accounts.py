@@ -23,7 +23,7 @@ from qexport.domain.accounts import (
 from qexport.domain.audit import OPERATOR, Action
 from qexport.domain.exports import Requester
 from qexport.domain.failures import ConflictError, InvalidRequestError, NotFoundError
-from qexport.ports import AccountStore, Clock, ScheduleStore
+from qexport.ports import AccountStore, Clock, ScheduleStore, TokenStore, UserStore
 from qexport.services.audit import event
 
 MAX_PASSWORD_CHARS = 1024  # argon2 takes any length; a bound keeps hashing cheap to refuse
@@ -34,7 +34,7 @@ _POSTGRES_SCHEMES = ("postgresql", "postgres")
 _hasher = PasswordHasher()
 
 
-def local_principal(accounts: AccountStore, requester: Requester) -> Principal:
+def local_principal(accounts: UserStore, requester: Requester) -> Principal:
     """Who acts on the local database (the command line, the demo): in a workspace with
     accounts, the member `requester` names, with their role and email (the caller has checked
     they are one); in a workspace without, the operator administers their own. The audit
@@ -150,7 +150,7 @@ def add_user(
     return UserAdded(user, existing is None, new_workspace)
 
 
-def find_user(accounts: AccountStore, email: str) -> User:
+def find_user(accounts: UserStore, email: str) -> User:
     user = accounts.find_user(_email(email))
     if user is None:
         raise NotFoundError(f"no user {email.strip().lower()!r}")
@@ -304,7 +304,7 @@ def token_id_of(token_ref: str) -> str:
     return parsed[0] if parsed else token_ref.strip()
 
 
-def revoke_token(accounts: AccountStore, clock: Clock, token_ref: str) -> bool:
+def revoke_token(accounts: TokenStore, clock: Clock, token_ref: str) -> bool:
     """Revoke a token given by its id (or the whole token); False if it already was."""
     token_id = token_id_of(token_ref)
     # An id is 16 hex digits; anything else cannot name a token (and is not echoed whole,

@@ -12,14 +12,14 @@ from qexport.domain.accounts import (
     secret_matches,
 )
 from qexport.domain.failures import UnauthorizedError
-from qexport.ports import AccountStore, Clock
+from qexport.ports import Clock, TokenStore
 
 # Compared against when the token id is unknown, so that an unknown id and a wrong secret
 # cost the same time.
 _NO_TOKEN_HASH = hash_secret("no such token")
 
 
-def authenticate(accounts: AccountStore, clock: Clock, token: str) -> Principal:
+def authenticate(accounts: TokenStore, clock: Clock, token: str) -> Principal:
     """The principal behind a bearer token (UnauthorizedError, never more detail, otherwise),
     its use recorded when one is due (see identify)."""
     principal, last_use = identify(accounts, clock, token)
@@ -28,7 +28,7 @@ def authenticate(accounts: AccountStore, clock: Clock, token: str) -> Principal:
     return principal
 
 
-def identify(accounts: AccountStore, clock: Clock, token: str) -> tuple[Principal, datetime | None]:
+def identify(accounts: TokenStore, clock: Clock, token: str) -> tuple[Principal, datetime | None]:
     """The principal behind a bearer token, and the time to record as its last use when one
     is due (None: recorded within LAST_USED_RESOLUTION); UnauthorizedError (never more
     detail) otherwise. Only reads: one statement.

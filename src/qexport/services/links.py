@@ -38,7 +38,7 @@ from qexport.domain.failures import (
 from qexport.domain.policies import MAX_DAYS, WorkspacePolicy
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT
-from qexport.ports import AccountStore, Catalog, Clock, ExportQueue
+from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, LinkStore
 from qexport.services.audit import event
 from qexport.services.exports import downloadable, get_visible_export
 from qexport.services.reports import may_read_export
@@ -195,7 +195,7 @@ def may_manage_link(principal: Principal, link: Link) -> bool:
 
 def list_live_links(
     exports: ExportQueue,
-    accounts: AccountStore,
+    accounts: LinkStore,
     clock: Clock,
     principal: Principal,
     export_id: str,
@@ -215,7 +215,7 @@ def list_live_links(
 
 
 def manageable_link(
-    store: ExportQueue, accounts: AccountStore, principal: Principal, link_id: str
+    store: ExportQueue, accounts: LinkStore, principal: Principal, link_id: str
 ) -> tuple[Link, ExportRecord]:
     """A link of the caller's workspace that they may manage, with its export; someone else's
     link, or another workspace's, looks missing."""
@@ -295,7 +295,7 @@ def resolve_link(
     return link, record
 
 
-def note_link_used(accounts: AccountStore, clock: Clock, link: Link) -> None:
+def note_link_used(accounts: LinkStore, clock: Clock, link: Link) -> None:
     """Record that the link served its file, unless it did within the last minute (as read
     with the link: most downloads write nothing). Run after the response is sent; a
     failure only costs the record, never the download."""

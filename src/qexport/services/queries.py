@@ -33,7 +33,7 @@ from qexport.domain.queries import (
     check_declared_name,
     check_filename_template,
 )
-from qexport.ports import AccountStore, Catalog
+from qexport.ports import Catalog, UserStore
 from qexport.services.audit import event
 from qexport.services.describe import Describe, Described, Saving
 
@@ -207,7 +207,7 @@ def _writer(principal: Principal) -> None:
         raise ForbiddenError("only editors and admins may create, change or delete queries")
 
 
-def workspace_members(accounts: AccountStore, principal: Principal) -> set[str]:
+def workspace_members(accounts: UserStore, principal: Principal) -> set[str]:
     """The user ids of the caller's workspace."""
     return {m.user_id for m in accounts.members(principal.workspace_id)}
 
@@ -236,7 +236,7 @@ def get_readable_query(store: Catalog, principal: Principal, query_id: str) -> Q
 
 def _checked(
     store: Catalog,
-    accounts: AccountStore,
+    accounts: UserStore,
     principal: Principal,
     draft: QueryDraft,
     *,
@@ -284,7 +284,7 @@ def _check_name_free(store: Catalog, workspace_id: str, name: str, current: Quer
 
 def create_query(
     store: Catalog,
-    accounts: AccountStore,
+    accounts: UserStore,
     principal: Principal,
     draft: QueryDraft,
     *,
@@ -325,7 +325,7 @@ def create_query(
 
 def replace_query(
     store: Catalog,
-    accounts: AccountStore,
+    accounts: UserStore,
     principal: Principal,
     query_id: str,
     draft: QueryDraft,

@@ -34,7 +34,7 @@ from qexport.net.egress import (
     check_webhook_host,
     normal_host,
 )
-from qexport.ports import AccountStore
+from qexport.ports import AccountStore, WorkspaceStore
 
 log = structlog.get_logger()
 
@@ -97,7 +97,7 @@ def parse_webhook_hosts(values: Any, field_name: str = "webhook_hosts") -> tuple
 
 
 def set_webhook_hosts(
-    accounts: AccountStore, role: Role, workspace_id: str, hosts: Any
+    accounts: WorkspaceStore, role: Role, workspace_id: str, hosts: Any
 ) -> tuple[str, ...] | None:
     """Restrict the workspace's webhooks to `hosts` (None lifts it); workspace admins only.
     Existing recipients elsewhere are checked again when they are sent."""

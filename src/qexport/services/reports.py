@@ -35,7 +35,7 @@ from qexport.domain.reports import (
     can_read_report,
     check_chart_columns,
 )
-from qexport.ports import AccountStore, Catalog
+from qexport.ports import Catalog, UserStore
 from qexport.services.audit import actor_for, event
 from qexport.services.queries import check_visibility, workspace_members
 
@@ -295,7 +295,7 @@ def get_readable_report(store: Catalog, principal: Principal, report_id: str) ->
 
 def create_report(
     store: Catalog,
-    accounts: AccountStore,
+    accounts: UserStore,
     principal: Principal,
     draft: ReportDraft,
     *,
@@ -338,7 +338,7 @@ def add_report(
 
 def replace_report(
     store: Catalog,
-    accounts: AccountStore,
+    accounts: UserStore,
     principal: Principal,
     report_id: str,
     draft: ReportDraft,

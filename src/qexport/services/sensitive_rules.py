@@ -45,7 +45,7 @@ from qexport.domain.failures import (
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.rule_check import Catalogue, rule_problems
 from qexport.domain.sensitivity import ReadsReporting, SensitiveTable, table_rule
-from qexport.ports import AccountStore, CatalogueJob, Clock, PreviewRunner, SourceCatalog
+from qexport.ports import CatalogueJob, Clock, PreviewRunner, SourceCatalog, WorkspaceStore
 from qexport.services.audit import event
 
 log = structlog.get_logger()
@@ -145,7 +145,7 @@ def _covering(
 
 
 def cover_new_source(
-    accounts: AccountStore,
+    accounts: WorkspaceStore,
     clock: Clock,
     actor: Actor,
     name: str,

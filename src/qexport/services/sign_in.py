@@ -22,7 +22,7 @@ from functools import cache
 
 from qexport.domain.accounts import User, normalize_email
 from qexport.domain.sign_in import WINDOW, address_key, email_key, retry_after
-from qexport.ports import AccountStore, Clock
+from qexport.ports import AccountStore, Clock, TokenStore
 from qexport.services.accounts import hash_password, password_matches
 
 # How long a sign-in waits for a verification slot before it is told to come back.
@@ -141,7 +141,7 @@ def sign_in(
 
 
 def _throttled(
-    accounts: AccountStore, key: str, address: str, now: datetime, known_browser: bool
+    accounts: TokenStore, key: str, address: str, now: datetime, known_browser: bool
 ) -> int:
     """Seconds the attempt must wait (0: it may be made now)."""
     counts = accounts.sign_in_failures(key, address, since=now - WINDOW)

@@ -31,7 +31,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.sources import BUILT_IN_OWNER, EVERY_WORKSPACE, RegisteredSource, usable_in
 from qexport.net.egress import EgressPolicy, EgressRefusedError, UnresolvedError
-from qexport.ports import AccountStore, Clock
+from qexport.ports import AccountStore, Clock, SourceRecordStore
 from qexport.services.audit import actor_of, event
 from qexport.services.sensitive_rules import cover_new_source
 from qexport.sources import schemes
@@ -355,7 +355,7 @@ def _refuse_a_taken_name(
 
 
 def _refuse_a_second_source_on_one_file(
-    accounts: AccountStore, settings: Settings, url: str, workspace_id: str
+    accounts: SourceRecordStore, settings: Settings, url: str, workspace_id: str
 ) -> None:
     """A DuckDB file backs one source: a worker opens it once, sandboxed around that source's
     own folders, and a second source on it could not run (qexport.sources.duckdb.source). The
@@ -528,7 +528,7 @@ def _registered_view(source: RegisteredSource, secret_key: str) -> SourceView:
     )
 
 
-def all_sources(accounts: AccountStore, settings: Settings) -> list[SourceView]:
+def all_sources(accounts: SourceRecordStore, settings: Settings) -> list[SourceView]:
     """Every source, built-in, configured and registered, for the operator."""
     grants = configured_grants(settings)
     demo = f"duckdb://{settings.demo_database.absolute()}"
@@ -559,7 +559,7 @@ def unseal_or_stored(source: RegisteredSource, secret_key: str) -> str:
 
 
 def usable_sources(
-    accounts: AccountStore,
+    accounts: SourceRecordStore,
     settings: Settings,
     workspace_id: str,
     *,

@@ -29,7 +29,7 @@ from qexport.domain.exports import Requester
 from qexport.domain.queries import Query, can_read
 from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import Channel, NewDelivery, Recipient, Schedule
-from qexport.ports import AccountStore, Catalog, ScheduleStore
+from qexport.ports import Catalog, ScheduleStore, UserStore
 
 log = structlog.get_logger()
 
@@ -79,7 +79,7 @@ def reading_refusal(
 
 def subscriber_refusal(
     catalog: Catalog,
-    accounts: AccountStore,
+    accounts: UserStore,
     *,
     workspace_id: str,
     user_id: str,
@@ -96,7 +96,7 @@ def subscriber_refusal(
 
 
 def subscriber_deliveries(
-    catalog: Catalog, accounts: AccountStore, schedules: ScheduleStore, schedule: Schedule
+    catalog: Catalog, accounts: UserStore, schedules: ScheduleStore, schedule: Schedule
 ) -> list[NewDelivery]:
     """A delivery for each subscriber who may receive this run, to their own address; none
     for an address the owner's recipients already hear at (it would be mailed twice)."""

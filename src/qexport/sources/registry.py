@@ -13,7 +13,7 @@ import structlog
 from qexport.config import Settings
 from qexport.domain.failures import AccessLostError, SourceUnavailableError
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, usable_in
-from qexport.ports import AccountStore, Source
+from qexport.ports import Source, SourceRecordStore
 
 log = structlog.get_logger()
 
@@ -112,7 +112,7 @@ def configured_grants(settings: Settings) -> dict[str, frozenset[str]]:
 
 
 def usable_sources_in(
-    settings: Settings, accounts: AccountStore, workspace_id: str
+    settings: Settings, accounts: SourceRecordStore, workspace_id: str
 ) -> dict[str, RegisteredSource | None]:
     """Every name a query of `workspace_id` may use, and the registered source it means
     there (None: the configured one)."""
@@ -120,14 +120,14 @@ def usable_sources_in(
 
 
 def usable_source_names(
-    settings: Settings, accounts: AccountStore, workspace_id: str
+    settings: Settings, accounts: SourceRecordStore, workspace_id: str
 ) -> frozenset[str]:
     """Every source a query of `workspace_id` may name: configured or registered."""
     return frozenset(usable_sources_in(settings, accounts, workspace_id))
 
 
 def query_source_names(
-    settings: Settings, accounts: AccountStore, workspace_id: str, *, admin: bool
+    settings: Settings, accounts: SourceRecordStore, workspace_id: str, *, admin: bool
 ) -> frozenset[str]:
     """The sources a query saved by this caller may name: the workspace's, and for its
     admins the built-in `audit` too (sources/audit.py)."""

@@ -6,7 +6,6 @@ by id, marked deleted, so that exports and schedules of it can still say what it
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,7 +18,7 @@ from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
 from qexport.domain.sensitivity import Relation, reads_from_json, reads_to_json
 from qexport.store.audit import append_if
-from qexport.store.engine import read_transaction, transaction
+from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
 from qexport.store.tables import (
     queries,
@@ -107,17 +106,8 @@ def _stored_reads(reads: frozenset[Relation] | None) -> Any:
     return sa.null() if stored is None else stored
 
 
-class SqlCatalog:
+class SqlCatalog(OnEngine):
     """Catalog over any SQLAlchemy engine (SQLite by default, PostgreSQL to scale)."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self._engine = engine
-
-    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        return transaction(self._engine)
-
-    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        return read_transaction(self._engine)
 
     # ------------------------------------------------------------ saved queries
 

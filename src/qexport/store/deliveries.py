@@ -7,7 +7,6 @@ failed -> waiting when a person sends it again (guarded by `status = 'failed'`).
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +19,7 @@ from qexport.domain.failures import FailureCode, bounded_detail
 from qexport.domain.schedules import Channel, Delivery, DeliveryStatus, Outcome, Recipient
 from qexport.ports import ClaimedDelivery
 from qexport.store.audit import append_if
-from qexport.store.engine import read_transaction, transaction
+from qexport.store.engine import OnEngine
 from qexport.store.exports import _to_record
 from qexport.store.tables import UNSENT, deliveries, exports
 
@@ -67,17 +66,8 @@ def _to_delivery(row: sa.Row[Any]) -> Delivery:
     )
 
 
-class SqlDeliveryStore:
+class SqlDeliveryStore(OnEngine):
     """DeliveryStore over the metadata database's engine."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self._engine = engine
-
-    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        return transaction(self._engine)
-
-    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        return read_transaction(self._engine)
 
     def claim_delivery(self, *, now: datetime, lease_seconds: float) -> ClaimedDelivery | None:
         """The oldest claimable delivery of a settled export, leased to the caller."""

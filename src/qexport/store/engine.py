@@ -83,6 +83,19 @@ def read_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
         yield conn
 
 
+class OnEngine:
+    """A store over one engine: its write and read transactions."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return transaction(self._engine)
+
+    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        return read_transaction(self._engine)
+
+
 @contextlib.contextmanager
 def single_statements(engine: sa.Engine) -> Iterator[sa.Connection]:
     """A connection whose statements each stand alone, outside any transaction (store/

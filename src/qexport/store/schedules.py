@@ -20,7 +20,7 @@ from qexport.domain.schedules import (
 )
 from qexport.ports import NewExport, ScheduleRun
 from qexport.store.audit import append_if
-from qexport.store.engine import read_transaction, transaction
+from qexport.store.engine import OnEngine
 from qexport.store.exports import _to_record, finish_request_in, insert_export_in
 from qexport.store.tables import (
     exports,
@@ -75,18 +75,12 @@ def _values(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-class SqlScheduleStore:
+class SqlScheduleStore(OnEngine):
     """ScheduleStore over the metadata database's engine."""
 
     def __init__(self, engine: sa.Engine, *, notify: bool = True) -> None:
-        self._engine = engine
+        super().__init__(engine)
         self._notify = notify and engine.dialect.name == "postgresql"
-
-    def _tx(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        return transaction(self._engine)
-
-    def _read(self) -> contextlib.AbstractContextManager[sa.Connection]:
-        return read_transaction(self._engine)
 
     def add_schedule(
         self,

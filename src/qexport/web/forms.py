@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from qexport.domain.accounts import Principal, normalize_email
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.domain.queries import Visibility
-from qexport.ports import AccountStore
+from qexport.ports import UserStore
 
 GENERAL = "form"  # errors that belong to no one field, shown above the form
 NOTICES = {
@@ -80,7 +80,7 @@ def visibility_of(text: str) -> Visibility:
         ) from None
 
 
-def member_ids(accounts: AccountStore, text: str) -> frozenset[str]:
+def member_ids(accounts: UserStore, text: str) -> frozenset[str]:
     """One member per line, as an email address or a user id; an address no user has is kept as
     written, for the service to refuse as not a member of the workspace."""
     found: set[str] = set()
@@ -95,12 +95,12 @@ def member_ids(accounts: AccountStore, text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def member_lines(accounts: AccountStore, ids: Collection[str]) -> str:
+def member_lines(accounts: UserStore, ids: Collection[str]) -> str:
     """Members as the form shows them: their email addresses, one per line."""
     return "\n".join(sorted(email_of(accounts, i) for i in ids))
 
 
-def email_of(accounts: AccountStore, user_id: str | None) -> str:
+def email_of(accounts: UserStore, user_id: str | None) -> str:
     if user_id is None:
         return ""
     user = accounts.get_user(user_id)

@@ -43,7 +43,16 @@ from qexport.domain.schedules import (
     check_timezone,
     next_due,
 )
-from qexport.ports import AccountStore, Catalog, Clock, DeliveryStore, ExportQueue, ScheduleStore
+from qexport.ports import (
+    AccountStore,
+    Catalog,
+    Clock,
+    DeliveryStore,
+    ExportQueue,
+    ScheduleStore,
+    UserStore,
+    WorkspaceStore,
+)
 from qexport.services.audit import actor_for, event, recipient_on_record
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
@@ -265,7 +274,7 @@ def _check_flags(draft: ScheduleDraft, problems: Problems) -> Missed:
 
 def _timetable(
     problems: Problems,
-    accounts: AccountStore,
+    accounts: WorkspaceStore,
     workspace_id: str,
     draft: ScheduleDraft,
 ) -> tuple[str, str] | None:
@@ -297,7 +306,7 @@ def sees_recipients(actor: Principal, schedule: Schedule) -> bool:
     return may_manage(actor, schedule)
 
 
-def _timezone(accounts: AccountStore, workspace_id: str, given: str | None) -> str:
+def _timezone(accounts: WorkspaceStore, workspace_id: str, given: str | None) -> str:
     zone = given if given is not None else accounts.workspace_timezone(workspace_id)
     check_timezone(zone)
     return zone
@@ -613,7 +622,7 @@ class Subscription:
 
 
 def subscription_refusal(
-    store: Catalog, accounts: AccountStore, actor: Principal, schedule: Schedule
+    store: Catalog, accounts: UserStore, actor: Principal, schedule: Schedule
 ) -> Refusal | None:
     """Why the caller may not subscribe to the (visible) schedule, or None."""
     if accounts.get_user(actor.requester.user_id) is None:
@@ -626,7 +635,7 @@ def subscription_refusal(
 def subscribe(
     store: Catalog,
     schedules: ScheduleStore,
-    accounts: AccountStore,
+    accounts: UserStore,
     clock: Clock,
     actor: Principal,
     schedule_id: str,
