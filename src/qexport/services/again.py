@@ -15,8 +15,9 @@ from qexport.domain.commands import RequestAgain, RequestExport, SubjectKind, Su
 from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import ConflictError, NotFoundError
 from qexport.domain.reports import SUBJECT_REPORT
+from qexport.services.deps import Deps
 from qexport.services.exports import get_visible_export
-from qexport.services.requests import RequestDeps, request
+from qexport.services.requests import request
 
 
 class SubjectGoneError(NotFoundError):
@@ -24,7 +25,7 @@ class SubjectGoneError(NotFoundError):
 
 
 def request_again(
-    deps: RequestDeps, principal: Principal, command: RequestAgain
+    deps: Deps, principal: Principal, command: RequestAgain
 ) -> ExportRecord | ApprovalRequest:
     """The new export (queued) of a settled export the caller may see; NotFoundError for one
     they cannot see, ConflictError while it is unsettled, SubjectGoneError when its subject

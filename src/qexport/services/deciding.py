@@ -3,32 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from qexport.domain.accounts import Principal
 from qexport.domain.approvals import ApprovalRequest, checked_reason
 from qexport.domain.commands import Decide
-from qexport.ports import AccountStore, AuditLog, Catalog, Clock
-from qexport.services.approvals import ApprovalDesk, Decider, Rebuild, decide
+from qexport.services.approvals import Decider, Rebuild, decide
 from qexport.services.audit import actor_of
+from qexport.services.deps import Deps
 from qexport.services.requests import approved_export
 
 
-class DecideDeps(Protocol):
-    """What deciding reads and writes (the container has it all)."""
-
-    @property
-    def catalog(self) -> Catalog: ...
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def audit(self) -> AuditLog: ...
-    @property
-    def clock(self) -> Clock: ...
-    def approval_desk(self) -> ApprovalDesk: ...
-
-
-def decide_request(deps: DecideDeps, principal: Principal, command: Decide) -> ApprovalRequest:
+def decide_request(deps: Deps, principal: Principal, command: Decide) -> ApprovalRequest:
     """Approve (the export is made again from the request with the requester's rights now,
     and queued) or deny a pending request of the principal's workspace. Refused, and the
     refusal said as `services.approvals.decide` says it: a reason too long, a decider who is

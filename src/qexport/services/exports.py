@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import BinaryIO, Protocol
+from typing import BinaryIO
 
 from qexport.domain.accounts import Principal
 from qexport.domain.audit import Action, Actor, AuditEvent
@@ -39,6 +39,7 @@ from qexport.domain.failures import (
 from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.ports import AuditLog, Catalog, Clock, ExportQueue, ObjectStore, Presigner
 from qexport.services.audit import event
+from qexport.services.deps import Deps
 from qexport.services.reports import may_read_export
 
 # Export ids are UUIDs (36 characters); anything much longer is not worth a lookup.
@@ -299,15 +300,6 @@ def _key(record: ExportRecord) -> tuple[datetime, str]:
     return record.created_at, record.id
 
 
-class ExportDeps(Protocol):
-    """What listing and cancelling exports read and write (the container has it)."""
-
-    @property
-    def exports(self) -> ExportQueue: ...
-    @property
-    def clock(self) -> Clock: ...
-
-
 MAX_PAGE = 200  # exports in one page of a list, at most
 
 
@@ -322,7 +314,7 @@ class ListedExports:
     filtered: bool
 
 
-def list_exports(deps: ExportDeps, principal: Principal, query: ListExports) -> ListedExports:
+def list_exports(deps: Deps, principal: Principal, query: ListExports) -> ListedExports:
     """The exports the principal may see (an admin's: the workspace's), newest first, that
     the query's filters keep; every mistake in them is refused at once, named by its API
     parameter."""
@@ -398,7 +390,7 @@ def list_visible_events(
     return store.list_events(record.id)
 
 
-def cancel_export(deps: ExportDeps, principal: Principal, command: CancelExport) -> ExportRecord:
+def cancel_export(deps: Deps, principal: Principal, command: CancelExport) -> ExportRecord:
     """Settle an unsettled export the principal may see as failed/cancelled; a settled one is
     a conflict."""
     store, clock = deps.exports, deps.clock

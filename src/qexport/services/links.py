@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -40,11 +40,12 @@ from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, LinkStore
 from qexport.services.audit import event
+from qexport.services.deps import Deps
 from qexport.services.exports import downloadable, get_visible_export
 from qexport.services.reports import may_read_export
 
 if TYPE_CHECKING:
-    from qexport.config import Settings
+    pass
 
 log = structlog.get_logger()
 
@@ -80,22 +81,7 @@ def public_url(base_url: str, token: str) -> str:
     return f"{base_url.rstrip('/')}/p/{token}"
 
 
-class LinkDeps(Protocol):
-    """What handling a link command reads and writes (the container has it all)."""
-
-    @property
-    def exports(self) -> ExportQueue: ...
-    @property
-    def catalog(self) -> Catalog: ...
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> Settings: ...
-
-
-def create_link(deps: LinkDeps, principal: Principal, command: CreateLink) -> CreatedLink:
+def create_link(deps: Deps, principal: Principal, command: CreateLink) -> CreatedLink:
     """A link to an export the caller could download now; it expires with the export, or
     after `command.days` if sooner, and never later than the workspace's policy lets links
     live; at most QEXPORT_MAX_LINKS_PER_EXPORT unrevoked per export. ForbiddenError where the
@@ -231,7 +217,7 @@ def manageable_link(
     return link, record
 
 
-def revoke_link(deps: LinkDeps, principal: Principal, command: RevokeLink) -> Link:
+def revoke_link(deps: Deps, principal: Principal, command: RevokeLink) -> Link:
     """Revoke a link of the caller's (or, for an admin, of the workspace's); with
     `command.export_id`, only a link of that export.
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role
@@ -35,14 +34,12 @@ from qexport.domain.formats import QUERY_FORMATS, REPORT_FORMATS
 from qexport.domain.policies import PolicyLimits, WorkspacePolicy, changed_policy, every_format
 from qexport.domain.sensitivity import ReadsReporting
 from qexport.ports import (
-    AccountStore,
     Catalog,
-    Clock,
     ExportQueue,
-    PreviewRunner,
     SourceCatalog,
 )
 from qexport.services.audit import actor_of, event
+from qexport.services.deps import Deps
 from qexport.services.describe import describe_timeout
 from qexport.services.links import unapproved_sensitive
 from qexport.services.sensitive_rules import checked_rules
@@ -83,28 +80,7 @@ def workspace_sources(sources: SourceCatalog, workspace_id: str) -> dict[str, Re
     return found
 
 
-class PolicyDeps(Protocol):
-    """What changing a policy reads and writes (the container has it all)."""
-
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def catalog(self) -> Catalog: ...
-    @property
-    def sources(self) -> SourceCatalog: ...
-    @property
-    def exports(self) -> ExportQueue: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def previews(self) -> PreviewRunner: ...
-
-
-def change_policy(
-    deps: PolicyDeps, principal: Principal | None, command: ChangePolicy
-) -> PolicyChange:
+def change_policy(deps: Deps, principal: Principal | None, command: ChangePolicy) -> PolicyChange:
     """Apply the command's changes (a rule given as None is lifted) to the workspace's policy;
     workspace admins only (`principal`; None: the operator at the command line, who is an
     admin of every workspace). Every mistake at once, each naming its rule. The change is an
@@ -179,7 +155,7 @@ def _check_queries(catalog: Catalog, workspace_id: str, query_ids: frozenset[str
 
 
 def _revocations(
-    deps: PolicyDeps, policy: WorkspacePolicy, workspace_id: str, actor: Actor
+    deps: Deps, policy: WorkspacePolicy, workspace_id: str, actor: Actor
 ) -> list[tuple[str, AuditEvent]]:
     """Each live link to an unexpired file made without an approval from what the policy
     marks sensitive, judged by what the file's run read (services/links.py), with the audit

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from qexport.domain.accounts import Principal
 from qexport.domain.approvals import APPROVAL_OPTION, APPROVED_READS_OPTION, ApprovalRequest
@@ -25,9 +25,10 @@ from qexport.domain.failures import (
 from qexport.domain.policies import WorkspacePolicy
 from qexport.domain.reports import SUBJECT_REPORT
 from qexport.domain.schedules import NewDelivery, Recipient
-from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, NewExport
+from qexport.ports import Catalog, Clock, ExportQueue, NewExport
 from qexport.services.approvals import ApprovalDesk, ask
 from qexport.services.audit import export_requested
+from qexport.services.deps import Deps
 from qexport.services.recipients import RecipientRules, admit_recipients
 from qexport.services.subjects import (
     check_allowed_format,
@@ -37,27 +38,11 @@ from qexport.services.subjects import (
 )
 
 if TYPE_CHECKING:
-    from qexport.config import Settings
+    pass
 
 # The order a request's problems are told in: the new-export form's, then the API's extras.
 REQUEST_FIELDS = ("query_id", "report_id", "format", "parameters", "options", "notify")
 T = TypeVar("T")
-
-
-class RequestDeps(Protocol):
-    """What handling a request reads and writes (the container has it all)."""
-
-    @property
-    def exports(self) -> ExportQueue: ...
-    @property
-    def catalog(self) -> Catalog: ...
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> Settings: ...
-    def approval_desk(self) -> ApprovalDesk: ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +60,7 @@ class Admission:
 
 
 def request(
-    deps: RequestDeps,
+    deps: Deps,
     principal: Principal,
     command: RequestExport,
 ) -> ExportRecord | ApprovalRequest:

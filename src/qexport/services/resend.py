@@ -16,15 +16,13 @@ through someone else's earlier rights.
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role, at_least, hash_secret
 from qexport.domain.commands import SendAgain
 from qexport.domain.exports import EXPIRED, ExportRecord, effective_status
 from qexport.domain.failures import ConflictError, ForbiddenError, NotFoundError
 from qexport.domain.schedules import Delivery, DeliveryStatus, Recipient
-from qexport.ports import AccountStore, Clock, DeliveryStore, ExportQueue, ScheduleStore
+from qexport.ports import DeliveryStore, ExportQueue
+from qexport.services.deps import Deps
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import admit_recipients, rules_for
 from qexport.services.signing import link_token, master_secret
@@ -68,24 +66,7 @@ def visible_delivery(
     return record, found
 
 
-class ResendDeps(Protocol):
-    """What sending again reads and writes (the container has it all)."""
-
-    @property
-    def exports(self) -> ExportQueue: ...
-    @property
-    def deliveries(self) -> DeliveryStore: ...
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def schedules(self) -> ScheduleStore: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> Settings: ...
-
-
-def send_again(deps: ResendDeps, principal: Principal, command: SendAgain) -> Delivery:
+def send_again(deps: Deps, principal: Principal, command: SendAgain) -> Delivery:
     """Put a failed delivery back to waiting, due now; the delivery as it is then."""
     exports, deliveries, clock = deps.exports, deps.deliveries, deps.clock
     export_id, delivery_id = command.export_id, command.delivery_id

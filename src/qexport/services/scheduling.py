@@ -16,11 +16,12 @@ from qexport.domain.commands import (
 )
 from qexport.domain.exports import ExportRecord
 from qexport.domain.schedules import Schedule
+from qexport.services.deps import Deps
 from qexport.services.schedules import catalog
-from qexport.services.schedules.catalog import ScheduleDeps, Subscription
+from qexport.services.schedules.catalog import Subscription
 
 
-def create_schedule(deps: ScheduleDeps, principal: Principal, command: CreateSchedule) -> Schedule:
+def create_schedule(deps: Deps, principal: Principal, command: CreateSchedule) -> Schedule:
     """The schedule, saved, owned by the principal (an editor or admin), or with
     `check_only` as it would be saved; every mistake at once (InvalidRequestError), in the
     schedule form's order; the workspace's cap on schedules and shortest interval apply."""
@@ -28,7 +29,7 @@ def create_schedule(deps: ScheduleDeps, principal: Principal, command: CreateSch
     return step(deps, principal, command.draft, found=command.found)
 
 
-def change_schedule(deps: ScheduleDeps, principal: Principal, command: ChangeSchedule) -> Schedule:
+def change_schedule(deps: Deps, principal: Principal, command: ChangeSchedule) -> Schedule:
     """The schedule with the changes, saved, or with `check_only` as it would be saved. Its
     owner or a workspace admin; whoever changes where its exports go or what they hold
     becomes its owner (`catalog.update_schedule`)."""
@@ -36,9 +37,7 @@ def change_schedule(deps: ScheduleDeps, principal: Principal, command: ChangeSch
     return step(deps, principal, command.schedule_id, command.changes, found=command.found)
 
 
-def run_schedule_now(
-    deps: ScheduleDeps, principal: Principal, command: RunScheduleNow
-) -> ExportRecord:
+def run_schedule_now(deps: Deps, principal: Principal, command: RunScheduleNow) -> ExportRecord:
     """The export, recorded and queued with the owner's rights and a delivery per recipient
     and per subscriber who may receive it; counted against the owner's cap of unsettled
     exports (QEXPORT_MAX_UNSETTLED_PER_USER). Its owner or a workspace admin."""
@@ -53,19 +52,19 @@ def run_schedule_now(
     )
 
 
-def delete_schedule(deps: ScheduleDeps, principal: Principal, command: DeleteSchedule) -> None:
+def delete_schedule(deps: Deps, principal: Principal, command: DeleteSchedule) -> None:
     """Its owner or a workspace admin; NotFoundError for one the principal cannot see."""
     catalog.delete_schedule(
         deps.catalog, deps.schedules, deps.clock, principal, command.schedule_id
     )
 
 
-def pause_schedule(deps: ScheduleDeps, principal: Principal, command: PauseSchedule) -> Schedule:
+def pause_schedule(deps: Deps, principal: Principal, command: PauseSchedule) -> Schedule:
     """The schedule, paused or resumed; its owner or a workspace admin."""
     return catalog.set_enabled(deps, principal, command.schedule_id, enabled=command.enabled)
 
 
-def subscribe(deps: ScheduleDeps, principal: Principal, command: Subscribe) -> Subscription:
+def subscribe(deps: Deps, principal: Principal, command: Subscribe) -> Subscription:
     """Subscribed (any member who may read the schedule's subject; again changes nothing),
     or unsubscribed (also once they may no longer see the schedule)."""
     if command.subscribed:

@@ -13,9 +13,8 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
-from qexport.config import Settings
 from qexport.domain.accounts import Principal, Role, at_least
 from qexport.domain.audit import Action as AuditAction
 from qexport.domain.audit import AuditEvent
@@ -54,6 +53,7 @@ from qexport.ports import (
     WorkspaceStore,
 )
 from qexport.services.audit import actor_for, event, recipient_on_record
+from qexport.services.deps import Deps
 from qexport.services.exports import get_visible_export
 from qexport.services.recipients import RecipientRules, admit_recipients, rules_for
 from qexport.services.schedules.tick import run_now
@@ -70,21 +70,6 @@ NO_SUCH_SCHEDULE = "no schedule with this id that you can see"
 # Changing any of these re-checks the subject and binds the parameters again.
 _SUBJECT_FIELDS = frozenset({"query_id", "report_id", "format", "parameters"})
 _TIMETABLE_FIELDS = frozenset({"cron", "timezone"})
-
-
-class ScheduleDeps(Protocol):
-    """What the schedule use cases read and write (the container has it all)."""
-
-    @property
-    def catalog(self) -> Catalog: ...
-    @property
-    def schedules(self) -> ScheduleStore: ...
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def settings(self) -> Settings: ...
 
 
 @dataclass(frozen=True)
@@ -294,7 +279,7 @@ def _refuse_any(problems: Problems, subject: _SubjectCheck) -> None:
         raise subject.missing
 
 
-def _rules(deps: ScheduleDeps, actor: Principal) -> RecipientRules:
+def _rules(deps: Deps, actor: Principal) -> RecipientRules:
     requester = actor.requester
     egress = deps.settings.egress_policy()
     return rules_for(deps.accounts, requester.workspace_id, requester.user_id, actor.role, egress)
@@ -316,7 +301,7 @@ def _timezone(accounts: WorkspaceStore, workspace_id: str, given: str | None) ->
 
 
 def check_new_schedule(
-    deps: ScheduleDeps,
+    deps: Deps,
     actor: Principal,
     draft: ScheduleDraft,
     *,
@@ -371,7 +356,7 @@ def check_new_schedule(
 
 
 def create_schedule(
-    deps: ScheduleDeps,
+    deps: Deps,
     actor: Principal,
     draft: ScheduleDraft,
     *,
@@ -437,7 +422,7 @@ def draft_of(schedule: Schedule) -> ScheduleDraft:
 
 
 def changed_schedule(
-    deps: ScheduleDeps,
+    deps: Deps,
     actor: Principal,
     schedule_id: str,
     changes: Mapping[str, Any],
@@ -517,7 +502,7 @@ def changed_schedule(
 
 
 def update_schedule(
-    deps: ScheduleDeps,
+    deps: Deps,
     actor: Principal,
     schedule_id: str,
     changes: Mapping[str, Any],
@@ -544,9 +529,7 @@ def update_schedule(
     return updated
 
 
-def set_enabled(
-    deps: ScheduleDeps, actor: Principal, schedule_id: str, *, enabled: bool
-) -> Schedule:
+def set_enabled(deps: Deps, actor: Principal, schedule_id: str, *, enabled: bool) -> Schedule:
     """Pause (False) or resume (True) a schedule."""
     return update_schedule(deps, actor, schedule_id, {"enabled": enabled})
 
