@@ -179,6 +179,20 @@ class Client(Protocol):
     def revoke_link(self, link_id: str) -> None: ...
 
 
+# What names each kind of subject in its view: a query's name, a report's title.
+SUBJECT_LABEL = {"query": "name", "report": "title"}
+
+
+def subject_named(items: Iterable[dict[str, Any]], kind: str, ref: str) -> dict[str, Any]:
+    """The view among `items` (queries, `kind` "query", or reports) whose name (title) or id
+    is `ref`; ApiError not_found, as a server's, when none is."""
+    label = SUBJECT_LABEL[kind]
+    found = next((i for i in items if ref in (i.get(label), i.get("id"))), None)
+    if found is None:
+        raise ApiError(404, "not_found", f"no {kind} {ref!r} that you can read")
+    return found
+
+
 def gathered(
     page_of: Callable[[int, str | None], dict[str, Any]], limit: int | None, cursor: str | None
 ) -> dict[str, Any]:

@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from qexport.cli.client import CHUNK_BYTES, ApiError, copy_checked, gathered
+from qexport.cli.client import (
+    CHUNK_BYTES,
+    SUBJECT_LABEL,
+    ApiError,
+    copy_checked,
+    gathered,
+    subject_named,
+)
 from qexport.domain.accounts import Role
 from qexport.domain.approvals import Decision
 from qexport.domain.commands import (
@@ -112,18 +119,8 @@ class LocalClient:
 
     def subjects(self, kind: str) -> list[tuple[str, str]]:
         """(id, name) of each query (or report, by title) the principal may read."""
-        from qexport.domain.queries import can_read
-        from qexport.domain.reports import can_read_report
-
-        catalog, reader = self._deps.catalog, self._principal.requester
-        workspace = reader.workspace_id
-        if kind == "report":
-            return [
-                (r.id, r.title)
-                for r in catalog.list_reports(workspace)
-                if can_read_report(reader, r)
-            ]
-        return [(q.id, q.name) for q in catalog.list_queries(workspace) if can_read(reader, q)]
+        label = SUBJECT_LABEL[kind]
+        return [(item["id"], item[label]) for item in self.list_subjects(kind)]
 
     def get_export(self, export_id: str) -> dict[str, Any]:
         from qexport.services.exports import get_visible_export
@@ -257,11 +254,7 @@ class LocalClient:
         from qexport.services.queries import delete_query
         from qexport.services.reports import delete_report
 
-        label = "title" if kind == "report" else "name"
-        listed = self.list_subjects(kind)
-        found = next((i for i in listed if ref in (i[label], i["id"])), None)
-        if found is None:
-            raise ApiError(404, "not_found", f"no {kind} {ref!r} that you can read")
+        found = subject_named(self.list_subjects(kind), kind, ref)
         delete = delete_report if kind == "report" else delete_query
         with _as_a_server():
             delete(self._deps.catalog, self._principal, found["id"])

@@ -10,7 +10,13 @@ from urllib.parse import quote
 import httpx2
 
 from qexport import __version__
-from qexport.cli.client import CHUNK_BYTES, ApiError, copy_checked, gathered
+from qexport.cli.client import (
+    CHUNK_BYTES,
+    ApiError,
+    copy_checked,
+    gathered,
+    subject_named,
+)
 
 API_PREFIX = "/api/v1"
 # Requests are small and answered at once; a download may wait on a slow disk or network.
@@ -263,10 +269,8 @@ class QExportClient:
         return list(self._items(_LISTS[kind][0]))
 
     def delete_subject(self, kind: str, ref: str) -> dict[str, Any]:
-        path, label = _LISTS[kind]
-        found = next((i for i in self._items(path) if ref in (i.get(label), i.get("id"))), None)
-        if found is None:
-            raise ApiError(404, "not_found", f"no {kind} {ref!r} that you can read")
+        path = _LISTS[kind][0]
+        found = subject_named(self._items(path), kind, ref)
         self._request("DELETE", f"{path}/{_path_segment(str(found['id']))}")
         return found
 

@@ -67,11 +67,6 @@ class Subject:
         parameter (each bound has a value or a default), a report's given ones."""
         return self.parameter_names if self.report is None else tuple(values)
 
-    def check_format(self, fmt: str) -> None:
-        """InvalidRequestError (field `format`) for a format this kind of subject does not
-        take."""
-        check_kind_format(self.kind, fmt)
-
     def bind(self, parameters: Mapping[str, Any]) -> dict[str, Any]:
         """The given values typed and checked against the subject's parameters (defaults
         filled in); every problem at once, each named `parameters.<name>`."""
