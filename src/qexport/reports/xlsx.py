@@ -15,7 +15,6 @@ import contextlib
 import datetime as dt
 import decimal
 import math
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,30 +29,13 @@ from qexport.ports import Sink
 from qexport.reports.charts import PALETTE, ChartData, Panel, chart_data, legend_shown
 from qexport.reports.model import DocumentInfo, SectionData
 from qexport.writers.textual import non_finite_label
-from qexport.writers.xlsx_parts import ooxml_escape
+from qexport.writers.xlsx_parts import ooxml_escape, valid_sheet_name, without_controls
 
-MAX_SHEET_NAME = 31
-_BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\\x00-\x1f]")
-_XML_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # not allowed in XML
-_RESERVED = {"history"}  # Excel refuses a sheet of this name
 _EXACT_INT = 2**53  # larger integers would lose digits as Excel numbers: kept as text
 _COPY_CHUNK = 1024 * 1024
 _WIDTH_SAMPLE = 100  # rows looked at to size the columns
 _CHART_COLUMNS = 12  # a 720 px chart covers about 12 columns of the default width...
 _CHART_ROWS = 19  # ...and 18 rows of 20 px: the next chart goes a row below
-
-
-def sheet_name(heading: str, taken: set[str]) -> str:
-    """A valid, unique (case-insensitively) sheet name of at most 31 characters."""
-    base = _BAD_SHEET_CHARS.sub("-", heading).strip().strip("'").strip() or "Section"
-    base = base[:MAX_SHEET_NAME]
-    name, n = base, 1
-    while name.lower() in taken or name.lower() in _RESERVED:
-        n += 1
-        suffix = f" ({n})"
-        name = base[: MAX_SHEET_NAME - len(suffix)] + suffix
-    taken.add(name.lower())
-    return name
 
 
 class XlsxDocument:
@@ -81,9 +63,9 @@ class XlsxDocument:
         comments = f"Requested by {info.requester}, generated {info.generated_label}"
         self._book.set_properties(
             {
-                "title": _property_text(info.title),
-                "author": _property_text(info.requester),
-                "comments": _property_text(
+                "title": without_controls(info.title),
+                "author": without_controls(info.requester),
+                "comments": without_controls(
                     f"{info.description}\n{comments}" if info.description else comments
                 ),
                 # Stored as UTC (the comments keep the workspace's time zone).
@@ -93,7 +75,7 @@ class XlsxDocument:
 
     def add(self, section: SectionData) -> None:
         sheet = self._book.add_worksheet(
-            sheet_name(section.heading, self._taken), worksheet_class=_ExactWorksheet
+            valid_sheet_name(section.heading, self._taken), worksheet_class=_ExactWorksheet
         )
         chart = (
             chart_data(section) if section.display is not Display.TABLE and section.rows else None
@@ -262,8 +244,3 @@ def _width(section: SectionData, col: int) -> float:
     """A column width from the header and the first rows (Excel units ~ characters)."""
     sample = [len(str(row[col])) for row in section.rows[:_WIDTH_SAMPLE] if row[col] is not None]
     return float(min(max([len(section.columns[col]), 10, *sample]) + 2, 60))
-
-
-def _property_text(text: str) -> str:
-    """A document property's text without the control characters XML cannot hold."""
-    return _XML_CONTROL.sub("", text)

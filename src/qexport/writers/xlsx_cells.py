@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qexport.writers.jsonvalues import iso_timestamps, to_text
+from qexport.writers.jsonvalues import to_text
 from qexport.writers.neutralize import formula_mask, looks_like_formula
 from qexport.writers.textual import (
     is_string_like,
@@ -27,17 +27,15 @@ from qexport.writers.textual import (
     utf8,
 )
 from qexport.writers.xlsx_parts import CONTROL_ESCAPES, Styles, column_letter, escape_text
+from qexport.writers.xlsx_values import (
+    TICKS_PER_DAY,
+    date_serials,
+    iso_text,
+    timestamp_serials,
+    truncated,
+)
 
 CellEncoder = Callable[[pa.Array, pa.Array], pa.Array]
-
-# Excel's serial day 0 is 1899-12-30 in the 1900 date system; the Unix epoch is day 25569.
-UNIX_EPOCH_SERIAL = 25_569
-# Excel believes 1900 was a leap year: serials before 1 March 1900 (61) are one day lower.
-FIRST_TRUE_SERIAL = 61
-MIN_SERIAL = 2  # 1900-01-01 before the leap-year correction; earlier dates have no serial
-MAX_SERIAL = 2_958_466  # 10000-01-01: Excel's calendar ends on 9999-12-31
-MAX_CELL_CHARS = 32_767  # Excel refuses longer text in a cell
-_TICKS_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
 
 _NO_TEXT = pa.scalar(None, pa.string())
 _COUNTING = pa.array(range(65_536), pa.int64())  # 0, 1, 2...: row numbers without a Python loop
@@ -116,9 +114,9 @@ def _encoder(  # noqa: PLR0911 - one branch per Arrow type family
         style = styles.xf("0." + "0" * scale) if scale > 0 else None
         return _number_cells(opening, style), None
     if pa.types.is_date(arrow_type):
-        return _serial_cells(opening, styles.xf("yyyy-mm-dd"), _date_serials), 11
+        return _serial_cells(opening, styles.xf("yyyy-mm-dd"), date_serials), 11
     if pa.types.is_timestamp(arrow_type):
-        return _serial_cells(opening, styles.xf("yyyy-mm-dd hh:mm:ss"), _timestamp_serials), 20
+        return _serial_cells(opening, styles.xf("yyyy-mm-dd hh:mm:ss"), timestamp_serials), 20
     if pa.types.is_time(arrow_type):
         return _time_cells(opening, styles.xf("hh:mm:ss")), 10
     text = utf8 if is_string_like(arrow_type) else to_text
@@ -177,7 +175,7 @@ def _time_cells(opening: str, style: int) -> CellEncoder:
     def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
         storage = pa.int64() if pa.types.is_time64(column.type) else pa.int32()
         ticks = column.cast(storage).cast(pa.float64(), safe=False)
-        fraction = pc.divide(ticks, float(_TICKS_PER_DAY[column.type.unit]))
+        fraction = pc.divide(ticks, float(TICKS_PER_DAY[column.type.unit]))
         values = fraction.cast(pa.string())
         return pc.binary_join_element_wise(opening, rows, middle, values, "</v></c>", "")
 
@@ -189,7 +187,7 @@ def _serial_cells(
 ) -> CellEncoder:
     """Dates and timestamps as serial numbers; those Excel cannot represent as ISO text."""
     middle = f'"{_attributes(style)}><v>'
-    text_cells = _text_cells(opening, _iso_text, None)
+    text_cells = _text_cells(opening, iso_text, None)
 
     def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
         values, representable = serials(column)
@@ -205,42 +203,13 @@ def _serial_cells(
     return encode
 
 
-def _date_serials(column: pa.Array) -> tuple[pa.Array, pa.Array]:
-    days = column.cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
-    return _excel_serials(pc.add(days, UNIX_EPOCH_SERIAL))
-
-
-def _timestamp_serials(column: pa.Array) -> tuple[pa.Array, pa.Array]:
-    # Excel has no time zones: an aware timestamp is shown as wall-clock time in its zone.
-    wall = pc.local_timestamp(column) if column.type.tz is not None else column
-    ticks = wall.cast(pa.int64()).cast(pa.float64(), safe=False)
-    days = pc.divide(ticks, float(_TICKS_PER_DAY[column.type.unit]))
-    return _excel_serials(pc.add(days, float(UNIX_EPOCH_SERIAL)))
-
-
-def _excel_serials(serials: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """Apply Excel's 1900 leap-year quirk; also say which values Excel can represent."""
-    early = pc.less(serials, FIRST_TRUE_SERIAL)
-    shifted = pc.if_else(early, pc.subtract(serials, 1), serials)
-    representable = pc.fill_null(
-        pc.and_(pc.greater_equal(serials, MIN_SERIAL), pc.less(serials, MAX_SERIAL)), False
-    )
-    return shifted, representable
-
-
-def _iso_text(column: pa.Array) -> pa.Array:
-    if pa.types.is_timestamp(column.type):
-        return iso_timestamps(column)
-    return column.cast(pa.date32()).cast(pa.string())
-
-
 def _text_cells(
     opening: str, to_string: Callable[[pa.Array], pa.Array], quote_style: int | None
 ) -> CellEncoder:
     quoted = f'" s="{quote_style}"{_INLINE}'
 
     def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        text = _truncated(to_string(column))
+        text = truncated(to_string(column))
         middle: str | pa.Array = f'"{_INLINE}'
         if quote_style is not None:
             mask = formula_mask(text)
@@ -261,14 +230,6 @@ def _special_rows(text: pa.Array) -> pa.Array | None:
         return None
     special = pc.fill_null(pc.match_substring_regex(text, _SPECIAL_RE2), False)
     return special if pc.any(special).as_py() else None
-
-
-def _truncated(text: pa.Array) -> pa.Array:
-    """At most Excel's 32,767 characters per cell; Excel reports longer text as corrupt."""
-    too_long = pc.fill_null(pc.greater(pc.utf8_length(text), MAX_CELL_CHARS), False)
-    if pc.any(too_long).as_py():
-        return pc.utf8_slice_codeunits(text, 0, MAX_CELL_CHARS)
-    return text
 
 
 def _escape(text: pa.Array) -> pa.Array:

@@ -19,6 +19,9 @@ _BOOK_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.
 _STYLES_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"
 
 MAX_COLUMNS = 16_384
+MAX_SHEET_NAME = 31
+_FORBIDDEN_IN_SHEET_NAMES = re.compile(r"[\[\]:*?/\\\x00-\x1f]")
+_RESERVED_SHEET_NAMES = {"history"}  # Excel refuses a sheet of this name
 # Characters XML 1.0 cannot carry, even as character references: C0 controls other than TAB,
 # LF and CR, and U+FFFE, U+FFFF. SpreadsheetML stores them as `_xHHHH_` (ECMA-376 ST_Xstring),
 # which Excel and LibreOffice decode back to the character.
@@ -26,6 +29,7 @@ CONTROL_ESCAPES = {
     code: f"_x{code:04X}_"
     for code in [*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]
 }
+_DROPPED_CONTROLS = dict.fromkeys(CONTROL_ESCAPES)
 # An underscore that starts `_xHHHH` in the text itself is escaped as `_x005F_`, so that it can
 # never be decoded as part of an escape: not `_x0041_` on its own, not one that meets a
 # following escape (`_x0041` before ESC), not two that share an underscore (`_x0041_x0042_`).
@@ -49,6 +53,12 @@ def escape_text(text: str) -> str:
     # A raw CR would be normalised to LF by every XML parser; the reference keeps it.
     text = text.replace("\r", "&#13;").replace('"', "&quot;")
     return ooxml_escape(text)
+
+
+def without_controls(text: str) -> str:
+    """Text where no escape is decoded (a document property), without the characters XML
+    cannot carry."""
+    return text.translate(_DROPPED_CONTROLS)
 
 
 def ooxml_escape(text: str) -> str:
@@ -139,6 +149,19 @@ SHEET_END = "</sheetData></worksheet>"
 
 def sheet_name(number: int) -> str:
     return f"Sheet{number}"
+
+
+def valid_sheet_name(heading: str, taken: set[str]) -> str:
+    """A valid, unique (case-insensitively) sheet name of at most 31 characters."""
+    base = _FORBIDDEN_IN_SHEET_NAMES.sub("-", heading).strip().strip("'").strip() or "Section"
+    base = base[:MAX_SHEET_NAME]
+    name, n = base, 1
+    while name.lower() in taken or name.lower() in _RESERVED_SHEET_NAMES:
+        n += 1
+        suffix = f" ({n})"
+        name = base[: MAX_SHEET_NAME - len(suffix)] + suffix
+    taken.add(name.lower())
+    return name
 
 
 def sheet_path(number: int) -> str:
