@@ -1,12 +1,12 @@
 """Worksheet rows as XML, built a column at a time with pyarrow.compute.
 
 Each column turns into an array of `<c>` elements (NULL where the value is NULL: no cell),
-then rows are joined element-wise and wrapped in `<row>`. Numbers stay numbers (NaN and the
-infinities, which a spreadsheet has no number for, become the strings `NaN`, `Infinity` and
-`-Infinity`), dates and times become Excel serial numbers with a date format, strings are
-inline strings and never formulas; formula-looking strings get a quote-prefixed style when
-neutralisation is on. Every string is stored exactly: markup is escaped, and characters XML
-cannot carry (C0 controls but TAB, LF, CR) become SpreadsheetML's `_xHHHH_` escapes.
+then rows are joined element-wise and wrapped in `<row>`. What each cell holds (a number, a
+boolean or a text, and the number format) is `xlsx_values`' rule, shared with the report
+writer; here it is written out. Text is an inline string, never a formula; formula-looking
+text gets a quote-prefixed style when neutralisation is on. Every string is stored exactly:
+markup is escaped, and characters XML cannot carry (C0 controls but TAB, LF, CR) become
+SpreadsheetML's `_xHHHH_` escapes.
 """
 
 from __future__ import annotations
@@ -17,34 +17,21 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qexport.writers.jsonvalues import to_text
 from qexport.writers.neutralize import formula_mask, looks_like_formula
-from qexport.writers.textual import (
-    is_string_like,
-    matches_anywhere,
-    non_finite_labels,
-    unwrap,
-    utf8,
-)
+from qexport.writers.textual import matches_anywhere
 from qexport.writers.xlsx_parts import CONTROL_ESCAPES, Styles, column_letter, escape_text
-from qexport.writers.xlsx_values import (
-    TICKS_PER_DAY,
-    date_serials,
-    iso_text,
-    timestamp_serials,
-    truncated,
-)
+from qexport.writers.xlsx_values import column_rule
 
 CellEncoder = Callable[[pa.Array, pa.Array], pa.Array]
 
-_NO_TEXT = pa.scalar(None, pa.string())
 _COUNTING = pa.array(range(65_536), pa.int64())  # 0, 1, 2...: row numbers without a Python loop
 _INLINE = ' t="inlineStr"><is><t xml:space="preserve">'
 _INLINE_END = "</t></is></c>"
-# Characters XML 1.0 cannot carry, stored as `_xHHHH_` (xlsx_parts.CONTROL_ESCAPES; RE2).
-_CONTROL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}]"
+# Characters XML 1.0 cannot carry, stored as `_xHHHH_`: xlsx_parts.CONTROL_ESCAPES in RE2.
+_CONTROLS_RE2 = "".join(f"\\x{{{code:X}}}" for code in CONTROL_ESCAPES)
+_CONTROL_RE2 = f"[{_CONTROLS_RE2}]"
 # Characters to escape: those above, markup, CR, and an underscore that starts `_xHHHH`.
-_SPECIAL_RE2 = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x{FFFE}\x{FFFF}&<>\r]|_x[0-9A-Fa-f]{4}"
+_SPECIAL_RE2 = f"[{_CONTROLS_RE2}&<>\\r]|_x[0-9A-Fa-f]{{4}}"
 
 
 @dataclass(frozen=True)
@@ -95,121 +82,49 @@ def _header_row(schema: pa.Schema, styles: Styles, *, neutralize: bool) -> str:
     return f'<row r="1">{"".join(cells)}</row>'
 
 
-def _encoder(  # noqa: PLR0911 - one branch per Arrow type family
+def _encoder(
     arrow_type: pa.DataType, letter: str, styles: Styles, quote_style: int | None
 ) -> tuple[CellEncoder, float | None]:
+    """The column's cells as `xlsx_values` decides them, each written as its XML element."""
+    rule = column_rule(arrow_type)
+    style = styles.xf(rule.number_format) if rule.number_format else None
     opening = f'<c r="{letter}'
-    if isinstance(arrow_type, pa.BaseExtensionType) and is_string_like(arrow_type.storage_type):
-        arrow_type = arrow_type.storage_type
-    if pa.types.is_null(arrow_type):
-        return (lambda column, rows: pa.nulls(len(column), pa.string())), None
-    if pa.types.is_boolean(arrow_type):
-        return _bool_cells(opening), None
-    if pa.types.is_integer(arrow_type):
-        return _number_cells(opening, None), None
-    if pa.types.is_floating(arrow_type):
-        return _float_cells(opening, quote_style), None
-    if pa.types.is_decimal(arrow_type):
-        scale = arrow_type.scale
-        style = styles.xf("0." + "0" * scale) if scale > 0 else None
-        return _number_cells(opening, style), None
-    if pa.types.is_date(arrow_type):
-        return _serial_cells(opening, styles.xf("yyyy-mm-dd"), date_serials), 11
-    if pa.types.is_timestamp(arrow_type):
-        return _serial_cells(opening, styles.xf("yyyy-mm-dd hh:mm:ss"), timestamp_serials), 20
-    if pa.types.is_time(arrow_type):
-        return _time_cells(opening, styles.xf("hh:mm:ss")), 10
-    text = utf8 if is_string_like(arrow_type) else to_text
-    return _text_cells(opening, text, quote_style), None
+    number_middle = f'"{_attributes(style)}><v>'
+    texts_xml = _text_cells(opening, quote_style)
+
+    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
+        cells = rule.cells(column)
+        parts = []
+        if cells.numbers is not None:
+            parts.append(
+                pc.binary_join_element_wise(
+                    opening, rows, number_middle, cells.numbers, "</v></c>", ""
+                )
+            )
+        if cells.booleans is not None:
+            values = pc.if_else(cells.booleans, "1", "0")
+            parts.append(
+                pc.binary_join_element_wise(opening, rows, '" t="b"><v>', values, "</v></c>", "")
+            )
+        if cells.texts is not None:
+            parts.append(texts_xml(cells.texts, rows))
+        if not parts:
+            return pa.nulls(len(column), pa.string())
+        return parts[0] if len(parts) == 1 else pc.coalesce(*parts)
+
+    return encode, rule.width
 
 
 def _attributes(style: int | None) -> str:
     return f' s="{style}"' if style is not None else ""
 
 
-def _bool_cells(opening: str) -> CellEncoder:
-    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        values = pc.if_else(column, "1", "0")
-        return pc.binary_join_element_wise(opening, rows, '" t="b"><v>', values, "</v></c>", "")
-
-    return encode
-
-
-def _number_cells(opening: str, style: int | None) -> CellEncoder:
-    middle = f'"{_attributes(style)}><v>'
-
-    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        values = unwrap(column).cast(pa.string())
-        return pc.binary_join_element_wise(opening, rows, middle, values, "</v></c>", "")
-
-    return encode
-
-
-def _float_cells(opening: str, quote_style: int | None) -> CellEncoder:
-    """Number cells; NaN and infinities as text cells (`-Infinity` is quote-prefixed like any
-    text starting with `-` when neutralisation is on)."""
-    numbers = _number_cells(opening, None)
-    labels_as_text = _text_cells(opening, _same_text, quote_style)
-
-    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        column = unwrap(column)
-        if pa.types.is_float16(column.type):
-            column = column.cast(pa.float32())
-        labels = non_finite_labels(column)
-        if labels is None:
-            return numbers(column, rows)
-        finite = pc.if_else(labels.is_valid(), pa.scalar(None, column.type), column)
-        return pc.coalesce(numbers(finite, rows), labels_as_text(labels, rows))
-
-    return encode
-
-
-def _same_text(column: pa.Array) -> pa.Array:
-    return column
-
-
-def _time_cells(opening: str, style: int) -> CellEncoder:
-    """A time of day is the fraction of a day, shown with a time format."""
-    middle = f'"{_attributes(style)}><v>'
-
-    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        storage = pa.int64() if pa.types.is_time64(column.type) else pa.int32()
-        ticks = column.cast(storage).cast(pa.float64(), safe=False)
-        fraction = pc.divide(ticks, float(TICKS_PER_DAY[column.type.unit]))
-        values = fraction.cast(pa.string())
-        return pc.binary_join_element_wise(opening, rows, middle, values, "</v></c>", "")
-
-    return encode
-
-
-def _serial_cells(
-    opening: str, style: int, serials: Callable[[pa.Array], tuple[pa.Array, pa.Array]]
-) -> CellEncoder:
-    """Dates and timestamps as serial numbers; those Excel cannot represent as ISO text."""
-    middle = f'"{_attributes(style)}><v>'
-    text_cells = _text_cells(opening, iso_text, None)
-
-    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        values, representable = serials(column)
-        numbers = pc.if_else(representable, values.cast(pa.string()), _NO_TEXT)
-        cells = pc.binary_join_element_wise(opening, rows, middle, numbers, "</v></c>", "")
-        outside = pc.and_(column.is_valid(), pc.invert(representable))
-        if not pc.any(outside).as_py():
-            return cells
-        return pc.coalesce(
-            cells, text_cells(pc.if_else(outside, column, pa.scalar(None, column.type)), rows)
-        )
-
-    return encode
-
-
-def _text_cells(
-    opening: str, to_string: Callable[[pa.Array], pa.Array], quote_style: int | None
-) -> CellEncoder:
+def _text_cells(opening: str, quote_style: int | None) -> CellEncoder:
+    """Inline string cells, escaped to read back exactly; formula-looking text is quote-
+    prefixed when `quote_style` is given."""
     quoted = f'" s="{quote_style}"{_INLINE}'
 
-    def encode(column: pa.Array, rows: pa.Array) -> pa.Array:
-        text = truncated(to_string(column))
+    def encode(text: pa.Array, rows: pa.Array) -> pa.Array:
         middle: str | pa.Array = f'"{_INLINE}'
         if quote_style is not None:
             mask = formula_mask(text)
