@@ -4,8 +4,10 @@ The export writer (writers/xlsx.py, SpreadsheetML made here) and the report writ
 (reports/xlsx.py, XlsxWriter) both take a column's cells from `column_rule`, so a value is
 the same cell in both:
 - booleans are booleans; integers and decimals are numbers, a decimal shown with its
-  column's scale; floats are numbers, NaN and the infinities (a spreadsheet has no number
-  for them) the text `NaN`, `Infinity` and `-Infinity`;
+  column's scale, but an integer beyond ±2**53 is its text (a double, which is all a
+  spreadsheet number is, would lose its last digits); floats are numbers, NaN and the
+  infinities (a spreadsheet has no number for them) the text `NaN`, `Infinity` and
+  `-Infinity`;
 - dates and timestamps are Excel serial numbers with a date format; those outside Excel's
   calendar (1900-01-01 to 9999-12-31) are ISO 8601 text; an aware timestamp is its
   wall-clock time in its zone (Excel has no time zones); a time of day is the fraction of a
@@ -35,6 +37,7 @@ FIRST_TRUE_SERIAL = 61
 MIN_SERIAL = 2  # 1900-01-01 before the leap-year correction; earlier dates have no serial
 MAX_SERIAL = 2_958_466  # 10000-01-01: Excel's calendar ends on 9999-12-31
 MAX_CELL_CHARS = 32_767  # Excel refuses longer text in a cell
+MAX_EXACT_INTEGER = 2**53  # every integer up to here is exactly a double; beyond, text
 TICKS_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
 DATE_FORMAT = "yyyy-mm-dd"
 DATETIME_FORMAT = "yyyy-mm-dd hh:mm:ss"
@@ -46,6 +49,7 @@ DATETIME_WIDTH = 20
 TIME_WIDTH = 10
 
 _NO_TEXT = pa.scalar(None, pa.string())
+_EXACT_BITS = 53  # integer types this wide or narrower always fit (a double's mantissa)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,20 @@ def _number_cells(column: pa.Array) -> Cells:
 
 
 def _integer_cells(column: pa.Array) -> Cells:
-    return _number_cells(column)
+    """Numbers, but the text of those a double cannot hold exactly (one min/max scan)."""
+    text = column.cast(pa.string())
+    if column.type.bit_width <= _EXACT_BITS:
+        return Cells(numbers=text)
+    bounds = pc.min_max(column).as_py()
+    low, high = bounds["min"], bounds["max"]
+    if low is None or (low >= -MAX_EXACT_INTEGER and high <= MAX_EXACT_INTEGER):
+        return Cells(numbers=text)
+    outside = pc.greater(column, pa.scalar(MAX_EXACT_INTEGER, column.type))
+    if pa.types.is_signed_integer(column.type):
+        outside = pc.or_(outside, pc.less(column, pa.scalar(-MAX_EXACT_INTEGER, column.type)))
+    return Cells(
+        numbers=pc.if_else(outside, _NO_TEXT, text), texts=pc.if_else(outside, text, _NO_TEXT)
+    )
 
 
 def _float_cells(column: pa.Array) -> Cells:
