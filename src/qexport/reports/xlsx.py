@@ -1,37 +1,46 @@
 """XLSX with XlsxWriter: one sheet per section with typed cells; the title block (title,
 requester, generation time) goes into the workbook's document properties.
 
-Strings are always written with write_string, so no cell value ever becomes a formula (or a
-link, or a number) in the workbook, and stored exactly (see `_ExactWorksheet`). NaN and
-infinities are the strings `NaN`, `Infinity` and `-Infinity`, as in an exported xlsx.
-XlsxWriter needs a seekable file, so the workbook is
-written in constant-memory mode to a file in a private temporary directory, then copied into
-the sink; memory stays at one row whatever the row count.
+Each cell holds what it would in an exported xlsx: the section's values go, a block of rows at
+a time, through the export writer's rule (writers/xlsx_values.column_rule), so numbers,
+integers past 2**53, NaN and infinities, dates, times and zones, decimals and their formats,
+binary and nested values are the same cells in both. Strings are always written with
+write_string, so no cell value ever becomes a formula (or a link, or a number); formula-
+looking text is marked "quote prefix", as exports do by default; strings are stored exactly
+(see `_ExactWorksheet`), numbers with their exact text (see `_ExactNumber`).
+XlsxWriter needs a seekable file, so the workbook is written in constant-memory mode to a file
+in a private temporary directory, then copied into the sink; memory stays at one row whatever
+the row count (and a block of rows' cells as they are made).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import decimal
-import math
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 import xlsxwriter
+from xlsxwriter.format import Format
 from xlsxwriter.worksheet import Worksheet
 
 from qexport.domain.reports import Display
 from qexport.ports import Sink
 from qexport.reports.charts import PALETTE, ChartData, Panel, chart_data, legend_shown
 from qexport.reports.model import DocumentInfo, SectionData
-from qexport.writers.textual import non_finite_label
+from qexport.writers.neutralize import looks_like_formula
 from qexport.writers.xlsx_parts import ooxml_escape, valid_sheet_name, without_controls
+from qexport.writers.xlsx_values import Cells, ColumnRule, column_rule
 
-_EXACT_INT = 2**53  # larger integers would lose digits as Excel numbers: kept as text
+_ROWS_AT_ONCE = 4_096  # rows whose cells are made together, a column at a time
+_TEXT_RULE = column_rule(pa.string())
+_FLOAT_RULE = column_rule(pa.float64())  # a chart's pivoted values
 _COPY_CHUNK = 1024 * 1024
 _WIDTH_SAMPLE = 100  # rows looked at to size the columns
 _CHART_COLUMNS = 12  # a 720 px chart covers about 12 columns of the default width...
@@ -51,13 +60,12 @@ class XlsxDocument:
                 "strings_to_formulas": False,
                 "strings_to_urls": False,
                 "strings_to_numbers": False,
-                "default_date_format": "yyyy-mm-dd",
             },
         )
         self._bold = self._book.add_format({"bold": True})
-        self._date = self._book.add_format({"num_format": "yyyy-mm-dd"})
-        self._datetime = self._book.add_format({"num_format": "yyyy-mm-dd hh:mm:ss"})
-        self._time = self._book.add_format({"num_format": "hh:mm:ss"})
+        self._bold_quoted = self._book.add_format({"bold": True, "quote_prefix": True})
+        self._quoted = self._book.add_format({"quote_prefix": True})
+        self._number_formats: dict[str, Format] = {}
         self._taken: set[str] = set()
         self._closed = False
         comments = f"Requested by {info.requester}, generated {info.generated_label}"
@@ -81,61 +89,55 @@ class XlsxDocument:
             chart_data(section) if section.display is not Display.TABLE and section.rows else None
         )
         blocks = _pivot_blocks(section, chart)
+        columns = [_data_column(section, col) for col in range(len(section.columns))]
         for col, name in enumerate(section.columns):
-            sheet.write_string(0, col, name, self._bold)
-            sheet.set_column(col, col, _width(section, col))
+            self._header(sheet, col, name)
+            sheet.set_column(col, col, _width(section, col, columns[col].rule.width))
         for first, panel in blocks:
             sheet.set_column(first, first + len(panel.names), 14)
-            sheet.write_string(0, first, panel.title or "", self._bold)
+            self._header(sheet, first, panel.title or "")
             for s, name in enumerate(panel.names, start=1):
-                sheet.write_string(0, first + s, name, self._bold)
+                self._header(sheet, first + s, name)
         sheet.freeze_panes(1, 0)
-        for r, row in enumerate(section.rows, start=1):
-            for c, value in enumerate(row):
-                self._cell(sheet, r, c, value)
-            if chart is not None and r <= len(chart.keys):  # rows must be written in order
-                self._pivot_row(sheet, r, chart, blocks)
+        if chart is not None:
+            for first, panel in blocks:
+                columns += _pivot_columns(section, chart, first, panel)
+        self._rows(sheet, columns)
         if chart is not None:
             self._charts(sheet, section, chart, blocks)
 
-    def _pivot_row(
-        self, sheet: Worksheet, r: int, chart: ChartData, blocks: list[tuple[int, Panel]]
-    ) -> None:
-        """Row `r` of each panel's pivoted values: the label, then one number per series."""
-        for first, panel in blocks:
-            self._cell(sheet, r, first, chart.keys[r - 1])
-            for s, values in enumerate(panel.series, start=1):
-                self._cell(sheet, r, first + s, values[r - 1])
+    def _header(self, sheet: Worksheet, col: int, name: str) -> None:
+        quoted = looks_like_formula(name)
+        sheet.write_string(0, col, name, self._bold_quoted if quoted else self._bold)
 
-    def _cell(self, sheet: Worksheet, row: int, col: int, value: Any) -> None:  # noqa: PLR0912 - one branch per type
-        if value is None:
-            return
-        if isinstance(value, bool):
+    def _rows(self, sheet: Worksheet, columns: list[_SheetColumn]) -> None:
+        """Every column's cells from row 1 down; rows in order, as constant-memory mode needs."""
+        height = max((column.height for column in columns), default=0)
+        indexes = [column.index for column in columns]
+        formats = [self._number_format(column.rule.number_format) for column in columns]
+        for start in range(0, height, _ROWS_AT_ONCE):
+            block = [column.cells(start, start + _ROWS_AT_ONCE) for column in columns]
+            for row, cells in enumerate(zip_longest(*block), start=start + 1):
+                for col, value, number_format in zip(indexes, cells, formats, strict=True):
+                    if value is not None:
+                        self._cell(sheet, row, col, value, number_format)
+
+    def _cell(
+        self, sheet: Worksheet, row: int, col: int, value: Any, number_format: Format | None
+    ) -> None:
+        if value.__class__ is str:
+            sheet.write_string(row, col, value, self._quoted if looks_like_formula(value) else None)
+        elif value.__class__ is bool:
             sheet.write_boolean(row, col, value)
-        elif isinstance(value, int):
-            if abs(value) <= _EXACT_INT:
-                sheet.write_number(row, col, value)
-            else:
-                sheet.write_string(row, col, str(value))
-        elif isinstance(value, float | decimal.Decimal):
-            nan = isinstance(value, decimal.Decimal) and value.is_nan()  # sNaN has no float
-            number = math.nan if nan else float(value)
-            if math.isfinite(number):
-                sheet.write_number(row, col, number)
-            else:
-                sheet.write_string(row, col, non_finite_label(number))
-        elif isinstance(value, dt.datetime):
-            if value.tzinfo is not None:  # Excel has no time zones: shown in UTC
-                value = value.astimezone(dt.UTC).replace(tzinfo=None)
-            sheet.write_datetime(row, col, value, self._datetime)
-        elif isinstance(value, dt.date):
-            sheet.write_datetime(row, col, value, self._date)
-        elif isinstance(value, dt.time):
-            sheet.write_datetime(row, col, value.replace(tzinfo=None), self._time)
-        elif isinstance(value, bytes):
-            sheet.write_string(row, col, value.hex())
         else:
-            sheet.write_string(row, col, str(value))
+            sheet.write_number(row, col, value, number_format)
+
+    def _number_format(self, code: str | None) -> Format | None:
+        if code is None:
+            return None
+        if code not in self._number_formats:
+            self._number_formats[code] = self._book.add_format({"num_format": code})
+        return self._number_formats[code]
 
     def _charts(
         self,
@@ -217,6 +219,97 @@ class _ExactWorksheet(Worksheet):  # type: ignore[misc]  # XlsxWriter ships no t
         return text
 
 
+class _ExactNumber(float):
+    """A number that XlsxWriter writes with the exact text `xlsx_values` gives it, as an
+    exported xlsx holds it. XlsxWriter formats a number with `{number:.16G}`, which rounds a
+    float that needs 17 digits (0.30000000000000004) and a decimal's digits past the 16th;
+    formatting this one gives its text."""
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> Self:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    def __format__(self, spec: str) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class _SheetColumn:
+    """One column of a sheet below its header: where it goes, the rule of its Arrow type, and
+    its values (rows start..stop of them, as Python values)."""
+
+    index: int
+    arrow_type: pa.DataType
+    rule: ColumnRule
+    height: int
+    values: Callable[[int, int], list[Any]]
+
+    def cells(self, start: int, stop: int) -> list[Any]:
+        """Rows start..stop as cells: an _ExactNumber, a bool, a str, or None (no cell)."""
+        values = self.values(start, stop)
+        try:
+            cells = self.rule.cells(pa.array(values, self.arrow_type))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            # A type Arrow cannot build from Python values (a union): each value's text, as
+            # an export writes it.
+            texts = pa.array([None if v is None else str(v) for v in values], pa.string())
+            cells = _TEXT_RULE.cells(texts)
+        return _as_python(cells, len(values))
+
+
+def _data_column(section: SectionData, col: int) -> _SheetColumn:
+    arrow_type = section.types[col]
+    rows = section.rows
+    return _SheetColumn(
+        col,
+        arrow_type,
+        column_rule(arrow_type),
+        len(rows),
+        lambda start, stop: [row[col] for row in rows[start:stop]],
+    )
+
+
+def _pivot_columns(
+    section: SectionData, chart: ChartData, first: int, panel: Panel
+) -> list[_SheetColumn]:
+    """A panel's pivoted block: the label column's values, then one number per series."""
+    label_type = section.types[0]
+    columns = [
+        _SheetColumn(
+            first, label_type, column_rule(label_type), len(chart.keys), _slicer(chart.keys)
+        )
+    ]
+    for s, values in enumerate(panel.series, start=1):
+        columns.append(
+            _SheetColumn(first + s, pa.float64(), _FLOAT_RULE, len(values), _slicer(values))
+        )
+    return columns
+
+
+def _slicer(values: Sequence[Any]) -> Callable[[int, int], list[Any]]:
+    return lambda start, stop: list(values[start:stop])
+
+
+def _as_python(cells: Cells, count: int) -> list[Any]:
+    """Per row: an _ExactNumber, a bool, a str, or None."""
+    parts: list[list[Any]] = []
+    if cells.numbers is not None:
+        texts = cells.numbers.to_pylist()
+        parts.append([None if text is None else _ExactNumber(text) for text in texts])
+    parts += [part.to_pylist() for part in (cells.booleans, cells.texts) if part is not None]
+    if not parts:
+        return [None] * count
+    merged = parts[0]
+    for other in parts[1:]:  # at most one of them is set in a row
+        pairs = zip(merged, other, strict=True)
+        merged = [value if value is not None else rest for value, rest in pairs]
+    return merged
+
+
 def _pivot_blocks(section: SectionData, data: ChartData | None) -> list[tuple[int, Panel]]:
     """Where each panel's pivoted values go (first column, panel), right of the charts;
     none when the chart plots the section's own columns."""
@@ -233,14 +326,13 @@ def _pivot_blocks(section: SectionData, data: ChartData | None) -> list[tuple[in
 def _label_format(section: SectionData) -> str | None:
     """The number format of the x axis labels when the label column holds dates or times."""
     dtype = section.types[0]
-    if pa.types.is_timestamp(dtype):
-        return "yyyy-mm-dd hh:mm:ss"
-    if pa.types.is_date(dtype):
-        return "yyyy-mm-dd"
+    if pa.types.is_timestamp(dtype) or pa.types.is_date(dtype):
+        return column_rule(dtype).number_format
     return None
 
 
-def _width(section: SectionData, col: int) -> float:
-    """A column width from the header and the first rows (Excel units ~ characters)."""
+def _width(section: SectionData, col: int, least: float | None) -> float:
+    """A column width from the header and the first rows (Excel units ~ characters), at
+    least what the column's formatted values need."""
     sample = [len(str(row[col])) for row in section.rows[:_WIDTH_SAMPLE] if row[col] is not None]
-    return float(min(max([len(section.columns[col]), 10, *sample]) + 2, 60))
+    return max(float(min(max([len(section.columns[col]), 10, *sample]) + 2, 60)), least or 0.0)
