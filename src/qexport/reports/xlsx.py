@@ -11,6 +11,19 @@ looking text is marked "quote prefix", as exports do by default; strings are sto
 XlsxWriter needs a seekable file, so the workbook is written in constant-memory mode to a file
 in a private temporary directory, then copied into the sink; memory stays at one row whatever
 the row count (and a block of rows' cells as they are made).
+
+Why XlsxWriter here, when exports use qexport's own streaming writer (writers/xlsx.py).
+Measured with bench/xlsx_writers.py (CPU time, best of 5, three runs on a shared 2-core
+machine): the same 200,000 rows of BIGINT, DOUBLE, VARCHAR, DATE, DECIMAL(12,2) and TIMESTAMP
+take 0.50-0.59 s through the export writer and 6.4-7.3 s through this one (12-13x: about
+33 us a row here, 2.5 us there), 7.0-7.9 s as a bar chart (0.2 s of the difference is the
+chart's data, reports/charts.py, which any writer needs). So the rows would be far cheaper
+through the streaming writer, and a chart adds under a second even over 200,000 rows; but that
+writer has none of what a report needs beyond the rows: named sheets of different columns in
+one workbook, the pivoted blocks beside the rows, document properties, and the drawing and
+chart parts (DrawingML) that XlsxWriter writes. A section holds at most 100,000 rows (1,000 by
+default): about 3.3 s (33 ms) of CPU here. So a report keeps XlsxWriter; the cell rules are
+shared (writers/xlsx_values.py), so the two differ in speed only.
 """
 
 from __future__ import annotations
