@@ -1,7 +1,7 @@
 """What a MySQL/MariaDB source accepts: one query (SELECT, WITH, VALUES or TABLE) with `$name`
 parameters, read with MySQL's lexical rules, and how values enter it.
 
-The scanner is PostgreSQL's (postgres/statements.py: placeholders, the second statement after
+The scanner is PostgreSQL's (sql_scan.py: placeholders, the second statement after
 a `;`, the first word) with MySQL's lexis: `'...'` and `"..."` strings with backslash escapes,
 `` `...` `` names, `#` and `-- ` comments, block comments that do not nest, no dollar quotes.
 An executable comment (`/*! ... */`, `/*M! ... */`), whose text MySQL runs as SQL, is refused:
@@ -22,12 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from qexport.domain.failures import QueryInvalidError
 from qexport.sources.duckdb.statements import bound_values
-from qexport.sources.postgres.statements import (
-    ParsedQuery,
-    _Scanner,
-    parse_query,
-    without_comments,
-)
+from qexport.sources.postgres.statements import ParsedQuery, parse_query, without_comments
+from qexport.sources.sql_scan import Scanner
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
@@ -42,7 +38,7 @@ _BLANKS = " \t\n\r\f\v"
 _SPACE = re.compile(f"[{_BLANKS}]+")
 
 
-class _MySQLScanner(_Scanner):
+class _MySQLScanner(Scanner):
     def scan(self) -> None:
         sql = self.sql
         while self.pos < len(sql):

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from qexport.domain.failures import QueryInvalidError
-from qexport.sources.postgres.statements import nested_comment_end
+from qexport.sources.sql_scan import nested_comment_end
 
 _QUERY_KEYWORDS = frozenset({"select", "with", "values", "table", "from"})
 _SPACE = re.compile(r"\s+")
