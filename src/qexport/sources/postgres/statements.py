@@ -15,14 +15,43 @@ dates and booleans become typed literals), so a value is always data, never SQL.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from qexport.domain.failures import QueryInvalidError
-from qexport.sources.sql_scan import Scanner, blanked
+from qexport.sources.sql_scan import (
+    NAME_CONTINUE,
+    NAME_START,
+    SQL_NUMBER,
+    SQL_WORD,
+    Quote,
+    Scanner,
+    SqlDialect,
+    blanked,
+    one_query,
+)
 
-_QUERY_KEYWORDS = frozenset({"select", "with", "values", "table"})
+# PostgreSQL's lexis (scan.l).
+POSTGRES = SqlDialect(
+    # PostgreSQL's blanks only: another Unicode space (a no-break space) is an identifier's
+    # character to it, so `\u00a0$b$` is an identifier there, not a blank before a `$b$` quote.
+    blanks=re.compile(r"[ \t\n\r\f\v]+"),
+    # PostgreSQL ends a `--` comment at a carriage return as well as at a line feed: what
+    # follows a lone `\r` is SQL (a second statement could hide there from a scanner that
+    # read on).
+    line_comments=(re.compile(r"--[^\n\r]*"),),
+    nested_comments=True,
+    quotes={
+        "'": Quote(re.compile(r"'(?:[^']|'')*'")),
+        '"': Quote(re.compile(r'"(?:[^"]|"")*"'), "quoted identifier", literal=False),
+    },
+    word=SQL_WORD,
+    query_words=frozenset({"select", "with", "values", "table"}),
+    prefixed=dict.fromkeys(("E'", "e'"), Quote(re.compile(r"'(?:[^'\\]|\\.|'')*'", re.DOTALL))),
+    number=SQL_NUMBER,
+    dollar_quote=re.compile(rf"\$(?:{NAME_START}{NAME_CONTINUE}*)?\$"),
+)
 
 
 @dataclass(frozen=True)
@@ -76,36 +105,24 @@ class Rendered:
         return 0
 
 
-def parse_query(sql: str, *, lexer: type[Scanner] | None = None) -> ParsedQuery:
+def parse_query(sql: str, *, dialect: SqlDialect = POSTGRES) -> ParsedQuery:
     """Check that `sql` is one query (SELECT, WITH, VALUES or TABLE); find its placeholders.
 
     Raises QueryInvalidError for an empty text, a second statement or any other statement.
     Positional placeholders (`$1`) are reported as names made of digits, for the caller to
-    refuse with the same message as on DuckDB. `lexer`: a scanner with another engine's lexis
-    (MySQL's).
+    refuse with the same message as on DuckDB. `dialect`: another engine's lexis (MySQL's).
     """
-    scanner = (lexer or Scanner)(sql)
-    scanner.scan()
-    if scanner.statements > 1:
-        raise QueryInvalidError(
-            f"only a single SELECT statement is allowed; got {scanner.statements} statements"
-        )
-    if scanner.first_word is None:
-        raise QueryInvalidError("the query is empty")
-    if scanner.first_word.lower() not in _QUERY_KEYWORDS:
-        raise QueryInvalidError(
-            f"only a single SELECT statement is allowed; got {scanner.first_word.upper()}"
-        )
+    scanner = one_query(sql, dialect)
     # Trailing semicolons (and comments after them) are dropped: the query becomes a subquery.
     end = len(sql) if scanner.end is None else scanner.end
     tail = sql[scanner.segment_start : end]
     return ParsedQuery((*scanner.segments, tail), tuple(scanner.names))
 
 
-def without_comments(sql: str, *, lexer: type[Scanner] | None = None) -> str:
+def without_comments(sql: str, *, dialect: SqlDialect = POSTGRES) -> str:
     """`sql` with each comment blanked out (the same length, so offsets stay), read with
-    PostgreSQL's lexis or `lexer`'s; QueryInvalidError where `parse_query` would raise."""
-    scanner = (lexer or Scanner)(sql)
+    PostgreSQL's lexis or `dialect`'s; QueryInvalidError where `parse_query` would raise."""
+    scanner = Scanner(sql, dialect)
     scanner.scan()
     return blanked(sql, scanner.comments)
 
@@ -113,6 +130,6 @@ def without_comments(sql: str, *, lexer: type[Scanner] | None = None) -> str:
 def code_only(sql: str) -> str:
     """`sql` with its comments and string literals (dollar-quoted ones included) blanked out,
     read with PostgreSQL's lexis: what is left are names, keywords, numbers, operators."""
-    scanner = Scanner(sql)
+    scanner = Scanner(sql, POSTGRES)
     scanner.scan()
     return blanked(sql, sorted(scanner.comments + scanner.strings))
