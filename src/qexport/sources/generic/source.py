@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
@@ -35,6 +34,7 @@ from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import CANNOT_SAY, Relation
 from qexport.ports import PreviewRows
+from qexport.sources.describe_preview import cut_values
 from qexport.sources.duckdb.statements import bound_values
 from qexport.sources.duckdb.stream import Deadline
 from qexport.sources.generic.arrow import BatchBuilder, Described, type_from_values
@@ -454,17 +454,3 @@ def _bounded(
             return batches, True
         session.check()
     return batches, False
-
-
-def cut_values(table: pa.Table, keep: int) -> pa.Table:
-    """Texts to `keep` characters and binaries to `keep` bytes: the caller sees they were
-    longer, and shows no more."""
-    columns = []
-    for column in table.columns:
-        if pa.types.is_string(column.type):
-            columns.append(pc.utf8_slice_codeunits(column, 0, keep))
-        elif pa.types.is_binary(column.type):
-            columns.append(pc.binary_slice(column, 0, keep))
-        else:
-            columns.append(column)
-    return pa.Table.from_arrays(columns, schema=table.schema)

@@ -17,7 +17,7 @@ from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
-from qexport.sources.generic.source import cut_values
+from qexport.sources.describe_preview import cut_values
 from qexport.sources.mysql.catalogue import catalogue_of
 from qexport.sources.mysql.errors import connect_error, query_error
 from qexport.sources.mysql.reads import ER_SPECIFIC_ACCESS_DENIED, planned_reads
