@@ -25,7 +25,7 @@ import duckdb
 
 from qexport.domain.failures import LimitExceededError
 from qexport.ports import Sink
-from qexport.sources.duckdb.stream import Deadline
+from qexport.sources.duckdb.stream import DuckDBDeadline
 from qexport.sources.parquet_progress import ParquetRowCounter, leaf_count
 
 NATIVE_FORMATS = frozenset({"csv", "tsv", "parquet"})
@@ -166,7 +166,7 @@ def copy_to_sink(  # noqa: PLR0913 - keyword-only: what one COPY needs
     neutralize: bool,
     sink: Sink,
     fifo_dir: Path,
-    deadline: Deadline,
+    deadline: DuckDBDeadline,
     max_rows: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> int:

@@ -26,7 +26,7 @@ from qexport.sources.duckdb.lake import Lake, duckdb_location
 from qexport.sources.duckdb.preview import preview_sql
 from qexport.sources.duckdb.reads import planned_reads, with_values
 from qexport.sources.duckdb.statements import PathCheck, bound_values, single_select
-from qexport.sources.duckdb.stream import Deadline, DuckDBResultStream
+from qexport.sources.duckdb.stream import DuckDBDeadline, DuckDBResultStream
 from qexport.sources.scratch import Scratch, make_scratch
 
 if TYPE_CHECKING:
@@ -361,9 +361,9 @@ class DuckDBSource:
         identity = file_identity(self.path)
         if not tables:
             return Catalogue(identity)
-        Deadline.validate(timeout_seconds)
+        DuckDBDeadline.validate(timeout_seconds)
         cursor, release = self._cursor()
-        deadline = Deadline(timeout_seconds, cursor.interrupt)
+        deadline = DuckDBDeadline(timeout_seconds, cursor.interrupt)
         try:
             return catalogue_of(cursor, tables, identity)
         except duckdb.Error as exc:
@@ -428,7 +428,7 @@ class DuckDBSource:
         """A cursor, the checked statement, its bound values, and what to call once the cursor
         is closed; the interrupt handed out before anything runs (a blocking query runs inside
         the Arrow reader's set-up)."""
-        Deadline.validate(timeout_seconds)
+        DuckDBDeadline.validate(timeout_seconds)
         cursor, release = self._cursor()
         try:
             statement = single_select(cursor, sql, self._reads())
@@ -441,10 +441,14 @@ class DuckDBSource:
             raise
         return cursor, statement, values, release
 
-    def _deadline(self, timeout_seconds: float, cursor: duckdb.DuckDBPyConnection) -> Deadline:
+    def _deadline(
+        self, timeout_seconds: float, cursor: duckdb.DuckDBPyConnection
+    ) -> DuckDBDeadline:
         """The statement's deadline, which also makes its errors: named after this source in
         the log, and naming to members only the paths of its lake's files."""
-        return Deadline(timeout_seconds, cursor.interrupt, source=self.name, shown=self._shown)
+        return DuckDBDeadline(
+            timeout_seconds, cursor.interrupt, source=self.name, shown=self._shown
+        )
 
     def _shown(self, path: str) -> bool:
         """Whether an error may name `path` to members: a file of the lake (theirs to read);

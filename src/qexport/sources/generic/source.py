@@ -34,9 +34,9 @@ from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import CANNOT_SAY, Relation
 from qexport.ports import PreviewRows
+from qexport.sources.deadline import Deadline
 from qexport.sources.describe_preview import cut_values
 from qexport.sources.duckdb.statements import bound_values
-from qexport.sources.duckdb.stream import Deadline
 from qexport.sources.generic.arrow import BatchBuilder, Described, type_from_values
 from qexport.sources.generic.dialects import Rules, rules_for
 from qexport.sources.generic.errors import (

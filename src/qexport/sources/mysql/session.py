@@ -20,7 +20,7 @@ import MySQLdb
 from MySQLdb.converters import conversions
 
 from qexport.domain.failures import QExportError
-from qexport.sources.duckdb.stream import Deadline
+from qexport.sources.deadline import Deadline
 from qexport.sources.mysql.errors import connect_error, query_error, timeout_error
 from qexport.sources.mysql.types import RAW_CONVERSIONS
 

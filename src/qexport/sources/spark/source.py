@@ -40,8 +40,8 @@ from qexport.domain.failures import QExportError
 from qexport.domain.queries import ResultColumn
 from qexport.domain.sensitivity import CANNOT_SAY, Relation
 from qexport.ports import PreviewRows
+from qexport.sources.deadline import Deadline
 from qexport.sources.duckdb.statements import bound_values
-from qexport.sources.duckdb.stream import Deadline
 from qexport.sources.spark.statements import SparkQuery, parse_spark_query
 
 if TYPE_CHECKING:
