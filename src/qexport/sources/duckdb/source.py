@@ -12,13 +12,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
-from qexport.domain.failures import QueryInvalidError
+from qexport.domain.failures import QExportError, QueryInvalidError
 from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
-from qexport.ports import PreviewRows
+from qexport.sources.describe_preview import (
+    Asked,
+    DescribeAndPreview,
+    PreviewCaps,
+    PreviewRead,
+    weighed,
+)
 from qexport.sources.duckdb.catalogue import catalogue_of, file_identity
 from qexport.sources.duckdb.copy import NATIVE_FORMATS, copy_to_sink
 from qexport.sources.duckdb.errors import FileAlreadyOpenError, connect_error
@@ -186,7 +191,27 @@ def from_url(
     )
 
 
-class DuckDBSource:
+@dataclass
+class _Run:
+    """A statement checked and bound on a cursor of its own, under its deadline."""
+
+    cursor: duckdb.DuckDBPyConnection
+    statement: Any  # as duckdb/statements.py checked it
+    values: dict[str, Any]
+    deadline: DuckDBDeadline
+    release: Callable[[], None]  # called once the cursor is closed
+    sql: str  # as written: a mistake's position is found in it
+
+    def error_for(self, exc: BaseException) -> QExportError:
+        return self.deadline.error_for(exc, self.sql)
+
+    def close(self) -> None:
+        self.deadline.cancel()
+        self.cursor.close()
+        self.release()
+
+
+class DuckDBSource(DescribeAndPreview[_Run]):
     """A Source over a DuckDB file; opened once per process, one cursor per export.
 
     The file is opened (and sandboxed) on first use and kept open, since exports only read it;
@@ -241,32 +266,25 @@ class DuckDBSource:
         on_interrupt: Callable[[Callable[[], None]], None] | None = None,
     ) -> int:
         """Write the result as `fmt` with DuckDB's own writer into `sink`; return the rows."""
-        cursor, statement, values, release = self._prepare(
-            sql, parameters, requester, timeout_seconds, on_interrupt
-        )
+        run = self._start(Asked(sql, parameters, requester, timeout_seconds), on_interrupt)
         try:
-            deadline = self._deadline(timeout_seconds, cursor)
-            try:
-                assert self._scratch is not None  # made with the connection
-                return copy_to_sink(
-                    cursor,
-                    statement,
-                    values,
-                    fmt=fmt,
-                    neutralize=neutralize_formulas,
-                    sink=sink,
-                    fifo_dir=self._scratch.pipes,
-                    deadline=deadline,
-                    max_rows=max_rows,
-                    on_progress=on_progress,
-                )
-            except duckdb.Error as exc:
-                raise deadline.error_for(exc, sql) from exc
-            finally:
-                deadline.cancel()
+            assert self._scratch is not None  # made with the connection
+            return copy_to_sink(
+                run.cursor,
+                run.statement,
+                run.values,
+                fmt=fmt,
+                neutralize=neutralize_formulas,
+                sink=sink,
+                fifo_dir=self._scratch.pipes,
+                deadline=run.deadline,
+                max_rows=max_rows,
+                on_progress=on_progress,
+            )
+        except duckdb.Error as exc:
+            raise run.error_for(exc) from exc
         finally:
-            cursor.close()
-            release()
+            run.close()
 
     def execute(
         self,
@@ -282,51 +300,24 @@ class DuckDBSource:
 
         `timeout_seconds` covers running and reading the statement; 0 means no limit.
         """
-        cursor, statement, values, release = self._prepare(
-            sql, parameters, requester, timeout_seconds, on_interrupt
-        )
-        deadline = self._deadline(timeout_seconds, cursor)
+        run = self._start(Asked(sql, parameters, requester, timeout_seconds), on_interrupt)
         try:
-            relation = cursor.sql(statement, params=values or None)
+            relation = run.cursor.sql(run.statement, params=run.values or None)
             # A relation's reader streams as it is read; the DB-API result's reader copies.
             reader = relation.to_arrow_reader(min(batch_rows or self.batch_rows, self.batch_rows))
         except Exception as exc:
-            deadline.cancel()
-            cursor.close()
-            release()
-            raise deadline.error_for(exc, sql) from exc
-        return DuckDBResultStream(reader, cursor, deadline, on_close=release)
+            run.close()
+            raise run.error_for(exc) from exc
+        return DuckDBResultStream(reader, run.cursor, run.deadline, on_close=run.release)
 
-    def describe(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-    ) -> list[ResultColumn]:
+    def _describe_in(self, run: _Run, asked: Asked) -> list[ResultColumn]:
         """The result's columns, from binding the statement; no row is read or computed.
 
-        The statement check of `_prepare` (one SELECT, no file readers) comes first: binding
+        The statement check of `_start` (one SELECT, no file readers) came first: binding
         a file reader would open the file. A relation is lazy: `sql()` parses and binds it
         against the catalogue, and nothing runs until it is read, which it never is here.
         """
-        cursor, statement, values, release = self._prepare(
-            sql, parameters, requester, timeout_seconds, None
-        )
-        deadline = self._deadline(timeout_seconds, cursor)
-        try:
-            relation = cursor.sql(statement, params=values or None)
-            return [
-                ResultColumn(name, str(kind))
-                for name, kind in zip(relation.columns, relation.types, strict=True)
-            ]
-        except Exception as exc:
-            raise deadline.error_for(exc, sql) from exc
-        finally:
-            deadline.cancel()
-            cursor.close()
-            release()
+        return _columns(run.cursor.sql(run.statement, params=run.values or None))
 
     def relations(
         self,
@@ -338,18 +329,13 @@ class DuckDBSource:
     ) -> frozenset[Relation] | None:
         """The tables and columns the statement scans, from its unoptimised logical plan
         (duckdb/reads.py), checked as `execute` checks it first; nothing runs."""
-        cursor, statement, values, release = self._prepare(
-            sql, parameters, requester, timeout_seconds, None
-        )
-        deadline = self._deadline(timeout_seconds, cursor)
+        run = self._start(Asked(sql, parameters, requester, timeout_seconds))
         try:
-            return planned_reads(cursor, with_values(statement.query, values))
+            return planned_reads(run.cursor, with_values(run.statement.query, run.values))
         except duckdb.Error as exc:
-            raise deadline.error_for(exc, sql) from exc
+            raise run.error_for(exc) from exc
         finally:
-            deadline.cancel()
-            cursor.close()
-            release()
+            run.close()
 
     def check_role(self) -> list[str]:
         """Nothing to judge: DuckDB has no logins (what a query may read is the sandbox's)."""
@@ -373,82 +359,48 @@ class DuckDBSource:
             cursor.close()
             release()
 
-    def preview(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-        max_rows: int,
-        max_cell_chars: int,
-        max_bytes: int,
-    ) -> PreviewRows:
-        """The first `max_rows` rows: the query, checked and bound as `execute` runs it, as a
-        subquery with long values cut and a LIMIT of one row more (duckdb/preview.py), read a
-        few rows at a time until that row or `max_bytes`."""
-        cursor, statement, values, release = self._prepare(
-            sql, parameters, requester, timeout_seconds, None
+    def _preview_in(self, run: _Run, asked: Asked, caps: PreviewCaps) -> PreviewRead:
+        """The query, checked and bound as `execute` runs it, as a subquery with long values
+        cut and a LIMIT of one row more (duckdb/preview.py), read a few rows at a time."""
+        relation = run.cursor.sql(run.statement, params=run.values or None)
+        wrapped = preview_sql(
+            run.statement.query,
+            [kind.id for kind in relation.types],
+            keep=caps.keep,
+            limit=caps.limit,
         )
-        deadline = self._deadline(timeout_seconds, cursor)
-        try:
-            relation = cursor.sql(statement, params=values or None)
-            columns = tuple(
-                ResultColumn(name, str(kind))
-                for name, kind in zip(relation.columns, relation.types, strict=True)
-            )
-            wrapped = preview_sql(
-                statement.query,
-                [kind.id for kind in relation.types],
-                keep=max_cell_chars + 1,
-                limit=max_rows + 1,
-            )
-            checked = single_select(cursor, wrapped, self._reads())  # the check, on what runs
-            bound = bound_values(set(checked.named_parameters), parameters, requester)
-            reader = cursor.sql(checked, params=bound or None).to_arrow_reader(PREVIEW_BATCH_ROWS)
-            table, stopped = _bounded(reader, max_rows=max_rows, max_bytes=max_bytes)
-        except Exception as exc:
-            raise deadline.error_for(exc, sql) from exc
-        finally:
-            deadline.cancel()
-            cursor.close()
-            release()
-        more = stopped or table.num_rows > max_rows
-        shown = table.slice(0, max_rows).rename_columns([c.name for c in columns])
-        return PreviewRows(columns, shown, more)
+        checked = single_select(run.cursor, wrapped, self._reads())  # the check, on what runs
+        bound = bound_values(set(checked.named_parameters), asked.parameters, asked.requester)
+        reader = run.cursor.sql(checked, params=bound or None).to_arrow_reader(PREVIEW_BATCH_ROWS)
+        return PreviewRead(tuple(_columns(relation)), reader.schema, weighed(reader), result=reader)
 
-    def _prepare(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        timeout_seconds: float,
-        on_interrupt: Callable[[Callable[[], None]], None] | None,
-    ) -> tuple[duckdb.DuckDBPyConnection, Any, dict[str, Any], Callable[[], None]]:
-        """A cursor, the checked statement, its bound values, and what to call once the cursor
-        is closed; the interrupt handed out before anything runs (a blocking query runs inside
-        the Arrow reader's set-up)."""
-        DuckDBDeadline.validate(timeout_seconds)
+    def _open_statement(self, asked: Asked, caps: PreviewCaps | None) -> _Run:
+        return self._start(asked)
+
+    def _start(
+        self, asked: Asked, on_interrupt: Callable[[Callable[[], None]], None] | None = None
+    ) -> _Run:
+        """The statement checked and bound on a cursor of its own, under its deadline (which
+        also makes its errors: named after this source in the log, naming to members only
+        the paths of its lake's files); the interrupt handed out before anything runs (a
+        blocking query runs inside the Arrow reader's set-up)."""
+        DuckDBDeadline.validate(asked.timeout_seconds)
         cursor, release = self._cursor()
         try:
-            statement = single_select(cursor, sql, self._reads())
-            values = bound_values(set(statement.named_parameters), parameters, requester)
+            statement = single_select(cursor, asked.sql, self._reads())
+            values = bound_values(
+                set(statement.named_parameters), asked.parameters, asked.requester
+            )
             if on_interrupt is not None:
                 on_interrupt(cursor.interrupt)
         except BaseException:
             cursor.close()
             release()
             raise
-        return cursor, statement, values, release
-
-    def _deadline(
-        self, timeout_seconds: float, cursor: duckdb.DuckDBPyConnection
-    ) -> DuckDBDeadline:
-        """The statement's deadline, which also makes its errors: named after this source in
-        the log, and naming to members only the paths of its lake's files."""
-        return DuckDBDeadline(
-            timeout_seconds, cursor.interrupt, source=self.name, shown=self._shown
+        deadline = DuckDBDeadline(
+            asked.timeout_seconds, cursor.interrupt, source=self.name, shown=self._shown
         )
+        return _Run(cursor, statement, values, deadline, release, asked.sql)
 
     def _shown(self, path: str) -> bool:
         """Whether an error may name `path` to members: a file of the lake (theirs to read);
@@ -522,17 +474,8 @@ class DuckDBSource:
             raise connect_error(self.name, exc) from exc
 
 
-def _bounded(reader: Any, *, max_rows: int, max_bytes: int) -> tuple[pa.Table, bool]:
-    """Up to `max_rows` + 1 rows from `reader`, and whether reading stopped at `max_bytes`."""
-    batches: list[pa.RecordBatch] = []
-    rows = size = 0
-    while rows <= max_rows:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            break
-        batches.append(batch)
-        rows, size = rows + batch.num_rows, size + batch.nbytes
-        if size > max_bytes and rows <= max_rows:
-            return pa.Table.from_batches(batches, schema=reader.schema), True
-    return pa.Table.from_batches(batches, schema=reader.schema), False
+def _columns(relation: duckdb.DuckDBPyRelation) -> list[ResultColumn]:
+    return [
+        ResultColumn(name, str(kind))
+        for name, kind in zip(relation.columns, relation.types, strict=True)
+    ]

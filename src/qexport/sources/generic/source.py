@@ -21,6 +21,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -33,9 +34,14 @@ from qexport.domain.failures import QExportError, bounded_detail
 from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import CANNOT_SAY, Relation
-from qexport.ports import PreviewRows
 from qexport.sources.deadline import Deadline
-from qexport.sources.describe_preview import cut_values
+from qexport.sources.describe_preview import (
+    Asked,
+    DescribeAndPreview,
+    PreviewCaps,
+    PreviewRead,
+    weighed,
+)
 from qexport.sources.duckdb.statements import bound_values
 from qexport.sources.generic.arrow import BatchBuilder, Described, type_from_values
 from qexport.sources.generic.dialects import Rules, rules_for
@@ -248,8 +254,24 @@ class GenericResultStream:
         self._session.close()
 
 
-class GenericSource:
+@dataclass
+class _Run:
+    """The checked query, its values bound to `:name` placeholders, and its session."""
+
+    session: _Session
+    query: sa.TextClause
+
+    def error_for(self, exc: BaseException) -> QExportError:
+        return self.session.error_for(exc)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class GenericSource(DescribeAndPreview[_Run]):
     """A Source over a SQLAlchemy engine: one connection per statement."""
+
+    translated = (BaseException,)
 
     # Any SQLAlchemy dialect: no planner output qexport knows how to read, so it cannot say
     # what a statement reads; a policy's sensitive table of it covers every query on it.
@@ -291,27 +313,18 @@ class GenericSource:
             raise error from exc
         return GenericResultStream(session, result, builder, first, size)
 
-    def describe(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-    ) -> list[ResultColumn]:
+    def _open_statement(self, asked: Asked, caps: PreviewCaps | None) -> _Run:
+        query = self._statement(asked.sql, asked.parameters, asked.requester)
+        session = _Session(self, asked.timeout_seconds, None)
+        # A describe: the server may evaluate parts of the query all the same.
+        session.checking = caps is None
+        return _Run(session, query)
+
+    def _describe_in(self, run: _Run, asked: Asked) -> list[ResultColumn]:
         """The columns, from the cursor of the query wrapped to return no row."""
-        statement = self._statement(sql, parameters, requester)
-        wrapped = _around(statement).where(sa.false())
-        session = _Session(self, timeout_seconds, None)
-        session.checking = True  # the server may evaluate parts of it all the same
-        try:
-            result = session.execute(wrapped)
-            columns = _described(result)
-            result.close()
-        except BaseException as exc:
-            raise session.error_for(exc) from exc
-        finally:
-            session.close()
+        result = run.session.execute(_around(run.query).where(sa.false()))
+        columns = _described(result)
+        result.close()
         return [ResultColumn(c.name, self.rules.type_name(c)) for c in columns]
 
     def relations(
@@ -360,39 +373,16 @@ class GenericSource:
         finally:
             session.close()
 
-    def preview(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-        max_rows: int,
-        max_cell_chars: int,
-        max_bytes: int,
-    ) -> PreviewRows:
-        """The first `max_rows` rows: the query under a LIMIT of one row more (written in
-        the dialect's own way), read a few rows at a time until that row or `max_bytes`;
-        long texts and binaries cut here (the server sends them whole)."""
-        statement = _around(self._statement(sql, parameters, requester)).limit(max_rows + 1)
-        session = _Session(self, timeout_seconds, None)
-        try:
-            result = session.execute(statement)
-            described = _described(result)
-            first = list(result.fetchmany(PREVIEW_BATCH_ROWS))
-            builder = self._builder(described, first)
-            batches, stopped = _bounded(
-                session, result, builder, first, max_rows=max_rows, max_bytes=max_bytes
-            )
-        except BaseException as exc:
-            raise session.error_for(exc) from exc
-        finally:
-            session.close()
-        table = pa.Table.from_batches(batches, schema=builder.schema)
-        more = stopped or table.num_rows > max_rows
-        shown = cut_values(table.slice(0, max_rows), max_cell_chars + 1)
+    def _preview_in(self, run: _Run, asked: Asked, caps: PreviewCaps) -> PreviewRead:
+        """The query under a LIMIT of one row more (written in the dialect's own way), read a
+        few rows at a time; long texts and binaries come whole (cut by the template)."""
+        result = run.session.execute(_around(run.query).limit(caps.limit))
+        described = _described(result)
+        first = list(result.fetchmany(PREVIEW_BATCH_ROWS))
+        builder = self._builder(described, first)
         columns = tuple(ResultColumn(c.name, self.rules.type_name(c)) for c in described)
-        return PreviewRows(columns, shown, more)
+        batches = weighed(_preview_batches(run.session, result, builder, first))
+        return PreviewRead(columns, builder.schema, batches, cut_here=True, result=result)
 
     def _statement(
         self, sql: str, parameters: Mapping[str, Any], requester: Requester
@@ -429,28 +419,12 @@ def _around(statement: sa.TextClause) -> sa.Select[Any]:
     )
 
 
-def _bounded(
-    session: _Session,
-    result: sa.CursorResult[Any],
-    builder: BatchBuilder,
-    first: list[Any],
-    *,
-    max_rows: int,
-    max_bytes: int,
-) -> tuple[list[pa.RecordBatch], bool]:
-    """Batches up to `max_rows` + 1 rows, and whether reading stopped at `max_bytes`."""
-    batches: list[pa.RecordBatch] = []
-    rows = size = 0
-    pending: list[Any] | None = first
-    while rows <= max_rows:
-        fetched = pending if pending is not None else list(result.fetchmany(PREVIEW_BATCH_ROWS))
-        pending = None
-        if not fetched:
-            break
-        batch = builder.batch(fetched)
-        batches.append(batch)
-        rows, size = rows + batch.num_rows, size + batch.nbytes
-        if size > max_bytes and rows <= max_rows:
-            return batches, True
+def _preview_batches(
+    session: _Session, result: sa.CursorResult[Any], builder: BatchBuilder, first: list[Any]
+) -> Iterator[pa.RecordBatch]:
+    """The sampled rows, then a few rows a fetch, the deadline checked before each fetch."""
+    fetched = first
+    while fetched:
+        yield builder.batch(fetched)
         session.check()
-    return batches, False
+        fetched = list(result.fetchmany(PREVIEW_BATCH_ROWS))

@@ -3,7 +3,7 @@ result streams, describe, preview and the login's judgement."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +16,13 @@ from qexport.domain.failures import QExportError
 from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
-from qexport.ports import PreviewRows
-from qexport.sources.describe_preview import cut_values
+from qexport.sources.describe_preview import (
+    Asked,
+    DescribeAndPreview,
+    Piece,
+    PreviewCaps,
+    PreviewRead,
+)
 from qexport.sources.mysql.catalogue import catalogue_of
 from qexport.sources.mysql.errors import connect_error, query_error
 from qexport.sources.mysql.reads import ER_SPECIFIC_ACCESS_DENIED, planned_reads
@@ -128,8 +133,10 @@ class MySQLResultStream:
         self._session.close()
 
 
-class MySQLSource:
+class MySQLSource(DescribeAndPreview[Session]):
     """A Source over a MySQL or MariaDB database; nothing connects until used."""
+
+    translated = (BaseException,)
 
     def __init__(self, name: str, url: str, *, allow_privileged_role: bool = False) -> None:
         self.name = name
@@ -199,29 +206,22 @@ class MySQLSource:
             raise error from exc
         return MySQLResultStream(session, reader)
 
-    def describe(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-    ) -> list[ResultColumn]:
+    def _open_statement(self, asked: Asked, caps: PreviewCaps | None) -> Session:
+        """A session whose statement returns at most `caps.limit` rows (`sql_select_limit`),
+        or none at all for a describe, whose errors are then told by their number only."""
+        session = self._session(asked.timeout_seconds)
+        self._open(session, asked.requester, select_limit=0 if caps is None else caps.limit)
+        session.checking = caps is None
+        return session
+
+    def _describe_in(self, session: Session, asked: Asked) -> list[ResultColumn]:
         """The columns, from the result's metadata under `sql_select_limit = 0`: no row read.
         The server still evaluates constant parts of the statement: most of its errors are
         told by their number only (mysql/checking.py)."""
-        session = self._session(timeout_seconds)
-        self._open(session, requester, select_limit=0)
-        session.checking = True
-        try:
-            text = self._render(sql, parameters, requester, session)
-            columns = columns_of(session.query(text))
-            for column in columns:
-                column.arrow_type()  # a type qexport cannot export is refused here already
-        except BaseException as exc:
-            raise session.error_for(exc) from exc
-        finally:
-            session.close()  # the connection first: no row is ever read
+        text = self._render(asked.sql, asked.parameters, asked.requester, session)
+        columns = columns_of(session.query(text))
+        for column in columns:
+            column.arrow_type()  # a type qexport cannot export is refused here already
         return [ResultColumn(c.name, c.type_name) for c in columns]
 
     def relations(
@@ -278,37 +278,16 @@ class MySQLSource:
         finally:
             session.close()
 
-    def preview(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-        max_rows: int,
-        max_cell_chars: int,
-        max_bytes: int,
-    ) -> PreviewRows:
-        """The first `max_rows` rows: the query as written under `sql_select_limit` of one row
-        more, read a few rows at a time until that row or `max_bytes`; long values cut here
-        (the server sends them whole)."""
-        session = self._session(timeout_seconds)
-        self._open(session, requester, select_limit=max_rows + 1)
-        try:
-            text = self._render(sql, parameters, requester, session)
-            result = session.query(text)
-            columns = columns_of(result)
-            reader = _Reader(result, columns, PREVIEW_FETCH_ROWS)
-            batches, stopped = _bounded(session, reader, max_rows=max_rows, max_bytes=max_bytes)
-        except BaseException as exc:
-            raise session.error_for(exc) from exc
-        finally:
-            session.close()
-        table = pa.Table.from_batches(batches, schema=reader.builder.schema)
-        more = stopped or table.num_rows > max_rows
-        shown = cut_values(table.slice(0, max_rows), max_cell_chars + 1)
+    def _preview_in(self, session: Session, asked: Asked, caps: PreviewCaps) -> PreviewRead:
+        """The query as written, under `sql_select_limit` of one row more, read a few rows at
+        a time; long values come whole (cut by the template)."""
+        text = self._render(asked.sql, asked.parameters, asked.requester, session)
+        result = session.query(text)
+        columns = columns_of(result)
+        reader = _Reader(result, columns, PREVIEW_FETCH_ROWS)
         described = tuple(ResultColumn(c.name, c.type_name) for c in columns)
-        return PreviewRows(described, shown, more)
+        pieces = _pieces(session, reader, caps.limit)
+        return PreviewRead(described, reader.builder.schema, pieces, cut_here=True, result=result)
 
     def check_role(self) -> list[str]:
         """Connect and judge the login as a worker will: SourceRefusedError for a privileged
@@ -357,19 +336,13 @@ def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _bounded(
-    session: Session, reader: _Reader, *, max_rows: int, max_bytes: int
-) -> tuple[list[pa.RecordBatch], bool]:
-    """Batches up to `max_rows` + 1 rows, and whether reading stopped at `max_bytes` first."""
-    batches: list[pa.RecordBatch] = []
-    rows = size = 0
-    while rows <= max_rows:
+def _pieces(session: Session, reader: _Reader, limit: int) -> Generator[Piece, None, None]:
+    """Batches of at most `limit` rows in all, the deadline and the interrupt checked first."""
+    rows = 0
+    while True:
         session.check()
-        batch = reader.next_batch(max_rows + 1 - rows)
+        batch = reader.next_batch(limit - rows)
         if batch is None:
-            break
-        batches.append(batch)
-        rows, size = rows + batch.num_rows, size + batch.nbytes
-        if size > max_bytes and rows <= max_rows:
-            return batches, True
-    return batches, False
+            return
+        rows += batch.num_rows
+        yield (batch,), batch.num_rows, batch.nbytes

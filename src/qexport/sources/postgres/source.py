@@ -34,16 +34,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa
 import structlog
 from psycopg.conninfo import conninfo_to_dict
 
 from qexport.domain.exports import NO_MEMBER
-from qexport.domain.failures import LimitExceededError
+from qexport.domain.failures import LimitExceededError, QExportError
 from qexport.domain.queries import ResultColumn
 from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
-from qexport.ports import PreviewRows
+from qexport.sources.describe_preview import Asked, DescribeAndPreview, PreviewCaps, PreviewRead
 from qexport.sources.postgres.arrow import CsvBatches
 from qexport.sources.postgres.catalogue import catalogue_of
 from qexport.sources.postgres.copy import CopyOut, crlf_lines
@@ -92,8 +91,27 @@ def from_url(
     return PostgresSource(name, url, allow_privileged_role=allow_privileged_role)
 
 
-class PostgresSource:
+class _Run:
+    """A session opened for one statement, and the cursor and COPY a preview started in it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.exits = contextlib.ExitStack()
+
+    def error_for(self, exc: BaseException) -> QExportError:
+        assert isinstance(exc, psycopg.Error)  # the only errors it is given (translated)
+        return self.session.error_for(exc)
+
+    def close(self) -> None:
+        self.session.close()  # before the COPY's exit: a COPY stopped early is cancelled
+        with contextlib.suppress(psycopg.Error):
+            self.exits.close()
+
+
+class PostgresSource(DescribeAndPreview[_Run]):
     """A Source over a PostgreSQL database, named by a libpq URL; nothing connects until used."""
+
+    translated = (psycopg.Error,)
 
     native_formats = NATIVE_FORMATS
     # EXPLAIN names the relations and, with VERBOSE, the columns of each scan; PostgreSQL
@@ -161,28 +179,12 @@ class PostgresSource:
             raise
         return PostgresResultStream(session, parser, exits, batch_bytes=self.batch_bytes)
 
-    def describe(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-    ) -> list[ResultColumn]:
+    def _describe_in(self, run: _Run, asked: Asked) -> list[ResultColumn]:
         """The result's columns, from planning the query in the export's read-only
         transaction (same role check, requester context and statement timeout); no row is
         produced: the query sits under `LIMIT 0`."""
-        validate_timeout(timeout_seconds)
-        session = Session(
-            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
-        )
-        try:
-            session.open(requester)
-            self._judge_role(session.conn)
-            rendered = session.render_mapped(sql, parameters, requester)
-            return [ResultColumn(n, t) for n, t in session.type_names(sql, rendered)]
-        finally:
-            session.close()
+        rendered = run.session.render_mapped(asked.sql, asked.parameters, asked.requester)
+        return [ResultColumn(n, t) for n, t in run.session.type_names(asked.sql, rendered)]
 
     def relations(
         self,
@@ -195,13 +197,8 @@ class PostgresSource:
         """The relations and columns the query reads, from `EXPLAIN (VERBOSE, FORMAT JSON)`
         in the export's read-only transaction (same role check, requester context and
         statement timeout; postgres/reads.py); nothing runs."""
-        validate_timeout(timeout_seconds)
-        session = Session(
-            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
-        )
+        session = self._opened(requester, timeout_seconds)
         try:
-            session.open(requester)
-            self._judge_role(session.conn)
             rendered = session.render(sql, parameters, requester)
             session.start_statement()
             try:
@@ -215,13 +212,8 @@ class PostgresSource:
         """What the database's catalogue holds of each `(schema, table)`, and the identity
         of its data (postgres/catalogue.py), in a read-only transaction of the source's
         login with no member's context (the role check first, as for any session)."""
-        validate_timeout(timeout_seconds)
-        session = Session(
-            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
-        )
+        session = self._opened(NO_MEMBER, timeout_seconds)
         try:
-            session.open(NO_MEMBER)
-            self._judge_role(session.conn)
             session.start_statement()
             try:
                 return catalogue_of(session.conn, tables)
@@ -230,50 +222,29 @@ class PostgresSource:
         finally:
             session.close()
 
-    def preview(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-        max_rows: int,
-        max_cell_chars: int,
-        max_bytes: int,
-    ) -> PreviewRows:
-        """The first `max_rows` rows, in the export's read-only transaction (same role check,
-        requester context and statement timeout): one COPY of the query under a LIMIT of one
-        row more, long text cut in the server (postgres_types.preview_select), read until
-        that row or `max_bytes` of csv, then stopped."""
-        validate_timeout(timeout_seconds)
-        session = Session(
-            self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
-        )
-        exits = contextlib.ExitStack()
-        try:
-            session.open(requester)
-            self._judge_role(session.conn)
-            rendered = session.render_mapped(sql, parameters, requester)
-            typed = session.typed_columns(sql, rendered)
-            described = [column for column, _ in typed]
-            parser = CsvBatches(described)
-            select = preview_select(described, max_chars=max_cell_chars)
-            statement = wrapped(rendered.text, select, limit=max_rows + 1)
-            session.start_statement()
-            cursor = exits.enter_context(session.conn.cursor())
-            exits.enter_context(cursor.copy(f"COPY ({statement}) TO STDOUT (FORMAT csv)"))
-            batches, stopped = _preview_batches(
-                CopyOut(session.conn), parser, max_rows=max_rows, max_bytes=max_bytes
-            )
-        except psycopg.Error as exc:
-            raise session.error_for(exc) from exc
-        finally:
-            session.close()  # before the COPY's exit: a COPY stopped early is cancelled
-            with contextlib.suppress(psycopg.Error):
-                exits.close()
-        table = pa.Table.from_batches(batches, schema=parser.schema)
+    def _preview_in(self, run: _Run, asked: Asked, caps: PreviewCaps) -> PreviewRead:
+        """In the export's read-only transaction (same role check, requester context and
+        statement timeout): one COPY of the query under a LIMIT of one row more, long text
+        cut in the server (postgres/types.py's preview_select), read a chunk at a time."""
+        session = run.session
+        rendered = session.render_mapped(asked.sql, asked.parameters, asked.requester)
+        typed = session.typed_columns(asked.sql, rendered)
+        described = [column for column, _ in typed]
+        parser = CsvBatches(described)
+        select = preview_select(described, max_chars=caps.max_cell_chars)
+        statement = wrapped(rendered.text, select, limit=caps.limit)
+        session.start_statement()
+        cursor = run.exits.enter_context(session.conn.cursor())
+        run.exits.enter_context(cursor.copy(f"COPY ({statement}) TO STDOUT (FORMAT csv)"))
+        # Whole rows, weighed as csv; read to the COPY's end (its LIMIT ends it), so that it
+        # finishes instead of being cancelled at close.
+        chunks = CopyOut(session.conn).chunks(_PREVIEW_CHUNK_BYTES)
+        pieces = ((parser.parse(chunk), count, len(chunk)) for chunk, count in chunks)
         columns = tuple(ResultColumn(column.name, name) for column, name in typed)
-        return PreviewRows(columns, table.slice(0, max_rows), stopped or table.num_rows > max_rows)
+        return PreviewRead(columns, parser.schema, pieces, read_to_end=True)
+
+    def _open_statement(self, asked: Asked, caps: PreviewCaps | None) -> _Run:
+        return _Run(self._opened(asked.requester, asked.timeout_seconds))
 
     def copy(  # noqa: PLR0913 - NativeCopySource.copy's signature
         self,
@@ -321,6 +292,19 @@ class PostgresSource:
         on_interrupt: OnInterrupt | None,
     ) -> tuple[Session, str]:
         """An open session and the query with its values; the interrupt handed out first."""
+        session = self._opened(requester, timeout_seconds, on_interrupt)
+        try:
+            query = session.render(sql, parameters, requester)
+        except BaseException:
+            session.close()
+            raise
+        return session, query
+
+    def _opened(
+        self, requester: Requester, timeout_seconds: float, on_interrupt: OnInterrupt | None = None
+    ) -> Session:
+        """A session in its read-only transaction with `requester`'s context, its role judged;
+        the interrupt handed out first. Closed again when that fails."""
         validate_timeout(timeout_seconds)
         session = Session(
             self.name, self._url, self._options, self._secrets, timeout_seconds=timeout_seconds
@@ -330,11 +314,10 @@ class PostgresSource:
         try:
             session.open(requester)
             self._judge_role(session.conn)
-            query = session.render(sql, parameters, requester)
         except BaseException:
             session.close()
             raise
-        return session, query
+        return session
 
     def check_role(self) -> list[str]:
         """Connect and judge the role as a worker will: SourceRefusedError for a privileged
@@ -376,21 +359,6 @@ class PostgresSource:
 
 # A preview reads the COPY in small chunks, so that it stops soon after its byte bound.
 _PREVIEW_CHUNK_BYTES = 64 * 1024
-
-
-def _preview_batches(
-    reader: CopyOut, parser: CsvBatches, *, max_rows: int, max_bytes: int
-) -> tuple[list[pa.RecordBatch], bool]:
-    """The batches of up to `max_rows` + 1 rows, and whether reading stopped at `max_bytes`
-    first (whole rows only: a chunk always ends at a row's end)."""
-    batches: list[pa.RecordBatch] = []
-    rows = size = 0
-    for chunk, count in reader.chunks(_PREVIEW_CHUNK_BYTES):
-        batches.extend(parser.parse(chunk))
-        rows, size = rows + count, size + len(chunk)
-        if size > max_bytes and rows <= max_rows:
-            return batches, True
-    return batches, False
 
 
 def _stream_text(

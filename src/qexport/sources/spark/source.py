@@ -39,8 +39,14 @@ import pyarrow as pa
 from qexport.domain.failures import QExportError
 from qexport.domain.queries import ResultColumn
 from qexport.domain.sensitivity import CANNOT_SAY, Relation
-from qexport.ports import PreviewRows
 from qexport.sources.deadline import Deadline
+from qexport.sources.describe_preview import (
+    Asked,
+    DescribeAndPreview,
+    PreviewCaps,
+    PreviewRead,
+    weighed,
+)
 from qexport.sources.duckdb.statements import bound_values
 from qexport.sources.spark.statements import SparkQuery, parse_spark_query
 
@@ -222,22 +228,46 @@ class _Session:
         atexit.unregister(self.client._on_exit)
 
 
+class _Run:
+    """A checked query, its values and the session it runs in; `sent`, the text the server
+    was given last, places a mistake the server reports in the query as written (`sql`)."""
+
+    def __init__(
+        self, session: _Session, query: SparkQuery, values: dict[str, Any], sql: str
+    ) -> None:
+        self.session = session
+        self.query = query
+        self.values = values
+        self.sql = sql
+        self.sent = query.wrapped()
+
+    def columns(self) -> list[ExportColumn]:
+        """The result's columns from Spark's analysis of the query: nothing runs."""
+        from qexport.sources.spark.types import export_columns
+
+        return export_columns(self.session.schema(self.query, self.query.wrapped(), self.values))
+
+    def error_for(self, exc: BaseException) -> QExportError:
+        return self.session.error_for(exc, sent=self.sent, query=self.query, sql=self.sql)
+
+    def close(self) -> None:
+        self.session.close()
+
+
 class SparkResultStream:
     """The Arrow batches of one running statement; read once, then closed."""
 
     def __init__(
         self,
-        session: _Session,
+        run: _Run,
         responses: Iterator[Any],
         schema: pa.Schema,
         first: pa.RecordBatch | None,
-        where: dict[str, Any],
     ) -> None:
         self.schema = schema
-        self._session = session
+        self._run = run
         self._responses = responses
         self._first = first
-        self._where = where
         self._closed = False
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -249,9 +279,9 @@ class SparkResultStream:
                 yield first
             for batch in _batches(self._responses, self.schema):
                 yield batch
-                self._session.check()
+                self._run.session.check()
         except Exception as exc:
-            error = self._session.error_for(exc, **self._where)
+            error = self._run.error_for(exc)
             self.close()
             raise error from exc
         self.close()
@@ -265,7 +295,7 @@ class SparkResultStream:
             close = getattr(self._responses, "close", None)
             if callable(close):
                 close()
-        self._session.close()
+        self._run.close()
 
 
 def _batches(responses: Iterator[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -296,8 +326,10 @@ def _quiet_spark_logs() -> None:
         PySparkLogger.getLogger(name).disabled = True
 
 
-class SparkSource:
+class SparkSource(DescribeAndPreview[_Run]):
     """A Source over a Spark Connect server: one Spark session per statement."""
+
+    translated = (BaseException,)
 
     # Spark Connect gives no plan qexport reads tables from (catalogues, temporary views and
     # data sources by path): a policy's sensitive table of it covers every query on it.
@@ -325,36 +357,32 @@ class SparkSource:
         batch_rows: int | None = None,
     ) -> SparkResultStream:
         """Start `sql` with bound parameters; the batches arrive as the stream is read."""
-        from qexport.sources.spark.types import arrow_schema, export_columns, projection
+        from qexport.sources.spark.types import arrow_schema, projection
 
         query, values = self._statement(sql, parameters, requester)
         size = min(batch_rows or self.batch_rows, self.batch_rows)
-        session = _Session(self, timeout_seconds, on_interrupt, size)
-        where: dict[str, Any] = {"sent": query.wrapped(), "query": query, "sql": sql}
+        run = _Run(_Session(self, timeout_seconds, on_interrupt, size), query, values, sql)
         try:
-            columns = export_columns(session.schema(query, query.wrapped(), values))
-            where["sent"] = sent = projection(columns, query.wrapped())
+            columns = run.columns()
+            run.sent = sent = projection(columns, query.wrapped())
             schema = arrow_schema(columns)
-            responses = session.run(sent, values)
+            responses = run.session.run(sent, values)
             first = next(_batches(responses, schema), None)
         except BaseException as exc:
-            error = session.error_for(exc, **where)
-            session.close()
+            error = run.error_for(exc)
+            run.close()
             raise error from exc
-        return SparkResultStream(session, responses, schema, first, where)
+        return SparkResultStream(run, responses, schema, first)
 
-    def describe(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-    ) -> list[ResultColumn]:
+    def _open_statement(self, asked: Asked, caps: PreviewCaps | None) -> _Run:
+        query, values = self._statement(asked.sql, asked.parameters, asked.requester)
+        session = _Session(self, asked.timeout_seconds, None, PREVIEW_BATCH_ROWS)
+        return _Run(session, query, values, asked.sql)
+
+    def _describe_in(self, run: _Run, asked: Asked) -> list[ResultColumn]:
         """The columns, from Spark's analysis of the query: nothing runs. A column no export
         could hold (an interval) is refused here already, naming it."""
-        columns = self._columns(sql, parameters, requester, timeout_seconds)
-        return [ResultColumn(c.name, c.spark_type) for c in columns]
+        return [ResultColumn(c.name, c.spark_type) for c in run.columns()]
 
     def relations(
         self,
@@ -371,66 +399,18 @@ class SparkSource:
         """Not judged: Spark SQL's rights are its catalogue's, outside this source."""
         return []
 
-    def preview(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        *,
-        timeout_seconds: float,
-        max_rows: int,
-        max_cell_chars: int,
-        max_bytes: int,
-    ) -> PreviewRows:
-        """The first `max_rows` rows: the query under a LIMIT of one row more, its texts and
-        binaries cut on the server, read a few rows a batch until that row or `max_bytes`."""
-        from qexport.sources.spark.types import arrow_schema, export_columns, projection
+    def _preview_in(self, run: _Run, asked: Asked, caps: PreviewCaps) -> PreviewRead:
+        """The query under a LIMIT of one row more, its texts and binaries cut on the server,
+        read a few rows a batch."""
+        from qexport.sources.spark.types import arrow_schema, projection
 
-        query, values = self._statement(sql, parameters, requester)
-        session = _Session(self, timeout_seconds, None, PREVIEW_BATCH_ROWS)
-        where: dict[str, Any] = {"sent": query.wrapped(), "query": query, "sql": sql}
-        batches: list[pa.RecordBatch] = []
-        stopped = False
-        try:
-            columns = export_columns(session.schema(query, query.wrapped(), values))
-            cut = projection(columns, query.wrapped(), keep=max_cell_chars + 1)
-            where["sent"] = sent = f"{cut}\nLIMIT {int(max_rows) + 1}"
-            schema = arrow_schema(columns)
-            rows = size = 0
-            for batch in _batches(session.run(sent, values), schema):
-                batches.append(batch)
-                rows, size = rows + batch.num_rows, size + batch.nbytes
-                if rows > max_rows:
-                    break
-                if size > max_bytes:
-                    stopped = True
-                    break
-        except BaseException as exc:
-            raise session.error_for(exc, **where) from exc
-        finally:
-            session.close()
-        table = pa.Table.from_batches(batches, schema=schema)
-        shown = table.slice(0, max_rows)
+        columns = run.columns()
+        cut = projection(columns, run.query.wrapped(), keep=caps.keep)
+        run.sent = sent = f"{cut}\nLIMIT {caps.limit}"
+        schema = arrow_schema(columns)
         described = tuple(ResultColumn(c.name, c.spark_type) for c in columns)
-        return PreviewRows(described, shown, stopped or table.num_rows > max_rows)
-
-    def _columns(
-        self,
-        sql: str,
-        parameters: Mapping[str, Any],
-        requester: Requester,
-        timeout_seconds: float,
-    ) -> list[ExportColumn]:
-        from qexport.sources.spark.types import export_columns
-
-        query, values = self._statement(sql, parameters, requester)
-        session = _Session(self, timeout_seconds, None, PREVIEW_BATCH_ROWS)
-        try:
-            return export_columns(session.schema(query, query.wrapped(), values))
-        except BaseException as exc:
-            raise session.error_for(exc, sent=query.wrapped(), query=query, sql=sql) from exc
-        finally:
-            session.close()
+        batches = weighed(_batches(run.session.run(sent, run.values), schema))
+        return PreviewRead(described, schema, batches)
 
     def _statement(
         self, sql: str, parameters: Mapping[str, Any], requester: Requester
