@@ -22,7 +22,6 @@ from qexport.domain.failures import MetadataUnavailableError, StorageUnavailable
 from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource
 from qexport.ports import (
     AuditLog,
-    CataloguedSource,
     Clock,
     ExportQueue,
     LocalFiles,
@@ -157,9 +156,8 @@ def source_identity(name: str, url: str, settings: Settings) -> str | None:
     path, without opening it; a PostgreSQL or MySQL server, connecting); None for a kind
     that cannot say (services/sensitive_rules.py)."""
     source = source_from_url(name, url, settings)
-    if not isinstance(source, CataloguedSource):
-        return None
-    return source.catalogue((), timeout_seconds=IDENTITY_TIMEOUT_SECONDS).identity
+    catalogue = source.catalogue((), timeout_seconds=IDENTITY_TIMEOUT_SECONDS)
+    return None if catalogue is None else catalogue.identity
 
 
 def sources(settings: Settings) -> dict[str, Callable[[], Source]]:

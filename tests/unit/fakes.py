@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from qexport.domain.exports import Requester
 from qexport.domain.queries import ResultColumn
+from qexport.domain.rule_check import Catalogue
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
 from qexport.ports import PreviewRows
 
@@ -35,6 +36,7 @@ class FakeSource:
     reports `reads` (by default no table) for every statement."""
 
     reads_reporting = ReadsReporting(ReadsReported.COLUMNS, default_schema="main")
+    native_copy = None
 
     def __init__(
         self,
@@ -133,3 +135,9 @@ class FakeSource:
     def check_role(self) -> list[str]:
         """Nothing to judge: a fake has no login."""
         return []
+
+    def catalogue(
+        self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float
+    ) -> Catalogue | None:
+        """None: a fake's catalogue says nothing."""
+        return None

@@ -42,8 +42,7 @@ from qexport.ports.previews import (
 from qexport.ports.rates import RateLimits
 from qexport.ports.schedules import ScheduleRun, ScheduleStore
 from qexport.ports.sources import (
-    CataloguedSource,
-    NativeCopySource,
+    NativeCopy,
     PreviewRows,
     ResultStream,
     Source,
@@ -59,7 +58,6 @@ __all__ = [
     "AuditLog",
     "Catalog",
     "CatalogueJob",
-    "CataloguedSource",
     "Cell",
     "ClaimResult",
     "ClaimedDelivery",
@@ -69,7 +67,7 @@ __all__ = [
     "ExportQueue",
     "LinkStore",
     "LocalFiles",
-    "NativeCopySource",
+    "NativeCopy",
     "NewExport",
     "ObjectStore",
     "PlanJob",

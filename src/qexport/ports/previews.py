@@ -99,7 +99,7 @@ class PreviewRunner(Protocol):
         ...
 
     def catalogue(self, job: CatalogueJob) -> Catalogue | None:
-        """What `job.source`'s catalogue says of `job.tables` (CataloguedSource.catalogue);
+        """What `job.source`'s catalogue says of `job.tables` (Source.catalogue);
         None for a source that cannot say. Raises as `run` does."""
         ...
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,10 +35,20 @@ class PreviewRows:
 
 
 class Source(Protocol):
+    """A data source. What it can do beyond running, describing, previewing and planning a
+    statement it declares: `native_copy` (formats it writes itself) and `catalogue` (what
+    its catalogue holds), each None when it cannot."""
+
     name: str
     # How much its planner says of what a statement reads, and how its engine compares names
     # (domain/sensitivity.py).
     reads_reporting: ReadsReporting
+
+    @property
+    def native_copy(self) -> NativeCopy | None:
+        """Its own writer of some formats (DuckDB's, PostgreSQL's COPY), faster than batches
+        and a writer; None: its results go through qexport's writers."""
+        ...
 
     def execute(
         self,
@@ -117,18 +127,15 @@ class Source(Protocol):
         otherwise. A kind that has no login to judge returns [] without connecting."""
         ...
 
-
-@runtime_checkable
-class CataloguedSource(Source, Protocol):
-    """A source that can say what its catalogue holds, for the policy's sensitive tables
-    (domain/rule_check.py): DuckDB, PostgreSQL, MySQL."""
-
-    def catalogue(self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float) -> Catalogue:
+    def catalogue(
+        self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float
+    ) -> Catalogue | None:
         """What the catalogue says of each `(schema, table)` (names as the engine holds
-        them), in that order, and the identity of the data the source reaches; read as
-        the source's own login, with no member's context (nothing is run but catalogue
-        reads and plans). Raises SourceUnavailableError (or the source's errors) when it
-        cannot be asked; with no tables, asks only the identity."""
+        them), in that order, and the identity of the data the source reaches, for the
+        policy's sensitive tables (domain/rule_check.py); read as the source's own login,
+        with no member's context (nothing is run but catalogue reads and plans). Raises
+        SourceUnavailableError (or the source's errors) when it cannot be asked; with no
+        tables, asks only the identity. None for a kind that cannot say (Spark Connect)."""
         ...
 
 
@@ -145,9 +152,9 @@ class SourceCatalog(Protocol):
         ...
 
 
-@runtime_checkable
-class NativeCopySource(Source, Protocol):
-    """A source that can write some formats itself, faster than batches + a writer."""
+class NativeCopy(Protocol):
+    """A source's own writer of some formats, faster than batches + a writer
+    (Source.native_copy)."""
 
     native_formats: frozenset[str]
 

@@ -50,7 +50,6 @@ from qexport.domain.failures import (
 )
 from qexport.logs import configure_logging
 from qexport.ports import (
-    CataloguedSource,
     CatalogueJob,
     DescribeJob,
     PlanJob,
@@ -160,8 +159,6 @@ def _catalogued(sources: SourceCatalog, job: CatalogueJob) -> Answer:
     """What the source's catalogue says of the job's tables: read in this process, since
     DuckDB opens its file to answer, and a file opened in the server would be held there."""
     source = sources.source_for(job.source, job.workspace_id)
-    if not isinstance(source, CataloguedSource):
-        return Answer(catalogued=True, catalogue=None)
     found = source.catalogue(job.tables, timeout_seconds=job.timeout_seconds)
     return Answer(catalogued=True, catalogue=found)
 

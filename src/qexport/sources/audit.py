@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from qexport.sources.registry import AUDIT_SOURCE
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
     from qexport.domain.queries import ResultColumn
+    from qexport.domain.rule_check import Catalogue
 
 TABLE = "audit_events"
 _SCHEMA = pa.schema(
@@ -87,6 +88,7 @@ class AuditSource:
     """A Source over the requester's workspace's audit trail (admins only)."""
 
     name = AUDIT_SOURCE
+    native_copy = None  # a run's file is made for it: every format through qexport's writers
     # Its one table, as a DuckDB file names it: every statement is said to read all of it
     # (planning one would copy the whole trail first).
     reads_reporting = ReadsReporting(ReadsReported.TABLES, default_schema="main")
@@ -200,6 +202,12 @@ class AuditSource:
     def check_role(self) -> list[str]:
         """Nothing to judge: the trail is read through qexport's own metadata database."""
         return []
+
+    def catalogue(
+        self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float
+    ) -> Catalogue | None:
+        """None: a run's file holds only a copy of the trail, no data another source reaches."""
+        return None
 
     def preview(
         self,

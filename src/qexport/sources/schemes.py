@@ -13,7 +13,9 @@ metadata:
 A scheme `a+b` with no entry point of its own falls back to `a`: `sqlalchemy+mssql+pyodbc`
 is the generic SQLAlchemy source's. Every source says whether it judges its login's
 privileges: `check_role() -> list[str]` connects and judges (PostgresSource.check_role), or
-returns [] for a kind that has no login to judge.
+returns [] for a kind that has no login to judge. It says as well what else it can do
+(ports/sources.py): `native_copy`, its own writer of some formats, or None; `catalogue(...)`,
+what its catalogue holds, or None for a kind that cannot say.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ from qexport.domain.queries import Query, bind_parameters, can_read
 from qexport.domain.reports import SUBJECT_REPORT, Report, ReportSubject, section_parameters
 from qexport.domain.sensitivity import Relation
 from qexport.ports import (
-    NativeCopySource,
     StoredObject,
     WriterOptions,
 )
@@ -376,13 +375,14 @@ class Attempt:
             neutralize_formulas=bool(record.options.get("neutralize_formulas", True))
         )
         timeout = deps.settings.statement_timeout_seconds
-        if isinstance(source, NativeCopySource) and record.format in source.native_formats:
+        copier = source.native_copy
+        if copier is not None and record.format in copier.native_formats:
 
             def native(sink: PartSink) -> int:
                 def progress(rows: int) -> None:
                     lease.progress_rows = rows
 
-                return source.copy(
+                return copier.copy(
                     query.sql,
                     values,
                     record.requester,

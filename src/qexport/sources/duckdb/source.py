@@ -247,11 +247,16 @@ class DuckDBSource(DescribeAndPreview[_Run]):
     reads_reporting = ReadsReporting(ReadsReported.COLUMNS, default_schema="main")
 
     @property
+    def native_copy(self) -> DuckDBSource:
+        """This source: DuckDB's own COPY writes csv, tsv and parquet (duckdb/copy.py)."""
+        return self
+
+    @property
     def scratch_root(self) -> Path | None:
         """This process's private folder for the source's pipes and spill, once opened."""
         return self._scratch.root if self._scratch is not None else None
 
-    def copy(  # noqa: PLR0913 - NativeCopySource.copy's signature
+    def copy(  # noqa: PLR0913 - NativeCopy.copy's signature
         self,
         sql: str,
         parameters: Mapping[str, Any],

@@ -272,6 +272,7 @@ class GenericSource(DescribeAndPreview[_Run]):
     """A Source over a SQLAlchemy engine: one connection per statement."""
 
     translated = (BaseException,)
+    native_copy = None  # every format through qexport's writers
 
     # Any SQLAlchemy dialect: no planner output qexport knows how to read, so it cannot say
     # what a statement reads; a policy's sensitive table of it covers every query on it.

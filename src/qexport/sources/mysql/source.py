@@ -137,6 +137,7 @@ class MySQLSource(DescribeAndPreview[Session]):
     """A Source over a MySQL or MariaDB database; nothing connects until used."""
 
     translated = (BaseException,)
+    native_copy = None  # every format through qexport's writers
 
     def __init__(self, name: str, url: str, *, allow_privileged_role: bool = False) -> None:
         self.name = name

@@ -148,6 +148,11 @@ class PostgresSource(DescribeAndPreview[_Run]):
     def __repr__(self) -> str:
         return f"PostgresSource(name={self.name!r})"
 
+    @property
+    def native_copy(self) -> PostgresSource:
+        """This source: PostgreSQL's own COPY writes csv and tsv."""
+        return self
+
     def execute(
         self,
         sql: str,
@@ -246,7 +251,7 @@ class PostgresSource(DescribeAndPreview[_Run]):
     def _open_statement(self, asked: Asked, caps: PreviewCaps | None) -> _Run:
         return _Run(self._opened(asked.requester, asked.timeout_seconds))
 
-    def copy(  # noqa: PLR0913 - NativeCopySource.copy's signature
+    def copy(  # noqa: PLR0913 - NativeCopy.copy's signature
         self,
         sql: str,
         parameters: Mapping[str, Any],

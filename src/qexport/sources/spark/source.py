@@ -31,7 +31,7 @@ import contextlib
 import math
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
     from qexport.config import Settings
     from qexport.domain.exports import Requester
+    from qexport.domain.rule_check import Catalogue
     from qexport.sources.spark.types import ExportColumn
 
 SCHEME = "sc://"
@@ -330,6 +331,7 @@ class SparkSource(DescribeAndPreview[_Run]):
     """A Source over a Spark Connect server: one Spark session per statement."""
 
     translated = (BaseException,)
+    native_copy = None  # every format through qexport's writers
 
     # Spark Connect gives no plan qexport reads tables from (catalogues, temporary views and
     # data sources by path): a policy's sensitive table of it covers every query on it.
@@ -398,6 +400,12 @@ class SparkSource(DescribeAndPreview[_Run]):
     def check_role(self) -> list[str]:
         """Not judged: Spark SQL's rights are its catalogue's, outside this source."""
         return []
+
+    def catalogue(
+        self, tables: Sequence[tuple[str, str]], *, timeout_seconds: float
+    ) -> Catalogue | None:
+        """None: this source cannot say what its catalogue holds, nor what data it reaches."""
+        return None
 
     def _preview_in(self, run: _Run, asked: Asked, caps: PreviewCaps) -> PreviewRead:
         """The query under a LIMIT of one row more, its texts and binaries cut on the server,
