@@ -24,7 +24,9 @@ xlsx, requested again as soon as the last one settles).
    creates measure the API, not the cap.
 
 The client runs on the same machine and takes CPU from the servers; prints the load average
-before and after, since the machine may be shared.
+before and after, since the machine may be shared, and where the CPU of phase 2 went per
+request (servers, worker, the database's own processes, this client), which other work on the
+machine moves much less than it moves requests/s.
 """
 
 from __future__ import annotations
@@ -330,7 +332,67 @@ async def one_at_a_time(port: int, inst: Installation, requests: int) -> list[st
     return lines
 
 
-async def concurrent(port: int, inst: Installation, clients: int, seconds: float) -> list[str]:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, float, str]]:
+    """Each process's parent, CPU seconds used so far and command line, read from /proc (a
+    process that ends while it is read is left out)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        rest = stat[stat.rindex(")") + 2 :].split()
+        cpu = (int(rest[11]) + int(rest[12])) / _TICK
+        found[int(entry)] = (int(rest[1]), cpu, cmdline.decode(errors="replace"))
+    return found
+
+
+@dataclass
+class CpuWatch:
+    """Where the CPU of a phase goes: qexport's servers and worker (each with its children),
+    the metadata database's server processes for this benchmark's database (PostgreSQL's
+    backends name it in their command line) and this client. On a machine shared with other
+    work, CPU per request says more than requests/s, which the other work also moves."""
+
+    roots: dict[str, int]
+    database: str
+
+    def sample(self) -> dict[str, float]:
+        procs = _processes()
+        seconds = dict.fromkeys([*self.roots, "database"], 0.0)
+        for pid, (_ppid, cpu, cmdline) in procs.items():
+            if self.database and self.database in cmdline and cmdline.startswith("postgres"):
+                seconds["database"] += cpu
+                continue
+            ancestor = pid
+            while ancestor in procs:
+                names = [name for name, root in self.roots.items() if root == ancestor]
+                if names:
+                    seconds[names[0]] += cpu
+                    break
+                ancestor = procs[ancestor][0]
+        mine = os.times()
+        seconds["client"] = mine.user + mine.system
+        return seconds
+
+
+def _cpu_line(before: dict[str, float], after: dict[str, float], requests: int) -> str:
+    parts = ", ".join(
+        f"{name} {(after[name] - before[name]) * 1000 / max(requests, 1):.2f}" for name in after
+    )
+    total = sum(after.values()) - sum(before.values())
+    return f"  CPU per request (ms): {parts}; all {total * 1000 / max(requests, 1):.2f}"
+
+
+async def concurrent(
+    port: int, inst: Installation, clients: int, seconds: float, watch: CpuWatch
+) -> list[str]:
     kinds = [kind for kind, weight in MIX for _ in range(weight)]
     times: dict[str, list[float]] = {kind: [] for kind, _ in MIX}
     errors = 0
@@ -347,9 +409,11 @@ async def concurrent(port: int, inst: Installation, clients: int, seconds: float
             errors += failed
         await conn.close()
 
+    cpu_before = watch.sample()
     started = time.perf_counter()
     await asyncio.gather(*(one_client(i) for i in range(clients)))
     elapsed = time.perf_counter() - started
+    cpu_after = watch.sample()
     reads = [ms for kind, values in times.items() if kind != "create" for ms in values]
     creates = times["create"]
     total = len(reads) + len(creates)
@@ -362,17 +426,20 @@ async def concurrent(port: int, inst: Installation, clients: int, seconds: float
         f" (target <= 100 ms); creates p50 {_pct(creates, 50):.1f} ms,"
         f" p99 {_pct(creates, 99):.1f} ms ({len(creates)})",
         f"  {clients} clients  p50/p99 ms by kind: {by_kind}",
+        _cpu_line(cpu_before, cpu_after, total),
     ]
 
 
-async def measure_load(port: int, inst: Installation, args: argparse.Namespace) -> list[str]:
+async def measure_load(
+    port: int, inst: Installation, args: argparse.Namespace, watch: CpuWatch
+) -> list[str]:
     url = f"http://127.0.0.1:{port}"
     async with httpx2.AsyncClient(base_url=url, timeout=60) as bulk_client:
         large = LargeExports(bulk_client, inst)
         bulk = asyncio.create_task(large.run())
         await asyncio.sleep(2)  # the first large export claimed and under way
         lines = await one_at_a_time(port, inst, args.requests)
-        lines += await concurrent(port, inst, args.clients, args.seconds)
+        lines += await concurrent(port, inst, args.clients, args.seconds, watch)
         large.stop()
         await bulk
     lines.append(
@@ -410,7 +477,12 @@ def measure(backend: str, args: argparse.Namespace) -> list[str]:
             url = f"http://127.0.0.1:{port}"
             _wait_until_up(url, procs)
             try:
-                return [f"{backend}:", *asyncio.run(measure_load(port, inst, args))]
+                server, worker = (proc.pid for proc in procs.procs)
+                watch = CpuWatch(
+                    {"servers": server, "worker": worker},
+                    sa.make_url(db_url).database or "" if db_url else "",
+                )
+                return [f"{backend}:", *asyncio.run(measure_load(port, inst, args, watch))]
             finally:
                 procs.stop()
     finally:
