@@ -33,7 +33,7 @@ from qexport.services.audit_trail import verify
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.audit import SqlAuditLog, use_keys
 from qexport.store.engine import create_engine, migrate
-from qexport.store.tables import audit_events
+from qexport.store.tables.audit import audit_events
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 KEYS = AuditKeys.from_secrets("bench-secret")

@@ -53,7 +53,7 @@ from qexport.domain.queries import Query
 from qexport.services.requests import record_request
 from qexport.sources.demo_data import build_demo_database
 from qexport.store.engine import migrate
-from qexport.store.tables import exports
+from qexport.store.tables.exports import exports
 
 PG_URL = os.environ.get("QEXPORT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SECRET = "bench-" + "k" * 40  # QEXPORT_SECRET_KEY for the benchmark's throwaway databases

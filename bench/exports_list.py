@@ -29,7 +29,7 @@ from qexport.domain.exports import ExportFilter, Requester
 from qexport.services.exports import ExportListing, list_export_page
 from qexport.store.engine import create_engine, migrate
 from qexport.store.exports import SqlExportQueue
-from qexport.store.tables import exports
+from qexport.store.tables.exports import exports
 
 INDEXES = (
     "ix_exports_workspace_created",

@@ -31,7 +31,7 @@ from qexport.domain.audit_keys import AuditKeys
 from qexport.store.audit import SqlAuditLog, add_to_download_totals, tally_downloads, use_keys
 from qexport.store.engine import create_engine, migrate
 from qexport.store.stats import read_stats
-from qexport.store.tables import audit_events
+from qexport.store.tables.audit import audit_events
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 DOWNLOADS = "action IN ('file.downloaded', 'file.presigned') AND outcome = 'ok'"

@@ -23,7 +23,7 @@ from qexport.store.exports import (
     guard_clause,
     transition_in,
 )
-from qexport.store.tables import exports
+from qexport.store.tables.exports import exports
 from tests.fakes.exports import InMemoryExportQueue
 
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from qexport.services.audit_trail import verify
-from qexport.store.tables import audit_events
+from qexport.store.tables.audit import audit_events
 from tests.api.conftest import SOURCE, Api
 
 ADMIN = "ada@acme.test"

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from qexport.domain.queries import Visibility
 from qexport.store.exports import SqlExportQueue
-from qexport.store.tables import links
+from qexport.store.tables.exports import links
 from tests.api.conftest import Api
 
 ALICE = "alice@acme.test"

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.sources import RegisteredSource
-from qexport.store.tables import SETTLED_IMMUTABLE_SQLITE, exports
+from qexport.store.tables.exports import SETTLED_IMMUTABLE_SQLITE, exports
 from tests.api.conftest import SOURCE, Api, api_on
 from tests.pg import server_url
 

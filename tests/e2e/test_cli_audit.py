@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from qexport.domain.audit import Action, ActorKind, AuditEvent
 from qexport.store.audit import SqlAuditLog
-from qexport.store.tables import audit_events
+from qexport.store.tables.audit import audit_events
 from tests.e2e.conftest import Env
 
 

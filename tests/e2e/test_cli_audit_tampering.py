@@ -30,7 +30,7 @@ from qexport.domain.audit import (
 from qexport.domain.audit_keys import ChainKey
 from qexport.store.audit import SqlAuditLog
 from qexport.store.engine import MIGRATIONS
-from qexport.store.tables import audit_anchors, audit_events
+from qexport.store.tables.audit import audit_anchors, audit_events
 from tests.e2e.conftest import Env
 
 pytest_plugins = ["tests.s3server"]

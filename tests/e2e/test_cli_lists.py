@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.cli.downloads import plain_file_name
-from qexport.store.tables import exports
+from qexport.store.tables.exports import exports
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_serve import SMALL_ORDERS, N, new_token, start_server
 from tests.factories import new_export

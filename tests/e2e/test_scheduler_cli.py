@@ -17,7 +17,7 @@ from qexport.domain.exports import Status
 from qexport.domain.schedules import Channel, DeliveryStatus, Missed, Recipient, Schedule
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
-from qexport.store.tables import schedule_runs
+from qexport.store.tables.schedules import schedule_runs
 from tests.e2e.conftest import Env, wait_for
 from tests.receivers import SmtpServer, smtp_server
 

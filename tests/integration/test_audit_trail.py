@@ -25,7 +25,7 @@ from qexport.domain.audit import (
 )
 from qexport.store.audit import SqlAuditLog
 from qexport.store.audit_writer import Writer
-from qexport.store.tables import audit_events
+from qexport.store.tables.audit import audit_events
 from tests.fakes import FrozenClock
 from tests.stores import SqlMetadataStore, keyed
 

@@ -25,7 +25,8 @@ from qexport.store.engine import (
     read_transaction,
 )
 from qexport.store.reads import OneRead
-from qexport.store.tables import exports, workspaces
+from qexport.store.tables.accounts import workspaces
+from qexport.store.tables.exports import exports
 from tests.factories import new_export
 from tests.stores import SqlMetadataStore
 

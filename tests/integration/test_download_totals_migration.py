@@ -10,7 +10,7 @@ from alembic.config import Config
 
 from qexport.domain.audit import GENESIS, Action, ActorKind, AuditEvent, Outcome, unkeyed
 from qexport.store.engine import MIGRATIONS
-from qexport.store.tables import audit_download_totals, audit_events
+from qexport.store.tables.audit import audit_download_totals, audit_events
 from tests.fakes import FrozenClock
 from tests.stores import SqlMetadataStore
 

@@ -22,7 +22,7 @@ from qexport.domain.audit import (
 )
 from qexport.store.audit import SqlAuditLog
 from qexport.store.engine import MIGRATIONS
-from qexport.store.tables import audit_anchors, audit_events
+from qexport.store.tables.audit import audit_anchors, audit_events
 from tests.fakes.audit import TEST_AUDIT_KEYS
 from tests.stores import SqlMetadataStore
 

@@ -27,7 +27,8 @@ from qexport.store.engine import (
     transaction,
 )
 from qexport.store.reads import OneRead
-from qexport.store.tables import export_events, exports, users, workspaces
+from qexport.store.tables.accounts import users, workspaces
+from qexport.store.tables.exports import export_events, exports
 from tests.factories import new_export
 from tests.queue_helpers import claim
 from tests.stores import SqlMetadataStore

@@ -22,7 +22,7 @@ from openpyxl.utils.escape import unescape
 from qexport.domain.exports import Status
 from qexport.domain.queries import Parameter, ParamType
 from qexport.domain.reports import Display, Report
-from qexport.store.tables import workspaces
+from qexport.store.tables.accounts import workspaces
 from tests.integration.report_env import ALICE, WORKSPACE, ReportEnv, make_env, section
 from tests.stores import SqlMetadataStore
 

@@ -22,7 +22,8 @@ from qexport.services.schedules import tick as schedule_tick
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import create_engine
 from qexport.store.schedules import SqlScheduleStore
-from qexport.store.tables import deliveries, exports, schedule_runs
+from qexport.store.tables.exports import exports
+from qexport.store.tables.schedules import deliveries, schedule_runs
 from tests.containers import container_of
 from tests.fakes import FixedSources, FrozenClock, InMemoryObjectStore
 from tests.stores import SqlMetadataStore

@@ -10,7 +10,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from qexport.domain.exports import Result
-from qexport.store.tables import export_events, exports, metadata
+from qexport.store.tables import metadata
+from qexport.store.tables.exports import export_events, exports
 from tests import queue_helpers
 from tests.factories import new_export
 from tests.fakes import FrozenClock
@@ -28,7 +29,7 @@ def _request(store: SqlMetadataStore, clock: FrozenClock) -> str:
 
 
 def test_migrations_create_exactly_the_declared_schema(sql_store: SqlMetadataStore) -> None:
-    """`qexport db upgrade` yields the schema of tables.py, with nothing missing or extra."""
+    """`qexport db upgrade` yields the schema of store/tables/, with nothing missing or extra."""
     with sql_store.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []

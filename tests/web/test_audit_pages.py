@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from qexport.domain.audit import AuditFilter
-from qexport.store.tables import audit_events
+from qexport.store.tables.audit import audit_events
 from tests.api.conftest import Api
 from tests.web.conftest import PASSWORD, Browser, add_person, csrf_of
 

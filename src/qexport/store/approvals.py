@@ -26,7 +26,7 @@ from qexport.ports import NewExport
 from qexport.store.audit import append_if, lock_chain
 from qexport.store.engine import read_transaction, transaction
 from qexport.store.exports import insert_export_in
-from qexport.store.tables import approval_requests
+from qexport.store.tables.approvals import approval_requests
 
 _PENDING = ApprovalStatus.PENDING.value
 

@@ -21,7 +21,7 @@ A download's event also adds its share to its workspace's row of `audit_download
 (what /metrics reports), in the same transaction, and a prune takes the pruned events' shares
 off in its own: the totals are always the sum over the events the trail holds.
 
-The database refuses UPDATE and DELETE of events (triggers in tables.py). Pruning alone may
+The database refuses UPDATE and DELETE of events (triggers in tables/audit.py). Pruning alone may
 delete, through a path only its own transaction opens: `SET LOCAL qexport.audit_prune = 'on'`
 on PostgreSQL, the one-row `audit_prune_flag` set and cleared again within the transaction on
 SQLite; either way no other transaction can see it open.
@@ -56,7 +56,7 @@ from qexport.domain.audit_keys import AuditKeyMissingError, AuditKeys
 from qexport.domain.stats import DOWNLOAD_ACTIONS, DownloadTally, download_tally
 from qexport.store.audit_writer import Waiting, Writer
 from qexport.store.engine import read_transaction, transaction
-from qexport.store.tables import (
+from qexport.store.tables.audit import (
     audit_anchors,
     audit_download_totals,
     audit_events,

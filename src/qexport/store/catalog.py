@@ -20,10 +20,7 @@ from qexport.domain.sensitivity import Relation, reads_from_json, reads_to_json
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
-from qexport.store.tables import (
-    queries,
-    reports,
-)
+from qexport.store.tables.catalog import queries, reports
 
 # Read on every download and every request of an export: prebuilt, as store/exports.py's are.
 _GET_QUERY = OneRead(sa.select(queries).where(queries.c.id == sa.bindparam("id_")))

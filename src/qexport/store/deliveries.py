@@ -21,7 +21,8 @@ from qexport.ports import ClaimedDelivery
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.exports import _to_record
-from qexport.store.tables import UNSENT, deliveries, exports
+from qexport.store.tables.exports import exports
+from qexport.store.tables.schedules import UNSENT, deliveries
 
 _SETTLED_EXPORT = exports.c.status.in_([Status.SUCCEEDED.value, Status.FAILED.value])
 

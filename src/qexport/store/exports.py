@@ -45,19 +45,11 @@ from qexport.store.catalog import QUERY_KEYS, to_query, to_report
 from qexport.store.engine import read_transaction, transaction
 from qexport.store.notify import notify_claimable
 from qexport.store.reads import OneRead
-from qexport.store.tables import (
-    SUCCEEDED,
-    UNSETTLED,
-    UTCDateTime,
-    deliveries,
-    export_events,
-    exports,
-    memberships,
-    queries,
-    reports,
-    users,
-    workspaces,
-)
+from qexport.store.tables.accounts import memberships, users, workspaces
+from qexport.store.tables.base import UTCDateTime
+from qexport.store.tables.catalog import queries, reports
+from qexport.store.tables.exports import SUCCEEDED, UNSETTLED, export_events, exports
+from qexport.store.tables.schedules import deliveries
 
 # The statements of the worker's path are built once, with parameters: SQLAlchemy finds a
 # statement's compiled form by a key it derives by walking the statement, and for statements

@@ -12,7 +12,7 @@ from qexport.domain.accounts import Link, link_cap_reached
 from qexport.domain.audit import AuditEvent, naming
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
-from qexport.store.tables import links
+from qexport.store.tables.exports import links
 
 
 def _link(row: sa.Row[Any]) -> Link:

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from qexport.store.engine import transaction
-from qexport.store.tables import rate_admissions
+from qexport.store.tables.accounts import rate_admissions
 
 # The advisory locks' first key: the rate limits' own space ("RATE"), apart from the audit
 # chains' and the migrations'.

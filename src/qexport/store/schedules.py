@@ -22,8 +22,8 @@ from qexport.ports import NewExport, ScheduleRun
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.exports import _to_record, finish_request_in, insert_export_in
-from qexport.store.tables import (
-    exports,
+from qexport.store.tables.exports import exports
+from qexport.store.tables.schedules import (
     instance_secrets,
     schedule_runs,
     schedule_subscribers,

@@ -9,7 +9,7 @@ from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.sources import RegisteredSource
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
-from qexport.store.tables import source_shares, sources
+from qexport.store.tables.sources import source_shares, sources
 
 
 class SqlSourceRecordStore(OnEngine):

@@ -27,16 +27,11 @@ from qexport.domain.stats import (
     PreviewTally,
 )
 from qexport.store.engine import read_transaction
-from qexport.store.tables import (
-    UNSETTLED,
-    UTCDateTime,
-    approval_requests,
-    audit_download_totals,
-    audit_preview_totals,
-    export_events,
-    exports,
-    workspaces,
-)
+from qexport.store.tables.accounts import workspaces
+from qexport.store.tables.approvals import approval_requests
+from qexport.store.tables.audit import audit_download_totals, audit_preview_totals
+from qexport.store.tables.base import UTCDateTime
+from qexport.store.tables.exports import UNSETTLED, export_events, exports
 
 
 def read_stats(engine: sa.Engine, now: datetime) -> ExportStats:

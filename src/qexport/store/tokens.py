@@ -13,7 +13,7 @@ from qexport.domain.sign_in import FailureCounts, Failures
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
-from qexport.store.tables import api_tokens, memberships, sign_in_failures, users
+from qexport.store.tables.accounts import api_tokens, memberships, sign_in_failures, users
 from qexport.store.users import member_of
 
 _TOKEN_HOLDER = OneRead(

@@ -14,7 +14,7 @@ from qexport.domain.failures import ConflictError, InvalidRequestError
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
-from qexport.store.tables import memberships, users, workspaces
+from qexport.store.tables.accounts import memberships, users, workspaces
 
 
 def _user(row: sa.Row[Any]) -> User:

@@ -12,7 +12,8 @@ from qexport.domain.policies import WorkspacePolicy
 from qexport.store.audit import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
-from qexport.store.tables import links, workspaces
+from qexport.store.tables.accounts import workspaces
+from qexport.store.tables.exports import links
 
 # Read by every request of an export (the policy) and by every one that names recipients.
 _POLICY = OneRead(

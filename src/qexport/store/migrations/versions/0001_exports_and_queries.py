@@ -10,11 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import (
-    SETTLED_IMMUTABLE_POSTGRESQL,
-    SETTLED_IMMUTABLE_SQLITE,
-    UTCDateTime,
-)
+from qexport.store.tables.base import UTCDateTime
+from qexport.store.tables.exports import SETTLED_IMMUTABLE_POSTGRESQL, SETTLED_IMMUTABLE_SQLITE
 
 revision = "0001"
 down_revision = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import UNSETTLED
+from qexport.store.tables.exports import UNSETTLED
 
 revision = "0002"
 down_revision = "0001"

@@ -11,11 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import (
-    EVENTS_APPEND_ONLY_POSTGRESQL,
-    EVENTS_APPEND_ONLY_SQLITE,
-    UTCDateTime,
-)
+from qexport.store.tables.base import UTCDateTime
+from qexport.store.tables.exports import EVENTS_APPEND_ONLY_POSTGRESQL, EVENTS_APPEND_ONLY_SQLITE
 
 revision = "0003"
 down_revision = "0002"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import UNSENT, UTCDateTime
+from qexport.store.tables.base import UTCDateTime
+from qexport.store.tables.schedules import UNSENT
 
 revision = "0005"
 down_revision = "0004"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import UTCDateTime
+from qexport.store.tables.base import UTCDateTime
 
 revision = "0008"
 down_revision = "0007"

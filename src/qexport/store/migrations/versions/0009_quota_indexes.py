@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import SUCCEEDED, UNSETTLED
+from qexport.store.tables.exports import SUCCEEDED, UNSETTLED
 
 revision = "0009"
 down_revision = "0008"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import UNSENT
+from qexport.store.tables.schedules import UNSENT
 
 revision = "0010"
 down_revision = "0009"

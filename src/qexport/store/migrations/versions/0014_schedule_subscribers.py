@@ -11,7 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import UNSENT, UTCDateTime
+from qexport.store.tables.base import UTCDateTime
+from qexport.store.tables.schedules import UNSENT
 
 revision = "0014"
 down_revision = "0013"

@@ -11,11 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import (
-    AUDIT_APPEND_ONLY_POSTGRESQL,
-    AUDIT_APPEND_ONLY_SQLITE,
-    UTCDateTime,
-)
+from qexport.store.tables.audit import AUDIT_APPEND_ONLY_POSTGRESQL, AUDIT_APPEND_ONLY_SQLITE
+from qexport.store.tables.base import UTCDateTime
 
 revision = "0016"
 down_revision = "0015"

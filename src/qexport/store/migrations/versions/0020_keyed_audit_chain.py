@@ -17,7 +17,7 @@ import importlib
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import AUDIT_APPEND_ONLY_SQLITE
+from qexport.store.tables.audit import AUDIT_APPEND_ONLY_SQLITE
 
 revision = "0020"
 down_revision = "0019"

@@ -14,7 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.tables import PREVIEW_TOTALS_POSTGRESQL, PREVIEW_TOTALS_SQLITE, UTCDateTime
+from qexport.store.tables.audit import PREVIEW_TOTALS_POSTGRESQL, PREVIEW_TOTALS_SQLITE
+from qexport.store.tables.base import UTCDateTime
 
 revision = "0023"
 down_revision = "0022"
