@@ -31,7 +31,8 @@ from qexport.domain.audit_keys import AuditKeys
 from qexport.services.audit_checkpoints import Checkpointer
 from qexport.services.audit_trail import verify
 from qexport.storage.filesystem import FilesystemObjectStore
-from qexport.store.audit import SqlAuditLog, use_keys
+from qexport.store.audit.chain import use_keys
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.engine import create_engine, migrate
 from qexport.store.tables.audit import audit_events
 

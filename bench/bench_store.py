@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from qexport.bootstrap import audit_keys
 from qexport.config import Settings
-from qexport.store.audit import use_keys
+from qexport.store.audit.chain import use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
 from qexport.store.exports import SqlExportQueue

@@ -28,7 +28,8 @@ import sqlalchemy as sa
 
 from qexport.domain.audit import Action, ActorKind, AuditEvent
 from qexport.domain.audit_keys import AuditKeys
-from qexport.store.audit import SqlAuditLog, add_to_download_totals, tally_downloads, use_keys
+from qexport.store.audit.chain import add_to_download_totals, tally_downloads, use_keys
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.engine import create_engine, migrate
 from qexport.store.stats import read_stats
 from qexport.store.tables.audit import audit_events

@@ -24,7 +24,7 @@ from qexport.ports import (
 )
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.approvals import SqlApprovalStore
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import schema_mismatch, serve_on_this_loop
 from qexport.store.rates import SqlRateLimits

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from qexport.domain.audit_keys import AuditKeyMissingError
 from qexport.ports import Catalog, ExportQueue
-from qexport.store.audit import keys_for, use_keys
+from qexport.store.audit.chain import keys_for, use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.exports import SqlExportQueue
 from tests.fakes.audit import TEST_AUDIT_KEYS

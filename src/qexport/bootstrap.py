@@ -39,7 +39,8 @@ from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.approvals import SqlApprovalStore
-from qexport.store.audit import SqlAuditLog, use_keys
+from qexport.store.audit.chain import use_keys
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.catalog import SqlCatalog
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.engine import (

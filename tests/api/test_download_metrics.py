@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from qexport.services import audit_trail
-from qexport.store import audit as store_audit
+from qexport.store.audit import log as audit_log
 from tests.api.conftest import Api, api_on
 
 pytest_plugins = ["tests.s3server"]
@@ -174,7 +174,7 @@ def test_events_that_could_not_be_recorded_are_counted(
     def broken(*_args: object) -> None:
         raise RuntimeError("the database refused the write")
 
-    monkeypatch.setattr(store_audit, "append_all_in", broken)
+    monkeypatch.setattr(audit_log, "append_all_in", broken)
     assert _file(api, acme_id, ALICE).status_code == 200
     monkeypatch.undo()
 

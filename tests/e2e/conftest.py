@@ -26,7 +26,7 @@ from qexport.domain.queries import Parameter, Query
 from qexport.services.requests import record_request
 from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
-from qexport.store.audit import use_keys
+from qexport.store.audit.chain import use_keys
 from qexport.store.engine import create_engine
 from tests.stores import SqlMetadataStore
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from qexport.domain.audit import Action, ActorKind, AuditEvent
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.tables.audit import audit_events
 from tests.e2e.conftest import Env
 

@@ -28,7 +28,7 @@ from qexport.domain.audit import (
     unkeyed,
 )
 from qexport.domain.audit_keys import ChainKey
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.engine import MIGRATIONS
 from qexport.store.tables.audit import audit_anchors, audit_events
 from tests.e2e.conftest import Env

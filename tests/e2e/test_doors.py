@@ -21,7 +21,7 @@ from qexport.clock import SystemClock
 from qexport.domain.audit import AuditFilter
 from qexport.services.accounts import add_user, issue_token
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit.log import SqlAuditLog
 from tests.e2e.conftest import Env
 from tests.e2e.test_serve import SMALL_ORDERS, N, bearer, start_server
 

@@ -21,7 +21,7 @@ from qexport.domain.audit_keys import AuditKeys
 from qexport.domain.exports import ExportRecord, Status
 from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Parameter, ParamType
-from qexport.store.audit import use_keys
+from qexport.store.audit.chain import use_keys
 from qexport.store.engine import create_engine
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL, HUGE_STRING_SQL, MEMORY_LEASE

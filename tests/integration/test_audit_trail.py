@@ -23,8 +23,8 @@ from qexport.domain.audit import (
     Outcome,
     verify_chain,
 )
-from qexport.store.audit import SqlAuditLog
-from qexport.store.audit_writer import Writer
+from qexport.store.audit.log import SqlAuditLog
+from qexport.store.audit.writer import Writer
 from qexport.store.tables.audit import audit_events
 from tests.fakes import FrozenClock
 from tests.stores import SqlMetadataStore, keyed

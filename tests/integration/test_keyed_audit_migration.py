@@ -20,7 +20,7 @@ from qexport.domain.audit import (
     unkeyed,
     verify_chain,
 )
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.engine import MIGRATIONS
 from qexport.store.tables.audit import audit_anchors, audit_events
 from tests.fakes.audit import TEST_AUDIT_KEYS

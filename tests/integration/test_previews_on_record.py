@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from qexport.domain.audit import OPERATOR, Action, ActorKind, AuditEvent, Outcome
 from qexport.domain.stats import PreviewTally
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit.log import SqlAuditLog
 from qexport.store.rates import SqlRateLimits
 from qexport.store.stats import read_stats
 from tests.stores import SqlMetadataStore

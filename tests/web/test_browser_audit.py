@@ -8,7 +8,7 @@ from qexport.clock import SystemClock
 from qexport.domain.audit import Action
 from qexport.services.accounts import add_user
 from qexport.store.accounts import SqlAccountStore
-from qexport.store.audit import SqlAuditLog
+from qexport.store.audit.log import SqlAuditLog
 from tests.e2e.conftest import wait_for
 from tests.web.browser import PASSWORD, Site, chromium, require_browser, sign_in, site
 from tests.web.browser import request_export as _request

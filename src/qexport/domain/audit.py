@@ -17,7 +17,7 @@ MAC covers the last unkeyed hash and its sequence: the unkeyed stretch can no lo
 shortened, edited or renumbered unseen. A chain pruned since keys starts from an anchor that
 a signed `audit.pruned` event of the chain must name (`pruned_details`).
 
-Pure: no I/O. The store writes events (store/audit.py); services build them
+Pure: no I/O. The store writes events (store/audit/); services build them
 (services/audit.py).
 """
 

@@ -20,7 +20,7 @@ unkeyed chain signed only at checkpoints, where anything written after the last 
 could be rewritten unseen.
 
 None of the keys ever leaves the process: every event's HMAC is computed in Python, on
-PostgreSQL too (store/audit.py), so neither the database, its functions nor its logs ever
+PostgreSQL too (store/audit/chain.py), so neither the database, its functions nor its logs ever
 see one. (Until migration 0025, PostgreSQL computed the HMAC in a function of the database,
 handed the event key's pads with each append: whoever held qexport's database login could
 have replaced that function with one that kept them.)

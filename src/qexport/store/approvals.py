@@ -23,7 +23,7 @@ from qexport.domain.audit import AuditEvent
 from qexport.domain.failures import waiting_cap_reached
 from qexport.domain.schedules import NewDelivery
 from qexport.ports import NewExport
-from qexport.store.audit import append_if, lock_chain
+from qexport.store.audit.chain import append_if, lock_chain
 from qexport.store.engine import read_transaction, transaction
 from qexport.store.exports import insert_export_in
 from qexport.store.tables.approvals import approval_requests

@@ -17,7 +17,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, ResultColumn, Visibility
 from qexport.domain.reports import Report, Section
 from qexport.domain.sensitivity import Relation, reads_from_json, reads_to_json
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
 from qexport.store.tables.catalog import queries, reports

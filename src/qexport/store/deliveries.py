@@ -18,7 +18,7 @@ from qexport.domain.exports import Status
 from qexport.domain.failures import FailureCode, bounded_detail
 from qexport.domain.schedules import Channel, Delivery, DeliveryStatus, Outcome, Recipient
 from qexport.ports import ClaimedDelivery
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.exports import _to_record
 from qexport.store.tables.exports import exports

@@ -40,7 +40,7 @@ from qexport.domain.reports import SUBJECT_REPORT, ReportSubject
 from qexport.domain.schedules import DeliveryStatus, NewDelivery
 from qexport.domain.sensitivity import file_reads_from_json, file_reads_to_json
 from qexport.ports import Admission, ClaimResult, NewExport
-from qexport.store.audit import append_if, lock_chain
+from qexport.store.audit.chain import append_if, lock_chain
 from qexport.store.catalog import QUERY_KEYS, to_query, to_report
 from qexport.store.engine import read_transaction, transaction
 from qexport.store.notify import notify_claimable

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from qexport.domain.accounts import Link, link_cap_reached
 from qexport.domain.audit import AuditEvent, naming
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.tables.exports import links
 

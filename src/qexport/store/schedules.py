@@ -19,7 +19,7 @@ from qexport.domain.schedules import (
     schedule_cap_reached,
 )
 from qexport.ports import NewExport, ScheduleRun
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.exports import _to_record, finish_request_in, insert_export_in
 from qexport.store.tables.exports import exports

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from qexport.domain.audit import AuditEvent
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.sources import RegisteredSource
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.tables.sources import source_shares, sources
 

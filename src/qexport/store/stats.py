@@ -2,7 +2,7 @@
 
 Every API and worker process writes to the same database, so any one process can report the
 whole system. A scrape runs three aggregate statements and reads the download and preview
-totals (one row per workspace each, kept with the audit trail: store/audit.py, and the
+totals (one row per workspace each, kept with the audit trail: store/audit/, and the
 database's triggers for previews), on SQLite and PostgreSQL alike.
 """
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from qexport.domain.accounts import LAST_USED_RESOLUTION, ApiToken, TokenHolder
 from qexport.domain.audit import AuditEvent
 from qexport.domain.sign_in import FailureCounts, Failures
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
 from qexport.store.tables.accounts import api_tokens, memberships, sign_in_failures, users

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from qexport.domain.accounts import Member, Membership, Role, User
 from qexport.domain.audit import AuditEvent
 from qexport.domain.failures import ConflictError, InvalidRequestError
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
 from qexport.store.tables.accounts import memberships, users, workspaces

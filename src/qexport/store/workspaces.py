@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from qexport.domain.audit import AuditEvent
 from qexport.domain.policies import WorkspacePolicy
-from qexport.store.audit import append_if
+from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
 from qexport.store.tables.accounts import workspaces

@@ -61,7 +61,7 @@ audit_anchors = sa.Table(
 
 # Each workspace's downloads, bytes sent and public-link uses over the events audit_events
 # holds (domain/stats.py download_tally), for /metrics: kept in step in the transaction that
-# appends a download's event and in the one that prunes events (store/audit.py). Summing
+# appends a download's event and in the one that prunes events (store/audit/). Summing
 # audit_events at each scrape grows with the retention: with 1M events it took 4.0 s on
 # SQLite and 2.1 s on PostgreSQL (the bytes are in the details' JSON), and 265 / 571 ms for
 # the counts alone over a partial index; reading this table, the whole scrape takes 12 /
@@ -144,7 +144,7 @@ EXECUTE FUNCTION audit_preview_totals_kept()
 
 # SQLite's side of the prune path: a DELETE of audit events is allowed only while this
 # one-row table says a prune is under way, which `qexport audit prune` sets and clears in its
-# own transaction (store/audit.py). SQLite has no session variables; the flag's row is written
+# own transaction (store/audit/log.py). SQLite has no session variables; the flag's row is written
 # inside the pruning transaction, so no other connection ever sees it set.
 audit_prune_flag = sa.Table(
     "audit_prune_flag",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from qexport.store.audit import add_to_download_totals, tally_downloads
+from qexport.store.audit.chain import add_to_download_totals, tally_downloads
 
 revision = "0017"
 down_revision = "0016"

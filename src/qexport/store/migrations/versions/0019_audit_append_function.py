@@ -1,5 +1,5 @@
 """PostgreSQL: qexport_audit_append, which chains events onto a workspace's audit trail under
-its lock in one statement (store/audit.py says why).
+its lock in one statement (store/audit/chain.py says why).
 
 Revision ID: 0019
 Revises: 0018
@@ -18,7 +18,7 @@ depends_on = None
 # p_events: a JSON array of the events' columns but for prev_hash and hash, each with the
 # text of its canonical form before and after its prev_hash (domain/audit.around_prev), so
 # that the hash is SHA-256(before || prev || after) whatever prev turns out to be. The lock's
-# first key is the audit chains' own space, 0x41554454 ("AUDT"), as store/audit.py's
+# first key is the audit chains' own space, 0x41554454 ("AUDT"), as store/audit/chain.py's
 # _LOCK_SPACE. VOLATILE: each query after the lock takes a snapshot of its own, so the head
 # read is that of whoever held the lock before. The download totals change with the events.
 _CREATE = """

@@ -1,6 +1,6 @@
 """The keyed audit chain: each event's place in its chain (`seq`, numbered here for the events
 already recorded) and the secret that keyed it (`key_id`), an anchor's sequence, and on
-PostgreSQL qexport_audit_append keying each event with HMAC-SHA256 (store/audit.py says how).
+PostgreSQL qexport_audit_append keying each event with HMAC-SHA256 (store/audit/chain.py says how).
 
 Events already recorded keep their plain SHA-256 hashes (key_id NULL) and verify as they
 are; anchors left by earlier prunes get sequence 0, the numbering starting after them.

@@ -4,7 +4,7 @@ The function (migrations 0019 and 0020) was handed each workspace's event key, a
 padded keys, with every append. Whoever holds qexport's database login owns the function and
 could have put one in its place that kept them, then forged events after the newest
 checkpoint. The events are now chained and keyed in Python under the same advisory lock
-(store/audit.py), and no function of the database takes key material. Both signatures go:
+(store/audit/chain.py), and no function of the database takes key material. Both signatures go:
 0020's keyed one and the one that refuses unkeyed appends.
 
 A process of the version before still calls the function: its appends fail until it is

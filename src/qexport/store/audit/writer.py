@@ -1,4 +1,4 @@
-"""The writer thread behind `SqlAuditLog.record_soon` (store/audit.py): events handed over
+"""The writer thread behind `SqlAuditLog.record_soon` (store/audit/log.py): events handed over
 without waiting, written together by one thread per process.
 
 Its own module so that the trail's store reads in one sitting; it knows nothing of the
