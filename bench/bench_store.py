@@ -10,7 +10,7 @@ from qexport.config import Settings
 from qexport.store.audit.chain import use_keys
 from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 
 
 class SqlMetadataStore(SqlExportQueue, SqlCatalog):

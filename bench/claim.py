@@ -34,7 +34,7 @@ from qexport.domain.exports import Result
 from qexport.ports import NewExport
 from qexport.store.catalog import SqlCatalog
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 
 
 class SqlMetadataStore(SqlExportQueue, SqlCatalog):

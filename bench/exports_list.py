@@ -28,7 +28,7 @@ from qexport.clock import SystemClock
 from qexport.domain.exports import ExportFilter, Requester
 from qexport.services.exports import ExportListing, list_export_page
 from qexport.store.engine import create_engine, migrate
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 from qexport.store.tables.exports import exports
 
 INDEXES = (

@@ -16,13 +16,8 @@ from qexport.domain.exports import ExportRecord
 from qexport.domain.failures import FailureCode
 from qexport.domain.lifecycle import Guard, Step, failed_changes, guard_holds
 from qexport.store.engine import transaction
-from qexport.store.exports import (
-    SqlExportQueue,
-    claim_in,
-    failed_values,
-    guard_clause,
-    transition_in,
-)
+from qexport.store.exports.queue import SqlExportQueue
+from qexport.store.exports.transitions import claim_in, failed_values, guard_clause, transition_in
 from qexport.store.tables.exports import exports
 from tests.fakes.exports import InMemoryExportQueue
 

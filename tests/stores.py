@@ -16,7 +16,7 @@ from qexport.domain.audit_keys import AuditKeyMissingError
 from qexport.ports import Catalog, ExportQueue
 from qexport.store.audit.chain import keys_for, use_keys
 from qexport.store.catalog import SqlCatalog
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 from tests.fakes.audit import TEST_AUDIT_KEYS
 
 

@@ -50,7 +50,7 @@ from qexport.store.engine import (
     schema_mismatch,
     serve_on_this_loop,
 )
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 from qexport.store.rates import SqlRateLimits
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.sqlite_watch import SqliteChangeWatcher, sqlite_path

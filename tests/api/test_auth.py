@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from qexport.domain.accounts import parse_api_token
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 from tests.api.conftest import Api
 
 ANN = "ann@acme.test"

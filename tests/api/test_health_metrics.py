@@ -20,7 +20,7 @@ from qexport.domain.queries import Query
 from qexport.services.exports import cancel_export
 from qexport.services.requests import record_request
 from qexport.store.engine import head_revision
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 from qexport.store.stats import read_stats
 from tests import queue_helpers
 from tests.api.conftest import Api

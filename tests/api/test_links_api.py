@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.domain.queries import Visibility
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 from qexport.store.tables.exports import links
 from tests.api.conftest import Api
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from qexport.store.exports import SqlExportQueue
+from qexport.store.exports.queue import SqlExportQueue
 from tests.api.conftest import Api
 from tests.web.conftest import Browser, add_person, csrf_of
 

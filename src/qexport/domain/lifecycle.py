@@ -2,8 +2,9 @@
 decisions.
 
 Every transition is one guarded write: it changes the record only while its guard holds, and
-records one event. The SQL store compiles `Guard` into WHERE clauses (store/exports.py); the
-in-memory fake checks `guard_holds`. A settled record matches no guard, so it never changes.
+records one event. The SQL store compiles `Guard` into WHERE clauses
+(store/exports/transitions.py); the in-memory fake checks `guard_holds`. A settled record
+matches no guard, so it never changes.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ FORMAT_CHOICES = tuple(sorted(set(QUERY_FORMATS) | REPORT_FORMATS))
 MIN_ID_PREFIX = 4  # like git's shortest abbreviation: fewer characters match too much
 MAX_SEARCH_CHARS = 200
 # A UUID starts with 8 hex digits: a prefix's first 4 are hex, which also lets the store find
-# it by a range of the primary key (store/exports.py) rather than by reading every id.
+# it by a range of the primary key (store/exports/reads.py) rather than by reading every id.
 _ID_PREFIX = re.compile(r"^[0-9a-f]{4}[0-9a-f-]*$")
 
 

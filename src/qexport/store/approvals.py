@@ -3,7 +3,7 @@ expired), and an approval inserts its export in the same transaction, so that no
 approved without its export nor an export made of a request twice.
 
 The cap on a requester's waiting requests is counted inside the transaction that inserts the
-request, after the insert, as the unsettled-exports cap is (store/exports.py): SQLite's
+request, after the insert, as the unsettled-exports cap is (store/exports/requests.py): SQLite's
 writers take turns (BEGIN IMMEDIATE), and on PostgreSQL the workspace's audit chain lock,
 held until the commit, orders concurrent requests of one workspace, so each counts the
 others' committed rows and a request past the cap rolls back with its event. Counted by a read
@@ -25,7 +25,7 @@ from qexport.domain.schedules import NewDelivery
 from qexport.ports import NewExport
 from qexport.store.audit.chain import append_if, lock_chain
 from qexport.store.engine import read_transaction, transaction
-from qexport.store.exports import insert_export_in
+from qexport.store.exports.requests import insert_export_in
 from qexport.store.tables.approvals import approval_requests
 
 _PENDING = ApprovalStatus.PENDING.value

@@ -22,7 +22,7 @@ from qexport.store.engine import OnEngine
 from qexport.store.reads import OneRead
 from qexport.store.tables.catalog import queries, reports
 
-# Read on every download and every request of an export: prebuilt, as store/exports.py's are.
+# Read on every download and every request of an export: prebuilt, as the export queue's are.
 _GET_QUERY = OneRead(sa.select(queries).where(queries.c.id == sa.bindparam("id_")))
 _LIVE_IN_WORKSPACE = sa.and_(
     queries.c.workspace_id == sa.bindparam("workspace_"), queries.c.deleted_at.is_(None)

@@ -20,7 +20,7 @@ from qexport.domain.schedules import Channel, Delivery, DeliveryStatus, Outcome,
 from qexport.ports import ClaimedDelivery
 from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
-from qexport.store.exports import _to_record
+from qexport.store.exports.records import to_record
 from qexport.store.tables.exports import exports
 from qexport.store.tables.schedules import UNSENT, deliveries
 
@@ -101,7 +101,7 @@ class SqlDeliveryStore(OnEngine):
             if row is None:
                 return None
             export = conn.execute(sa.select(exports).where(exports.c.id == row.export_id)).one()
-            return ClaimedDelivery(_to_delivery(row), _to_record(export))
+            return ClaimedDelivery(_to_delivery(row), to_record(export))
 
     def _fenced(
         self, delivery_id: str, token: str, audit: AuditEvent | None = None, **values: Any

@@ -21,7 +21,8 @@ from qexport.domain.schedules import (
 from qexport.ports import NewExport, ScheduleRun
 from qexport.store.audit.chain import append_if
 from qexport.store.engine import OnEngine
-from qexport.store.exports import _to_record, finish_request_in, insert_export_in
+from qexport.store.exports.records import to_record
+from qexport.store.exports.requests import finish_request_in, insert_export_in
 from qexport.store.tables.exports import exports
 from qexport.store.tables.schedules import (
     instance_secrets,
@@ -251,7 +252,7 @@ class SqlScheduleStore(OnEngine):
             .limit(limit)
         )
         with self._read() as conn:
-            return [ScheduleRun(row.run_due_at, _to_record(row)) for row in conn.execute(stmt)]
+            return [ScheduleRun(row.run_due_at, to_record(row)) for row in conn.execute(stmt)]
 
     def subscribe(self, schedule_id: str, user_id: str, *, now: datetime) -> bool:
         row = {"schedule_id": schedule_id, "user_id": user_id, "created_at": now}

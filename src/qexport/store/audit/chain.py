@@ -41,7 +41,7 @@ T = TypeVar("T")
 # The advisory locks' first key: the audit chains' own space, apart from the migrations' lock.
 _LOCK_SPACE = 0x41554454  # "AUDT"
 _WORKSPACE = sa.bindparam("workspace_", type_=audit_events.c.workspace_id.type)
-# Prebuilt, as the export queue's statements are (store/exports.py): built per call they
+# Prebuilt, as the export queue's statements are (store/exports/): built per call they
 # cost more to find in SQLAlchemy's cache than to run.
 _LAST = (
     sa.select(audit_events.c.hash, audit_events.c.seq)

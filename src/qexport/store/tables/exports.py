@@ -79,7 +79,7 @@ sa.Index(
     sqlite_where=sa.text(UNSETTLED),
     postgresql_where=sa.text(UNSETTLED),
 )
-# The fair claim's second read (store/exports.py): one requester's unsettled exports in queue
+# The fair claim's second read (store/exports/claims.py): one requester's unsettled exports in queue
 # order, without their settled history.
 sa.Index(
     "ix_exports_requester_unsettled",
@@ -90,8 +90,8 @@ sa.Index(
     sqlite_where=sa.text(UNSETTLED),
     postgresql_where=sa.text(UNSETTLED),
 )
-# The fair claim's turn-taking (store/exports.py): when a requester's exports last started, one
-# seek per requester instead of their whole history.
+# The fair claim's turn-taking (store/exports/claims.py): when a requester's exports last
+# started, one seek per requester instead of their whole history.
 sa.Index(
     "ix_exports_requester_started",
     exports.c.workspace_id,
@@ -135,8 +135,8 @@ sa.Index(
     exports.c.created_at,
     exports.c.id,
 )
-# The storage quota's sum (store/exports.py): a workspace's succeeded exports by expiry, without
-# its failed history.
+# The storage quota's sum (store/exports/queue.py): a workspace's succeeded exports by expiry,
+# without its failed history.
 SUCCEEDED = "status = 'succeeded'"
 sa.Index(
     "ix_exports_stored",
