@@ -18,7 +18,7 @@ import pytest
 from moto.s3.responses import S3Response
 from moto.server import ThreadedMotoServer
 
-from qexport.storage.s3 import S3ObjectStore
+from qexport.storage.s3.store import S3ObjectStore
 
 REGION = "us-east-1"
 _CONDITIONAL_WRITE = threading.Lock()

@@ -59,7 +59,7 @@ from qexport.store.stats import read_stats
 if TYPE_CHECKING:
     from qexport.deliveries.dispatch import DeliveryDispatcher
     from qexport.previews.processes import PreviewProcesses, StartMethod
-    from qexport.storage.s3 import S3ObjectStore
+    from qexport.storage.s3.store import S3ObjectStore
     from qexport.store.notify import PgListener
 
 # Read, never written: a stat of a key nobody uses tells whether the store answers.
@@ -123,7 +123,7 @@ def object_store(settings: Settings) -> ObjectStore:
     if url.scheme == "file":
         return FilesystemObjectStore(Path(unquote(url.path)))
     if url.scheme == "s3":
-        from qexport.storage.s3 import S3ObjectStore  # boto3 loads only when S3 is used
+        from qexport.storage.s3.store import S3ObjectStore  # boto3 loads only when S3 is used
 
         return S3ObjectStore.from_url(
             settings.storage_url, endpoint_url=settings.s3_endpoint_url or None
@@ -378,7 +378,7 @@ def object_capabilities(objects: ObjectStore) -> tuple[Presigner | None, LocalFi
 
 def _on_s3(objects: ObjectStore) -> S3ObjectStore | None:
     """The S3 store, or None; without importing boto3 to find out."""
-    s3 = sys.modules.get("qexport.storage.s3")
+    s3 = sys.modules.get("qexport.storage.s3.store")
     if s3 is not None and isinstance(objects, s3.S3ObjectStore):
         return cast("S3ObjectStore", objects)
     return None
@@ -391,7 +391,7 @@ def _retention_rules(objects: ObjectStore) -> RetentionRules | None:
         return FilesystemRetention(objects)
     s3 = _on_s3(objects)
     if s3 is not None:
-        from qexport.storage.s3_lifecycle import S3Retention
+        from qexport.storage.s3.lifecycle import S3Retention
 
         return S3Retention(s3)
     return None

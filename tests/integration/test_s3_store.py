@@ -22,9 +22,10 @@ from qexport.domain.failures import (
     StorageUnavailableError,
 )
 from qexport.ports import StoredObject
-from qexport.storage import s3
-from qexport.storage.s3 import S3ObjectStore
-from qexport.storage.s3_lifecycle import apply_lifecycle, check_lifecycle, lifecycle_rules
+from qexport.storage.s3 import upload as s3_upload
+from qexport.storage.s3.errors import s3_errors
+from qexport.storage.s3.lifecycle import apply_lifecycle, check_lifecycle, lifecycle_rules
+from qexport.storage.s3.store import S3ObjectStore
 
 # The moto server and per-test bucket fixtures (a plugin, so fixture arguments shadow nothing).
 pytest_plugins = ["tests.s3server"]
@@ -60,7 +61,7 @@ def test_multipart_upload_reads_back_byte_exact_with_its_metadata(
 ) -> None:
     """Three 8 MiB parts and a tail are joined in order; head reports size, rows and sha256."""
     # Copy the staged object to the key in 8 MiB ranges, so that several ranges are stitched.
-    monkeypatch.setattr(s3, "COPY_PART_BYTES", PART)
+    monkeypatch.setattr(s3_upload, "COPY_PART_BYTES", PART)
     parts = _parts(3, b"tail,row\n")
     data = b"".join(parts)
 
@@ -162,7 +163,7 @@ def test_s3_refusals_are_retryable_only_when_a_later_try_can_succeed(
         {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "UploadPart"
     )
 
-    with pytest.raises(QExportError) as raised, s3.s3_errors("store", "bucket-x", KEY):
+    with pytest.raises(QExportError) as raised, s3_errors("store", "bucket-x", KEY):
         raise refusal
 
     assert raised.value.code.retryable is retryable

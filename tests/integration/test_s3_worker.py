@@ -16,7 +16,7 @@ from qexport.domain.queries import Query
 from qexport.services.exports import open_download
 from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
-from qexport.storage.s3 import S3ObjectStore
+from qexport.storage.s3.store import S3ObjectStore
 from qexport.worker.loop import Worker
 from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore

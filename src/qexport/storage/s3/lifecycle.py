@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from qexport.domain.failures import QExportError
-from qexport.storage.s3 import STAGING_DIR, error_code, s3_errors
+from qexport.storage.s3.errors import error_code, s3_errors
+from qexport.storage.s3.store import STAGING_DIR, S3ObjectStore
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import (
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
         LifecycleRuleOutputTypeDef,
         LifecycleRuleTypeDef,
     )
-
-    from qexport.domain.failures import QExportError
-from qexport.storage.s3 import S3ObjectStore
 
 EXPIRY_GRACE = timedelta(days=1)
 INCOMPLETE_UPLOAD_DAYS = 1
