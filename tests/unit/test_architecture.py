@@ -337,10 +337,9 @@ HANDLER_STEPS: dict[str, frozenset[str]] = {
             "run_schedule",
             "delete_schedule",
             "set_enabled",
-            "subscribe",
-            "unsubscribe",
         }
     ),
+    "services.schedules.subscriptions": frozenset({"subscribe", "unsubscribe"}),
 }
 
 

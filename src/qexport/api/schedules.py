@@ -39,6 +39,7 @@ from qexport.domain.schedules import Schedule
 from qexport.http.one_hop import OneHopRoute
 from qexport.services import scheduling
 from qexport.services.schedules import catalog as service
+from qexport.services.schedules import subscriptions, visibility
 from qexport.services.scheduling import delete_schedule as delete_schedule_now
 from qexport.services.scheduling import run_schedule_now
 from qexport.services.signing import signing_key as workspace_key
@@ -55,7 +56,7 @@ _OTHER_SUBJECT = {"query_id": "report_id", "report_id": "query_id"}
 def _view(
     schedule: Schedule, actor: Principal, subscribed: frozenset[str] = frozenset()
 ) -> ScheduleView:
-    full = service.sees_recipients(actor, schedule)
+    full = visibility.sees_recipients(actor, schedule)
     view = ScheduleView.model_validate(schedule_view(schedule, full_recipients=full))
     return view.model_copy(update={"subscribed": schedule.id in subscribed})
 
@@ -67,7 +68,7 @@ def _view(
     summary="The workspace's webhook signing key (workspace admins)",
 )
 def signing_key(principal: CurrentPrincipal, context: Context) -> SigningKey:
-    service.require_admin(principal)
+    visibility.require_admin(principal)
     key = workspace_key(context.settings, context.schedules, context.clock, principal.workspace_id)
     return SigningKey(workspace=principal.workspace_id, key=key)
 
@@ -124,8 +125,8 @@ def create_schedule(
     summary="The workspace's schedules you can see",
 )
 def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleList:
-    found = service.list_visible_schedules(context.catalog, context.schedules, principal)
-    subscribed = service.subscribed_ids(context.schedules, principal)
+    found = visibility.list_visible_schedules(context.catalog, context.schedules, principal)
+    subscribed = subscriptions.subscribed_ids(context.schedules, principal)
     return ScheduleList(items=[_view(s, principal, subscribed) for s in found])
 
 
@@ -136,10 +137,10 @@ def list_schedules(principal: CurrentPrincipal, context: Context) -> ScheduleLis
     summary="One schedule (404 when missing, deleted or not visible to you)",
 )
 def read_schedule(schedule_id: str, principal: CurrentPrincipal, context: Context) -> ScheduleView:
-    schedule = service.get_visible_schedule(
+    schedule = visibility.get_visible_schedule(
         context.catalog, context.schedules, principal, schedule_id
     )
-    return _view(schedule, principal, service.subscribed_ids(context.schedules, principal))
+    return _view(schedule, principal, subscriptions.subscribed_ids(context.schedules, principal))
 
 
 @router.patch(
@@ -174,7 +175,7 @@ def change_schedule(
             changes[name] = value
     changed = ChangeSchedule(schedule_id, changes, found=tuple(found))
     schedule = scheduling.change_schedule(context, principal, changed)
-    return _view(schedule, principal, service.subscribed_ids(context.schedules, principal))
+    return _view(schedule, principal, subscriptions.subscribed_ids(context.schedules, principal))
 
 
 @router.delete(

@@ -344,8 +344,8 @@ class LinkList(BaseModel):
 # ---------------------------------------------------------------- schedules and deliveries
 
 MissedChoice = Literal["once", "skip"]
-# A schedule's values are checked by services/schedules/catalog.py all together, so that a 422 lists
-# every mistake at once in the form's order; these types document the rules they check.
+# A schedule's values are checked by services/schedules/checks.py all together, so that a 422
+# lists every mistake at once in the form's order; these types document the rules they check.
 Cron = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_CRON_CHARS})]
 TimeZoneName = Annotated[str, WithJsonSchema({"type": "string", "maxLength": 64})]
 FormatName = Annotated[

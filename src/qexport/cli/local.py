@@ -264,13 +264,13 @@ class LocalClient:
 
     def _schedule_view(self, schedule: Schedule) -> dict[str, Any]:
         """A schedule as the server answers it to the principal (recipients, `subscribed`)."""
-        from qexport.services.schedules import catalog as service
+        from qexport.services.schedules import subscriptions, visibility
 
         acting = self._principal
         view = views.schedule_view(
-            schedule, full_recipients=service.sees_recipients(acting, schedule)
+            schedule, full_recipients=visibility.sees_recipients(acting, schedule)
         )
-        subscribed = schedule.id in service.subscribed_ids(self._deps.schedules, acting)
+        subscribed = schedule.id in subscriptions.subscribed_ids(self._deps.schedules, acting)
         return {**view, "subscribed": subscribed}
 
     def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -295,11 +295,11 @@ class LocalClient:
         return self._schedule_view(schedule)
 
     def list_schedules(self) -> dict[str, Any]:
-        from qexport.services.schedules import catalog as service
+        from qexport.services.schedules import visibility
 
         deps, acting = self._deps, self._principal
         with _as_a_server():
-            found = service.list_visible_schedules(deps.catalog, deps.schedules, acting)
+            found = visibility.list_visible_schedules(deps.catalog, deps.schedules, acting)
         return {"items": [self._schedule_view(schedule) for schedule in found]}
 
     def update_schedule(self, schedule_id: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -328,12 +328,12 @@ class LocalClient:
         return views.export_view(record, self._deps.clock.now())
 
     def signing_key(self) -> dict[str, Any]:
-        from qexport.services.schedules import catalog as service
+        from qexport.services.schedules import visibility
         from qexport.services.signing import signing_key
 
         deps, acting = self._deps, self._principal
         with _as_a_server():
-            service.require_admin(acting)
+            visibility.require_admin(acting)
         key = signing_key(deps.settings, deps.schedules, deps.clock, acting.workspace_id)
         return {"workspace": acting.workspace_id, "key": key}
 

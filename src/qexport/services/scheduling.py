@@ -1,7 +1,7 @@
 """The schedule use cases that every door shares, as handlers: each takes the acting principal
 and a command, loads what it needs (the caps in the settings, the workspace's members) and
-takes the schedule catalogue's steps (`qexport.services.schedules.catalog`). The API, the pages and
-the command line call these, never the steps themselves."""
+takes the schedule catalogue's steps (`qexport.services.schedules.catalog`, `.subscriptions`).
+The API, the pages and the command line call these, never the steps themselves."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from qexport.domain.commands import (
 from qexport.domain.exports import ExportRecord
 from qexport.domain.schedules import Schedule
 from qexport.services.deps import Deps
-from qexport.services.schedules import catalog
-from qexport.services.schedules.catalog import Subscription
+from qexport.services.schedules import catalog, subscriptions
+from qexport.services.schedules.subscriptions import Subscription
 
 
 def create_schedule(deps: Deps, principal: Principal, command: CreateSchedule) -> Schedule:
@@ -68,7 +68,7 @@ def subscribe(deps: Deps, principal: Principal, command: Subscribe) -> Subscript
     """Subscribed (any member who may read the schedule's subject; again changes nothing),
     or unsubscribed (also once they may no longer see the schedule)."""
     if command.subscribed:
-        return catalog.subscribe(
+        return subscriptions.subscribe(
             deps.catalog,
             deps.schedules,
             deps.accounts,
@@ -76,4 +76,4 @@ def subscribe(deps: Deps, principal: Principal, command: Subscribe) -> Subscript
             principal,
             command.schedule_id,
         )
-    return catalog.unsubscribe(deps.catalog, deps.schedules, principal, command.schedule_id)
+    return subscriptions.unsubscribe(deps.catalog, deps.schedules, principal, command.schedule_id)

@@ -26,7 +26,7 @@ from qexport.domain.schedules import (
     describe_cron,
     next_runs,
 )
-from qexport.services.schedules import catalog as service
+from qexport.services.schedules import visibility
 from qexport.services.subjects import Subject
 from qexport.web.forms import GENERAL, email_of, field_of, numbered_lines, on_line
 from qexport.web.subjects import given_parameters, param_field, typed_values
@@ -199,7 +199,7 @@ def schedule_row(context: Container, actor: Principal, schedule: Schedule) -> di
         "recipients": [
             f"{r.channel.value} {shown.target}"
             for r in schedule.recipients
-            for shown in [r if service.sees_recipients(actor, schedule) else r.masked()]
+            for shown in [r if visibility.sees_recipients(actor, schedule) else r.masked()]
         ],
         "no_smtp": mails_without_smtp(context.settings, [r.to_json() for r in schedule.recipients]),
         "state": "active" if schedule.enabled else "paused",
@@ -207,5 +207,5 @@ def schedule_row(context: Container, actor: Principal, schedule: Schedule) -> di
         "missed": schedule.missed.value,
         "parameters": dict(schedule.parameters),
         "owner": email_of(context.accounts, schedule.owner),
-        "manage": service.may_manage(actor, schedule),
+        "manage": visibility.may_manage(actor, schedule),
     }

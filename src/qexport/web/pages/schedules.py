@@ -27,7 +27,7 @@ from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.services import scheduling
 from qexport.services.queries import list_readable_queries
 from qexport.services.reports import list_readable_reports
-from qexport.services.schedules import catalog as service
+from qexport.services.schedules import subscriptions, visibility
 from qexport.services.scheduling import pause_schedule, run_schedule_now
 from qexport.services.subjects import Subject
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
@@ -125,10 +125,10 @@ def _submit(
     if schedule_id is None:
         require_writer(principal)
     else:
-        current = service.get_visible_schedule(
+        current = visibility.get_visible_schedule(
             context.catalog, context.schedules, principal, schedule_id
         )
-        if not service.may_manage(principal, current):
+        if not visibility.may_manage(principal, current):
             raise ForbiddenError("only the schedule's owner or a workspace admin may change it")
     subject = subject_of(context, principal, fields.get("subject", ""))
     form = ScheduleForm.read(fields, subject)
@@ -188,9 +188,11 @@ def schedules_page(
     notice: str | None = None,
 ) -> Response:
     """The workspace's schedules the person may see, oldest first."""
-    found = service.list_visible_schedules(context.catalog, context.schedules, principal)
+    found = visibility.list_visible_schedules(context.catalog, context.schedules, principal)
     rows = [schedule_row(context, principal, s) for s in found]
-    subscribed = service.subscribed_ids(context.schedules, principal)  # pages/subscriptions.py
+    subscribed = subscriptions.subscribed_ids(
+        context.schedules, principal
+    )  # pages/subscriptions.py
     return page(
         request,
         "schedules.html",
@@ -241,12 +243,12 @@ def schedule_page(
 ) -> Response:
     """One schedule: what it exports, when, to whom, and how its recent runs went; with its
     actions for those who may."""
-    schedule = service.get_visible_schedule(
+    schedule = visibility.get_visible_schedule(
         context.catalog, context.schedules, principal, schedule_id
     )
     row = schedule_row(context, principal, schedule)
     now = context.clock.now()
-    full = service.sees_recipients(principal, schedule)
+    full = visibility.sees_recipients(principal, schedule)
     runs = [
         run_row(
             run.due_at,
@@ -277,10 +279,10 @@ def schedule_page(
 def edit_schedule_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal, schedule_id: str
 ) -> Response:
-    schedule = service.get_visible_schedule(
+    schedule = visibility.get_visible_schedule(
         context.catalog, context.schedules, principal, schedule_id
     )
-    if not service.may_manage(principal, schedule):
+    if not visibility.may_manage(principal, schedule):
         raise ForbiddenError("only the schedule's owner or a workspace admin may change it")
     form = ScheduleForm.of(schedule)
     subject = subject_of(context, principal, form.subject)
@@ -340,10 +342,10 @@ def _ask_delete(
     principal: Principal,
     params: Mapping[str, str],
 ) -> Confirmation:
-    schedule = service.get_visible_schedule(
+    schedule = visibility.get_visible_schedule(
         context.catalog, context.schedules, principal, params["schedule_id"]
     )
-    if not service.may_manage(principal, schedule):
+    if not visibility.may_manage(principal, schedule):
         raise ForbiddenError("only the schedule's owner or a workspace admin may delete it")
     row = schedule_row(context, principal, schedule)
     return Confirmation(

@@ -1,5 +1,5 @@
 """Subscribe and Unsubscribe on a schedule's page: each run's export mailed to the person's
-own address too, for any member who may read its subject (schedules.catalog.subscribe). Both
+own address too, for any member who may read its subject (schedules.subscriptions.subscribe). Both
 are POSTs with the CSRF field that lead back to the page with a notice."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from qexport.domain.commands import Subscribe
 from qexport.domain.failures import NotFoundError
 from qexport.domain.schedules import Schedule
 from qexport.services import scheduling
-from qexport.services.schedules import catalog as service
+from qexport.services.schedules import subscriptions, visibility
 from qexport.web.auth import CheckedForm, Context, WebPrincipal
 from qexport.web.errors import PageRoute
 
@@ -30,10 +30,10 @@ def _page(schedule_id: str) -> str:
 def subscription_of(context: Container, actor: Principal, schedule: Schedule) -> dict[str, Any]:
     """What the schedule's page shows of the person's subscription: whether they are
     subscribed, and whether they may (or why not)."""
-    refusal = service.subscription_refusal(context.catalog, context.accounts, actor, schedule)
+    refusal = subscriptions.subscription_refusal(context.catalog, context.accounts, actor, schedule)
     user = context.accounts.get_user(actor.requester.user_id)
     return {
-        "subscribed": schedule.id in service.subscribed_ids(context.schedules, actor),
+        "subscribed": schedule.id in subscriptions.subscribed_ids(context.schedules, actor),
         "offered": refusal is None,
         "refusal": None if refusal is None else refusal.reason.replace("the subscriber", "you"),
         "email": user.email if user else None,
@@ -55,7 +55,7 @@ def unsubscribe(
     """Back to the schedule's page, or to the list when the person may no longer see it."""
     found = scheduling.subscribe(context, principal, Subscribe(schedule_id, subscribed=False))
     try:
-        service.get_visible_schedule(
+        visibility.get_visible_schedule(
             context.catalog, context.schedules, principal, found.schedule_id
         )
     except NotFoundError:
