@@ -15,7 +15,8 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, ConfigDict, Field
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import ExportSubject, problem_responses
+from qexport.api.schemas.exports import ExportSubject
+from qexport.api.schemas.problems import problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.approvals import ApprovalRequest, Decision

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import problem_responses
+from qexport.api.schemas.problems import problem_responses
 from qexport.domain.audit import RecordedEvent
 from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.http.one_hop import OneHopRoute

@@ -8,7 +8,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import Delivery, problem_responses
+from qexport.api.schemas.deliveries import Delivery
+from qexport.api.schemas.problems import problem_responses
 from qexport.domain.commands import SendAgain
 from qexport.http.one_hop import OneHopRoute
 from qexport.services.resend import send_again

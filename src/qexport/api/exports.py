@@ -13,14 +13,14 @@ from pydantic.json_schema import SkipJsonSchema
 
 from qexport.api.approvals import Approval, approval_view
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import (
+from qexport.api.schemas.exports import (
     Export,
     ExportEventItem,
     ExportEventList,
     ExportList,
     ExportRequest,
-    problem_responses,
 )
+from qexport.api.schemas.problems import problem_responses
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.commands import CancelExport, ListExports, RequestExport, SubjectRef
 from qexport.domain.cursors import MAX_CURSOR_CHARS

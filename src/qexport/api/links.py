@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import CreatedLink, LinkItem, LinkList, LinkRequest, problem_responses
+from qexport.api.schemas.links import CreatedLink, LinkItem, LinkList, LinkRequest
+from qexport.api.schemas.problems import problem_responses
 from qexport.domain.commands import CreateLink, RevokeLink
 from qexport.http.one_hop import OneHopRoute
 from qexport.services.links import create_link, list_live_links, revoke_link

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Response
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from qexport.api.auth import Context
-from qexport.api.schemas import problem_responses
+from qexport.api.schemas.problems import problem_responses
 from qexport.domain.audit import Actor, ActorKind
 from qexport.http.download import (
     DownloadConditions,

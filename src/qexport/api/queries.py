@@ -8,7 +8,8 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import Parameters, problem_responses
+from qexport.api.schemas.fields import Parameters
+from qexport.api.schemas.problems import problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
 from qexport.domain.failures import InvalidRequestError

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.config import JsonDict
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import ParameterName, ParameterValue, problem_responses
+from qexport.api.schemas.fields import ParameterName, ParameterValue
+from qexport.api.schemas.problems import problem_responses
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (

@@ -13,18 +13,17 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import (
-    Delivery,
-    DeliveryList,
-    Export,
+from qexport.api.schemas.deliveries import Delivery, DeliveryList
+from qexport.api.schemas.exports import Export
+from qexport.api.schemas.problems import problem_responses
+from qexport.api.schemas.schedules import Schedule as ScheduleView
+from qexport.api.schemas.schedules import (
     ScheduleChange,
     ScheduleList,
     ScheduleRequest,
     SigningKey,
     Subscription,
-    problem_responses,
 )
-from qexport.api.schemas import Schedule as ScheduleView
 from qexport.domain.accounts import Principal
 from qexport.domain.commands import (
     ChangeSchedule,

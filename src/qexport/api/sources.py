@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from qexport import bootstrap
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import problem_responses
+from qexport.api.schemas.problems import problem_responses
 from qexport.http.one_hop import OneHopRoute, waits_on_sources
 from qexport.services import sources as service
 

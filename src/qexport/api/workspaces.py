@@ -10,14 +10,14 @@ from typing import Any
 from fastapi import APIRouter
 
 from qexport.api.auth import Context, CurrentPrincipal
-from qexport.api.schemas import (
+from qexport.api.schemas.problems import problem_responses
+from qexport.api.schemas.workspaces import (
     SensitiveTableView,
     WorkspaceChange,
     WorkspacePolicyChange,
     WorkspacePolicyChanged,
     WorkspacePolicyView,
     WorkspaceSettings,
-    problem_responses,
 )
 from qexport.container import Container
 from qexport.domain.accounts import Principal
