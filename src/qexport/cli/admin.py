@@ -248,6 +248,20 @@ def _read_url() -> str:
     return url
 
 
+def _check_source_input(url: str | None, *, url_stdin: bool, workspace: str) -> None:
+    """The URL given once (an argument, or on stdin), never with a password on the command
+    line, and the workspace the source belongs to."""
+    if url_stdin == (url is not None):
+        fail_input("give the URL as an argument or with --url-stdin (one of them)")
+    if url is not None and sources_service.url_has_password(url):
+        fail_input(
+            "a password on the command line is visible to other users: give the URL with"
+            " --url-stdin or as env:VARIABLE"
+        )
+    if not workspace:
+        fail_input("--workspace names the workspace the source belongs to")
+
+
 @sources_app.command("add")
 def sources_add(
     ctx: typer.Context,
@@ -283,15 +297,7 @@ def sources_add(
     """
     from qexport import bootstrap
 
-    if url_stdin == (url is not None):
-        fail_input("give the URL as an argument or with --url-stdin (one of them)")
-    if url is not None and sources_service.url_has_password(url):
-        fail_input(
-            "a password on the command line is visible to other users: give the URL with"
-            " --url-stdin or as env:VARIABLE"
-        )
-    if not workspace:
-        fail_input("--workspace names the workspace the source belongs to")
+    _check_source_input(url, url_stdin=url_stdin, workspace=workspace)
     given = _read_url() if url is None else url
     admin = admin_context(ctx)
     settings = admin.settings

@@ -26,7 +26,7 @@ way. So:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -295,29 +295,7 @@ def _svg_panel(section: SectionData, data: ChartData, panel: Panel, plot_h: int)
             f'<text x="{_LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">'
             f"{escape(tick_label(tick))}</text>"
         )
-    if section.display is Display.BAR:
-        width = slot * 0.8 / len(panel.series)
-        for s, values in enumerate(panel.series):
-            for i, value in enumerate(values):
-                if value is None:
-                    continue
-                bar_top, bottom = sorted((y(value), y(max(low, 0.0))))
-                x = _LEFT + i * slot + slot * 0.1 + s * width
-                parts.append(
-                    f'<rect x="{x:.1f}" y="{bar_top:.1f}" width="{width:.1f}"'
-                    f' height="{bottom - bar_top:.1f}" fill="{PALETTE[s]}"/>'
-                )
-    else:
-        for s, values in enumerate(panel.series):
-            points = " ".join(
-                f"{_LEFT + (i + 0.5) * slot:.1f},{y(v):.1f}"
-                for i, v in enumerate(values)
-                if v is not None
-            )
-            parts.append(
-                f'<polyline points="{points}" fill="none" stroke="{PALETTE[s]}"'
-                ' stroke-width="1.5"/>'
-            )
+    parts += _svg_series(section.display, panel, low, slot, y)
     axis = top + plot_h + 14
     for i in range(0, n, data.label_step()):
         x = _LEFT + (i + 0.5) * slot
@@ -337,6 +315,37 @@ def _svg_panel(section: SectionData, data: ChartData, panel: Panel, plot_h: int)
             )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _svg_series(
+    display: Display, panel: Panel, low: float, slot: float, y: Callable[[float], float]
+) -> list[str]:
+    """The panel's series as bars side by side in each label's slot, or as lines through the
+    slots' middles; `y` places a value on the plot."""
+    parts: list[str] = []
+    if display is Display.BAR:
+        width = slot * 0.8 / len(panel.series)
+        for s, values in enumerate(panel.series):
+            for i, value in enumerate(values):
+                if value is None:
+                    continue
+                bar_top, bottom = sorted((y(value), y(max(low, 0.0))))
+                x = _LEFT + i * slot + slot * 0.1 + s * width
+                parts.append(
+                    f'<rect x="{x:.1f}" y="{bar_top:.1f}" width="{width:.1f}"'
+                    f' height="{bottom - bar_top:.1f}" fill="{PALETTE[s]}"/>'
+                )
+        return parts
+    for s, values in enumerate(panel.series):
+        points = " ".join(
+            f"{_LEFT + (i + 0.5) * slot:.1f},{y(v):.1f}"
+            for i, v in enumerate(values)
+            if v is not None
+        )
+        parts.append(
+            f'<polyline points="{points}" fill="none" stroke="{PALETTE[s]}" stroke-width="1.5"/>'
+        )
+    return parts
 
 
 def legend_shown(data: ChartData, panel: Panel) -> bool:

@@ -176,17 +176,7 @@ def describe_statement(  # noqa: PLR0913 - keyword-only: the one check and what 
         sources.source_for(source, requester.workspace_id)
     except (AccessLostError, SourceUnavailableError):
         raise InvalidRequestError(f"unknown source {source!r}", field="source") from None
-    taken = (
-        None
-        if ration is None
-        else admit_look(
-            ration.looks,
-            requester,
-            refused=f"you ran {ration.looks.per_minute} previews (or checks of queries that"
-            " were not saved) in the last minute, as many as allowed; the query was not saved;"
-            " try again in {seconds} s",
-        )
-    )
+    taken = _take_look(ration, requester)
     job = DescribeJob(source, sql, describe_values(parameters), requester, timeout_seconds)
     step = "describe"
     try:
@@ -269,6 +259,20 @@ def _record_refusal(
             "the query's check could not be recorded in the audit trail, so the query was not"
             " saved; try again in a moment"
         )
+
+
+def _take_look(ration: Ration | None, requester: Requester) -> dt.datetime | None:
+    """When the check took one of the requester's looks of the minute (to give it back), or
+    TooManyRequestsError when none is left; None without a ration."""
+    if ration is None:
+        return None
+    return admit_look(
+        ration.looks,
+        requester,
+        refused=f"you ran {ration.looks.per_minute} previews (or checks of queries that"
+        " were not saved) in the last minute, as many as allowed; the query was not saved;"
+        " try again in {seconds} s",
+    )
 
 
 def describer(

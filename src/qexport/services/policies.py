@@ -95,28 +95,10 @@ def change_policy(deps: Deps, principal: Principal | None, command: ChangePolicy
     if principal is not None and principal.role is not Role.ADMIN:
         raise ForbiddenError("only workspace admins may change the workspace's policy")
     actor = OPERATOR if principal is None else actor_of(principal)
-    accounts, settings, catalog, sources, clock = (
-        deps.accounts,
-        deps.settings,
-        deps.catalog,
-        deps.sources,
-        deps.clock,
-    )
+    accounts, catalog, clock = deps.accounts, deps.catalog, deps.clock
     workspace_id, changes = command.workspace_id, command.changes
     before = accounts.workspace_policy(workspace_id)
-    usable = workspace_sources(sources, workspace_id) if "sensitive_tables" in changes else {}
-    policy = changed_policy(before, changes, policy_limits(settings, usable))
-    if policy.sensitive_tables and "sensitive_tables" in changes:
-        policy = checked_rules(
-            before,
-            policy,
-            changes["sensitive_tables"],
-            usable,
-            runner=deps.previews,
-            sources=sources,
-            workspace_id=workspace_id,
-            timeout_seconds=describe_timeout(settings.statement_timeout_seconds),
-        )
+    policy = _changed(deps, before, command)
     if "sensitive_queries" in changes:
         _check_queries(catalog, workspace_id, policy.sensitive_queries)
     revocations: list[tuple[str, AuditEvent]] = []
@@ -142,6 +124,27 @@ def change_policy(deps: Deps, principal: Principal | None, command: ChangePolicy
         now=clock.now(),
     )
     return PolicyChange(policy, len(revocations))
+
+
+def _changed(deps: Deps, before: WorkspacePolicy, command: ChangePolicy) -> WorkspacePolicy:
+    """The policy with the command's changes, within the installation's limits; new or changed
+    sensitive tables checked on their sources."""
+    settings, sources = deps.settings, deps.sources
+    workspace_id, changes = command.workspace_id, command.changes
+    usable = workspace_sources(sources, workspace_id) if "sensitive_tables" in changes else {}
+    policy = changed_policy(before, changes, policy_limits(settings, usable))
+    if policy.sensitive_tables and "sensitive_tables" in changes:
+        policy = checked_rules(
+            before,
+            policy,
+            changes["sensitive_tables"],
+            usable,
+            runner=deps.previews,
+            sources=sources,
+            workspace_id=workspace_id,
+            timeout_seconds=describe_timeout(settings.statement_timeout_seconds),
+        )
+    return policy
 
 
 def _check_queries(catalog: Catalog, workspace_id: str, query_ids: frozenset[str]) -> None:

@@ -64,11 +64,13 @@ from qexport.services.subjects import find_readable_query, query_subject
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
+    from qexport.domain.policies import WorkspacePolicy
     from qexport.ports import (
         AccountStore,
         AuditLog,
         Catalog,
         Clock,
+        PreviewCells,
         PreviewRunner,
         RateLimits,
         SourceCatalog,
@@ -195,55 +197,10 @@ def preview_query(
     shown_values = {k: to_json_value(v) for k, v in values.items()}
     _admit(desk, requester)
     policy = desk.accounts.workspace_policy(requester.workspace_id)
-    try:
-        why = preview_sensitivity(
-            policy,
-            desk.sources,
-            desk.catalog,
-            desk.runner,
-            requester,
-            query,
-            values,
-            statement_timeout_seconds=desk.statement_timeout_seconds,
-            slots=desk.slots,
-        )
-    except TooManyRequestsError:
-        raise  # no slot: nothing was planned
-    except QExportError as exc:
-        # The source's planner refused the statement (or could not be asked): on the record,
-        # as a run's failure is, and counted against the rate above (mysql/checking.py).
-        desk.audit.record(
-            _previewed(desk, requester, query, shown_values, refusal=exc, planning=True)
-        )
-        raise
-    if why:
-        refusal = ForbiddenError(
-            f"{why}: it is not previewed, and its exports need an admin's approval"
-        )
-        desk.audit.record(_previewed(desk, requester, query, shown_values, refusal=refusal))
-        raise refusal
+    _refuse_sensitive(desk, requester, query, values, shown_values, policy)
     rows = policy.row_limit(limit)
     started = time.monotonic()
-    try:
-        desk.sources.source_for(query.source, requester.workspace_id)
-        with desk.slots.hold(requester):
-            cells = desk.runner.run(
-                PreviewJob(
-                    source=query.source,
-                    sql=query.sql,
-                    values=values,
-                    requester=requester,
-                    timeout_seconds=preview_timeout(desk.statement_timeout_seconds),
-                    max_rows=rows,
-                    max_cell_chars=MAX_CELL_CHARS,
-                    max_bytes=MAX_BYTES,
-                )
-            )
-    except TooManyRequestsError:
-        raise  # no slot: nothing ran
-    except QExportError as exc:
-        desk.audit.record(_previewed(desk, requester, query, shown_values, refusal=exc))
-        raise
+    cells = _run(desk, requester, query, values, shown_values, rows)
     found = Preview(
         query=query,
         parameters=shown_values,
@@ -269,6 +226,78 @@ def preview_query(
         duration_s=round(time.monotonic() - started, 3),
     )
     return found
+
+
+def _refuse_sensitive(
+    desk: PreviewDesk,
+    requester: Requester,
+    query: Query,
+    values: dict[str, Any],
+    shown_values: dict[str, Any],
+    policy: WorkspacePolicy,
+) -> None:
+    """Refuse (ForbiddenError) a query that reads what the policy marks sensitive, as its
+    source's planner reports it now; a refusal, or the planner's failure, goes on the record."""
+    try:
+        why = preview_sensitivity(
+            policy,
+            desk.sources,
+            desk.catalog,
+            desk.runner,
+            requester,
+            query,
+            values,
+            statement_timeout_seconds=desk.statement_timeout_seconds,
+            slots=desk.slots,
+        )
+    except TooManyRequestsError:
+        raise  # no slot: nothing was planned
+    except QExportError as exc:
+        # The source's planner refused the statement (or could not be asked): on the record,
+        # as a run's failure is, and counted against the member's previews of the minute
+        # (_admit; mysql/checking.py).
+        desk.audit.record(
+            _previewed(desk, requester, query, shown_values, refusal=exc, planning=True)
+        )
+        raise
+    if why:
+        refusal = ForbiddenError(
+            f"{why}: it is not previewed, and its exports need an admin's approval"
+        )
+        desk.audit.record(_previewed(desk, requester, query, shown_values, refusal=refusal))
+        raise refusal
+
+
+def _run(
+    desk: PreviewDesk,
+    requester: Requester,
+    query: Query,
+    values: dict[str, Any],
+    shown_values: dict[str, Any],
+    rows: int,
+) -> PreviewCells:
+    """The first `rows` rows, run in a preview process while the requester holds a source
+    slot; a failure goes on the record."""
+    try:
+        desk.sources.source_for(query.source, requester.workspace_id)
+        with desk.slots.hold(requester):
+            return desk.runner.run(
+                PreviewJob(
+                    source=query.source,
+                    sql=query.sql,
+                    values=values,
+                    requester=requester,
+                    timeout_seconds=preview_timeout(desk.statement_timeout_seconds),
+                    max_rows=rows,
+                    max_cell_chars=MAX_CELL_CHARS,
+                    max_bytes=MAX_BYTES,
+                )
+            )
+    except TooManyRequestsError:
+        raise  # no slot: nothing ran
+    except QExportError as exc:
+        desk.audit.record(_previewed(desk, requester, query, shown_values, refusal=exc))
+        raise
 
 
 def _admit(desk: PreviewDesk, requester: Requester) -> None:

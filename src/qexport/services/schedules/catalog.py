@@ -159,23 +159,12 @@ def changed_schedule(
         Problems(found).raise_any(IN_ORDER)
         raise
     require_manager(actor, current)
-    unknown = sorted(set(changes) - set(ScheduleDraft.__dataclass_fields__))
-    if unknown:
-        raise InvalidRequestError(f"unknown setting {unknown[0]!r}", field=unknown[0])
-    given = dict(changes)
-    if given.get("query_id") is not None and given.get("report_id") is None:
-        given["report_id"] = None
-    elif given.get("report_id") is not None and given.get("query_id") is None:
-        given["query_id"] = None
+    given = _given(changes)
     draft = replace(draft_of(current), **given)
     problems = Problems(found)
     recipients: tuple[Recipient, ...] | None = current.recipients
     if "recipients" in given:
-        recipients = None
-        with problems.check():
-            recipients = admit_recipients(
-                draft.recipients, recipient_rules(deps, actor), "recipients"
-            )
+        recipients = _admitted(deps, actor, draft, problems)
     subject = SubjectCheck()
     checks_subject = SUBJECT_FIELDS & set(given) or recipients != current.recipients
     if checks_subject:
@@ -196,18 +185,9 @@ def changed_schedule(
     refuse_any(problems, named)
     assert timetable is not None
     assert recipients is not None
-    updated = replace(current, filename_template=template)
-    if subject.subject is not None:
-        updated = replace(
-            updated,
-            subject_type=subject.subject.type,
-            subject_id=subject.subject.id,
-            format=subject.subject.format,
-            parameters=subject.subject.parameters,
-            recipients=recipients,
-        )
-        if ownership_fields(updated) != ownership_fields(current):
-            updated = replace(updated, owner=actor.requester.user_id)
+    updated = _with_subject(
+        replace(current, filename_template=template), current, subject, recipients, actor
+    )
     cron, zone = timetable
     updated = replace(
         updated,
@@ -220,6 +200,54 @@ def changed_schedule(
     resumed = updated.enabled and not current.enabled
     if resumed or moved:
         updated = replace(updated, next_due_at=next_due(cron, zone, clock.now()))
+    return updated
+
+
+def _given(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The changes as a draft takes them (an unknown setting refused): naming a query
+    replaces a report, and the other way round."""
+    unknown = sorted(set(changes) - set(ScheduleDraft.__dataclass_fields__))
+    if unknown:
+        raise InvalidRequestError(f"unknown setting {unknown[0]!r}", field=unknown[0])
+    given = dict(changes)
+    if given.get("query_id") is not None and given.get("report_id") is None:
+        given["report_id"] = None
+    elif given.get("report_id") is not None and given.get("query_id") is None:
+        given["query_id"] = None
+    return given
+
+
+def _admitted(
+    deps: Deps, actor: Principal, draft: ScheduleDraft, problems: Problems
+) -> tuple[Recipient, ...] | None:
+    """The draft's recipients as the actor's role admits them; None, its mistake added to
+    `problems`, when refused."""
+    with problems.check():
+        return admit_recipients(draft.recipients, recipient_rules(deps, actor), "recipients")
+    return None
+
+
+def _with_subject(
+    updated: Schedule,
+    current: Schedule,
+    subject: SubjectCheck,
+    recipients: tuple[Recipient, ...],
+    actor: Principal,
+) -> Schedule:
+    """`updated` with the subject checked anew (if it was) and its recipients; whoever changes
+    where the exports go or what they hold becomes the owner."""
+    if subject.subject is None:
+        return updated
+    updated = replace(
+        updated,
+        subject_type=subject.subject.type,
+        subject_id=subject.subject.id,
+        format=subject.subject.format,
+        parameters=subject.subject.parameters,
+        recipients=recipients,
+    )
+    if ownership_fields(updated) != ownership_fields(current):
+        updated = replace(updated, owner=actor.requester.user_id)
     return updated
 
 

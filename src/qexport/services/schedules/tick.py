@@ -19,7 +19,7 @@ from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import TooManyRequestsError
 from qexport.domain.queries import Query
 from qexport.domain.reports import SUBJECT_REPORT, Report
-from qexport.domain.schedules import NewDelivery, Schedule, plan_tick
+from qexport.domain.schedules import NewDelivery, Schedule, Tick, plan_tick
 from qexport.ports import AccountStore, Catalog, Clock, NewExport, ScheduleStore
 from qexport.services.audit import export_requested
 from qexport.services.requests import new_deliveries
@@ -143,16 +143,8 @@ def tick(
         if plan is None:
             continue
         if plan.due_at is None:
-            if schedules.advance(
-                schedule.id, expected=schedule.next_due_at, next_due_at=plan.next_due_at
-            ):
+            if _skip(schedules, schedule, plan):
                 skipped += 1
-                log.info(
-                    "schedule_skipped",
-                    schedule_id=schedule.id,
-                    missed_from=schedule.next_due_at.isoformat(),
-                    next_due_at=plan.next_due_at.isoformat(),
-                )
             continue
         deliveries = schedule_deliveries(store, schedules, schedule, accounts)
         new = schedule_export(store, schedule, now)
@@ -180,6 +172,23 @@ def tick(
                 deliveries=len(deliveries),
             )
     return TickResult(runs, skipped)
+
+
+def _skip(schedules: ScheduleStore, schedule: Schedule, plan: Tick) -> bool:
+    """Move a schedule past the due times it missed (nothing fires): whether this scheduler
+    did, and not another first."""
+    assert schedule.next_due_at is not None  # stored schedules always have one
+    if not schedules.advance(
+        schedule.id, expected=schedule.next_due_at, next_due_at=plan.next_due_at
+    ):
+        return False
+    log.info(
+        "schedule_skipped",
+        schedule_id=schedule.id,
+        missed_from=schedule.next_due_at.isoformat(),
+        next_due_at=plan.next_due_at.isoformat(),
+    )
+    return True
 
 
 def fired_event(

@@ -4,8 +4,9 @@ again), all as plain links and forms that redirect to a page (a reload repeats n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Request, Response
@@ -16,7 +17,7 @@ from qexport.domain.accounts import Link, Principal, Role, hash_secret
 from qexport.domain.approvals import ApprovalRequest
 from qexport.domain.commands import CancelExport, CreateLink, RequestAgain, RevokeLink, SendAgain
 from qexport.domain.cursors import decode_page_cursor, encode_page_cursor
-from qexport.domain.exports import STATUS_LABELS
+from qexport.domain.exports import STATUS_LABELS, ExportEvent, ExportRecord
 from qexport.domain.failures import (
     ConflictError,
     ForbiddenError,
@@ -54,7 +55,7 @@ from qexport.web.errors import PageRoute, asks_first
 from qexport.web.forms import email_of, form_errors
 from qexport.web.pages.approvals import awaiting_path
 from qexport.web.present import ExportRow, export_row, when
-from qexport.web.present_deliveries import delivery_row, link_row
+from qexport.web.present_deliveries import DeliveryRow, delivery_row, link_row
 from qexport.web.render import page
 from qexport.web.session import Session
 
@@ -101,6 +102,33 @@ def exports_page(  # noqa: PLR0913 - one per query-string filter
         "until": until,
     }
     values = {k: v[:MAX_FILTER_CHARS] for k, v in values.items()}
+    rows, older, newer, errors = _listed(context, principal, values, cursor)
+    filtered = any(values.values())
+    # Only the newest page follows new exports: an older page stays where it was.
+    live_url = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+    return page(
+        request,
+        "exports.html",
+        session=session,
+        rows=rows,
+        values=values,
+        errors=errors,
+        filtered=filtered,
+        older=older,
+        newer=newer,
+        first_page=not cursor,
+        live_url=live_url,
+        choices=_filter_choices(context, principal),
+        awaiting=_awaiting_line(context, principal),
+    )
+
+
+def _listed(
+    context: Context, principal: Principal, values: dict[str, str], cursor: str
+) -> tuple[list[ExportRow], str, str, dict[str, str]]:
+    """The page of exports the filter's `values` and `cursor` ask for, with the links to the
+    older and newer pages (which keep the filter); or, for a filter refused, no rows and the
+    form's errors."""
     errors: dict[str, str] = {}
     rows: list[ExportRow] = []
     older = newer = ""
@@ -137,24 +165,7 @@ def exports_page(  # noqa: PLR0913 - one per query-string filter
             newer = "/?" + urlencode(
                 {**kept, "cursor": encode_page_cursor(found.newer, newer=True)}
             )
-    filtered = any(values.values())
-    # Only the newest page follows new exports: an older page stays where it was.
-    live_url = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
-    return page(
-        request,
-        "exports.html",
-        session=session,
-        rows=rows,
-        values=values,
-        errors=errors,
-        filtered=filtered,
-        older=older,
-        newer=newer,
-        first_page=not cursor,
-        live_url=live_url,
-        choices=_filter_choices(context, principal),
-        awaiting=_awaiting_line(context, principal),
-    )
+    return rows, older, newer, errors
 
 
 def _awaiting_line(context: Container, principal: Principal) -> str | None:
@@ -241,13 +252,7 @@ def _detail(
     events = list_visible_events(
         context.exports, principal.requester, export_id, whole_workspace=principal.sees_workspace
     )
-    emails: dict[str | None, str] = {}
-
-    def email(user_id: str | None) -> str:
-        if user_id not in emails:
-            emails[user_id] = email_of(context.accounts, user_id)
-        return emails[user_id]
-
+    email = _emails(context)
     found = context.deliveries.list_deliveries(record.id)
     links = []
     live: list[Link] = []
@@ -260,19 +265,7 @@ def _detail(
     new_link = link_flash.read(request, session, record.id)
     if new_link is not None and new_link.link_id not in {link.id for link in links}:
         new_link = None  # revoked meanwhile, or the file expired: its URL no longer works
-    # The export's page is its owner's and the workspace admins': they see recipients whole.
-    full = may_send_again(principal, record)
-    deliveries = [
-        delivery_row(
-            d,
-            record,
-            now,
-            full=full,
-            can_send_again=full and row.status != "expired" and may_name(principal, d.recipient),
-            email_of=email,
-        )
-        for d in found
-    ]
+    deliveries = _delivery_rows(principal, record, row, found, now, email)
     status = 200
     if error is not None:
         mapped = status_of(error)
@@ -283,18 +276,7 @@ def _detail(
         status=status,
         session=session,
         row=row,
-        events=[
-            {
-                "at": when(e.at),
-                "kind": str(e.kind),
-                "status": str(e.status),
-                "attempt": e.attempt,
-                "code": e.code.value if e.code else "",
-                "detail": readable_detail(e.detail),
-                "full": e.detail if e.detail and readable_detail(e.detail) != e.detail else "",
-            }
-            for e in events
-        ],
+        events=_event_rows(events),
         links=links,
         new_link=new_link,
         link_expires=when(
@@ -310,6 +292,59 @@ def _detail(
     )
     link_flash.drop(request, response, record.id)
     return response
+
+
+def _emails(context: Container) -> Callable[[str | None], str]:
+    """A member's email address by user id, each read once for the page."""
+    emails: dict[str | None, str] = {}
+
+    def email(user_id: str | None) -> str:
+        if user_id not in emails:
+            emails[user_id] = email_of(context.accounts, user_id)
+        return emails[user_id]
+
+    return email
+
+
+def _delivery_rows(
+    principal: Principal,
+    record: ExportRecord,
+    row: ExportRow,
+    found: list[Delivery],
+    now: datetime,
+    email: Callable[[str | None], str],
+) -> list[DeliveryRow]:
+    """The export's deliveries as its page lists them, each with whether it may be sent again."""
+    # The export's page is its owner's and the workspace admins': they see recipients whole.
+    full = may_send_again(principal, record)
+    return [
+        delivery_row(
+            d,
+            record,
+            now,
+            full=full,
+            can_send_again=full and row.status != "expired" and may_name(principal, d.recipient),
+            email_of=email,
+        )
+        for d in found
+    ]
+
+
+def _event_rows(events: list[ExportEvent]) -> list[dict[str, Any]]:
+    """The export's events as its page lists them: the detail people read, and the whole
+    detail beside it when that differs."""
+    return [
+        {
+            "at": when(e.at),
+            "kind": str(e.kind),
+            "status": str(e.status),
+            "attempt": e.attempt,
+            "code": e.code.value if e.code else "",
+            "detail": readable_detail(e.detail),
+            "full": e.detail if e.detail and readable_detail(e.detail) != e.detail else "",
+        }
+        for e in events
+    ]
 
 
 def _delivery_links(context: Container, deliveries: list[Delivery]) -> dict[str, str]:

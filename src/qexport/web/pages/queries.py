@@ -21,7 +21,7 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, Visibility, parse_param_spec, to_json_value
 from qexport.http.one_hop import off_the_loop
 from qexport.services import queries as service
-from qexport.services.describe import describe_timeout, describer
+from qexport.services.describe import Describe, describe_timeout, describer
 from qexport.sources.registry import query_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
@@ -160,38 +160,10 @@ def _save(
     """Create (no id) or replace the query; a refused value is shown next to its field."""
     require_writer(principal)
     sources = _sources(context, principal)
-    timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    describe = describer(
-        context.sources,
-        context.previews,
-        principal.requester,
-        timeout,
-        context.source_slots,
-        context.save_ration(),
-    )
+    describe = _describer(context, principal)
     read = _draft(context, form)
     try:
-        if query_id is None:
-            query = service.create_query(
-                context.catalog,
-                context.accounts,
-                principal,
-                read.draft,
-                sources=sources,
-                describe=describe,
-                found=read.found,
-            )
-        else:
-            query = service.replace_query(
-                context.catalog,
-                context.accounts,
-                principal,
-                query_id,
-                read.draft,
-                sources=sources,
-                describe=describe,
-                found=read.found,
-            )
+        query = _create_or_replace(context, principal, query_id, read, sources, describe)
     except InvalidRequestError as exc:
         errors = form_errors(exc, FIELDS, lambda p: on_line(p, "parameters", read.numbers))
         return _form_page(
@@ -233,6 +205,51 @@ def _save(
         refused.headers["Retry-After"] = str(exc.retry_after)
         return refused
     return RedirectResponse(f"/queries/{quote(query.id, safe='')}?notice=saved", status_code=303)
+
+
+def _describer(context: Container, principal: Principal) -> Describe:
+    """How a query being saved is described by its source: in a preview process, while the
+    member holds a source slot, rationed with their previews of the minute and on the record."""
+    timeout = describe_timeout(context.settings.statement_timeout_seconds)
+    return describer(
+        context.sources,
+        context.previews,
+        principal.requester,
+        timeout,
+        context.source_slots,
+        context.save_ration(),
+    )
+
+
+def _create_or_replace(
+    context: Container,
+    principal: Principal,
+    query_id: str | None,
+    read: _Read,
+    sources: frozenset[str],
+    describe: Describe,
+) -> Query:
+    """A new query (no id), or the query `query_id` replaced, from the form's draft."""
+    if query_id is None:
+        return service.create_query(
+            context.catalog,
+            context.accounts,
+            principal,
+            read.draft,
+            sources=sources,
+            describe=describe,
+            found=read.found,
+        )
+    return service.replace_query(
+        context.catalog,
+        context.accounts,
+        principal,
+        query_id,
+        read.draft,
+        sources=sources,
+        describe=describe,
+        found=read.found,
+    )
 
 
 @router.get("/queries")
