@@ -79,6 +79,7 @@ _INSTANT = {"maxLength": 40}
 Text = Annotated[str | SkipJsonSchema[None], Query(json_schema_extra=_TEXT)]
 
 
+# long: one documented query-string parameter per filter (FastAPI reads them from here)
 @router.get("/audit", response_model=AuditList, responses=problem_responses(401, 403, 422, 503))
 def list_audit(  # noqa: PLR0913 - one per query-string filter
     principal: CurrentPrincipal,

@@ -113,6 +113,7 @@ def _at_most(chars: int) -> dict[str, Any]:
     return {"maxLength": chars}
 
 
+# long: one documented query-string parameter per filter (FastAPI reads them from here)
 @router.get("/exports", response_model=ExportList, responses=problem_responses(401, 422, 503))
 def list_exports(  # noqa: PLR0913 - one per query-string filter
     principal: CurrentPrincipal,

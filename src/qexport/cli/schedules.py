@@ -138,6 +138,7 @@ def _recipients_text(recipients: list[dict[str, str]]) -> str:
     return ", ".join(f"{k} {v}" for r in recipients for k, v in r.items()) or "none"
 
 
+# long: one documented option per setting of a schedule (typer reads them from here)
 @schedules_app.command("add")
 def schedules_add(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
@@ -236,6 +237,7 @@ def schedules_list(
     out.print(table)
 
 
+# long: one documented option per setting of a schedule (typer reads them from here)
 @schedules_app.command("update")
 def schedules_update(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,

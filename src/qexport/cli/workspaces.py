@@ -125,6 +125,7 @@ def _number_or_lift(value: str, option: str) -> int | None:
         raise AssertionError("unreachable") from None
 
 
+# long: one documented option per rule of the policy (typer reads them from here)
 @workspaces_app.command("policy")
 def workspaces_policy(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,

@@ -233,6 +233,7 @@ class SourceRequest:
     allow_privileged_role: bool = False
 
 
+# long: its checks in the order they refuse, then one write; a third is signature and docstring
 def register_source(
     accounts: AccountStore,
     clock: Clock,

@@ -19,6 +19,7 @@ branch_labels = None
 depends_on = None
 
 
+# long: a revision's DDL in the order it runs, read top to bottom and never changed
 def upgrade() -> None:
     op.create_table(
         "queries",
