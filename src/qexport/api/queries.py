@@ -12,6 +12,7 @@ from qexport.api.schemas.fields import Parameters
 from qexport.api.schemas.problems import problem_responses
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import QueryDraft
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import (
     MAX_PARAMETER_CHARS,
@@ -117,7 +118,7 @@ class QueryWrite(BaseModel):
         examples=["{name}_{since}_{date}"],
     )
 
-    def draft(self) -> tuple[service.QueryDraft, list[InvalidRequestError]]:
+    def draft(self) -> tuple[QueryDraft, list[InvalidRequestError]]:
         """The draft, and the problems found reading it (a type or visibility no query has:
         the draft then carries a stand-in, so the other checks still run)."""
         found: list[InvalidRequestError] = []
@@ -149,7 +150,7 @@ class QueryWrite(BaseModel):
                 InvalidRequestError('visibility is "workspace" or "members"', field="visibility")
             )
             visibility = Visibility.MEMBERS if self.members else Visibility.WORKSPACE
-        draft = service.QueryDraft(
+        draft = QueryDraft(
             name=self.name,
             sql=self.sql,
             source=self.source,

@@ -12,6 +12,7 @@ from pydantic.config import JsonDict
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas.fields import ParameterName, ParameterValue
 from qexport.api.schemas.problems import problem_responses
+from qexport.domain.commands import ReportDraft
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
@@ -130,7 +131,7 @@ class ReportWrite(BaseModel):
         json_schema_extra={"maxItems": MAX_MEMBERS},
     )
 
-    def draft(self) -> tuple[service.ReportDraft, list[InvalidRequestError]]:
+    def draft(self) -> tuple[ReportDraft, list[InvalidRequestError]]:
         """The draft, and the problems found reading it (see SectionSpec.section)."""
         found: list[InvalidRequestError] = []
         sections = tuple(s.section(i, found) for i, s in enumerate(self.sections))
@@ -141,7 +142,7 @@ class ReportWrite(BaseModel):
                 InvalidRequestError('visibility is "workspace" or "members"', field="visibility")
             )
             visibility = Visibility.MEMBERS if self.members else Visibility.WORKSPACE
-        draft = service.ReportDraft(
+        draft = ReportDraft(
             title=self.title,
             description=self.description,
             sections=sections,

@@ -25,6 +25,7 @@ from qexport.cli.common import (
     out,
     server_errors,
 )
+from qexport.domain.commands import ReportDraft
 from qexport.domain.failures import InvalidRequestError, NotFoundError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
@@ -33,7 +34,7 @@ from qexport.domain.reports import (
     parse_fixed_spec,
     parse_section_spec,
 )
-from qexport.services.reports import ReportDraft, add_report
+from qexport.services.reports import add_report
 from qexport.services.subjects import find_readable_query
 
 if TYPE_CHECKING:

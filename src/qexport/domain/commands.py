@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from qexport.domain.approvals import Decision
 from qexport.domain.failures import InvalidRequestError
+from qexport.domain.queries import Parameter, Visibility
+from qexport.domain.reports import Section
 from qexport.domain.schedules import Missed
 
 SubjectKind = Literal["query", "report"]
@@ -196,3 +198,27 @@ class Subscribe:
 
     schedule_id: str
     subscribed: bool = True
+
+
+@dataclass(frozen=True)
+class QueryDraft:
+    """Everything a caller writes of a query; the id, workspace and owner are not theirs."""
+
+    name: str
+    sql: str
+    source: str
+    parameters: tuple[Parameter, ...] = ()
+    visibility: Visibility = Visibility.WORKSPACE
+    members: frozenset[str] = frozenset()
+    filename_template: str | None = None  # None or blank: DEFAULT_FILENAME
+
+
+@dataclass(frozen=True)
+class ReportDraft:
+    """Everything a caller writes of a report; the id, workspace and owner are not theirs."""
+
+    title: str
+    description: str = ""
+    sections: tuple[Section, ...] = ()
+    visibility: Visibility = Visibility.WORKSPACE
+    members: frozenset[str] = frozenset()

@@ -11,11 +11,12 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from qexport.domain.accounts import Principal
 from qexport.domain.audit import Action, Actor, AuditEvent, changes
+from qexport.domain.commands import QueryDraft
 from qexport.domain.failures import (
     ForbiddenError,
     InvalidRequestError,
@@ -49,19 +50,6 @@ PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 # Control, format (bidi overrides, zero-width), surrogate, private-use characters, and line
 # or paragraph separators: nothing a person means to put in a name.
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-
-
-@dataclass(frozen=True)
-class QueryDraft:
-    """Everything a caller writes of a query; the id, workspace and owner are not theirs."""
-
-    name: str
-    sql: str
-    source: str
-    parameters: tuple[Parameter, ...] = ()
-    visibility: Visibility = Visibility.WORKSPACE
-    members: frozenset[str] = frozenset()
-    filename_template: str | None = None  # None or blank: DEFAULT_FILENAME
 
 
 # ---------------------------------------------------------------- checks

@@ -11,11 +11,12 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from qexport.domain.accounts import Principal
 from qexport.domain.audit import Action, Actor, AuditEvent, changes
+from qexport.domain.commands import ReportDraft
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
     ForbiddenError,
@@ -24,7 +25,7 @@ from qexport.domain.failures import (
     Problems,
     in_field_order,
 )
-from qexport.domain.queries import Parameter, Query, Visibility, bind_parameters, can_read
+from qexport.domain.queries import Parameter, Query, bind_parameters, can_read
 from qexport.domain.reports import (
     MAX_ROW_CAP,
     MAX_SECTIONS,
@@ -49,17 +50,6 @@ CHOOSE_QUERY = "choose the query this section shows"
 # As for query names: control, format (bidi overrides, zero-width), surrogate, private-use
 # characters and line or paragraph separators are nothing a person means to put in a title.
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-
-
-@dataclass(frozen=True)
-class ReportDraft:
-    """Everything a caller writes of a report; the id, workspace and owner are not theirs."""
-
-    title: str
-    description: str = ""
-    sections: tuple[Section, ...] = ()
-    visibility: Visibility = Visibility.WORKSPACE
-    members: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------- checks

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from qexport.container import Container
+from qexport.domain.commands import ReportDraft
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Query, Visibility, to_json_value
 from qexport.domain.reports import DEFAULT_ROW_CAP, MAX_SECTIONS, Display, Report, Section
-from qexport.services.reports import ReportDraft
 from qexport.web.forms import GENERAL, member_ids, member_lines, numbered_lines, visibility_of
 
 FIELDS = ("title", "description", "sections", "visibility", "members")

@@ -13,6 +13,7 @@ from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import QueryDraft
 from qexport.domain.failures import (
     InvalidRequestError,
     SourceUnavailableError,
@@ -87,7 +88,7 @@ class _Read:
     """The draft a form describes, what could not be read of it, and the line number of each
     parameter the draft holds."""
 
-    draft: service.QueryDraft
+    draft: QueryDraft
     found: list[InvalidRequestError]
     numbers: list[int]
 
@@ -108,7 +109,7 @@ def _draft(context: Container, form: QueryForm) -> _Read:
     except InvalidRequestError as exc:
         found.append(exc)
         visibility = Visibility.MEMBERS if form.members.strip() else Visibility.WORKSPACE
-    draft = service.QueryDraft(
+    draft = QueryDraft(
         name=form.name.strip(),
         sql=form.sql,
         source=form.source,
