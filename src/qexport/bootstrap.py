@@ -19,7 +19,7 @@ from qexport.config import Settings
 from qexport.container import Container
 from qexport.domain.audit_keys import AuditKeys
 from qexport.domain.failures import MetadataUnavailableError, StorageUnavailableError
-from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource
+from qexport.domain.sources import AUDIT_SOURCE, EVERY_WORKSPACE, RegisteredSource
 from qexport.ports import (
     AuditLog,
     Clock,
@@ -34,8 +34,8 @@ from qexport.ports import (
 from qexport.private_files import make_private_dirs, open_private
 from qexport.sources import schemes
 from qexport.sources.credentials import unseal
-from qexport.sources.registry import AUDIT_SOURCE, SourceRegistry, configured_grants
 from qexport.sources.registry import DEMO_SOURCE as DEMO_SOURCE  # noqa: PLC0414 - re-exported
+from qexport.sources.registry import SourceRegistry, configured_grants
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.approvals import SqlApprovalStore

@@ -511,3 +511,91 @@ def test_the_command_line_lists_and_deletes_queries_and_reports_alike(
         for cli in (ada.local, ada.remote)
     }
     assert missing == {"error: no report 'Local report' that you can read (not_found)"}
+
+
+def test_each_door_saves_a_query_alike_and_refuses_the_same_mistakes(
+    env: Env, tmp_path: Path
+) -> None:
+    """One SaveQuery handler behind every door: ada saves the same query through the API, the
+    pages and the command line at both ends, and each is stored alike (its SQL, source,
+    parameters, owner and the columns its source described); SQL the source refuses is
+    refused at each door with the source's words, and nothing is saved; `queries update`
+    changes one at either end. (Before, the local command line saved without the API's
+    checks of who may write and which sources a query may name.)"""
+    ada = _doors(env, tmp_path)
+    sql = "SELECT order_id, $note AS note FROM orders"
+
+    def api(name: str, text: str) -> str:
+        body = {"name": name, "sql": text, "source": "demo"}
+        body["parameters"] = [{"name": "note", "type": "string", "default": "x"}]
+        with httpx2.Client(base_url=ada.url, headers=bearer(ada.token), timeout=30) as client:
+            answer = client.post("/api/v1/queries", json=body)
+        return "" if answer.status_code == 201 else answer.text
+
+    def pages(name: str, text: str) -> str:
+        with contextlib.closing(ada.signed_in()) as browser:
+            form = browser.get("/queries/new").text
+            fields = {"name": name, "source": "demo", "sql": text, "parameters": "note:string=x"}
+            answer = browser.post("/queries/new", data={"csrf": _csrf(form), **fields})
+        return "" if answer.status_code == 303 else html.unescape(answer.text)
+
+    def cli(door: Env) -> Callable[[str, str], str]:
+        def save(name: str, text: str) -> str:
+            args = ("queries", "add", name, "--sql", text, "--param", "note:string=x")
+            proc = door.run(*args, check=False)
+            if proc.returncode == 0:
+                assert "columns: order_id BIGINT, note VARCHAR" in proc.stdout
+                return ""
+            assert proc.returncode == 2, proc.stderr  # refused values, at either end
+            return proc.stderr
+
+        return save
+
+    doors = {"api": api, "pages": pages, "cli (local)": cli(ada.local)}
+    doors["cli (server)"] = cli(ada.remote)
+    for door, save in doors.items():
+        assert save(f"by {door}", sql) == "", door
+        refused = save(f"broken by {door}", "SELECT * FROM no_such_table")
+        assert "Table with name no_such_table does not exist" in refused, (door, refused)
+
+    saved = {q["name"]: q for q in _listed(ada, "queries")["api"]}
+    assert sorted(saved) == sorted([*(f"by {door}" for door in doors), "small_orders"])
+    kept = ("sql", "source", "parameters", "columns", "owner", "visibility", "filename_template")
+    stored = {door: {k: saved[f"by {door}"][k] for k in kept} for door in doors}
+    assert stored["api"]["owner"] == ada.local.extra["QEXPORT_USER"]
+    assert stored["api"]["parameters"] == [
+        {"name": "note", "type": "string", "required": False, "default": "x"}
+    ]
+    assert {door: found for door, found in stored.items() if found != stored["api"]} == {}
+
+    ada.local.run("queries", "update", "by api", "--sql", "SELECT order_id AS id FROM orders")
+    ada.remote.run("queries", "update", "by pages", "--sql", "SELECT order_id AS id FROM orders")
+    changed = {q["name"]: q for q in _listed(ada, "queries")["api"]}
+    for name in ("by api", "by pages"):
+        assert changed[name]["columns"] == [{"name": "id", "type": "BIGINT"}], name
+        assert changed[name]["parameters"] == stored["api"]["parameters"], name
+
+
+def test_a_viewer_cannot_save_a_query_or_report_at_either_end_of_the_command_line(
+    env: Env, tmp_path: Path
+) -> None:
+    """A viewer's `queries add`, `queries update` and `reports add` are refused with the
+    same line on the local database and through a server, and nothing is saved (before,
+    the local command line saved them: it asked nobody's role)."""
+    ada = _doors(env, tmp_path)
+    vic = _member(env, ada.url, "vic@example.com", "viewer", tmp_path)
+    attempts = [
+        ("queries", "add", "mine", "--sql", "SELECT 1 AS one"),
+        ("queries", "update", "small_orders", "--sql", "SELECT 1 AS one"),
+        ("reports", "add", "Mine", "--section", "S|small_orders|table"),
+    ]
+    for args in attempts:
+        lines = set()
+        for cli in (vic.local, vic.remote):
+            refused = cli.run(*args, check=False)
+            assert refused.returncode == 1, (args, refused.stderr)
+            lines.add(refused.stderr.strip())
+        assert len(lines) == 1, (args, lines)
+        assert "(forbidden)" in lines.pop()
+    assert [q["name"] for q in _listed(ada, "queries")["api"]] == ["small_orders"]
+    assert _listed(ada, "reports")["api"] == []

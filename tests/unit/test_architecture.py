@@ -267,10 +267,8 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
         ("reports", "container"),  # take what they need, not the whole container
         ("deliveries", "services"),  # dispatch, approval mail and content: to services
         ("container", "deliveries"),
-        ("api", "sources"),  # routes that reach adapters: through services instead
         ("api", "bootstrap"),
         ("cli", "sources"),
-        ("web", "sources"),
         ("web", "writers"),
         ("worker", "reports"),
         ("worker", "writers"),

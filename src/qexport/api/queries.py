@@ -10,9 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas.fields import Parameters
 from qexport.api.schemas.problems import problem_responses
-from qexport.container import Container
-from qexport.domain.accounts import Principal
-from qexport.domain.commands import QueryDraft
+from qexport.domain.commands import QueryDraft, SaveQuery
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import (
     MAX_PARAMETER_CHARS,
@@ -24,9 +22,7 @@ from qexport.domain.queries import (
 from qexport.http.one_hop import OneHopRoute, waits_on_sources
 from qexport.services import preview
 from qexport.services import queries as service
-from qexport.services.describe import Describe, describe_timeout, describer
 from qexport.services.views import query_view
-from qexport.sources.registry import query_source_names
 
 router = APIRouter(route_class=OneHopRoute, prefix="/queries", tags=["queries"])
 
@@ -197,28 +193,6 @@ class QueryList(BaseModel):
     items: list[QueryView]
 
 
-def _sources(context: Container, principal: Principal) -> frozenset[str]:
-    """The sources the caller's workspace may use: a query may name only those (and its
-    admins the built-in `audit`)."""
-    return query_source_names(
-        context.settings, context.accounts, principal.workspace_id, admin=principal.sees_workspace
-    )
-
-
-def _describe(context: Container, principal: Principal) -> Describe:
-    """The caller's source describes the statement before it is saved, with their rights;
-    a statement it refuses is recorded and takes one of their previews of the minute."""
-    timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    return describer(
-        context.sources,
-        context.previews,
-        principal.requester,
-        timeout,
-        context.source_slots,
-        context.save_ration(),
-    )
-
-
 def _save_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {
         **problem_responses(*statuses),
@@ -258,15 +232,7 @@ def create_query(
     response: Response,
 ) -> QueryView:
     draft, found = body.draft()
-    query = service.create_query(
-        context.catalog,
-        context.accounts,
-        principal,
-        draft,
-        sources=_sources(context, principal),
-        describe=_describe(context, principal),
-        found=found,
-    )
+    query = service.save_query(context, principal, SaveQuery(draft, found=tuple(found)))
     response.headers["Location"] = request.app.url_path_for("read_query", query_id=query.id)
     return QueryView.of(query)
 
@@ -305,16 +271,7 @@ def replace_query(
     query_id: str, body: QueryWrite, principal: CurrentPrincipal, context: Context
 ) -> QueryView:
     draft, found = body.draft()
-    query = service.replace_query(
-        context.catalog,
-        context.accounts,
-        principal,
-        query_id,
-        draft,
-        sources=_sources(context, principal),
-        describe=_describe(context, principal),
-        found=found,
-    )
+    query = service.save_query(context, principal, SaveQuery(draft, query_id, tuple(found)))
     return QueryView.of(query)
 
 

@@ -12,7 +12,7 @@ from pydantic.config import JsonDict
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas.fields import ParameterName, ParameterValue
 from qexport.api.schemas.problems import problem_responses
-from qexport.domain.commands import ReportDraft
+from qexport.domain.commands import ReportDraft, SaveReport
 from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
@@ -201,7 +201,7 @@ def create_report(
     response: Response,
 ) -> ReportView:
     draft, found = body.draft()
-    report = service.create_report(context.catalog, context.accounts, principal, draft, found=found)
+    report = service.save_report(context, principal, SaveReport(draft, found=tuple(found)))
     response.headers["Location"] = request.app.url_path_for("read_report", report_id=report.id)
     return ReportView.of(report)
 
@@ -237,9 +237,7 @@ def replace_report(
     report_id: str, body: ReportWrite, principal: CurrentPrincipal, context: Context
 ) -> ReportView:
     draft, found = body.draft()
-    report = service.replace_report(
-        context.catalog, context.accounts, principal, report_id, draft, found=found
-    )
+    report = service.save_report(context, principal, SaveReport(draft, report_id, tuple(found)))
     return ReportView.of(report)
 
 

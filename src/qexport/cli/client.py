@@ -12,7 +12,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    from qexport.domain.commands import QueryDraft, ReportDraft
 
 CHUNK_BYTES = 1024 * 1024
 # The most exports the server gives in one page.
@@ -129,6 +132,16 @@ class Client(Protocol):
     def delete_subject(self, kind: str, ref: str) -> dict[str, Any]:
         """Delete the query (`kind` "query") or report whose name (title) or id is `ref`,
         among those the caller can read; returns it as it was. An editor's or an admin's."""
+        ...
+
+    def save_query(self, draft: QueryDraft, query_id: str | None = None) -> dict[str, Any]:
+        """Save a new query (no `query_id`) or replace one whole, checked by its source first
+        (services.queries.save_query); returns it as the API shows it."""
+        ...
+
+    def save_report(self, draft: ReportDraft, report_id: str | None = None) -> dict[str, Any]:
+        """Save a new report (no `report_id`) or replace one whole
+        (services.reports.save_report); returns it as the API shows it."""
         ...
 
     # ------------------------------------------------------------ schedules

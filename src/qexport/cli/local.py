@@ -35,9 +35,13 @@ from qexport.domain.commands import (
     Decide,
     DeleteSchedule,
     ListExports,
+    QueryDraft,
+    ReportDraft,
     RequestExport,
     RevokeLink,
     RunScheduleNow,
+    SaveQuery,
+    SaveReport,
     ScheduleDraft,
     SubjectRef,
     Subscribe,
@@ -259,6 +263,33 @@ class LocalClient:
         with _as_a_server():
             delete(self._deps.catalog, self._principal, found["id"])
         return found
+
+    def save_query(self, draft: QueryDraft, query_id: str | None = None) -> dict[str, Any]:
+        from qexport.services.queries import save_query
+
+        with self._previews_forked() as deps, _as_a_server():
+            query = save_query(deps, self._principal, SaveQuery(draft, query_id))
+        return views.query_view(query)
+
+    def save_report(self, draft: ReportDraft, report_id: str | None = None) -> dict[str, Any]:
+        from qexport.services.reports import save_report
+
+        with _as_a_server():
+            report = save_report(self._deps, self._principal, SaveReport(draft, report_id))
+        return views.report_view(report)
+
+    @contextlib.contextmanager
+    def _previews_forked(self) -> Iterator[Container]:
+        """The container, its previews (and the checks of statements being saved) run in
+        processes forked from this one, which has opened no source: a forkserver's imports
+        would double the command's time (previews/processes.py)."""
+        from qexport import bootstrap
+
+        runner = bootstrap.preview_processes(self._deps.settings, start_method="fork")
+        try:
+            yield replace(self._deps, previews=runner)
+        finally:
+            runner.close()
 
     # ------------------------------------------------------------ schedules
 

@@ -2,50 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import uuid
-from dataclasses import replace
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from qexport import bootstrap
+from qexport.cli.client import ApiError, subject_named
 from qexport.cli.common import (
-    State,
+    BAD_INPUT,
     client_of,
-    fail,
+    fail_api,
     fail_input,
-    local_deps,
     out,
     server_errors,
 )
 from qexport.cli.preview import queries_preview
-from qexport.container import Container
-from qexport.domain.audit import OPERATOR, Action, operator_for
-from qexport.domain.failures import (
-    InvalidRequestError,
-    MetadataUnavailableError,
-    QExportError,
-    SourceUnavailableError,
-    StatementRefusedError,
-    TooManyRequestsError,
-)
-from qexport.domain.queries import (
-    Parameter,
-    Query,
-    ResultColumn,
-    Visibility,
-    check_filename_template,
-    parse_param_spec,
-)
-from qexport.services.describe import (
-    Described,
-    Saving,
-    describe_statement,
-    describe_timeout,
-)
-from qexport.services.queries import check_sql, query_event
+from qexport.domain.commands import QueryDraft
+from qexport.domain.failures import QExportError
+from qexport.domain.queries import Parameter, Visibility, parse_param_spec
 
 queries_app = typer.Typer(no_args_is_help=True, help="Saved queries.")
 
@@ -74,40 +52,21 @@ def queries_add(
     ] = None,
 ) -> None:
     """Save a query; its source checks the SQL first, and nothing is saved if it refuses."""
-    st, deps = local_deps(ctx)
-    try:
-        params = tuple(parse_param_spec(p) for p in param or [])
-    except QExportError as exc:
-        fail_input(str(exc))
-    usable = deps.sources.names_for(st.requester.workspace_id)
-    if source not in usable:
-        fail_input(
-            f"unknown source {source!r} for workspace {st.requester.workspace_id!r}"
-            f" (usable: {', '.join(usable) or 'none'})"
-        )
-    if deps.catalog.find_query(st.requester.workspace_id, name) is not None:
-        fail_input(
-            f"a query named {name!r} already exists in workspace {st.requester.workspace_id!r}"
-        )
-    template = _filename_template(filename, params)
-    described = _described(st, deps, source, sql, params, name=name)
-    query = Query(
-        id=str(uuid.uuid4()),
-        workspace_id=st.requester.workspace_id,
+    params = _params(param or [])
+    members = frozenset(visible_to or ())
+    draft = QueryDraft(
         name=name,
         sql=sql,
         source=source,
         parameters=params,
-        visibility=Visibility.MEMBERS if visible_to else Visibility.WORKSPACE,
-        members=frozenset(visible_to or ()),
-        owner=st.requester.user_id,
-        columns=described.columns,
-        filename_template=template,
-        reads=described.reads,
+        visibility=Visibility.MEMBERS if members else Visibility.WORKSPACE,
+        members=members,
+        filename_template=filename,
     )
-    deps.catalog.add_query(query, audit=query_event(OPERATOR, Action.QUERY_CREATED, query))
-    out.print(f"saved query {name!r} ({query.id})")
-    _print_columns(described.columns)
+    with client_of(ctx) as client, _refused_save():
+        saved = client.save_query(draft)
+    out.print(f"saved query {name!r} ({saved['id']})")
+    _print_columns(saved["columns"])
 
 
 @queries_app.command("update")
@@ -132,103 +91,66 @@ def queries_update(
     ] = None,
 ) -> None:
     """Change a query's SQL, source or parameters; its source checks the result first."""
-    st, deps = local_deps(ctx)
-    current = deps.catalog.find_query(st.requester.workspace_id, name)
-    if current is None:
-        fail_input(f"no query named {name!r}")
+    params = None if param is None else _params(param)
+    with client_of(ctx) as client, _refused_save():
+        current = subject_named(client.list_subjects("query"), "query", name)
+        draft = QueryDraft(
+            name=current["name"],
+            sql=current["sql"] if sql is None else sql,
+            source=current["source"] if source is None else source,
+            parameters=(
+                tuple(Parameter.from_json(p) for p in current["parameters"])
+                if params is None
+                else params
+            ),
+            visibility=Visibility(current["visibility"]),
+            members=frozenset(current["members"]),
+            filename_template=current["filename_template"] if filename is None else filename,
+        )
+        saved = client.save_query(draft, current["id"])
+    out.print(f"updated query {name!r} ({saved['id']})")
+    _print_columns(saved["columns"])
+
+
+def _params(specs: list[str]) -> tuple[Parameter, ...]:
+    """The parameters `--param NAME:TYPE[=DEFAULT]` declare; a bad one exits 2."""
     try:
-        params = current.parameters if param is None else tuple(map(parse_param_spec, param))
+        return tuple(parse_param_spec(p) for p in specs)
     except QExportError as exc:
-        fail_input(str(exc))
-    source = current.source if source is None else source
-    usable = deps.sources.names_for(st.requester.workspace_id)
-    if source not in usable:
-        fail_input(
-            f"unknown source {source!r} for workspace {st.requester.workspace_id!r}"
-            f" (usable: {', '.join(usable) or 'none'})"
-        )
-    sql = current.sql if sql is None else sql
-    template = (
-        _filename_template(filename, params)
-        if filename is not None
-        else current.filename_template and _filename_template(current.filename_template, params)
-    )
-    described = _described(st, deps, source, sql, params, name=name, query_id=current.id)
-    updated = replace(
-        current,
-        sql=sql,
-        source=source,
-        parameters=params,
-        columns=described.columns,
-        filename_template=template,
-        reads=described.reads,
-    )
-    changed = query_event(OPERATOR, Action.QUERY_CHANGED, updated, before=current)
-    if not deps.catalog.update_query(updated, audit=changed):
-        fail(f"no query named {name!r}")
-    out.print(f"updated query {name!r} ({current.id})")
-    _print_columns(described.columns)
+        fail_input(f"--param {exc}")
 
 
-def _filename_template(given: str | None, params: tuple[Parameter, ...]) -> str | None:
-    """A checked file name template (None: the default); an unknown placeholder exits 2."""
-    if given is None or not given.strip():
-        return None
+@contextlib.contextmanager
+def _refused_save() -> Iterator[None]:
+    """A refused save as the server says it, each mistake led by the option that gave it
+    (exit 2); a source that cannot be reached, too many checks this minute or a refusal
+    that is not about the values given, one line (exit 1)."""
     try:
-        return check_filename_template(given, [p.name for p in params])
-    except InvalidRequestError as exc:
-        fail_input(f"--filename: {exc.detail}")
+        yield
+    except ApiError as exc:
+        bad_input = exc.status in (400, 404, 413, 422)
+        fail_api(exc, BAD_INPUT if bad_input else 1, _option_of)
 
 
-def _print_columns(columns: tuple[ResultColumn, ...]) -> None:
-    words = ", ".join(f"{c.name} {c.type}" for c in columns)
+# The option of `queries add|update` that gave each field of a query (the name: the argument).
+_OPTIONS = {
+    "sql": "--sql",
+    "source": "--source",
+    "parameters": "--param",
+    "visibility": "--visible-to",
+    "members": "--visible-to",
+    "filename_template": "--filename",
+}
+
+
+def _option_of(field: str | None) -> str:
+    option = _OPTIONS.get((field or "").split(".")[0])
+    return f"{option}: " if option else ""
+
+
+def _print_columns(columns: list[dict[str, str]] | None) -> None:
+    words = ", ".join(f"{c['name']} {c['type']}" for c in columns or ())
     out.print(f"columns: {words}", highlight=False)
-
-
-def _described(
-    st: State,
-    deps: Container,
-    source: str,
-    sql: str,
-    params: tuple[Parameter, ...],
-    *,
-    name: str,
-    query_id: str | None = None,
-) -> Described:
-    """The columns the source describes and the tables it reads, with the requester's
-    rights; a statement it refuses exits 2 with its message (recorded, and one of the
-    requester's previews of the minute), an unreachable source 1, none of those previews
-    left 1 before the source is asked (nothing is saved either way)."""
-    try:
-        check_sql(sql)
-    except InvalidRequestError as exc:
-        fail_input(exc.detail)
-    # Forked from this process, which has opened no source (previews/processes.py).
-    runner = bootstrap.preview_processes(deps.settings, start_method="fork")
-    try:
-        return describe_statement(
-            deps.sources,
-            runner,
-            st.requester,
-            source=source,
-            sql=sql,
-            parameters=params,
-            timeout_seconds=describe_timeout(deps.settings.statement_timeout_seconds),
-            ration=replace(deps.save_ration(), actor=operator_for(st.requester.user_id)),
-            saving=Saving(name=name, query_id=query_id),
-        )
-    except StatementRefusedError as exc:
-        fail_input(f"source {source!r} refuses the SQL: {exc.detail}")
-    except InvalidRequestError as exc:
-        fail_input(exc.detail)
-    except SourceUnavailableError as exc:
-        fail(exc.detail)
-    except TooManyRequestsError as exc:
-        fail(f"{exc.detail} (too_many_requests)")
-    except MetadataUnavailableError as exc:
-        fail(f"{exc.detail} ({exc.code.value})")
-    finally:
-        runner.close()
 
 
 @queries_app.command("list")

@@ -4,7 +4,7 @@ as `qexport.cli.client.Client` says."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote
 
 import httpx2
@@ -17,6 +17,9 @@ from qexport.cli.client import (
     gathered,
     subject_named,
 )
+
+if TYPE_CHECKING:
+    from qexport.domain.commands import QueryDraft, ReportDraft
 
 API_PREFIX = "/api/v1"
 # Requests are small and answered at once; a download may wait on a slow disk or network.
@@ -273,6 +276,16 @@ class QExportClient:
         found = subject_named(self._items(path), kind, ref)
         self._request("DELETE", f"{path}/{_path_segment(str(found['id']))}")
         return found
+
+    def save_query(self, draft: QueryDraft, query_id: str | None = None) -> dict[str, Any]:
+        if query_id is None:
+            return self._json("POST", "/queries", json=draft.to_json())
+        return self._json("PUT", f"/queries/{_path_segment(query_id)}", json=draft.to_json())
+
+    def save_report(self, draft: ReportDraft, report_id: str | None = None) -> dict[str, Any]:
+        if report_id is None:
+            return self._json("POST", "/reports", json=draft.to_json())
+        return self._json("PUT", f"/reports/{_path_segment(report_id)}", json=draft.to_json())
 
     # ------------------------------------------------------------ schedules
 

@@ -12,21 +12,22 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from qexport.cli.client import ApiError, subject_named
 from qexport.cli.common import (
+    BAD_INPUT,
     client_of,
+    fail_api,
     fail_input,
-    fail_problems,
-    local_deps,
     out,
     server_errors,
 )
 from qexport.domain.commands import ReportDraft
-from qexport.domain.failures import InvalidRequestError, NotFoundError
+from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import Visibility
 from qexport.domain.reports import (
     Section,
@@ -34,12 +35,6 @@ from qexport.domain.reports import (
     parse_fixed_spec,
     parse_section_spec,
 )
-from qexport.services.reports import add_report
-from qexport.services.subjects import find_readable_query
-
-if TYPE_CHECKING:
-    from qexport.container import Container
-    from qexport.domain.exports import Requester
 
 reports_app = typer.Typer(
     no_args_is_help=True, help="Reports: titled documents of several queries' results."
@@ -72,16 +67,13 @@ def _parse_fixed(specs: list[str], count: int) -> dict[int, dict[str, str]]:
     return fixed
 
 
-def _resolve(deps: Container, requester: Requester, sections: list[Section]) -> list[Section]:
-    """Sections naming their queries by id, looked up by name or id as the requester reads."""
-    resolved = []
-    for number, section in enumerate(sections, start=1):
-        try:
-            query = find_readable_query(deps.catalog, requester, section.query_id)
-        except NotFoundError:
-            fail_input(f"section {number}: no query {section.query_id!r} that you can read")
-        resolved.append(replace(section, query_id=query.id))
-    return resolved
+def _query_id(queries: list[dict[str, Any]], number: int, ref: str) -> str:
+    """The id of the query section `number` names (by name or id), among those the caller
+    can read; exit 2 otherwise."""
+    try:
+        return str(subject_named(queries, "query", ref)["id"])
+    except ApiError:
+        fail_input(f"section {number}: no query {ref!r} that you can read")
 
 
 def _human_field(field: str | None) -> str:
@@ -92,14 +84,6 @@ def _human_field(field: str | None) -> str:
     if found is None:
         return f"{field}: "
     return f"section {int(found[1]) + 1}{found[2].replace('.', ' ', 1)}: "
-
-
-def _workspace_members(deps: Container, requester: Requester, listed: frozenset[str]) -> set[str]:
-    """Who may be listed: the workspace's members where it has accounts, else anyone."""
-    accounts = deps.accounts
-    if not accounts.workspace_exists(requester.workspace_id):
-        return set(listed)
-    return {m.user_id for m in accounts.members(requester.workspace_id)}
 
 
 @reports_app.command("add")
@@ -116,31 +100,29 @@ def reports_add(
 ) -> None:
     """Save a report, e.g. `qexport reports add Sales --section 'Orders|orders|table'
     --section 'Big ones|orders|bar|20' --param 2:since=2024-01-15`."""
-    st, deps = local_deps(ctx)
     parsed = [_parse_section(spec) for spec in section]
     fixed = _parse_fixed(param or [], len(parsed))
-    sections = [
-        replace(s, parameters=fixed.get(i, {}))
-        for i, s in enumerate(_resolve(deps, st.requester, parsed))
-    ]
     members = frozenset(visible_to or ())
-    draft = ReportDraft(
-        title=title,
-        description=description,
-        sections=tuple(sections),
-        visibility=Visibility.MEMBERS if members else Visibility.WORKSPACE,
-        members=members,
-    )
-    try:
-        report = add_report(
-            deps.catalog,
-            st.requester,
-            draft,
-            members=_workspace_members(deps, st.requester, members),
+    with client_of(ctx) as client:
+        with server_errors():
+            queries = client.list_subjects("query")
+        sections = [
+            replace(s, query_id=_query_id(queries, number, s.query_id), parameters=fixed.get(i, {}))
+            for i, (number, s) in enumerate(enumerate(parsed, start=1))
+        ]
+        draft = ReportDraft(
+            title=title,
+            description=description,
+            sections=tuple(sections),
+            visibility=Visibility.MEMBERS if members else Visibility.WORKSPACE,
+            members=members,
         )
-    except InvalidRequestError as exc:
-        fail_problems(exc, lambda p: _human_field(p.field))
-    out.print(f"saved report {title!r} ({report.id})")
+        try:
+            report = client.save_report(draft)
+        except ApiError as exc:
+            bad_input = exc.status in (400, 404, 413, 422)
+            fail_api(exc, BAD_INPUT if bad_input else 1, _human_field)
+    out.print(f"saved report {title!r} ({report['id']})")
 
 
 @reports_app.command("list")

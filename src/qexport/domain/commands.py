@@ -212,6 +212,18 @@ class QueryDraft:
     members: frozenset[str] = frozenset()
     filename_template: str | None = None  # None or blank: DEFAULT_FILENAME
 
+    def to_json(self) -> dict[str, Any]:
+        """The draft as the API takes it (POST and PUT /api/v1/queries)."""
+        return {
+            "name": self.name,
+            "sql": self.sql,
+            "source": self.source,
+            "parameters": [p.to_json() for p in self.parameters],
+            "visibility": self.visibility.value,
+            "members": sorted(self.members),
+            "filename_template": self.filename_template,
+        }
+
 
 @dataclass(frozen=True)
 class ReportDraft:
@@ -222,3 +234,34 @@ class ReportDraft:
     sections: tuple[Section, ...] = ()
     visibility: Visibility = Visibility.WORKSPACE
     members: frozenset[str] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        """The draft as the API takes it (POST and PUT /api/v1/reports)."""
+        return {
+            "title": self.title,
+            "description": self.description,
+            "sections": [s.to_json() for s in self.sections],
+            "visibility": self.visibility.value,
+            "members": sorted(self.members),
+        }
+
+
+@dataclass(frozen=True)
+class SaveQuery:
+    """Save a new query owned by the caller (no `query_id`), or replace a readable one whole
+    (its owner stays). `found`: the mistakes the door already found reading the draft, told
+    with the rest."""
+
+    draft: QueryDraft
+    query_id: str | None = None
+    found: tuple[InvalidRequestError, ...] = ()
+
+
+@dataclass(frozen=True)
+class SaveReport:
+    """Save a new report owned by the caller (no `report_id`), or replace a readable one
+    whole (its owner stays). `found` as for SaveQuery."""
+
+    draft: ReportDraft
+    report_id: str | None = None
+    found: tuple[InvalidRequestError, ...] = ()

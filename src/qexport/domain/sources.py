@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 EVERY_WORKSPACE = "*"
+AUDIT_SOURCE = "audit"  # sources/audit.py: each workspace's own trail, for its admins
 BUILT_IN_OWNER = "built-in"  # what a listing says owns a configured source
 
 

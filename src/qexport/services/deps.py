@@ -21,6 +21,8 @@ if TYPE_CHECKING:
         SourceCatalog,
     )
     from qexport.services.approvals import ApprovalDesk
+    from qexport.services.describe import Ration
+    from qexport.services.slots import SourceSlots
 
 
 class Deps(Protocol):
@@ -44,6 +46,12 @@ class Deps(Protocol):
     def clock(self) -> Clock: ...
     @property
     def settings(self) -> Settings: ...
+    @property
+    def source_slots(self) -> SourceSlots: ...
+    def save_ration(self) -> Ration:
+        """What checking a statement as it is saved is rationed and recorded with."""
+        ...
+
     def approval_desk(self) -> ApprovalDesk:
         """Where export requests of sensitive subjects wait for an admin."""
         ...

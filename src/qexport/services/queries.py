@@ -16,7 +16,7 @@ from typing import Any
 
 from qexport.domain.accounts import Principal
 from qexport.domain.audit import Action, Actor, AuditEvent, changes
-from qexport.domain.commands import QueryDraft
+from qexport.domain.commands import QueryDraft, SaveQuery
 from qexport.domain.failures import (
     ForbiddenError,
     InvalidRequestError,
@@ -34,9 +34,11 @@ from qexport.domain.queries import (
     check_declared_name,
     check_filename_template,
 )
+from qexport.domain.sources import AUDIT_SOURCE
 from qexport.ports import Catalog, UserStore
-from qexport.services.audit import event
-from qexport.services.describe import Describe, Described, Saving
+from qexport.services.audit import actor_of, event
+from qexport.services.deps import Deps
+from qexport.services.describe import Describe, Described, Saving, describe_timeout, describer
 
 MAX_NAME_CHARS = 200
 MAX_SQL_CHARS = 50_000
@@ -128,7 +130,7 @@ def check_draft(
     draft: QueryDraft,
     *,
     sources: Collection[str],
-    members: Collection[str],
+    members: Collection[str] | None,
     problems: Problems | None = None,
 ) -> None:
     """Refuse a draft naming an unknown source or non-members, or with bad parameters: every
@@ -174,16 +176,17 @@ def check_parameters(parameters: Sequence[Parameter]) -> None:
 
 
 def check_visibility(
-    visibility: Visibility, listed: Collection[str], members: Collection[str]
+    visibility: Visibility, listed: Collection[str], members: Collection[str] | None
 ) -> None:
-    """Who may read a query or a report: the workspace, or listed members of it."""
+    """Who may read a query or a report: the workspace, or listed members of it (`members`
+    None: a workspace without accounts, where any user id may be listed)."""
     if visibility is Visibility.WORKSPACE and listed:
         raise InvalidRequestError(
             'members are listed only with "visibility": "members"', field="members"
         )
     if len(listed) > MAX_MEMBERS:
         raise InvalidRequestError(f"at most {MAX_MEMBERS} members", field="members")
-    strangers = sorted(set(listed) - set(members))
+    strangers = [] if members is None else sorted(set(listed) - set(members))
     if strangers:
         raise InvalidRequestError(
             f"{strangers[0]!r} is not a member of the workspace", field="members"
@@ -195,9 +198,11 @@ def _writer(principal: Principal) -> None:
         raise ForbiddenError("only editors and admins may create, change or delete queries")
 
 
-def workspace_members(accounts: UserStore, principal: Principal) -> set[str]:
-    """The user ids of the caller's workspace."""
-    return {m.user_id for m in accounts.members(principal.workspace_id)}
+def workspace_members(accounts: UserStore, principal: Principal) -> set[str] | None:
+    """The user ids of the caller's workspace; None for a workspace without accounts (the
+    operator's own on the local database, whose listed readers are not checked: nobody signs
+    in to it)."""
+    return {m.user_id for m in accounts.members(principal.workspace_id)} or None
 
 
 # ---------------------------------------------------------------- use cases
@@ -270,19 +275,53 @@ def _check_name_free(store: Catalog, workspace_id: str, name: str, current: Quer
         raise InvalidRequestError(f"a query named {name!r} already exists", field="name")
 
 
-def create_query(
+def save_query(deps: Deps, principal: Principal, command: SaveQuery) -> Query:
+    """Save a new query owned by the caller (an editor or admin), or replace a readable one
+    whole (its owner stays), with the columns its source describes and the tables it reads:
+    the one handler of every door (the API, the pages, the command line).
+
+    Reads the sources the caller's queries may name (query_sources) and the workspace's
+    members; the source describes the statement with the caller's rights, rationed as a
+    preview is and a refusal recorded (services/describe.py). Nothing is saved when anything
+    is wrong, and every mistake is told at once."""
+    describe = describer(
+        deps.sources,
+        deps.previews,
+        principal.requester,
+        describe_timeout(deps.settings.statement_timeout_seconds),
+        deps.source_slots,
+        replace(deps.save_ration(), actor=actor_of(principal)),
+    )
+    sources = query_sources(deps, principal)
+    if command.query_id is None:
+        return _create_query(
+            deps.catalog, deps.accounts, principal, command, sources=sources, describe=describe
+        )
+    return _replace_query(
+        deps.catalog, deps.accounts, principal, command, sources=sources, describe=describe
+    )
+
+
+def query_sources(deps: Deps, principal: Principal) -> frozenset[str]:
+    """The sources a query saved by the caller may name: the workspace's, and for its admins
+    the built-in `audit` too (sources/audit.py)."""
+    names = frozenset(deps.sources.names_for(principal.workspace_id))
+    return names if principal.sees_workspace else names - {AUDIT_SOURCE}
+
+
+def _create_query(
     store: Catalog,
     accounts: UserStore,
     principal: Principal,
-    draft: QueryDraft,
+    command: SaveQuery,
     *,
     sources: Collection[str],
     describe: Describe,
-    found: Sequence[InvalidRequestError] = (),
 ) -> Query:
     """Save a new query owned by the caller (an editor or admin), with the columns its
     source describes and the tables it reads (a statement the source refuses is not saved)."""
     _writer(principal)
+    draft = command.draft
     described = _checked(
         store,
         accounts,
@@ -290,7 +329,7 @@ def create_query(
         draft,
         sources=sources,
         describe=describe,
-        found=found,
+        found=command.found,
         current=None,
     )
     query = Query(
@@ -311,16 +350,14 @@ def create_query(
     return store.add_query(query, audit=query_event(principal, Action.QUERY_CREATED, query))
 
 
-def replace_query(
+def _replace_query(
     store: Catalog,
     accounts: UserStore,
     principal: Principal,
-    query_id: str,
-    draft: QueryDraft,
+    command: SaveQuery,
     *,
     sources: Collection[str],
     describe: Describe,
-    found: Sequence[InvalidRequestError] = (),
 ) -> Query:
     """Replace a readable query's name, SQL, source, parameters and visibility; the owner stays.
     The source describes the new statement first, as for a new query.
@@ -328,7 +365,8 @@ def replace_query(
     Exports already requested keep their parameters; they run with the query as it is then.
     """
     _writer(principal)
-    current = get_readable_query(store, principal, query_id)
+    current = get_readable_query(store, principal, command.query_id or "")
+    draft = command.draft
     described = _checked(
         store,
         accounts,
@@ -336,7 +374,7 @@ def replace_query(
         draft,
         sources=sources,
         describe=describe,
-        found=found,
+        found=command.found,
         current=current,
     )
     updated = replace(

@@ -16,7 +16,7 @@ from typing import Any
 
 from qexport.domain.accounts import Principal
 from qexport.domain.audit import Action, Actor, AuditEvent, changes
-from qexport.domain.commands import ReportDraft
+from qexport.domain.commands import ReportDraft, SaveReport
 from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.failures import (
     ForbiddenError,
@@ -36,8 +36,9 @@ from qexport.domain.reports import (
     can_read_report,
     check_chart_columns,
 )
-from qexport.ports import Catalog, UserStore
-from qexport.services.audit import actor_for, event
+from qexport.ports import Catalog
+from qexport.services.audit import event
+from qexport.services.deps import Deps
 from qexport.services.queries import check_visibility, workspace_members
 
 MAX_TITLE_CHARS = 200
@@ -170,7 +171,7 @@ def check_draft(
     store: Catalog,
     requester: Requester,
     *,
-    members: Collection[str],
+    members: Collection[str] | None,
     found: Sequence[InvalidRequestError] = (),
 ) -> None:
     """Refuse a draft with a bad title or section, a query the writer cannot read, or
@@ -283,64 +284,35 @@ def get_readable_report(store: Catalog, principal: Principal, report_id: str) ->
     return find_readable_report(store, principal.requester, report_id)
 
 
-def create_report(
-    store: Catalog,
-    accounts: UserStore,
-    principal: Principal,
-    draft: ReportDraft,
-    *,
-    found: Sequence[InvalidRequestError] = (),
-) -> Report:
-    """Save a new report owned by the caller (an editor or admin)."""
+def save_report(deps: Deps, principal: Principal, command: SaveReport) -> Report:
+    """Save a new report owned by the caller (an editor or admin), or replace a readable one
+    whole (its owner stays): the one handler of every door (the API, the pages, the command
+    line). Its sections' queries must be ones the caller can read; every mistake is told at
+    once and nothing is saved when there is one. Exports already requested run with the
+    report as it is when they are claimed."""
     _writer(principal)
-    return add_report(
-        store,
-        principal.requester,
-        draft,
-        members=workspace_members(accounts, principal),
-        found=found,
+    store, draft = deps.catalog, command.draft
+    current = (
+        None
+        if command.report_id is None
+        else get_readable_report(store, principal, command.report_id)
     )
-
-
-def add_report(
-    store: Catalog,
-    requester: Requester,
-    draft: ReportDraft,
-    *,
-    members: Collection[str],
-    found: Sequence[InvalidRequestError] = (),
-) -> Report:
-    """Check and save a report owned by `requester` (the CLI's entry, which has no roles)."""
-    check_draft(draft, store, requester, members=members, found=found)
-    report = Report(
-        id=str(uuid.uuid4()),
-        workspace_id=requester.workspace_id,
-        title=draft.title,
-        description=draft.description,
-        sections=draft.sections,
-        visibility=draft.visibility,
-        members=draft.members,
-        owner=requester.user_id,
-    )
-    created = report_event(actor_for(requester.user_id), Action.REPORT_CREATED, report)
-    return store.add_report(report, audit=created)
-
-
-def replace_report(
-    store: Catalog,
-    accounts: UserStore,
-    principal: Principal,
-    report_id: str,
-    draft: ReportDraft,
-    *,
-    found: Sequence[InvalidRequestError] = (),
-) -> Report:
-    """Replace a readable report whole; the owner stays. Exports already requested run with
-    the report as it is when they are claimed."""
-    _writer(principal)
-    current = get_readable_report(store, principal, report_id)
-    members = workspace_members(accounts, principal)
-    check_draft(draft, store, principal.requester, members=members, found=found)
+    members = workspace_members(deps.accounts, principal)
+    check_draft(draft, store, principal.requester, members=members, found=command.found)
+    if current is None:
+        report = Report(
+            id=str(uuid.uuid4()),
+            workspace_id=principal.workspace_id,
+            title=draft.title,
+            description=draft.description,
+            sections=draft.sections,
+            visibility=draft.visibility,
+            members=draft.members,
+            owner=principal.user_id,
+        )
+        return store.add_report(
+            report, audit=report_event(principal, Action.REPORT_CREATED, report)
+        )
     updated = replace(
         current,
         title=draft.title,

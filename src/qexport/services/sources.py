@@ -29,7 +29,13 @@ from qexport.domain.failures import (
     NotFoundError,
     QExportError,
 )
-from qexport.domain.sources import BUILT_IN_OWNER, EVERY_WORKSPACE, RegisteredSource, usable_in
+from qexport.domain.sources import (
+    AUDIT_SOURCE,
+    BUILT_IN_OWNER,
+    EVERY_WORKSPACE,
+    RegisteredSource,
+    usable_in,
+)
 from qexport.net.egress import EgressPolicy, EgressRefusedError, UnresolvedError
 from qexport.ports import AccountStore, Clock, SourceRecordStore
 from qexport.services.audit import actor_of, event
@@ -38,7 +44,6 @@ from qexport.sources import schemes
 from qexport.sources.credentials import env_reference, is_sealed, seal, unseal
 from qexport.sources.duckdb.lake import duckdb_location
 from qexport.sources.registry import (
-    AUDIT_SOURCE,
     BUILT_IN_NAMES,
     DEMO_SOURCE,
     configured_grants,

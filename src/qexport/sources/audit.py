@@ -26,9 +26,9 @@ import pyarrow as pa
 from qexport.domain.accounts import Role
 from qexport.domain.failures import AccessLostError
 from qexport.domain.sensitivity import ReadsReported, ReadsReporting, Relation
+from qexport.domain.sources import AUDIT_SOURCE
 from qexport.ports import AccountStore, AuditLog, PreviewRows
 from qexport.sources.duckdb.source import DuckDBSource, process_config
-from qexport.sources.registry import AUDIT_SOURCE
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester

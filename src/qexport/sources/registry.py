@@ -12,13 +12,12 @@ import structlog
 
 from qexport.config import Settings
 from qexport.domain.failures import AccessLostError, SourceUnavailableError
-from qexport.domain.sources import EVERY_WORKSPACE, RegisteredSource, usable_in
+from qexport.domain.sources import AUDIT_SOURCE, EVERY_WORKSPACE, RegisteredSource, usable_in
 from qexport.ports import Source, SourceRecordStore
 
 log = structlog.get_logger()
 
 DEMO_SOURCE = "demo"
-AUDIT_SOURCE = "audit"  # sources/audit.py: each workspace's own trail, for its admins
 DEMO_WORKSPACE = "demo"
 # The built-in sources' names, which no workspace may register.
 BUILT_IN_NAMES = frozenset({DEMO_SOURCE, AUDIT_SOURCE})
@@ -124,15 +123,6 @@ def usable_source_names(
 ) -> frozenset[str]:
     """Every source a query of `workspace_id` may name: configured or registered."""
     return frozenset(usable_sources_in(settings, accounts, workspace_id))
-
-
-def query_source_names(
-    settings: Settings, accounts: SourceRecordStore, workspace_id: str, *, admin: bool
-) -> frozenset[str]:
-    """The sources a query saved by this caller may name: the workspace's, and for its
-    admins the built-in `audit` too (sources/audit.py)."""
-    names = usable_source_names(settings, accounts, workspace_id)
-    return names | {AUDIT_SOURCE} if admin else names
 
 
 def grant_words(workspaces: frozenset[str]) -> str:

@@ -13,7 +13,7 @@ from fastapi.responses import RedirectResponse
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
-from qexport.domain.commands import QueryDraft
+from qexport.domain.commands import QueryDraft, SaveQuery
 from qexport.domain.failures import (
     InvalidRequestError,
     SourceUnavailableError,
@@ -22,8 +22,6 @@ from qexport.domain.failures import (
 from qexport.domain.queries import Parameter, Query, Visibility, parse_param_spec, to_json_value
 from qexport.http.one_hop import off_the_loop
 from qexport.services import queries as service
-from qexport.services.describe import Describe, describe_timeout, describer
-from qexport.sources.registry import query_source_names
 from qexport.web.auth import CheckedForm, Context, SignedIn, WebPrincipal
 from qexport.web.confirm import Confirmation, ConfirmedField, confirm_page, is_confirmed
 from qexport.web.deleting import query_consequence
@@ -121,12 +119,6 @@ def _draft(context: Container, form: QueryForm) -> _Read:
     return _Read(draft, found, numbers)
 
 
-def _sources(context: Container, principal: Principal) -> frozenset[str]:
-    return query_source_names(
-        context.settings, context.accounts, principal.workspace_id, admin=principal.sees_workspace
-    )
-
-
 def _form_page(
     request: Request,
     context: Container,
@@ -145,7 +137,7 @@ def _form_page(
         session=session,
         query_id=query_id,
         form=asdict(form),
-        sources=sorted(_sources(context, principal)),
+        sources=sorted(service.query_sources(context, principal)),
         errors=errors or {},
     )
 
@@ -160,11 +152,11 @@ def _save(
 ) -> Response:
     """Create (no id) or replace the query; a refused value is shown next to its field."""
     require_writer(principal)
-    sources = _sources(context, principal)
-    describe = _describer(context, principal)
     read = _draft(context, form)
     try:
-        query = _create_or_replace(context, principal, query_id, read, sources, describe)
+        query = service.save_query(
+            context, principal, SaveQuery(read.draft, query_id, tuple(read.found))
+        )
     except InvalidRequestError as exc:
         errors = form_errors(exc, FIELDS, lambda p: on_line(p, "parameters", read.numbers))
         return _form_page(
@@ -208,51 +200,6 @@ def _save(
     return RedirectResponse(f"/queries/{quote(query.id, safe='')}?notice=saved", status_code=303)
 
 
-def _describer(context: Container, principal: Principal) -> Describe:
-    """How a query being saved is described by its source: in a preview process, while the
-    member holds a source slot, rationed with their previews of the minute and on the record."""
-    timeout = describe_timeout(context.settings.statement_timeout_seconds)
-    return describer(
-        context.sources,
-        context.previews,
-        principal.requester,
-        timeout,
-        context.source_slots,
-        context.save_ration(),
-    )
-
-
-def _create_or_replace(
-    context: Container,
-    principal: Principal,
-    query_id: str | None,
-    read: _Read,
-    sources: frozenset[str],
-    describe: Describe,
-) -> Query:
-    """A new query (no id), or the query `query_id` replaced, from the form's draft."""
-    if query_id is None:
-        return service.create_query(
-            context.catalog,
-            context.accounts,
-            principal,
-            read.draft,
-            sources=sources,
-            describe=describe,
-            found=read.found,
-        )
-    return service.replace_query(
-        context.catalog,
-        context.accounts,
-        principal,
-        query_id,
-        read.draft,
-        sources=sources,
-        describe=describe,
-        found=read.found,
-    )
-
-
 @router.get("/queries")
 def queries_page(
     request: Request,
@@ -277,7 +224,7 @@ def new_query_page(
     request: Request, context: Context, session: SignedIn, principal: WebPrincipal
 ) -> Response:
     require_writer(principal)
-    sources = sorted(_sources(context, principal))
+    sources = sorted(service.query_sources(context, principal))
     form = QueryForm(source=sources[0] if len(sources) == 1 else "")
     return _form_page(request, context, session, form, principal=principal, query_id=None)
 

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from qexport.container import Container
 from qexport.domain.accounts import Principal
+from qexport.domain.commands import SaveReport
 from qexport.domain.failures import ForbiddenError, InvalidRequestError
 from qexport.domain.reports import display_spec
 from qexport.services import reports as service
@@ -95,19 +96,9 @@ def _submit(
         return _form_page(request, context, session, principal, changed, report_id=report_id)
     read = read_draft(context, form)
     try:
-        if report_id is None:
-            report = service.create_report(
-                context.catalog, context.accounts, principal, read.draft, found=read.found
-            )
-        else:
-            report = service.replace_report(
-                context.catalog,
-                context.accounts,
-                principal,
-                report_id,
-                read.draft,
-                found=read.found,
-            )
+        report = service.save_report(
+            context, principal, SaveReport(read.draft, report_id, tuple(read.found))
+        )
     except InvalidRequestError as exc:
         return _form_page(
             request,
