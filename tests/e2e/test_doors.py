@@ -599,3 +599,46 @@ def test_a_viewer_cannot_save_a_query_or_report_at_either_end_of_the_command_lin
         assert "(forbidden)" in lines.pop()
     assert [q["name"] for q in _listed(ada, "queries")["api"]] == ["small_orders"]
     assert _listed(ada, "reports")["api"] == []
+
+
+def test_each_door_cancels_an_export_alike(env: Env, tmp_path: Path) -> None:
+    """ada cancels a queued export of hers at every door (the command line by the start of
+    its id): each settles alike (failed, code `cancelled`, as the API and `--json` say it) and
+    reads "cancelled" at both ends of the command line; cancelling a settled one is refused
+    at every door."""
+    ada = _doors(env, tmp_path)
+
+    def api(export_id: str) -> int:
+        with httpx2.Client(base_url=ada.url, headers=bearer(ada.token), timeout=30) as client:
+            return client.post(f"/api/v1/exports/{export_id}/cancel").status_code
+
+    def pages(export_id: str) -> int:
+        with contextlib.closing(ada.signed_in()) as browser:
+            page = browser.get(f"/exports/{export_id}").text
+            data = {"csrf": _csrf(page), "confirmed": "yes"}
+            return browser.post(f"/exports/{export_id}/cancel", data=data).status_code
+
+    def cli(door: Env) -> Callable[[str], int]:
+        def cancel(export_id: str) -> int:
+            return door.run("exports", "cancel", export_id[:8], check=False).returncode
+
+        return cancel
+
+    doors = {"api": api, "pages": pages, "cli (local)": cli(ada.local)}
+    doors["cli (server)"] = cli(ada.remote)
+    settled = {}
+    for door, cancel in doors.items():
+        export_id, refusal = ada.api({"n": "7"})
+        assert export_id is not None, refusal
+        assert cancel(export_id) in (200, 303, 0), door
+        record = env.record(export_id)
+        settled[door] = (record.status.value, record.failure_code, record.failure_detail)
+        views = [cli.json("exports", "get", export_id) for cli in (ada.local, ada.remote)]
+        with httpx2.Client(base_url=ada.url, headers=bearer(ada.token), timeout=30) as client:
+            views.append(client.get(f"/api/v1/exports/{export_id}").json())
+        shown = {(view["status"], view["failure"]["code"]) for view in views}
+        assert shown == {("failed", "cancelled")}, (door, shown)
+        for cli in (ada.local, ada.remote):  # what a person reads: cancelled
+            assert "cancelled" in cli.run("exports", "get", export_id[:8]).stdout, door
+        assert cancel(export_id) not in (200, 303, 0), f"{door} cancelled a settled export"
+    assert len(set(settled.values())) == 1, settled
