@@ -30,7 +30,7 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import Query
 from qexport.services.requests import record_request
-from qexport.services.sources import check_source_url
+from qexport.services.source_urls import check_source_url
 from qexport.sources.generic.source import SAMPLE_ROWS, GenericSource, engine_for
 from qexport.worker.loop import Worker
 from tests.containers import container_of

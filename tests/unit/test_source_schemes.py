@@ -12,7 +12,7 @@ import pytest
 from qexport import bootstrap
 from qexport.config import Settings
 from qexport.domain.failures import InvalidRequestError
-from qexport.services.sources import check_source_url
+from qexport.services.source_urls import check_source_url
 from qexport.sources import schemes
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.sources.generic.source import GenericSource

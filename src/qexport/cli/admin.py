@@ -26,6 +26,7 @@ from qexport.domain.failures import InvalidRequestError, NotFoundError, QExportE
 from qexport.ports import AccountStore, Clock, ScheduleStore
 from qexport.services import accounts as service
 from qexport.services import sources as sources_service
+from qexport.services.source_urls import url_has_password
 from qexport.services.views import iso_time
 from qexport.sources.registry import grant_words
 
@@ -253,7 +254,7 @@ def _check_source_input(url: str | None, *, url_stdin: bool, workspace: str) -> 
     line, and the workspace the source belongs to."""
     if url_stdin == (url is not None):
         fail_input("give the URL as an argument or with --url-stdin (one of them)")
-    if url is not None and sources_service.url_has_password(url):
+    if url is not None and url_has_password(url):
         fail_input(
             "a password on the command line is visible to other users: give the URL with"
             " --url-stdin or as env:VARIABLE"
