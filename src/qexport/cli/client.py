@@ -144,6 +144,14 @@ class Client(Protocol):
         (services.reports.save_report); returns it as the API shows it."""
         ...
 
+    def preview_query(
+        self, ref: str, parameters: dict[str, Any], *, limit: int | None = None
+    ) -> dict[str, Any]:
+        """The first rows (at most `limit`) of the query that `ref` names or is the id of,
+        run with the caller's rights, as the API's preview answers them; on the record and
+        rationed as every preview is (`qexport.services.preview`). Reports have no preview."""
+        ...
+
     # ------------------------------------------------------------ schedules
 
     def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:

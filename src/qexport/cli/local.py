@@ -291,6 +291,24 @@ class LocalClient:
         finally:
             runner.close()
 
+    def preview_query(
+        self, ref: str, parameters: dict[str, Any], *, limit: int | None = None
+    ) -> dict[str, Any]:
+        """The preview a server would run, run here: in a process forked for it, whose memory
+        is bounded, on the record and counted against the member's previews a minute."""
+        from qexport.services import preview
+
+        with self._previews_forked() as deps, _as_a_server():
+            found = preview.preview_query(
+                deps.preview_desk(),
+                self._principal.requester,
+                query_ref=ref,
+                parameters=parameters,
+                limit=preview.MAX_ROWS if limit is None else limit,
+                match_name=True,
+            )
+        return preview.preview_json(found)
+
     # ------------------------------------------------------------ schedules
 
     def _schedule_view(self, schedule: Schedule) -> dict[str, Any]:

@@ -10,8 +10,9 @@ narrow; `--json` prints the API's answer, every cell whole (up to the preview's 
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import replace
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -19,23 +20,8 @@ from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
-from qexport import bootstrap
-from qexport.cli.common import (
-    BAD_INPUT,
-    fail,
-    fail_input,
-    local_deps,
-    out,
-    parse_kv,
-    remote,
-    server_errors,
-)
-from qexport.domain.failures import (
-    InvalidRequestError,
-    NotFoundError,
-    QExportError,
-    TooManyRequestsError,
-)
+from qexport.cli.client import ApiError
+from qexport.cli.common import BAD_INPUT, client_of, fail_api, out, parse_kv
 from qexport.services import preview as service
 
 # Columns narrower than this are not shown at all (and said so); rich pads each side by one.
@@ -57,42 +43,36 @@ def queries_preview(
 ) -> None:
     """Show a query's first rows (at most 100), run with your rights; nothing is saved."""
     parameters = parse_kv(param or [])
-    client = remote(ctx)
-    if client is not None:
-        with client, server_errors(client_error_code=BAD_INPUT):
-            found = client.preview_query(client.resolve_query(name), parameters, limit=limit)
-    else:
-        st, deps = local_deps(ctx)
-        # Forked from this process, which has opened no source: a forkserver's imports would
-        # double the command's time (previews/processes.py).
-        runner = bootstrap.preview_processes(deps.settings, start_method="fork")
-        try:
-            found = service.preview_json(
-                service.preview_query(
-                    replace(deps.preview_desk(), runner=runner),
-                    st.requester,
-                    query_ref=name,
-                    parameters=parameters,
-                    limit=limit,
-                    match_name=True,
-                )
-            )
-        except InvalidRequestError as exc:
-            field = exc.field or ""
-            option = f"--param {field.removeprefix('parameters.')}: " if field else ""
-            fail_input(f"{option}{exc.detail}")
-        except NotFoundError as exc:
-            fail_input(exc.detail)
-        except TooManyRequestsError as exc:
-            fail(f"{exc.detail} (too_many_requests)")
-        except QExportError as exc:
-            fail(f"{exc.detail} ({exc.code.value})")
-        finally:
-            runner.close()
+    with client_of(ctx) as client, _refused():
+        found = client.preview_query(name, parameters, limit=limit)
     if as_json:
         print(json.dumps(found, indent=2, ensure_ascii=False))
         return
     _print_table(found)
+
+
+@contextlib.contextmanager
+def _refused() -> Iterator[None]:
+    """A refused preview as one line ending with its code (a line per mistake when several),
+    a parameter's led by its option (`--param n: ...`): exit 2 for the values given (a bad
+    parameter, a query not found), 1 for anything else (a statement its source refuses, too
+    many previews, the source or the server down), locally as through a server."""
+    try:
+        yield
+    except ApiError as exc:
+        fail_api(exc, BAD_INPUT if exc.code in _BAD_INPUT else 1, _option_of)
+
+
+# What says the values given were wrong (the API's 422 also names a statement its source
+# refused, `query_invalid`, which no other value would put right).
+_BAD_INPUT = ("invalid_request", "not_found")
+
+
+def _option_of(field: str | None) -> str:
+    """`--param n: ` before a mistake in parameter `n`, `--limit: ` in the limit."""
+    if field and field.startswith("parameters."):
+        return f"--param {field.removeprefix('parameters.')}: "
+    return "--limit: " if field == "limit" else ""
 
 
 def _print_table(found: dict[str, Any]) -> None:

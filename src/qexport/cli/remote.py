@@ -113,11 +113,6 @@ class QExportClient:
 
     # ------------------------------------------------------------ exports
 
-    def resolve_query(self, ref: str) -> str:
-        """The id of the query named `ref` among those the caller can read; `ref` itself when
-        none has that name (it is then taken as an id) or the server lists no queries."""
-        return self._id_of("query", ref)
-
     def _id_of(self, kind: str, ref: str) -> str:
         """The id of the query (`kind` "query") or report whose name (title) is `ref`, else
         `ref`, taken as an id."""
@@ -334,12 +329,14 @@ class QExportClient:
     # ------------------------------------------------------------ preview
 
     def preview_query(
-        self, query_id: str, parameters: dict[str, Any], *, limit: int | None = None
+        self, ref: str, parameters: dict[str, Any], *, limit: int | None = None
     ) -> dict[str, Any]:
-        """The first rows of a query (POST /queries/{id}/preview), run with the token's rights."""
+        """The first rows of the query `ref` names or is the id of (POST
+        /queries/{id}/preview), run with the token's rights."""
         body: dict[str, Any] = {"parameters": parameters}
         if limit is not None:
             body["limit"] = limit
+        query_id = self._id_of("query", ref)
         return self._json("POST", f"/queries/{_path_segment(query_id)}/preview", json=body)
 
     # ------------------------------------------------------------ subscribing oneself
