@@ -216,29 +216,50 @@ def local_deps(ctx: typer.Context) -> tuple[State, Container]:
     return st, deps
 
 
+def resolve_id(
+    ctx: typer.Context,
+    ref: str,
+    kind: str,
+    starting: Callable[[Client, str], list[tuple[str, str]]],
+    *,
+    unknown: str,
+) -> str:
+    """The full id of the `kind` (export, schedule, link...) that `ref` names: its id, or a
+    start of it (at least 4 characters) that no other the caller may see shares;
+    `starting(client, prefix)` gives those the caller sees whose id starts so, as (id, what
+    it is) pairs, from the local database or the server alike. Like git, an ambiguous start is
+    refused with the candidates (exit 2), and an unknown one with `unknown` (exit 1); a whole
+    id, or nothing like one, is left to the command's own lookup, which says which."""
+    from qexport.services.exports import ambiguous_message, id_prefix_of
+
+    ref = ref.strip()
+    try:
+        prefix = id_prefix_of(ref, kind)
+    except InvalidRequestError as exc:
+        fail_input(exc.detail)
+    if prefix is None:
+        return ref
+    with client_of(ctx) as client, server_refusals():
+        found = starting(client, prefix)
+    if not found:
+        fail(unknown)
+    if len(found) > 1:
+        fail_input(ambiguous_message(ref, found, kind=kind))
+    return found[0][0]
+
+
 def resolve_export_id(ctx: typer.Context, ref: str | None) -> str:
-    """The full id of the export `ref` names: its id, or a start of it (at least 4
-    characters) that no other export the caller may see shares, locally or on the server
-    (QEXPORT_URL). Like git, an ambiguous start is refused with the candidates (exit 2) and
-    an unknown one says so (exit 1); none at all says where ids are found (exit 2)."""
+    """The full id of the export `ref` names (`resolve_id`: its id or a start of it among
+    the exports the caller may see); none at all says where ids are found (exit 2)."""
     if ref is None or not ref.strip():
         fail_input(
             "which export? give its id or the start of it; `qexport exports list` shows them"
         )
-    from qexport.services.exports import MAX_CANDIDATES, ambiguous_message, id_prefix_of
+    return resolve_id(ctx, ref, "export", _exports_starting, unknown=f"no export {ref.strip()!r}")
 
-    ref = ref.strip()
-    try:
-        prefix = id_prefix_of(ref)
-    except InvalidRequestError as exc:
-        fail_input(exc.detail)
-    if prefix is None:  # a whole id, or nothing like one: the export's own lookup says which
-        return ref
-    with client_of(ctx) as client, server_refusals():
-        found = client.exports_starting(prefix, MAX_CANDIDATES + 1)
-    if not found:
-        fail(f"no export {ref!r}")
-    if len(found) > 1:
-        candidates = [(str(v["id"]), str(v["subject"]["name"])) for v in found]
-        fail_input(ambiguous_message(ref, candidates))
-    return str(found[0]["id"])
+
+def _exports_starting(client: Client, prefix: str) -> list[tuple[str, str]]:
+    from qexport.services.exports import MAX_CANDIDATES
+
+    found = client.exports_starting(prefix, MAX_CANDIDATES + 1)
+    return [(str(view["id"]), str(view["subject"]["name"])) for view in found]

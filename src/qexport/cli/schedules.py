@@ -25,11 +25,11 @@ from qexport.cli.common import (
     fail_problems,
     out,
     parse_kv,
+    resolve_id,
     server_errors,
 )
 from qexport.domain.failures import InvalidRequestError, QExportError
 from qexport.domain.schedules import parse_recipients
-from qexport.services.exports import ambiguous_message, id_prefix_of
 
 if TYPE_CHECKING:
     from qexport.domain.schedules import Recipient
@@ -390,29 +390,22 @@ def _subject_id(client: Client, kind: str, ref: str) -> str:
 
 
 def resolve_schedule_id(ctx: typer.Context, ref: str) -> str:
-    """The full id of the schedule `ref` names: its id, or a start of it (at least 4
-    characters) that no other schedule the caller can see shares, locally or on the server.
-    As for exports: an ambiguous start is refused with the candidates (exit 2), an unknown
-    one says so (exit 1)."""
-    ref = ref.strip()
-    try:
-        prefix = id_prefix_of(ref)
-    except InvalidRequestError as exc:
-        fail_input(exc.detail.replace("an export id", "a schedule id"))
-    if prefix is None:  # a whole id, or nothing like one: the lookup says which
-        return ref
-    with client_of(ctx) as client, server_errors():
-        names = dict(client.subjects("query") + client.subjects("report"))
-        found = []
-        for view in client.list_schedules()["items"]:
-            if str(view["id"]).startswith(prefix):
-                subject_id = str(view["query_id"] or view["report_id"])
-                found.append((str(view["id"]), names.get(subject_id, subject_id)))
-    if not found:
-        fail("no schedule with this id that you can see")  # as the services say of a whole id
-    if len(found) > 1:
-        fail_input(ambiguous_message(ref, found, kind="schedule"))
-    return found[0][0]
+    """The full id of the schedule `ref` names: its id, or a start of it among the schedules
+    the caller can see (`resolve_id`)."""
+    # As the services say of a whole id.
+    unknown = "no schedule with this id that you can see"
+    return resolve_id(ctx, ref, "schedule", _schedules_starting, unknown=unknown)
+
+
+def _schedules_starting(client: Client, prefix: str) -> list[tuple[str, str]]:
+    """(id, subject's name) of each schedule the caller can see whose id starts `prefix`."""
+    names = dict(client.subjects("query") + client.subjects("report"))
+    found = []
+    for view in client.list_schedules()["items"]:
+        if str(view["id"]).startswith(prefix):
+            subject_id = str(view["query_id"] or view["report_id"])
+            found.append((str(view["id"]), names.get(subject_id, subject_id)))
+    return found
 
 
 def _set_enabled(ctx: typer.Context, schedule_id: str, *, enabled: bool) -> dict[str, Any]:

@@ -242,17 +242,19 @@ def parse_instant(text: str | None, field: str, *, end_of_day: bool) -> datetime
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def check_id_prefix(prefix: str) -> str:
-    """An export id or the start of one (at least MIN_ID_PREFIX characters), lower case."""
+def check_id_prefix(prefix: str, kind: str = "export") -> str:
+    """An id or the start of one (at least MIN_ID_PREFIX characters), lower case; `kind`
+    names what it is the id of, in the refusal."""
     text = prefix.strip().lower()
+    article = "an" if kind[:1] in "aeiou" else "a"
     if len(text) < MIN_ID_PREFIX:
         raise InvalidRequestError(
-            f"an export id prefix needs at least {MIN_ID_PREFIX} characters, not {prefix!r}",
+            f"{article} {kind} id prefix needs at least {MIN_ID_PREFIX} characters, not {prefix!r}",
             field="id_prefix",
         )
     if len(text) > MAX_EXPORT_ID_CHARS or not _ID_PREFIX.match(text):
         raise InvalidRequestError(
-            f"{prefix[:40]!r} is not an export id or the start of one", field="id_prefix"
+            f"{prefix[:40]!r} is not {article} {kind} id or the start of one", field="id_prefix"
         )
     return text
 
@@ -361,14 +363,15 @@ FULL_ID_CHARS = 36
 MAX_CANDIDATES = 10
 
 
-def id_prefix_of(ref: str) -> str | None:
+def id_prefix_of(ref: str, kind: str = "export") -> str | None:
     """The id prefix `ref` is, lower case; None when it is to be taken as a whole id (as
-    long as one, or not the start of any: a lookup then finds no export). Fewer than
-    MIN_ID_PREFIX characters are refused: they would match too much."""
+    long as one, or not the start of any: a lookup then finds none). Fewer than
+    MIN_ID_PREFIX characters are refused: they would match too much. Every id qexport
+    makes is a UUID, so this holds for exports, schedules, links and approval requests."""
     if len(ref) == FULL_ID_CHARS:
         return None
     try:
-        return check_id_prefix(ref)
+        return check_id_prefix(ref, kind)
     except InvalidRequestError:
         if len(ref.strip()) < MIN_ID_PREFIX:
             raise
