@@ -224,6 +224,42 @@ def test_live_links_are_listed_to_those_who_may_revoke_them(
     assert api.get(f"/api/v1/exports/{export_id}/links", ALICE).json()["items"] == []
 
 
+def test_links_are_found_by_the_start_of_their_id_by_those_who_may_revoke_them(
+    shared: tuple[Api, str, dict[str, Any], bytes],
+) -> None:
+    """GET /links?id_prefix=: what the export's list shows each caller, found by the start of
+    an id, with the export it shares: its creator's, every one for an admin, none for
+    another member or another workspace's admin (an empty list, as for no such start); a
+    revoked link is found no more; a start under 4 characters, or of no id, is 422."""
+    api, export_id, link, _ = shared
+    admins = _link(api, export_id, ADMIN)
+
+    def found(who: str, start: str) -> list[str]:
+        response = api.get("/api/v1/links", who, params={"id_prefix": start})
+        assert response.status_code == 200, response.text
+        return [item["id"] for item in response.json()["items"]]
+
+    (item,) = api.get("/api/v1/links", ALICE, params={"id_prefix": link["id"][:8]}).json()["items"]
+    listed = api.get(f"/api/v1/exports/{export_id}/links", ALICE).json()["items"]
+    assert [item] == listed
+    assert item["export_id"] == export_id
+    assert found(ALICE, link["id"].upper()) == [link["id"]]
+    assert found(ALICE, admins["id"][:8]) == []
+    assert found(ADMIN, admins["id"][:8]) == [admins["id"]]
+    assert found(ADMIN, link["id"][:8]) == [link["id"]]
+    api.member("mallory@other.test", "admin", workspace="other")
+    for who in (BOB, "mallory@other.test"):
+        assert found(who, link["id"][:8]) == [], who
+    assert api.delete(f"/api/v1/links/{link['id']}", ALICE).status_code == 204
+    assert found(ALICE, link["id"]) == []
+    for start in ("abc", "zzzz", ""):
+        response = api.get("/api/v1/links", ALICE, params={"id_prefix": start})
+        assert response.status_code == 422, start
+        assert response.json()["code"] == "invalid_request"
+    response = api.get("/api/v1/links", ALICE, params={"id_prefix": "abcd", "limit": 0})
+    assert response.status_code == 422
+
+
 def test_a_links_last_use_is_recorded_at_most_once_a_minute(
     shared: tuple[Api, str, dict[str, Any], bytes],
 ) -> None:

@@ -343,6 +343,15 @@ class InMemoryAccountStore:
             ]
         return sorted(found, key=lambda link: (link.created_at, link.id))
 
+    def links_starting(self, prefix: str) -> list[Link]:
+        with self._lock:
+            found = [
+                link
+                for link, _ in self._links.values()
+                if link.id.startswith(prefix) and link.revoked_at is None
+            ]
+        return sorted(found, key=lambda link: link.id)
+
     def touch_link(self, link_id: str, *, now: datetime, unless_since: datetime) -> bool:
         with self._lock:
             entry = self._links.get(link_id)

@@ -341,6 +341,32 @@ def test_an_exports_live_links_are_listed_oldest_first(
     assert accounts.list_links("no-such-export") == []
 
 
+def test_links_are_found_by_the_start_of_their_id(backend: Backend, clock: FrozenClock) -> None:
+    """links_starting holds the unrevoked links whose id starts so, by id, whatever their
+    export's workspace; a start of no live link's id finds none."""
+    export = backend.store.insert_export(new_export(clock.now(), "acme"))
+    other = backend.store.insert_export(new_export(clock.now(), "beta"))
+    accounts = backend.accounts
+    made = [
+        accounts.add_link(
+            export_id=(export if n % 2 else other).id,
+            created_by="ann",
+            token_hash=hash_secret(f"t{n}"),
+            now=clock.now(),
+        )
+        for n in range(6)
+    ]
+    accounts.revoke_link(made[0].id, now=clock.now())
+    live = sorted(made[1:], key=lambda link: link.id)
+    assert accounts.links_starting("") == live
+    for link in live:
+        start = link.id[:4]
+        assert accounts.links_starting(start) == [f for f in live if f.id.startswith(start)]
+    assert accounts.links_starting(made[1].id) == [made[1]]
+    assert accounts.links_starting(made[0].id) == []
+    assert accounts.links_starting("zzzz") == []
+
+
 def test_a_links_last_use_is_written_at_most_once_per_window(
     backend: Backend, clock: FrozenClock
 ) -> None:

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas.links import CreatedLink, LinkItem, LinkList, LinkRequest
 from qexport.api.schemas.problems import problem_responses
 from qexport.domain.commands import CreateLink, RevokeLink
 from qexport.http.one_hop import OneHopRoute
-from qexport.services.links import create_link, list_live_links, revoke_link
+from qexport.services.exports import MAX_EXPORT_ID_CHARS
+from qexport.services.links import (
+    MAX_LINKS_FOUND,
+    create_link,
+    links_starting,
+    list_live_links,
+    revoke_link,
+)
 from qexport.services.views import link_view
 
 router = APIRouter(route_class=OneHopRoute, tags=["links"])
@@ -56,6 +63,34 @@ def list_links(export_id: str, principal: CurrentPrincipal, context: Context) ->
         context.exports, context.accounts, context.clock, principal, export_id
     )
     return LinkList(items=[LinkItem(**link_view(link, record)) for link in found])
+
+
+@router.get("/links", response_model=LinkList, responses=problem_responses(401, 422, 503))
+def find_links(
+    principal: CurrentPrincipal,
+    context: Context,
+    id_prefix: Annotated[
+        str,
+        Query(
+            description="Ids that start with this (at least 4 characters).",
+            json_schema_extra={"maxLength": MAX_EXPORT_ID_CHARS},
+        ),
+    ],
+    limit: Annotated[
+        int,
+        Query(
+            description="Links at most.",
+            json_schema_extra={"minimum": 1, "maximum": MAX_LINKS_FOUND},
+        ),
+    ] = MAX_LINKS_FOUND,
+) -> LinkList:
+    """The live links whose id starts with `id_prefix` that the caller may revoke (their
+    own, or every one of the workspace's for an admin), whichever export they share, by id:
+    what `GET /exports/{export_id}/links` shows, found by the start of an id."""
+    found = links_starting(
+        context.exports, context.accounts, context.clock, principal, id_prefix, limit=limit
+    )
+    return LinkList(items=[LinkItem(**link_view(link, record)) for link, record in found])
 
 
 @router.delete(

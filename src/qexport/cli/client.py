@@ -197,6 +197,11 @@ class Client(Protocol):
 
     def list_links(self, export_id: str) -> dict[str, Any]: ...
 
+    def links_starting(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        """The live links the caller may revoke whose id starts with `prefix` (at most
+        `limit`), whichever export they share."""
+        ...
+
     def revoke_link(self, link_id: str) -> None: ...
 
 

@@ -9,7 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from qexport.cli.common import client_of, out, resolve_export_id, server_refusals
+from qexport.cli.client import Client
+from qexport.cli.common import client_of, out, resolve_export_id, resolve_id, server_refusals
+from qexport.services.exports import MAX_CANDIDATES
 
 links_app = typer.Typer(
     no_args_is_help=True,
@@ -92,9 +94,24 @@ def _minute(instant: str | None) -> str:
 @links_app.command("revoke")
 def links_revoke(
     ctx: typer.Context,
-    link_id: Annotated[str, typer.Argument(help="The link's id (links list).")],
+    link_id: Annotated[
+        str,
+        typer.Argument(
+            help="The link's id, or the start of a live link's (4 characters or more), as"
+            " `links list` shows it."
+        ),
+    ],
 ) -> None:
-    """Revoke a link: it stops working at once (revoking it again is no error)."""
+    """Revoke a link: it stops working at once (revoking it again by its id is no error)."""
+    unknown = f"no link {link_id.strip()!r}"
+    link_id = resolve_id(ctx, link_id, "link", _links_starting, unknown=unknown)
     with client_of(ctx) as client, server_refusals():
         client.revoke_link(link_id)
     out.print(f"link {link_id} revoked", highlight=False, soft_wrap=True)
+
+
+def _links_starting(client: Client, prefix: str) -> list[tuple[str, str]]:
+    """(id, the export it shares) of each live link the caller may revoke whose id starts
+    with `prefix`."""
+    found = client.links_starting(prefix, MAX_CANDIDATES + 1)
+    return [(str(view["id"]), f"export {str(view['export_id'])[:8]}") for view in found]

@@ -455,6 +455,16 @@ class LocalClient:
             )
         return {"items": [views.link_view(link, record) for link in found]}
 
+    def links_starting(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        from qexport.services.links import links_starting
+
+        deps = self._deps
+        with _as_a_server():
+            found = links_starting(
+                deps.exports, deps.accounts, deps.clock, self._principal, prefix, limit=limit
+            )
+        return [views.link_view(link, record) for link, record in found]
+
     def revoke_link(self, link_id: str) -> None:
         from qexport.services.links import revoke_link
 

@@ -312,6 +312,11 @@ class QExportClient:
     def list_links(self, export_id: str) -> dict[str, Any]:
         return self._json("GET", f"/exports/{_path_segment(export_id)}/links")
 
+    def links_starting(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        """The live links the caller may revoke whose id starts with `prefix`."""
+        page = self._json("GET", "/links", params={"id_prefix": prefix, "limit": limit})
+        return [i for i in page.get("items", []) if isinstance(i, dict)]
+
     def revoke_link(self, link_id: str) -> None:
         self._request("DELETE", f"/links/{_path_segment(link_id)}")
 

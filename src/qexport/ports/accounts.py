@@ -180,6 +180,11 @@ class LinkStore(Protocol):
         """The export's unrevoked links, oldest first."""
         ...
 
+    def links_starting(self, prefix: str) -> list[Link]:
+        """The unrevoked links whose id starts with `prefix`, by id, whatever their export's
+        workspace: the caller keeps those it may see."""
+        ...
+
     def touch_link(self, link_id: str, *, now: datetime, unless_since: datetime) -> bool:
         """Record that the link served its file at `now`, unless it already did at or after
         `unless_since` (one guarded write); whether it was written."""

@@ -41,7 +41,7 @@ from qexport.domain.reports import SUBJECT_REPORT
 from qexport.ports import AccountStore, Catalog, Clock, ExportQueue, LinkStore
 from qexport.services.audit import event
 from qexport.services.deps import Deps
-from qexport.services.exports import downloadable, get_visible_export
+from qexport.services.exports import check_id_prefix, downloadable, get_visible_export
 from qexport.services.reports import may_read_export
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 MAX_LINK_ID_CHARS = 64  # link ids are UUIDs; anything much longer is not worth a lookup
+MAX_LINKS_FOUND = 50  # the most links one start of an id finds (`links_starting`)
 # How stale `last_used_at` may get: a link downloaded in a loop writes once a minute, not once
 # a request, so its downloads never queue behind the metadata database's writers.
 LAST_USED_PRECISION = timedelta(minutes=1)
@@ -207,14 +208,44 @@ def manageable_link(
     link, or another workspace's, looks missing."""
     link = accounts.get_link(link_id) if len(link_id) <= MAX_LINK_ID_CHARS else None
     record = store.get_export(link.export_id) if link else None
-    if (
-        link is None
-        or record is None
-        or record.workspace_id != principal.workspace_id
-        or not may_manage_link(principal, link)
-    ):
+    if link is None or record is None or not _manages(principal, link, record):
         raise NotFoundError(f"no link {link_id!r}")
     return link, record
+
+
+def _manages(principal: Principal, link: Link, record: ExportRecord) -> bool:
+    """Whether the caller may manage the link to `record`: one of their workspace's, and
+    theirs or they are its admin."""
+    return record.workspace_id == principal.workspace_id and may_manage_link(principal, link)
+
+
+def links_starting(
+    exports: ExportQueue,
+    accounts: LinkStore,
+    clock: Clock,
+    principal: Principal,
+    prefix: str,
+    *,
+    limit: int,
+) -> list[tuple[Link, ExportRecord]]:
+    """The live links (unrevoked, unexpired) whose id starts with `prefix` that the caller
+    may manage, whichever export they share, by id, at most `limit`, each with its export:
+    what `links list` would show them, found by a start of an id (InvalidRequestError for
+    a start too short, or no id's)."""
+    start = check_id_prefix(prefix, "link")
+    if isinstance(limit, bool) or not 1 <= limit <= MAX_LINKS_FOUND:
+        raise InvalidRequestError(
+            f"limit must be 1 to {MAX_LINKS_FOUND}, not {limit}", field="limit"
+        )
+    now = clock.now()
+    found: list[tuple[Link, ExportRecord]] = []
+    for link in accounts.links_starting(start):
+        record = exports.get_export(link.export_id)
+        if record is not None and _manages(principal, link, record) and not link.expired(now):
+            found.append((link, record))
+            if len(found) == limit:
+                break
+    return found
 
 
 def revoke_link(deps: Deps, principal: Principal, command: RevokeLink) -> Link:

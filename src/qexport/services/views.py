@@ -155,6 +155,7 @@ def link_view(link: Link, record: ExportRecord) -> dict[str, Any]:
     or with its export's file."""
     return {
         "id": link.id,
+        "export_id": link.export_id,
         "created_by": link.created_by,
         "created_at": iso_time(link.created_at),
         "expires_at": iso_time(link.expires_at or record.expires_at),

@@ -96,6 +96,17 @@ class SqlLinkStore(OnEngine):
         with self._read() as conn:
             return [_link(row) for row in conn.execute(stmt)]
 
+    def links_starting(self, prefix: str) -> list[Link]:
+        # The caller checks `prefix` (hex and dashes, 4 or more): 1 link in 65,536 or fewer,
+        # across workspaces, so no workspace's are crowded out by a limit here.
+        stmt = (
+            sa.select(links)
+            .where(links.c.id.startswith(prefix, autoescape=True), links.c.revoked_at.is_(None))
+            .order_by(links.c.id)
+        )
+        with self._read() as conn:
+            return [_link(row) for row in conn.execute(stmt)]
+
     def touch_link(self, link_id: str, *, now: datetime, unless_since: datetime) -> bool:
         stale = sa.or_(links.c.last_used_at.is_(None), links.c.last_used_at < unless_since)
         stmt = links.update().where(links.c.id == link_id, stale).values(last_used_at=now)

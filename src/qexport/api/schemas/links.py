@@ -30,6 +30,7 @@ class LinkItem(BaseModel):
     """A live public link: its URL is never shown again (only its hash is kept)."""
 
     id: str
+    export_id: str = Field(description="The export whose file it shares")
     created_by: str = Field(description="The user id of whoever created it")
     created_at: datetime
     expires_at: datetime | None = Field(description="When the export's file expires, and it")
