@@ -15,7 +15,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from qexport.cli.common import client_of, out, server_refusals
+from qexport.cli.client import Client
+from qexport.cli.common import client_of, out, resolve_id, server_refusals
 from qexport.domain.approvals import Decision
 
 approvals_app = typer.Typer(
@@ -54,6 +55,10 @@ def approvals_list(
 def _decide(ctx: typer.Context, approval_id: str, decision: Decision, reason: str | None) -> None:
     # Exit status 2 for a bad reason or an unknown request, 1 for a refused decision (not an
     # admin, four eyes, already decided).
+    unknown = f"no approval request {approval_id.strip()!r}"
+    approval_id = resolve_id(
+        ctx, approval_id, "approval request", _requests_starting, unknown=unknown, unknown_exit=2
+    )
     with client_of(ctx) as client, server_refusals(bad_input=(400, 404, 422)):
         decided = client.decide(approval_id, decision.value, reason)
     if decided["export_id"] is not None:
@@ -65,10 +70,25 @@ def _decide(ctx: typer.Context, approval_id: str, decision: Decision, reason: st
         out.print(f"denied: request {decided['id']}; nothing is exported", highlight=False)
 
 
+def _requests_starting(client: Client, prefix: str) -> list[tuple[str, str]]:
+    """(id, what it asks for) of each request the caller sees whose id starts `prefix`."""
+    found = client.list_approvals(pending=False)["items"]
+    return [
+        (str(view["id"]), f"{view['subject']['name']} {view['format']}")
+        for view in found
+        if str(view["id"]).startswith(prefix)
+    ]
+
+
+_APPROVAL_ID = typer.Argument(
+    help="The request's id, or its start (4 characters or more): `approvals list` shows them."
+)
+
+
 @approvals_app.command("approve")
 def approvals_approve(
     ctx: typer.Context,
-    approval_id: str,
+    approval_id: Annotated[str, _APPROVAL_ID],
     reason: Annotated[str | None, typer.Option(help="A note for the requester.")] = None,
 ) -> None:
     """Approve a pending request: its export is queued, with the requester's rights."""
@@ -78,7 +98,7 @@ def approvals_approve(
 @approvals_app.command("deny")
 def approvals_deny(
     ctx: typer.Context,
-    approval_id: str,
+    approval_id: Annotated[str, _APPROVAL_ID],
     reason: Annotated[str | None, typer.Option(help="A note for the requester.")] = None,
 ) -> None:
     """Deny a pending request: nothing is exported."""

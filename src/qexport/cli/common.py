@@ -223,13 +223,15 @@ def resolve_id(
     starting: Callable[[Client, str], list[tuple[str, str]]],
     *,
     unknown: str,
+    unknown_exit: int = 1,
 ) -> str:
     """The full id of the `kind` (export, schedule, link...) that `ref` names: its id, or a
     start of it (at least 4 characters) that no other the caller may see shares;
     `starting(client, prefix)` gives those the caller sees whose id starts so, as (id, what
     it is) pairs, from the local database or the server alike. Like git, an ambiguous start is
-    refused with the candidates (exit 2), and an unknown one with `unknown` (exit 1); a whole
-    id, or nothing like one, is left to the command's own lookup, which says which."""
+    refused with the candidates (exit 2), and an unknown one with `unknown` (`unknown_exit`,
+    as the command exits for an unknown whole id); a whole id, or nothing like one, is left to
+    the command's own lookup, which says which."""
     from qexport.services.exports import ambiguous_message, id_prefix_of
 
     ref = ref.strip()
@@ -242,7 +244,7 @@ def resolve_id(
     with client_of(ctx) as client, server_refusals():
         found = starting(client, prefix)
     if not found:
-        fail(unknown)
+        fail(unknown, unknown_exit)
     if len(found) > 1:
         fail_input(ambiguous_message(ref, found, kind=kind))
     return found[0][0]
