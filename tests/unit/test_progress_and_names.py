@@ -1,14 +1,16 @@
-"""Progress published between heartbeats, file name templates, and the exports list's filters
-as people give them."""
+"""Progress published between heartbeats, file name templates, the exports list's filters as
+people give them, and what names a query or report on the command line."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
+from qexport.cli.client import ApiError, one_named
 from qexport.cli.downloads import plain_file_name
 from qexport.domain.exports import safe_filename
 from qexport.domain.failures import InvalidRequestError
@@ -194,3 +196,52 @@ def test_an_id_prefix_is_four_hex_characters_or_more(prefix: str) -> None:
     with pytest.raises(InvalidRequestError):
         check_id_prefix(prefix)
     assert check_id_prefix(" ABCD ") == "abcd"
+
+
+QUERIES = [
+    ("abcd1111-0000-4000-8000-000000000001", "orders"),
+    ("abcd2222-0000-4000-8000-000000000002", "refunds"),
+    ("beef3333-0000-4000-8000-000000000003", "beef"),
+]
+
+
+def test_a_subject_is_named_by_its_name_its_id_or_the_start_of_its_id() -> None:
+    """A name, an id, or a start (any case) that only one id has; a name wins over a start
+    that reads like one (`beef`, a query's name)."""
+    assert one_named(QUERIES, "query", "refunds") == QUERIES[1][0]
+    assert one_named(QUERIES, "query", QUERIES[0][0]) == QUERIES[0][0]
+    assert one_named(QUERIES, "query", "ABCD2") == QUERIES[1][0]
+    assert one_named(QUERIES, "query", "beef") == QUERIES[2][0]
+    assert one_named(QUERIES, "query", "beef3") == QUERIES[2][0]
+
+
+def test_an_unknown_or_ambiguous_subject_is_refused_as_a_server_would() -> None:
+    """Unknown: 404 not_found with the nearest names; a start several ids share: 422 naming
+    them; a start under 4 characters is a name, and unknown."""
+    with pytest.raises(ApiError) as unknown:
+        one_named(QUERIES, "query", "ordrs")
+    assert (unknown.value.status, unknown.value.code) == (404, "not_found")
+    assert unknown.value.detail == "no query 'ordrs' that you can read; did you mean 'orders'?"
+    with pytest.raises(ApiError) as elsewhere:
+        one_named(QUERIES, "query", "zzzzzz", where="in this workspace")
+    assert elsewhere.value.detail == "no query 'zzzzzz' in this workspace"
+    with pytest.raises(ApiError) as ambiguous:
+        one_named(QUERIES, "query", "abcd")
+    assert (ambiguous.value.status, ambiguous.value.code) == (422, "invalid_request")
+    assert ambiguous.value.detail.startswith("query id 'abcd' is ambiguous; it starts ")
+    assert f"{QUERIES[0][0]} (orders)" in ambiguous.value.detail
+    with pytest.raises(ApiError, match="no query 'abc'"):
+        one_named(QUERIES, "query", "abc")
+
+
+def test_a_list_is_read_only_until_the_name_is_met() -> None:
+    """The pairs (a server's pages) are read no further than the one named."""
+    read: list[str] = []
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        for pair in QUERIES:
+            read.append(pair[1])
+            yield pair
+
+    assert one_named(pairs(), "query", "orders") == QUERIES[0][0]
+    assert read == ["orders"]

@@ -9,8 +9,9 @@ prints one line whatever went wrong: a refused request, a dead server, a corrupt
 
 from __future__ import annotations
 
+import difflib
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
@@ -78,8 +79,14 @@ class Client(Protocol):
         notify: list[dict[str, str]] | None = None,
     ) -> dict[str, Any]:
         """Request an export of the query (`kind` "query") or report ("report") that `ref`
-        names or is the id of: the export, or the approval request it waits on (its `kind`
+        names (`subject`): the export, or the approval request it waits on (its `kind`
         "approval")."""
+        ...
+
+    def subject(self, kind: str, ref: str) -> dict[str, Any]:
+        """The query (`kind` "query") or report the caller can read that `ref` names: by its
+        name (title), its id, or the start of its id (`one_named`); ApiError not_found with
+        the nearest names otherwise."""
         ...
 
     def subjects(self, kind: str) -> list[tuple[str, str]]:
@@ -130,8 +137,8 @@ class Client(Protocol):
         ...
 
     def delete_subject(self, kind: str, ref: str) -> dict[str, Any]:
-        """Delete the query (`kind` "query") or report whose name (title) or id is `ref`,
-        among those the caller can read; returns it as it was. An editor's or an admin's."""
+        """Delete the query (`kind` "query") or report that `ref` names (`subject`); returns
+        it as it was. An editor's or an admin's."""
         ...
 
     def save_query(self, draft: QueryDraft, query_id: str | None = None) -> dict[str, Any]:
@@ -147,8 +154,8 @@ class Client(Protocol):
     def preview_query(
         self, ref: str, parameters: dict[str, Any], *, limit: int | None = None
     ) -> dict[str, Any]:
-        """The first rows (at most `limit`) of the query that `ref` names or is the id of,
-        run with the caller's rights, as the API's preview answers them; on the record and
+        """The first rows (at most `limit`) of the query that `ref` names (`subject`), run
+        with the caller's rights, as the API's preview answers them; on the record and
         rationed as every preview is (`qexport.services.preview`). Reports have no preview."""
         ...
 
@@ -210,13 +217,66 @@ SUBJECT_LABEL = {"query": "name", "report": "title"}
 
 
 def subject_named(items: Iterable[dict[str, Any]], kind: str, ref: str) -> dict[str, Any]:
-    """The view among `items` (queries, `kind` "query", or reports) whose name (title) or id
-    is `ref`; ApiError not_found, as a server's, when none is."""
+    """The view among `items` (queries, `kind` "query", or reports) that `ref` names
+    (`one_named`: its name or title, its id, or the start of it); ApiError as a server's
+    otherwise."""
     label = SUBJECT_LABEL[kind]
-    found = next((i for i in items if ref in (i.get(label), i.get("id"))), None)
-    if found is None:
-        raise ApiError(404, "not_found", f"no {kind} {ref!r} that you can read")
-    return found
+    views: dict[str, dict[str, Any]] = {}
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        for item in items:
+            if "id" in item and isinstance(item.get(label), str):
+                views[str(item["id"])] = item
+                yield str(item["id"]), item[label]
+
+    return views[one_named(pairs(), kind, ref)]
+
+
+def one_named(
+    pairs: Iterable[tuple[str, str]], what: str, ref: str, where: str = "that you can read"
+) -> str:
+    """The id among (id, name) `pairs` of the one whose name or id is `ref`, else of the one
+    whose id starts with it (4 characters or more). Otherwise an ApiError, as a server's: 404
+    not_found (`no query 'x' that you can read`, or `where` else) with the nearest names
+    (`did_you_mean`), or, when several ids start so, 422 invalid_request naming them. `pairs`
+    is read only until the name or id is met."""
+    seen: list[tuple[str, str]] = []
+    for pair in pairs:
+        if ref in pair:
+            return pair[0]
+        seen.append(pair)
+    start = _id_start(ref)
+    started = [pair for pair in seen if start is not None and pair[0].startswith(start)]
+    if len(started) == 1:
+        return started[0][0]
+    if started:
+        from qexport.services.exports import ambiguous_message
+
+        raise ApiError(422, "invalid_request", ambiguous_message(ref, started, kind=what))
+    hint = did_you_mean(ref, [name for _id, name in seen])
+    raise ApiError(404, "not_found", f"no {what} {ref!r} {where}{hint}")
+
+
+def _id_start(ref: str) -> str | None:
+    """`ref` as the start of an id, lower case, when it can be one (4 hex digits or more)."""
+    from qexport.domain.failures import InvalidRequestError
+    from qexport.services.exports import MIN_ID_PREFIX, check_id_prefix
+
+    if len(ref.strip()) < MIN_ID_PREFIX:
+        return None
+    try:
+        return check_id_prefix(ref)
+    except InvalidRequestError:
+        return None
+
+
+def did_you_mean(word: str, names: Iterable[str]) -> str:
+    """`; did you mean 'orders'?` when a known name is close to `word` (else ``), to end an
+    error about an unknown name: every command that takes a name says it so."""
+    close = difflib.get_close_matches(word, sorted(set(names)), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(name) for name in close) + "?"
 
 
 def gathered(

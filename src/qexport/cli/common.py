@@ -4,8 +4,7 @@ line with an exit status, and the client for a server when one is configured."""
 from __future__ import annotations
 
 import contextlib
-import difflib
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
 
@@ -181,15 +180,6 @@ def fail_api(
     if label is not None:
         fail(f"{label(exc.field)}{exc}", code)
     fail(str(exc), code)
-
-
-def did_you_mean(word: str, names: Iterable[str]) -> str:
-    """`; did you mean 'orders'?` when a known name is close to `word` (else ``), to end an
-    error about an unknown name."""
-    close = difflib.get_close_matches(word, sorted(set(names)), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return "; did you mean " + " or ".join(repr(name) for name in close) + "?"
 
 
 def check_local_requester(deps: Container, requester: Requester) -> None:

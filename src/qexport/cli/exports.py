@@ -13,11 +13,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from qexport.cli.client import ApiError, Client
+from qexport.cli.client import ApiError, Client, one_named
 from qexport.cli.common import (
     BAD_INPUT,
     client_of,
-    did_you_mean,
     err,
     fail_api,
     fail_input,
@@ -113,9 +112,12 @@ def exports_create(  # noqa: PLR0913 - one per command-line option
             "--format", help="csv, tsv, jsonl, parquet or xlsx; a report: pdf, xlsx or html."
         ),
     ],
-    query: Annotated[str | None, typer.Option(help="Query name or id.")] = None,
+    query: Annotated[
+        str | None, typer.Option(help="Query name, id or the start of its id.")
+    ] = None,
     report: Annotated[
-        str | None, typer.Option(help="Report title or id, instead of --query.")
+        str | None,
+        typer.Option(help="Report title, id or the start of its id, instead of --query."),
     ] = None,
     param: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, repeatable.")] = None,
     neutralize: Annotated[
@@ -156,10 +158,11 @@ def exports_create(  # noqa: PLR0913 - one per command-line option
 def _refused(client: Client, exc: ApiError, kind: str, ref: str) -> NoReturn:
     """A refused request, exit 2 (1 for a bad token, or a server down or failing): every
     mistake, one line each, a recipient's led by its option (`--webhook: ...`); an unknown
-    query or report with the nearest name the caller can read."""
+    query or report with the nearest name the caller can read (`Client.subject` says it), or
+    where to start when they can read none."""
     if exc.status == 404:
         names = [name for _id, name in client.subjects(kind)]
-        hint = did_you_mean(ref, names) or _none_yet(kind, names, on_server=_on_server(client))
+        hint = _none_yet(kind, names, on_server=_on_server(client))
         fail_input(f"{exc.detail}{hint} ({exc.code})")
     code = 1 if exc.status in (0, 401) or exc.status >= 500 else BAD_INPUT
     fail_api(exc, code, _recipient_option)
@@ -303,7 +306,8 @@ def exports_list(  # noqa: PLR0913 - one per command-line option
     ] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="Only this format.")] = None,
     subject: Annotated[
-        str | None, typer.Option(help="Only exports of this query (name or id) or report.")
+        str | None,
+        typer.Option(help="Only exports of this query or report (name, id or its start)."),
     ] = None,
     since: Annotated[
         str | None, typer.Option(help="Requested on or after: 2026-12-01 or an ISO time (UTC).")
@@ -358,16 +362,13 @@ def _flag_of(field: str | None) -> str:
 
 
 def _subject_id(client: Client, ref: str) -> str:
-    """The id of the query or report `ref` names (by name, title or id) among those the
-    caller can read; unknown ones are refused, with the nearest name."""
+    """The id of the query or report `ref` names (by name, title, id or the start of an id)
+    among those the caller can read; unknown ones are refused, with the nearest name."""
     known = client.subjects("query") + client.subjects("report")
-    for subject_id, name in known:
-        if ref in (name, subject_id):
-            return subject_id
-    return fail_input(
-        f"--subject: no query or report {ref!r} that you can read"
-        + did_you_mean(ref, [name for _id, name in known])
-    )
+    try:
+        return one_named(known, "query or report", ref)
+    except ApiError as exc:
+        fail_input(f"--subject: {exc.detail}")
 
 
 def short_ids(ids: list[str], minimum: int = SHORT_ID_CHARS) -> dict[str, str]:

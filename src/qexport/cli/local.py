@@ -112,7 +112,8 @@ class LocalClient:
         from qexport.domain.approvals import ApprovalRequest
         from qexport.services.requests import request
 
-        subject = SubjectRef("report" if kind == "report" else "query", ref, by_name=True)
+        found = self.subject(kind, ref)
+        subject = SubjectRef("report" if kind == "report" else "query", found["id"])
         command = RequestExport(subject, fmt, parameters, neutralize_formulas, tuple(notify or ()))
         with _as_a_server():
             made = request(self._deps, self._principal, command)
@@ -120,6 +121,9 @@ class LocalClient:
         if isinstance(made, ApprovalRequest):
             return {"kind": "approval", **views.approval_view(made, now)}
         return views.export_view(made, now)
+
+    def subject(self, kind: str, ref: str) -> dict[str, Any]:
+        return subject_named(self.list_subjects(kind), kind, ref)
 
     def subjects(self, kind: str) -> list[tuple[str, str]]:
         """(id, name) of each query (or report, by title) the principal may read."""
@@ -258,7 +262,7 @@ class LocalClient:
         from qexport.services.queries import delete_query
         from qexport.services.reports import delete_report
 
-        found = subject_named(self.list_subjects(kind), kind, ref)
+        found = self.subject(kind, ref)
         delete = delete_report if kind == "report" else delete_query
         with _as_a_server():
             delete(self._deps.catalog, self._principal, found["id"])
@@ -298,14 +302,14 @@ class LocalClient:
         is bounded, on the record and counted against the member's previews a minute."""
         from qexport.services import preview
 
+        query_id = self.subject("query", ref)["id"]
         with self._previews_forked() as deps, _as_a_server():
             found = preview.preview_query(
                 deps.preview_desk(),
                 self._principal.requester,
-                query_ref=ref,
+                query_ref=query_id,
                 parameters=parameters,
                 limit=preview.MAX_ROWS if limit is None else limit,
-                match_name=True,
             )
         return preview.preview_json(found)
 

@@ -31,7 +31,7 @@ _GAP = 2
 
 def queries_preview(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Query name or id.")],
+    name: Annotated[str, typer.Argument(help="Query name, id or the start of its id.")],
     param: Annotated[
         list[str] | None, typer.Option(help="NAME=VALUE, repeatable; the default otherwise.")
     ] = None,

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from qexport import bootstrap
-from qexport.cli.client import ApiError, subject_named
+from qexport.cli.client import ApiError
 from qexport.cli.common import (
     BAD_INPUT,
     client_of,
@@ -19,6 +19,7 @@ from qexport.cli.common import (
     fail_input,
     out,
     server_errors,
+    server_refusals,
 )
 from qexport.cli.preview import queries_preview
 from qexport.domain.commands import QueryDraft
@@ -93,7 +94,7 @@ def queries_update(
     """Change a query's SQL, source or parameters; its source checks the result first."""
     params = None if param is None else _params(param)
     with client_of(ctx) as client, _refused_save():
-        current = subject_named(client.list_subjects("query"), "query", name)
+        current = client.subject("query", name)
         draft = QueryDraft(
             name=current["name"],
             sql=current["sql"] if sql is None else sql,
@@ -176,11 +177,12 @@ def queries_list(
 
 @queries_app.command("delete")
 def queries_delete(
-    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Its name or id.")]
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Its name, its id or the start of its id.")],
 ) -> None:
     """Delete a query (an editor or admin); its unsettled exports then fail with
     access_lost."""
-    with client_of(ctx) as client, server_errors():
+    with client_of(ctx) as client, server_refusals():
         deleted = client.delete_subject("query", name)
     out.print(f"deleted query {deleted['name']!r}", highlight=False, soft_wrap=True)
 

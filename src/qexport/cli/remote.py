@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 API_PREFIX = "/api/v1"
 # Requests are small and answered at once; a download may wait on a slow disk or network.
 TIMEOUT = httpx2.Timeout(30.0, read=300.0)
-# `exports create --query NAME` looks through at most this many pages of the query list.
+# A query or report named by a command is looked for in at most this many pages of its list.
 MAX_QUERY_PAGES = 20
 
 
@@ -113,12 +113,6 @@ class QExportClient:
 
     # ------------------------------------------------------------ exports
 
-    def _id_of(self, kind: str, ref: str) -> str:
-        """The id of the query (`kind` "query") or report whose name (title) is `ref`, else
-        `ref`, taken as an id."""
-        found = (item_id for item_id, name in self._labelled(*_LISTS[kind]) if name == ref)
-        return next(found, ref)  # (pages are read only until it is found)
-
     def request_export(
         self,
         kind: str,
@@ -130,15 +124,21 @@ class QExportClient:
         notify: list[dict[str, str]] | None = None,
     ) -> dict[str, Any]:
         """Request an export of the query (`kind` "query") or report ("report") that `ref`
-        names or is the id of: the export, or the approval request it waits on."""
+        names: the export, or the approval request it waits on."""
         return self.create_export(
-            self._id_of(kind, ref),
+            self.subject(kind, ref)["id"],
             fmt,
             parameters,
             neutralize_formulas=neutralize_formulas,
             subject=kind,
             notify=notify,
         )
+
+    def subject(self, kind: str, ref: str) -> dict[str, Any]:
+        """The query (`kind` "query") or report the caller can read that `ref` names, by name
+        (title), id or the start of an id; the list's pages are read only until it is met by
+        name or id."""
+        return subject_named(self._items(_LISTS[kind][0]), kind, ref)
 
     def subjects(self, kind: str) -> list[tuple[str, str]]:
         """(id, name) of each query (`kind` "query") or report (by title) the caller can
@@ -267,9 +267,8 @@ class QExportClient:
         return list(self._items(_LISTS[kind][0]))
 
     def delete_subject(self, kind: str, ref: str) -> dict[str, Any]:
-        path = _LISTS[kind][0]
-        found = subject_named(self._items(path), kind, ref)
-        self._request("DELETE", f"{path}/{_path_segment(str(found['id']))}")
+        found = self.subject(kind, ref)
+        self._request("DELETE", f"{_LISTS[kind][0]}/{_path_segment(str(found['id']))}")
         return found
 
     def save_query(self, draft: QueryDraft, query_id: str | None = None) -> dict[str, Any]:
@@ -336,12 +335,12 @@ class QExportClient:
     def preview_query(
         self, ref: str, parameters: dict[str, Any], *, limit: int | None = None
     ) -> dict[str, Any]:
-        """The first rows of the query `ref` names or is the id of (POST
-        /queries/{id}/preview), run with the token's rights."""
+        """The first rows of the query `ref` names (POST /queries/{id}/preview), run with the
+        token's rights."""
         body: dict[str, Any] = {"parameters": parameters}
         if limit is not None:
             body["limit"] = limit
-        query_id = self._id_of("query", ref)
+        query_id = self.subject("query", ref)["id"]
         return self._json("POST", f"/queries/{_path_segment(query_id)}/preview", json=body)
 
     # ------------------------------------------------------------ subscribing oneself

@@ -25,6 +25,7 @@ from qexport.cli.common import (
     fail_input,
     out,
     server_errors,
+    server_refusals,
 )
 from qexport.domain.commands import ReportDraft
 from qexport.domain.failures import InvalidRequestError
@@ -68,12 +69,12 @@ def _parse_fixed(specs: list[str], count: int) -> dict[int, dict[str, str]]:
 
 
 def _query_id(queries: list[dict[str, Any]], number: int, ref: str) -> str:
-    """The id of the query section `number` names (by name or id), among those the caller
-    can read; exit 2 otherwise."""
+    """The id of the query section `number` names (by its name, its id or the start of its
+    id), among those the caller can read; exit 2 otherwise, with the nearest names."""
     try:
         return str(subject_named(queries, "query", ref)["id"])
-    except ApiError:
-        fail_input(f"section {number}: no query {ref!r} that you can read")
+    except ApiError as exc:
+        fail_input(f"section {number}: {exc.detail}")
 
 
 def _human_field(field: str | None) -> str:
@@ -146,10 +147,11 @@ def reports_list(
 
 @reports_app.command("delete")
 def reports_delete(
-    ctx: typer.Context, report: Annotated[str, typer.Argument(help="Its title or id.")]
+    ctx: typer.Context,
+    report: Annotated[str, typer.Argument(help="Its title, its id or the start of its id.")],
 ) -> None:
     """Delete a report (an editor or admin); its unsettled exports then fail with
     access_lost."""
-    with client_of(ctx) as client, server_errors():
+    with client_of(ctx) as client, server_refusals():
         found = client.delete_subject("report", report)
     out.print(f"deleted report {found['title']!r} ({found['id']})", highlight=False, soft_wrap=True)

@@ -142,7 +142,9 @@ def _recipients_text(recipients: list[dict[str, str]]) -> str:
 @schedules_app.command("add")
 def schedules_add(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
-    subject: Annotated[str, typer.Argument(help="Query name or id (with --report: a report).")],
+    subject: Annotated[
+        str, typer.Argument(help="Query name, id or its start (with --report: a report).")
+    ],
     fmt: Annotated[
         str,
         typer.Option(
@@ -182,8 +184,9 @@ def schedules_add(  # noqa: PLR0913 - one per command-line option
     recipients = recipients_json(email, webhook, slack, teams)
     kind = "report" if report else "query"
     with client_of(ctx) as client:
+        subject_id, unknown = _subject_id(client, kind, subject)
         body: dict[str, Any] = {
-            f"{kind}_id": _subject_id(client, kind, subject),
+            f"{kind}_id": subject_id,
             "format": fmt,
             "parameters": parameters,
             "cron": cron,
@@ -195,7 +198,7 @@ def schedules_add(  # noqa: PLR0913 - one per command-line option
             body["timezone"] = timezone
         if filename is not None:
             body["filename_template"] = filename
-        with refused_by_option(BAD_INPUT):
+        with refused_by_option(BAD_INPUT), _naming(unknown):
             view = client.create_schedule(body)
     if as_json:
         _print_schedule(view, True)
@@ -243,10 +246,10 @@ def schedules_update(  # noqa: PLR0913 - one per command-line option
     ctx: typer.Context,
     schedule_id: Annotated[str, _SCHEDULE_ID],
     query: Annotated[
-        str | None, typer.Option(help="Export this query (name or id) instead.")
+        str | None, typer.Option(help="Export this query (name, id or its start) instead.")
     ] = None,
     report: Annotated[
-        str | None, typer.Option(help="Export this report (title or id) instead.")
+        str | None, typer.Option(help="Export this report (title, id or its start) instead.")
     ] = None,
     fmt: Annotated[
         str | None,
@@ -317,11 +320,12 @@ def schedules_update(  # noqa: PLR0913 - one per command-line option
         fail_input("nothing to change: give at least one option (see --help)")
     schedule_id = resolve_schedule_id(ctx, schedule_id)
     with client_of(ctx) as client:
+        unknown = None
         if query is not None:
-            changes["query_id"] = _subject_id(client, "query", query)
+            changes["query_id"], unknown = _subject_id(client, "query", query)
         if report is not None:
-            changes["report_id"] = _subject_id(client, "report", report)
-        with refused_by_option(FAILED):
+            changes["report_id"], unknown = _subject_id(client, "report", report)
+        with refused_by_option(FAILED), _naming(unknown):
             view = client.update_schedule(schedule_id, _as_api(changes))
     if as_json:
         _print_schedule(view, True)
@@ -379,14 +383,28 @@ def _as_api(changes: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _subject_id(client: Client, kind: str, ref: str) -> str:
-    """The id of the query (`kind` "query") or report that `ref` names, by name (title)
-    among those the caller can read; else `ref` itself, taken as an id (and refused as a
-    subject the caller cannot read when it is none)."""
-    for subject_id, name in client.subjects(kind):
-        if ref == name:
-            return subject_id
-    return ref
+def _subject_id(client: Client, kind: str, ref: str) -> tuple[str, ApiError | None]:
+    """The id of the query (`kind` "query") or report that `ref` names (`Client.subject`);
+    else `ref` itself, with the refusal naming the nearest names, for `_naming` to give
+    should the schedule be refused for its subject: its other mistakes come first, all at
+    once, as the API gives them."""
+    try:
+        return str(client.subject(kind, ref)["id"]), None
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        return ref, exc
+
+
+@contextlib.contextmanager
+def _naming(unknown: ApiError | None) -> Iterator[None]:
+    """A subject not found (404) refused as `unknown` says it, with the nearest names."""
+    try:
+        yield
+    except ApiError as exc:
+        if unknown is not None and exc.status == 404:
+            raise unknown from exc
+        raise
 
 
 def resolve_schedule_id(ctx: typer.Context, ref: str) -> str:

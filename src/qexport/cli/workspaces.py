@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import typer
 
 from qexport.cli.admin import admin_context, note
+from qexport.cli.client import ApiError, one_named
 from qexport.cli.common import fail, fail_input, fail_problems, state
 from qexport.domain.accounts import Role
 from qexport.domain.commands import ChangePolicy
@@ -102,17 +103,18 @@ def _list_or_lift(value: str) -> list[str] | None:
 
 
 def _query_ids(catalog: Catalog, workspace: str, value: str) -> list[str]:
-    """`a,b` (names or ids) -> the queries' ids; `none` -> []. An unknown one is left as
-    given, for the policy to refuse naming it."""
+    """`a,b` (names, ids or their starts) -> the queries' ids; `none` -> []. An unknown one is
+    refused with the nearest names (exit 2)."""
     if value.strip().lower() == "none":
         return []
-    ids = []
-    for ref in (part.strip() for part in value.split(",") if part.strip()):
-        query = catalog.get_query(ref)
-        if query is None or query.workspace_id != workspace:
-            query = catalog.find_query(workspace, ref)
-        ids.append(query.id if query is not None else ref)
-    return ids
+    known = [(query.id, query.name) for query in catalog.list_queries(workspace)]
+    try:
+        return [
+            one_named(known, "query", ref, where="in this workspace")
+            for ref in (part.strip() for part in value.split(",") if part.strip())
+        ]
+    except ApiError as exc:
+        fail_input(f"--sensitive-queries: {exc.detail}")
 
 
 def _number_or_lift(value: str, option: str) -> int | None:
