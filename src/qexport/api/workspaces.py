@@ -1,4 +1,5 @@
 """/api/v1/workspaces/{id}: the caller's workspace settings; admins restrict webhook hosts.
+/api/v1/members: the members the caller may name.
 
 Another workspace answers 404 exactly like one that does not exist.
 """
@@ -12,6 +13,8 @@ from fastapi import APIRouter
 from qexport.api.auth import Context, CurrentPrincipal
 from qexport.api.schemas.problems import problem_responses
 from qexport.api.schemas.workspaces import (
+    MemberItem,
+    MemberList,
     SensitiveTableView,
     WorkspaceChange,
     WorkspacePolicyChange,
@@ -25,6 +28,7 @@ from qexport.domain.commands import ChangePolicy
 from qexport.domain.failures import NotFoundError
 from qexport.domain.policies import WorkspacePolicy
 from qexport.http.one_hop import OneHopRoute, waits_on_sources
+from qexport.services.accounts import members_seen_by
 from qexport.services.policies import change_policy
 from qexport.services.recipients import set_webhook_hosts
 
@@ -36,6 +40,17 @@ NO_SUCH_WORKSPACE = "no workspace with this id that you belong to"
 def _own(principal: Principal, workspace_id: str) -> None:
     if workspace_id != principal.workspace_id:
         raise NotFoundError(NO_SUCH_WORKSPACE)
+
+
+@router.get("/members", response_model=MemberList, responses=problem_responses(401, 503))
+def list_members(principal: CurrentPrincipal, context: Context) -> MemberList:
+    """The members of the caller's workspace that the caller may see, by email: every one
+    for a workspace admin, the caller alone for anyone else (as the approvals and a file's
+    links are listed to them: the workspace's, or their own)."""
+    found = members_seen_by(context.accounts, principal)
+    return MemberList(
+        items=[MemberItem(id=user.id, email=user.email, role=m.role.value) for user, m in found]
+    )
 
 
 def _view(context: Container, workspace_id: str) -> WorkspaceSettings:

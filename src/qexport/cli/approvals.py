@@ -35,6 +35,7 @@ def approvals_list(
     """Newest first: an admin sees the workspace's requests, anyone else their own."""
     with client_of(ctx) as client, server_refusals():
         views = client.list_approvals(pending=pending)["items"]
+        names = client.member_names() if views and not as_json else {}
     if as_json:
         print(json.dumps({"items": views}, indent=2))
         return
@@ -45,7 +46,7 @@ def approvals_list(
             view["status"],
             f"{view['subject']['type']} {view['subject']['name']}",
             view["format"],
-            view["requested_by"],
+            names.get(view["requested_by"], view["requested_by"]),  # an email, not an id
             view["created_at"] or "",
             view["expires_at"] or "",
         )

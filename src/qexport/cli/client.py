@@ -188,6 +188,14 @@ class Client(Protocol):
 
     def unsubscribe(self, schedule_id: str) -> None: ...
 
+    # ------------------------------------------------------------ members
+
+    def member_names(self) -> dict[str, str]:
+        """The email of each member the caller may see, by user id: every member of the
+        workspace for an admin, the caller alone otherwise; none without accounts. Lists
+        name people by them."""
+        ...
+
     # ------------------------------------------------------------ approvals
 
     def list_approvals(self, *, pending: bool) -> dict[str, Any]: ...

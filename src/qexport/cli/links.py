@@ -69,6 +69,7 @@ def links_list(
     export_id = resolve_export_id(ctx, export_id)
     with client_of(ctx) as client, server_refusals():
         items: list[dict[str, Any]] = client.list_links(export_id)["items"]
+        names = client.member_names() if items and not as_json else {}
     if as_json:
         print(json.dumps({"items": items}, indent=2))
         return
@@ -79,7 +80,7 @@ def links_list(
     for item in items:
         table.add_row(
             item["id"],
-            item["created_by"],
+            names.get(item["created_by"], item["created_by"]),  # an email, not an id
             _minute(item["created_at"]),
             _minute(item["expires_at"]),
             _minute(item["last_used_at"]) or "never",

@@ -404,6 +404,15 @@ class LocalClient:
         with _as_a_server():
             scheduling.subscribe(self._deps, self._principal, command)
 
+    # ------------------------------------------------------------ members
+
+    def member_names(self) -> dict[str, str]:
+        from qexport.services.accounts import members_seen_by
+
+        with _as_a_server():
+            found = members_seen_by(self._deps.accounts, self._principal)
+        return {user.id: user.email for user, _membership in found}
+
     # ------------------------------------------------------------ approvals
 
     def list_approvals(self, *, pending: bool) -> dict[str, Any]:

@@ -294,6 +294,15 @@ class QExportClient:
         """Change the given settings of a schedule (`{"enabled": False}` pauses it)."""
         return self._json("PATCH", f"/schedules/{_path_segment(schedule_id)}", json=changes)
 
+    def member_names(self) -> dict[str, str]:
+        """The email of each member the token's user may see, by user id (none from a
+        server without GET /members)."""
+        return {
+            str(item["id"]): str(item["email"])
+            for item in self._items("/members")
+            if "id" in item and "email" in item
+        }
+
     def list_approvals(self, *, pending: bool) -> dict[str, Any]:
         params = {"pending": "true"} if pending else {}
         return self._json("GET", "/approvals", params=params)

@@ -169,6 +169,18 @@ def list_members(accounts: AccountStore, workspace: str) -> list[tuple[User, Mem
     return sorted(found, key=lambda pair: pair[0].email)
 
 
+def members_seen_by(accounts: AccountStore, principal: Principal) -> list[tuple[User, Membership]]:
+    """The members of the caller's workspace that the caller may see, by email: every one
+    for a workspace admin, the caller alone for anyone else (whose requests and links the
+    lists show them: the workspace's, or their own); none without accounts."""
+    if not accounts.workspace_exists(principal.workspace_id):
+        return []
+    members = list_members(accounts, principal.workspace_id)
+    if principal.sees_workspace:
+        return members
+    return [(user, m) for user, m in members if user.id == principal.user_id]
+
+
 def change_password(accounts: AccountStore, email: str, password: str) -> User:
     """Give the user a new password; every session they have ends."""
     user = find_user(accounts, email)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -10,6 +10,18 @@ from qexport.api.schemas.fields import without_defaults
 
 MAX_WEBHOOK_HOSTS = 50
 HostName = Annotated[str, StringConstraints(max_length=253)]
+
+
+class MemberItem(BaseModel):
+    """A member of the caller's workspace."""
+
+    id: str = Field(description="Their user id, as exports, requests and links name them")
+    email: str
+    role: Literal["admin", "editor", "viewer"]
+
+
+class MemberList(BaseModel):
+    items: list[MemberItem]
 
 
 class WorkspaceSettings(BaseModel):
