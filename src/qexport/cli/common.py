@@ -32,7 +32,7 @@ err = Console(stderr=True, markup=False)
 class State:
     settings: Settings
     requester: Requester
-    # Both set: the `exports` commands talk to that server instead of the local database.
+    # Both set: the client commands talk to that server instead of the local database.
     url: str | None = None
     token: str | None = None
     _deps: Container | None = None

@@ -184,8 +184,9 @@ def main_options(
         str | None,
         typer.Option(
             envvar="QEXPORT_URL",
-            help="A qexport server: with --token, the `exports` commands talk to it instead"
-            " of the local database.",
+            help="A qexport server: with --token, the client commands (exports, schedules,"
+            " links, approvals, queries list|delete|preview, reports list|delete) talk to it"
+            " instead of the local database.",
         ),
     ] = None,
     token: Annotated[
