@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx2
 
 from qexport.domain.accounts import hash_secret
-from qexport.store.tables import links
+from qexport.store.tables.exports import links
 from tests.e2e.conftest import Env
 from tests.e2e.test_doors import EMAIL, Doors, _doors, _member
 from tests.e2e.test_serve import bearer
