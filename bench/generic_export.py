@@ -5,7 +5,7 @@ driver's own fetch loop over the same query, in the same run, on SQLite and on M
 
 1. Makes a table of `--rows` orders (an integer, a DECIMAL(12,2), a double, a text, a
    datetime) in a SQLite file and in a throwaway MariaDB server of its own (Debian's
-   mariadbd, as tests/mariadb.py starts it; skipped when it is not installed).
+   mariadbd, as tests/support/mariadb.py starts it; skipped when it is not installed).
 2. In turns, best of `--repeat` each: the driver alone (sqlite3, MySQLdb with an unbuffered
    cursor) executing `SELECT * FROM orders` and calling fetchmany(10000) until done, keeping
    nothing; and qexport's GenericSource streaming the same query into Arrow record batches
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.mariadb, from the repo
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.mariadb, from the repo
 
 from qexport.config import Settings
 from qexport.domain.exports import Requester
@@ -111,7 +111,7 @@ def compare(name: str, repeat: int, driver: Callable[[], int], ours: Callable[[]
 
 
 def mariadb(directory: Path, rows: int, repeat: int) -> None:
-    from tests.mariadb import MARIADBD, start_server, stop_server
+    from tests.support.mariadb import MARIADBD, start_server, stop_server
 
     if not Path(MARIADBD).is_file():
         print(f"mariadb  skipped: {MARIADBD} is not installed")

@@ -4,7 +4,7 @@ against the MariaDB client's own dump of the same query, in the same run.
     python bench/mariadb_export.py [--rows 5000000] [--small 1000000] [--repeat 2]
                                    [--no-generic]
 
-1. Starts a throwaway MariaDB server of its own (Debian's mariadbd, as tests/mariadb.py
+1. Starts a throwaway MariaDB server of its own (Debian's mariadbd, as tests/support/mariadb.py
    starts it) and fills `orders` with `--rows` rows: BIGINT, DECIMAL(12,2), DOUBLE,
    VARCHAR(40), DATETIME.
 2. For the first `--small` rows and for all of them, in turns, best of `--repeat` each:
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench_store import metadata_store
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.mariadb, from the repo
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.mariadb, from the repo
 
 from qexport.clock import SystemClock
 from qexport.config import Settings
@@ -183,7 +183,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="best of N for each side")
     parser.add_argument("--no-generic", action="store_true")
     args = parser.parse_args()
-    from tests.mariadb import MARIADBD, start_server, stop_server
+    from tests.support.mariadb import MARIADBD, start_server, stop_server
 
     if not Path(MARIADBD).is_file():
         raise SystemExit(f"{MARIADBD} is not installed")

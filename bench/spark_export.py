@@ -5,7 +5,7 @@
 
     python bench/spark_export.py [--rows 5000000] [--repeat 3] [--rss 1000000,10000000]
 
-1. Starts a throwaway Spark Connect server of its own (pyspark's jars, as tests/spark.py
+1. Starts a throwaway Spark Connect server of its own (pyspark's jars, as tests/support/spark.py
    starts it: local[2], bound to 127.0.0.1, with 3 GB: the server holds a partition's
    result until it is sent, and the naive path's whole result).
 2. The query: `--rows` rows of a bigint, a double, a DECIMAL(12,2), a string and a
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.spark, from the repo
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.spark, from the repo
 
 from qexport.config import Settings
 from qexport.domain.exports import Requester
@@ -164,7 +164,7 @@ def main() -> None:
     parser.add_argument("--rss", default="1000000,10000000", help="row counts, comma separated")
     parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args()
-    from tests.spark import start_server, stop_server
+    from tests.support.spark import start_server, stop_server
 
     with tempfile.TemporaryDirectory(prefix="qexport-bench-") as folder:
         directory = Path(folder)

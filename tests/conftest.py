@@ -11,8 +11,8 @@ import pytest
 
 from qexport.store.engine import create_engine, migrate
 from tests.fakes import FrozenClock, InMemoryMetadataStore
-from tests.pg import pg_template, pg_url, postgresql_store
-from tests.stores import MetadataStore, SqlMetadataStore
+from tests.support.pg import pg_template, pg_url, postgresql_store
+from tests.support.stores import MetadataStore, SqlMetadataStore
 
 __all__ = ["pg_template", "pg_url", "postgresql_store"]  # fixtures for every test module
 

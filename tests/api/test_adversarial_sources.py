@@ -26,7 +26,7 @@ from qexport.domain.sources import RegisteredSource
 from qexport.services import sources as service
 from tests.api.conftest import Api
 from tests.integration.test_postgres_source import url_for
-from tests.pg import server_url
+from tests.support.pg import server_url
 from tests.web.conftest import Browser, add_person, csrf_of
 
 

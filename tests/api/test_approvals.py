@@ -13,7 +13,7 @@ import pytest
 
 from qexport.domain.reports import Report, Section
 from tests.api.conftest import Api, api_on
-from tests.receivers import SmtpServer, smtp_server
+from tests.support.receivers import SmtpServer, smtp_server
 
 __all__ = ["smtp_server"]  # a fixture for the tests here
 

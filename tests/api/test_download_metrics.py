@@ -16,7 +16,7 @@ from qexport.services import audit_trail
 from qexport.store.audit import log as audit_log
 from tests.api.conftest import Api, api_on
 
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 ALICE = "alice@acme.test"
 BOB = "bob@other.test"

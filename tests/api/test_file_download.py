@@ -21,11 +21,11 @@ from qexport.app import create_app
 from qexport.config import Settings
 from qexport.domain.queries import Visibility
 from qexport.http.download import CHUNK_BYTES
-from tests import queue_helpers
 from tests.api.conftest import SOURCE, Api
 from tests.fakes import FrozenClock
+from tests.support import queue_helpers
 
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 ALICE = "alice@acme.test"
 BOB = "bob@acme.test"

@@ -22,11 +22,11 @@ from qexport.services.requests import record_request
 from qexport.store.engine import head_revision
 from qexport.store.exports.queue import SqlExportQueue
 from qexport.store.stats import read_stats
-from tests import queue_helpers
 from tests.api.conftest import Api
 from tests.e2e.conftest import wait_for
 from tests.fakes import FrozenClock
-from tests.stores import MetadataStore, SqlMetadataStore
+from tests.support import queue_helpers
+from tests.support.stores import MetadataStore, SqlMetadataStore
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

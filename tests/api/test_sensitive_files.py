@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from qexport.domain.sources import RegisteredSource
 from qexport.store.tables.exports import SETTLED_IMMUTABLE_SQLITE, exports
 from tests.api.conftest import SOURCE, Api, api_on
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 ALICE = "alice@acme.test"  # an editor
 ADMIN = "admin@acme.test"

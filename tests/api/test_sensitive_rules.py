@@ -21,10 +21,10 @@ import sqlalchemy as sa
 
 from qexport.domain.sources import RegisteredSource
 from tests.api.conftest import SOURCE, Api, api_on
-from tests.mariadb import MariaDBServer, mariadb_server
-from tests.pg import server_url
+from tests.support.mariadb import MariaDBServer, mariadb_server
+from tests.support.pg import server_url
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 ALICE = "alice@acme.test"  # an editor
 ADMIN = "admin@acme.test"

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from qexport.services import audit_checkpoints
 from tests.api.conftest import api_on
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 VIEWER = "vera@acme.test"
 SLOW_PASS_SECONDS = 1.0

@@ -28,7 +28,7 @@ from qexport.sources.demo_data import build_demo_database
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.audit.chain import use_keys
 from qexport.store.engine import create_engine
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 
 @dataclass

@@ -33,7 +33,7 @@ from qexport.store.engine import MIGRATIONS
 from qexport.store.tables.audit import audit_anchors, audit_events
 from tests.e2e.conftest import Env
 
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 NOW = datetime.now(UTC)
 

@@ -19,7 +19,7 @@ from qexport.cli.downloads import plain_file_name
 from qexport.store.tables.exports import exports
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_serve import SMALL_ORDERS, N, new_token, start_server
-from tests.factories import new_export
+from tests.support.factories import new_export
 
 ORDERS = "SELECT order_id, total FROM orders WHERE order_id <= $n ORDER BY order_id"
 

@@ -25,7 +25,7 @@ from qexport.sources.demo_data import build_demo_database
 from qexport.store.engine import create_engine
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_serve import bearer, new_token, start_server
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 # The server's deadline on the database: long enough that the checks made while the reads
 # wait are made before it passes, on a busy machine too.

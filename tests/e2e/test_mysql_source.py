@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.e2e.conftest import Env
-from tests.mariadb import READER, MariaDBServer, mariadb_server
+from tests.support.mariadb import READER, MariaDBServer, mariadb_server
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 WRONG_PASSWORD = "Wr0ng-Pa55word"  # noqa: S105 - a password the server refuses
 PEOPLE = "SELECT id, name, @qexport_user_id AS seen_as FROM people WHERE owner = $user_id"

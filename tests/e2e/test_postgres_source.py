@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.e2e.conftest import Env
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 PASSWORD = "S3cret-Pa55word"  # noqa: S105 - a made-up password, to show it never leaks
 _SETUP = """

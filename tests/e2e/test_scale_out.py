@@ -25,12 +25,12 @@ from qexport.store.audit.chain import use_keys
 from qexport.store.engine import create_engine
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL, HUGE_STRING_SQL, MEMORY_LEASE
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 PREFIX = "qx"
-REGION = "us-east-1"  # as tests.s3server (imported as a plugin, so not imported here)
+REGION = "us-east-1"  # as tests.support.s3server (imported as a plugin, so not imported here)
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "xlsx")
 _K = Parameter("k", ParamType.INTEGER)
 FAST = {"QEXPORT_LEASE_SECONDS": "2", "QEXPORT_POLL_SECONDS": "0.1"}

@@ -19,7 +19,7 @@ from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.tables.schedules import schedule_runs
 from tests.e2e.conftest import Env, wait_for
-from tests.receivers import SmtpServer, smtp_server
+from tests.support.receivers import SmtpServer, smtp_server
 
 __all__ = ["smtp_server"]  # the fixture, for `mail_server`
 

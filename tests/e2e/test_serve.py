@@ -17,8 +17,8 @@ from typing import Any
 import httpx2
 
 from qexport.domain.queries import Parameter, ParamType
-from tests import procfs
 from tests.e2e.conftest import Env, wait_for
+from tests.support import procfs
 
 SMALL_ORDERS = "SELECT order_id, total FROM orders WHERE order_id <= $n ORDER BY order_id"
 N = Parameter("n", ParamType.INTEGER, required=False, default="100")

@@ -15,9 +15,9 @@ import structlog
 
 from qexport.domain.exports import Status
 from qexport.worker.processes import RENEW_EXIT_STATUS, Supervisor
-from tests import procfs
 from tests.e2e.conftest import Env, wait_for
 from tests.e2e.test_worker_faults import BIG_SQL, FAST_LEASE
+from tests.support import procfs
 
 
 def _children(pid: int) -> set[int]:

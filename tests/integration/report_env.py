@@ -24,9 +24,9 @@ from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources
-from tests.stores import SqlMetadataStore
+from tests.support.containers import container_of
+from tests.support.stores import SqlMetadataStore
 
 WORKSPACE = "acme"
 ALICE = Requester("alice", WORKSPACE)

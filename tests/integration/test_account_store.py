@@ -26,9 +26,9 @@ from qexport.domain.sign_in import FailureCounts, Failures
 from qexport.domain.sources import RegisteredSource
 from qexport.ports import AccountStore, NewExport
 from qexport.store.accounts import SqlAccountStore
-from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryAccountStore, InMemoryMetadataStore
-from tests.stores import MetadataStore, SqlMetadataStore
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore, SqlMetadataStore
 
 STAND_IN_HASH = "$argon2id$v=19$stand-in"  # opaque to the store
 

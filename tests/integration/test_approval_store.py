@@ -19,9 +19,9 @@ from qexport.domain.failures import TooManyRequestsError
 from qexport.ports import ApprovalStore
 from qexport.store.approvals import SqlApprovalStore
 from qexport.store.engine import create_engine
-from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryApprovalStore, InMemoryMetadataStore
-from tests.stores import MetadataStore, SqlMetadataStore, keyed
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore, SqlMetadataStore, keyed
 
 TTL = timedelta(days=3)
 

@@ -27,7 +27,7 @@ from qexport.store.audit.log import SqlAuditLog
 from qexport.store.audit.writer import Writer
 from qexport.store.tables.audit import audit_events
 from tests.fakes import FrozenClock
-from tests.stores import SqlMetadataStore, keyed
+from tests.support.stores import SqlMetadataStore, keyed
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -188,7 +188,7 @@ def test_an_event_written_with_a_change_rolls_back_with_it(
 ) -> None:
     """A store write's `audit=` event is in the write's transaction: a refused write (a
     cancel of a settled export matches no row) leaves no event; a made one leaves one."""
-    from tests.factories import new_export
+    from tests.support.factories import new_export
 
     log = SqlAuditLog(sql_store.engine)
     record = sql_store.insert_export(new_export(clock.now()), audit=_event(1))
@@ -329,7 +329,7 @@ def test_writers_of_separate_processes_and_transactions_never_fork_a_chain(
     the request's own transaction. Whoever waited for the chain's lock chains after the
     event of the writer it waited for: no two events follow the same one, and it verifies."""
     from qexport.store.engine import create_engine
-    from tests.factories import new_export
+    from tests.support.factories import new_export
 
     url = sql_store.engine.url.render_as_string(hide_password=False)
     engines = [keyed(create_engine(url)) for _ in range(3)]
@@ -407,7 +407,7 @@ def test_no_function_of_the_database_is_handed_the_chains_keys(
     up."""
     from sqlalchemy import event
 
-    from tests.factories import new_export
+    from tests.support.factories import new_export
 
     engine = postgresql_store.engine
     with engine.connect() as conn:

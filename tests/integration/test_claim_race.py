@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from qexport.domain.exports import ExportRecord
-from tests import queue_helpers
-from tests.factories import new_export
-from tests.stores import MetadataStore
+from tests.support import queue_helpers
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore
 
 EXPORTS = 500
 CLAIMERS = 8

@@ -27,8 +27,8 @@ from qexport.store.engine import (
 from qexport.store.reads import OneRead
 from qexport.store.tables.accounts import workspaces
 from qexport.store.tables.exports import exports
-from tests.factories import new_export
-from tests.stores import SqlMetadataStore
+from tests.support.factories import new_export
+from tests.support.stores import SqlMetadataStore
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DEADLINE = 0.5

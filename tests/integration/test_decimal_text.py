@@ -29,10 +29,10 @@ from qexport.ports import Source
 from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
 from qexport.writers.cells import preview_cells
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
-from tests.mariadb import MariaDBServer, mariadb_server
-from tests.spark import SparkServer, pyspark_installed, spark_server
+from tests.support.containers import container_of
+from tests.support.mariadb import MariaDBServer, mariadb_server
+from tests.support.spark import SparkServer, pyspark_installed, spark_server
 
 __all__ = ["mariadb_server", "pyspark_installed", "spark_server"]  # session fixtures
 

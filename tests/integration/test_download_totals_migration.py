@@ -12,7 +12,7 @@ from qexport.domain.audit import GENESIS, Action, ActorKind, AuditEvent, Outcome
 from qexport.store.engine import MIGRATIONS
 from qexport.store.tables.audit import audit_download_totals, audit_events
 from tests.fakes import FrozenClock
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -33,8 +33,8 @@ from qexport.services.requests import record_request
 from qexport.services.source_urls import check_source_url
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
+from tests.support.containers import container_of
 
 ALICE = Requester("alice", "w1")
 

@@ -8,10 +8,10 @@ from dataclasses import replace
 from qexport.domain.exports import ExportFilter, ExportRecord, Requester
 from qexport.domain.failures import FailureCode
 from qexport.services.exports import ExportListing, list_export_page
-from tests import queue_helpers
-from tests.factories import new_export
 from tests.fakes import FrozenClock
-from tests.stores import MetadataStore
+from tests.support import queue_helpers
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore
 
 LEASE = 30.0
 

@@ -34,11 +34,17 @@ from qexport.domain.queries import Query
 from qexport.services.requests import record_request
 from qexport.sources.generic.source import GenericSource, from_url
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
-from tests.mariadb import ADMIN, ADMIN_PASSWORD, READER_PASSWORD, MariaDBServer, mariadb_server
+from tests.support.containers import container_of
+from tests.support.mariadb import (
+    ADMIN,
+    ADMIN_PASSWORD,
+    READER_PASSWORD,
+    MariaDBServer,
+    mariadb_server,
+)
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 ALICE = Requester("u-alice", "w1")
 SCHEME = "sqlalchemy+mysql+mysqldb"

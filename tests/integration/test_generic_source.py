@@ -33,8 +33,8 @@ from qexport.services.requests import record_request
 from qexport.services.source_urls import check_source_url
 from qexport.sources.generic.source import SAMPLE_ROWS, GenericSource, engine_for
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
+from tests.support.containers import container_of
 
 ALICE = Requester("alice", "w1")
 # Runs until interrupted: SQLite counts a recursive CTE without end.

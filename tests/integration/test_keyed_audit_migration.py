@@ -24,7 +24,7 @@ from qexport.store.audit.log import SqlAuditLog
 from qexport.store.engine import MIGRATIONS
 from qexport.store.tables.audit import audit_anchors, audit_events
 from tests.fakes.audit import TEST_AUDIT_KEYS
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 

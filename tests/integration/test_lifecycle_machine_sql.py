@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 
 from qexport.store.engine import create_engine, migrate
-from tests import pg
-from tests.lifecycle_machine import LifecycleMachine
-from tests.stores import MetadataStore, SqlMetadataStore
+from tests.support import pg
+from tests.support.lifecycle_machine import LifecycleMachine
+from tests.support.stores import MetadataStore, SqlMetadataStore
 
 
 class SqliteLifecycle(LifecycleMachine):

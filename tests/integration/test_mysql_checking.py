@@ -5,7 +5,7 @@ the message. The member reads the error's number and why its text is withheld; a
 error or an unknown column still reads as the server says it. A preview whose plan fails is
 on the record and counts against the preview rate; so does a save whose statement is refused,
 the one bit the refusal still tells. On the MySQL source and the generic source over
-MariaDB, on a real server (tests/mariadb.py)."""
+MariaDB, on a real server (tests/support/mariadb.py)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ from tests.fakes import (
     InMemoryRateLimits,
     InProcessPreviews,
 )
-from tests.mariadb import MariaDBServer, mariadb_server
+from tests.support.mariadb import MariaDBServer, mariadb_server
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 ANN = Requester("ann", "acme")
 SECRETS = "(SELECT group_concat(name, '=', salary) FROM salaries)"

@@ -27,9 +27,15 @@ from qexport.domain.failures import (
 from qexport.sources.mysql import from_url
 from qexport.sources.mysql.source import BATCH_BYTES, MySQLSource
 from qexport.sources.postgres.role import SourceRefusedError
-from tests.mariadb import ADMIN, ADMIN_PASSWORD, READER_PASSWORD, MariaDBServer, mariadb_server
+from tests.support.mariadb import (
+    ADMIN,
+    ADMIN_PASSWORD,
+    READER_PASSWORD,
+    MariaDBServer,
+    mariadb_server,
+)
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 ALICE = Requester("u-alice", "w1")
 WRONG_PASSWORD = "Wrong s3cret"  # noqa: S105 - a password the server refuses

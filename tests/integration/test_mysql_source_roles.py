@@ -24,11 +24,11 @@ from qexport.sources.mysql import from_url
 from qexport.sources.mysql.source import MySQLSource
 from qexport.sources.postgres.role import SourceRefusedError
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
-from tests.mariadb import ADMIN, MariaDBServer, mariadb_server
+from tests.support.containers import container_of
+from tests.support.mariadb import ADMIN, MariaDBServer, mariadb_server
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 ALICE = Requester("u-alice", "w1")
 PASSWORD = "Rol3s pw"  # noqa: S105 - the test accounts' password

@@ -25,12 +25,12 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from tests.integration.test_mysql_source import ALICE
-from tests.mariadb import MariaDBServer, mariadb_server
+from tests.support.containers import container_of
+from tests.support.mariadb import MariaDBServer, mariadb_server
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 QUERIES = {
     "typed": "SELECT id, price, moment, word, day FROM types ORDER BY id",

@@ -21,7 +21,7 @@ from qexport.storage.filesystem import FilesystemObjectStore
 from tests.fakes import FrozenClock, InMemoryObjectStore
 
 # The moto server and per-test bucket fixtures (a plugin, so fixture arguments shadow nothing).
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 KEY = "exports/demo/exp-1/orders.csv"
 OTHER = "exports/demo/exp-2/orders.csv"

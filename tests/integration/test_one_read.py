@@ -29,9 +29,9 @@ from qexport.store.engine import (
 from qexport.store.reads import OneRead
 from qexport.store.tables.accounts import users, workspaces
 from qexport.store.tables.exports import export_events, exports
-from tests.factories import new_export
-from tests.queue_helpers import claim
-from tests.stores import SqlMetadataStore
+from tests.support.factories import new_export
+from tests.support.queue_helpers import claim
+from tests.support.stores import SqlMetadataStore
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

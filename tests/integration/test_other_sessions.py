@@ -33,12 +33,12 @@ from qexport.sources.generic.source import GenericSource, engine_for
 from qexport.sources.mysql.source import MySQLSource
 from qexport.sources.postgres.source import PostgresSource
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
-from tests.mariadb import MariaDBServer, mariadb_server
-from tests.pg import server_url
+from tests.support.containers import container_of
+from tests.support.mariadb import MariaDBServer, mariadb_server
+from tests.support.pg import server_url
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 ALICE = Requester("alice", "w1")
 VICTIM_VALUE = "victim-secret@corp.test"

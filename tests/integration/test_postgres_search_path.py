@@ -17,7 +17,7 @@ from qexport.domain.rule_check import TableKind
 from qexport.sources.postgres.role import SourceRefusedError, role_findings
 from qexport.sources.postgres.source import PostgresSource
 from tests.integration.test_postgres_source import url_for
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 ANN = Requester("ann", "acme")
 

@@ -37,7 +37,7 @@ from qexport.ports import WriterOptions
 from qexport.sources.postgres.source import PostgresSource
 from qexport.writers.parquet import ParquetFileWriter
 from qexport.writers.registry import get_writer
-from tests.pg import server_url
+from tests.support.pg import server_url
 
 ALICE = Requester("alice", "w1")
 BOB = Requester("bob", "w1")

@@ -30,10 +30,10 @@ from qexport.sources.postgres.role import SourceRefusedError
 from qexport.sources.postgres.source import PostgresSource
 from qexport.store.engine import create_engine, migrate
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from tests.integration.test_postgres_source import url_for
-from tests.pg import server_url
+from tests.support.containers import container_of
+from tests.support.pg import server_url
 
 ALICE = Requester("alice", "w1")
 

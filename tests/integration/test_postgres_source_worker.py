@@ -18,9 +18,9 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.queries import Query
 from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
 from tests.integration.test_postgres_source import ALICE, Database, database
+from tests.support.containers import container_of
 
 __all__ = ["database"]  # the module's fixture, shared with test_postgres_source
 

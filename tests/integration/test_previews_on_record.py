@@ -16,7 +16,7 @@ from qexport.domain.stats import PreviewTally
 from qexport.store.audit.log import SqlAuditLog
 from qexport.store.rates import SqlRateLimits
 from qexport.store.stats import read_stats
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

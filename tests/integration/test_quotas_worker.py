@@ -21,8 +21,8 @@ from qexport.domain.queries import Query
 from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
+from tests.support.containers import container_of
 
 ALICE = Requester("alice", "w1")
 # Wide rows in an order unrelated to storage: the sort spills once memory is tight.

@@ -23,7 +23,7 @@ from qexport.store.accounts import SqlAccountStore
 from qexport.store.engine import create_engine, read_transaction, transaction
 from qexport.store.stats import read_stats
 from qexport.store.tables.accounts import workspaces
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

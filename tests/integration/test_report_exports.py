@@ -22,7 +22,7 @@ from qexport.reports.html import HtmlDocument
 from qexport.reports.pdf import PdfDocument
 from qexport.reports.xlsx import XlsxDocument
 from tests.integration.report_env import ALICE, BOB, ReportEnv, make_env, section
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 MINE_SQL = "SELECT id, owner, amount FROM orders WHERE owner = $user_id ORDER BY id"
 
@@ -344,7 +344,7 @@ import resource, sys, tempfile
 from pathlib import Path
 from qexport.domain.reports import Display
 from qexport.store.engine import create_engine, migrate
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 from tests.integration.report_env import make_env, section
 
 tmp = Path(tempfile.mkdtemp(dir=sys.argv[1]))

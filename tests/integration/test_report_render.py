@@ -24,7 +24,7 @@ from qexport.domain.queries import Parameter, ParamType
 from qexport.domain.reports import Display, Report
 from qexport.store.tables.accounts import workspaces
 from tests.integration.report_env import ALICE, WORKSPACE, ReportEnv, make_env, section
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 ORDERS_SQL = "SELECT id, customer, amount, day, paid FROM orders ORDER BY id"
 DAILY_SQL = "SELECT day, amount, id FROM orders ORDER BY id LIMIT 20"

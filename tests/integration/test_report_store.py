@@ -15,9 +15,9 @@ from qexport.domain.queries import Query, Visibility
 from qexport.domain.reports import Display, Report, ReportSubject, Section
 from qexport.ports import AccountStore
 from qexport.store.accounts import SqlAccountStore
-from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryAccountStore
-from tests.stores import MetadataStore, SqlMetadataStore
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore, SqlMetadataStore
 
 LEASE = 30.0
 

@@ -28,11 +28,11 @@ from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.s3.store import S3ObjectStore
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore
-from tests.faultproxy import FAULT_KINDS, LOST_REPLY, FaultProxy, Request
+from tests.support.containers import container_of
+from tests.support.faultproxy import FAULT_KINDS, LOST_REPLY, FaultProxy, Request
 
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 ALICE = Requester("alice", "w1")
 PREFIX = "tenant"

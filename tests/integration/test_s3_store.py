@@ -28,7 +28,7 @@ from qexport.storage.s3.lifecycle import apply_lifecycle, check_lifecycle, lifec
 from qexport.storage.s3.store import S3ObjectStore
 
 # The moto server and per-test bucket fixtures (a plugin, so fixture arguments shadow nothing).
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 KEY = "exports/demo/exp-1/orders.csv"
 MIB = 1024 * 1024

@@ -18,10 +18,10 @@ from qexport.services.requests import record_request
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.storage.s3.store import S3ObjectStore
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore
+from tests.support.containers import container_of
 
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["tests.support.s3server"]
 
 ALICE = Requester("alice", "w1")
 

@@ -26,10 +26,10 @@ from qexport.ports import DeliveryStore, ScheduleStore
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.deliveries import SqlDeliveryStore
 from qexport.store.schedules import SqlScheduleStore
-from tests import queue_helpers
-from tests.factories import new_export
 from tests.fakes import InMemoryDeliveryStore, InMemoryMetadataStore, InMemoryScheduleStore
-from tests.stores import MetadataStore, SqlMetadataStore
+from tests.support import queue_helpers
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore, SqlMetadataStore
 
 NOW = datetime(2026, 3, 2, 7, 0, tzinfo=UTC)
 LEASE = 30.0

@@ -24,9 +24,9 @@ from qexport.store.engine import create_engine
 from qexport.store.schedules import SqlScheduleStore
 from qexport.store.tables.exports import exports
 from qexport.store.tables.schedules import deliveries, schedule_runs
-from tests.containers import container_of
 from tests.fakes import FixedSources, FrozenClock, InMemoryObjectStore
-from tests.stores import SqlMetadataStore
+from tests.support.containers import container_of
+from tests.support.stores import SqlMetadataStore
 
 START = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)  # a Monday
 DAY = timedelta(days=1)

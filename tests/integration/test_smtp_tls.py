@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 
 from qexport.deliveries.email import SmtpSender
 from qexport.deliveries.errors import DeliveryError
-from tests.receivers import free_port
+from tests.support.receivers import free_port
 
 PASSWORD = "correct horse"  # noqa: S105 - a test server's password
 

@@ -13,7 +13,7 @@ from qexport.domain.sources import RegisteredSource
 from qexport.store.accounts import SqlAccountStore
 from qexport.store.engine import MIGRATIONS
 from tests.fakes import FrozenClock
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -26,10 +26,10 @@ from qexport.ports import Source
 from qexport.sources.duckdb.source import DuckDBSource
 from qexport.sources.mysql.source import MySQLSource
 from qexport.sources.postgres.source import PostgresSource
-from tests.mariadb import MariaDBServer, mariadb_server
-from tests.pg import server_url
+from tests.support.mariadb import MariaDBServer, mariadb_server
+from tests.support.pg import server_url
 
-__all__ = ["mariadb_server"]  # the session's server, from tests/mariadb.py
+__all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
 ANN = Requester("ann", "acme")
 

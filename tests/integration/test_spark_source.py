@@ -1,7 +1,7 @@
-"""The Spark Connect source on a real Spark Connect server (tests/spark.py): exact types in UTC,
-bound parameters and requester, statements refused before the server, Spark's own words for a
-mistake, the timeout and the interrupt on the server, an unreachable server, describe, preview
-and the worker's path to a csv file."""
+"""The Spark Connect source on a real Spark Connect server (tests/support/spark.py): exact types
+in UTC, bound parameters and requester, statements refused before the server, Spark's own words
+for a mistake, the timeout and the interrupt on the server, an unreachable server, describe,
+preview and the worker's path to a csv file."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ from qexport.domain.queries import Query
 from qexport.services.requests import record_request
 from qexport.sources.spark.source import SparkSource, from_url
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.fakes import FixedSources, InMemoryMetadataStore, InMemoryObjectStore
-from tests.spark import SparkServer, pyspark_installed, spark_server
+from tests.support.containers import container_of
+from tests.support.spark import SparkServer, pyspark_installed, spark_server
 
-__all__ = ["pyspark_installed", "spark_server"]  # the session's server, from tests/spark.py
+__all__ = ["pyspark_installed", "spark_server"]  # the session's server, from tests/support/spark.py
 # Without pyspark every test skips (fails under CI), the ones that need no server too.
 pytestmark = pytest.mark.usefixtures("pyspark_installed")
 

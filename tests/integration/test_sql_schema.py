@@ -12,10 +12,10 @@ from alembic.migration import MigrationContext
 from qexport.domain.exports import Result
 from qexport.store.tables import metadata
 from qexport.store.tables.exports import export_events, exports
-from tests import queue_helpers
-from tests.factories import new_export
 from tests.fakes import FrozenClock
-from tests.stores import SqlMetadataStore
+from tests.support import queue_helpers
+from tests.support.factories import new_export
+from tests.support.stores import SqlMetadataStore
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -17,10 +17,10 @@ from qexport.services.requests import record_request
 from qexport.store.engine import create_engine
 from qexport.store.sqlite_watch import SqliteChangeWatcher
 from qexport.worker.loop import Worker
-from tests.containers import container_of
 from tests.e2e.conftest import wait_for
 from tests.fakes import FixedSources, InMemoryObjectStore
-from tests.stores import SqlMetadataStore
+from tests.support.containers import container_of
+from tests.support.stores import SqlMetadataStore
 from tests.unit.fakes import FakeSource
 
 ALICE = Requester("alice", "w1")

@@ -18,10 +18,10 @@ from qexport.domain.audit import Action, ActorKind, AuditEvent
 from qexport.domain.exports import EXPIRED, ExportRecord, Result, Status, effective_status
 from qexport.domain.failures import FailureCode, LimitExceededError, TooManyRequestsError
 from qexport.domain.queries import Parameter, ParamType, Query, Visibility
-from tests import queue_helpers
-from tests.factories import new_export
 from tests.fakes import FrozenClock
-from tests.stores import MetadataStore
+from tests.support import queue_helpers
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore
 
 LEASE = 30.0
 RESULT = Result(size_bytes=123, row_count=7, sha256="ab" * 32)

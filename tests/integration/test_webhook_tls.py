@@ -16,7 +16,7 @@ import pytest
 from qexport.deliveries.errors import DeliveryError
 from qexport.deliveries.webhook import WebhookSender
 from qexport.net.egress import EgressPolicy
-from tests.receivers import localhost_certificate
+from tests.support.receivers import localhost_certificate
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 
 from tests.fakes import InMemoryMetadataStore
-from tests.lifecycle_machine import LifecycleMachine
-from tests.stores import MetadataStore
+from tests.support.lifecycle_machine import LifecycleMachine
+from tests.support.stores import MetadataStore
 
 
 class InMemoryLifecycle(LifecycleMachine):

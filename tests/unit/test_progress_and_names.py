@@ -17,9 +17,9 @@ from qexport.domain.failures import InvalidRequestError
 from qexport.domain.queries import check_filename_template, export_filename
 from qexport.services.exports import check_id_prefix, parse_listing
 from qexport.worker.lease import Lease
-from tests import queue_helpers
-from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryMetadataStore
+from tests.support import queue_helpers
+from tests.support.factories import new_export
 
 
 def _wait_for(condition: object, seconds: float = 5.0) -> bool:

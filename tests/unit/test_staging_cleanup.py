@@ -12,8 +12,8 @@ from qexport.domain.failures import FailureCode, QueryInvalidError, StorageUnava
 from qexport.ports import ClaimResult
 from qexport.worker.loop import Worker
 from qexport.worker.staging import sweep_settled_staging
-from tests import queue_helpers
 from tests.fakes import FrozenClock, InMemoryObjectStore
+from tests.support import queue_helpers
 from tests.unit.fakes import FakeSource
 from tests.unit.test_worker import current, make_deps, request, work
 

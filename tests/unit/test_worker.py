@@ -28,9 +28,9 @@ from qexport.services.exports import open_download
 from qexport.services.requests import record_request
 from qexport.worker.loop import Worker
 from qexport.worker.runner import run_attempt
-from tests import queue_helpers
-from tests.containers import container_of
 from tests.fakes import FixedSources, FrozenClock, InMemoryMetadataStore, InMemoryObjectStore
+from tests.support import queue_helpers
+from tests.support.containers import container_of
 from tests.unit.fakes import FakeSource
 
 ALICE = Requester("alice", "w1")

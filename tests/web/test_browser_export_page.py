@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.conftest import wait_for
 from tests.e2e.test_serve import bearer
-from tests.receivers import WebhookReceiver, running_receiver
+from tests.support.receivers import WebhookReceiver, running_receiver
 from tests.web.browser import (
     TIMEOUT_MS,
     Site,

@@ -20,8 +20,8 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.schedules import DeliveryStatus, parse_recipients
 from qexport.services.requests import Admission, record_request
 from qexport.web.link_flash import COOKIE as LINK_COOKIE
-from tests import queue_helpers
 from tests.api.conftest import Api
+from tests.support import queue_helpers
 from tests.web.conftest import Browser, add_person, csrf_of
 
 ORDERS = "query:q-orders-acme"

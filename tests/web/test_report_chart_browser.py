@@ -18,7 +18,7 @@ from qexport.sources.duckdb.source import DuckDBSource
 from tests.fakes import FixedSources
 from tests.fakes.previews import InProcessPreviews
 from tests.integration.report_env import ALICE, ReportEnv, make_env
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():

@@ -8,7 +8,7 @@ import pytest
 
 from tests.api.conftest import Api
 from tests.api.deliveries.env import ALICE, Deliveries
-from tests.receivers import SmtpServer, WebhookReceiver, smtp_server, webhook_receiver
+from tests.support.receivers import SmtpServer, WebhookReceiver, smtp_server, webhook_receiver
 
 __all__ = ["smtp_server", "webhook_receiver"]  # fixtures for the tests here
 

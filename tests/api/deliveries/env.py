@@ -19,7 +19,7 @@ from qexport.domain.exports import ExportRecord, Requester
 from qexport.domain.schedules import Delivery, parse_recipients
 from qexport.services.requests import Admission, record_request
 from tests.api.conftest import Api
-from tests.receivers import SmtpServer, WebhookReceiver
+from tests.support.receivers import SmtpServer, WebhookReceiver
 
 ALICE = "alice@acme.test"
 LINK = re.compile(r"https?://\S+/p/[A-Za-z0-9_-]{43}")

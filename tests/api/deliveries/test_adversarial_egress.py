@@ -25,7 +25,7 @@ from qexport.domain.failures import FailureCode
 from qexport.domain.schedules import DeliveryStatus
 from tests.api.conftest import SOURCE, Api, api_on
 from tests.api.deliveries.env import ALICE, Deliveries
-from tests.receivers import WebhookReceiver, free_port, running_receiver
+from tests.support.receivers import WebhookReceiver, free_port, running_receiver
 
 VERA = "vera@acme.test"  # a viewer
 ADMIN = "admin@acme.test"

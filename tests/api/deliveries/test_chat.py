@@ -24,7 +24,7 @@ from qexport.domain.humanize import human_size
 from qexport.domain.schedules import DeliveryStatus, Outcome
 from tests.api.conftest import Api
 from tests.api.deliveries.env import ALICE, LINK, Deliveries
-from tests.receivers import Hook, WebhookReceiver, localhost_certificate, running_receiver
+from tests.support.receivers import Hook, WebhookReceiver, localhost_certificate, running_receiver
 
 SLACK_PATH = "/services/T0001/B0002/s3cr3tSlackToken"
 TEAMS_PATH = "/webhookb2/abc@def/IncomingWebhook/s3cr3tTeamsToken/xyz"

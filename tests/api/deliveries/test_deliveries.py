@@ -10,7 +10,7 @@ from qexport.deliveries.dispatch import DeliveryDispatcher
 from qexport.domain.failures import readable_detail
 from qexport.domain.schedules import DeliveryStatus, Outcome
 from tests.api.deliveries.env import LINK, Deliveries
-from tests.receivers import Hook
+from tests.support.receivers import Hook
 
 MAIL = "team@example.com"
 DAY = 24 * 3600

@@ -11,7 +11,7 @@ from dataclasses import replace
 from qexport.domain.schedules import DeliveryStatus
 from qexport.services.signing import signing_key
 from tests.api.deliveries.env import Deliveries
-from tests.receivers import Hook
+from tests.support.receivers import Hook
 
 TOLERANCE_SECONDS = 300
 SECRET_KEY = "s3cret-of-the-installation"  # noqa: S105 - a test setting

@@ -1,6 +1,7 @@
 """Fixtures for the S3 adapter: moto's standalone server in-process, a fresh bucket per test.
 
-Import the fixtures into a test module (`from tests.s3server import moto_endpoint, s3_store`).
+Import the fixtures into a test module
+(`from tests.support.s3server import moto_endpoint, s3_store`).
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from qexport.domain.exports import ExportRecord, Result, Status
 from qexport.domain.failures import FailureCode, ObjectExistsError
-from tests import queue_helpers
-from tests.factories import new_export
 from tests.fakes import FrozenClock, InMemoryObjectStore
-from tests.stores import MetadataStore
+from tests.support import queue_helpers
+from tests.support.factories import new_export
+from tests.support.stores import MetadataStore
 
 LEASE = 30.0
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orphans import dying_with_parent
+from tests.support.orphans import dying_with_parent
 
 _START_SECONDS = 120
 SERVER_TIME_ZONE = "America/New_York"

@@ -40,7 +40,7 @@ from tests.fakes import (
     InMemoryScheduleStore,
     InProcessPreviews,
 )
-from tests.stores import MetadataStore
+from tests.support.stores import MetadataStore
 
 
 def container_of(

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.orphans import dying_with_parent
+from tests.support.orphans import dying_with_parent
 
 MARIADBD = "/usr/sbin/mariadbd"
 DATABASE = "qexport_test"

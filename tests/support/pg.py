@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from qexport.store.engine import create_engine, migrate
-from tests.stores import SqlMetadataStore
+from tests.support.stores import SqlMetadataStore
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
