@@ -27,6 +27,7 @@ from qexport.worker.loop import Worker
 from tests.fakes import FrozenClock
 
 SOURCE = "shop"
+EDITOR = "editor@acme.test"  # the member of `editor_api`
 
 
 def _source_database(path: Path) -> None:
@@ -161,3 +162,11 @@ def api_both(
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
     with api_on(tmp_path, source_template, url) as api:
         yield api
+
+
+@pytest.fixture
+def editor_api(api: Api) -> Api:
+    """`api` with an editor of acme (`EDITOR`) and the query `orders`."""
+    api.member(EDITOR, "editor")
+    api.add_query("orders")
+    return api

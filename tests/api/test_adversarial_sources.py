@@ -29,13 +29,6 @@ from tests.integration.test_postgres_source import url_for
 from tests.support.pg import server_url
 from tests.web.conftest import Browser, add_person, csrf_of
 
-
-@pytest.fixture
-def api(api_both: Api) -> Api:
-    """Every test of this module runs on SQLite and on PostgreSQL."""
-    return api_both
-
-
 ANN = "ann@acme.test"  # acme's admin
 EVE = "eve@other.test"  # other's admin
 MALLORY = "mallory@other.test"  # other's editor
@@ -44,17 +37,19 @@ SQL = "SELECT id, customer FROM orders ORDER BY id"
 
 
 @pytest.fixture
-def world(api: Api, tmp_path: Path, source_template: Path) -> Api:
+def sources_world(api_both: Api, tmp_path: Path, source_template: Path) -> Api:
     """acme owns `acme_db` (a copy of the shop data); both workspaces have members."""
     path = tmp_path / "acme.duckdb"
     shutil.copy(source_template, path)
-    api.context.accounts.add_source(
-        RegisteredSource("acme_db", f"duckdb://{path}", "acme", frozenset(), False, api.clock.now())
+    api_both.context.accounts.add_source(
+        RegisteredSource(
+            "acme_db", f"duckdb://{path}", "acme", frozenset(), False, api_both.clock.now()
+        )
     )
-    api.member(ANN, "admin")
-    api.member(EVE, "admin", workspace="other")
-    api.member(MALLORY, "editor", workspace="other")
-    return api
+    api_both.member(ANN, "admin")
+    api_both.member(EVE, "admin", workspace="other")
+    api_both.member(MALLORY, "editor", workspace="other")
+    return api_both
 
 
 def _registered(api: Api) -> list[str]:
@@ -73,11 +68,11 @@ def _planted(api: Api, workspace: str = "other") -> Query:
     )
 
 
-def test_another_workspaces_source_is_not_listed(world: Api) -> None:
+def test_another_workspaces_source_is_not_listed(sources_world: Api) -> None:
     """GET /sources lists what the caller's workspace may use, nothing of the others'."""
-    theirs = world.get(SOURCES, MALLORY).json()["items"]
+    theirs = sources_world.get(SOURCES, MALLORY).json()["items"]
     assert [s["name"] for s in theirs] == ["shop"]
-    mine = world.get(SOURCES, ANN).json()["items"]
+    mine = sources_world.get(SOURCES, ANN).json()["items"]
     assert [(s["name"], s["kind"]) for s in mine] == [
         ("acme_db", "duckdb"),
         ("audit", "audit"),  # the workspace's own audit trail, for its admins
@@ -85,83 +80,89 @@ def test_another_workspaces_source_is_not_listed(world: Api) -> None:
     ]
 
 
-def test_a_query_cannot_be_saved_on_another_workspaces_source(world: Api) -> None:
+def test_a_query_cannot_be_saved_on_another_workspaces_source(sources_world: Api) -> None:
     """Creating or changing a query to name acme's source is 422 on `source`, as for a source
     that does not exist; nothing is saved."""
-    created = world.post("/api/v1/queries", MALLORY, json=_query_body("acme_db"))
+    created = sources_world.post("/api/v1/queries", MALLORY, json=_query_body("acme_db"))
     assert created.status_code == 422
     assert created.json()["field"] == "source"
-    own = world.post("/api/v1/queries", MALLORY, json=_query_body("shop", "mine"))
+    own = sources_world.post("/api/v1/queries", MALLORY, json=_query_body("shop", "mine"))
     assert own.status_code == 201
-    changed = world.client.put(
+    changed = sources_world.client.put(
         f"/api/v1/queries/{own.json()['id']}",
-        headers=world.headers(MALLORY),
+        headers=sources_world.headers(MALLORY),
         json=_query_body("acme_db", "mine"),
     )
     assert changed.status_code == 422
     assert changed.json()["field"] == "source"
-    names = [q["name"] for q in world.get("/api/v1/queries", MALLORY).json()["items"]]
+    names = [q["name"] for q in sources_world.get("/api/v1/queries", MALLORY).json()["items"]]
     assert names == ["mine"]
-    assert world.get(f"/api/v1/queries/{own.json()['id']}", MALLORY).json()["source"] == "shop"
+    assert (
+        sources_world.get(f"/api/v1/queries/{own.json()['id']}", MALLORY).json()["source"] == "shop"
+    )
 
 
-def test_an_export_on_another_workspaces_source_fails_before_it_runs(world: Api) -> None:
+def test_an_export_on_another_workspaces_source_fails_before_it_runs(sources_world: Api) -> None:
     """A query of `other` naming acme's source (saved before sources had owners) exports
     nothing: the export fails access_lost, with no file."""
-    query = _planted(world)
-    response = world.post("/api/v1/exports", MALLORY, json={"query_id": query.id, "format": "csv"})
+    query = _planted(sources_world)
+    response = sources_world.post(
+        "/api/v1/exports", MALLORY, json={"query_id": query.id, "format": "csv"}
+    )
     assert response.status_code == 202
-    world.drain()
-    export = world.get(f"/api/v1/exports/{response.json()['id']}", MALLORY).json()
+    sources_world.drain()
+    export = sources_world.get(f"/api/v1/exports/{response.json()['id']}", MALLORY).json()
     assert export["status"] == "failed"
     assert export["failure"]["code"] == "access_lost"
     assert "acme_db" in export["failure"]["detail"]
     assert export["row_count"] is None
-    assert world.get(f"/api/v1/exports/{export['id']}/file", MALLORY).status_code == 409
+    assert sources_world.get(f"/api/v1/exports/{export['id']}/file", MALLORY).status_code == 409
 
 
-def test_a_schedule_on_another_workspaces_source_delivers_nothing(world: Api) -> None:
+def test_a_schedule_on_another_workspaces_source_delivers_nothing(sources_world: Api) -> None:
     """A schedule of `other` on such a query fires exports that fail access_lost."""
-    query = _planted(world)
+    query = _planted(sources_world)
     body = {"query_id": query.id, "format": "csv", "cron": "0 8 * * *", "recipients": []}
-    schedule = world.post("/api/v1/schedules", MALLORY, json=body)
+    schedule = sources_world.post("/api/v1/schedules", MALLORY, json=body)
     assert schedule.status_code == 201
-    run = world.post(f"/api/v1/schedules/{schedule.json()['id']}/run", MALLORY)
+    run = sources_world.post(f"/api/v1/schedules/{schedule.json()['id']}/run", MALLORY)
     assert run.status_code in (200, 201, 202)
-    world.drain()
-    exports = world.deps.exports.list_exports(workspace_id="other")
+    sources_world.drain()
+    exports = sources_world.deps.exports.list_exports(workspace_id="other")
     assert [(e.status, e.failure_code) for e in exports] == [
         (Status.FAILED, FailureCode.ACCESS_LOST)
     ]
 
 
-def test_a_source_taken_away_fails_queued_exports_access_lost(world: Api) -> None:
+def test_a_source_taken_away_fails_queued_exports_access_lost(sources_world: Api) -> None:
     """Shared with `other`, acme's source can be named and exported; once the operator takes
     it away, an export already queued fails access_lost before it runs."""
-    accounts = world.context.accounts
+    accounts = sources_world.context.accounts
     accounts.share_source("acme", "acme_db", "other", shared=True)
-    saved = world.post("/api/v1/queries", MALLORY, json=_query_body("acme_db"))
+    saved = sources_world.post("/api/v1/queries", MALLORY, json=_query_body("acme_db"))
     assert saved.status_code == 201
     body = {"query_id": saved.json()["id"], "format": "csv"}
-    first = world.post("/api/v1/exports", MALLORY, json=body).json()
-    world.drain()
-    assert world.get(f"/api/v1/exports/{first['id']}", MALLORY).json()["status"] == "succeeded"
-    queued = world.post("/api/v1/exports", MALLORY, json=body).json()
+    first = sources_world.post("/api/v1/exports", MALLORY, json=body).json()
+    sources_world.drain()
+    assert (
+        sources_world.get(f"/api/v1/exports/{first['id']}", MALLORY).json()["status"] == "succeeded"
+    )
+    queued = sources_world.post("/api/v1/exports", MALLORY, json=body).json()
     accounts.share_source("acme", "acme_db", "other", shared=False)
-    world.drain()
-    export = world.get(f"/api/v1/exports/{queued['id']}", MALLORY).json()
+    sources_world.drain()
+    export = sources_world.get(f"/api/v1/exports/{queued['id']}", MALLORY).json()
     assert (export["status"], export["failure"]["code"]) == ("failed", "access_lost")
 
 
-def test_the_pages_refuse_another_workspaces_source(world: Api) -> None:
+def test_the_pages_refuse_another_workspaces_source(sources_world: Api) -> None:
     """The new-query form offers only the workspace's sources, and posting acme's source
     anyway is refused next to the field, with nothing saved."""
-    add_person(world, "pat@other.test", "editor", workspace="other")
-    browser = Browser(world.client)
+    add_person(sources_world, "pat@other.test", "editor", workspace="other")
+    browser = Browser(sources_world.client)
     browser.sign_in("pat@other.test")
     form = browser.page("/queries/new")
     assert "acme_db" not in form
-    response = world.client.post(
+    response = sources_world.client.post(
         "/queries/new",
         data={
             "csrf": csrf_of(form),
@@ -175,7 +176,7 @@ def test_the_pages_refuse_another_workspaces_source(world: Api) -> None:
     )
     assert response.status_code == 400
     assert "unknown source" in response.text
-    assert world.deps.catalog.find_query("other", "theirs") is None
+    assert sources_world.deps.catalog.find_query("other", "theirs") is None
 
 
 # ---------------------------------------------------------------- registering through the API
@@ -194,13 +195,13 @@ def reader(pg_template: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def loopback_open(world: Api) -> Api:
+def loopback_open(sources_world: Api) -> Api:
     """The operator opened 127.0.0.1 to members' sources (QEXPORT_EGRESS_ALLOW), where the
     test server listens."""
-    context = world.client.app.state.context  # type: ignore[attr-defined]
+    context = sources_world.client.app.state.context  # type: ignore[attr-defined]
     settings = dataclasses.replace(context.settings, egress_allow="127.0.0.1/32")
-    world.client.app.state.context = dataclasses.replace(context, settings=settings)  # type: ignore[attr-defined]
-    return world
+    sources_world.client.app.state.context = dataclasses.replace(context, settings=settings)  # type: ignore[attr-defined]
+    return sources_world
 
 
 def _pg_url(role: str, password: str) -> str:
@@ -314,17 +315,17 @@ def test_a_login_that_can_become_a_privileged_role_is_refused_through_the_api(
     "host", ["127.0.0.1", "localhost", "127.1", "[::1]", "169.254.169.254", "10.0.0.5"]
 )
 def test_a_members_source_on_an_internal_address_is_refused(
-    world: Api, reader: str, host: str
+    sources_world: Api, reader: str, host: str
 ) -> None:
     """Under the default egress policy an admin cannot make qexport connect to an internal
     address (the metadata service, the server's own PostgreSQL): 422 on `url`, naming the
     policy, before any connection; nothing is registered."""
     url = f"postgresql://{reader}:hunter2-{reader}@{host}:5432/postgres"
-    refused = world.post(SOURCES, EVE, json={"name": "inside", "url": url})
+    refused = sources_world.post(SOURCES, EVE, json={"name": "inside", "url": url})
     assert refused.status_code == 422, refused.text
     assert refused.json()["field"] == "url"
     assert "egress policy" in refused.json()["detail"]
-    assert "inside" not in _registered(world)
+    assert "inside" not in _registered(sources_world)
 
 
 def test_a_members_source_connects_to_the_address_that_was_checked(
@@ -358,10 +359,10 @@ def test_a_null_member_of_a_source_is_refused_by_name(
 
 
 @pytest.mark.parametrize("who", [MALLORY, "viewer@other.test"])
-def test_only_admins_register_sources(world: Api, who: str) -> None:
+def test_only_admins_register_sources(sources_world: Api, who: str) -> None:
     """Editors and viewers get 403."""
-    world.member("viewer@other.test", "viewer", workspace="other")
-    response = world.post(SOURCES, who, json={"name": "x", "url": _pg_url("r", "p")})
+    sources_world.member("viewer@other.test", "viewer", workspace="other")
+    response = sources_world.post(SOURCES, who, json={"name": "x", "url": _pg_url("r", "p")})
     assert response.status_code == 403
 
 
@@ -375,33 +376,33 @@ def test_only_admins_register_sources(world: Api, who: str) -> None:
         ("sock", "postgresql://r:p@%2Fvar%2Frun%2Fpostgresql/postgres"),  # a socket path
     ],
 )
-def test_a_hostile_registration_is_refused(world: Api, name: str, url: str) -> None:
+def test_a_hostile_registration_is_refused(sources_world: Api, name: str, url: str) -> None:
     """Configured names, files, environment references, password-less or socket URLs: 422,
     and nothing changes."""
-    before = world.context.accounts.registered_sources()
-    response = world.post(SOURCES, EVE, json={"name": name, "url": url})
+    before = sources_world.context.accounts.registered_sources()
+    response = sources_world.post(SOURCES, EVE, json={"name": name, "url": url})
     assert response.status_code == 422, response.text
-    assert world.context.accounts.registered_sources() == before
+    assert sources_world.context.accounts.registered_sources() == before
 
 
 def test_a_fragment_cannot_smuggle_a_hostaddr_past_the_egress_policy(
-    world: Api, reader: str
+    sources_world: Api, reader: str
 ) -> None:
     """libpq has no URL fragments: `#&hostaddr=127.0.0.1` after a public address would be read
     as another option after the pinned one and win. Refused (422 on `url`) before any
     connection; nothing is registered."""
     url = f"postgresql://{reader}:hunter2-{reader}@93.184.216.34:5432/postgres#&hostaddr=127.0.0.1"
-    refused = world.post(SOURCES, EVE, json={"name": "smuggled", "url": url})
+    refused = sources_world.post(SOURCES, EVE, json={"name": "smuggled", "url": url})
     assert refused.status_code == 422, refused.text
     assert refused.json()["field"] == "url"
-    assert "smuggled" not in _registered(world)
+    assert "smuggled" not in _registered(sources_world)
 
 
-def test_a_refused_address_is_not_told_to_the_member(world: Api) -> None:
+def test_a_refused_address_is_not_told_to_the_member(sources_world: Api) -> None:
     """What a refused name resolved to stays in the operator's log: the answer names the
     host as typed and the policy, never the internal address it resolved to."""
     url = "postgresql://r:p@localhost:5432/postgres"
-    refused = world.post(SOURCES, EVE, json={"name": "probe", "url": url})
+    refused = sources_world.post(SOURCES, EVE, json={"name": "probe", "url": url})
     assert refused.status_code == 422, refused.text
     detail = refused.json()["detail"]
     assert "egress policy" in detail
@@ -447,7 +448,7 @@ def _export_text(api: Api, who: str, query_id: str) -> str:
 
 
 def test_two_workspaces_each_read_their_own_source_of_one_name(
-    world: Api, tmp_path: Path, source_template: Path
+    sources_world: Api, tmp_path: Path, source_template: Path
 ) -> None:
     """acme and other each register `warehouse` (the second is not told of the first); each
     workspace's query on `warehouse` exports its own workspace's data, and each lists one
@@ -457,19 +458,19 @@ def test_two_workspaces_each_read_their_own_source_of_one_name(
     shutil.copy(source_template, theirs)
     with duckdb.connect(str(theirs)) as con:
         con.execute("UPDATE orders SET customer = 'other ' || id")
-    _operator_registers(world, "warehouse", mine, "acme")
-    _operator_registers(world, "warehouse", theirs, "other")
+    _operator_registers(sources_world, "warehouse", mine, "acme")
+    _operator_registers(sources_world, "warehouse", theirs, "other")
     sql = "SELECT customer FROM orders ORDER BY id LIMIT 2"
     body = {"name": "wh", "sql": sql, "source": "warehouse", "parameters": []}
-    ann = world.post("/api/v1/queries", ANN, json=body)
-    mallory = world.post("/api/v1/queries", MALLORY, json=body)
+    ann = sources_world.post("/api/v1/queries", ANN, json=body)
+    mallory = sources_world.post("/api/v1/queries", MALLORY, json=body)
     assert (ann.status_code, mallory.status_code) == (201, 201), (ann.text, mallory.text)
-    mine_rows = _export_text(world, ANN, ann.json()["id"]).splitlines()
-    theirs_rows = _export_text(world, MALLORY, mallory.json()["id"]).splitlines()
+    mine_rows = _export_text(sources_world, ANN, ann.json()["id"]).splitlines()
+    theirs_rows = _export_text(sources_world, MALLORY, mallory.json()["id"]).splitlines()
     assert mine_rows == ["customer", "customer 1", "customer 2"]
     assert theirs_rows == ["customer", "other 1", "other 2"]
     for who in (ANN, MALLORY):
-        names = [s["name"] for s in world.get(SOURCES, who).json()["items"]]
+        names = [s["name"] for s in sources_world.get(SOURCES, who).json()["items"]]
         assert names.count("warehouse") == 1
 
 
@@ -495,12 +496,12 @@ def test_a_name_taken_in_another_workspace_is_not_revealed(loopback_open: Api, r
     assert "'acme'" not in again.text
 
 
-def test_a_viewers_source_listing_has_no_path(world: Api, tmp_path: Path) -> None:
+def test_a_viewers_source_listing_has_no_path(sources_world: Api, tmp_path: Path) -> None:
     """A viewer's source listing has names and kinds, with no URL, file path or folder;
     those who write queries (an editor, the admin) still see each URL."""
-    world.member("vic@acme.test", "viewer")
-    world.member("ed@acme.test", "editor")
-    listed = world.get(SOURCES, "vic@acme.test")
+    sources_world.member("vic@acme.test", "viewer")
+    sources_world.member("ed@acme.test", "editor")
+    listed = sources_world.get(SOURCES, "vic@acme.test")
     assert listed.status_code == 200
     assert listed.json()["items"] == [
         {"name": "acme_db", "kind": "duckdb", "url": None},
@@ -508,5 +509,5 @@ def test_a_viewers_source_listing_has_no_path(world: Api, tmp_path: Path) -> Non
     ]
     assert str(tmp_path) not in listed.text
     for who in ("ed@acme.test", ANN):
-        urls = {s["name"]: s["url"] for s in world.get(SOURCES, who).json()["items"]}
+        urls = {s["name"]: s["url"] for s in sources_world.get(SOURCES, who).json()["items"]}
         assert urls["acme_db"] == f"duckdb://{tmp_path}/acme.duckdb"

@@ -39,7 +39,7 @@ def _team(api: Api) -> Api:
 
 
 @pytest.fixture
-def acme(api_both: Api) -> Api:
+def approvals_acme(api_both: Api) -> Api:
     """A workspace whose `orders` query is sensitive, on SQLite and on PostgreSQL."""
     _team(api_both)
     marked = api_both.client.patch(
@@ -73,106 +73,118 @@ def _events(api: Api, action: str) -> list[dict[str, Any]]:
     return items
 
 
-def test_a_sensitive_export_is_made_only_once_another_admin_approves(acme: Api) -> None:
+def test_a_sensitive_export_is_made_only_once_another_admin_approves(approvals_acme: Api) -> None:
     """The request is recorded as awaiting approval and nothing is queued; its requester (an
     editor) cannot approve it, nor can a viewer, who does not even see it; another admin's
     approval creates the export, the requester's, which then runs through the lifecycle like
     any other. Each step is one audit event."""
-    asked = _ask(acme, parameters={"since": "2024-01-02"})
+    asked = _ask(approvals_acme, parameters={"since": "2024-01-02"})
     assert asked["status"] == "pending"
     assert asked["subject"] == {"type": "query", "id": QUERY, "name": "orders"}
-    assert _exports(acme) == []
-    assert acme.drain() == {}
-    mine = acme.get("/api/v1/approvals", ALICE).json()["items"]
+    assert _exports(approvals_acme) == []
+    assert approvals_acme.drain() == {}
+    mine = approvals_acme.get("/api/v1/approvals", ALICE).json()["items"]
     assert [a["id"] for a in mine] == [asked["id"]]
-    assert [a["id"] for a in acme.get("/api/v1/approvals?pending=true", BOSS).json()["items"]] == [
-        asked["id"]
-    ]
+    assert [
+        a["id"] for a in approvals_acme.get("/api/v1/approvals?pending=true", BOSS).json()["items"]
+    ] == [asked["id"]]
 
-    assert _decide(acme, asked["id"], ALICE).status_code == 403
-    assert _decide(acme, asked["id"], VIEWER).status_code == 404  # not theirs to see
-    approved = _decide(acme, asked["id"], BOSS, reason="for the audit committee")
+    assert _decide(approvals_acme, asked["id"], ALICE).status_code == 403
+    assert _decide(approvals_acme, asked["id"], VIEWER).status_code == 404  # not theirs to see
+    approved = _decide(approvals_acme, asked["id"], BOSS, reason="for the audit committee")
     assert approved.status_code == 200, approved.text
     decided = approved.json()
     assert decided["status"] == "approved"
-    assert decided["decided_by"] == acme.user_id(BOSS)
+    assert decided["decided_by"] == approvals_acme.user_id(BOSS)
     assert decided["reason"] == "for the audit committee"
-    assert acme.drain() == {"succeeded": 1}
-    export = acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
+    assert approvals_acme.drain() == {"succeeded": 1}
+    export = approvals_acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
     assert export["status"] == "succeeded"
-    assert export["requested_by"] == acme.user_id(ALICE)
+    assert export["requested_by"] == approvals_acme.user_id(ALICE)
     assert export["parameters"] == {"since": "2024-01-02"}
-    assert acme.get(f"/api/v1/approvals/{asked['id']}", ALICE).json()["status"] == "approved"
-    assert _decide(acme, asked["id"], ADMIN).status_code == 409  # decided once
+    assert (
+        approvals_acme.get(f"/api/v1/approvals/{asked['id']}", ALICE).json()["status"] == "approved"
+    )
+    assert _decide(approvals_acme, asked["id"], ADMIN).status_code == 409  # decided once
 
-    (requested,) = _events(acme, "approval.requested")
+    (requested,) = _events(approvals_acme, "approval.requested")
     assert (requested["actor"]["id"], requested["target"]) == (
-        acme.user_id(ALICE),
+        approvals_acme.user_id(ALICE),
         {"kind": "approval", "id": asked["id"]},
     )
-    (decision,) = _events(acme, "approval.decided")
-    assert decision["actor"] == {"kind": "token", "id": acme.user_id(BOSS)}
+    (decision,) = _events(approvals_acme, "approval.decided")
+    assert decision["actor"] == {"kind": "token", "id": approvals_acme.user_id(BOSS)}
     assert decision["outcome"] == "ok"
     assert decision["details"]["decision"] == "approve"
     assert decision["details"]["export_id"] == decided["export_id"]
-    assert _events(acme, "export.requested") == []  # the request was the approval's
+    assert _events(approvals_acme, "export.requested") == []  # the request was the approval's
 
 
-def test_an_admin_may_not_approve_their_own_request(acme: Api) -> None:
+def test_an_admin_may_not_approve_their_own_request(approvals_acme: Api) -> None:
     """Four eyes: the refusal names the rule and is on record; another admin may approve."""
-    asked = _ask(acme, ADMIN)
-    refused = _decide(acme, asked["id"], ADMIN)
+    asked = _ask(approvals_acme, ADMIN)
+    refused = _decide(approvals_acme, asked["id"], ADMIN)
     assert refused.status_code == 403
     assert "four eyes" in refused.json()["detail"]
-    assert _exports(acme) == []
-    (event,) = _events(acme, "approval.decided")
-    assert (event["outcome"], event["actor"]["id"]) == ("refused", acme.user_id(ADMIN))
-    assert _decide(acme, asked["id"], BOSS).status_code == 200
-    assert len(_exports(acme)) == 1
+    assert _exports(approvals_acme) == []
+    (event,) = _events(approvals_acme, "approval.decided")
+    assert (event["outcome"], event["actor"]["id"]) == ("refused", approvals_acme.user_id(ADMIN))
+    assert _decide(approvals_acme, asked["id"], BOSS).status_code == 200
+    assert len(_exports(approvals_acme)) == 1
 
 
-def test_a_denied_or_unanswered_request_creates_nothing(acme: Api) -> None:
+def test_a_denied_or_unanswered_request_creates_nothing(approvals_acme: Api) -> None:
     """A denial is final and says why; a request past QEXPORT_APPROVAL_TTL (3 days) reads as
     expired and can no longer be approved. Neither ever creates an export."""
-    denied = _ask(acme)
-    answer = _decide(acme, denied["id"], ADMIN, "deny", reason="not for this quarter")
+    denied = _ask(approvals_acme)
+    answer = _decide(approvals_acme, denied["id"], ADMIN, "deny", reason="not for this quarter")
     assert answer.status_code == 200, answer.text
     assert (answer.json()["status"], answer.json()["reason"]) == ("denied", "not for this quarter")
-    assert _decide(acme, denied["id"], BOSS).status_code == 409
+    assert _decide(approvals_acme, denied["id"], BOSS).status_code == 409
 
-    lapsed = _ask(acme)
+    lapsed = _ask(approvals_acme)
     assert lapsed["expires_at"] > lapsed["created_at"]
-    acme.clock.advance(3 * DAY - 60)
-    assert acme.get(f"/api/v1/approvals/{lapsed['id']}", ALICE).json()["status"] == "pending"
-    acme.clock.advance(61)
-    assert acme.get(f"/api/v1/approvals/{lapsed['id']}", ALICE).json()["status"] == "expired"
-    late = _decide(acme, lapsed["id"], ADMIN)
+    approvals_acme.clock.advance(3 * DAY - 60)
+    assert (
+        approvals_acme.get(f"/api/v1/approvals/{lapsed['id']}", ALICE).json()["status"] == "pending"
+    )
+    approvals_acme.clock.advance(61)
+    assert (
+        approvals_acme.get(f"/api/v1/approvals/{lapsed['id']}", ALICE).json()["status"] == "expired"
+    )
+    late = _decide(approvals_acme, lapsed["id"], ADMIN)
     assert late.status_code == 409
     assert "expired" in late.json()["detail"]
-    assert acme.get("/api/v1/approvals?pending=true", ADMIN).json()["items"] == []
-    assert _exports(acme) == []
-    assert acme.drain() == {}
+    assert approvals_acme.get("/api/v1/approvals?pending=true", ADMIN).json()["items"] == []
+    assert _exports(approvals_acme) == []
+    assert approvals_acme.drain() == {}
 
 
-def test_other_workspaces_and_other_members_see_no_such_request(acme: Api) -> None:
+def test_other_workspaces_and_other_members_see_no_such_request(approvals_acme: Api) -> None:
     """Another workspace's admin gets 404 for the id, to read or to decide; another member of
     the workspace who is not an admin sees only their own requests."""
-    asked = _ask(acme)
-    assert acme.get(f"/api/v1/approvals/{asked['id']}", OTHER_ADMIN).status_code == 404
-    assert _decide(acme, asked["id"], OTHER_ADMIN).status_code == 404
-    assert acme.get("/api/v1/approvals", OTHER_ADMIN).json()["items"] == []
-    assert acme.get(f"/api/v1/approvals/{asked['id']}", VIEWER).status_code == 404
-    assert acme.get("/api/v1/approvals", VIEWER).json()["items"] == []
-    assert acme.get(f"/api/v1/approvals/{asked['id']}", ALICE).json()["status"] == "pending"
+    asked = _ask(approvals_acme)
+    assert approvals_acme.get(f"/api/v1/approvals/{asked['id']}", OTHER_ADMIN).status_code == 404
+    assert _decide(approvals_acme, asked["id"], OTHER_ADMIN).status_code == 404
+    assert approvals_acme.get("/api/v1/approvals", OTHER_ADMIN).json()["items"] == []
+    assert approvals_acme.get(f"/api/v1/approvals/{asked['id']}", VIEWER).status_code == 404
+    assert approvals_acme.get("/api/v1/approvals", VIEWER).json()["items"] == []
+    assert (
+        approvals_acme.get(f"/api/v1/approvals/{asked['id']}", ALICE).json()["status"] == "pending"
+    )
 
 
-def test_only_sensitive_subjects_wait_and_a_report_holding_one_waits_too(acme: Api) -> None:
+def test_only_sensitive_subjects_wait_and_a_report_holding_one_waits_too(
+    approvals_acme: Api,
+) -> None:
     """Another query is queued at once; a report with a sensitive section awaits approval,
     and its approved export is the report's, with the recipients the request named."""
-    plain = acme.post("/api/v1/exports", ALICE, json={"query_id": "q-public-acme", "format": "csv"})
+    plain = approvals_acme.post(
+        "/api/v1/exports", ALICE, json={"query_id": "q-public-acme", "format": "csv"}
+    )
     assert plain.status_code == 202
     assert plain.json()["status"] == "queued"
-    acme.deps.catalog.add_report(
+    approvals_acme.deps.catalog.add_report(
         Report(
             id="r-mixed",
             workspace_id="acme",
@@ -180,54 +192,58 @@ def test_only_sensitive_subjects_wait_and_a_report_holding_one_waits_too(acme: A
             sections=(Section("Public", "q-public-acme"), Section("Orders", QUERY)),
         )
     )
-    asked = acme.post(
+    asked = approvals_acme.post(
         "/api/v1/exports",
         ALICE,
         json={"report_id": "r-mixed", "format": "html", "notify": [{"email": ALICE}]},
     )
     assert asked.status_code == 202, asked.text
     assert asked.json()["kind"] == "approval"
-    decided = _decide(acme, asked.json()["id"], ADMIN).json()
-    assert acme.drain() == {"succeeded": 2}
-    export = acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
+    decided = _decide(approvals_acme, asked.json()["id"], ADMIN).json()
+    assert approvals_acme.drain() == {"succeeded": 2}
+    export = approvals_acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
     assert export["subject"]["type"] == "report"
     assert export["format"] == "html"
-    deliveries = acme.get(f"/api/v1/exports/{export['id']}/deliveries", ALICE).json()
+    deliveries = approvals_acme.get(f"/api/v1/exports/{export['id']}/deliveries", ALICE).json()
     assert [d["recipient"] for d in deliveries["items"]] == [{"email": ALICE}]  # as asked
 
 
-def test_no_schedule_exports_a_sensitive_query(acme: Api) -> None:
+def test_no_schedule_exports_a_sensitive_query(approvals_acme: Api) -> None:
     """Saving a schedule of a sensitive query is refused naming the policy; a schedule made
     before the query was marked runs, but its export fails access_lost and reads nothing."""
     schedule = {"query_id": QUERY, "format": "csv", "cron": "0 6 * * *", "timezone": "UTC"}
-    refused = acme.post("/api/v1/schedules", ALICE, json=schedule)
+    refused = approvals_acme.post("/api/v1/schedules", ALICE, json=schedule)
     assert refused.status_code == 422, refused.text
     (problem,) = refused.json()["errors"]
     assert problem["field"] == "query_id"
     assert "policy marks the query 'orders' sensitive" in problem["message"]
 
-    acme.client.patch(POLICY, headers=acme.headers(ADMIN), json={"sensitive_queries": []})
-    created = acme.post("/api/v1/schedules", ALICE, json=schedule)
+    approvals_acme.client.patch(
+        POLICY, headers=approvals_acme.headers(ADMIN), json={"sensitive_queries": []}
+    )
+    created = approvals_acme.post("/api/v1/schedules", ALICE, json=schedule)
     assert created.status_code == 201, created.text
-    acme.client.patch(POLICY, headers=acme.headers(ADMIN), json={"sensitive_queries": [QUERY]})
-    run = acme.post(f"/api/v1/schedules/{created.json()['id']}/run", ALICE)
+    approvals_acme.client.patch(
+        POLICY, headers=approvals_acme.headers(ADMIN), json={"sensitive_queries": [QUERY]}
+    )
+    run = approvals_acme.post(f"/api/v1/schedules/{created.json()['id']}/run", ALICE)
     assert run.status_code in (200, 201, 202), run.text
-    assert acme.drain() == {"failed": 1}
-    failed = acme.get(f"/api/v1/exports/{run.json()['id']}", ALICE).json()
+    assert approvals_acme.drain() == {"failed": 1}
+    failed = approvals_acme.get(f"/api/v1/exports/{run.json()['id']}", ALICE).json()
     assert failed["failure"]["code"] == "access_lost"
     assert "sensitive" in failed["failure"]["detail"]
 
 
-def test_the_policy_names_only_live_queries_of_its_workspace(acme: Api) -> None:
+def test_the_policy_names_only_live_queries_of_its_workspace(approvals_acme: Api) -> None:
     """A typo, or another workspace's query, would protect nothing: 422 naming the rule."""
-    acme.add_query("secret", workspace="other")
+    approvals_acme.add_query("secret", workspace="other")
     for wrong in (["q-nope"], ["q-secret-other"], "q-orders-acme", [""]):
-        response = acme.client.patch(
-            POLICY, headers=acme.headers(ADMIN), json={"sensitive_queries": wrong}
+        response = approvals_acme.client.patch(
+            POLICY, headers=approvals_acme.headers(ADMIN), json={"sensitive_queries": wrong}
         )
         assert response.status_code == 422, (wrong, response.text)
         assert response.json()["errors"][0]["field"].startswith("sensitive_queries")
-    assert acme.get(POLICY, ALICE).json()["sensitive_queries"] == [QUERY]
+    assert approvals_acme.get(POLICY, ALICE).json()["sensitive_queries"] == [QUERY]
 
 
 @pytest.fixture
@@ -273,71 +289,84 @@ def _pending_gauge(api: Api) -> dict[str, float]:
     return found
 
 
-def test_metrics_report_the_requests_pending_by_workspace(acme: Api) -> None:
+def test_metrics_report_the_requests_pending_by_workspace(approvals_acme: Api) -> None:
     """/metrics counts each workspace's requests still waiting: a decision or the TTL takes
     one off."""
-    first, second = _ask(acme), _ask(acme)
-    assert _pending_gauge(acme) == {"acme": 2.0, "other": 0.0}
-    _decide(acme, first["id"], ADMIN, "deny")
-    assert _pending_gauge(acme)["acme"] == 1.0
-    acme.clock.advance(3 * DAY)
-    assert _pending_gauge(acme)["acme"] == 0.0
-    assert acme.get(f"/api/v1/approvals/{second['id']}", ALICE).json()["status"] == "expired"
+    first, second = _ask(approvals_acme), _ask(approvals_acme)
+    assert _pending_gauge(approvals_acme) == {"acme": 2.0, "other": 0.0}
+    _decide(approvals_acme, first["id"], ADMIN, "deny")
+    assert _pending_gauge(approvals_acme)["acme"] == 1.0
+    approvals_acme.clock.advance(3 * DAY)
+    assert _pending_gauge(approvals_acme)["acme"] == 0.0
+    assert (
+        approvals_acme.get(f"/api/v1/approvals/{second['id']}", ALICE).json()["status"] == "expired"
+    )
 
 
-def test_a_sensitive_query_is_not_previewed(acme: Api) -> None:
+def test_a_sensitive_query_is_not_previewed(approvals_acme: Api) -> None:
     """Its rows leave only through an approved export: a preview is 403 naming the policy,
     for its requester and for an admin alike; another query still previews."""
     for who in (ALICE, ADMIN):
-        refused = acme.post(f"/api/v1/queries/{QUERY}/preview", who, json={})
+        refused = approvals_acme.post(f"/api/v1/queries/{QUERY}/preview", who, json={})
         assert refused.status_code == 403, refused.text
         assert "sensitive" in refused.json()["detail"]
-    assert acme.post("/api/v1/queries/q-public-acme/preview", ALICE, json={}).status_code == 200
+    assert (
+        approvals_acme.post("/api/v1/queries/q-public-acme/preview", ALICE, json={}).status_code
+        == 200
+    )
 
 
-def test_an_approval_holds_only_for_what_was_asked(acme: Api) -> None:
+def test_an_approval_holds_only_for_what_was_asked(approvals_acme: Api) -> None:
     """The query's SQL changed after the request: approving is 409 and nothing is made. A
     report whose sections change after its approval: the export fails access_lost and
     reads nothing it was not approved for."""
-    asked = _ask(acme)
-    query = acme.deps.catalog.get_query(QUERY)
+    asked = _ask(approvals_acme)
+    query = approvals_acme.deps.catalog.get_query(QUERY)
     assert query is not None
-    acme.deps.catalog.update_query(replace(query, sql="SELECT 'changed' AS secret"))
-    changed = _decide(acme, asked["id"], ADMIN)
+    approvals_acme.deps.catalog.update_query(replace(query, sql="SELECT 'changed' AS secret"))
+    changed = _decide(approvals_acme, asked["id"], ADMIN)
     assert changed.status_code == 409, changed.text
     assert "changed since it was asked for" in changed.json()["detail"]
-    assert _exports(acme) == []
+    assert _exports(approvals_acme) == []
 
-    acme.add_query("salaries")
+    approvals_acme.add_query("salaries")
     policy = {"sensitive_queries": [QUERY, "q-salaries-acme"]}
-    acme.client.patch(POLICY, headers=acme.headers(ADMIN), json=policy)
+    approvals_acme.client.patch(POLICY, headers=approvals_acme.headers(ADMIN), json=policy)
     report = Report(
         id="r-pay", workspace_id="acme", title="pay", sections=(Section("Orders", QUERY),)
     )
-    acme.deps.catalog.add_report(report)
-    asked = acme.post("/api/v1/exports", ALICE, json={"report_id": "r-pay", "format": "html"})
-    decided = _decide(acme, asked.json()["id"], BOSS).json()
-    acme.deps.catalog.update_report(replace(report, sections=(Section("S", "q-salaries-acme"),)))
-    assert acme.drain() == {"failed": 1}
-    failed = acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
+    approvals_acme.deps.catalog.add_report(report)
+    asked = approvals_acme.post(
+        "/api/v1/exports", ALICE, json={"report_id": "r-pay", "format": "html"}
+    )
+    decided = _decide(approvals_acme, asked.json()["id"], BOSS).json()
+    approvals_acme.deps.catalog.update_report(
+        replace(report, sections=(Section("S", "q-salaries-acme"),))
+    )
+    assert approvals_acme.drain() == {"failed": 1}
+    failed = approvals_acme.get(f"/api/v1/exports/{decided['export_id']}", ALICE).json()
     assert failed["failure"]["code"] == "access_lost"
     assert "changed since its export was approved" in failed["failure"]["detail"]
 
 
-def test_the_admin_sees_the_recipients_and_any_requester_may_withdraw(acme: Api) -> None:
+def test_the_admin_sees_the_recipients_and_any_requester_may_withdraw(approvals_acme: Api) -> None:
     """The request shows where the file would go; its requester, an editor, withdraws it
     (deny) and nothing is made; requests waiting are capped per requester (429)."""
-    asked = _ask(acme, notify=[{"email": "ops@acme.test"}])
-    shown = acme.get(f"/api/v1/approvals/{asked['id']}", BOSS).json()
+    asked = _ask(approvals_acme, notify=[{"email": "ops@acme.test"}])
+    shown = approvals_acme.get(f"/api/v1/approvals/{asked['id']}", BOSS).json()
     assert shown["notify"] == [{"email": "ops@acme.test"}]
-    withdrawn = acme.post(f"/api/v1/approvals/{asked['id']}/deny", ALICE, json={"reason": None})
+    withdrawn = approvals_acme.post(
+        f"/api/v1/approvals/{asked['id']}/deny", ALICE, json={"reason": None}
+    )
     assert withdrawn.status_code == 200, withdrawn.text  # a null reason is none
     assert withdrawn.json()["status"] == "denied"
     for _ in range(20):  # QEXPORT_MAX_UNSETTLED_PER_USER
-        _ask(acme)
-    capped = acme.post("/api/v1/exports", ALICE, json={"query_id": QUERY, "format": "csv"})
+        _ask(approvals_acme)
+    capped = approvals_acme.post(
+        "/api/v1/exports", ALICE, json={"query_id": QUERY, "format": "csv"}
+    )
     assert capped.status_code == 429, capped.text
-    assert _exports(acme) == []
+    assert _exports(approvals_acme) == []
 
 
 def test_a_name_with_a_line_break_is_mailed_on_one_subject_line(

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Api
+from tests.api.conftest import EDITOR, Api
 
-CALLER = "editor@acme.test"
 ORDERS = "q-orders-acme"  # the id conftest's add_query() gives the "orders" query
 EXPORT = {"query_id": ORDERS, "format": "csv"}
 QUERY = {"name": "daily", "sql": "SELECT 1 AS one", "source": "shop", "parameters": []}
@@ -381,20 +380,13 @@ CASES: list[tuple[str, str, str, Any, int]] = [
 ]
 
 
-@pytest.fixture
-def ready(api: Api) -> Api:
-    api.member(CALLER, "editor")
-    api.add_query("orders")
-    return api
-
-
 @pytest.mark.parametrize(
     ("method", "path", "body", "status"),
     [case[1:] for case in CASES],
     ids=[case[0] for case in CASES],
 )
 def test_bad_input_gets_a_problem_document(
-    ready: Api, method: str, path: str, body: Any, status: int
+    editor_api: Api, method: str, path: str, body: Any, status: int
 ) -> None:
     """The documented 4xx status with an application/problem+json body and its code; no
     export, query or schedule is recorded."""
@@ -403,17 +395,17 @@ def test_bad_input_gets_a_problem_document(
         kwargs = {"content": body, "headers": {"Content-Type": "application/json"}}
     elif body is not None:
         kwargs = {"json": body}
-    headers = {**ready.headers(CALLER), **kwargs.pop("headers", {})}
-    response = ready.client.request(method.upper(), path, headers=headers, **kwargs)
+    headers = {**editor_api.headers(EDITOR), **kwargs.pop("headers", {})}
+    response = editor_api.client.request(method.upper(), path, headers=headers, **kwargs)
     assert response.status_code == status, response.text[:300]
     assert response.headers["content-type"] == "application/problem+json"
     problem = response.json()
     assert problem["status"] == status
     assert isinstance(problem["code"], str)
     assert problem["code"] != "internal"
-    assert ready.deps.exports.list_exports(workspace_id="acme") == []
-    assert [q.name for q in ready.deps.catalog.list_queries("acme")] == ["orders"]
-    assert ready.context.schedules.list_schedules("acme") == []
+    assert editor_api.deps.exports.list_exports(workspace_id="acme") == []
+    assert [q.name for q in editor_api.deps.catalog.list_queries("acme")] == ["orders"]
+    assert editor_api.context.schedules.list_schedules("acme") == []
 
 
 def test_there_are_at_least_forty_cases() -> None:
@@ -435,9 +427,9 @@ BAD_TOKENS = [
 
 
 @pytest.mark.parametrize("authorization", BAD_TOKENS)
-def test_malformed_credentials_get_401(ready: Api, authorization: str) -> None:
+def test_malformed_credentials_get_401(editor_api: Api, authorization: str) -> None:
     """Malformed or unknown credentials: 401, a problem document, and nothing more."""
-    response = ready.client.get("/api/v1/exports", headers={"Authorization": authorization})
+    response = editor_api.client.get("/api/v1/exports", headers={"Authorization": authorization})
     assert response.status_code == 401
     assert response.json()["code"] == "unauthorized"
 
@@ -497,11 +489,13 @@ NAMED: list[tuple[str, str, str, Any, str]] = [
     ids=[case[0] for case in NAMED],
 )
 def test_a_bad_member_is_named_as_the_request_spells_it(
-    ready: Api, method: str, path: str, body: Any, field: str
+    editor_api: Api, method: str, path: str, body: Any, field: str
 ) -> None:
     """422 whose `field` is the member's path in the request body: never a 500, and never
     pydantic's names for the alternatives of a union (`EmailRecipient`, `list[...]`)."""
-    response = ready.client.request(method.upper(), path, headers=ready.headers(CALLER), json=body)
+    response = editor_api.client.request(
+        method.upper(), path, headers=editor_api.headers(EDITOR), json=body
+    )
     assert response.status_code == 422, response.text[:300]
     assert response.json()["field"] == field
     assert field in response.json()["detail"]

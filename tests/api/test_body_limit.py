@@ -9,21 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from qexport.http.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
-from tests.api.conftest import Api
+from tests.api.conftest import EDITOR, Api
 
-CALLER = "editor@acme.test"
 ORDERS = "q-orders-acme"  # the id conftest's add_query() gives the "orders" query
-
-
-@pytest.fixture
-def ready(api: Api) -> Api:
-    api.member(CALLER, "editor")
-    api.add_query("orders")
-    return api
 
 
 def _chunks(body: bytes, size: int = 4096) -> Iterator[bytes]:
@@ -39,39 +30,39 @@ def _export_body(since: str) -> bytes:
 
 
 def _post_streamed(api: Api, body: bytes) -> Any:
-    headers = {**api.headers(CALLER), "Content-Type": "application/json"}
+    headers = {**api.headers(EDITOR), "Content-Type": "application/json"}
     return api.client.post("/api/v1/exports", headers=headers, content=_chunks(body))
 
 
-def test_a_streamed_body_over_the_limit_gets_413(ready: Api) -> None:
+def test_a_streamed_body_over_the_limit_gets_413(editor_api: Api) -> None:
     """A chunked body over the limit is 413 too_large as a problem document, like a declared
     one, and no export is recorded."""
     body = _export_body("9" * (DEFAULT_MAX_BODY_BYTES + 10))
-    response = _post_streamed(ready, body)
+    response = _post_streamed(editor_api, body)
     assert response.status_code == 413, response.text[:300]
     assert response.headers["content-type"] == "application/problem+json"
     problem = response.json()
     assert (problem["status"], problem["code"]) == (413, "too_large")
-    assert ready.deps.exports.list_exports(workspace_id="acme") == []
+    assert editor_api.deps.exports.list_exports(workspace_id="acme") == []
 
 
-def test_a_declared_body_over_the_limit_gets_the_same_answer(ready: Api) -> None:
+def test_a_declared_body_over_the_limit_gets_the_same_answer(editor_api: Api) -> None:
     """With Content-Length the refusal is identical to the streamed one."""
     body = _export_body("9" * (DEFAULT_MAX_BODY_BYTES + 10))
-    headers = {**ready.headers(CALLER), "Content-Type": "application/json"}
-    declared = ready.client.post("/api/v1/exports", headers=headers, content=body)
-    streamed = _post_streamed(ready, body)
+    headers = {**editor_api.headers(EDITOR), "Content-Type": "application/json"}
+    declared = editor_api.client.post("/api/v1/exports", headers=headers, content=body)
+    streamed = _post_streamed(editor_api, body)
     assert declared.status_code == streamed.status_code == 413
     assert declared.json() == streamed.json()
 
 
-def test_a_small_streamed_body_reaches_the_handler(ready: Api) -> None:
+def test_a_small_streamed_body_reaches_the_handler(editor_api: Api) -> None:
     """A valid chunked request under the limit is accepted (202); an invalid one gets the
     handler's own 422 naming the field, so the body arrived whole."""
-    accepted = _post_streamed(ready, _export_body("2024-01-20"))
+    accepted = _post_streamed(editor_api, _export_body("2024-01-20"))
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["parameters"] == {"since": "2024-01-20"}
-    refused = _post_streamed(ready, _export_body("not a date"))
+    refused = _post_streamed(editor_api, _export_body("not a date"))
     assert refused.status_code == 422, refused.text
     assert refused.headers["content-type"] == "application/problem+json"
     assert "parameters.since" in refused.text

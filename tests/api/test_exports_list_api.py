@@ -46,7 +46,7 @@ def _request(api: Api, who: str, query_id: str = ORDERS, fmt: str = "csv") -> st
 
 
 @pytest.fixture
-def world(api: Api) -> World:
+def exports_world(api: Api) -> World:
     api.member(ALICE, "editor")
     api.member(BOB, "editor")
     api.member(VERA, "viewer")
@@ -84,11 +84,11 @@ def _ids(api: Api, who: str, **params: Any) -> list[str]:
     return [item["id"] for item in _page(api, who, **params)["items"]]
 
 
-def test_each_filter_keeps_exactly_its_exports(world: World) -> None:
+def test_each_filter_keeps_exactly_its_exports(exports_world: World) -> None:
     """status (expired included), format, subject, since and until (a date is its whole UTC
     day; a time is exact), q (any case) and id_prefix each keep just their exports, newest
     first; requested_by naming the member themselves keeps them all."""
-    api, w = world.api, world
+    api, w = exports_world.api, exports_world
     mine = [w.refunds, w.cancelled, w.parquet, w.succeeded]
     assert _ids(api, ALICE) == mine
     assert _ids(api, ALICE, status="succeeded") == [w.succeeded]
@@ -118,9 +118,9 @@ def test_each_filter_keeps_exactly_its_exports(world: World) -> None:
     assert _ids(api, ALICE, status="succeeded") == []
 
 
-def test_filters_combine(world: World) -> None:
+def test_filters_combine(exports_world: World) -> None:
     """Several filters keep only what all of them keep, for a member and an admin."""
-    api, w = world.api, world
+    api, w = exports_world.api, exports_world
     assert _ids(api, ALICE, format="csv", subject=ORDERS) == [w.succeeded]
     assert _ids(api, ALICE, status="queued", q="refunds", since="2026-01-07") == [w.refunds]
     assert _ids(api, ALICE, status="failed", format="jsonl") == []
@@ -136,7 +136,7 @@ def test_filters_combine(world: World) -> None:
     assert _ids(api, ADMIN, q="orders", until="2026-01-05") == [w.succeeded]
 
 
-def test_bad_values_are_refused_in_one_422_naming_each_parameter(world: World) -> None:
+def test_bad_values_are_refused_in_one_422_naming_each_parameter(exports_world: World) -> None:
     """Every bad filter, the page size and the cursor are named together, in the order of
     the parameters, each with its own message; nothing is listed."""
     query = urlencode(
@@ -153,7 +153,7 @@ def test_bad_values_are_refused_in_one_422_naming_each_parameter(world: World) -
             "cursor": "not-a-cursor",
         }
     )
-    response = world.api.get(f"/api/v1/exports?{query}", ALICE)
+    response = exports_world.api.get(f"/api/v1/exports?{query}", ALICE)
     assert response.status_code == 422, response.text
     assert response.headers["content-type"] == "application/problem+json"
     errors = response.json()["errors"]
@@ -172,7 +172,7 @@ def test_bad_values_are_refused_in_one_422_naming_each_parameter(world: World) -
     assert "'done'" in errors[0]["message"]
     assert "'docx'" in errors[1]["message"]
     assert "at least 4 characters" in errors[7]["message"]
-    backwards = world.api.get("/api/v1/exports?since=2026-01-06&until=2026-01-04", ALICE)
+    backwards = exports_world.api.get("/api/v1/exports?since=2026-01-06&until=2026-01-04", ALICE)
     assert backwards.status_code == 422
     assert [e["field"] for e in backwards.json()["errors"]] == ["until"]
     assert "after since" in backwards.json()["errors"][0]["message"]
@@ -216,11 +216,11 @@ def test_cursors_go_older_and_back_newer_keeping_the_filters(api: Api) -> None:
     assert front["next_cursor"] is not None
 
 
-def test_members_and_viewers_see_only_their_own_whatever_they_pass(world: World) -> None:
+def test_members_and_viewers_see_only_their_own_whatever_they_pass(exports_world: World) -> None:
     """A viewer and a member list only their own exports: no filter, requested_by naming
     someone else, an id prefix or the subject of someone else's export find nothing of
     theirs; the same prefix finds it for an admin."""
-    api, w = world.api, world
+    api, w = exports_world.api, exports_world
     alice = api.user_id(ALICE)
     for who, own in ((VERA, w.veras), (BOB, w.bobs)):
         assert _ids(api, who) == [own]
@@ -235,10 +235,10 @@ def test_members_and_viewers_see_only_their_own_whatever_they_pass(world: World)
     assert _ids(api, ADMIN) == [w.veras, w.bobs, w.refunds, w.cancelled, w.parquet, w.succeeded]
 
 
-def test_another_workspace_sees_none_of_them(world: World) -> None:
+def test_another_workspace_sees_none_of_them(exports_world: World) -> None:
     """An admin of another workspace lists only their workspace's exports, whatever
     requester, subject or id prefix of this workspace they name."""
-    api, w = world.api, world
+    api, w = exports_world.api, exports_world
     assert _ids(api, EVE) == [w.eves]
     assert _ids(api, EVE, requested_by=api.user_id(ALICE)) == []
     assert _ids(api, EVE, subject=ORDERS) == []
@@ -246,11 +246,11 @@ def test_another_workspace_sees_none_of_them(world: World) -> None:
     assert _ids(api, EVE, q="refunds") == []
 
 
-def test_a_tampered_cursor_moves_the_page_but_never_widens_it(world: World) -> None:
+def test_a_tampered_cursor_moves_the_page_but_never_widens_it(exports_world: World) -> None:
     """A cursor made up by the caller (the far future, another's export as the position, an
     id with SQL in it) only says where the page starts: the caller still gets their own
     exports; a cursor that is not one the API wrote is a 422 naming `cursor`."""
-    api, w = world.api, world
+    api, w = exports_world.api, exports_world
     future = datetime(2100, 1, 1, tzinfo=UTC)
     for position in ((future, "ffffffff"), (future, "' OR 1=1 --"), (future, "x" * 64)):
         cursor = encode_page_cursor(position)

@@ -158,7 +158,7 @@ def _body(base: dict[str, Any], null_at: tuple[str | int, ...], n: int) -> dict[
 
 
 @pytest.fixture
-def ready(api: Api) -> Api:
+def admin_api(api: Api) -> Api:
     api.member(CALLER, "admin")
     api.add_query("orders")
     return api
@@ -182,12 +182,12 @@ def _targets(api: Api) -> dict[str, str]:
 
 
 def test_null_for_any_member_of_any_request_body_is_taken_or_refused_by_name(
-    ready: Api,
+    admin_api: Api,
 ) -> None:
     """Each body member (nested ones too) set to null: 2xx or 422 naming it when its schema
     admits null, else 422 naming it; never a 5xx."""
-    spec = ready.client.get("/openapi.json").json()
-    targets = _targets(ready)
+    spec = admin_api.client.get("/openapi.json").json()
+    targets = _targets(admin_api)
     wrong: list[str] = []
     walked = 0
     sent = itertools.count()
@@ -203,15 +203,18 @@ def test_null_for_any_member_of_any_request_body_is_taken_or_refused_by_name(
             assert body_name in BODIES, f"{method} {route}: add a valid {body_name} to BODIES"
             base = BODIES[body_name]
             url = route.format(**targets)
-            accepted = ready.client.request(
-                method, url, headers=ready.headers(CALLER), json=_body(base, (), next(sent))
+            accepted = admin_api.client.request(
+                method, url, headers=admin_api.headers(CALLER), json=_body(base, (), next(sent))
             )
             assert accepted.status_code < 300, f"{method} {route}: {accepted.text[:300]}"
             for path, member in _members(spec, schema, base):
                 walked += 1
                 name = ".".join(str(part) for part in path)
-                response = ready.client.request(
-                    method, url, headers=ready.headers(CALLER), json=_body(base, path, next(sent))
+                response = admin_api.client.request(
+                    method,
+                    url,
+                    headers=admin_api.headers(CALLER),
+                    json=_body(base, path, next(sent)),
                 )
                 field = response.json().get("field") if response.status_code == 422 else None
                 nullable = _admits_null(spec, member)

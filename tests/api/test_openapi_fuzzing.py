@@ -87,7 +87,7 @@ def _with_null_members(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def world(api: Api) -> tuple[Api, dict[str, str]]:
+def fuzz_world(api: Api) -> tuple[Api, dict[str, str]]:
     """A caller, a query, a report, a schedule, a succeeded export with a delivery and a link
     to it, a request awaiting approval, in a workspace; and the path parameters that name
     them."""
@@ -157,11 +157,11 @@ def _call(case: Any, headers: dict[str, str], failures: list[str]) -> None:
         )
 
 
-def test_every_coverage_case_conforms(world: tuple[Api, dict[str, str]]) -> None:
+def test_every_coverage_case_conforms(fuzz_world: tuple[Api, dict[str, str]]) -> None:
     """Schemathesis's coverage cases for every operation (each member missing, null, of a
     wrong type, at and past its limits), at unknown ids and at real ones: never a 5xx, and
     always a response the schema documents."""
-    api, existing = world
+    api, existing = fuzz_world
     headers = api.headers(CALLER)
     schema = schemathesis.openapi.from_asgi("/openapi.json", api.client.app)
     failures: list[str] = []
@@ -200,12 +200,12 @@ def _fuzz(strategy: st.SearchStrategy[Any], examples: int, check: Callable[[Any]
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_many_generated_requests_conform(
-    world: tuple[Api, dict[str, str]], mode: GenerationMode
+    fuzz_world: tuple[Api, dict[str, str]], mode: GenerationMode
 ) -> None:
     """Hundreds of generated requests per operation with a body (valid ones with null for
     optional members, and invalid ones), at unknown ids and at real ones: never a 5xx, and
     always a response the schema documents."""
-    api, existing = world
+    api, existing = fuzz_world
     headers = api.headers(CALLER)
     spec = api.client.get("/openapi.json").json()
     if mode is GenerationMode.POSITIVE:

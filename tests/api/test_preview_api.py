@@ -35,7 +35,7 @@ def _url(query_id: str) -> str:
 
 
 @pytest.fixture
-def team(api_both: Api) -> Api:
+def preview_team(api_both: Api) -> Api:
     api_both.member(ANN, "editor")
     api_both.member(VIEWER, "viewer")
     api_both.member(STRANGER, "admin", workspace="other")
@@ -47,10 +47,10 @@ def _add(api: Api, name: str, sql: str, *params: Parameter, **kwargs: Any) -> Qu
     return api.add_query(name, sql=sql, parameters=params, **kwargs)
 
 
-def test_a_member_previews_the_first_rows_with_their_types(team: Api) -> None:
+def test_a_member_previews_the_first_rows_with_their_types(preview_team: Api) -> None:
     """200: the columns with DuckDB's type names, the rows in order, decimals as exact text,
     dates in ISO form, the parameters the query ran with; nothing is cut."""
-    response = team.post(
+    response = preview_team.post(
         _url("q-orders-acme"), VIEWER, json={"parameters": {"since": "2024-01-29"}}
     )
     assert response.status_code == 200, response.text
@@ -71,117 +71,117 @@ def test_a_member_previews_the_first_rows_with_their_types(team: Api) -> None:
     assert body["limits"] == {"rows": 100, "cell_chars": 1000, "bytes": 262144}
 
 
-def test_at_most_100_rows_and_the_limit_asked_for(team: Api) -> None:
+def test_at_most_100_rows_and_the_limit_asked_for(preview_team: Api) -> None:
     """300 rows: 100 shown, `truncated` and `more_rows` true; `limit` 5 shows 5; a limit
     past 100 is refused naming it."""
-    _add(team, "many", "SELECT o.id, t.i FROM orders o, range(3) t(i) ORDER BY o.id, t.i")
-    body = team.post(_url("q-many-acme"), ANN, json={}).json()
+    _add(preview_team, "many", "SELECT o.id, t.i FROM orders o, range(3) t(i) ORDER BY o.id, t.i")
+    body = preview_team.post(_url("q-many-acme"), ANN, json={}).json()
     assert body["row_count"] == 100
     assert body["truncated"] is True
     assert body["more_rows"] is True
-    assert team.post(_url("q-many-acme"), ANN, json={"limit": 5}).json()["row_count"] == 5
-    refused = team.post(_url("q-many-acme"), ANN, json={"limit": 101})
+    assert preview_team.post(_url("q-many-acme"), ANN, json={"limit": 5}).json()["row_count"] == 5
+    refused = preview_team.post(_url("q-many-acme"), ANN, json={"limit": 101})
     assert refused.status_code == 422
     assert refused.json()["field"] == "limit"
 
 
-def test_long_cells_are_cut_and_the_text_is_bounded(team: Api) -> None:
+def test_long_cells_are_cut_and_the_text_is_bounded(preview_team: Api) -> None:
     """A 5,000-character cell is cut to 1,000 and marked; 100 rows of four such cells would be
     about 400 KiB of text, so fewer rows are shown and the answer says it was truncated."""
-    _add(team, "long", "SELECT repeat('é', 5000) AS t")
-    body = team.post(_url("q-long-acme"), ANN, json={}).json()
+    _add(preview_team, "long", "SELECT repeat('é', 5000) AS t")
+    body = preview_team.post(_url("q-long-acme"), ANN, json={}).json()
     assert body["rows"] == [["é" * 1000 + CUT_MARK]]
     assert body["cut_cells"] == 1
     assert body["truncated"] is True
     wide = "SELECT " + ", ".join(f"repeat('{c}', 1000) AS {c}" for c in "abcd")
-    _add(team, "wide", f"{wide} FROM range(100)")
-    body = team.post(_url("q-wide-acme"), ANN, json={}).json()
+    _add(preview_team, "wide", f"{wide} FROM range(100)")
+    body = preview_team.post(_url("q-wide-acme"), ANN, json={}).json()
     assert 0 < body["row_count"] < 100
     assert body["row_count"] * 4 * 1000 <= 256 * 1024
     assert body["truncated"] is True
     assert body["cut_cells"] == 0
 
 
-def test_a_hostile_parameter_value_is_bound_never_interpolated(team: Api) -> None:
+def test_a_hostile_parameter_value_is_bound_never_interpolated(preview_team: Api) -> None:
     """Quotes, `; DROP TABLE`, dollar quotes: the value comes back as itself, matches nothing,
     and the table is still there."""
     _add(
-        team,
+        preview_team,
         "who",
         "SELECT $who AS who, count(*) AS n FROM orders WHERE customer = $who",
         Parameter("who", ParamType.STRING),
     )
-    body = team.post(_url("q-who-acme"), ANN, json={"parameters": {"who": HOSTILE}}).json()
+    body = preview_team.post(_url("q-who-acme"), ANN, json={"parameters": {"who": HOSTILE}}).json()
     assert body["rows"] == [[HOSTILE, 0]]
-    assert team.post(_url("q-orders-acme"), ANN, json={}).json()["row_count"] == 100
+    assert preview_team.post(_url("q-orders-acme"), ANN, json={}).json()["row_count"] == 100
 
 
-def test_the_requester_context_is_the_callers(team: Api) -> None:
+def test_the_requester_context_is_the_callers(preview_team: Api) -> None:
     """$user_id and $workspace_id are the caller's, as in their export."""
-    _add(team, "me", "SELECT $user_id AS u, $workspace_id AS w")
-    body = team.post(_url("q-me-acme"), VIEWER, json={}).json()
-    assert body["rows"] == [[team.user_id(VIEWER), "acme"]]
+    _add(preview_team, "me", "SELECT $user_id AS u, $workspace_id AS w")
+    body = preview_team.post(_url("q-me-acme"), VIEWER, json={}).json()
+    assert body["rows"] == [[preview_team.user_id(VIEWER), "acme"]]
 
 
-def test_a_query_the_caller_may_not_read_is_404(team: Api) -> None:
+def test_a_query_the_caller_may_not_read_is_404(preview_team: Api) -> None:
     """Another workspace's member, a members-only query that does not list the caller, and a
     missing query all answer 404 alike; the owner of the members-only query reads it."""
     _add(
-        team,
+        preview_team,
         "secret",
         "SELECT 1 AS one",
         visibility=Visibility.MEMBERS,
-        owner=team.user_id(ANN),
+        owner=preview_team.user_id(ANN),
     )
     for who, query_id in [
         (STRANGER, "q-orders-acme"),
         (VIEWER, "q-secret-acme"),
         (ANN, "q-nothing"),
     ]:
-        response = team.post(_url(query_id), who, json={})
+        response = preview_team.post(_url(query_id), who, json={})
         assert response.status_code == 404, (who, query_id, response.text)
         assert response.json()["code"] == "not_found"
-    assert team.post(_url("q-secret-acme"), ANN, json={}).status_code == 200
+    assert preview_team.post(_url("q-secret-acme"), ANN, json={}).status_code == 200
 
 
-def test_bad_parameters_are_422_naming_them(team: Api) -> None:
+def test_bad_parameters_are_422_naming_them(preview_team: Api) -> None:
     """A value of the wrong type, an undeclared one and a missing required one: 422 on
     `parameters.<name>`."""
-    _add(team, "typed", "SELECT $n AS n", Parameter("n", ParamType.INTEGER))
+    _add(preview_team, "typed", "SELECT $n AS n", Parameter("n", ParamType.INTEGER))
     for given, field in [
         ({"n": "many"}, "parameters.n"),
         ({"n": 1, "x": 2}, "parameters.x"),
         ({}, "parameters.n"),
     ]:
-        response = team.post(_url("q-typed-acme"), ANN, json={"parameters": given})
+        response = preview_team.post(_url("q-typed-acme"), ANN, json={"parameters": given})
         assert response.status_code == 422, response.text
         assert response.json()["field"] == field
 
 
-def test_a_statement_that_is_not_one_select_is_refused(team: Api) -> None:
+def test_a_statement_that_is_not_one_select_is_refused(preview_team: Api) -> None:
     """A query holding a DELETE (saved before queries were checked) is 422 query_invalid with
     the source's words; the rows are still there."""
-    _add(team, "delete", "DELETE FROM orders")
-    response = team.post(_url("q-delete-acme"), ANN, json={})
+    _add(preview_team, "delete", "DELETE FROM orders")
+    response = preview_team.post(_url("q-delete-acme"), ANN, json={})
     assert response.status_code == 422
     problem = response.json()
     assert problem["code"] == "query_invalid"
     assert "only a single SELECT statement is allowed" in problem["detail"]
-    assert team.post(_url("q-orders-acme"), ANN, json={}).json()["row_count"] == 100
+    assert preview_team.post(_url("q-orders-acme"), ANN, json={}).json()["row_count"] == 100
 
 
-def test_a_source_that_cannot_be_reached_is_503(team: Api) -> None:
+def test_a_source_that_cannot_be_reached_is_503(preview_team: Api) -> None:
     """A query naming a source that is not configured: 503 source_unavailable, as an export of
     it would fail."""
-    team.deps.catalog.add_query(Query("q-gone", "acme", "gone", "SELECT 1", "gone"))
-    response = team.post(_url("q-gone"), ANN, json={})
+    preview_team.deps.catalog.add_query(Query("q-gone", "acme", "gone", "SELECT 1", "gone"))
+    response = preview_team.post(_url("q-gone"), ANN, json={})
     assert response.status_code == 503
     assert response.json()["code"] == "source_unavailable"
 
 
-def test_an_unauthenticated_caller_is_401(team: Api) -> None:
+def test_an_unauthenticated_caller_is_401(preview_team: Api) -> None:
     """No token, no preview."""
-    response = team.client.post(_url("q-orders-acme"), json={})
+    response = preview_team.client.post(_url("q-orders-acme"), json={})
     assert response.status_code == 401
 
 

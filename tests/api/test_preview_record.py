@@ -26,7 +26,9 @@ PER_MINUTE = 3
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def team(request: pytest.FixtureRequest, tmp_path: Path, source_template: Path) -> Iterator[Api]:
+def preview_record_team(
+    request: pytest.FixtureRequest, tmp_path: Path, source_template: Path
+) -> Iterator[Api]:
     """Ann (editor), Vic (viewer) and Ada (admin) of acme, Sam of another workspace; three
     previews a minute each."""
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
@@ -56,88 +58,92 @@ def _policy(api: Api, **rules: Any) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_a_preview_is_recorded_with_who_which_query_its_values_and_its_rows(team: Api) -> None:
+def test_a_preview_is_recorded_with_who_which_query_its_values_and_its_rows(
+    preview_record_team: Api,
+) -> None:
     """The event names the caller (through their token), the query, the values it ran with
     and the rows it showed; the admin's audit listing shows it too."""
-    response = _preview(team, VIC, parameters={"since": "2024-01-29"}, limit=4)
+    response = _preview(preview_record_team, VIC, parameters={"since": "2024-01-29"}, limit=4)
     assert response.status_code == 200, response.text
-    [found] = _previewed(team)
-    assert (found.actor_kind, found.actor_id) == ("token", team.user_id(VIC))
+    [found] = _previewed(preview_record_team)
+    assert (found.actor_kind, found.actor_id) == ("token", preview_record_team.user_id(VIC))
     assert (found.target_kind, found.target_id, found.outcome) == ("query", "q-orders-acme", "ok")
     details = json.loads(found.details)
     assert details["query_name"] == "orders"
     assert details["parameters"] == {"since": "2024-01-29"}
     assert (details["rows"], details["more_rows"], details["limit"]) == (4, True, 4)
     assert details["token_id"]
-    listed = team.get("/api/v1/audit?action=query.previewed", ADMIN).json()["items"]
+    listed = preview_record_team.get("/api/v1/audit?action=query.previewed", ADMIN).json()["items"]
     assert [(e["action"], e["details"]["rows"]) for e in listed] == [("query.previewed", 4)]
 
 
-def test_a_failed_preview_is_recorded_with_its_code(team: Api) -> None:
+def test_a_failed_preview_is_recorded_with_its_code(preview_record_team: Api) -> None:
     """A statement the source refuses shows no rows; the event says it failed, and why."""
-    team.add_query("broken", sql="SELECT * FROM nowhere", parameters=())
-    response = _preview(team, ANN, "q-broken-acme")
+    preview_record_team.add_query("broken", sql="SELECT * FROM nowhere", parameters=())
+    response = _preview(preview_record_team, ANN, "q-broken-acme")
     assert response.status_code == 422
-    [found] = _previewed(team)
+    [found] = _previewed(preview_record_team)
     assert found.outcome == "failed"
     assert json.loads(found.details)["code"] == "query_invalid"
     assert "rows" not in json.loads(found.details)
 
 
-def test_past_the_previews_a_minute_allow_429_with_retry_after(team: Api) -> None:
+def test_past_the_previews_a_minute_allow_429_with_retry_after(preview_record_team: Api) -> None:
     """Three previews, then 429 too_many_requests saying when (the first leaves the minute
     60 s after it ran), not recorded and not run; another member previews meanwhile; a minute
     later Ann previews again."""
     for _ in range(PER_MINUTE):
-        assert _preview(team, ANN).status_code == 200
-    refused = _preview(team, ANN)
+        assert _preview(preview_record_team, ANN).status_code == 200
+    refused = _preview(preview_record_team, ANN)
     assert refused.status_code == 429
     assert refused.json()["code"] == "too_many_requests"
     assert refused.headers["Retry-After"] == "60"
     assert "3 previews in the last minute" in refused.json()["detail"]
-    assert len(_previewed(team)) == PER_MINUTE
-    assert _preview(team, VIC).status_code == 200
-    team.clock.advance(30)
-    assert _preview(team, ANN).status_code == 429
-    team.clock.advance(30)
-    assert _preview(team, ANN).status_code == 200
+    assert len(_previewed(preview_record_team)) == PER_MINUTE
+    assert _preview(preview_record_team, VIC).status_code == 200
+    preview_record_team.clock.advance(30)
+    assert _preview(preview_record_team, ANN).status_code == 429
+    preview_record_team.clock.advance(30)
+    assert _preview(preview_record_team, ANN).status_code == 200
 
 
 def test_the_policy_caps_the_rows_and_refuses_a_sensitive_query_on_the_record(
-    team: Api,
+    preview_record_team: Api,
 ) -> None:
     """`max_rows` 5: five rows shown, and the limits say so; a formats rule changes nothing
     (a preview makes no file); marked sensitive, the query is refused 403, which is recorded
     as refused."""
-    _policy(team, max_rows=5, formats=["parquet"])
-    body = _preview(team, ANN).json()
+    _policy(preview_record_team, max_rows=5, formats=["parquet"])
+    body = _preview(preview_record_team, ANN).json()
     assert body["row_count"] == 5
     assert body["more_rows"] is True
     assert body["limits"]["rows"] == 5
-    _policy(team, sensitive_queries=["q-orders-acme"])
-    refused = _preview(team, ANN)
+    _policy(preview_record_team, sensitive_queries=["q-orders-acme"])
+    refused = _preview(preview_record_team, ANN)
     assert refused.status_code == 403
     assert "sensitive" in refused.json()["detail"]
-    shown, denied = _previewed(team)
+    shown, denied = _previewed(preview_record_team)
     assert (shown.outcome, json.loads(shown.details)["rows"]) == ("ok", 5)
     assert (denied.outcome, json.loads(denied.details)["reason"]) == ("refused", "sensitive")
 
 
-def test_who_may_not_read_the_query_gets_no_preview_and_leaves_no_event(team: Api) -> None:
+def test_who_may_not_read_the_query_gets_no_preview_and_leaves_no_event(
+    preview_record_team: Api,
+) -> None:
     """A members-only query not shared with the viewer, and any query of another workspace:
     404 as for a missing one, nothing run, nothing recorded in either workspace."""
-    team.add_query(
+    preview_record_team.add_query(
         "mine",
         sql="SELECT 1 AS one",
         parameters=(),
         visibility=Visibility.MEMBERS,
-        owner=team.user_id(ANN),
+        owner=preview_record_team.user_id(ANN),
     )
-    assert _preview(team, VIC, "q-mine-acme").status_code == 404
-    assert _preview(team, STRANGER).status_code == 404
-    assert _previewed(team) == []
-    assert _previewed(team, "other") == []
-    assert _preview(team, ANN, "q-mine-acme").status_code == 200
+    assert _preview(preview_record_team, VIC, "q-mine-acme").status_code == 404
+    assert _preview(preview_record_team, STRANGER).status_code == 404
+    assert _previewed(preview_record_team) == []
+    assert _previewed(preview_record_team, "other") == []
+    assert _preview(preview_record_team, ANN, "q-mine-acme").status_code == 200
 
 
 def _figures(api: Api) -> dict[str, dict[str, float]]:
@@ -149,17 +155,17 @@ def _figures(api: Api) -> dict[str, dict[str, float]]:
     return found
 
 
-def test_metrics_count_previews_and_the_rows_they_showed(team: Api) -> None:
+def test_metrics_count_previews_and_the_rows_they_showed(preview_record_team: Api) -> None:
     """Each workspace's previews that showed rows, and their rows; refusals and failures do
     not count; a workspace without previews reports 0."""
-    assert _figures(team)["qexport_previews_total"] == {"acme": 0, "other": 0}
-    _preview(team, ANN, parameters={"since": "2024-01-29"})  # 6 rows
-    _preview(team, VIC)  # 100 rows
-    team.add_query("broken", sql="SELECT * FROM nowhere", parameters=())
-    assert _preview(team, ADMIN, "q-broken-acme").status_code == 422
-    team.add_query("orders", workspace="other")
-    _preview(team, STRANGER, "q-orders-other", limit=7)
-    assert _figures(team) == {
+    assert _figures(preview_record_team)["qexport_previews_total"] == {"acme": 0, "other": 0}
+    _preview(preview_record_team, ANN, parameters={"since": "2024-01-29"})  # 6 rows
+    _preview(preview_record_team, VIC)  # 100 rows
+    preview_record_team.add_query("broken", sql="SELECT * FROM nowhere", parameters=())
+    assert _preview(preview_record_team, ADMIN, "q-broken-acme").status_code == 422
+    preview_record_team.add_query("orders", workspace="other")
+    _preview(preview_record_team, STRANGER, "q-orders-other", limit=7)
+    assert _figures(preview_record_team) == {
         "qexport_previews_total": {"acme": 2, "other": 1},
         "qexport_previewed_rows_total": {"acme": 106, "other": 7},
     }

@@ -28,7 +28,7 @@ DAILY: dict[str, Any] = {
 
 
 @pytest.fixture
-def team(api: Api) -> Api:
+def queries_team(api: Api) -> Api:
     """An admin, an editor and a viewer in acme; an admin of another workspace."""
     api.member(ADMIN, "admin")
     api.member(EDITOR, "editor")
@@ -58,10 +58,10 @@ def _names(api: Api, who: str) -> list[str]:
 # ---------------------------------------------------------------- create and read
 
 
-def test_a_created_query_is_at_its_location(team: Api) -> None:
+def test_a_created_query_is_at_its_location(queries_team: Api) -> None:
     """201 with Location; reading it there gives back what was written, with its owner and
     the parameters' defaults (required unless a default is given)."""
-    response = team.post(QUERIES, EDITOR, json=DAILY)
+    response = queries_team.post(QUERIES, EDITOR, json=DAILY)
     assert response.status_code == 201
     created = response.json()
     assert response.headers["location"] == f"{QUERIES}/{created['id']}"
@@ -76,52 +76,52 @@ def test_a_created_query_is_at_its_location(team: Api) -> None:
         ],
         "visibility": "workspace",
         "members": [],
-        "owner": team.user_id(EDITOR),
+        "owner": queries_team.user_id(EDITOR),
         "columns": [{"name": "id", "type": "BIGINT"}, {"name": "amount", "type": "DECIMAL(10,2)"}],
         "filename_template": "{name}_{date}",
     }
-    fetched = team.get(response.headers["location"], VIEWER)
+    fetched = queries_team.get(response.headers["location"], VIEWER)
     assert fetched.status_code == 200
     assert fetched.json() == created
 
 
 @pytest.mark.parametrize("who", [EDITOR, ADMIN])
-def test_editors_and_admins_write_queries(team: Api, who: str) -> None:
+def test_editors_and_admins_write_queries(queries_team: Api, who: str) -> None:
     """Both roles create, replace and delete."""
-    created = _create(team, who)
-    assert _put(team, created["id"], who, name="renamed").status_code == 200
-    assert team.delete(f"{QUERIES}/{created['id']}", who).status_code == 204
+    created = _create(queries_team, who)
+    assert _put(queries_team, created["id"], who, name="renamed").status_code == 200
+    assert queries_team.delete(f"{QUERIES}/{created['id']}", who).status_code == 204
 
 
-def test_a_viewer_reads_but_never_writes(team: Api) -> None:
+def test_a_viewer_reads_but_never_writes(queries_team: Api) -> None:
     """Viewers list and read; creating, replacing and deleting are 403 "forbidden", and
     nothing changes."""
-    created = _create(team)
+    created = _create(queries_team)
     path = f"{QUERIES}/{created['id']}"
     refused = [
-        team.post(QUERIES, VIEWER, json={**DAILY, "name": "mine"}),
-        _put(team, created["id"], VIEWER, name="hijacked"),
-        team.delete(path, VIEWER),
+        queries_team.post(QUERIES, VIEWER, json={**DAILY, "name": "mine"}),
+        _put(queries_team, created["id"], VIEWER, name="hijacked"),
+        queries_team.delete(path, VIEWER),
     ]
     for response in refused:
         assert response.status_code == 403
         assert response.headers["content-type"] == "application/problem+json"
         assert response.json()["code"] == "forbidden"
-    assert team.get(path, VIEWER).json() == created
-    assert _names(team, VIEWER) == ["daily orders"]
+    assert queries_team.get(path, VIEWER).json() == created
+    assert _names(queries_team, VIEWER) == ["daily orders"]
 
 
-def test_a_query_written_through_the_api_runs(team: Api) -> None:
+def test_a_query_written_through_the_api_runs(queries_team: Api) -> None:
     """Its parameters (a default and a required one) bind as declared when exported."""
-    created = _create(team)
-    response = team.post(
+    created = _create(queries_team)
+    response = queries_team.post(
         "/api/v1/exports",
         VIEWER,
         json={"query_id": created["id"], "format": "jsonl", "parameters": {"above": "60"}},
     )
     assert response.status_code == 202, response.text
-    assert team.drain() == {"succeeded": 1}
-    export = team.get(f"/api/v1/exports/{response.json()['id']}", VIEWER).json()
+    assert queries_team.drain() == {"succeeded": 1}
+    export = queries_team.get(f"/api/v1/exports/{response.json()['id']}", VIEWER).json()
     assert export["status"] == "succeeded"
     # From 2024-01-20 (day = Jan 1 + id % 30): ids 19..29, 49..59, 79..89; amount = id * 1.25
     # > 60 keeps ids 49 and up: 22 rows.
@@ -132,38 +132,38 @@ def test_a_query_written_through_the_api_runs(team: Api) -> None:
 # ---------------------------------------------------------------- visibility
 
 
-def test_members_only_queries_are_invisible_to_others(team: Api) -> None:
+def test_members_only_queries_are_invisible_to_others(queries_team: Api) -> None:
     """A query for some members lists and reads for them and its owner; for anyone else it
     is a 404 exactly like a missing query, for reads and writes alike."""
-    created = _create(team, visibility="members", members=[team.user_id(VIEWER)])
+    created = _create(queries_team, visibility="members", members=[queries_team.user_id(VIEWER)])
     path = f"{QUERIES}/{created['id']}"
-    assert created["members"] == [team.user_id(VIEWER)]
-    assert _names(team, EDITOR) == ["daily orders"]  # the owner
-    assert _names(team, VIEWER) == ["daily orders"]  # a listed member
-    assert _names(team, ADMIN) == []  # admins see every export, not every query
-    missing = team.get(f"{QUERIES}/00000000-0000-0000-0000-000000000000", ADMIN)
+    assert created["members"] == [queries_team.user_id(VIEWER)]
+    assert _names(queries_team, EDITOR) == ["daily orders"]  # the owner
+    assert _names(queries_team, VIEWER) == ["daily orders"]  # a listed member
+    assert _names(queries_team, ADMIN) == []  # admins see every export, not every query
+    missing = queries_team.get(f"{QUERIES}/00000000-0000-0000-0000-000000000000", ADMIN)
     hidden = [
-        team.get(path, ADMIN),
-        _put(team, created["id"], ADMIN, name="x"),
-        team.delete(path, ADMIN),
-        team.get(path, OUTSIDER),
-        team.delete(path, OUTSIDER),
+        queries_team.get(path, ADMIN),
+        _put(queries_team, created["id"], ADMIN, name="x"),
+        queries_team.delete(path, ADMIN),
+        queries_team.get(path, OUTSIDER),
+        queries_team.delete(path, OUTSIDER),
     ]
     for response in [missing, *hidden]:
         assert response.status_code == 404
         assert response.json() == missing.json()
-    assert team.get(path, EDITOR).status_code == 200
+    assert queries_team.get(path, EDITOR).status_code == 200
 
 
-def test_a_workspace_query_is_invisible_to_another_workspace(team: Api) -> None:
+def test_a_workspace_query_is_invisible_to_another_workspace(queries_team: Api) -> None:
     """Another workspace's admin neither lists, reads, replaces nor deletes it."""
-    created = _create(team)
+    created = _create(queries_team)
     path = f"{QUERIES}/{created['id']}"
-    assert _names(team, OUTSIDER) == []
-    assert team.get(path, OUTSIDER).status_code == 404
-    assert _put(team, created["id"], OUTSIDER).status_code == 404
-    assert team.delete(path, OUTSIDER).status_code == 404
-    assert team.get(path, VIEWER).status_code == 200
+    assert _names(queries_team, OUTSIDER) == []
+    assert queries_team.get(path, OUTSIDER).status_code == 404
+    assert _put(queries_team, created["id"], OUTSIDER).status_code == 404
+    assert queries_team.delete(path, OUTSIDER).status_code == 404
+    assert queries_team.get(path, VIEWER).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -174,21 +174,21 @@ def test_a_workspace_query_is_invisible_to_another_workspace(team: Api) -> None:
     ],
 )
 def test_members_must_be_workspace_members(
-    team: Api, changes: dict[str, Any], message: str
+    queries_team: Api, changes: dict[str, Any], message: str
 ) -> None:
     """Only members of the workspace can be listed, and only for "members" visibility."""
-    response = team.post(QUERIES, EDITOR, json={**DAILY, **changes})
+    response = queries_team.post(QUERIES, EDITOR, json={**DAILY, **changes})
     assert response.status_code == 422
     assert response.json()["field"] == "members"
     assert message in response.json()["detail"]
 
 
-def test_a_member_of_another_workspace_cannot_be_listed(team: Api) -> None:
+def test_a_member_of_another_workspace_cannot_be_listed(queries_team: Api) -> None:
     """Being a user somewhere is not enough: the member must belong to this workspace."""
-    response = team.post(
+    response = queries_team.post(
         QUERIES,
         EDITOR,
-        json={**DAILY, "visibility": "members", "members": [team.user_id(OUTSIDER)]},
+        json={**DAILY, "visibility": "members", "members": [queries_team.user_id(OUTSIDER)]},
     )
     assert response.status_code == 422
     assert response.json()["field"] == "members"
@@ -197,113 +197,113 @@ def test_a_member_of_another_workspace_cannot_be_listed(team: Api) -> None:
 # ---------------------------------------------------------------- replace and delete
 
 
-def test_a_replaced_query_keeps_its_id_and_owner(team: Api) -> None:
+def test_a_replaced_query_keeps_its_id_and_owner(queries_team: Api) -> None:
     """PUT replaces everything written; the id and owner stay; reads see the new version."""
-    created = _create(team, EDITOR)
+    created = _create(queries_team, EDITOR)
     response = _put(
-        team,
+        queries_team,
         created["id"],
         ADMIN,
         name="weekly orders",
         sql="SELECT 1 AS one",
         parameters=[],
         visibility="members",
-        members=[team.user_id(VIEWER)],
+        members=[queries_team.user_id(VIEWER)],
     )
     assert response.status_code == 200, response.text
     replaced = response.json()
     assert replaced["id"] == created["id"]
-    assert replaced["owner"] == team.user_id(EDITOR)
+    assert replaced["owner"] == queries_team.user_id(EDITOR)
     assert (replaced["name"], replaced["sql"], replaced["parameters"]) == (
         "weekly orders",
         "SELECT 1 AS one",
         [],
     )
-    assert team.get(f"{QUERIES}/{created['id']}", VIEWER).json() == replaced
+    assert queries_team.get(f"{QUERIES}/{created['id']}", VIEWER).json() == replaced
 
 
-def test_names_are_unique_among_live_queries(team: Api) -> None:
+def test_names_are_unique_among_live_queries(queries_team: Api) -> None:
     """A taken name is refused on create and on rename (422, field "name"); once the query
     is deleted the name is free again."""
-    first = _create(team)
-    second = _create(team, name="other")
-    duplicate = team.post(QUERIES, EDITOR, json=DAILY)
-    rename = _put(team, second["id"], EDITOR, name=DAILY["name"])
+    first = _create(queries_team)
+    second = _create(queries_team, name="other")
+    duplicate = queries_team.post(QUERIES, EDITOR, json=DAILY)
+    rename = _put(queries_team, second["id"], EDITOR, name=DAILY["name"])
     for response in (duplicate, rename):
         assert response.status_code == 422
         assert response.json()["field"] == "name"
-    assert _put(team, first["id"], EDITOR).status_code == 200  # keeping its own name
-    assert team.delete(f"{QUERIES}/{first['id']}", EDITOR).status_code == 204
-    assert _create(team)["name"] == DAILY["name"]
+    assert _put(queries_team, first["id"], EDITOR).status_code == 200  # keeping its own name
+    assert queries_team.delete(f"{QUERIES}/{first['id']}", EDITOR).status_code == 204
+    assert _create(queries_team)["name"] == DAILY["name"]
 
 
-def test_a_deleted_query_is_gone(team: Api) -> None:
+def test_a_deleted_query_is_gone(queries_team: Api) -> None:
     """204 with no body; then it is neither listed nor readable, and deleting again is 404."""
-    created = _create(team)
+    created = _create(queries_team)
     path = f"{QUERIES}/{created['id']}"
-    response = team.delete(path, EDITOR)
+    response = queries_team.delete(path, EDITOR)
     assert response.status_code == 204
     assert response.content == b""
-    assert _names(team, EDITOR) == []
-    assert team.get(path, EDITOR).status_code == 404
-    assert team.delete(path, EDITOR).status_code == 404
-    assert _put(team, created["id"], EDITOR).status_code == 404
+    assert _names(queries_team, EDITOR) == []
+    assert queries_team.get(path, EDITOR).status_code == 404
+    assert queries_team.delete(path, EDITOR).status_code == 404
+    assert _put(queries_team, created["id"], EDITOR).status_code == 404
 
 
-def test_deleting_a_query_fails_its_unsettled_exports_access_lost(team: Api) -> None:
+def test_deleting_a_query_fails_its_unsettled_exports_access_lost(queries_team: Api) -> None:
     """An export requested before the query was deleted settles failed/access_lost at the
     worker's pre-run check; no file is produced."""
-    created = _create(team)
-    response = team.post(
+    created = _create(queries_team)
+    response = queries_team.post(
         "/api/v1/exports",
         VIEWER,
         json={"query_id": created["id"], "format": "csv", "parameters": {"above": 1}},
     )
     assert response.status_code == 202, response.text
     export_path = f"/api/v1/exports/{response.json()['id']}"
-    assert team.delete(f"{QUERIES}/{created['id']}", EDITOR).status_code == 204
-    team.drain()
-    export = team.get(export_path, VIEWER).json()
+    assert queries_team.delete(f"{QUERIES}/{created['id']}", EDITOR).status_code == 204
+    queries_team.drain()
+    export = queries_team.get(export_path, VIEWER).json()
     assert export["status"] == "failed"
     assert export["failure"]["code"] == "access_lost"
     assert export["size_bytes"] is None
-    assert team.get(f"{export_path}/file", VIEWER).status_code == 409
+    assert queries_team.get(f"{export_path}/file", VIEWER).status_code == 409
 
 
 # ---------------------------------------------------------------- sources
 
 
-def test_the_source_must_exist(team: Api) -> None:
+def test_the_source_must_exist(queries_team: Api) -> None:
     """An unknown source is refused (422, field "source"), and so is the built-in demo
     source outside the demo workspace; a configured source granted to the workspace is
     accepted."""
     for source in ("warehouse", "demo"):
-        response = team.post(QUERIES, EDITOR, json={**DAILY, "source": source})
+        response = queries_team.post(QUERIES, EDITOR, json={**DAILY, "source": source})
         assert response.status_code == 422
         assert response.json()["field"] == "source"
         assert source in response.json()["detail"]
-    assert _create(team, name="on shop", source="shop")["source"] == "shop"
+    assert _create(queries_team, name="on shop", source="shop")["source"] == "shop"
 
 
 def test_a_source_registered_while_running_is_accepted(
-    team: Api, tmp_path: Path, source_template: Path
+    queries_team: Api, tmp_path: Path, source_template: Path
 ) -> None:
     """A source added with `qexport sources add` after the API started can be named at once."""
-    refused = team.post(QUERIES, EDITOR, json={**DAILY, "source": "warehouse"})
+    refused = queries_team.post(QUERIES, EDITOR, json={**DAILY, "source": "warehouse"})
     assert refused.status_code == 422
     warehouse = tmp_path / "warehouse.duckdb"
     shutil.copy(source_template, warehouse)
-    team.context.accounts.add_source(
+    queries_team.context.accounts.add_source(
         RegisteredSource(
             "warehouse",
             f"duckdb://{warehouse}",
             "acme",
             frozenset(),
             False,
-            team.clock.now(),
+            queries_team.clock.now(),
         )
     )
-    assert _create(team, source="warehouse")["source"] == "warehouse"
+    assert _create(queries_team, source="warehouse")["source"] == "warehouse"
 
 
 # ---------------------------------------------------------------- validation
@@ -425,28 +425,28 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("changes", "field"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
 )
 def test_invalid_queries_are_refused_naming_the_field(
-    team: Api, changes: dict[str, Any], field: str
+    queries_team: Api, changes: dict[str, Any], field: str
 ) -> None:
     """422 problem document whose `field` names the offending member (or starts with it);
     nothing is saved, and replacing with the same body is refused the same way."""
-    created = _create(team, name="kept")
+    created = _create(queries_team, name="kept")
     for response in (
-        team.post(QUERIES, EDITOR, json={**DAILY, **changes}),
-        _put(team, created["id"], EDITOR, **changes),
+        queries_team.post(QUERIES, EDITOR, json={**DAILY, **changes}),
+        _put(queries_team, created["id"], EDITOR, **changes),
     ):
         assert response.status_code == 422, response.text
         assert response.headers["content-type"] == "application/problem+json"
         problem = response.json()
         assert problem["code"] == "invalid_request"
         assert problem["field"].startswith(field), problem
-    assert _names(team, EDITOR) == ["kept"]
-    assert team.get(f"{QUERIES}/{created['id']}", EDITOR).json() == created
+    assert _names(queries_team, EDITOR) == ["kept"]
+    assert queries_team.get(f"{QUERIES}/{created['id']}", EDITOR).json() == created
 
 
-def test_unreadable_ids_are_not_found(team: Api) -> None:
+def test_unreadable_ids_are_not_found(queries_team: Api) -> None:
     """Ids that cannot be ids (a NUL, 5,000 characters, a path trick) are plain 404s."""
     for query_id in ("%00", "a" * 5000, "..%2F..%2Fetc%2Fpasswd", "%E2%80%AE"):
-        response = team.get(f"{QUERIES}/{query_id}", VIEWER)
+        response = queries_team.get(f"{QUERIES}/{query_id}", VIEWER)
         assert response.status_code == 404
         assert response.json()["code"] == "not_found"
 
@@ -454,10 +454,10 @@ def test_unreadable_ids_are_not_found(team: Api) -> None:
 # ---------------------------------------------------------------- the schema
 
 
-def test_the_openapi_schema_describes_the_queries_api(team: Api) -> None:
+def test_the_openapi_schema_describes_the_queries_api(queries_team: Api) -> None:
     """Request bodies forbid unknown members; each operation documents its problem
     responses as application/problem+json; PUT is the update."""
-    schema = team.client.get("/openapi.json").json()
+    schema = queries_team.client.get("/openapi.json").json()
     write = schema["components"]["schemas"]["QueryWrite"]
     assert write["additionalProperties"] is False
     assert set(write["required"]) == {"name", "sql", "source"}

@@ -23,7 +23,7 @@ GOOD: dict[str, Any] = {
 
 
 @pytest.fixture
-def team(api_both: Api) -> Api:
+def check_team(api_both: Api) -> Api:
     api_both.member(EDITOR, "editor")
     return api_both
 
@@ -32,10 +32,10 @@ def _names(api: Api) -> list[str]:
     return [q["name"] for q in api.get(QUERIES, EDITOR).json()["items"]]
 
 
-def test_a_saved_query_carries_the_columns_its_source_described(team: Api) -> None:
+def test_a_saved_query_carries_the_columns_its_source_described(check_team: Api) -> None:
     """201, and the query as created and as read back lists its result's columns with the
     source's types."""
-    created = team.post(QUERIES, EDITOR, json=GOOD)
+    created = check_team.post(QUERIES, EDITOR, json=GOOD)
     assert created.status_code == 201, created.text
     columns = [
         {"name": "id", "type": "BIGINT"},
@@ -43,7 +43,7 @@ def test_a_saved_query_carries_the_columns_its_source_described(team: Api) -> No
         {"name": "day", "type": "DATE"},
     ]
     assert created.json()["columns"] == columns
-    assert team.get(created.headers["location"], EDITOR).json()["columns"] == columns
+    assert check_team.get(created.headers["location"], EDITOR).json()["columns"] == columns
 
 
 REFUSED: list[tuple[str, str, str, dict[str, int] | None]] = [
@@ -72,51 +72,53 @@ REFUSED: list[tuple[str, str, str, dict[str, int] | None]] = [
     ("sql", "message", "position"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED]
 )
 def test_sql_the_source_refuses_is_not_saved(
-    team: Api, sql: str, message: str, position: dict[str, int] | None
+    check_team: Api, sql: str, message: str, position: dict[str, int] | None
 ) -> None:
     """A syntax error (with its line and column), a missing table or column, a DELETE, a
     parameter the query does not declare, two statements or a file read: 422 on field "sql"
     with the source's message, and nothing saved."""
-    response = team.post(QUERIES, EDITOR, json={**GOOD, "sql": sql, "parameters": []})
+    response = check_team.post(QUERIES, EDITOR, json={**GOOD, "sql": sql, "parameters": []})
     assert response.status_code == 422, response.text
     body = response.json()
     assert (body["code"], body["field"]) == ("invalid_request", "sql")
     assert message in body["detail"]
     assert body.get("position") == position
-    assert _names(team) == []
+    assert _names(check_team) == []
 
 
-def test_a_statement_of_a_megabyte_is_refused_before_the_source_sees_it(team: Api) -> None:
+def test_a_statement_of_a_megabyte_is_refused_before_the_source_sees_it(check_team: Api) -> None:
     """1 MB of SQL: 422 on field "sql", nothing saved."""
     sql = "SELECT " + "1 + " * 262_144 + "1"
-    response = team.post(QUERIES, EDITOR, json={**GOOD, "sql": sql})
+    response = check_team.post(QUERIES, EDITOR, json={**GOOD, "sql": sql})
     assert response.status_code in (413, 422), response.text
     if response.status_code == 422:
         assert response.json()["field"] == "sql"
-    assert _names(team) == []
+    assert _names(check_team) == []
 
 
-def test_a_replacement_the_source_refuses_leaves_the_query_as_it_was(team: Api) -> None:
+def test_a_replacement_the_source_refuses_leaves_the_query_as_it_was(check_team: Api) -> None:
     """PUT with a missing table: 422 on "sql"; the saved query keeps its SQL and columns.
     A good replacement stores the new columns."""
-    created = team.post(QUERIES, EDITOR, json=GOOD).json()
+    created = check_team.post(QUERIES, EDITOR, json=GOOD).json()
     url = f"{QUERIES}/{created['id']}"
-    broken = team.client.put(
-        url, headers=team.headers(EDITOR), json={**GOOD, "sql": "SELECT * FROM gone"}
+    broken = check_team.client.put(
+        url, headers=check_team.headers(EDITOR), json={**GOOD, "sql": "SELECT * FROM gone"}
     )
     assert broken.status_code == 422
     assert broken.json()["field"] == "sql"
-    assert team.get(url, EDITOR).json() == created
-    replaced = team.client.put(
+    assert check_team.get(url, EDITOR).json() == created
+    replaced = check_team.client.put(
         url,
-        headers=team.headers(EDITOR),
+        headers=check_team.headers(EDITOR),
         json={**GOOD, "sql": "SELECT customer FROM orders", "parameters": []},
     )
     assert replaced.status_code == 200, replaced.text
-    assert team.get(url, EDITOR).json()["columns"] == [{"name": "customer", "type": "VARCHAR"}]
+    assert check_team.get(url, EDITOR).json()["columns"] == [
+        {"name": "customer", "type": "VARCHAR"}
+    ]
 
 
-def test_parameters_are_described_with_their_types(team: Api) -> None:
+def test_parameters_are_described_with_their_types(check_team: Api) -> None:
     """A parameter's declared type (or its default) types the column it appears in."""
     body = {
         **GOOD,
@@ -128,7 +130,7 @@ def test_parameters_are_described_with_their_types(team: Api) -> None:
             {"name": "word", "type": "string", "required": True},
         ],
     }
-    created = team.post(QUERIES, EDITOR, json=body)
+    created = check_team.post(QUERIES, EDITOR, json=body)
     assert created.status_code == 201, created.text
     assert [c["type"] for c in created.json()["columns"]] == [
         "DATE",
@@ -138,37 +140,37 @@ def test_parameters_are_described_with_their_types(team: Api) -> None:
     ]
 
 
-def test_an_unreachable_source_refuses_the_save(team: Api, tmp_path: Path) -> None:
+def test_an_unreachable_source_refuses_the_save(check_team: Api, tmp_path: Path) -> None:
     """A source that cannot be opened when the query is saved: 503 source_unavailable saying
     nothing was saved, and nothing is."""
-    team.context.accounts.add_source(
+    check_team.context.accounts.add_source(
         RegisteredSource(
             "gone",
             f"duckdb://{tmp_path / 'missing' / 'gone.duckdb'}",
             "acme",
             frozenset(),
             False,
-            team.clock.now(),
+            check_team.clock.now(),
         )
     )
-    response = team.post(QUERIES, EDITOR, json={**GOOD, "source": "gone"})
+    response = check_team.post(QUERIES, EDITOR, json={**GOOD, "source": "gone"})
     assert response.status_code == 503, response.text
     body = response.json()
     assert body["code"] == "source_unavailable"
     assert "not saved" in body["detail"]
-    assert _names(team) == []
+    assert _names(check_team) == []
 
 
-def test_a_query_saved_before_checking_still_shows_and_exports(team: Api) -> None:
+def test_a_query_saved_before_checking_still_shows_and_exports(check_team: Api) -> None:
     """A query stored without columns (saved before 0011) reads with `columns: null` and
     exports as before."""
-    query = team.add_query("old")
-    read = team.get(f"{QUERIES}/{query.id}", EDITOR).json()
+    query = check_team.add_query("old")
+    read = check_team.get(f"{QUERIES}/{query.id}", EDITOR).json()
     assert read["columns"] is None
-    response = team.post(
+    response = check_team.post(
         "/api/v1/exports", EDITOR, json={"query_id": query.id, "format": "csv", "parameters": {}}
     )
     assert response.status_code == 202, response.text
-    assert team.drain() == {"succeeded": 1}
-    export = team.get(f"/api/v1/exports/{response.json()['id']}", EDITOR).json()
+    assert check_team.drain() == {"succeeded": 1}
+    export = check_team.get(f"/api/v1/exports/{response.json()['id']}", EDITOR).json()
     assert (export["status"], export["row_count"]) == ("succeeded", 100)

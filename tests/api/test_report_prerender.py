@@ -18,7 +18,7 @@ QUERIES = "/api/v1/queries"
 
 
 @pytest.fixture
-def team(api: Api) -> Api:
+def prerender_team(api: Api) -> Api:
     """An admin who owns the queries and reports, a viewer who requests exports."""
     api.member(OWNER, "admin")
     api.member(READER, "viewer")
@@ -79,77 +79,81 @@ def _assert_refused_and_nothing_stored(api: Api, export_id: str) -> None:
     assert api.get(f"{EXPORTS}/{export_id}/file", READER).status_code == 409
 
 
-def test_removing_the_requester_from_a_report_refuses_the_export(team: Api) -> None:
+def test_removing_the_requester_from_a_report_refuses_the_export(prerender_team: Api) -> None:
     """The requester was a member of a members-only report when asking; the owner removes
     them before a worker claims it: failed/access_lost, nothing rendered or stored."""
-    query_id = _add_query(team, "totals")
-    reader = team.user_id(READER)
-    report_id = _add_report(team, [query_id], visibility="members", members=[reader])
-    export_id = _request(team, report_id)
-    removed = team.client.put(
+    query_id = _add_query(prerender_team, "totals")
+    reader = prerender_team.user_id(READER)
+    report_id = _add_report(prerender_team, [query_id], visibility="members", members=[reader])
+    export_id = _request(prerender_team, report_id)
+    removed = prerender_team.client.put(
         f"{REPORTS}/{report_id}",
-        headers=team.headers(OWNER),
+        headers=prerender_team.headers(OWNER),
         json=_report_body([query_id], visibility="members", members=[]),
     )
     assert removed.status_code == 200, removed.text
-    team.drain()
-    _assert_refused_and_nothing_stored(team, export_id)
+    prerender_team.drain()
+    _assert_refused_and_nothing_stored(prerender_team, export_id)
 
 
-def test_deleting_a_report_refuses_its_queued_export(team: Api) -> None:
+def test_deleting_a_report_refuses_its_queued_export(prerender_team: Api) -> None:
     """A report deleted between the request and the claim: failed/access_lost, nothing
     stored."""
-    query_id = _add_query(team, "totals")
-    report_id = _add_report(team, [query_id])
-    export_id = _request(team, report_id)
-    assert team.delete(f"{REPORTS}/{report_id}", OWNER).status_code == 204
-    team.drain()
-    _assert_refused_and_nothing_stored(team, export_id)
+    query_id = _add_query(prerender_team, "totals")
+    report_id = _add_report(prerender_team, [query_id])
+    export_id = _request(prerender_team, report_id)
+    assert prerender_team.delete(f"{REPORTS}/{report_id}", OWNER).status_code == 204
+    prerender_team.drain()
+    _assert_refused_and_nothing_stored(prerender_team, export_id)
 
 
-def test_making_one_sections_query_private_refuses_the_export(team: Api) -> None:
+def test_making_one_sections_query_private_refuses_the_export(prerender_team: Api) -> None:
     """The report stays readable, but one of its three sections' queries becomes members-only
     without the requester: failed/access_lost naming that section, nothing stored."""
-    first, second, third = (_add_query(team, name) for name in ("one", "two", "three"))
-    report_id = _add_report(team, [first, second, third])
-    export_id = _request(team, report_id)
-    private = team.client.put(
+    first, second, third = (_add_query(prerender_team, name) for name in ("one", "two", "three"))
+    report_id = _add_report(prerender_team, [first, second, third])
+    export_id = _request(prerender_team, report_id)
+    private = prerender_team.client.put(
         f"{QUERIES}/{second}",
-        headers=team.headers(OWNER),
+        headers=prerender_team.headers(OWNER),
         json=_query("two", visibility="members", members=[]),
     )
     assert private.status_code == 200, private.text
-    team.drain()
-    _assert_refused_and_nothing_stored(team, export_id)
-    detail = team.get(f"{EXPORTS}/{export_id}", READER).json()["failure"]["detail"]
+    prerender_team.drain()
+    _assert_refused_and_nothing_stored(prerender_team, export_id)
+    detail = prerender_team.get(f"{EXPORTS}/{export_id}", READER).json()["failure"]["detail"]
     assert "Section 1" in detail
 
 
-def test_deleting_one_sections_query_refuses_the_export(team: Api) -> None:
+def test_deleting_one_sections_query_refuses_the_export(prerender_team: Api) -> None:
     """A section's query deleted between the request and the claim: failed/access_lost."""
-    first, second = (_add_query(team, name) for name in ("one", "two"))
-    export_id = _request(team, _add_report(team, [first, second]))
-    assert team.delete(f"{QUERIES}/{first}", OWNER).status_code == 204
-    team.drain()
-    _assert_refused_and_nothing_stored(team, export_id)
+    first, second = (_add_query(prerender_team, name) for name in ("one", "two"))
+    export_id = _request(prerender_team, _add_report(prerender_team, [first, second]))
+    assert prerender_team.delete(f"{QUERIES}/{first}", OWNER).status_code == 204
+    prerender_team.drain()
+    _assert_refused_and_nothing_stored(prerender_team, export_id)
 
 
-def test_a_requester_who_left_the_workspace_is_refused(team: Api) -> None:
+def test_a_requester_who_left_the_workspace_is_refused(prerender_team: Api) -> None:
     """The requester removed from the workspace before the claim: failed/access_lost."""
-    export_id = _request(team, _add_report(team, [_add_query(team, "totals")]))
-    team.context.accounts.remove_member("acme", team.user_id(READER))
-    team.drain()
-    team.member(READER, "viewer")  # back, to read the outcome
-    _assert_refused_and_nothing_stored(team, export_id)
+    export_id = _request(
+        prerender_team, _add_report(prerender_team, [_add_query(prerender_team, "totals")])
+    )
+    prerender_team.context.accounts.remove_member("acme", prerender_team.user_id(READER))
+    prerender_team.drain()
+    prerender_team.member(READER, "viewer")  # back, to read the outcome
+    _assert_refused_and_nothing_stored(prerender_team, export_id)
 
 
-def test_an_export_still_readable_passes_the_check(team: Api) -> None:
+def test_an_export_still_readable_passes_the_check(prerender_team: Api) -> None:
     """The control: with nothing changed, the export is claimed and runs (whatever the
     renderer then makes of it), so the refusals above come from the check alone."""
-    export_id = _request(team, _add_report(team, [_add_query(team, "totals")]))
-    team.drain()
-    events = team.get(f"{EXPORTS}/{export_id}/events", READER).json()["items"]
+    export_id = _request(
+        prerender_team, _add_report(prerender_team, [_add_query(prerender_team, "totals")])
+    )
+    prerender_team.drain()
+    events = prerender_team.get(f"{EXPORTS}/{export_id}/events", READER).json()["items"]
     assert [e["kind"] for e in events][:2] == ["requested", "claimed"]
-    export = team.get(f"{EXPORTS}/{export_id}", READER).json()
+    export = prerender_team.get(f"{EXPORTS}/{export_id}", READER).json()
     assert export["status"] in {"succeeded", "failed"}
     assert (export["failure"] or {}).get("code") != "access_lost"

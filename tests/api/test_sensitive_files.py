@@ -41,14 +41,14 @@ def _shop(path: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def shop_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def files_shop_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("files") / "shop.duckdb"
     _shop(path)
     return path
 
 
 @pytest.fixture(scope="module")
-def warehouse(pg_template: str) -> Iterator[str]:
+def files_warehouse(pg_template: str) -> Iterator[str]:
     """A PostgreSQL database with orders and customers, and the URL of a role that may only
     read them (both dropped after)."""
     del pg_template  # only for its check that a server is there (skip, or fail under CI)
@@ -75,10 +75,12 @@ def warehouse(pg_template: str) -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def acme(request: pytest.FixtureRequest, tmp_path: Path, shop_template: Path) -> Iterator[Api]:
+def files_acme(
+    request: pytest.FixtureRequest, tmp_path: Path, files_shop_template: Path
+) -> Iterator[Api]:
     """A workspace over the DuckDB `shop`, on SQLite and on PostgreSQL metadata."""
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
-    with api_on(tmp_path, shop_template, url) as api:
+    with api_on(tmp_path, files_shop_template, url) as api:
         api.member(ALICE, "editor")
         api.member(ADMIN, "admin")
         yield api
@@ -129,48 +131,48 @@ def _refused_a_new_link(api: Api, export_id: str) -> str:
     return detail
 
 
-def test_a_query_edited_after_its_export_does_not_clear_its_file(acme: Api) -> None:
+def test_a_query_edited_after_its_export_does_not_clear_its_file(files_acme: Api) -> None:
     """The review's (a): `edited` read the emails when its file was made, then was changed
     to read orders. Marking customers with revoke_links ends that file's link (410) and
     refuses a new one (403), naming what the file was made from; a file of orders keeps its
     link."""
-    edited = _save(acme, "edited", "SELECT email FROM customers")
-    emails = _made(acme, edited)
-    shared = _link(acme, emails)
-    orders = _made(acme, _save(acme, "orders", "SELECT id, total FROM orders"))
-    unrelated = _link(acme, orders)
-    changed = acme.client.put(
+    edited = _save(files_acme, "edited", "SELECT email FROM customers")
+    emails = _made(files_acme, edited)
+    shared = _link(files_acme, emails)
+    orders = _made(files_acme, _save(files_acme, "orders", "SELECT id, total FROM orders"))
+    unrelated = _link(files_acme, orders)
+    changed = files_acme.client.put(
         f"/api/v1/queries/{edited}",
-        headers=acme.headers(ALICE),
+        headers=files_acme.headers(ALICE),
         json={"name": "edited", "sql": "SELECT id FROM orders", "source": SOURCE},
     )
     assert changed.status_code == 200, changed.text
-    assert acme.client.get(shared).status_code == 200
+    assert files_acme.client.get(shared).status_code == 200
 
-    assert _mark(acme, {"source": SOURCE, "table": "customers"}) == 1
-    assert acme.client.get(shared).status_code == 410
-    assert acme.client.get(unrelated).status_code == 200
-    detail = _refused_a_new_link(acme, emails)
+    assert _mark(files_acme, {"source": SOURCE, "table": "customers"}) == 1
+    assert files_acme.client.get(shared).status_code == 410
+    assert files_acme.client.get(unrelated).status_code == 200
+    detail = _refused_a_new_link(files_acme, emails)
     assert "the file was made from shop: main.customers" in detail
-    assert _link(acme, orders)
+    assert _link(files_acme, orders)
 
 
-def test_a_column_rule_judges_the_columns_the_file_read(acme: Api) -> None:
+def test_a_column_rule_judges_the_columns_the_file_read(files_acme: Api) -> None:
     """Marked: customers.email. A file of the customers' names keeps its link, one of their
     emails loses it, whatever the query was changed to since."""
-    names = _made(acme, _save(acme, "names", "SELECT id, name FROM customers"))
-    named = _link(acme, names)
-    query = _save(acme, "emails", "SELECT email FROM customers")
-    emails = _made(acme, query)
-    mailed = _link(acme, emails)
-    acme.client.put(
+    names = _made(files_acme, _save(files_acme, "names", "SELECT id, name FROM customers"))
+    named = _link(files_acme, names)
+    query = _save(files_acme, "emails", "SELECT email FROM customers")
+    emails = _made(files_acme, query)
+    mailed = _link(files_acme, emails)
+    files_acme.client.put(
         f"/api/v1/queries/{query}",
-        headers=acme.headers(ALICE),
+        headers=files_acme.headers(ALICE),
         json={"name": "emails", "sql": "SELECT name FROM customers", "source": SOURCE},
     )
-    assert _mark(acme, {"source": SOURCE, "table": "customers", "columns": ["email"]}) == 1
-    assert acme.client.get(named).status_code == 200
-    assert acme.client.get(mailed).status_code == 410
+    assert _mark(files_acme, {"source": SOURCE, "table": "customers", "columns": ["email"]}) == 1
+    assert files_acme.client.get(named).status_code == 200
+    assert files_acme.client.get(mailed).status_code == 410
 
 
 def _forget_reads(api: Api, export_id: str) -> None:
@@ -189,16 +191,16 @@ def _forget_reads(api: Api, export_id: str) -> None:
             conn.exec_driver_sql(SETTLED_IMMUTABLE_SQLITE)
 
 
-def test_a_file_whose_reads_are_not_on_record_counts_as_sensitive(acme: Api) -> None:
+def test_a_file_whose_reads_are_not_on_record_counts_as_sensitive(files_acme: Api) -> None:
     """A file made before reads were recorded (its record emptied here, as the migration
     leaves older exports) reads, for the policy, every marked table: its link is revoked and
     no new one is made, even though its query reads nothing marked."""
-    orders = _made(acme, _save(acme, "orders", "SELECT id, total FROM orders"))
-    shared = _link(acme, orders)
-    _forget_reads(acme, orders)
-    assert _mark(acme, {"source": SOURCE, "table": "customers"}) == 1
-    assert acme.client.get(shared).status_code == 410
-    assert "not on record" in _refused_a_new_link(acme, orders)
+    orders = _made(files_acme, _save(files_acme, "orders", "SELECT id, total FROM orders"))
+    shared = _link(files_acme, orders)
+    _forget_reads(files_acme, orders)
+    assert _mark(files_acme, {"source": SOURCE, "table": "customers"}) == 1
+    assert files_acme.client.get(shared).status_code == 410
+    assert "not on record" in _refused_a_new_link(files_acme, orders)
 
 
 def _report(title: str, *queries: str) -> dict[str, Any]:
@@ -208,61 +210,61 @@ def _report(title: str, *queries: str) -> dict[str, Any]:
     }
 
 
-def test_a_reports_file_reads_what_every_section_read(acme: Api) -> None:
+def test_a_reports_file_reads_what_every_section_read(files_acme: Api) -> None:
     """A report's file holds what each of its sections' runs read: after its emails section
     is taken out of the report, marking customers still ends the link of the file made with
     it; a report of orders alone keeps its link."""
-    orders = _save(acme, "orders", "SELECT id, total FROM orders")
-    emails = _save(acme, "emails", "SELECT email FROM customers")
+    orders = _save(files_acme, "orders", "SELECT id, total FROM orders")
+    emails = _save(files_acme, "emails", "SELECT email FROM customers")
     reports, files = [], []
     for body in (_report("mixed", orders, emails), _report("plain", orders)):
-        report = acme.post("/api/v1/reports", ALICE, json=body)
+        report = files_acme.post("/api/v1/reports", ALICE, json=body)
         assert report.status_code == 201, report.text
         reports.append(report.json()["id"])
-        asked = acme.post(
+        asked = files_acme.post(
             "/api/v1/exports", ALICE, json={"report_id": reports[-1], "format": "html"}
         )
         assert asked.status_code == 202, asked.text
         files.append(asked.json()["id"])
-    assert acme.drain() == {"succeeded": 2}
-    mixed, plain = (_link(acme, f) for f in files)
-    cut = acme.client.put(
+    assert files_acme.drain() == {"succeeded": 2}
+    mixed, plain = (_link(files_acme, f) for f in files)
+    cut = files_acme.client.put(
         f"/api/v1/reports/{reports[0]}",
-        headers=acme.headers(ALICE),
+        headers=files_acme.headers(ALICE),
         json=_report("mixed", orders),
     )
     assert cut.status_code == 200, cut.text
-    assert _mark(acme, {"source": SOURCE, "table": "customers"}) == 1
-    assert acme.client.get(mixed).status_code == 410
-    assert acme.client.get(plain).status_code == 200
+    assert _mark(files_acme, {"source": SOURCE, "table": "customers"}) == 1
+    assert files_acme.client.get(mixed).status_code == 410
+    assert files_acme.client.get(plain).status_code == 200
 
 
 def test_a_parameter_that_decides_what_is_read_is_judged_by_the_run(
-    acme: Api, warehouse: str
+    files_acme: Api, files_warehouse: str
 ) -> None:
     """The review's (b): `WHERE $flag` on PostgreSQL read no table when saved (PostgreSQL
     folds `WHERE false` away), but the file made with flag = true read orders. Marking orders
     revokes that file's link and refuses a new one; the file made with flag = false read
     nothing and keeps its link."""
-    acme.context.accounts.add_source(
-        RegisteredSource(PG, warehouse, "acme", frozenset(), False, acme.clock.now())
+    files_acme.context.accounts.add_source(
+        RegisteredSource(PG, files_warehouse, "acme", frozenset(), False, files_acme.clock.now())
     )
     query = _save(
-        acme,
+        files_acme,
         "flagged",
         "SELECT total FROM orders WHERE $flag",
         source=PG,
         parameters=[{"name": "flag", "type": "boolean", "default": False}],
     )
-    saved = acme.deps.catalog.get_query(query)
+    saved = files_acme.deps.catalog.get_query(query)
     assert saved is not None
     assert saved.reads == frozenset()  # what the planner said with the default value
-    read = _made(acme, query, flag=True)
-    shared = _link(acme, read)
-    empty = _made(acme, query, flag=False)
-    kept = _link(acme, empty)
+    read = _made(files_acme, query, flag=True)
+    shared = _link(files_acme, read)
+    empty = _made(files_acme, query, flag=False)
+    kept = _link(files_acme, empty)
 
-    assert _mark(acme, {"source": PG, "table": "orders"}) == 1
-    assert acme.client.get(shared).status_code == 410
-    assert "the file was made from pg3: public.orders" in _refused_a_new_link(acme, read)
-    assert acme.client.get(kept).status_code == 200
+    assert _mark(files_acme, {"source": PG, "table": "orders"}) == 1
+    assert files_acme.client.get(shared).status_code == 410
+    assert "the file was made from pg3: public.orders" in _refused_a_new_link(files_acme, read)
+    assert files_acme.client.get(kept).status_code == 200

@@ -43,16 +43,18 @@ def _shop(path: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def shop_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def rules_shop_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("rules") / "shop.duckdb"
     _shop(path)
     return path
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def acme(request: pytest.FixtureRequest, tmp_path: Path, shop_template: Path) -> Iterator[Api]:
+def rules_acme(
+    request: pytest.FixtureRequest, tmp_path: Path, rules_shop_template: Path
+) -> Iterator[Api]:
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
-    with api_on(tmp_path, shop_template, url) as api:
+    with api_on(tmp_path, rules_shop_template, url) as api:
         api.member(ALICE, "editor")
         api.member(ADMIN, "admin")
         yield api
@@ -67,7 +69,7 @@ class Warehouse:
 
 
 @pytest.fixture(scope="module")
-def warehouse(pg_template: str) -> Iterator[Warehouse]:
+def rules_warehouse(pg_template: str) -> Iterator[Warehouse]:
     """`"Customers"` (with `"Email"`), a view over it, a sequence, and a reader role that
     may only read them (dropped after)."""
     del pg_template  # only for its check that a server is there (skip, or fail under CI)
@@ -117,12 +119,12 @@ def _marked(api: Api) -> list[dict[str, Any]]:
     return tables
 
 
-def test_duckdb_rules_that_can_never_match_are_refused_at_once(acme: Api) -> None:
+def test_duckdb_rules_that_can_never_match_are_refused_at_once(rules_acme: Api) -> None:
     """A view (refused naming the table it reads), a missing table, a missing column and a
     generated column (naming the column it is computed from) are refused together, each on
     its entry; nothing is marked. The base table and a stored column are accepted."""
     refused = _patch(
-        acme,
+        rules_acme,
         {"source": SOURCE, "table": "contacts"},
         {"source": SOURCE, "table": "nosuchtable"},
         {"source": SOURCE, "table": "customers", "columns": ["phone"]},
@@ -143,29 +145,29 @@ def test_duckdb_rules_that_can_never_match_are_refused_at_once(acme: Api) -> Non
     assert "(its columns: id, name, email)" in problems["sensitive_tables[2].columns"]
     assert "domain of main.people is a generated column" in problems["sensitive_tables[3].columns"]
     assert "computed from (email)" in problems["sensitive_tables[3].columns"]
-    assert _marked(acme) == []
+    assert _marked(rules_acme) == []
     accepted = _patch(
-        acme,
+        rules_acme,
         {"source": SOURCE, "table": "customers", "columns": ["email"]},
         {"source": SOURCE, "table": "people", "columns": ["email"]},
     )
     assert accepted.status_code == 200, accepted.text
-    assert [t["table"] for t in _marked(acme)] == ["main.customers", "main.people"]
-    again = _patch(acme, *_marked(acme))  # the policy as read is sent back as it is
+    assert [t["table"] for t in _marked(rules_acme)] == ["main.customers", "main.people"]
+    again = _patch(rules_acme, *_marked(rules_acme))  # the policy as read is sent back as it is
     assert again.status_code == 200, again.text
 
 
 def test_postgresql_names_are_checked_in_their_case_with_a_hint(
-    acme: Api, warehouse: Warehouse
+    rules_acme: Api, rules_warehouse: Warehouse
 ) -> None:
     """On PostgreSQL an unquoted `Customers` is `customers`, which does not exist: refused,
     naming `public."Customers"` and how to write it; so is `email` for `"Email"`, the view
     and the sequence. Quoted, the rule is accepted and holds: reading the emails needs an
     approval."""
-    _registered(acme, "pg", warehouse.url)
+    _registered(rules_acme, "pg", rules_warehouse.url)
     problems = _problems(
         _patch(
-            acme,
+            rules_acme,
             {"source": "pg", "table": "Customers"},
             {"source": "pg", "table": '"Customers"', "columns": ["email"]},
             {"source": "pg", "table": "contacts"},
@@ -179,22 +181,22 @@ def test_postgresql_names_are_checked_in_their_case_with_a_hint(
     assert 'no column email; it has "Email"' in problems["sensitive_tables[1].columns"]
     assert "public.contacts is a view" in problems["sensitive_tables[2].table"]
     assert "public.ids is a sequence" in problems["sensitive_tables[3].table"]
-    accepted = _patch(acme, {"source": "pg", "table": '"Customers"', "columns": ['"Email"']})
+    accepted = _patch(rules_acme, {"source": "pg", "table": '"Customers"', "columns": ['"Email"']})
     assert accepted.status_code == 200, accepted.text
-    saved = acme.post(
+    saved = rules_acme.post(
         "/api/v1/queries",
         ALICE,
         json={"name": "mails", "sql": 'SELECT "Email" FROM "Customers"', "source": "pg"},
     )
     assert saved.status_code == 201, saved.text
-    asked = acme.post(
+    asked = rules_acme.post(
         "/api/v1/exports", ALICE, json={"query_id": saved.json()["id"], "format": "csv"}
     )
     assert asked.json()["kind"] == "approval", asked.text
 
 
 def test_mariadb_rules_are_checked_on_its_catalogue(
-    acme: Api, mariadb_server: MariaDBServer
+    rules_acme: Api, mariadb_server: MariaDBServer
 ) -> None:
     """On MariaDB a view, a missing table and a missing column are refused; a table and its
     column are accepted (names fold case, as the server compares them)."""
@@ -203,10 +205,10 @@ def test_mariadb_rules_are_checked_on_its_catalogue(
         f"CREATE VIEW qexport_test.{view} AS SELECT id, name FROM qexport_test.people"
     )
     try:
-        _registered(acme, "maria", mariadb_server.url())
+        _registered(rules_acme, "maria", mariadb_server.url())
         problems = _problems(
             _patch(
-                acme,
+                rules_acme,
                 {"source": "maria", "table": view},
                 {"source": "maria", "table": "nosuchtable"},
                 {"source": "maria", "table": "people", "columns": ["phone"]},
@@ -215,25 +217,25 @@ def test_mariadb_rules_are_checked_on_its_catalogue(
         assert f"qexport_test.{view} is a view" in problems["sensitive_tables[0].table"]
         assert "has no table qexport_test.nosuchtable" in problems["sensitive_tables[1].table"]
         assert "has no column phone" in problems["sensitive_tables[2].columns"]
-        accepted = _patch(acme, {"source": "maria", "table": "PEOPLE", "columns": ["Name"]})
+        accepted = _patch(rules_acme, {"source": "maria", "table": "PEOPLE", "columns": ["Name"]})
         assert accepted.status_code == 200, accepted.text
     finally:
         mariadb_server.execute(f"DROP VIEW IF EXISTS qexport_test.{view}")
 
 
-def test_a_rule_on_a_source_that_cannot_be_reached_is_refused_with_503(acme: Api) -> None:
+def test_a_rule_on_a_source_that_cannot_be_reached_is_refused_with_503(rules_acme: Api) -> None:
     """A PostgreSQL source on a port nothing listens on (on loopback): the rule cannot be
     checked, the change is refused with 503 naming the source, and the policy stays as it
     was; a rule of another source, unchanged, is not asked again."""
-    accepted = _patch(acme, {"source": SOURCE, "table": "customers"})
+    accepted = _patch(rules_acme, {"source": SOURCE, "table": "customers"})
     assert accepted.status_code == 200, accepted.text
-    _registered(acme, "down", "postgresql://nobody:pw@127.0.0.1:9/nothing?connect_timeout=2")
+    _registered(rules_acme, "down", "postgresql://nobody:pw@127.0.0.1:9/nothing?connect_timeout=2")
     refused = _patch(
-        acme, {"source": SOURCE, "table": "customers"}, {"source": "down", "table": "t"}
+        rules_acme, {"source": SOURCE, "table": "customers"}, {"source": "down", "table": "t"}
     )
     assert refused.status_code == 503, refused.text
     assert "the rules naming the source 'down'" in refused.json()["detail"]
-    assert [t["table"] for t in _marked(acme)] == ["main.customers"]
+    assert [t["table"] for t in _marked(rules_acme)] == ["main.customers"]
 
 
 def _waits_for_approval(api: Api, source: str, sql: str) -> bool:
@@ -254,42 +256,44 @@ def _waits_for_approval(api: Api, source: str, sql: str) -> bool:
 
 
 def test_a_second_source_over_the_same_database_is_covered_by_the_rules(
-    acme: Api, warehouse: Warehouse
+    rules_acme: Api, rules_warehouse: Warehouse
 ) -> None:
     """The review's finding: with `pg`'s customers marked, an admin registers `pg2` over the
     same database (through the API, loopback opened to members' sources). The rule now
     covers pg2 too (the policy says so, and the change is on the record): an editor's
     select of the emails on pg2 is not previewed and waits for an approval."""
-    _registered(acme, "pg", warehouse.url)
-    assert _patch(acme, {"source": "pg", "table": '"Customers"'}).status_code == 200
-    context = acme.client.app.state.context  # type: ignore[attr-defined]
+    _registered(rules_acme, "pg", rules_warehouse.url)
+    assert _patch(rules_acme, {"source": "pg", "table": '"Customers"'}).status_code == 200
+    context = rules_acme.client.app.state.context  # type: ignore[attr-defined]
     settings = dataclasses.replace(context.settings, egress_allow="127.0.0.1/32")
-    acme.client.app.state.context = dataclasses.replace(context, settings=settings)  # type: ignore[attr-defined]
-    created = acme.post("/api/v1/sources", ADMIN, json={"name": "pg2", "url": warehouse.url})
+    rules_acme.client.app.state.context = dataclasses.replace(context, settings=settings)  # type: ignore[attr-defined]
+    created = rules_acme.post(
+        "/api/v1/sources", ADMIN, json={"name": "pg2", "url": rules_warehouse.url}
+    )
     assert created.status_code == 201, created.text
 
-    (rule,) = _marked(acme)
+    (rule,) = _marked(rules_acme)
     assert rule["also"] == ["pg2"]
-    assert _waits_for_approval(acme, "pg2", 'SELECT "Email" FROM "Customers"')
-    changes = acme.get("/api/v1/audit", ADMIN, params={"action": "policy.changed"}).json()
+    assert _waits_for_approval(rules_acme, "pg2", 'SELECT "Email" FROM "Customers"')
+    changes = rules_acme.get("/api/v1/audit", ADMIN, params={"action": "policy.changed"}).json()
     assert "pg2" in changes["items"][0]["details"]["reason"]
 
 
 def test_a_rule_marked_after_the_second_source_covers_it_too(
-    acme: Api, warehouse: Warehouse, mariadb_server: MariaDBServer
+    rules_acme: Api, rules_warehouse: Warehouse, mariadb_server: MariaDBServer
 ) -> None:
     """pg, pg2 (another login string, the same database) and a generic SQLAlchemy source
     over it, all registered first: marking pg's customers covers the other two as well (the
     generic one cannot say what a query reads, so any query of it waits); a source over other
     data (MariaDB) is not covered and its queries are queued as before."""
-    _registered(acme, "pg", warehouse.url)
-    _registered(acme, "pg2", warehouse.url + "?application_name=second")
-    generic = warehouse.url.replace("postgresql://", "sqlalchemy+postgresql+psycopg://", 1)
-    _registered(acme, "gen", generic)
-    _registered(acme, "maria", mariadb_server.url())
-    assert _patch(acme, {"source": "pg", "table": '"Customers"'}).status_code == 200
-    (rule,) = _marked(acme)
+    _registered(rules_acme, "pg", rules_warehouse.url)
+    _registered(rules_acme, "pg2", rules_warehouse.url + "?application_name=second")
+    generic = rules_warehouse.url.replace("postgresql://", "sqlalchemy+postgresql+psycopg://", 1)
+    _registered(rules_acme, "gen", generic)
+    _registered(rules_acme, "maria", mariadb_server.url())
+    assert _patch(rules_acme, {"source": "pg", "table": '"Customers"'}).status_code == 200
+    (rule,) = _marked(rules_acme)
     assert rule["also"] == ["gen", "pg2"]
-    assert _waits_for_approval(acme, "pg2", 'SELECT name FROM "Customers"')
-    assert _waits_for_approval(acme, "gen", "SELECT 1 AS one")
-    assert not _waits_for_approval(acme, "maria", "SELECT name FROM people")
+    assert _waits_for_approval(rules_acme, "pg2", 'SELECT name FROM "Customers"')
+    assert _waits_for_approval(rules_acme, "gen", "SELECT 1 AS one")
+    assert not _waits_for_approval(rules_acme, "maria", "SELECT name FROM people")

@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from qexport import bootstrap
+from qexport.app import create_app
 from qexport.bootstrap import audit_keys
 from qexport.clock import SystemClock
 from qexport.config import Settings
@@ -177,3 +180,33 @@ def env(tmp_path: Path, demo_db: Path) -> Iterator[Env]:
     e.run("db", "upgrade")
     yield e
     e.stop_all()
+
+
+@pytest.fixture
+def linked_env(env: Env) -> Env:
+    """`env` with the public address links point at (a scheduler needs it)."""
+    env.extra["QEXPORT_PUBLIC_BASE_URL"] = "http://qexport.test"
+    return env
+
+
+@pytest.fixture
+def api_client(env: Env) -> Iterator[TestClient]:
+    """The HTTP API in this process, over the data dir the CLI writes, with the demo source
+    for every workspace: the tests that use it are about accounts, not sources."""
+    settings = Settings(data_dir=env.data_dir, source_workspaces={"demo": frozenset({"*"})})
+    deps = bootstrap.build(settings, upgrade=False)
+    with TestClient(create_app(deps)) as api:
+        yield api
+
+
+@pytest.fixture
+def remote_cli(env: Env, tmp_path: Path) -> Env:
+    """A CLI whose own data dir is empty and unused: everything comes from a `qexport serve`
+    over `env`, which has the query small_orders."""
+    # Imported here: test_serve imports this module, so a top-level import would be circular.
+    from tests.e2e.test_serve import SMALL_ORDERS, N, new_token, start_server
+
+    env.add_query("small_orders", SMALL_ORDERS, N)
+    url, _ = start_server(env)
+    token = new_token(env, "ann@example.com")
+    return Env(tmp_path / "client", {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})

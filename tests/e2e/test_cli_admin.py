@@ -7,16 +7,11 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
-import pytest
 from fastapi.testclient import TestClient
 
-from qexport import bootstrap
-from qexport.app import create_app
-from qexport.config import Settings
 from qexport.domain.exports import Status
 from qexport.store.accounts import SqlAccountStore
 from tests.e2e.conftest import Env, wait_for
@@ -25,16 +20,6 @@ TOKEN = re.compile(r"^qx_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 ACME = ("--workspace", "acme")
 PASSWORD = "hunter2-but-longer"  # noqa: S105 - a test password, given on stdin
-
-
-@pytest.fixture
-def client(env: Env) -> Iterator[TestClient]:
-    """The HTTP API in this process, over the data dir the CLI writes."""
-    # The demo source for every workspace: these tests are about accounts, not sources.
-    settings = Settings(data_dir=env.data_dir, source_workspaces={"demo": frozenset({"*"})})
-    deps = bootstrap.build(settings, upgrade=False)
-    with TestClient(create_app(deps)) as api:
-        yield api
 
 
 def _run_with_stdin(
@@ -102,7 +87,7 @@ def test_a_password_from_stdin_is_stored_as_an_argon2_hash(env: Env) -> None:
     assert PASSWORD not in user.password_hash
 
 
-def test_a_cli_token_is_accepted_by_the_api_until_revoked(env: Env, client: TestClient) -> None:
+def test_a_cli_token_is_accepted_by_the_api_until_revoked(env: Env, api_client: TestClient) -> None:
     """`tokens create` prints the token and nothing else; the API accepts it and records its
     use; after `tokens revoke` the same token gets 401."""
     env.run("users", "create", "ann@acme.test", "--workspace", "acme", "--role", "editor")
@@ -112,7 +97,7 @@ def test_a_cli_token_is_accepted_by_the_api_until_revoked(env: Env, client: Test
     assert TOKEN.match(token)
     assert token not in proc.stderr
 
-    response = client.get("/api/v1/queries", headers=_bearer(token))
+    response = api_client.get("/api/v1/queries", headers=_bearer(token))
     assert response.status_code == 200
     assert response.json() == {"items": []}
     [listed] = json.loads(env.run("tokens", "list", "ann@acme.test", "--json").stdout)
@@ -124,7 +109,7 @@ def test_a_cli_token_is_accepted_by_the_api_until_revoked(env: Env, client: Test
 
     revoked = env.run("tokens", "revoke", listed["id"])
     assert f"revoked token {listed['id']}" in revoked.stderr
-    response = client.get("/api/v1/queries", headers=_bearer(token))
+    response = api_client.get("/api/v1/queries", headers=_bearer(token))
     assert response.status_code == 401
     [listed] = json.loads(env.run("tokens", "list", "ann@acme.test", "--json").stdout)
     assert listed["revoked_at"] is not None
@@ -132,7 +117,7 @@ def test_a_cli_token_is_accepted_by_the_api_until_revoked(env: Env, client: Test
 
 
 def test_a_token_names_its_workspace_when_the_user_has_several(
-    env: Env, client: TestClient
+    env: Env, api_client: TestClient
 ) -> None:
     """With two memberships `tokens create` needs --workspace; the token acts in that one."""
     env.run("users", "create", "ann@acme.test", "--workspace", "acme", "--role", "viewer")
@@ -143,7 +128,7 @@ def test_a_token_names_its_workspace_when_the_user_has_several(
     assert "choose one with --workspace" in ambiguous.stderr
     token = env.run("tokens", "create", "ann@acme.test", "--workspace", "beta").stdout.strip()
     body = {"name": "mine", "sql": "SELECT 1", "source": "demo"}
-    response = client.post("/api/v1/queries", headers=_bearer(token), json=body)
+    response = api_client.post("/api/v1/queries", headers=_bearer(token), json=body)
     assert response.status_code == 201  # an editor in beta (a viewer in acme)
     assert env.store.find_query("beta", "mine") is not None
 

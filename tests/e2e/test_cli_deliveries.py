@@ -15,47 +15,46 @@ TEAM = "team@example.com"
 
 
 @pytest.fixture
-def env(env: Env) -> Env:
-    """The e2e environment, with the address links point at (a scheduler needs it) and no
-    SMTP server: an email delivery fails, and says why."""
-    env.extra["QEXPORT_PUBLIC_BASE_URL"] = "http://qexport.test"
-    env.add_query("small_orders", SMALL_ORDERS, N)
-    return env
+def orders_env(linked_env: Env) -> Env:
+    """`linked_env` with the query small_orders, and no SMTP server: an email delivery fails,
+    and says why."""
+    linked_env.add_query("small_orders", SMALL_ORDERS, N)
+    return linked_env
 
 
-def test_deliveries_are_listed_locally_as_they_go(env: Env) -> None:
+def test_deliveries_are_listed_locally_as_they_go(orders_env: Env) -> None:
     """Waiting for the export; then, with no SMTP server, failed with the reason; as JSON
     the API's fields; an unknown export is one line and exit 1."""
     created = json.loads(
-        env.run(
+        orders_env.run(
             "exports", "create", "--query", "small_orders", "--format", "csv", "--email", TEAM,
             "--json",
         ).stdout
     )  # fmt: skip
     export_id = created["id"]
-    waiting = env.run("exports", "deliveries", export_id).stdout
+    waiting = orders_env.run("exports", "deliveries", export_id).stdout
     assert f"email {TEAM}" in waiting
     assert "waiting" in waiting
     assert "waits for the export to finish" in waiting
-    env.run("worker", "--drain")
-    env.run("scheduler", "--once")
-    failed = env.run("exports", "deliveries", export_id).stdout
+    orders_env.run("worker", "--drain")
+    orders_env.run("scheduler", "--once")
+    failed = orders_env.run("exports", "deliveries", export_id).stdout
     assert "failed" in failed
     assert "email is not configured" in " ".join(failed.split())
-    items = json.loads(env.run("exports", "deliveries", export_id, "--json").stdout)["items"]
+    items = json.loads(orders_env.run("exports", "deliveries", export_id, "--json").stdout)["items"]
     assert [(i["recipient"], i["status"], i["attempts"]) for i in items] == [
         ({"email": TEAM}, "failed", 1)
     ]
-    missing = env.run("exports", "deliveries", "no-such-export", check=False)
+    missing = orders_env.run("exports", "deliveries", "no-such-export", check=False)
     assert missing.returncode == 1
     assert "no export 'no-such-export'" in missing.stderr
 
 
-def test_deliveries_are_listed_through_the_server(env: Env, tmp_path: Path) -> None:
+def test_deliveries_are_listed_through_the_server(orders_env: Env, tmp_path: Path) -> None:
     """Remotely the same list comes from the API; another member's export is the server's
     404, as one line."""
-    url, _ = start_server(env)
-    token = new_token(env, "ann@example.com")
+    url, _ = start_server(orders_env)
+    token = new_token(orders_env, "ann@example.com")
     client = Env(tmp_path / "client", {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})
     created = json.loads(
         client.run(
@@ -70,7 +69,7 @@ def test_deliveries_are_listed_through_the_server(env: Env, tmp_path: Path) -> N
     assert as_json["items"][0]["status"] == "waiting"
     bob = Env(
         tmp_path / "bob",
-        {"QEXPORT_URL": url, "QEXPORT_TOKEN": new_token(env, "bob@example.com")},
+        {"QEXPORT_URL": url, "QEXPORT_TOKEN": new_token(orders_env, "bob@example.com")},
     )
     refused = bob.run("exports", "deliveries", created["id"], check=False)
     assert refused.returncode == 1

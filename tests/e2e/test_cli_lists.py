@@ -233,49 +233,40 @@ def test_a_mistyped_query_name_gets_a_suggestion(env: Env) -> None:
     assert "did you mean" not in nothing.stderr
 
 
-@pytest.fixture
-def client(env: Env, tmp_path: Path) -> Env:
-    """A CLI whose data comes from a server (its own data dir stays empty)."""
-    env.add_query("small_orders", SMALL_ORDERS, N)
-    url, _ = start_server(env)
-    token = new_token(env, "ann@example.com")
-    return Env(tmp_path / "client", {"QEXPORT_URL": url, "QEXPORT_TOKEN": token})
-
-
 def test_prefixes_suggestions_and_downloads_through_a_server(
-    env: Env, client: Env, tmp_path: Path
+    env: Env, remote_cli: Env, tmp_path: Path
 ) -> None:
     """Through QEXPORT_URL: a prefix finds the caller's export, a typo gets a suggestion from
     the server's queries, and a download lands under the export's file name."""
     env.start_worker()
-    created = json.loads(client.run("exports", "create", "--query", "small_orders", "--format",
+    created = json.loads(remote_cli.run("exports", "create", "--query", "small_orders", "--format",
                                     "csv", "--param", "n=5", "--json").stdout)  # fmt: skip
-    done = client.run("exports", "wait", created["id"][:8])
+    done = remote_cli.run("exports", "wait", created["id"][:8])
     assert " succeeded: 5 rows, " in done.stdout
-    typo = client.run("exports", "create", "--query", "smal_orders", "--format", "csv",
+    typo = remote_cli.run("exports", "create", "--query", "smal_orders", "--format", "csv",
                       check=False)  # fmt: skip
     assert typo.returncode == 2
     assert "did you mean 'small_orders'?" in typo.stderr
-    unknown = client.run("exports", "get", "ffff0", check=False)
+    unknown = remote_cli.run("exports", "get", "ffff0", check=False)
     assert unknown.returncode == 1
     assert "no export 'ffff0'" in unknown.stderr
     here = tmp_path / "dl"
     here.mkdir()
-    got = _in(client, here, "exports", "download", created["id"][:8])
+    got = _in(remote_cli, here, "exports", "download", created["id"][:8])
     assert got.returncode == 0, got.stderr
     assert (here / created["filename"]).exists()
-    refused = _in(client, here, "exports", "download", created["id"][:8])
+    refused = _in(remote_cli, here, "exports", "download", created["id"][:8])
     assert refused.returncode == 2
     assert "already exists" in refused.stderr
 
 
 def test_a_prefix_of_someone_elses_export_is_no_export_through_a_server(
-    env: Env, client: Env
+    env: Env, remote_cli: Env
 ) -> None:
     """Through a server, a prefix resolves among the caller's own exports only: one that
     starts only others' exports (even several) is "no export", naming none of their ids; a
     prefix shared with someone else's export is not ambiguous; their full id is not found."""
-    mine = client.json("exports", "create", "--query", "small_orders", "--format", "csv")
+    mine = remote_cli.json("exports", "create", "--query", "small_orders", "--format", "csv")
     _insert(env, "beef0001-0000-4000-8000-000000000001")  # alice's, not the client's
     _insert(env, "beef0002-0000-4000-8000-000000000002")
     _insert(env, "cafe0001-0000-4000-8000-000000000001")
@@ -287,15 +278,15 @@ def test_a_prefix_of_someone_elses_export_is_no_export_through_a_server(
     )
     env.store.insert_export(own)
     for command in ("get", "wait", "download", "cancel"):
-        theirs = client.run("exports", command, "beef", check=False)
+        theirs = remote_cli.run("exports", command, "beef", check=False)
         assert theirs.returncode == 1, (command, theirs.stderr)
         assert theirs.stderr.strip() == "error: no export 'beef'"
-    shown = client.json("exports", "get", "cafe")
+    shown = remote_cli.json("exports", "get", "cafe")
     assert shown["id"] == own.id
-    full = client.run("exports", "get", "beef0001-0000-4000-8000-000000000001", check=False)
+    full = remote_cli.run("exports", "get", "beef0001-0000-4000-8000-000000000001", check=False)
     assert full.returncode == 1
     assert full.stderr.strip().endswith("(not_found)")
-    listed = {i["id"] for i in client.json("exports", "list", "--all")["items"]}
+    listed = {i["id"] for i in remote_cli.json("exports", "list", "--all")["items"]}
     assert listed == {mine["id"], own.id}
 
 

@@ -6,30 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
-from qexport import bootstrap
-from qexport.app import create_app
-from qexport.config import Settings
 from qexport.domain.queries import Parameter, ParamType
 from qexport.store.accounts import SqlAccountStore
 from tests.e2e.conftest import Env
 
 SMALL_ORDERS = "SELECT order_id, total FROM orders WHERE order_id <= $n ORDER BY order_id"
 N = Parameter("n", ParamType.INTEGER, required=False, default="10")
-
-
-@pytest.fixture
-def client(env: Env) -> Iterator[TestClient]:
-    """The HTTP API in this process, over the data dir the CLI writes."""
-    settings = Settings(data_dir=env.data_dir)
-    deps = bootstrap.build(settings, upgrade=False)
-    with TestClient(create_app(deps)) as api:
-        yield api
 
 
 def _user(env: Env, email: str, role: str) -> str:
@@ -42,7 +28,7 @@ def _queries_status(client: TestClient, token: str) -> int:
 
 
 def test_a_removed_member_is_refused_by_every_local_requester_action(
-    env: Env, client: TestClient, tmp_path: Path
+    env: Env, api_client: TestClient, tmp_path: Path
 ) -> None:
     """After `members remove`, each local action as that member exits 2 with the same line;
     their token gets 401, their schedule is paused, and `members list` no longer shows them."""
@@ -83,7 +69,7 @@ def test_a_removed_member_is_refused_by_every_local_requester_action(
     assert not (tmp_path / "out.csv").exists()
     assert env.record(export_id).status.value == "queued"  # not cancelled by her
 
-    assert _queries_status(client, token) == 401
+    assert _queries_status(api_client, token) == 401
     [kept] = env.json("--user", _admin_id(env), "schedules", "list")["items"]
     assert (kept["id"], kept["enabled"]) == (schedule["id"], False)
     assert [m["email"] for m in env.json("members", "list", "--workspace", "demo")] == [
@@ -145,7 +131,7 @@ def test_members_list_shows_email_role_and_who_is_disabled(env: Env) -> None:
 
 
 def test_a_disabled_users_token_and_local_actions_stop_until_enabled(
-    env: Env, client: TestClient
+    env: Env, api_client: TestClient
 ) -> None:
     """`users disable`: their token gets 401, local actions as them exit 2, no new token is
     issued and their schedule is paused; `users enable`: the same token works again (the
@@ -153,12 +139,12 @@ def test_a_disabled_users_token_and_local_actions_stop_until_enabled(
     env.add_query("small_orders", SMALL_ORDERS, N)
     ann = _user(env, "ann@example.com", "editor")
     token = env.run("tokens", "create", "ann@example.com").stdout.strip()
-    assert _queries_status(client, token) == 200
+    assert _queries_status(api_client, token) == 200
     env.run("--user", ann, "schedules", "add", "small_orders", "--format", "csv",
             "--cron", "0 8 * * 1")  # fmt: skip
     disabled = env.run("users", "disable", "ann@example.com")
     assert "1 schedule(s) paused" in disabled.stderr
-    assert _queries_status(client, token) == 401
+    assert _queries_status(api_client, token) == 401
     local = env.run("--user", ann, "exports", "list", check=False)
     assert local.returncode == 2
     assert "not a member" in local.stderr
@@ -168,7 +154,7 @@ def test_a_disabled_users_token_and_local_actions_stop_until_enabled(
     again = env.run("users", "disable", "ann@example.com")
     assert "already disabled" in again.stderr
     env.run("users", "enable", "ann@example.com")
-    assert _queries_status(client, token) == 200
+    assert _queries_status(api_client, token) == 200
     assert env.json("--user", ann, "exports", "list")["items"] == []
     [schedule] = env.json("--user", ann, "schedules", "list")["items"]
     assert schedule["enabled"] is False

@@ -37,7 +37,7 @@ def _url(base: str, **parts: str) -> str:
 
 
 @pytest.fixture
-def warehouse(pg_template: str) -> Iterator[str]:
+def rls_warehouse(pg_template: str) -> Iterator[str]:
     """The URL of a fresh database with RLS-protected orders, for a role that may only read."""
     del pg_template  # only for its check that a server is there (skip, or fail under CI)
     suffix = uuid.uuid4().hex[:10]
@@ -58,12 +58,12 @@ def _drain(env: Env) -> None:
 
 
 def test_each_requester_downloads_their_own_rows_as_csv(
-    env: Env, warehouse: str, tmp_path: Path
+    env: Env, rls_warehouse: str, tmp_path: Path
 ) -> None:
     """Two people export the same saved query; the worker runs it on PostgreSQL with each one's
     identity, row-level security keeps bob's rows from alice and alice's from bob, and the
     downloaded csv holds exact decimals, a neutralised formula and a value with a line feed."""
-    env.extra["QEXPORT_SOURCE_WAREHOUSE"] = warehouse
+    env.extra["QEXPORT_SOURCE_WAREHOUSE"] = rls_warehouse
     env.extra["QEXPORT_SOURCE_WAREHOUSE_WORKSPACES"] = "demo"
     env.run(
         "queries", "add", "my_orders", "--sql", ORDERS, "--param", "min:number",
@@ -117,11 +117,11 @@ def test_an_unreachable_source_fails_source_unavailable_after_retries(env: Env) 
     assert PASSWORD not in view["failure"]["detail"]
 
 
-def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: str) -> None:
+def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, rls_warehouse: str) -> None:
     """A role the server does not know (the test server trusts any password, so a wrong role
     stands in for a wrong password): failed access_lost after one attempt, the detail says
     the login was refused, and the password is nowhere in it."""
-    url = _url(warehouse, username="nobody_at_all", password=PASSWORD)
+    url = _url(rls_warehouse, username="nobody_at_all", password=PASSWORD)
     env.extra.update(
         {
             "QEXPORT_SOURCE_WAREHOUSE": url,
@@ -141,10 +141,10 @@ def test_a_refused_login_fails_at_once_with_a_clear_reason(env: Env, warehouse: 
     assert PASSWORD not in detail
 
 
-def test_queries_add_on_postgres_is_checked_by_the_server(env: Env, warehouse: str) -> None:
+def test_queries_add_on_postgres_is_checked_by_the_server(env: Env, rls_warehouse: str) -> None:
     """`queries add` on a PostgreSQL source: a mistake exits 2 with the server's message and
     its place in the SQL as written; a good query is saved with PostgreSQL's type names."""
-    env.extra["QEXPORT_SOURCE_WAREHOUSE"] = warehouse
+    env.extra["QEXPORT_SOURCE_WAREHOUSE"] = rls_warehouse
     env.extra["QEXPORT_SOURCE_WAREHOUSE_WORKSPACES"] = "demo"
     add = ("queries", "add", "q", "--source", "warehouse", "--param", "min:number")
     refused = env.run(*add, "--sql", "SELECT id, $min AS m, nope FROM orders", check=False)

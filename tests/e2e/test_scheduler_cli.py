@@ -28,13 +28,6 @@ YEARLY = "0 8 1 1 *"  # never due again while a test runs: only the stored due t
 
 
 @pytest.fixture
-def env(env: Env) -> Env:
-    """The e2e environment with the address delivery links point at (a scheduler needs it)."""
-    env.extra["QEXPORT_PUBLIC_BASE_URL"] = "http://qexport.test"
-    return env
-
-
-@pytest.fixture
 def mail_server(request: pytest.FixtureRequest) -> SmtpServer:
     """An SMTP server recording the mails it receives."""
     return request.getfixturevalue("smtp_server")  # type: ignore[no-any-return]
@@ -98,20 +91,20 @@ def _next_run(env: Env, schedule_id: str) -> datetime:
 
 
 def test_two_schedulers_fire_a_due_schedule_once_and_mail_it_once(
-    env: Env, mail_server: SmtpServer
+    linked_env: Env, mail_server: SmtpServer
 ) -> None:
     """Two schedulers racing over one database: one export for the due time, the worker
     produces it, and the team gets exactly one mail with a link to the file; SIGTERM stops
     both schedulers cleanly."""
-    env.extra["QEXPORT_SMTP_URL"] = mail_server.url
-    schedule = _add_schedule(env, due_at=datetime.now(UTC) - timedelta(seconds=3))
-    schedulers = [_start_scheduler(env), _start_scheduler(env)]
+    linked_env.extra["QEXPORT_SMTP_URL"] = mail_server.url
+    schedule = _add_schedule(linked_env, due_at=datetime.now(UTC) - timedelta(seconds=3))
+    schedulers = [_start_scheduler(linked_env), _start_scheduler(linked_env)]
 
-    runs = wait_for(lambda: _runs(env, schedule.id))
-    worker = env.start_worker("--drain", QEXPORT_POLL_SECONDS="0.05")
+    runs = wait_for(lambda: _runs(linked_env, schedule.id))
+    worker = linked_env.start_worker("--drain", QEXPORT_POLL_SECONDS="0.05")
     assert worker.wait(timeout=120) == 0
-    assert env.record(runs[0]).status is Status.SUCCEEDED
-    deliveries = SqlDeliveryStore(env.store.engine)
+    assert linked_env.record(runs[0]).status is Status.SUCCEEDED
+    deliveries = SqlDeliveryStore(linked_env.store.engine)
     wait_for(
         lambda: [d.status for d in deliveries.list_deliveries(runs[0])] == [DeliveryStatus.SENT]
     )
@@ -119,47 +112,47 @@ def test_two_schedulers_fire_a_due_schedule_once_and_mail_it_once(
         proc.send_signal(signal.SIGTERM)
     assert [proc.wait(timeout=30) for proc in schedulers] == [0, 0]
 
-    assert _runs(env, schedule.id) == runs
-    assert len(env.store.list_exports(workspace_id="demo")) == 1
+    assert _runs(linked_env, schedule.id) == runs
+    assert len(linked_env.store.list_exports(workspace_id="demo")) == 1
     mails = mail_server.to(TEAM)
     assert len(mails) == 1
     assert mails[0].message["X-QExport-Delivery"] == deliveries.list_deliveries(runs[0])[0].id
     # The link points at QEXPORT_PUBLIC_BASE_URL.
     assert re.search(r"http://qexport\.test/p/[A-Za-z0-9_-]{43}", mails[0].text), mails[0].text
     logs = "".join(
-        (env.data_dir / f"scheduler-{i}.log").read_text() for i in range(len(schedulers))
+        (linked_env.data_dir / f"scheduler-{i}.log").read_text() for i in range(len(schedulers))
     )
     assert logs.count("schedule_fired") == 1
     assert logs.count("scheduler_stopped") == 2
 
 
-def test_after_downtime_a_schedule_fires_once_or_skips_as_it_chose(env: Env) -> None:
+def test_after_downtime_a_schedule_fires_once_or_skips_as_it_chose(linked_env: Env) -> None:
     """Both schedules were due an hour ago while no scheduler ran: the `skip` one fires
     nothing, the `once` one fires one export; both wait for their next due time, and a
     second pass fires nothing more."""
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
-    skip = _add_schedule(env, due_at=an_hour_ago, missed=Missed.SKIP)
-    once = _add_schedule(env, due_at=an_hour_ago, missed=Missed.ONCE)
+    skip = _add_schedule(linked_env, due_at=an_hour_ago, missed=Missed.SKIP)
+    once = _add_schedule(linked_env, due_at=an_hour_ago, missed=Missed.ONCE)
 
-    env.run("scheduler", "--once")
-    env.run("scheduler", "--once")
+    linked_env.run("scheduler", "--once")
+    linked_env.run("scheduler", "--once")
 
-    assert _runs(env, skip.id) == []
-    fired = _runs(env, once.id)
+    assert _runs(linked_env, skip.id) == []
+    fired = _runs(linked_env, once.id)
     assert len(fired) == 1
-    assert [r.id for r in env.store.list_exports(workspace_id="demo")] == fired
+    assert [r.id for r in linked_env.store.list_exports(workspace_id="demo")] == fired
     now = datetime.now(UTC)
     for schedule in (skip, once):
-        assert _next_run(env, schedule.id) > now
+        assert _next_run(linked_env, schedule.id) > now
 
 
-def test_a_scheduler_without_a_public_base_url_refuses_to_start(env: Env) -> None:
+def test_a_scheduler_without_a_public_base_url_refuses_to_start(linked_env: Env) -> None:
     """Without QEXPORT_PUBLIC_BASE_URL the scheduler would send links nobody can open: it
     exits 2 with one line naming the variable, before firing anything."""
-    schedule = _add_schedule(env, due_at=datetime.now(UTC) - timedelta(seconds=3))
-    del env.extra["QEXPORT_PUBLIC_BASE_URL"]
-    refused = env.run("scheduler", "--once", check=False)
+    schedule = _add_schedule(linked_env, due_at=datetime.now(UTC) - timedelta(seconds=3))
+    del linked_env.extra["QEXPORT_PUBLIC_BASE_URL"]
+    refused = linked_env.run("scheduler", "--once", check=False)
     assert refused.returncode == 2
     assert "scheduler cannot start: QEXPORT_PUBLIC_BASE_URL is not set" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
-    assert _runs(env, schedule.id) == []
+    assert _runs(linked_env, schedule.id) == []

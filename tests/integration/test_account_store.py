@@ -40,7 +40,7 @@ class Backend:
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+def accounts_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Accounts and exports on one backend (links refer to exports; claims read members)."""
     if request.param == "memory":
         accounts = InMemoryAccountStore()
@@ -52,8 +52,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 
 
 @pytest.fixture
-def account_store(backend: Backend) -> AccountStore:
-    return backend.accounts
+def account_store(accounts_backend: Backend) -> AccountStore:
+    return accounts_backend.accounts
 
 
 def _secret(token: str) -> str:
@@ -296,33 +296,33 @@ def test_a_token_is_revoked_once(account_store: AccountStore, clock: FrozenClock
 
 
 def test_links_are_found_by_id_and_hash_and_revoked_once(
-    backend: Backend, clock: FrozenClock
+    accounts_backend: Backend, clock: FrozenClock
 ) -> None:
     """A link reads back by id and by its token's hash; it is revoked once."""
-    export = backend.store.insert_export(new_export(clock.now(), "acme"))
-    link = backend.accounts.add_link(
+    export = accounts_backend.store.insert_export(new_export(clock.now(), "acme"))
+    link = accounts_backend.accounts.add_link(
         export_id=export.id, created_by="ann", token_hash=hash_secret("s1"), now=clock.now()
     )
-    assert backend.accounts.get_link(link.id) == link
-    assert backend.accounts.find_link(hash_secret("s1")) == link
-    assert backend.accounts.find_link(hash_secret("s2")) is None
+    assert accounts_backend.accounts.get_link(link.id) == link
+    assert accounts_backend.accounts.find_link(hash_secret("s1")) == link
+    assert accounts_backend.accounts.find_link(hash_secret("s2")) is None
     assert (link.export_id, link.created_by, link.revoked_at) == (export.id, "ann", None)
-    assert backend.accounts.revoke_link(link.id, now=clock.now()) is True
-    assert backend.accounts.revoke_link(link.id, now=clock.now()) is False
-    assert backend.accounts.revoke_link("nope", now=clock.now()) is False
-    revoked = backend.accounts.get_link(link.id)
+    assert accounts_backend.accounts.revoke_link(link.id, now=clock.now()) is True
+    assert accounts_backend.accounts.revoke_link(link.id, now=clock.now()) is False
+    assert accounts_backend.accounts.revoke_link("nope", now=clock.now()) is False
+    revoked = accounts_backend.accounts.get_link(link.id)
     assert revoked is not None
     assert revoked.revoked_at == clock.now()
 
 
 def test_an_exports_live_links_are_listed_oldest_first(
-    backend: Backend, clock: FrozenClock
+    accounts_backend: Backend, clock: FrozenClock
 ) -> None:
     """list_links holds the export's unrevoked links only, oldest first; another export's
     links are not among them."""
-    export = backend.store.insert_export(new_export(clock.now(), "acme"))
-    other = backend.store.insert_export(new_export(clock.now(), "acme"))
-    accounts = backend.accounts
+    export = accounts_backend.store.insert_export(new_export(clock.now(), "acme"))
+    other = accounts_backend.store.insert_export(new_export(clock.now(), "acme"))
+    accounts = accounts_backend.accounts
     first = accounts.add_link(
         export_id=export.id, created_by="ann", token_hash=hash_secret("a"), now=clock.now()
     )
@@ -368,12 +368,12 @@ def test_links_are_found_by_the_start_of_their_id(backend: Backend, clock: Froze
 
 
 def test_a_links_last_use_is_written_at_most_once_per_window(
-    backend: Backend, clock: FrozenClock
+    accounts_backend: Backend, clock: FrozenClock
 ) -> None:
     """touch_link writes `last_used_at` unless it was already written at or after the
     window's start: a link downloaded in a loop writes once a minute."""
-    export = backend.store.insert_export(new_export(clock.now(), "acme"))
-    accounts = backend.accounts
+    export = accounts_backend.store.insert_export(new_export(clock.now(), "acme"))
+    accounts = accounts_backend.accounts
     link = accounts.add_link(
         export_id=export.id, created_by="ann", token_hash=hash_secret("a"), now=clock.now()
     )
@@ -448,10 +448,12 @@ def test_sharing_a_source_is_recorded(account_store: AccountStore, clock: Frozen
 # ---------------------------------------------------------------- standing, as claims see it
 
 
-def test_a_removed_member_s_queued_export_is_refused(backend: Backend, clock: FrozenClock) -> None:
+def test_a_removed_member_s_queued_export_is_refused(
+    accounts_backend: Backend, clock: FrozenClock
+) -> None:
     """The pre-run check reads memberships from the same store: once its requester leaves a
     registered workspace, a queued export settles failed/access_lost instead of running."""
-    accounts, store = backend.accounts, backend.store
+    accounts, store = accounts_backend.accounts, accounts_backend.store
     _member(accounts, clock, "alice@acme.test", "acme", Role.VIEWER)
     user = accounts.find_user("alice@acme.test")
     assert user is not None
@@ -474,10 +476,12 @@ def test_a_removed_member_s_queued_export_is_refused(backend: Backend, clock: Fr
     assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.ACCESS_LOST)
 
 
-def test_a_disabled_users_queued_export_is_refused(backend: Backend, clock: FrozenClock) -> None:
+def test_a_disabled_users_queued_export_is_refused(
+    accounts_backend: Backend, clock: FrozenClock
+) -> None:
     """Disabling a user stops their queued exports too: the claim sees the account disabled
     and the worker's pre-run check settles the export failed/access_lost, saying why."""
-    accounts, store = backend.accounts, backend.store
+    accounts, store = accounts_backend.accounts, accounts_backend.store
     _member(accounts, clock, "alice@acme.test", "acme", Role.VIEWER)
     user = accounts.find_user("alice@acme.test")
     assert user is not None

@@ -36,7 +36,7 @@ class Backend:
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+def approvals_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "memory":
         store = InMemoryMetadataStore()
         shared = InMemoryApprovalStore(store)
@@ -81,13 +81,13 @@ def _asked(backend: Backend, clock: FrozenClock, workspace: str = "w1") -> str:
     return new.id
 
 
-def test_an_approval_creates_its_export_once(backend: Backend) -> None:
+def test_an_approval_creates_its_export_once(approvals_backend: Backend) -> None:
     """The first approval inserts the export and names it; a second decision of either kind
     changes nothing and inserts nothing."""
     clock = FrozenClock()
-    approval_id = _asked(backend, clock)
+    approval_id = _asked(approvals_backend, clock)
     export = new_export(clock.now())
-    decided = backend.approvals.decide_approval(
+    decided = approvals_backend.approvals.decide_approval(
         approval_id, Decision.APPROVE, by="bob", now=clock.now(), reason="ok", export=(export, [])
     )
     assert decided is not None
@@ -96,49 +96,61 @@ def test_an_approval_creates_its_export_once(backend: Backend) -> None:
         export.id,
         "bob",
     )
-    assert backend.store.get_export(export.id) is not None
+    assert approvals_backend.store.get_export(export.id) is not None
     second = new_export(clock.now())
-    again = backend.approvals.decide_approval(
+    again = approvals_backend.approvals.decide_approval(
         approval_id, Decision.APPROVE, by="carol", now=clock.now(), reason=None,
         export=(second, []),
     )  # fmt: skip
     assert again is None
-    assert backend.store.get_export(second.id) is None  # rolled back with the refused decision
-    assert backend.approvals.decide_approval(
+    assert (
+        approvals_backend.store.get_export(second.id) is None
+    )  # rolled back with the refused decision
+    assert approvals_backend.approvals.decide_approval(
         approval_id, Decision.DENY, by="carol", now=clock.now(), reason=None
     ) is None  # fmt: skip
-    stored = backend.approvals.get_approval(approval_id)
+    stored = approvals_backend.approvals.get_approval(approval_id)
     assert stored is not None
     assert stored.decided_by == "bob"
 
 
-def test_an_expired_request_cannot_be_decided_and_is_not_pending(backend: Backend) -> None:
+def test_an_expired_request_cannot_be_decided_and_is_not_pending(
+    approvals_backend: Backend,
+) -> None:
     """Past `expires_at` nothing can be decided and the request is no longer counted or
     listed as pending; a denial before then creates nothing."""
     clock = FrozenClock()
-    lapsed, denied, waiting = _asked(backend, clock), _asked(backend, clock), _asked(backend, clock)
-    assert backend.approvals.decide_approval(
+    lapsed, denied, waiting = (
+        _asked(approvals_backend, clock),
+        _asked(approvals_backend, clock),
+        _asked(approvals_backend, clock),
+    )
+    assert approvals_backend.approvals.decide_approval(
         denied, Decision.DENY, by="bob", now=clock.now(), reason="no"
     ) is not None  # fmt: skip
-    assert backend.approvals.pending_approvals(clock.now()) == {"w1": 2}
+    assert approvals_backend.approvals.pending_approvals(clock.now()) == {"w1": 2}
     clock.advance(TTL.total_seconds())
     export = new_export(clock.now())
-    assert backend.approvals.decide_approval(
+    assert approvals_backend.approvals.decide_approval(
         lapsed, Decision.APPROVE, by="bob", now=clock.now(), reason=None, export=(export, [])
     ) is None  # fmt: skip
-    assert backend.store.get_export(export.id) is None
-    assert backend.approvals.pending_approvals(clock.now()) == {}
-    assert backend.approvals.list_approvals("w1", pending_at=clock.now()) == []
-    assert {r.id for r in backend.approvals.list_approvals("w1")} == {lapsed, denied, waiting}
-    stored = backend.approvals.get_approval(waiting)
+    assert approvals_backend.store.get_export(export.id) is None
+    assert approvals_backend.approvals.pending_approvals(clock.now()) == {}
+    assert approvals_backend.approvals.list_approvals("w1", pending_at=clock.now()) == []
+    assert {r.id for r in approvals_backend.approvals.list_approvals("w1")} == {
+        lapsed,
+        denied,
+        waiting,
+    }
+    stored = approvals_backend.approvals.get_approval(waiting)
     assert stored is not None
     assert stored.effective_status(clock.now()) is ApprovalStatus.EXPIRED
 
 
-def test_two_admins_approving_at_once_make_one_export(backend: Backend) -> None:
+def test_two_admins_approving_at_once_make_one_export(approvals_backend: Backend) -> None:
     """Racing approvals: exactly one wins, and exactly one export exists."""
     clock = FrozenClock()
-    approval_id = _asked(backend, clock)
+    approval_id = _asked(approvals_backend, clock)
     exports = [new_export(clock.now()) for _ in range(4)]
     results: list[object] = []
     start = threading.Barrier(len(exports))
@@ -146,7 +158,7 @@ def test_two_admins_approving_at_once_make_one_export(backend: Backend) -> None:
     def approve(index: int) -> None:
         start.wait()
         results.append(
-            backend.approvals.decide_approval(
+            approvals_backend.approvals.decide_approval(
                 approval_id,
                 Decision.APPROVE,
                 by=f"admin{index}",
@@ -162,40 +174,42 @@ def test_two_admins_approving_at_once_make_one_export(backend: Backend) -> None:
     for t in threads:
         t.join()
     assert sum(r is not None for r in results) == 1
-    assert sum(backend.store.get_export(e.id) is not None for e in exports) == 1
+    assert sum(approvals_backend.store.get_export(e.id) is not None for e in exports) == 1
 
 
-def test_the_waiting_cap_refuses_the_request_past_it(backend: Backend) -> None:
+def test_the_waiting_cap_refuses_the_request_past_it(approvals_backend: Backend) -> None:
     """At the cap a request is refused (429, saying how many wait) and nothing is recorded;
     another requester or workspace is not held back, and a decided or expired request makes
     room again."""
     clock = FrozenClock()
-    first = backend.approvals.add_approval(_new(clock), max_waiting=2)
-    backend.approvals.add_approval(_new(clock), max_waiting=2)
+    first = approvals_backend.approvals.add_approval(_new(clock), max_waiting=2)
+    approvals_backend.approvals.add_approval(_new(clock), max_waiting=2)
     refused = _new(clock)
     with pytest.raises(TooManyRequestsError, match="you have 2 export requests waiting") as err:
-        backend.approvals.add_approval(refused, max_waiting=2)
+        approvals_backend.approvals.add_approval(refused, max_waiting=2)
     assert err.value.retry_after > 0
-    assert backend.approvals.get_approval(refused.id) is None
-    backend.approvals.add_approval(_new(clock, requested_by="bob"), max_waiting=2)
-    backend.approvals.add_approval(_new(clock, workspace="w2"), max_waiting=2)
-    assert backend.approvals.decide_approval(
+    assert approvals_backend.approvals.get_approval(refused.id) is None
+    approvals_backend.approvals.add_approval(_new(clock, requested_by="bob"), max_waiting=2)
+    approvals_backend.approvals.add_approval(_new(clock, workspace="w2"), max_waiting=2)
+    assert approvals_backend.approvals.decide_approval(
         first.id, Decision.DENY, by="alice", now=clock.now(), reason=None
     ) is not None  # fmt: skip
-    backend.approvals.add_approval(_new(clock), max_waiting=2)
+    approvals_backend.approvals.add_approval(_new(clock), max_waiting=2)
     with pytest.raises(TooManyRequestsError):
-        backend.approvals.add_approval(_new(clock), max_waiting=2)
+        approvals_backend.approvals.add_approval(_new(clock), max_waiting=2)
     clock.advance(TTL.total_seconds())  # the two waiting lapse
-    backend.approvals.add_approval(_new(clock), max_waiting=2)
+    approvals_backend.approvals.add_approval(_new(clock), max_waiting=2)
 
 
-def test_forty_requests_at_once_are_accepted_up_to_the_cap_exactly(backend: Backend) -> None:
+def test_forty_requests_at_once_are_accepted_up_to_the_cap_exactly(
+    approvals_backend: Backend,
+) -> None:
     """40 requests of one requester sent at once, each over a connection of its own (half
     with their audit event in the transaction, as the service writes it, half without), with
     a cap of 5: exactly 5 are recorded and 35 refused. Counted by a read before the
     insert, as it was, 33 to 38 got through on PostgreSQL and all 40 on SQLite."""
     clock, cap, senders = FrozenClock(), 5, 40
-    stores = [backend.connect() for _ in range(senders)]
+    stores = [approvals_backend.connect() for _ in range(senders)]
     for store in stores:  # connected before the start, so that they start together
         store.list_approvals("w1", limit=1)
     start = threading.Barrier(senders)
@@ -221,5 +235,5 @@ def test_forty_requests_at_once_are_accepted_up_to_the_cap_exactly(backend: Back
     for thread in threads:
         thread.join(timeout=120)
     assert (outcomes.count("recorded"), outcomes.count("refused")) == (cap, senders - cap)
-    waiting = backend.approvals.list_approvals("w1", pending_at=clock.now(), limit=100)
+    waiting = approvals_backend.approvals.list_approvals("w1", pending_at=clock.now(), limit=100)
     assert len(waiting) == cap

@@ -32,11 +32,6 @@ from tests.support.stores import SqlMetadataStore, keyed
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
-
-
 def _event(n: int, workspace: str = "acme", at: datetime = T0) -> AuditEvent:
     return AuditEvent(
         at=at + timedelta(minutes=n),

@@ -17,11 +17,6 @@ EXPORTS = 500
 CLAIMERS = 8
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> MetadataStore:
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize("how", ["claim_next", "peek_then_claim"])
 def test_concurrent_claimers_take_each_export_exactly_once(
     sql_store: MetadataStore, how: str

@@ -33,49 +33,51 @@ def _query(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture(scope="module")
-def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def small_demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
     build_demo_database(path, orders=ORDERS)
     return path
 
 
-def test_two_builds_with_the_same_seed_hold_the_same_data(demo_db: Path, tmp_path: Path) -> None:
+def test_two_builds_with_the_same_seed_hold_the_same_data(
+    small_demo_db: Path, tmp_path: Path
+) -> None:
     """Generation is deterministic: a second build has identical tables; another seed differs."""
     again = tmp_path / "again.duckdb"
     other_seed = tmp_path / "other.duckdb"
     build_demo_database(again, orders=ORDERS)
     build_demo_database(other_seed, orders=ORDERS, seed=7)
 
-    assert _query(again, CHECKSUM_SQL) == _query(demo_db, CHECKSUM_SQL)
-    assert _query(other_seed, CHECKSUM_SQL)[0][0] != _query(demo_db, CHECKSUM_SQL)[0][0]
+    assert _query(again, CHECKSUM_SQL) == _query(small_demo_db, CHECKSUM_SQL)
+    assert _query(other_seed, CHECKSUM_SQL)[0][0] != _query(small_demo_db, CHECKSUM_SQL)[0][0]
 
 
-def test_tables_have_the_promised_sizes_and_relations(demo_db: Path) -> None:
+def test_tables_have_the_promised_sizes_and_relations(small_demo_db: Path) -> None:
     """Orders reference existing customers and products, at the product's price."""
     counts = _query(
-        demo_db,
+        small_demo_db,
         "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM customers),"
         " (SELECT count(*) FROM products)",
     )
     assert counts == [(ORDERS, 100, 1000)]
     dangling = _query(
-        demo_db,
+        small_demo_db,
         "SELECT count(*) FROM orders o"
         " LEFT JOIN customers c USING (customer_id) LEFT JOIN products p USING (product_id)"
         " WHERE c.customer_id IS NULL OR p.product_id IS NULL"
         " OR o.unit_price <> p.unit_price OR o.total <> o.quantity * o.unit_price",
     )
     assert dangling == [(0,)]
-    types = dict(_query(demo_db, "SELECT column_name, column_type FROM (DESCRIBE orders)"))
+    types = dict(_query(small_demo_db, "SELECT column_name, column_type FROM (DESCRIBE orders)"))
     assert types["unit_price"] == "DECIMAL(10,2)"
     assert types["total"] == "DECIMAL(12,2)"
     assert types["ordered_at"] == "TIMESTAMP"
 
 
-def test_notes_mix_nulls_unicode_and_formula_looking_text(demo_db: Path) -> None:
+def test_notes_mix_nulls_unicode_and_formula_looking_text(small_demo_db: Path) -> None:
     """The demo data exercises NULLs, non-ASCII text and strings a spreadsheet would evaluate."""
     [(nulls, non_ascii, formulas, hyperlinks, phones)] = _query(
-        demo_db,
+        small_demo_db,
         "SELECT count(*) FILTER (WHERE note IS NULL),"
         " count(*) FILTER (WHERE NOT regexp_matches(note, '^[ -~]*$')),"
         " count(*) FILTER (WHERE regexp_matches(note, '^[=+@-]')),"
@@ -90,19 +92,19 @@ def test_notes_mix_nulls_unicode_and_formula_looking_text(demo_db: Path) -> None
     assert phones > 0
 
 
-def test_customers_belong_to_two_workspaces(demo_db: Path) -> None:
+def test_customers_belong_to_two_workspaces(small_demo_db: Path) -> None:
     """customers.workspace_id is 'demo' or 'acme', both present."""
-    workspaces = _query(demo_db, "SELECT DISTINCT workspace_id FROM customers ORDER BY 1")
+    workspaces = _query(small_demo_db, "SELECT DISTINCT workspace_id FROM customers ORDER BY 1")
     assert workspaces == [("acme",), ("demo",)]
 
 
-def test_the_source_restricts_rows_with_the_requesters_workspace(demo_db: Path) -> None:
+def test_the_source_restricts_rows_with_the_requesters_workspace(small_demo_db: Path) -> None:
     """A demo query filtered by $workspace_id returns only that workspace's orders."""
     sql = (
         "SELECT count(*) AS n FROM orders JOIN customers USING (customer_id)"
         " WHERE workspace_id = $workspace_id"
     )
-    source = DuckDBSource("demo", demo_db)
+    source = DuckDBSource("demo", small_demo_db)
     try:
         counts = {}
         for workspace in ("demo", "acme"):

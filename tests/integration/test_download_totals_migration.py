@@ -3,7 +3,6 @@ that an upgraded installation's /metrics counts the downloads made before it."""
 
 from __future__ import annotations
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -13,12 +12,6 @@ from qexport.store.engine import MIGRATIONS
 from qexport.store.tables.audit import audit_download_totals, audit_events
 from tests.fakes import FrozenClock
 from tests.support.stores import SqlMetadataStore
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
-    """The SQL store on each database it supports."""
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
 
 
 def _to(engine: sa.Engine, revision: str) -> None:

@@ -51,7 +51,7 @@ class MemorySink:
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> DuckDBSource:
+def copy_source(tmp_path_factory: pytest.TempPathFactory) -> DuckDBSource:
     path = tmp_path_factory.mktemp("copy") / "data.duckdb"
     con = duckdb.connect(str(path))
     con.execute(
@@ -92,11 +92,11 @@ def _text(value: object) -> str:
 
 @pytest.mark.parametrize(("fmt", "delimiter", "eol"), [("csv", ",", b"\r\n"), ("tsv", "\t", b"\n")])
 def test_text_formats_match_the_query_and_neutralise(
-    source: DuckDBSource, fmt: str, delimiter: str, eol: bytes
+    copy_source: DuckDBSource, fmt: str, delimiter: str, eol: bytes
 ) -> None:
     """Read back with the csv module: every cell equals the query's, formula-looking strings
     (and the header) carry a leading quote, numbers are untouched, NULL is an empty field."""
-    data = _copy(source, fmt)
+    data = _copy(copy_source, fmt)
     header = delimiter.join(["id", "'=name", "amount", "day", "n", "flag"]).encode() + eol
     assert data.startswith(header)
     rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline=""), delimiter=delimiter))
@@ -117,10 +117,10 @@ def test_text_formats_match_the_query_and_neutralise(
     assert f'{delimiter}""{delimiter}'.encode() in data
 
 
-def test_opting_out_keeps_strings_exact(source: DuckDBSource) -> None:
+def test_opting_out_keeps_strings_exact(copy_source: DuckDBSource) -> None:
     """Without neutralisation every string is written exactly as stored."""
     rows = list(
-        csv.reader(io.StringIO(_copy(source, "csv", neutralize=False).decode(), newline=""))
+        csv.reader(io.StringIO(_copy(copy_source, "csv", neutralize=False).decode(), newline=""))
     )
     assert rows[0][1] == "=name"
     assert [r[1] for r in rows[1:]] == [_text(v[1]) for v in VALUES]
@@ -132,11 +132,11 @@ NON_FINITE_SQL = (
 )
 
 
-def test_non_finite_floats_keep_duckdbs_text_and_parquet_floats(source: DuckDBSource) -> None:
+def test_non_finite_floats_keep_duckdbs_text_and_parquet_floats(copy_source: DuckDBSource) -> None:
     """DuckDB's csv and tsv write NaN and infinities as `nan`, `inf`, `-inf` (the same text as
     the Arrow csv writer, never neutralised); its parquet keeps them as floats."""
     for fmt, delimiter in (("csv", ","), ("tsv", "\t")):
-        data = _copy(source, fmt, sql=NON_FINITE_SQL).decode()
+        data = _copy(copy_source, fmt, sql=NON_FINITE_SQL).decode()
         rows = list(csv.reader(io.StringIO(data, newline=""), delimiter=delimiter))
         assert rows == [
             ["d", "r"],
@@ -146,31 +146,33 @@ def test_non_finite_floats_keep_duckdbs_text_and_parquet_floats(source: DuckDBSo
             ["1.25", "1.25"],
             ["", ""],
         ]
-    table = pq.read_table(io.BytesIO(_copy(source, "parquet", sql=NON_FINITE_SQL)))
+    table = pq.read_table(io.BytesIO(_copy(copy_source, "parquet", sql=NON_FINITE_SQL)))
     for column in table.columns:
         values = column.to_pylist()
         assert math.isnan(values[0])
         assert values[1:] == [math.inf, -math.inf, 1.25, None]
 
 
-def test_parquet_keeps_types_and_values_exactly(source: DuckDBSource) -> None:
+def test_parquet_keeps_types_and_values_exactly(copy_source: DuckDBSource) -> None:
     """Parquet read back with pyarrow: decimals, dates, NULLs and strings exact, unneutralised."""
-    table = pq.read_table(io.BytesIO(_copy(source, "parquet")))
+    table = pq.read_table(io.BytesIO(_copy(copy_source, "parquet")))
     assert table.column_names == ["id", "=name", "amount", "day", "n", "flag"]
     assert [tuple(r.values()) for r in table.to_pylist()] == VALUES
     assert str(table.schema.field("amount").type) == "decimal128(18, 4)"
 
 
-def test_parquet_keeps_the_order_by_of_a_large_result(source: DuckDBSource) -> None:
+def test_parquet_keeps_the_order_by_of_a_large_result(copy_source: DuckDBSource) -> None:
     """DuckDB encodes row groups on several threads, yet a query's ORDER BY holds across all
     3 million rows of the file; without ORDER BY every row is there exactly once."""
     ordered = pq.read_table(
-        io.BytesIO(_copy(source, "parquet", sql="SELECT i FROM big ORDER BY (i * 7919) % 3000017"))
+        io.BytesIO(
+            _copy(copy_source, "parquet", sql="SELECT i FROM big ORDER BY (i * 7919) % 3000017")
+        )
     )
     keys = [(i * 7919) % 3000017 for i in ordered.column("i").to_pylist()]
     assert len(keys) == 3_000_000
     assert keys == sorted(keys)
-    unordered = pq.read_table(io.BytesIO(_copy(source, "parquet", sql=BIG)))
+    unordered = pq.read_table(io.BytesIO(_copy(copy_source, "parquet", sql=BIG)))
     assert sorted(unordered.column("i").to_pylist()) == list(range(3_000_000))
 
 
@@ -196,11 +198,11 @@ def test_order_by_is_found_wherever_it_is(sql: str, ordered: bool) -> None:
         assert has_order_by(con, sql) is ordered
 
 
-def test_a_failing_sink_stops_the_copy(source: DuckDBSource) -> None:
+def test_a_failing_sink_stops_the_copy(copy_source: DuckDBSource) -> None:
     """An error in the sink (byte limit, lost lease) ends the COPY and is the error raised."""
     sink = MemorySink(fail_after=100_000)
     with pytest.raises(LimitExceededError):
-        source.copy(
+        copy_source.copy(
             "SELECT i FROM big",
             {},
             ALICE,
@@ -213,7 +215,7 @@ def test_a_failing_sink_stops_the_copy(source: DuckDBSource) -> None:
     assert not [t for t in threading.enumerate() if t.name == "qexport-copy-pipe"]
 
 
-def test_row_limit_and_errors_are_translated(source: DuckDBSource) -> None:
+def test_row_limit_and_errors_are_translated(copy_source: DuckDBSource) -> None:
     """Row limit -> limit_exceeded; bad SQL -> query_invalid; too slow -> query_timeout."""
 
     def run(sql: str, **kw: object) -> int:
@@ -225,7 +227,7 @@ def test_row_limit_and_errors_are_translated(source: DuckDBSource) -> None:
             "max_rows": 10**9,
             **kw,
         }
-        return source.copy(sql, {}, ALICE, **args)  # type: ignore[arg-type]
+        return copy_source.copy(sql, {}, ALICE, **args)  # type: ignore[arg-type]
 
     with pytest.raises(LimitExceededError):
         run("SELECT i FROM big", max_rows=1000)
@@ -238,15 +240,15 @@ def test_row_limit_and_errors_are_translated(source: DuckDBSource) -> None:
     assert not Path("/tmp/qexport-copy-escape.csv").exists()  # noqa: S108 - the path it tried
 
 
-def test_the_requester_context_is_bound(source: DuckDBSource) -> None:
+def test_the_requester_context_is_bound(copy_source: DuckDBSource) -> None:
     """$user_id and $workspace_id reach the query through the pipe path too."""
-    data = _copy(source, "csv", sql="SELECT $user_id AS u, $workspace_id AS w")
+    data = _copy(copy_source, "csv", sql="SELECT $user_id AS u, $workspace_id AS w")
     assert data == b"u,w\r\nalice,w1\r\n"
 
 
-def test_enum_strings_are_neutralised_too(source: DuckDBSource) -> None:
+def test_enum_strings_are_neutralised_too(copy_source: DuckDBSource) -> None:
     """An ENUM is text in the file, so its formula-looking values are neutralised as well."""
-    data = _copy(source, "csv", sql="SELECT m FROM moods ORDER BY m")
+    data = _copy(copy_source, "csv", sql="SELECT m FROM moods ORDER BY m")
     assert data == b"m\r\n'=SUM(1)\r\nok\r\n"
 
 
@@ -284,12 +286,12 @@ class StealingSink(MemorySink):
         return super().write(data)
 
 
-def test_another_query_cannot_read_a_running_exports_pipe(source: DuckDBSource) -> None:
+def test_another_query_cannot_read_a_running_exports_pipe(copy_source: DuckDBSource) -> None:
     """While an export streams through its named pipe, a query listing or reading that pipe is
     refused, and the export's file is whole."""
-    expected = _copy(source, "csv", sql=BIG)
-    sink = StealingSink(source)
-    rows = source.copy(
+    expected = _copy(copy_source, "csv", sql=BIG)
+    sink = StealingSink(copy_source)
+    rows = copy_source.copy(
         BIG,
         {},
         ALICE,

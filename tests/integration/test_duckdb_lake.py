@@ -77,7 +77,7 @@ def lake(tmp_path: Path) -> Lake:
 
 
 @pytest.fixture
-def source(lake: Lake) -> Iterator[DuckDBSource]:
+def lake_source(lake: Lake) -> Iterator[DuckDBSource]:
     built = lake.source()
     yield built
     built.close()
@@ -98,34 +98,36 @@ def _refusal(source: DuckDBSource, sql: str) -> str:
     return str(caught.value)
 
 
-def test_parquet_csv_and_json_files_in_the_lake_are_read(source: DuckDBSource, lake: Lake) -> None:
+def test_parquet_csv_and_json_files_in_the_lake_are_read(
+    lake_source: DuckDBSource, lake: Lake
+) -> None:
     """Each reader reads a file of its kind in an allowed folder, joined with the database's
     own tables, with the requester's context bound."""
     sql = (
         f"SELECT p.id, o.full_name FROM read_parquet('{lake.folder}/a.parquet') p"
         " JOIN owners o USING (owner) WHERE p.owner = $user_id"
     )
-    assert _rows(source, sql) == [(1, "Alice A.")]
+    assert _rows(lake_source, sql) == [(1, "Alice A.")]
     csv = f"SELECT name FROM read_csv('{lake.folder}/people.csv') ORDER BY id"
-    assert _rows(source, csv) == [("Ann",), ("Bo",)]
+    assert _rows(lake_source, csv) == [("Ann",), ("Bo",)]
     events = f"SELECT kind FROM read_json('{lake.shared}/events.json') WHERE id = $id"
-    assert _rows(source, events, {"id": 2}) == [("shut",)]
+    assert _rows(lake_source, events, {"id": 2}) == [("shut",)]
 
 
 def test_a_glob_inside_the_lake_reads_every_file_it_matches(
-    source: DuckDBSource, lake: Lake
+    lake_source: DuckDBSource, lake: Lake
 ) -> None:
     """A glob, as a replacement scan or given to a reader, and `**` into sub-folders."""
-    assert _rows(source, f"SELECT id FROM '{lake.folder}/*.parquet' ORDER BY id") == [
+    assert _rows(lake_source, f"SELECT id FROM '{lake.folder}/*.parquet' ORDER BY id") == [
         (1,),
         (2,),
         (3,),
     ]
     deep = f"SELECT count(*) FROM read_parquet('{lake.folder}/**/*.parquet')"
-    assert _rows(source, deep) == [(4,)]
+    assert _rows(lake_source, deep) == [(4,)]
     files = f"['{lake.folder}/a.parquet', '{lake.folder}/b.parquet']"
     listed = f"SELECT count(*) FROM read_parquet({files})"
-    assert _rows(source, listed) == [(3,)]
+    assert _rows(lake_source, listed) == [(3,)]
 
 
 @pytest.mark.parametrize(
@@ -140,34 +142,34 @@ def test_a_glob_inside_the_lake_reads_every_file_it_matches(
     ],
 )
 def test_files_outside_the_lake_are_refused_before_anything_runs(
-    source: DuckDBSource, lake: Lake, path: str
+    lake_source: DuckDBSource, lake: Lake, path: str
 ) -> None:
     """A path outside every allowed folder, `..` out of one, or a relative one is refused,
     naming the path."""
     named = path.format(outside=lake.outside, folder=lake.folder)
-    message = _refusal(source, f"SELECT * FROM read_csv('{named}')")
+    message = _refusal(lake_source, f"SELECT * FROM read_csv('{named}')")
     assert named in message
     assert "hunter2" not in message
 
 
-def test_a_missing_lake_file_is_named_to_members(source: DuckDBSource, lake: Lake) -> None:
+def test_a_missing_lake_file_is_named_to_members(lake_source: DuckDBSource, lake: Lake) -> None:
     """A glob that matches nothing in the lake: source_unavailable naming the pattern, a
     path of the lake, which the query's authors read (any other path in DuckDB's words is
     replaced, withheld.py)."""
     pattern = f"{lake.folder}/nothing-*.csv"
     with pytest.raises(SourceUnavailableError) as caught:
-        _rows(source, f"SELECT * FROM read_csv('{pattern}')")
+        _rows(lake_source, f"SELECT * FROM read_csv('{pattern}')")
     assert pattern in str(caught.value)
 
 
 def test_a_refusal_names_the_path_but_not_the_lake_folders(
-    source: DuckDBSource, lake: Lake
+    lake_source: DuckDBSource, lake: Lake
 ) -> None:
     """The refusal reaches viewers too, who are not told where the installation keeps its
     files: it names the query's own path and where its authors find the folders (the
     source's URL), not the folders."""
     named = f"{lake.outside}/secret.csv"
-    message = _refusal(source, f"SELECT * FROM read_csv('{named}')")
+    message = _refusal(lake_source, f"SELECT * FROM read_csv('{named}')")
     assert named in message
     assert "?allow=" in message
     assert str(lake.folder) not in message
@@ -183,10 +185,12 @@ def test_a_refusal_names_the_path_but_not_the_lake_folders(
         "SELECT * FROM read_csv('{folder}/*.csv')",  # the glob matches the link too
     ],
 )
-def test_links_that_leave_the_lake_are_refused(source: DuckDBSource, lake: Lake, sql: str) -> None:
+def test_links_that_leave_the_lake_are_refused(
+    lake_source: DuckDBSource, lake: Lake, sql: str
+) -> None:
     """A symbolic link in the lake to a file or a folder outside it reads nothing, whether
     named or matched by a glob."""
-    message = _refusal(source, sql.format(folder=lake.folder))
+    message = _refusal(lake_source, sql.format(folder=lake.folder))
     assert "hunter2" not in message
 
 
@@ -205,22 +209,22 @@ def test_links_that_leave_the_lake_are_refused(source: DuckDBSource, lake: Lake,
     ],
 )
 def test_writing_attaching_and_widening_the_sandbox_are_refused(
-    source: DuckDBSource, lake: Lake, sql: str
+    lake_source: DuckDBSource, lake: Lake, sql: str
 ) -> None:
     """The lake is read-only: COPY ... TO (into an allowed folder too), ATTACH, extensions and
     any setting are refused, and no file appears."""
-    _refusal(source, sql.format(folder=lake.folder))
+    _refusal(lake_source, sql.format(folder=lake.folder))
     assert sorted(p.name for p in lake.folder.iterdir()) == sorted(
         ["a.parquet", "b.parquet", "2024", "people.csv", "linked.csv", "linked_dir"]
     )
-    _refusal(source, f"SELECT count(*) FROM read_csv('{lake.outside}/secret.csv')")
+    _refusal(lake_source, f"SELECT count(*) FROM read_csv('{lake.outside}/secret.csv')")
 
 
-def test_the_sandbox_cannot_be_widened_from_sql(source: DuckDBSource, lake: Lake) -> None:
+def test_the_sandbox_cannot_be_widened_from_sql(lake_source: DuckDBSource, lake: Lake) -> None:
     """The configuration is locked: even on the source's own connection, no SET gets
     through, and a file outside stays out of reach afterwards."""
-    _rows(source, "SELECT 1")  # opens the connection
-    opened = source._opened  # the connection itself, past the statement check
+    _rows(lake_source, "SELECT 1")  # opens the connection
+    opened = lake_source._opened  # the connection itself, past the statement check
     assert opened is not None
     with pytest.raises(duckdb.Error):
         opened.connection.execute("SET enable_external_access = true")
@@ -231,7 +235,7 @@ def test_the_sandbox_cannot_be_widened_from_sql(source: DuckDBSource, lake: Lake
 
 
 def test_other_file_readers_and_computed_paths_stay_refused(
-    source: DuckDBSource, lake: Lake
+    lake_source: DuckDBSource, lake: Lake
 ) -> None:
     """Only the Parquet, CSV and JSON readers, with the path written out: a path built from an
     expression or a parameter cannot be checked, and read_text/glob stay refused."""
@@ -241,16 +245,18 @@ def test_other_file_readers_and_computed_paths_stay_refused(
         f"SELECT * FROM read_csv('{lake.folder}/' || 'people.csv')",
         "SELECT * FROM read_csv($path)",
     ):
-        _refusal(source, sql)
+        _refusal(lake_source, sql)
 
 
-def test_the_private_pipes_folder_is_no_part_of_the_lake(source: DuckDBSource, lake: Lake) -> None:
+def test_the_private_pipes_folder_is_no_part_of_the_lake(
+    lake_source: DuckDBSource, lake: Lake
+) -> None:
     """DuckDB may write into the source's pipes folder, but a query may not read it."""
-    _rows(source, "SELECT 1")
-    assert source.scratch_root is not None
-    pipe = source.scratch_root / "pipes" / "x.csv"
+    _rows(lake_source, "SELECT 1")
+    assert lake_source.scratch_root is not None
+    pipe = lake_source.scratch_root / "pipes" / "x.csv"
     pipe.write_text("a\n1\n")
-    assert str(pipe) in _refusal(source, f"SELECT * FROM read_csv('{pipe}')")
+    assert str(pipe) in _refusal(lake_source, f"SELECT * FROM read_csv('{pipe}')")
 
 
 def test_without_allow_no_file_is_read(lake: Lake) -> None:
@@ -303,18 +309,20 @@ def test_a_registered_lake_url_is_accepted(lake: Lake) -> None:
     check_source_url(lake.url())
 
 
-def test_describe_and_preview_work_on_a_lake_query(source: DuckDBSource, lake: Lake) -> None:
+def test_describe_and_preview_work_on_a_lake_query(lake_source: DuckDBSource, lake: Lake) -> None:
     """The columns of a lake query come from the file's schema; the preview shows its rows."""
     sql = f"SELECT id, owner FROM '{lake.folder}/*.parquet' WHERE owner = $user_id ORDER BY id"
-    columns = source.describe(sql, {}, ALICE, timeout_seconds=10)
+    columns = lake_source.describe(sql, {}, ALICE, timeout_seconds=10)
     assert [(c.name, c.type) for c in columns] == [("id", "BIGINT"), ("owner", "VARCHAR")]
-    shown = source.preview(
+    shown = lake_source.preview(
         sql, {}, ALICE, timeout_seconds=10, max_rows=1, max_cell_chars=100, max_bytes=10_000
     )
     assert shown.table.to_pylist() == [{"id": 1, "owner": "alice"}]
     assert shown.more
     with pytest.raises(QueryInvalidError):
-        source.describe(f"SELECT * FROM '{lake.outside}/secret.csv'", {}, ALICE, timeout_seconds=10)
+        lake_source.describe(
+            f"SELECT * FROM '{lake.outside}/secret.csv'", {}, ALICE, timeout_seconds=10
+        )
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])

@@ -27,7 +27,7 @@ REQUESTER = Requester(user_id="user-7", workspace_id="acme")
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
+def duckdb_path(tmp_path: Path) -> Path:
     path = tmp_path / "source.duckdb"
     con = duckdb.connect(str(path))
     con.execute(
@@ -43,10 +43,10 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def source(db_path: Path) -> Iterator[DuckDBSource]:
-    source = DuckDBSource("warehouse", db_path)
-    yield source
-    source.close()
+def duckdb_source(duckdb_path: Path) -> Iterator[DuckDBSource]:
+    duckdb_source = DuckDBSource("warehouse", duckdb_path)
+    yield duckdb_source
+    duckdb_source.close()
 
 
 def _rows(
@@ -75,10 +75,10 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_a_large_result_streams_in_several_batches(source: DuckDBSource) -> None:
+def test_a_large_result_streams_in_several_batches(duckdb_source: DuckDBSource) -> None:
     """A result bigger than one batch arrives as several bounded record batches."""
     rows = 3 * BATCH_ROWS + 5
-    stream = source.execute(
+    stream = duckdb_source.execute(
         "SELECT range AS n, 'row ' || range AS label FROM range($rows)",
         {"rows": rows},
         REQUESTER,
@@ -93,16 +93,16 @@ def test_a_large_result_streams_in_several_batches(source: DuckDBSource) -> None
     assert sum(sizes) == rows
 
 
-def test_parameter_values_are_bound_never_interpolated(source: DuckDBSource) -> None:
+def test_parameter_values_are_bound_never_interpolated(duckdb_source: DuckDBSource) -> None:
     """An injection attempt is compared as a plain value and matches only that literal name."""
-    rows = _rows(source, "SELECT id FROM items WHERE name = $name", {"name": "x' OR '1'='1"})
+    rows = _rows(duckdb_source, "SELECT id FROM items WHERE name = $name", {"name": "x' OR '1'='1"})
     assert rows == [{"id": 4}]
 
 
-def test_typed_parameter_values_keep_their_types(source: DuckDBSource) -> None:
+def test_typed_parameter_values_keep_their_types(duckdb_source: DuckDBSource) -> None:
     """str, int, Decimal, date, bool and None bind as their SQL types."""
     rows = _rows(
-        source,
+        duckdb_source,
         "SELECT $s AS s, $i + 1 AS i, $d AS d, $day AS day, $flag AS flag, $nothing IS NULL AS n",
         {
             "s": "Zoë",
@@ -125,10 +125,12 @@ def test_typed_parameter_values_keep_their_types(source: DuckDBSource) -> None:
     ]
 
 
-def test_requester_context_is_bound_as_user_id_and_workspace_id(source: DuckDBSource) -> None:
+def test_requester_context_is_bound_as_user_id_and_workspace_id(
+    duckdb_source: DuckDBSource,
+) -> None:
     """$user_id and $workspace_id carry the requester, so a query can restrict rows by them."""
     rows = _rows(
-        source,
+        duckdb_source,
         "SELECT id, $USER_ID AS who FROM items WHERE workspace_id = $workspace_id "
         "AND owner = $user_id ORDER BY id",
     )
@@ -136,38 +138,44 @@ def test_requester_context_is_bound_as_user_id_and_workspace_id(source: DuckDBSo
 
 
 def test_dollar_names_inside_string_literals_and_comments_are_not_parameters(
-    source: DuckDBSource,
+    duckdb_source: DuckDBSource,
 ) -> None:
     """Only real parameter markers are bound; '$user_id' in quotes stays text."""
-    rows = _rows(source, "SELECT '$user_id' AS literal -- and $workspace_id here\n")
+    rows = _rows(duckdb_source, "SELECT '$user_id' AS literal -- and $workspace_id here\n")
     assert rows == [{"literal": "$user_id"}]
 
 
-def test_parameters_the_statement_does_not_use_are_ignored(source: DuckDBSource) -> None:
+def test_parameters_the_statement_does_not_use_are_ignored(duckdb_source: DuckDBSource) -> None:
     """A report's shared parameters may include some a given query does not mention."""
-    rows = _rows(source, "SELECT count(*) AS n FROM items WHERE id > $min", {"min": 1, "max": 9})
+    rows = _rows(
+        duckdb_source, "SELECT count(*) AS n FROM items WHERE id > $min", {"min": 1, "max": 9}
+    )
     assert rows == [{"n": 3}]
 
 
 @pytest.mark.parametrize("name", ["user_id", "WORKSPACE_ID"])
 def test_a_query_parameter_may_not_shadow_the_requester_context(
-    source: DuckDBSource, name: str
+    duckdb_source: DuckDBSource, name: str
 ) -> None:
     """Passing user_id/workspace_id as a query parameter would impersonate someone: refused."""
     with pytest.raises(QueryInvalidError, match="reserved"):
-        source.execute("SELECT $user_id", {name: "someone-else"}, REQUESTER, timeout_seconds=5)
+        duckdb_source.execute(
+            "SELECT $user_id", {name: "someone-else"}, REQUESTER, timeout_seconds=5
+        )
 
 
-def test_a_missing_parameter_value_is_named(source: DuckDBSource) -> None:
+def test_a_missing_parameter_value_is_named(duckdb_source: DuckDBSource) -> None:
     """A parameter without a value is query_invalid and the message names it."""
     with pytest.raises(QueryInvalidError, match=r"\$since"):
-        source.execute("SELECT * FROM items WHERE id > $since", {}, REQUESTER, timeout_seconds=5)
+        duckdb_source.execute(
+            "SELECT * FROM items WHERE id > $since", {}, REQUESTER, timeout_seconds=5
+        )
 
 
-def test_positional_parameters_are_refused(source: DuckDBSource) -> None:
+def test_positional_parameters_are_refused(duckdb_source: DuckDBSource) -> None:
     """Only named parameters are supported, with a message saying how to write them."""
     with pytest.raises(QueryInvalidError, match="named"):
-        source.execute("SELECT * FROM items WHERE id = ?", {}, REQUESTER, timeout_seconds=5)
+        duckdb_source.execute("SELECT * FROM items WHERE id = ?", {}, REQUESTER, timeout_seconds=5)
 
 
 @pytest.mark.parametrize(
@@ -195,24 +203,24 @@ def test_positional_parameters_are_refused(source: DuckDBSource) -> None:
     ],
 )
 def test_every_sandbox_escape_is_refused_and_changes_nothing(
-    source: DuckDBSource, db_path: Path, tmp_path: Path, sql: str, reason: str
+    duckdb_source: DuckDBSource, duckdb_path: Path, tmp_path: Path, sql: str, reason: str
 ) -> None:
     """Writes, file access, attaching, extensions: all query_invalid, and the file is unchanged."""
     out, other = tmp_path / "leak.csv", tmp_path / "other.duckdb"
-    before = _digest(db_path)
+    before = _digest(duckdb_path)
 
     with pytest.raises(QueryInvalidError, match=reason):
-        _drain(source, sql.format(out=out, other=other))
+        _drain(duckdb_source, sql.format(out=out, other=other))
 
-    assert _digest(db_path) == before
+    assert _digest(duckdb_path) == before
     assert not out.exists()
     assert not other.exists()
-    assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
+    assert _rows(duckdb_source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
 
 
-def test_configuration_stays_locked_for_every_query(db_path: Path, tmp_path: Path) -> None:
+def test_configuration_stays_locked_for_every_query(duckdb_path: Path, tmp_path: Path) -> None:
     """The sandbox settings are in force and locked, so no statement can loosen them."""
-    con = connect_sandboxed(db_path, tmp_path)
+    con = connect_sandboxed(duckdb_path, tmp_path)
     try:
         rows = con.execute(
             "SELECT current_setting('enable_external_access'), "
@@ -271,15 +279,15 @@ ESCAPES = [
 
 @pytest.mark.parametrize("sql", ESCAPES)
 def test_no_query_reads_files_or_learns_the_servers_paths(
-    source: DuckDBSource, db_path: Path, sql: str
+    duckdb_source: DuckDBSource, duckdb_path: Path, sql: str
 ) -> None:
     """File readers, listers, replacement scans and the settings and views that show paths are
     refused before anything runs, wherever they hide in the statement."""
-    assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]  # scratch made
-    scratch = source.scratch_root
+    assert _rows(duckdb_source, "SELECT count(*) AS n FROM items") == [{"n": 4}]  # scratch made
+    scratch = duckdb_source.scratch_root
     assert scratch is not None
     with pytest.raises(QueryInvalidError, match="is not allowed: queries may not read files"):
-        _drain(source, sql.format(scratch=scratch, db=db_path))
+        _drain(duckdb_source, sql.format(scratch=scratch, db=duckdb_path))
 
 
 @pytest.mark.parametrize(
@@ -292,10 +300,12 @@ def test_no_query_reads_files_or_learns_the_servers_paths(
         ("SELECT * FROM pragma_database_list", "pragma_database_list"),
     ],
 )
-def test_the_refusal_names_what_it_refuses(source: DuckDBSource, sql: str, named: str) -> None:
+def test_the_refusal_names_what_it_refuses(
+    duckdb_source: DuckDBSource, sql: str, named: str
+) -> None:
     """The message names the function or file reference, so the author knows what to change."""
     with pytest.raises(QueryInvalidError) as caught:
-        _drain(source, sql)
+        _drain(duckdb_source, sql)
     assert named in caught.value.detail.lower()
     assert "may not read files" in caught.value.detail
 
@@ -326,28 +336,30 @@ ORDINARY = {
 
 
 @pytest.mark.parametrize("sql", ORDINARY.values(), ids=ORDINARY.keys())
-def test_ordinary_queries_still_run(source: DuckDBSource, sql: str) -> None:
+def test_ordinary_queries_still_run(duckdb_source: DuckDBSource, sql: str) -> None:
     """Joins, CTEs, window functions, range(), unnest, lambdas and the catalogue pass the check."""
-    assert _rows(source, sql)  # refused would raise; every one of them returns rows
+    assert _rows(duckdb_source, sql)  # refused would raise; every one of them returns rows
 
 
-def test_syntax_error_message_is_duckdbs_own(source: DuckDBSource) -> None:
+def test_syntax_error_message_is_duckdbs_own(duckdb_source: DuckDBSource) -> None:
     """A syntax error is query_invalid and says where the parser stopped."""
     with pytest.raises(QueryInvalidError) as caught:
-        source.execute("SELEC id FROM items", {}, REQUESTER, timeout_seconds=5)
+        duckdb_source.execute("SELEC id FROM items", {}, REQUESTER, timeout_seconds=5)
     assert 'syntax error at or near "SELEC"' in caught.value.detail
     assert "Traceback" not in caught.value.detail
 
 
-def test_unknown_column_is_query_invalid_with_the_binders_message(source: DuckDBSource) -> None:
+def test_unknown_column_is_query_invalid_with_the_binders_message(
+    duckdb_source: DuckDBSource,
+) -> None:
     """A binder error names the missing column."""
     with pytest.raises(QueryInvalidError, match="colour"):
-        source.execute("SELECT colour FROM items", {}, REQUESTER, timeout_seconds=5)
+        duckdb_source.execute("SELECT colour FROM items", {}, REQUESTER, timeout_seconds=5)
 
 
-def test_an_error_raised_while_streaming_is_query_invalid(source: DuckDBSource) -> None:
+def test_an_error_raised_while_streaming_is_query_invalid(duckdb_source: DuckDBSource) -> None:
     """A conversion failing after some batches were read still settles query_invalid."""
-    stream = source.execute(
+    stream = duckdb_source.execute(
         "SELECT CASE WHEN range < 300000 THEN range ELSE ('x' || range)::BIGINT END AS v "
         "FROM range(400000)",
         {},
@@ -359,25 +371,25 @@ def test_an_error_raised_while_streaming_is_query_invalid(source: DuckDBSource) 
             pass
 
 
-def test_an_empty_query_is_query_invalid(source: DuckDBSource) -> None:
+def test_an_empty_query_is_query_invalid(duckdb_source: DuckDBSource) -> None:
     """Whitespace or a lone comment is not a statement."""
     with pytest.raises(QueryInvalidError, match="empty"):
-        source.execute("  -- nothing\n", {}, REQUESTER, timeout_seconds=5)
+        duckdb_source.execute("  -- nothing\n", {}, REQUESTER, timeout_seconds=5)
 
 
-def test_a_slow_statement_hits_the_statement_timeout(source: DuckDBSource) -> None:
+def test_a_slow_statement_hits_the_statement_timeout(duckdb_source: DuckDBSource) -> None:
     """A statement still running at the deadline is interrupted: query_timeout."""
     with pytest.raises(QueryTimeoutError, match=r"statement timeout of 0\.5 s reached"):
         _drain(
-            source,
+            duckdb_source,
             "SELECT count(*) FROM range(1000000000) a, range(1000000000) b",
             timeout_seconds=0.5,
         )
 
 
-def test_the_timeout_also_covers_reading_the_stream(source: DuckDBSource) -> None:
+def test_the_timeout_also_covers_reading_the_stream(duckdb_source: DuckDBSource) -> None:
     """A result read past the deadline is interrupted mid-stream: query_timeout."""
-    stream = source.execute(
+    stream = duckdb_source.execute(
         "SELECT range AS n, md5(range::VARCHAR) AS h FROM range(100000000000)",
         {},
         REQUESTER,
@@ -388,9 +400,9 @@ def test_the_timeout_also_covers_reading_the_stream(source: DuckDBSource) -> Non
             pass
 
 
-def test_closing_a_stream_early_releases_it(source: DuckDBSource) -> None:
+def test_closing_a_stream_early_releases_it(duckdb_source: DuckDBSource) -> None:
     """A stream closed after one batch stops its query; the source keeps working."""
-    stream = source.execute(
+    stream = duckdb_source.execute(
         "SELECT range AS n FROM range(100000000000)", {}, REQUESTER, timeout_seconds=0.5
     )
     first = next(iter(stream))
@@ -398,7 +410,7 @@ def test_closing_a_stream_early_releases_it(source: DuckDBSource) -> None:
     stream.close()
 
     assert first.num_rows > 0
-    assert _rows(source, "SELECT 1 AS one") == [{"one": 1}]
+    assert _rows(duckdb_source, "SELECT 1 AS one") == [{"one": 1}]
 
 
 def test_a_missing_database_is_source_unavailable(tmp_path: Path) -> None:
@@ -417,12 +429,14 @@ def test_a_file_that_is_not_a_database_is_source_unavailable(tmp_path: Path) -> 
         DuckDBSource("garbage", path).execute("SELECT 1", {}, REQUESTER, timeout_seconds=5)
 
 
-def test_a_second_source_on_the_same_file_says_so(source: DuckDBSource, db_path: Path) -> None:
+def test_a_second_source_on_the_same_file_says_so(
+    duckdb_source: DuckDBSource, duckdb_path: Path
+) -> None:
     """Two sources on one DuckDB file in one process: DuckDB would hand the second the first's
     instance, sandboxed around the first's folders. The second is refused with the reason and
     the way out (share the first); the first reads on."""
-    assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
-    second = DuckDBSource("warehouse_b", db_path)
+    assert _rows(duckdb_source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
+    second = DuckDBSource("warehouse_b", duckdb_path)
     try:
         with pytest.raises(SourceUnavailableError) as refused:
             second.execute("SELECT 1", {}, REQUESTER, timeout_seconds=5)
@@ -430,19 +444,19 @@ def test_a_second_source_on_the_same_file_says_so(source: DuckDBSource, db_path:
         second.close()
     assert "'warehouse_b'" in str(refused.value)
     assert "its file is already open in this process through another source" in str(refused.value)
-    assert str(db_path) not in str(refused.value)  # where the file is: the operator's log only
+    assert str(duckdb_path) not in str(refused.value)  # where the file is: the operator's log only
     assert "qexport sources share" in str(refused.value)
-    assert _rows(source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
+    assert _rows(duckdb_source, "SELECT count(*) AS n FROM items") == [{"n": 4}]
 
 
-def test_concurrent_exports_each_read_their_own_rows(source: DuckDBSource) -> None:
+def test_concurrent_exports_each_read_their_own_rows(duckdb_source: DuckDBSource) -> None:
     """Several threads streaming at once each get exactly their own result."""
     totals: dict[int, int] = {}
     errors: list[BaseException] = []
 
     def export(k: int) -> None:
         try:
-            stream = source.execute(
+            stream = duckdb_source.execute(
                 "SELECT range * $k AS v FROM range(200000)",
                 {"k": k},
                 Requester(f"user-{k}", "acme"),
@@ -464,10 +478,10 @@ def test_concurrent_exports_each_read_their_own_rows(source: DuckDBSource) -> No
     assert totals == {k: k * base for k in range(1, 5)}
 
 
-def test_a_negative_timeout_is_a_programming_error(source: DuckDBSource) -> None:
+def test_a_negative_timeout_is_a_programming_error(duckdb_source: DuckDBSource) -> None:
     """timeout_seconds must be >= 0 (0 means no limit)."""
     with pytest.raises(ValueError, match="timeout_seconds"):
-        source.execute("SELECT 1", {}, REQUESTER, timeout_seconds=-1)
+        duckdb_source.execute("SELECT 1", {}, REQUESTER, timeout_seconds=-1)
 
 
 def _replace_database(path: Path, label: str) -> None:
@@ -482,25 +496,25 @@ def _replace_database(path: Path, label: str) -> None:
 
 
 def test_a_replaced_database_file_is_read_by_the_next_export(
-    source: DuckDBSource, db_path: Path
+    duckdb_source: DuckDBSource, duckdb_path: Path
 ) -> None:
     """The source keeps its database open between exports, yet a file moved into place is what
     the next export reads, once no export still reads the old file; the old one is read to
     its end by the export that had started on it."""
-    assert len(_rows(source, "SELECT * FROM items")) == 4
-    reading = source.execute(
+    assert len(_rows(duckdb_source, "SELECT * FROM items")) == 4
+    reading = duckdb_source.execute(
         "SELECT name FROM items ORDER BY id", {}, REQUESTER, timeout_seconds=30
     )
 
-    _replace_database(db_path, "new")
+    _replace_database(duckdb_path, "new")
     # An export still reads the old file: the next one does too (DuckDB would hand out the
     # instance open on that path), and the old export finishes on it.
-    assert len(_rows(source, "SELECT * FROM items")) == 4
+    assert len(_rows(duckdb_source, "SELECT * FROM items")) == 4
     assert pa.Table.from_batches(list(reading), schema=reading.schema).num_rows == 4
     reading.close()
 
-    assert _rows(source, "SELECT name FROM items") == [{"name": "new"}]
+    assert _rows(duckdb_source, "SELECT name FROM items") == [{"name": "new"}]
     with pytest.raises(QueryInvalidError, match="Permission Error"):  # reopened sandboxed
-        _rows(source, "SELECT * FROM leak")
-    _replace_database(db_path, "newer")
-    assert _rows(source, "SELECT name FROM items") == [{"name": "newer"}]
+        _rows(duckdb_source, "SELECT * FROM leak")
+    _replace_database(duckdb_path, "newer")
+    assert _rows(duckdb_source, "SELECT name FROM items") == [{"name": "newer"}]

@@ -52,7 +52,7 @@ WRONG_PASSWORD = "Wrong s3cret"  # noqa: S105 - a password the server refuses
 
 
 @pytest.fixture(scope="module")
-def server(mariadb_server: MariaDBServer) -> MariaDBServer:
+def generic_maria(mariadb_server: MariaDBServer) -> MariaDBServer:
     """The server, with what these tests add: an instant written from another time zone, and
     a function that writes (which a read-only transaction must refuse)."""
     db = mariadb_server.database
@@ -69,8 +69,8 @@ def server(mariadb_server: MariaDBServer) -> MariaDBServer:
 
 
 @pytest.fixture
-def source(server: MariaDBServer) -> GenericSource:
-    return from_url("maria", server.url(scheme=SCHEME), Settings())
+def generic_maria_source(generic_maria: MariaDBServer) -> GenericSource:
+    return from_url("maria", generic_maria.url(scheme=SCHEME), Settings())
 
 
 def _table(source: GenericSource, sql: str, parameters: dict[str, Any] | None = None) -> pa.Table:
@@ -89,11 +89,11 @@ def _running(server: MariaDBServer, marker: str) -> int:
     return int(rows[0][0])
 
 
-def test_types_are_exact(source: GenericSource) -> None:
+def test_types_are_exact(generic_maria_source: GenericSource) -> None:
     """DECIMAL keeps every digit (decimal128, or decimal256 past 38 digits), DATETIME is a
     wall-clock time, TIME a duration, JSON text, BLOB bytes; NULLs stay NULL."""
     table = _table(
-        source,
+        generic_maria_source,
         "SELECT price, exact, huge, moment, clock, doc, blobby, word FROM types ORDER BY id",
     )
     types = {f.name: f.type for f in table.schema}
@@ -118,49 +118,55 @@ def test_types_are_exact(source: GenericSource) -> None:
     assert set(empty.values()) == {None}
 
 
-def test_a_timestamp_is_the_same_instant_in_utc(source: GenericSource) -> None:
+def test_a_timestamp_is_the_same_instant_in_utc(generic_maria_source: GenericSource) -> None:
     """A TIMESTAMP written at 12:30 in +02:00 is read as 10:30 UTC, whatever the zones of
     the server and of qexport's session."""
-    table = _table(source, "SELECT at FROM instants")
+    table = _table(generic_maria_source, "SELECT at FROM instants")
     assert table.schema.field("at").type == pa.timestamp("us", tz="UTC")
     assert table.column("at").to_pylist() == [datetime(2024, 5, 1, 10, 30, 0, 250000, tzinfo=UTC)]
 
 
-def test_an_unsigned_bigint_past_int64_is_refused_naming_the_column(source: GenericSource) -> None:
+def test_an_unsigned_bigint_past_int64_is_refused_naming_the_column(
+    generic_maria_source: GenericSource,
+) -> None:
     """18446744073709551615 fits no int64: query_invalid naming the column, not the value."""
     with pytest.raises(QueryInvalidError, match="'ubig'") as caught:
-        _table(source, "SELECT ubig FROM types ORDER BY id")
+        _table(generic_maria_source, "SELECT ubig FROM types ORDER BY id")
     assert "18446744073709551615" not in str(caught.value)
-    exact = _table(source, "SELECT CAST(ubig AS DECIMAL(20, 0)) AS ubig FROM types ORDER BY id")
+    exact = _table(
+        generic_maria_source, "SELECT CAST(ubig AS DECIMAL(20, 0)) AS ubig FROM types ORDER BY id"
+    )
     assert exact.column("ubig").to_pylist() == [Decimal(18446744073709551615), None]
 
 
-def test_parameters_and_the_requester_are_bound(source: GenericSource) -> None:
+def test_parameters_and_the_requester_are_bound(generic_maria_source: GenericSource) -> None:
     """$user_id and a parameter that looks like SQL are values, never SQL."""
-    mine = _table(source, "SELECT name FROM people WHERE owner = $user_id")
+    mine = _table(generic_maria_source, "SELECT name FROM people WHERE owner = $user_id")
     assert mine.to_pylist() == [{"name": "Ann"}]
-    hostile = _table(source, "SELECT name FROM people WHERE name = $n", {"n": "x' OR '1'='1"})
+    hostile = _table(
+        generic_maria_source, "SELECT name FROM people WHERE name = $n", {"n": "x' OR '1'='1"}
+    )
     assert hostile.num_rows == 0
 
 
-def test_the_transaction_is_read_only(server: MariaDBServer) -> None:
+def test_the_transaction_is_read_only(generic_maria: MariaDBServer) -> None:
     """Even a login that may write (the admin) cannot: a function that inserts is refused by
     the READ ONLY transaction, and nothing was written."""
-    admin = from_url("admin", server.url(ADMIN, ADMIN_PASSWORD, scheme=SCHEME), Settings())
+    admin = from_url("admin", generic_maria.url(ADMIN, ADMIN_PASSWORD, scheme=SCHEME), Settings())
     with pytest.raises(QueryInvalidError, match="READ ONLY"):
         _table(admin, "SELECT bump() AS b")
-    assert server.execute(f"SELECT count(*) FROM {server.database}.counter") == [(0,)]
+    assert generic_maria.execute(f"SELECT count(*) FROM {generic_maria.database}.counter") == [(0,)]
     with pytest.raises(QueryInvalidError, match="only a single SELECT"):
         _table(admin, "DELETE FROM people")
 
 
 def test_the_server_stops_a_statement_at_the_timeout(
-    source: GenericSource, server: MariaDBServer
+    generic_maria_source: GenericSource, generic_maria: MariaDBServer
 ) -> None:
     """max_statement_time ends it on the server: query_timeout, and it no longer runs."""
     with pytest.raises(QueryTimeoutError, match="1 s"):
-        _table_timed(source, "SELECT SLEEP(30) AS slept_timeout_marker", 1)
-    assert _running(server, "slept_timeout_marker") == 0
+        _table_timed(generic_maria_source, "SELECT SLEEP(30) AS slept_timeout_marker", 1)
+    assert _running(generic_maria, "slept_timeout_marker") == 0
 
 
 def _table_timed(source: GenericSource, sql: str, seconds: float) -> None:
@@ -172,7 +178,7 @@ def _table_timed(source: GenericSource, sql: str, seconds: float) -> None:
 
 
 def test_on_interrupt_kills_the_query_on_the_server(
-    source: GenericSource, server: MariaDBServer
+    generic_maria_source: GenericSource, generic_maria: MariaDBServer
 ) -> None:
     """The interrupt handed out before the statement starts runs KILL QUERY: the statement
     ends on the server at once, failed as interrupted."""
@@ -181,7 +187,7 @@ def test_on_interrupt_kills_the_query_on_the_server(
 
     def run() -> None:
         try:
-            source.execute(
+            generic_maria_source.execute(
                 "SELECT SLEEP(60) AS slept_kill_marker",
                 {},
                 ALICE,
@@ -194,7 +200,7 @@ def test_on_interrupt_kills_the_query_on_the_server(
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 10
-    while _running(server, "slept_kill_marker") == 0:
+    while _running(generic_maria, "slept_kill_marker") == 0:
         assert time.monotonic() < deadline, "the statement never started"
         time.sleep(0.05)
     handed[0]()
@@ -203,21 +209,21 @@ def test_on_interrupt_kills_the_query_on_the_server(
     assert len(errors) == 1
     assert "interrupted" in str(errors[0])
     assert not isinstance(errors[0], QueryTimeoutError)
-    assert _running(server, "slept_kill_marker") == 0
+    assert _running(generic_maria, "slept_kill_marker") == 0
 
 
-def test_bad_sql_is_query_invalid(source: GenericSource) -> None:
+def test_bad_sql_is_query_invalid(generic_maria_source: GenericSource) -> None:
     """The server's own words for a missing table or a syntax error."""
     with pytest.raises(QueryInvalidError, match="doesn't exist"):
-        _table(source, "SELECT * FROM nope")
+        _table(generic_maria_source, "SELECT * FROM nope")
     with pytest.raises(QueryInvalidError, match="SQL syntax"):
-        _table(source, "SELECT id FROM people WHERE")
+        _table(generic_maria_source, "SELECT id FROM people WHERE")
 
 
-def test_a_refused_login_names_the_source_never_the_password(server: MariaDBServer) -> None:
+def test_a_refused_login_names_the_source_never_the_password(generic_maria: MariaDBServer) -> None:
     """A wrong password: access_lost at once (not retried), naming the source, as for every
     source; no server at the address: source_unavailable. The password appears nowhere."""
-    wrong = from_url("maria", server.url(password=WRONG_PASSWORD, scheme=SCHEME), Settings())
+    wrong = from_url("maria", generic_maria.url(password=WRONG_PASSWORD, scheme=SCHEME), Settings())
     with pytest.raises(SourceLoginError, match="'maria' refused qexport's login") as refused:
         wrong.describe("SELECT 1", {}, ALICE, timeout_seconds=5)
     assert refused.value.code is FailureCode.ACCESS_LOST
@@ -231,9 +237,9 @@ def test_a_refused_login_names_the_source_never_the_password(server: MariaDBServ
     assert READER_PASSWORD not in repr(gone)
 
 
-def test_describe_and_preview(source: GenericSource) -> None:
+def test_describe_and_preview(generic_maria_source: GenericSource) -> None:
     """Describe gives MariaDB's type names without a row; preview the first rows, cut."""
-    columns = source.describe(
+    columns = generic_maria_source.describe(
         "SELECT price, stamped, word FROM types", {}, ALICE, timeout_seconds=5
     )
     assert [(c.name, c.type) for c in columns] == [
@@ -241,7 +247,7 @@ def test_describe_and_preview(source: GenericSource) -> None:
         ("stamped", "TIMESTAMP"),
         ("word", "VARCHAR"),
     ]
-    shown = source.preview(
+    shown = generic_maria_source.preview(
         "SELECT id, word FROM types ORDER BY id",
         {},
         ALICE,
@@ -256,17 +262,19 @@ def test_describe_and_preview(source: GenericSource) -> None:
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_a_mariadb_query_exports_through_the_worker(
-    server: MariaDBServer, tmp_path: Path, fmt: str
+    generic_maria: MariaDBServer, tmp_path: Path, fmt: str
 ) -> None:
     """A worker exports a generic MariaDB source built from its URL."""
-    source = bootstrap.source_from_url("maria", server.url(scheme=SCHEME), Settings())
+    generic_maria_source = bootstrap.source_from_url(
+        "maria", generic_maria.url(scheme=SCHEME), Settings()
+    )
     store = InMemoryMetadataStore()
     sql = "SELECT id, price, word FROM types WHERE id = 1"
     store.add_query(Query(str(uuid.uuid4()), "w1", "typed", sql, "maria"))
     deps = container_of(
         store=store,
         objects=InMemoryObjectStore(),
-        sources=FixedSources({"maria": source}),
+        sources=FixedSources({"maria": generic_maria_source}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path / "data"),
     )

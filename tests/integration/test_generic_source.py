@@ -42,7 +42,7 @@ ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELEC
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
+def sqlite_path(tmp_path: Path) -> Path:
     path = tmp_path / "shop.db"
     con = sqlite3.connect(path)
     con.executescript(
@@ -63,8 +63,8 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def source(db_path: Path) -> GenericSource:
-    return GenericSource("shop", engine_for(f"sqlalchemy+sqlite:///{db_path}"))
+def generic_sqlite_source(sqlite_path: Path) -> GenericSource:
+    return GenericSource("shop", engine_for(f"sqlalchemy+sqlite:///{sqlite_path}"))
 
 
 def _table(source: GenericSource, sql: str, parameters: dict[str, Any] | None = None) -> pa.Table:
@@ -75,10 +75,12 @@ def _table(source: GenericSource, sql: str, parameters: dict[str, Any] | None = 
         stream.close()
 
 
-def test_types_come_out_exact(source: GenericSource) -> None:
+def test_types_come_out_exact(generic_sqlite_source: GenericSource) -> None:
     """Integers, floats, text, blobs and NULLs keep their values and get Arrow types; a JSON
     text stays text."""
-    table = _table(source, "SELECT id, total, note, raw, doc, empty FROM orders ORDER BY id")
+    table = _table(
+        generic_sqlite_source, "SELECT id, total, note, raw, doc, empty FROM orders ORDER BY id"
+    )
     assert [str(f.type) for f in table.schema] == [
         "int64",
         "double",
@@ -97,38 +99,44 @@ def test_types_come_out_exact(source: GenericSource) -> None:
     }
 
 
-def test_integers_and_floats_together_are_doubles(source: GenericSource) -> None:
+def test_integers_and_floats_together_are_doubles(generic_sqlite_source: GenericSource) -> None:
     """SQLite's NUMERIC values of one column may be integers and floats: one double column."""
-    table = _table(source, "SELECT v FROM mixed WHERE id < 3 ORDER BY id")
+    table = _table(generic_sqlite_source, "SELECT v FROM mixed WHERE id < 3 ORDER BY id")
     assert table.schema.field("v").type == pa.float64()
     assert table.column("v").to_pylist() == [1.0, 2.5]
 
 
-def test_a_column_of_mixed_types_is_refused_naming_it(source: GenericSource, db_path: Path) -> None:
+def test_a_column_of_mixed_types_is_refused_naming_it(
+    generic_sqlite_source: GenericSource, sqlite_path: Path
+) -> None:
     """Text and numbers in one column have no one exact type: query_invalid naming the
     column, whether the rows its type is chosen from show it or a later batch does, and no
     value in the message."""
     with pytest.raises(QueryInvalidError, match="'v'"):
-        _table(source, "SELECT v FROM mixed ORDER BY id")
-    con = sqlite3.connect(db_path)
+        _table(generic_sqlite_source, "SELECT v FROM mixed ORDER BY id")
+    con = sqlite3.connect(sqlite_path)
     con.execute("CREATE TABLE late (id INTEGER, v)")
     con.executemany("INSERT INTO late VALUES (?, ?)", [(i, i) for i in range(SAMPLE_ROWS)])
     con.execute("INSERT INTO late VALUES (?, 'secret text')", (SAMPLE_ROWS,))
     con.commit()
     con.close()
-    stream = source.execute("SELECT v FROM late ORDER BY id", {}, ALICE, timeout_seconds=5)
+    stream = generic_sqlite_source.execute(
+        "SELECT v FROM late ORDER BY id", {}, ALICE, timeout_seconds=5
+    )
     assert stream.schema.field("v").type == pa.int64()
     with pytest.raises(QueryInvalidError, match="'v'") as caught:
         list(stream)
     assert "secret" not in str(caught.value)
 
 
-def test_parameters_are_bound_never_written_into_the_sql(source: GenericSource) -> None:
+def test_parameters_are_bound_never_written_into_the_sql(
+    generic_sqlite_source: GenericSource,
+) -> None:
     """A value that looks like SQL is compared as data; the requester is $user_id; a colon in
     the query's own text is no placeholder."""
     hostile = "x' OR '1'='1"
     table = _table(
-        source,
+        generic_sqlite_source,
         "SELECT id FROM orders WHERE note = $note OR owner = $who",
         {
             "note": hostile,
@@ -136,11 +144,14 @@ def test_parameters_are_bound_never_written_into_the_sql(source: GenericSource) 
         },
     )
     assert table.column("id").to_pylist() == [3]
-    mine = _table(source, "SELECT id, '12:30' AS t FROM orders WHERE owner = $user_id ORDER BY id")
+    mine = _table(
+        generic_sqlite_source,
+        "SELECT id, '12:30' AS t FROM orders WHERE owner = $user_id ORDER BY id",
+    )
     assert mine.to_pylist() == [{"id": 1, "t": "12:30"}, {"id": 3, "t": "12:30"}]
-    assert _table(source, "SELECT $workspace_id AS w").to_pylist() == [{"w": "w1"}]
+    assert _table(generic_sqlite_source, "SELECT $workspace_id AS w").to_pylist() == [{"w": "w1"}]
     with pytest.raises(QueryInvalidError, match=r"\$missing"):
-        _table(source, "SELECT $missing AS m")
+        _table(generic_sqlite_source, "SELECT $missing AS m")
 
 
 def test_a_million_rows_stream_in_bounded_batches(tmp_path: Path) -> None:
@@ -171,7 +182,7 @@ def test_a_million_rows_stream_in_bounded_batches(tmp_path: Path) -> None:
 
 
 def test_writes_are_refused_before_the_server_and_by_it(
-    source: GenericSource, db_path: Path
+    generic_sqlite_source: GenericSource, sqlite_path: Path
 ) -> None:
     """Anything but a query is refused before it is sent; a write hidden behind WITH reaches
     SQLite, which refuses it (read-only file, PRAGMA query_only); nothing changes."""
@@ -183,18 +194,18 @@ def test_writes_are_refused_before_the_server_and_by_it(
         "SELECT 1; DELETE FROM orders",
     ):
         with pytest.raises(QueryInvalidError, match="only a single SELECT"):
-            _table(source, sql)
+            _table(generic_sqlite_source, sql)
     with pytest.raises(QueryInvalidError, match="readonly"):
-        _table(source, "WITH gone AS (SELECT 1) DELETE FROM orders")
-    con = sqlite3.connect(db_path)
+        _table(generic_sqlite_source, "WITH gone AS (SELECT 1) DELETE FROM orders")
+    con = sqlite3.connect(sqlite_path)
     assert con.execute("SELECT count(*) FROM orders").fetchone() == (3,)
     con.close()
 
 
-def test_the_statement_timeout_stops_a_running_query(source: GenericSource) -> None:
+def test_the_statement_timeout_stops_a_running_query(generic_sqlite_source: GenericSource) -> None:
     """A query past the timeout is interrupted inside SQLite: query_timeout."""
     with pytest.raises(QueryTimeoutError, match="1 s"):
-        _table_with_timeout(source, ENDLESS, 1)
+        _table_with_timeout(generic_sqlite_source, ENDLESS, 1)
 
 
 def _table_with_timeout(source: GenericSource, sql: str, seconds: float) -> None:
@@ -205,7 +216,7 @@ def _table_with_timeout(source: GenericSource, sql: str, seconds: float) -> None
         stream.close()
 
 
-def test_on_interrupt_stops_the_statement(source: GenericSource) -> None:
+def test_on_interrupt_stops_the_statement(generic_sqlite_source: GenericSource) -> None:
     """The interrupt handed to on_interrupt stops a running statement from another thread;
     the failure says it was interrupted, not timed out."""
     handed: list[Any] = []
@@ -217,21 +228,23 @@ def test_on_interrupt_stops_the_statement(source: GenericSource) -> None:
 
     threading.Timer(0.5, lambda: started.wait() and handed[0]()).start()
     with pytest.raises(QExportError, match="interrupted") as caught:
-        source.execute(ENDLESS, {}, ALICE, timeout_seconds=0, on_interrupt=keep)
+        generic_sqlite_source.execute(ENDLESS, {}, ALICE, timeout_seconds=0, on_interrupt=keep)
     assert not isinstance(caught.value, QueryTimeoutError)
 
 
-def test_bad_sql_is_query_invalid(source: GenericSource) -> None:
+def test_bad_sql_is_query_invalid(generic_sqlite_source: GenericSource) -> None:
     """A syntax error or a missing table is the query's fault, in SQLite's words."""
     with pytest.raises(QueryInvalidError, match="syntax error"):
-        _table(source, "SELECT id FORM orders")
+        _table(generic_sqlite_source, "SELECT id FORM orders")
     with pytest.raises(QueryInvalidError, match="no such table: nope"):
-        _table(source, "SELECT * FROM nope")
+        _table(generic_sqlite_source, "SELECT * FROM nope")
 
 
-def test_describe_names_the_columns_without_reading_a_row(source: GenericSource) -> None:
+def test_describe_names_the_columns_without_reading_a_row(
+    generic_sqlite_source: GenericSource,
+) -> None:
     """Describe runs the query wrapped to return no row; SQLite gives names, no types."""
-    columns = source.describe(
+    columns = generic_sqlite_source.describe(
         "SELECT id, owner AS who FROM orders WHERE owner = $user_id -- trailing",
         {},
         ALICE,
@@ -239,12 +252,12 @@ def test_describe_names_the_columns_without_reading_a_row(source: GenericSource)
     )
     assert [(c.name, c.type) for c in columns] == [("id", "ANY"), ("who", "ANY")]
     with pytest.raises(QueryInvalidError, match="no such column"):
-        source.describe("SELECT missing FROM orders", {}, ALICE, timeout_seconds=5)
+        generic_sqlite_source.describe("SELECT missing FROM orders", {}, ALICE, timeout_seconds=5)
 
 
-def test_preview_shows_the_first_rows_cut(source: GenericSource) -> None:
+def test_preview_shows_the_first_rows_cut(generic_sqlite_source: GenericSource) -> None:
     """The first rows under a LIMIT, long texts cut, `more` when rows were left out."""
-    shown = source.preview(
+    shown = generic_sqlite_source.preview(
         "SELECT id, note FROM orders WHERE owner = $user_id ORDER BY id;",
         {},
         ALICE,
@@ -255,7 +268,7 @@ def test_preview_shows_the_first_rows_cut(source: GenericSource) -> None:
     )
     assert shown.table.to_pylist() == [{"id": 1, "note": "first:"}]
     assert shown.more
-    everything = source.preview(
+    everything = generic_sqlite_source.preview(
         "SELECT id FROM orders",
         {},
         ALICE,
@@ -294,7 +307,7 @@ def test_a_missing_dialect_or_driver_says_what_to_install(url: str, advice: str)
     assert "pw" not in str(caught.value)
 
 
-def test_bad_generic_urls_are_refused(db_path: Path) -> None:
+def test_bad_generic_urls_are_refused(sqlite_path: Path) -> None:
     """A relative or in-memory SQLite database, an async driver, or no dialect at all."""
     for url, why in (
         ("sqlalchemy+sqlite:///relative.db", "absolute file"),
@@ -303,24 +316,26 @@ def test_bad_generic_urls_are_refused(db_path: Path) -> None:
     ):
         with pytest.raises(ValueError, match=why):
             bootstrap.source_from_url("dw", url, Settings())
-    check_source_url(f"sqlalchemy+sqlite:///{db_path}")
+    check_source_url(f"sqlalchemy+sqlite:///{sqlite_path}")
     with pytest.raises(InvalidRequestError):
         check_source_url("sqlalchemy+:///x")
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
 def test_a_generic_source_exports_through_the_worker(
-    db_path: Path, tmp_path: Path, fmt: str
+    sqlite_path: Path, tmp_path: Path, fmt: str
 ) -> None:
     """A worker exports a query of a SQLite file given by its URL, the requester bound."""
-    source = bootstrap.source_from_url("shop", f"sqlalchemy+sqlite:///{db_path}", Settings())
+    generic_sqlite_source = bootstrap.source_from_url(
+        "shop", f"sqlalchemy+sqlite:///{sqlite_path}", Settings()
+    )
     store = InMemoryMetadataStore()
     sql = "SELECT id, total, note FROM orders WHERE owner = $user_id ORDER BY id"
     store.add_query(Query(str(uuid.uuid4()), "w1", "mine", sql, "shop"))
     deps = container_of(
         store=store,
         objects=InMemoryObjectStore(),
-        sources=FixedSources({"shop": source}),
+        sources=FixedSources({"shop": generic_sqlite_source}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path / "data"),
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -27,12 +26,6 @@ from tests.fakes.audit import TEST_AUDIT_KEYS
 from tests.support.stores import SqlMetadataStore
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
-    """The SQL store on each database it supports."""
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
 
 
 def _to(engine: sa.Engine, revision: str) -> None:

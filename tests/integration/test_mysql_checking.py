@@ -65,7 +65,7 @@ def _withheld(detail: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(mariadb_server: MariaDBServer) -> Iterator[MariaDBServer]:
+def salaries_maria(mariadb_server: MariaDBServer) -> Iterator[MariaDBServer]:
     mariadb_server.execute(
         f"USE {mariadb_server.database}",
         "CREATE TABLE salaries (name VARCHAR(20), salary INT)",
@@ -76,10 +76,14 @@ def server(mariadb_server: MariaDBServer) -> Iterator[MariaDBServer]:
 
 
 @pytest.fixture(params=["mysql", "generic"])
-def source(request: pytest.FixtureRequest, server: MariaDBServer) -> Source:
+def mysql_or_generic_source(
+    request: pytest.FixtureRequest, salaries_maria: MariaDBServer
+) -> Source:
     if request.param == "mysql":
-        return MySQLSource("maria", server.url())
-    return GenericSource("maria", engine_for("sqlalchemy+" + server.url(scheme="mysql+mysqldb")))
+        return MySQLSource("maria", salaries_maria.url())
+    return GenericSource(
+        "maria", engine_for("sqlalchemy+" + salaries_maria.url(scheme="mysql+mysqldb"))
+    )
 
 
 def _describe(source: Source, sql: str) -> None:
@@ -95,11 +99,13 @@ def _describe(source: Source, sql: str) -> None:
 
 
 @pytest.mark.parametrize("carrier", sorted(LEAKS))
-def test_a_query_saved_reads_the_error_number_never_the_data(source: Source, carrier: str) -> None:
+def test_a_query_saved_reads_the_error_number_never_the_data(
+    mysql_or_generic_source: Source, carrier: str
+) -> None:
     """Saving the query describes (and plans) it: refused naming MySQL error 1105, without
     the text the server made of the table's rows."""
     with pytest.raises(StatementRefusedError) as caught:
-        _describe(source, LEAKS[carrier])
+        _describe(mysql_or_generic_source, LEAKS[carrier])
     _withheld(caught.value.detail)
 
 
@@ -114,14 +120,14 @@ def _probe(threshold: int) -> str:
 
 
 def test_a_refused_save_is_on_the_record_and_the_31st_in_a_minute_never_reaches_the_source(
-    server: MariaDBServer,
+    salaries_maria: MariaDBServer,
 ) -> None:
     """On the MySQL source (it describes and plans on the server), the probe's refusal (a
     bit of the salaries table) is a failed `query.created` event of Ann's, without the
     server's text, and takes one of her 30 previews of the minute; the probe the server
     accepts takes none; the 31st refused save is TooManyRequestsError with a Retry-After,
     and the source is not asked."""
-    sources = FixedSources({"maria": MySQLSource("maria", server.url())})
+    sources = FixedSources({"maria": MySQLSource("maria", salaries_maria.url())})
     runner = InProcessPreviews(sources)
     audit = InMemoryAuditLog()
     ration = Ration(Looks(InMemoryRateLimits(), FrozenClock(), 30), audit)
@@ -166,23 +172,25 @@ def test_a_refused_save_is_on_the_record_and_the_31st_in_a_minute_never_reaches_
 
 
 @pytest.mark.parametrize("carrier", sorted(LEAKS))
-def test_a_plan_reads_the_error_number_never_the_data(server: MariaDBServer, carrier: str) -> None:
+def test_a_plan_reads_the_error_number_never_the_data(
+    salaries_maria: MariaDBServer, carrier: str
+) -> None:
     """EXPLAIN evaluates the subquery too: `relations` (the policy's planner) withholds it."""
-    source = MySQLSource("maria", server.url())
+    mysql_or_generic_source = MySQLSource("maria", salaries_maria.url())
     with pytest.raises(QueryInvalidError) as caught:
-        source.relations(LEAKS[carrier], {}, ANN, timeout_seconds=10)
+        mysql_or_generic_source.relations(LEAKS[carrier], {}, ANN, timeout_seconds=10)
     _withheld(caught.value.detail)
 
 
 @pytest.mark.parametrize("sql", sorted(HELPFUL))
 def test_a_syntax_error_or_an_unknown_column_reads_as_the_server_says(
-    source: Source, sql: str
+    mysql_or_generic_source: Source, sql: str
 ) -> None:
     with pytest.raises(StatementRefusedError, match=HELPFUL[sql]):
-        _describe(source, sql)
-    if isinstance(source, MySQLSource):
+        _describe(mysql_or_generic_source, sql)
+    if isinstance(mysql_or_generic_source, MySQLSource):
         with pytest.raises(QueryInvalidError, match=HELPFUL[sql]):
-            source.relations(sql, {}, ANN, timeout_seconds=10)
+            mysql_or_generic_source.relations(sql, {}, ANN, timeout_seconds=10)
 
 
 def _desk(source: Source, audit: InMemoryAuditLog, per_minute: int) -> PreviewDesk:
@@ -208,11 +216,13 @@ def _desk(source: Source, audit: InMemoryAuditLog, per_minute: int) -> PreviewDe
     )
 
 
-def test_a_preview_whose_plan_fails_is_on_the_record_and_counted(server: MariaDBServer) -> None:
+def test_a_preview_whose_plan_fails_is_on_the_record_and_counted(
+    salaries_maria: MariaDBServer,
+) -> None:
     """The policy plans the preview first (the table is marked): the plan's error is withheld,
     the preview is recorded as failed at its plan, and it took one of the minute's previews."""
     audit = InMemoryAuditLog()
-    desk = _desk(MySQLSource("maria", server.url()), audit, per_minute=1)
+    desk = _desk(MySQLSource("maria", salaries_maria.url()), audit, per_minute=1)
     with pytest.raises(QueryInvalidError) as caught:
         preview_query(desk, ANN, query_ref="q-leak")
     _withheld(caught.value.detail)
@@ -225,10 +235,10 @@ def test_a_preview_whose_plan_fails_is_on_the_record_and_counted(server: MariaDB
         preview_query(desk, ANN, query_ref="q-leak")
 
 
-def test_a_preview_that_runs_keeps_the_servers_text(server: MariaDBServer) -> None:
+def test_a_preview_that_runs_keeps_the_servers_text(salaries_maria: MariaDBServer) -> None:
     """Without a marked table nothing is planned: the statement runs, on the record and
     rationed, and its error is the server's own."""
-    desk = _desk(MySQLSource("maria", server.url()), InMemoryAuditLog(), per_minute=5)
+    desk = _desk(MySQLSource("maria", salaries_maria.url()), InMemoryAuditLog(), per_minute=5)
     desk.accounts.set_workspace_policy("acme", WorkspacePolicy())
     with pytest.raises(QueryInvalidError, match="XPATH syntax error"):
         preview_query(desk, ANN, query_ref="q-leak")

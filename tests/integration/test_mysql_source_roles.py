@@ -63,7 +63,7 @@ class Accounts:
 
 
 @pytest.fixture
-def accounts(mariadb_server: MariaDBServer) -> Iterator[Accounts]:
+def maria_accounts(mariadb_server: MariaDBServer) -> Iterator[Accounts]:
     """Accounts and roles of this test only, dropped after."""
     made = Accounts(mariadb_server, [])
     yield made
@@ -79,80 +79,82 @@ def _refusal(source: MySQLSource) -> str:
     return str(refused.value)
 
 
-def test_a_plain_select_login_and_a_reading_role_pass(accounts: Accounts) -> None:
+def test_a_plain_select_login_and_a_reading_role_pass(maria_accounts: Accounts) -> None:
     """SELECT on its database, and a role (default or not) that only reads: nothing found."""
-    assert accounts.source(accounts.login()).check_role() == []
-    reading = accounts.role()
-    accounts.server.execute(f"GRANT SELECT ON {accounts.server.database}.* TO {reading}")
-    login = accounts.login(f"GRANT {reading} TO {{login}}")
-    assert accounts.source(login).check_role() == []
-    accounts.server.execute(f"SET DEFAULT ROLE {reading} FOR '{login}'@'%'")
-    assert accounts.source(login).check_role() == []
+    assert maria_accounts.source(maria_accounts.login()).check_role() == []
+    reading = maria_accounts.role()
+    maria_accounts.server.execute(
+        f"GRANT SELECT ON {maria_accounts.server.database}.* TO {reading}"
+    )
+    login = maria_accounts.login(f"GRANT {reading} TO {{login}}")
+    assert maria_accounts.source(login).check_role() == []
+    maria_accounts.server.execute(f"SET DEFAULT ROLE {reading} FOR '{login}'@'%'")
+    assert maria_accounts.source(login).check_role() == []
 
 
 @pytest.mark.parametrize("default", [False, True], ids=["not default", "default"])
 def test_a_role_with_file_refuses_the_login_naming_the_path(
-    accounts: Accounts, default: bool
+    maria_accounts: Accounts, default: bool
 ) -> None:
     """FILE on a role granted to the login, default or not (SET ROLE enables it either way):
     refused naming the privilege, the role, the path and the REVOKE."""
-    filer = accounts.role()
-    accounts.server.execute(f"GRANT FILE ON *.* TO {filer}")
-    login = accounts.login(f"GRANT {filer} TO {{login}}")
+    filer = maria_accounts.role()
+    maria_accounts.server.execute(f"GRANT FILE ON *.* TO {filer}")
+    login = maria_accounts.login(f"GRANT {filer} TO {{login}}")
     if default:
-        accounts.server.execute(f"SET DEFAULT ROLE {filer} FOR '{login}'@'%'")
-    message = _refusal(accounts.source(login))
+        maria_accounts.server.execute(f"SET DEFAULT ROLE {filer} FOR '{login}'@'%'")
+    message = _refusal(maria_accounts.source(login))
     assert (
         f"has FILE on *.*, through the role {filer}"
         f" ({login} -> {filer}: REVOKE `{filer}` FROM `{login}`@`%`)"
     ) in message
     assert "--allow-privileged-role" in message
-    allowed = accounts.source(login, allowed=True).check_role()
+    allowed = maria_accounts.source(login, allowed=True).check_role()
     assert any("has FILE on *.*" in finding for finding in allowed)
 
 
-def test_a_role_reached_through_another_is_judged(accounts: Accounts) -> None:
+def test_a_role_reached_through_another_is_judged(maria_accounts: Accounts) -> None:
     """login -> team -> filer: the finding names the whole chain and the grant that hands
     `filer` on; once it is revoked, the login passes."""
-    team, filer = accounts.role(), accounts.role()
-    accounts.server.execute(
+    team, filer = maria_accounts.role(), maria_accounts.role()
+    maria_accounts.server.execute(
         f"GRANT FILE ON *.* TO {filer}",
         f"GRANT {filer} TO {team}",
-        f"GRANT SELECT ON {accounts.server.database}.* TO {team}",
+        f"GRANT SELECT ON {maria_accounts.server.database}.* TO {team}",
     )
-    login = accounts.login(f"GRANT {team} TO {{login}}")
-    message = _refusal(accounts.source(login))
+    login = maria_accounts.login(f"GRANT {team} TO {{login}}")
+    message = _refusal(maria_accounts.source(login))
     assert f"({login} -> {team} -> {filer}: REVOKE `{filer}` FROM `{team}`)" in message
-    accounts.server.execute(f"REVOKE {filer} FROM {team}")
-    assert accounts.source(login).check_role() == []
+    maria_accounts.server.execute(f"REVOKE {filer} FROM {team}")
+    assert maria_accounts.source(login).check_role() == []
 
 
-def test_a_proxy_grant_refuses_the_login(accounts: Accounts) -> None:
+def test_a_proxy_grant_refuses_the_login(maria_accounts: Accounts) -> None:
     """PROXY on another account lets the login become it: refused naming that account."""
-    login = accounts.login(f"GRANT PROXY ON '{ADMIN}'@'%' TO {{login}}")
-    message = _refusal(accounts.source(login))
+    login = maria_accounts.login(f"GRANT PROXY ON '{ADMIN}'@'%' TO {{login}}")
+    message = _refusal(maria_accounts.source(login))
     assert (
         f"can become the account `{ADMIN}`@`%`"
         f" (PROXY: REVOKE PROXY ON `{ADMIN}`@`%` FROM `{login}`@`%`)"
     ) in message
 
 
-def test_a_role_the_login_may_hand_on_refuses_it(accounts: Accounts) -> None:
+def test_a_role_the_login_may_hand_on_refuses_it(maria_accounts: Accounts) -> None:
     """WITH ADMIN OPTION: the login may grant the role to anyone (itself included)."""
-    reading = accounts.role()
-    login = accounts.login(f"GRANT {reading} TO {{login}} WITH ADMIN OPTION")
-    message = _refusal(accounts.source(login))
+    reading = maria_accounts.role()
+    login = maria_accounts.login(f"GRANT {reading} TO {{login}} WITH ADMIN OPTION")
+    message = _refusal(maria_accounts.source(login))
     assert f"may grant the role {reading} on to others (WITH ADMIN OPTION" in message
 
 
-def test_a_privilege_granted_to_public_is_judged(accounts: Accounts) -> None:
+def test_a_privilege_granted_to_public_is_judged(maria_accounts: Accounts) -> None:
     """MariaDB's PUBLIC: what it holds every account holds, the login included."""
-    table = f"{accounts.server.database}.people"
-    accounts.server.execute(f"GRANT UPDATE ON {table} TO PUBLIC")
+    table = f"{maria_accounts.server.database}.people"
+    maria_accounts.server.execute(f"GRANT UPDATE ON {table} TO PUBLIC")
     try:
-        message = _refusal(accounts.source(accounts.login()))
+        message = _refusal(maria_accounts.source(maria_accounts.login()))
     finally:
-        accounts.server.execute(f"REVOKE UPDATE ON {table} FROM PUBLIC")
+        maria_accounts.server.execute(f"REVOKE UPDATE ON {table} FROM PUBLIC")
     assert "has UPDATE on `qexport_test`.`people`, granted to PUBLIC" in message
 
 
@@ -171,34 +173,34 @@ DATABASE_PATTERNS = [
     ("target", "finding"), DATABASE_PATTERNS, ids=[t for t, _ in DATABASE_PATTERNS]
 )
 def test_a_database_grant_is_judged_as_the_pattern_it_is(
-    accounts: Accounts, target: str, finding: str | None
+    maria_accounts: Accounts, target: str, finding: str | None
 ) -> None:
     """A database-level grant names databases with LIKE's `%` and `_`: one whose pattern
     matches `mysql` (password hashes) or every database refuses the login; an escaped
     underscore matches only itself, so `my\\_db` passes."""
-    login = accounts.login(f"GRANT SELECT ON {target} TO {{login}}")
+    login = maria_accounts.login(f"GRANT SELECT ON {target} TO {{login}}")
     if finding is None:
-        assert accounts.source(login).check_role() == []
+        assert maria_accounts.source(login).check_role() == []
     else:
-        assert finding in _refusal(accounts.source(login))
+        assert finding in _refusal(maria_accounts.source(login))
 
 
-def test_a_role_granted_to_public_is_judged(accounts: Accounts) -> None:
+def test_a_role_granted_to_public_is_judged(maria_accounts: Accounts) -> None:
     """MariaDB gives what a role granted to PUBLIC holds to every account (LOAD_FILE works
     for a login with no grant of its own): the role's FILE refuses any login, naming the
     path through PUBLIC and the REVOKE; once revoked, the login passes."""
-    filer = accounts.role()
-    accounts.server.execute(f"GRANT FILE ON *.* TO {filer}", f"GRANT {filer} TO PUBLIC")
+    filer = maria_accounts.role()
+    maria_accounts.server.execute(f"GRANT FILE ON *.* TO {filer}", f"GRANT {filer} TO PUBLIC")
     try:
-        login = accounts.login()
-        message = _refusal(accounts.source(login))
+        login = maria_accounts.login()
+        message = _refusal(maria_accounts.source(login))
         assert (
             f"has FILE on *.*, through the role {filer}"
             f" ({login} -> PUBLIC -> {filer}: REVOKE `{filer}` FROM PUBLIC)"
         ) in message
     finally:
-        accounts.server.execute(f"REVOKE {filer} FROM PUBLIC")
-    assert accounts.source(login).check_role() == []
+        maria_accounts.server.execute(f"REVOKE {filer} FROM PUBLIC")
+    assert maria_accounts.source(login).check_role() == []
 
 
 # ---------------------------------------------------------------- in a worker
@@ -256,40 +258,42 @@ def _proxy(accounts: Accounts) -> str:
     ids=["role with FILE", "PROXY"],
 )
 def test_a_worker_refuses_the_login_at_its_first_connection(
-    accounts: Accounts, tmp_path: Path, make: Make, finding: str
+    maria_accounts: Accounts, tmp_path: Path, make: Make, finding: str
 ) -> None:
     """The export fails access_lost after one attempt (not retried), naming the finding."""
-    deps = _deps(tmp_path, accounts.source(make(accounts)), "SELECT name FROM people")
+    deps = _deps(tmp_path, maria_accounts.source(make(maria_accounts)), "SELECT name FROM people")
     status, code, attempt, detail, _ = _export(deps)
     assert (status, code, attempt) == (Status.FAILED, FailureCode.ACCESS_LOST, 1)
     assert finding in detail
 
 
-def test_judging_leaves_the_sessions_own_role_as_it_was(accounts: Accounts, tmp_path: Path) -> None:
+def test_judging_leaves_the_sessions_own_role_as_it_was(
+    maria_accounts: Accounts, tmp_path: Path
+) -> None:
     """A login that reads through its default role, with a privileged role besides, allowed
     by the operator: judging enables the other role to read its grants, then sets the
     default one back, so the export reads through it (and not as the FILE role)."""
-    reading, filer = accounts.role(), accounts.role()
-    accounts.server.execute(
-        f"GRANT SELECT ON {accounts.server.database}.* TO {reading}",
+    reading, filer = maria_accounts.role(), maria_accounts.role()
+    maria_accounts.server.execute(
+        f"GRANT SELECT ON {maria_accounts.server.database}.* TO {reading}",
         f"GRANT FILE ON *.* TO {filer}",
     )
-    login = accounts.login(
+    login = maria_accounts.login(
         f"GRANT {reading} TO {{login}}", f"GRANT {filer} TO {{login}}", select=False
     )
-    accounts.server.execute(f"SET DEFAULT ROLE {reading} FOR '{login}'@'%'")
-    source = accounts.source(login, allowed=True)
+    maria_accounts.server.execute(f"SET DEFAULT ROLE {reading} FOR '{login}'@'%'")
+    source = maria_accounts.source(login, allowed=True)
     sql = "SELECT name, CURRENT_ROLE() AS active FROM people ORDER BY id"
     status, _, _, detail, data = _export(_deps(tmp_path, source, sql))
     assert status is Status.SUCCEEDED, detail
     assert data == f'"name","active"\r\n"Ann","{reading}"\r\n"Bob","{reading}"\r\n'.encode()
 
 
-def test_describe_and_preview_judge_the_login_too(accounts: Accounts) -> None:
+def test_describe_and_preview_judge_the_login_too(maria_accounts: Accounts) -> None:
     """Under their row limits (sql_select_limit 0, and one row more than shown), describe
     and preview judge the login like an export: refused for the role with FILE; a reader's
     pass."""
-    refused = accounts.source(_role_with_file(accounts))
+    refused = maria_accounts.source(_role_with_file(maria_accounts))
     with pytest.raises(SourceRefusedError, match="has FILE on"):
         refused.describe("SELECT name FROM people", {}, ALICE, timeout_seconds=10)
     with pytest.raises(SourceRefusedError, match="has FILE on"):
@@ -302,21 +306,21 @@ def test_describe_and_preview_judge_the_login_too(accounts: Accounts) -> None:
             max_cell_chars=10,
             max_bytes=1000,
         )
-    reader = accounts.source(accounts.login())
+    reader = maria_accounts.source(maria_accounts.login())
     assert [
         c.name for c in reader.describe("SELECT name FROM people", {}, ALICE, timeout_seconds=10)
     ] == ["name"]
 
 
 def test_a_running_worker_sees_a_role_granted_after_it_exported(
-    accounts: Accounts, tmp_path: Path
+    maria_accounts: Accounts, tmp_path: Path
 ) -> None:
     """The same source object exports, then a role with FILE is granted to its login: the
     next export fails access_lost naming the role, the path and the REVOKE, and a preview
     through the same source is refused too; once revoked, both run again."""
-    login, filer = accounts.login(), accounts.role()
-    accounts.server.execute(f"GRANT FILE ON *.* TO {filer}")
-    source = accounts.source(login)
+    login, filer = maria_accounts.login(), maria_accounts.role()
+    maria_accounts.server.execute(f"GRANT FILE ON *.* TO {filer}")
+    source = maria_accounts.source(login)
     deps = _deps(tmp_path, source, "SELECT name FROM people ORDER BY id")
 
     def preview() -> list[dict[str, object]]:
@@ -333,7 +337,7 @@ def test_a_running_worker_sees_a_role_granted_after_it_exported(
 
     assert _export(deps)[:2] == (Status.SUCCEEDED, None)
     assert preview() == [{"name": "Ann"}]
-    accounts.server.execute(f"GRANT {filer} TO '{login}'@'%'")
+    maria_accounts.server.execute(f"GRANT {filer} TO '{login}'@'%'")
     status, code, attempt, detail, data = _export(deps)
     assert (status, code, attempt, data) == (Status.FAILED, FailureCode.ACCESS_LOST, 1, b"")
     assert (
@@ -342,6 +346,6 @@ def test_a_running_worker_sees_a_role_granted_after_it_exported(
     ) in detail
     with pytest.raises(SourceRefusedError, match="has FILE on"):
         preview()
-    accounts.server.execute(f"REVOKE {filer} FROM '{login}'@'%'")
+    maria_accounts.server.execute(f"REVOKE {filer} FROM '{login}'@'%'")
     assert _export(deps)[:2] == (Status.SUCCEEDED, None)
     assert preview() == [{"name": "Ann"}]

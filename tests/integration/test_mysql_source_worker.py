@@ -43,7 +43,7 @@ Deps = Callable[..., Container]
 
 
 @pytest.fixture
-def deps(mariadb_server: MariaDBServer, tmp_path: Path) -> Deps:
+def maria_deps(mariadb_server: MariaDBServer, tmp_path: Path) -> Deps:
     def build(**settings: object) -> Container:
         source = bootstrap.source_from_url("maria", mariadb_server.url(), Settings())
         store = InMemoryMetadataStore()
@@ -77,22 +77,22 @@ def _export(deps: Container, query: str, fmt: str) -> tuple[Status, str | None, 
         return final.status, None, body.read()
 
 
-def test_a_mariadb_query_exports_to_csv_exactly(deps: Deps) -> None:
+def test_a_mariadb_query_exports_to_csv_exactly(maria_deps: Deps) -> None:
     """The csv holds the server's values exactly (decimals, microseconds, 4-byte UTF-8) and
     NULL as an empty field; a zero date is an empty field too."""
-    status, _, data = _export(deps(), "typed", "csv")
+    status, _, data = _export(maria_deps(), "typed", "csv")
     assert status is Status.SUCCEEDED
     lines = data.decode().splitlines()
     assert lines[0] == '"id","price","moment","word","day"'
     assert lines[1] == '1,1234567890.12,2024-02-29 23:59:59.123456,"grüße 😀",2024-02-29'
     assert lines[2] == "2,,,,"
-    status, _, data = _export(deps(), "zero", "csv")
+    status, _, data = _export(maria_deps(), "zero", "csv")
     assert data.decode().splitlines()[1:] == ["1,", "2,", "3,2024-01-02"]
 
 
-def test_a_mariadb_query_exports_to_parquet_with_its_types(deps: Deps) -> None:
+def test_a_mariadb_query_exports_to_parquet_with_its_types(maria_deps: Deps) -> None:
     """Parquet keeps DECIMAL(12,2) and DATETIME(6) as such."""
-    status, _, data = _export(deps(), "typed", "parquet")
+    status, _, data = _export(maria_deps(), "typed", "parquet")
     assert status is Status.SUCCEEDED
     table = pq.read_table(io.BytesIO(data))
     assert str(table.schema.field("price").type) == "decimal128(12, 2)"
@@ -105,15 +105,15 @@ def test_a_mariadb_query_exports_to_parquet_with_its_types(deps: Deps) -> None:
     }
 
 
-def test_a_refused_query_fails_the_export_query_invalid(deps: Deps) -> None:
+def test_a_refused_query_fails_the_export_query_invalid(maria_deps: Deps) -> None:
     """An unknown column settles the export failed with query_invalid at once."""
-    status, code, _ = _export(deps(), "broken", "csv")
+    status, code, _ = _export(maria_deps(), "broken", "csv")
     assert (status, code) == (Status.FAILED, FailureCode.QUERY_INVALID)
 
 
-def test_the_timeout_fails_the_export_query_timeout(deps: Deps) -> None:
+def test_the_timeout_fails_the_export_query_timeout(maria_deps: Deps) -> None:
     """A statement past the statement timeout settles failed with query_timeout."""
-    status, code, _ = _export(deps(statement_timeout_seconds=1), "slow", "csv")
+    status, code, _ = _export(maria_deps(statement_timeout_seconds=1), "slow", "csv")
     assert (status, code) == (Status.FAILED, FailureCode.QUERY_TIMEOUT)
 
 
@@ -126,11 +126,11 @@ def _running(server: MariaDBServer) -> int:
 
 
 def test_cancel_stops_the_statement_on_the_server(
-    deps: Deps, mariadb_server: MariaDBServer
+    maria_deps: Deps, mariadb_server: MariaDBServer
 ) -> None:
     """Cancelled while MariaDB runs a ten-minute statement (no timeout): the attempt ends,
     the export is failed/cancelled, and the server no longer runs it."""
-    container = deps(lease_seconds=0.6, statement_timeout_seconds=0)
+    container = maria_deps(lease_seconds=0.6, statement_timeout_seconds=0)
     record = record_request(
         container.exports,
         container.catalog,

@@ -62,7 +62,7 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(pg_template: str) -> Iterator[Server]:
+def roles_database(pg_template: str) -> Iterator[Server]:
     """A database with an RLS-protected table, for this module (dropped after)."""
     del pg_template  # only for its check that a server is there (skip, or fail under CI)
     name = f"qexport_roles_{uuid.uuid4().hex[:10]}"
@@ -76,20 +76,22 @@ def server(pg_template: str) -> Iterator[Server]:
 
 
 @pytest.fixture
-def new_role(server: Server) -> Iterator[Callable[..., str]]:
+def new_role(roles_database: Server) -> Iterator[Callable[..., str]]:
     """Makes uniquely named login roles with SELECT on docs; drops them after the test."""
     made: list[str] = []
 
     def make(attributes: str = "", *grants: str) -> str:
         role = f"qexport_role_{uuid.uuid4().hex[:10]}"
         made.append(role)
-        server.run(f'CREATE ROLE "{role}" LOGIN {attributes}', f'GRANT SELECT ON docs TO "{role}"')
-        server.run(*(g.format(role=f'"{role}"') for g in grants))
+        roles_database.run(
+            f'CREATE ROLE "{role}" LOGIN {attributes}', f'GRANT SELECT ON docs TO "{role}"'
+        )
+        roles_database.run(*(g.format(role=f'"{role}"') for g in grants))
         return role
 
     yield make
     for role in reversed(made):
-        server.run(f'DROP OWNED BY "{role}"', f'DROP ROLE IF EXISTS "{role}"')
+        roles_database.run(f'DROP OWNED BY "{role}"', f'DROP ROLE IF EXISTS "{role}"')
 
 
 def _intermediate(server: Server, granted: str) -> str:
@@ -99,9 +101,11 @@ def _intermediate(server: Server, granted: str) -> str:
     return mid
 
 
-def test_a_role_that_may_only_read_passes(server: Server, new_role: Callable[..., str]) -> None:
+def test_a_role_that_may_only_read_passes(
+    roles_database: Server, new_role: Callable[..., str]
+) -> None:
     """A plain reader of an RLS database without set_config has nothing to report."""
-    source = PostgresSource("warehouse", server.url_of(new_role()))
+    source = PostgresSource("warehouse", roles_database.url_of(new_role()))
     assert source.check_role() == []
 
 
@@ -136,7 +140,7 @@ PRIVILEGES: list[tuple[str, str, tuple[str, ...], str]] = [
     ids=[p[0] for p in PRIVILEGES],
 )
 def test_a_privileged_role_is_refused_with_what_was_found(
-    server: Server,
+    roles_database: Server,
     new_role: Callable[..., str],
     attributes: str,
     grants: tuple[str, ...],
@@ -146,45 +150,51 @@ def test_a_privileged_role_is_refused_with_what_was_found(
     operator, the same finding is returned for a warning."""
     role = new_role(attributes, *grants)
     with pytest.raises(SourceRefusedError) as refused:
-        PostgresSource("warehouse", server.url_of(role)).check_role()
+        PostgresSource("warehouse", roles_database.url_of(role)).check_role()
     message = str(refused.value)
     assert finding in message
     assert "--allow-privileged-role" in message
     assert "\n" not in message
     assert refused.value.code is FailureCode.ACCESS_LOST
-    allowed = PostgresSource("warehouse", server.url_of(role), allow_privileged_role=True)
+    allowed = PostgresSource("warehouse", roles_database.url_of(role), allow_privileged_role=True)
     assert any(finding in f for f in allowed.check_role())
 
 
-def test_an_inherited_membership_is_found(server: Server, new_role: Callable[..., str]) -> None:
+def test_an_inherited_membership_is_found(
+    roles_database: Server, new_role: Callable[..., str]
+) -> None:
     """Membership in pg_execute_server_program through another role is found too."""
-    mid = _intermediate(server, "pg_execute_server_program")
+    mid = _intermediate(roles_database, "pg_execute_server_program")
     try:
         role = new_role("", f'GRANT "{mid}" TO {{role}}')
         with pytest.raises(SourceRefusedError, match="pg_execute_server_program"):
-            PostgresSource("warehouse", server.url_of(role)).check_role()
+            PostgresSource("warehouse", roles_database.url_of(role)).check_role()
     finally:
-        server.run(f'DROP ROLE IF EXISTS "{mid}"')
+        roles_database.run(f'DROP ROLE IF EXISTS "{mid}"')
 
 
-def test_dblink_is_found_when_installed(server: Server, new_role: Callable[..., str]) -> None:
+def test_dblink_is_found_when_installed(
+    roles_database: Server, new_role: Callable[..., str]
+) -> None:
     """With the dblink extension installed, its functions (EXECUTE granted to PUBLIC by
     default) refuse the source; moved to a schema the role may not use, they no longer do."""
-    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+    with psycopg.connect(roles_database.admin_url, autocommit=True) as conn:
         available = conn.execute(
             "SELECT 1 FROM pg_available_extensions WHERE name = 'dblink'"
         ).fetchone()
     if available is None:
         pytest.skip("the dblink extension is not available on this server")
-    server.run("CREATE EXTENSION IF NOT EXISTS dblink")
+    roles_database.run("CREATE EXTENSION IF NOT EXISTS dblink")
     try:
         role = new_role()
         with pytest.raises(SourceRefusedError, match="may execute dblink"):
-            PostgresSource("warehouse", server.url_of(role)).check_role()
-        server.run("CREATE SCHEMA IF NOT EXISTS hidden", "ALTER EXTENSION dblink SET SCHEMA hidden")
-        assert PostgresSource("warehouse", server.url_of(role)).check_role() == []
+            PostgresSource("warehouse", roles_database.url_of(role)).check_role()
+        roles_database.run(
+            "CREATE SCHEMA IF NOT EXISTS hidden", "ALTER EXTENSION dblink SET SCHEMA hidden"
+        )
+        assert PostgresSource("warehouse", roles_database.url_of(role)).check_role() == []
     finally:
-        server.run("DROP EXTENSION IF EXISTS dblink", "DROP SCHEMA IF EXISTS hidden")
+        roles_database.run("DROP EXTENSION IF EXISTS dblink", "DROP SCHEMA IF EXISTS hidden")
 
 
 # ---------------------------------------------------------------- roles the login can become
@@ -324,7 +334,7 @@ BECOMING: dict[str, Becoming] = {
 
 @pytest.fixture
 def becoming(
-    server: Server, new_role: Callable[..., str]
+    roles_database: Server, new_role: Callable[..., str]
 ) -> Iterator[Callable[[Becoming], dict[str, str]]]:
     """Sets a case up: the names its placeholders stand for; drops its roles after."""
     groups: list[str] = []
@@ -337,14 +347,14 @@ def becoming(
         for placeholder, attributes in case.groups:
             names[placeholder] = f"qexport_{placeholder}_{uuid.uuid4().hex[:10]}"
             groups.append(names[placeholder])
-            server.run(f"CREATE ROLE {names[placeholder]} NOLOGIN {attributes}")
+            roles_database.run(f"CREATE ROLE {names[placeholder]} NOLOGIN {attributes}")
         names["login"] = new_role(case.login)
-        server.run(*(s.format(**names) for s in case.statements))
+        roles_database.run(*(s.format(**names) for s in case.statements))
         return names
 
     yield make
     for group in groups:
-        server.run(f"DROP OWNED BY {group}", f"DROP ROLE IF EXISTS {group}")
+        roles_database.run(f"DROP OWNED BY {group}", f"DROP ROLE IF EXISTS {group}")
 
 
 _FIX = re.compile(
@@ -354,7 +364,7 @@ _FIX = re.compile(
 
 @pytest.mark.parametrize("case", BECOMING.values(), ids=BECOMING.keys())
 def test_a_role_the_login_can_become_refuses_the_source(
-    server: Server, becoming: Callable[[Becoming], dict[str, str]], case: Becoming
+    roles_database: Server, becoming: Callable[[Becoming], dict[str, str]], case: Becoming
 ) -> None:
     """Whatever the login can become, through any chain of grants (NOINHERIT ones too: SET
     ROLE is still possible), is judged like the login itself: refused in one line naming
@@ -363,23 +373,23 @@ def test_a_role_the_login_can_become_refuses_the_source(
     names = becoming(case)
     finding = case.finding.format(**names)
     with pytest.raises(SourceRefusedError) as refused:
-        PostgresSource("warehouse", server.url_of(names["login"])).check_role()
+        PostgresSource("warehouse", roles_database.url_of(names["login"])).check_role()
     message = str(refused.value)
     assert finding in message
     assert "\n" not in message
     assert refused.value.code is FailureCode.ACCESS_LOST
-    server.run(_FIX.findall(finding)[-1])
-    assert PostgresSource("warehouse", server.url_of(names["login"])).check_role() == []
+    roles_database.run(_FIX.findall(finding)[-1])
+    assert PostgresSource("warehouse", roles_database.url_of(names["login"])).check_role() == []
 
 
 def test_a_superuser_login_cannot_hide_behind_a_role_option(
-    server: Server, new_role: Callable[..., str]
+    roles_database: Server, new_role: Callable[..., str]
 ) -> None:
     """A superuser login whose URL sets a reader as the session's role (`options=-c
     role=...`) is judged as the login it is: a query could go back with set_config('role',
     'none', true)."""
     reader = new_role()
-    url = f"{server.admin_url}?options=-c%20role%3D{reader}"
+    url = f"{roles_database.admin_url}?options=-c%20role%3D{reader}"
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT current_user").fetchone() == (reader,)
     with pytest.raises(SourceRefusedError, match="is a superuser"):
@@ -387,7 +397,7 @@ def test_a_superuser_login_cannot_hide_behind_a_role_option(
 
 
 def test_the_shortest_path_is_named_then_the_next(
-    server: Server, becoming: Callable[[Becoming], dict[str, str]]
+    roles_database: Server, becoming: Callable[[Becoming], dict[str, str]]
 ) -> None:
     """Two chains to one superuser: the message names the shorter; once it is revoked, the
     longer; both revoked, the login passes."""
@@ -400,28 +410,28 @@ def test_the_shortest_path_is_named_then_the_next(
         )
     )
     login, a, b, admin = names["login"], names["a"], names["b"], names["admin"]
-    server.run(f"GRANT {a} TO {login}")
-    source = PostgresSource("warehouse", server.url_of(login))
+    roles_database.run(f"GRANT {a} TO {login}")
+    source = PostgresSource("warehouse", roles_database.url_of(login))
     with pytest.raises(SourceRefusedError) as refused:
         source.check_role()
     assert f"({login} -> {a} -> {admin}: REVOKE {admin} FROM {a})" in str(refused.value)
-    server.run(f"REVOKE {admin} FROM {a}")
+    roles_database.run(f"REVOKE {admin} FROM {a}")
     with pytest.raises(SourceRefusedError) as refused:
         source.check_role()
     assert f"({login} -> {a} -> {b} -> {admin}: REVOKE {admin} FROM {b})" in str(refused.value)
-    server.run(f"REVOKE {admin} FROM {b}")
+    roles_database.run(f"REVOKE {admin} FROM {b}")
     assert source.check_role() == []
 
 
 def test_a_definer_function_that_cannot_do_more_passes(
-    server: Server, new_role: Callable[..., str]
+    roles_database: Server, new_role: Callable[..., str]
 ) -> None:
     """SECURITY DEFINER functions that give the caller nothing past reading do not refuse
     the source: one owned by a plain reader, and a trigger function of the superuser (no
     query can call it)."""
     reader, owner = new_role(), f"qexport_owner_{uuid.uuid4().hex[:10]}"
     function, trigger = (f"qexport_{kind}_{uuid.uuid4().hex[:10]}" for kind in ("fn", "trg"))
-    server.run(
+    roles_database.run(
         f"CREATE ROLE {owner} NOLOGIN",
         f"GRANT SELECT ON docs TO {owner}",
         f"CREATE FUNCTION public.{function}() RETURNS bigint LANGUAGE sql SECURITY DEFINER"
@@ -431,9 +441,9 @@ def test_a_definer_function_that_cannot_do_more_passes(
         " AS $$ BEGIN RETURN NEW; END $$",
     )
     try:
-        assert PostgresSource("warehouse", server.url_of(reader)).check_role() == []
+        assert PostgresSource("warehouse", roles_database.url_of(reader)).check_role() == []
     finally:
-        server.run(
+        roles_database.run(
             f"DROP FUNCTION public.{trigger}()", f"DROP OWNED BY {owner}", f"DROP ROLE {owner}"
         )
 
@@ -472,17 +482,19 @@ def _export(deps: Container, fmt: str = "csv") -> tuple[Status, FailureCode | No
 
 
 def test_a_worker_refuses_a_privileged_source_until_the_role_is_fixed(
-    server: Server, new_role: Callable[..., str], tmp_path: Path
+    roles_database: Server, new_role: Callable[..., str], tmp_path: Path
 ) -> None:
     """A worker's first connection checks the role: an export on a BYPASSRLS role fails
     access_lost, not retried, naming the finding; once the operator removes it, the same
     worker exports (a refusal is not remembered)."""
     role = new_role("BYPASSRLS")
-    deps = _deps(tmp_path, PostgresSource("warehouse", server.url_of(role)), "SELECT * FROM docs")
+    deps = _deps(
+        tmp_path, PostgresSource("warehouse", roles_database.url_of(role)), "SELECT * FROM docs"
+    )
     status, code, detail, _ = _export(deps)
     assert (status, code) == (Status.FAILED, FailureCode.ACCESS_LOST)
     assert "BYPASSRLS" in detail
-    server.run(f'ALTER ROLE "{role}" NOBYPASSRLS')
+    roles_database.run(f'ALTER ROLE "{role}" NOBYPASSRLS')
     status, code, _, data = _export(deps)
     assert (status, code) == (Status.SUCCEEDED, None)
     assert data == b"id,owner,body\r\n1,alice,alice's\r\n"
@@ -490,7 +502,7 @@ def test_a_worker_refuses_a_privileged_source_until_the_role_is_fixed(
 
 @pytest.mark.parametrize("case", BECOMING.values(), ids=BECOMING.keys())
 def test_a_worker_refuses_a_login_that_can_become_a_privileged_role(
-    server: Server,
+    roles_database: Server,
     becoming: Callable[[Becoming], dict[str, str]],
     tmp_path: Path,
     case: Becoming,
@@ -499,7 +511,7 @@ def test_a_worker_refuses_a_login_that_can_become_a_privileged_role(
     export access_lost after one attempt (not retried: only the operator can fix the role),
     the detail naming the role, the path and the fix; no row is exported."""
     names = becoming(case)
-    source = PostgresSource("warehouse", server.url_of(names["login"]))
+    source = PostgresSource("warehouse", roles_database.url_of(names["login"]))
     deps = _deps(tmp_path, source, "SELECT * FROM docs")
     record = record_request(
         deps.exports,
@@ -526,13 +538,13 @@ def test_a_worker_refuses_a_login_that_can_become_a_privileged_role(
     ],
 )
 def test_a_query_cannot_read_another_users_rows(
-    server: Server, new_role: Callable[..., str], tmp_path: Path, sql: str
+    roles_database: Server, new_role: Callable[..., str], tmp_path: Path, sql: str
 ) -> None:
     """With the README's advice applied (set_config revoked from PUBLIC), alice's export that
     tries to become bob never returns bob's rows: it fails query_invalid. qexport still sets
     the requester itself (SET LOCAL needs no EXECUTE on set_config): a plain export of the
     same table returns exactly alice's row."""
-    source = PostgresSource("warehouse", server.url_of(new_role()))
+    source = PostgresSource("warehouse", roles_database.url_of(new_role()))
     status, code, detail, data = _export(_deps(tmp_path, source, sql))
     assert b"bob" not in data
     assert (status, code) == (Status.FAILED, FailureCode.QUERY_INVALID)
@@ -543,12 +555,15 @@ def test_a_query_cannot_read_another_users_rows(
 
 
 def test_an_allowed_privileged_source_is_used_and_logged(
-    server: Server, new_role: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    roles_database: Server,
+    new_role: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Registered with --allow-privileged-role, the source is used and the worker logs a
     warning naming what it found."""
     role = new_role("BYPASSRLS")
-    source = PostgresSource("warehouse", server.url_of(role), allow_privileged_role=True)
+    source = PostgresSource("warehouse", roles_database.url_of(role), allow_privileged_role=True)
     status, _, _, _ = _export(_deps(tmp_path, source, "SELECT id FROM docs"))
     assert status is Status.SUCCEEDED
     logged = capsys.readouterr()
@@ -557,20 +572,20 @@ def test_an_allowed_privileged_source_is_used_and_logged(
 
 
 def test_the_reviews_readf_refuses_the_source_and_its_export(
-    server: Server, new_role: Callable[..., str], tmp_path: Path
+    roles_database: Server, new_role: Callable[..., str], tmp_path: Path
 ) -> None:
     """`readf(p)`, a SECURITY DEFINER function of the superuser that reads any server file,
     executable by PUBLIC: the export that calls it fails access_lost naming the function, its
     owner and the fix, and no byte of the file is exported; once EXECUTE is revoked from
     PUBLIC, the source passes again."""
-    with psycopg.connect(server.admin_url) as conn:
+    with psycopg.connect(roles_database.admin_url) as conn:
         (superuser,) = conn.execute("SELECT quote_ident(current_user)").fetchone() or ("",)
-    server.run(
+    roles_database.run(
         "CREATE FUNCTION public.readf(p text) RETURNS text LANGUAGE sql SECURITY DEFINER"
         " AS $$ SELECT pg_read_file(p) $$"
     )
     try:
-        source = PostgresSource("warehouse", server.url_of(new_role()))
+        source = PostgresSource("warehouse", roles_database.url_of(new_role()))
         sql = "SELECT readf('/etc/hostname') AS f"
         status, code, detail, data = _export(_deps(tmp_path, source, sql))
         assert (status, code, data) == (Status.FAILED, FailureCode.ACCESS_LOST, b"")
@@ -579,10 +594,10 @@ def test_the_reviews_readf_refuses_the_source_and_its_export(
             " is a superuser (REVOKE EXECUTE ON FUNCTION public.readf(text) FROM PUBLIC, or"
             " ALTER FUNCTION public.readf(text) OWNER TO a reader)"
         ) in detail
-        server.run("REVOKE EXECUTE ON FUNCTION public.readf(text) FROM PUBLIC")
+        roles_database.run("REVOKE EXECUTE ON FUNCTION public.readf(text) FROM PUBLIC")
         assert source.check_role() == []
     finally:
-        server.run("DROP FUNCTION public.readf(text)")
+        roles_database.run("DROP FUNCTION public.readf(text)")
 
 
 # ---------------------------------------------------------------- judged again at each session
@@ -730,21 +745,23 @@ def _available(server: Server, *extensions: str) -> set[str]:
     return {str(row[0]) for row in rows}
 
 
-def test_adminpacks_file_functions_are_found(server: Server, new_role: Callable[..., str]) -> None:
+def test_adminpacks_file_functions_are_found(
+    roles_database: Server, new_role: Callable[..., str]
+) -> None:
     """adminpack installed, a reader passes (its functions are revoked from PUBLIC, and the
     SQL pg_file_rename(text, text) only calls the C one); granted EXECUTE on pg_file_write and
     pg_file_unlink, which write and remove server files past the read-only transaction, it is
     refused naming each and its REVOKE; once revoked, it passes again."""
-    if not _available(server, "adminpack"):
+    if not _available(roles_database, "adminpack"):
         pytest.skip("the adminpack extension is not available on this server")
-    server.run("CREATE EXTENSION adminpack")
+    roles_database.run("CREATE EXTENSION adminpack")
     try:
         role = new_role()
-        source = PostgresSource("warehouse", server.url_of(role))
+        source = PostgresSource("warehouse", roles_database.url_of(role))
         assert source.check_role() == []
         write = "pg_catalog.pg_file_write(text, text, boolean)"
         unlink = "pg_catalog.pg_file_unlink(text)"
-        server.run(f"GRANT EXECUTE ON FUNCTION {write}, {unlink} TO {role}")
+        roles_database.run(f"GRANT EXECUTE ON FUNCTION {write}, {unlink} TO {role}")
         with pytest.raises(SourceRefusedError) as refused:
             source.check_role()
         message = str(refused.value)
@@ -765,10 +782,10 @@ def test_adminpacks_file_functions_are_found(server: Server, new_role: Callable[
                 max_cell_chars=100,
                 max_bytes=1000,
             )
-        server.run(f"REVOKE EXECUTE ON FUNCTION {write}, {unlink} FROM {role}")
+        roles_database.run(f"REVOKE EXECUTE ON FUNCTION {write}, {unlink} FROM {role}")
         assert source.check_role() == []
     finally:
-        server.run("DROP EXTENSION IF EXISTS adminpack")
+        roles_database.run("DROP EXTENSION IF EXISTS adminpack")
 
 
 # A function in each untrusted language, by the extension that brings it (None: a language
@@ -782,7 +799,7 @@ UNTRUSTED: dict[str, tuple[str | None, str]] = {
 
 @pytest.mark.parametrize("case", UNTRUSTED.values(), ids=UNTRUSTED.keys())
 def test_a_function_in_an_untrusted_language_is_found(
-    server: Server, new_role: Callable[..., str], case: tuple[str | None, str]
+    roles_database: Server, new_role: Callable[..., str], case: tuple[str | None, str]
 ) -> None:
     """A function in an untrusted language runs its code as the server's operating-system
     user: executable by PUBLIC (as any new function is), it refuses a reader, naming the
@@ -792,29 +809,29 @@ def test_a_function_in_an_untrusted_language_is_found(
     suffix = uuid.uuid4().hex[:10]
     language = extension or f"qexport_untrusted_{suffix}"
     if extension is None:
-        server.run(
+        roles_database.run(
             f"CREATE LANGUAGE {language} HANDLER plpgsql_call_handler"
             " INLINE plpgsql_inline_handler VALIDATOR plpgsql_validator"
         )
-    elif not _available(server, extension):
+    elif not _available(roles_database, extension):
         reason = f"the {extension} extension is not available on this server"
         if os.environ.get("CI"):
             pytest.fail(f"{reason}: CI installs postgresql-plperl and postgresql-plpython3")
         pytest.skip(reason)
     else:
-        server.run(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+        roles_database.run(f"CREATE EXTENSION IF NOT EXISTS {extension}")
     function = f"public.qexport_run_{suffix}(text)"
     try:
-        server.run(
+        roles_database.run(
             f"CREATE FUNCTION public.qexport_run_{suffix}(t text) RETURNS text"
             f" LANGUAGE {language} AS $${body}$$",
         )
         if extension is None:
-            server.run(
+            roles_database.run(
                 f"CREATE FUNCTION public.qexport_trg_{suffix}() RETURNS trigger"
                 f" LANGUAGE {language} AS $$BEGIN RETURN NEW; END$$"
             )
-        source = PostgresSource("warehouse", server.url_of(new_role()))
+        source = PostgresSource("warehouse", roles_database.url_of(new_role()))
         with pytest.raises(SourceRefusedError) as refused:
             source.check_role()
         message = str(refused.value)
@@ -824,25 +841,25 @@ def test_a_function_in_an_untrusted_language_is_found(
             f" (REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC)"
         ) in message
         assert "qexport_trg_" not in message
-        server.run(f"REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC")
+        roles_database.run(f"REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC")
         assert source.check_role() == []
     finally:
-        server.run(f"DROP FUNCTION IF EXISTS {function}")
+        roles_database.run(f"DROP FUNCTION IF EXISTS {function}")
         if extension is None:
-            server.run(f"DROP LANGUAGE IF EXISTS {language} CASCADE")
+            roles_database.run(f"DROP LANGUAGE IF EXISTS {language} CASCADE")
         else:
-            server.run(f"DROP EXTENSION IF EXISTS {extension} CASCADE")
+            roles_database.run(f"DROP EXTENSION IF EXISTS {extension} CASCADE")
 
 
 def test_an_untrusted_function_only_after_set_role_is_found(
-    server: Server, new_role: Callable[..., str]
+    roles_database: Server, new_role: Callable[..., str]
 ) -> None:
     """EXECUTE on the function granted to a role the login can become (NOINHERIT: only after
     SET ROLE) refuses the login, naming the path and both fixes."""
     suffix = uuid.uuid4().hex[:10]
     language, mid = f"qexport_untrusted_{suffix}", f"qexport_mid_{suffix}"
     function = f"public.qexport_run_{suffix}(text)"
-    server.run(
+    roles_database.run(
         f"CREATE LANGUAGE {language} HANDLER plpgsql_call_handler VALIDATOR plpgsql_validator",
         f"CREATE FUNCTION {function.replace('(text)', '(t text)')} RETURNS text"
         f" LANGUAGE {language} AS $$BEGIN RETURN t; END$$",
@@ -853,7 +870,7 @@ def test_an_untrusted_function_only_after_set_role_is_found(
     try:
         login = new_role("NOINHERIT", f"GRANT {mid} TO {{role}}")
         with pytest.raises(SourceRefusedError) as refused:
-            PostgresSource("warehouse", server.url_of(login)).check_role()
+            PostgresSource("warehouse", roles_database.url_of(login)).check_role()
         assert (
             f"can become {mid}, which may execute {function}, a function in the untrusted"
             f" language {language}: its code runs as the server's operating-system user,"
@@ -861,7 +878,7 @@ def test_an_untrusted_function_only_after_set_role_is_found(
             f" REVOKE EXECUTE ON FUNCTION {function} FROM {mid})"
         ) in str(refused.value)
     finally:
-        server.run(
+        roles_database.run(
             f"DROP LANGUAGE IF EXISTS {language} CASCADE",
             f"DROP OWNED BY {mid}",
             f"DROP ROLE IF EXISTS {mid}",

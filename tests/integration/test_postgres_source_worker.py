@@ -37,7 +37,7 @@ def _running(database: Database) -> int:
 
 
 @pytest.fixture
-def deps(database: Database, tmp_path: Path) -> Container:
+def pg_deps(database: Database, tmp_path: Path) -> Container:
     store = InMemoryMetadataStore()
     store.add_query(Query(str(uuid.uuid4()), ALICE.workspace_id, "slow", SLOW, "warehouse"))
     return container_of(
@@ -51,30 +51,30 @@ def deps(database: Database, tmp_path: Path) -> Container:
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_cancel_stops_the_statement_on_the_server(
-    deps: Container, database: Database, fmt: str
+    pg_deps: Container, database: Database, fmt: str
 ) -> None:
     """Cancelled while PostgreSQL runs a ten-minute statement (no statement timeout): the
     attempt ends, the export is failed/cancelled, and the server no longer runs it."""
     record = record_request(
-        deps.exports,
-        deps.catalog,
-        deps.clock,
+        pg_deps.exports,
+        pg_deps.catalog,
+        pg_deps.clock,
         ALICE,
         RequestExport(SubjectRef("query", "slow", by_name=True), fmt),
     )
-    worker = Worker(deps, worker_id="w")
+    worker = Worker(pg_deps, worker_id="w")
     done = threading.Event()
     thread = threading.Thread(target=lambda: (worker.run_once(), done.set()), daemon=True)
     thread.start()
     while _running(database) == 0:
-        assert not done.is_set(), deps.exports.get_export(record.id)
+        assert not done.is_set(), pg_deps.exports.get_export(record.id)
         time.sleep(0.05)
-    deps.exports.cancel(record.id, now=deps.clock.now())
+    pg_deps.exports.cancel(record.id, now=pg_deps.clock.now())
     assert done.wait(60), "the attempt kept running after the cancel"
     thread.join()
-    final = deps.exports.get_export(record.id)
+    final = pg_deps.exports.get_export(record.id)
     assert final is not None
     assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
-    assert deps.objects.incomplete_uploads(record.storage_key) == []
+    assert pg_deps.objects.incomplete_uploads(record.storage_key) == []
     assert worker.outcomes == {"lost": 1}
     assert _running(database) == 0

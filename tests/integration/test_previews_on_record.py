@@ -8,7 +8,6 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 from qexport.domain.audit import OPERATOR, Action, ActorKind, AuditEvent, Outcome
@@ -20,11 +19,6 @@ from tests.support.stores import SqlMetadataStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
 
 
 def test_a_key_is_admitted_its_limit_in_any_window_and_told_when_next(

@@ -41,7 +41,7 @@ def _assert_readable(text: str) -> None:
 
 
 @pytest.fixture
-def duck(tmp_path: Path) -> Iterator[DuckDBSource]:
+def orders_duck(tmp_path: Path) -> Iterator[DuckDBSource]:
     path = tmp_path / "shop.duckdb"
     with duckdb.connect(str(path)) as con:
         con.execute("CREATE TABLE orders AS SELECT i AS id FROM range(3) t(i)")
@@ -94,23 +94,23 @@ def _raw_duckdb(sql: str) -> str:
 
 
 @pytest.mark.parametrize("run", [_duck_stream_error, _duck_copy_error])
-def test_duckdb_errors_read_cleanly_by_either_path(duck: DuckDBSource, run: Any) -> None:
+def test_duckdb_errors_read_cleanly_by_either_path(orders_duck: DuckDBSource, run: Any) -> None:
     """A conversion error, a missing table DuckDB answers with "Did you mean "pg_tables"?",
     and a syntax error: each detail is readable; the internal suggestion is gone, a useful
     one ("orders" for "ordrs") is kept."""
-    conversion = readable_detail(run(duck, CONVERSION).detail)
+    conversion = readable_detail(run(orders_duck, CONVERSION).detail)
     _assert_readable(conversion)
     assert conversion.startswith("Conversion Error: Could not convert string")
     assert "not a number" not in conversion  # a value is row data
-    missing = readable_detail(run(duck, MISSING_WITH_INTERNAL_SUGGESTION).detail)
+    missing = readable_detail(run(orders_duck, MISSING_WITH_INTERNAL_SUGGESTION).detail)
     _assert_readable(missing)
     assert "no_such_table does not exist" in missing
     assert "pg_tables" not in missing
     assert "Did you mean" not in missing
-    useful = readable_detail(run(duck, MISSING_WITH_USEFUL_SUGGESTION).detail)
+    useful = readable_detail(run(orders_duck, MISSING_WITH_USEFUL_SUGGESTION).detail)
     _assert_readable(useful)
     assert 'Did you mean "orders"?' in useful
-    syntax = readable_detail(run(duck, SYNTAX).detail)
+    syntax = readable_detail(run(orders_duck, SYNTAX).detail)
     _assert_readable(syntax)
     assert 'syntax error at or near "WHERE"' in syntax
 

@@ -28,22 +28,22 @@ MINE_SQL = "SELECT id, owner, amount FROM orders WHERE owner = $user_id ORDER BY
 
 
 @pytest.fixture
-def env(sqlite_store: SqlMetadataStore, tmp_path: Path) -> ReportEnv:
+def large_shop_reports(sqlite_store: SqlMetadataStore, tmp_path: Path) -> ReportEnv:
     return make_env(sqlite_store, tmp_path, rows=1000)
 
 
 @pytest.mark.parametrize("fmt", ["pdf", "xlsx", "html"])
-def test_each_requester_sees_only_their_rows(env: ReportEnv, fmt: str) -> None:
+def test_each_requester_sees_only_their_rows(large_shop_reports: ReportEnv, fmt: str) -> None:
     """The same report requested by alice and by bob, over a query filtered by the
     requester ($user_id): each document holds only that person's rows."""
-    mine = env.add_query("mine", MINE_SQL)
-    report = env.add_report("My orders", section("Orders", mine, row_cap=5))
+    mine = large_shop_reports.add_query("mine", MINE_SQL)
+    report = large_shop_reports.add_report("My orders", section("Orders", mine, row_cap=5))
     docs = {}
     for requester in (ALICE, BOB):
-        record = env.run(env.request(report, fmt, requester))
+        record = large_shop_reports.run(large_shop_reports.request(report, fmt, requester))
         assert record.status is Status.SUCCEEDED, record.failure_detail
         assert record.row_count == 5
-        docs[requester.user_id] = env.file(record)
+        docs[requester.user_id] = large_shop_reports.file(record)
     if fmt == "xlsx":
         owners = {
             user: {
@@ -77,45 +77,51 @@ def test_each_requester_sees_only_their_rows(env: ReportEnv, fmt: str) -> None:
     ],
 )
 def test_a_failing_section_settles_with_its_query_code(
-    env: ReportEnv, sql: str, timeout: float, code: FailureCode
+    large_shop_reports: ReportEnv, sql: str, timeout: float, code: FailureCode
 ) -> None:
     """The second section's query times out (or is invalid): the export fails with that
     query's code, the detail names the section, and nothing is stored at the key."""
-    env.deps = dataclasses.replace(
-        env.deps,
-        settings=Settings(data_dir=env.deps.settings.data_dir, statement_timeout_seconds=timeout),
+    large_shop_reports.deps = dataclasses.replace(
+        large_shop_reports.deps,
+        settings=Settings(
+            data_dir=large_shop_reports.deps.settings.data_dir, statement_timeout_seconds=timeout
+        ),
     )
-    good = env.add_query("good", "SELECT id FROM orders LIMIT 3")
-    bad = env.add_query("bad", sql)
-    report = env.add_report("Broken", section("Fine", good), section("Slow or wrong", bad))
+    good = large_shop_reports.add_query("good", "SELECT id FROM orders LIMIT 3")
+    bad = large_shop_reports.add_query("bad", sql)
+    report = large_shop_reports.add_report(
+        "Broken", section("Fine", good), section("Slow or wrong", bad)
+    )
     for fmt in ("pdf", "xlsx", "html"):
-        record = env.run(env.request(report, fmt))
+        record = large_shop_reports.run(large_shop_reports.request(report, fmt))
         assert (record.status, record.failure_code) == (Status.FAILED, code)
         assert "Slow or wrong" in (record.failure_detail or "")
-        assert env.deps.objects.head(record.storage_key) is None
-        assert env.deps.objects.incomplete_uploads(record.storage_key) == []
+        assert large_shop_reports.deps.objects.head(record.storage_key) is None
+        assert large_shop_reports.deps.objects.incomplete_uploads(record.storage_key) == []
 
 
 @pytest.mark.parametrize("fmt", ["pdf", "xlsx", "html"])
 @pytest.mark.parametrize("rows", [5, 0])
-def test_a_chart_without_numbers_fails_render_failed(env: ReportEnv, fmt: str, rows: int) -> None:
+def test_a_chart_without_numbers_fails_render_failed(
+    large_shop_reports: ReportEnv, fmt: str, rows: int
+) -> None:
     """A bar chart over a query with no numeric column after the label column settles
     render_failed in every format, with or without rows, naming the section; nothing stored."""
-    names = env.add_query(
+    names = large_shop_reports.add_query(
         f"names{rows}", f"SELECT amount, owner, customer FROM orders LIMIT {rows}"
     )
-    table = env.add_query("ids", "SELECT id FROM orders LIMIT 3")
-    report = env.add_report(
+    table = large_shop_reports.add_query("ids", "SELECT id FROM orders LIMIT 3")
+    report = large_shop_reports.add_report(
         "Chart", section("Fine", table), section("Owners by name", names, Display.BAR)
     )
-    record = env.run(env.request(report, fmt))
+    record = large_shop_reports.run(large_shop_reports.request(report, fmt))
     assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.RENDER_FAILED)
     detail = record.failure_detail or ""
     assert "'Owners by name'" in detail
     assert "no numeric column" in detail
     assert "Traceback" not in detail
-    assert env.deps.objects.head(record.storage_key) is None
-    assert env.deps.objects.incomplete_uploads(record.storage_key) == []
+    assert large_shop_reports.deps.objects.head(record.storage_key) is None
+    assert large_shop_reports.deps.objects.incomplete_uploads(record.storage_key) == []
 
 
 _WRITERS = {"pdf": PdfDocument, "xlsx": XlsxDocument, "html": HtmlDocument}
@@ -124,7 +130,7 @@ _WRITERS = {"pdf": PdfDocument, "xlsx": XlsxDocument, "html": HtmlDocument}
 @pytest.mark.parametrize("fmt", ["pdf", "xlsx", "html"])
 @pytest.mark.parametrize("step", ["add", "finish"])
 def test_an_unexpected_renderer_error_is_render_failed(
-    env: ReportEnv, monkeypatch: pytest.MonkeyPatch, fmt: str, step: str
+    large_shop_reports: ReportEnv, monkeypatch: pytest.MonkeyPatch, fmt: str, step: str
 ) -> None:
     """A renderer that raises something unexpected (here ValueError, while adding a section
     or finishing the document) settles render_failed: the detail names the format, the part
@@ -135,46 +141,47 @@ def test_an_unexpected_renderer_error_is_render_failed(
         raise ValueError("row value alice-secret-42")
 
     monkeypatch.setattr(_WRITERS[fmt], step, broken)
-    query = env.add_query("ids", "SELECT id, amount FROM orders LIMIT 3")
-    report = env.add_report("Broken renderer", section("Ids", query))
-    record = env.run(env.request(report, fmt))
+    query = large_shop_reports.add_query("ids", "SELECT id, amount FROM orders LIMIT 3")
+    report = large_shop_reports.add_report("Broken renderer", section("Ids", query))
+    record = large_shop_reports.run(large_shop_reports.request(report, fmt))
     assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.RENDER_FAILED)
     detail = record.failure_detail or ""
     part = "section 'Ids'" if step == "add" else "the end of the document"
     assert f"the {fmt.upper()} renderer could not render {part} (ValueError)" in detail
     assert "alice-secret-42" not in detail
     assert "Traceback" not in detail
-    assert env.deps.objects.head(record.storage_key) is None
-    assert env.deps.objects.incomplete_uploads(record.storage_key) == []
+    assert large_shop_reports.deps.objects.head(record.storage_key) is None
+    assert large_shop_reports.deps.objects.incomplete_uploads(record.storage_key) == []
 
 
-def test_a_pdf_over_its_row_limit_fails_limit_exceeded(env: ReportEnv) -> None:
+def test_a_pdf_over_its_row_limit_fails_limit_exceeded(large_shop_reports: ReportEnv) -> None:
     """With QEXPORT_REPORT_PDF_MAX_ROWS at 50, a PDF of 30 + 30 rows fails limit_exceeded at
     the second section, with a message naming the limit and what to do instead; nothing is
     stored. 25 + 25 rows (exactly the limit) renders, and XLSX and HTML are not limited."""
-    env.deps = dataclasses.replace(
-        env.deps, settings=dataclasses.replace(env.deps.settings, report_pdf_max_rows=50)
+    large_shop_reports.deps = dataclasses.replace(
+        large_shop_reports.deps,
+        settings=dataclasses.replace(large_shop_reports.deps.settings, report_pdf_max_rows=50),
     )
-    query = env.add_query("ids", "SELECT id, amount FROM orders ORDER BY id")
-    over = env.add_report(
+    query = large_shop_reports.add_query("ids", "SELECT id, amount FROM orders ORDER BY id")
+    over = large_shop_reports.add_report(
         "Too long", section("First", query, row_cap=30), section("Second", query, row_cap=30)
     )
-    record = env.run(env.request(over, "pdf"))
+    record = large_shop_reports.run(large_shop_reports.request(over, "pdf"))
     assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.LIMIT_EXCEEDED)
     detail = record.failure_detail or ""
     assert "'Second'" in detail
     assert "at most 50 (QEXPORT_REPORT_PDF_MAX_ROWS)" in detail
     assert "xlsx or html" in detail
     assert "row_cap" in detail
-    assert env.deps.objects.head(record.storage_key) is None
-    assert env.deps.objects.incomplete_uploads(record.storage_key) == []
+    assert large_shop_reports.deps.objects.head(record.storage_key) is None
+    assert large_shop_reports.deps.objects.incomplete_uploads(record.storage_key) == []
     for fmt in ("xlsx", "html"):
-        other = env.run(env.request(over, fmt))
+        other = large_shop_reports.run(large_shop_reports.request(over, fmt))
         assert (other.status, other.row_count) == (Status.SUCCEEDED, 60), other.failure_detail
-    at_limit = env.add_report(
+    at_limit = large_shop_reports.add_report(
         "Just fits", section("First", query, row_cap=25), section("Second", query, row_cap=25)
     )
-    fits = env.run(env.request(at_limit, "pdf"))
+    fits = large_shop_reports.run(large_shop_reports.request(at_limit, "pdf"))
     assert (fits.status, fits.row_count) == (Status.SUCCEEDED, 50), fits.failure_detail
 
 
@@ -201,16 +208,19 @@ def _peak(env: ReportEnv, sections: int, fmt: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("fmt", ["xlsx", "html"])
-def test_memory_does_not_grow_with_the_number_of_sections(env: ReportEnv, fmt: str) -> None:
+def test_memory_does_not_grow_with_the_number_of_sections(
+    large_shop_reports: ReportEnv, fmt: str
+) -> None:
     """20 sections x 1,000 rows peak far below 4x what 5 sections do (measured: 1.3-1.5x;
     XlsxWriter keeps a little state per sheet), while the file itself grows 4x: one section's
     rows are held at a time (a 1,000-row section is ~1 MiB as Python values; 8 MiB leaves room
     for the upload's part buffers, 256 KiB each here, and the source's batches)."""
-    env.deps = dataclasses.replace(
-        env.deps, settings=dataclasses.replace(env.deps.settings, part_size=256 * 1024)
+    large_shop_reports.deps = dataclasses.replace(
+        large_shop_reports.deps,
+        settings=dataclasses.replace(large_shop_reports.deps.settings, part_size=256 * 1024),
     )
-    small, small_size = _peak(env, 5, fmt)
-    large, large_size = _peak(env, 20, fmt)
+    small, small_size = _peak(large_shop_reports, 5, fmt)
+    large, large_size = _peak(large_shop_reports, 20, fmt)
     assert large_size > 3 * small_size
     assert large < 8 * 1024 * 1024, f"peak {large / 2**20:.1f} MiB"
     assert large < small * 2, (small, large)
@@ -292,19 +302,22 @@ def test_a_pdf_at_the_default_row_limit_stays_far_below_a_worker_budget() -> Non
     )
 
 
-def test_a_report_past_its_cell_budget_fails_limit_exceeded(env: ReportEnv) -> None:
+def test_a_report_past_its_cell_budget_fails_limit_exceeded(large_shop_reports: ReportEnv) -> None:
     """With QEXPORT_REPORT_MAX_BYTES at 30,000, two sections of 100 rows x ~200-byte text
     (~22 KB each, counted as read) fail limit_exceeded at the second section in every format,
     naming it and the setting; nothing is stored. One such section renders."""
-    env.deps = dataclasses.replace(
-        env.deps, settings=dataclasses.replace(env.deps.settings, report_max_bytes=30_000)
+    large_shop_reports.deps = dataclasses.replace(
+        large_shop_reports.deps,
+        settings=dataclasses.replace(large_shop_reports.deps.settings, report_max_bytes=30_000),
     )
-    wide = env.add_query("wide", "SELECT id, repeat(owner, 40) AS note FROM orders ORDER BY id")
-    report = env.add_report(
+    wide = large_shop_reports.add_query(
+        "wide", "SELECT id, repeat(owner, 40) AS note FROM orders ORDER BY id"
+    )
+    report = large_shop_reports.add_report(
         "Wide", section("First", wide, row_cap=100), section("Second", wide, row_cap=100)
     )
     for fmt in ("pdf", "xlsx", "html"):
-        record = env.run(env.request(report, fmt))
+        record = large_shop_reports.run(large_shop_reports.request(report, fmt))
         assert (record.status, record.failure_code) == (
             Status.FAILED,
             FailureCode.LIMIT_EXCEEDED,
@@ -313,29 +326,37 @@ def test_a_report_past_its_cell_budget_fails_limit_exceeded(env: ReportEnv) -> N
         assert "section 'Second'" in detail
         assert "30,000 bytes" in detail
         assert "QEXPORT_REPORT_MAX_BYTES" in detail
-        assert env.deps.objects.head(record.storage_key) is None
-        assert env.deps.objects.incomplete_uploads(record.storage_key) == []
-    one = env.run(env.request(env.add_report("One", section("First", wide, row_cap=100)), "html"))
+        assert large_shop_reports.deps.objects.head(record.storage_key) is None
+        assert large_shop_reports.deps.objects.incomplete_uploads(record.storage_key) == []
+    one = large_shop_reports.run(
+        large_shop_reports.request(
+            large_shop_reports.add_report("One", section("First", wide, row_cap=100)), "html"
+        )
+    )
     assert (one.status, one.row_count) == (Status.SUCCEEDED, 100), one.failure_detail
 
 
-def test_long_values_are_cut_for_display_in_html_and_kept_in_xlsx(env: ReportEnv) -> None:
+def test_long_values_are_cut_for_display_in_html_and_kept_in_xlsx(
+    large_shop_reports: ReportEnv,
+) -> None:
     """A 5,000-character cell shows its first 999 characters and an ellipsis in an HTML
     table, a chart label its first 15 and an ellipsis; the XLSX cell keeps every character."""
-    long = env.add_query(
+    long = large_shop_reports.add_query(
         "long", "SELECT repeat('a', 4999) || 'Z' AS label, id FROM orders ORDER BY id LIMIT 2"
     )
-    report = env.add_report("Long", section("Table", long), section("Chart", long, Display.BAR))
-    html = env.run(env.request(report, "html"))
+    report = large_shop_reports.add_report(
+        "Long", section("Table", long), section("Chart", long, Display.BAR)
+    )
+    html = large_shop_reports.run(large_shop_reports.request(report, "html"))
     assert html.status is Status.SUCCEEDED, html.failure_detail
-    text = env.file(html).decode()
+    text = large_shop_reports.file(html).decode()
     assert f"<td>{'a' * 999}…</td>" in text
     assert f">{'a' * 15}…</text>" in text
     assert "a" * 1000 not in text
     assert "aZ" not in text
-    xlsx = env.run(env.request(report, "xlsx"))
+    xlsx = large_shop_reports.run(large_shop_reports.request(report, "xlsx"))
     assert xlsx.status is Status.SUCCEEDED, xlsx.failure_detail
-    sheet = openpyxl.load_workbook(io.BytesIO(env.file(xlsx)))["Table"]
+    sheet = openpyxl.load_workbook(io.BytesIO(large_shop_reports.file(xlsx)))["Table"]
     assert sheet.cell(2, 1).value == "a" * 4999 + "Z"
 
 
@@ -398,16 +419,20 @@ def test_a_chart_of_huge_labels_fails_limit_exceeded_without_exhausting_the_work
     ],
 )
 def test_chart_columns_the_result_lacks_fail_render_failed(
-    env: ReportEnv, fmt: str, chart: dict[str, Any], reason: str
+    large_shop_reports: ReportEnv, fmt: str, chart: dict[str, Any], reason: str
 ) -> None:
     """A series column the query does not return, a value column that is not numeric, or a
     series column that is the label column: the export settles render_failed before any row
     is read, saying which section and column, and listing the columns there are."""
-    daily = env.add_query("daily", "SELECT day, customer, owner, amount FROM orders LIMIT 5")
-    report = env.add_report("Chart", section("Per day", daily, Display.LINE, **chart))
-    record = env.run(env.request(report, fmt))
+    daily = large_shop_reports.add_query(
+        "daily", "SELECT day, customer, owner, amount FROM orders LIMIT 5"
+    )
+    report = large_shop_reports.add_report(
+        "Chart", section("Per day", daily, Display.LINE, **chart)
+    )
+    record = large_shop_reports.run(large_shop_reports.request(report, fmt))
     assert (record.status, record.failure_code) == (Status.FAILED, FailureCode.RENDER_FAILED)
     detail = record.failure_detail or ""
     assert "section 'Per day' is a line chart" in detail
     assert reason in detail
-    assert env.deps.objects.head(record.storage_key) is None
+    assert large_shop_reports.deps.objects.head(record.storage_key) is None

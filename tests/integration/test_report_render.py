@@ -31,7 +31,7 @@ DAILY_SQL = "SELECT day, amount, id FROM orders ORDER BY id LIMIT 20"
 
 
 @pytest.fixture
-def env(sqlite_store: SqlMetadataStore, tmp_path: Path) -> ReportEnv:
+def shop_reports(sqlite_store: SqlMetadataStore, tmp_path: Path) -> ReportEnv:
     return make_env(sqlite_store, tmp_path)
 
 
@@ -40,26 +40,26 @@ def _pdf_pages(data: bytes) -> list[str]:
 
 
 def test_pdf_has_title_block_headings_cells_page_numbers_and_repeated_header(
-    env: ReportEnv,
+    shop_reports: ReportEnv,
 ) -> None:
     """The PDF shows the title, the requester's email and the time in the workspace's zone,
     every heading and cell value, "page N of M" on each page, and a table that spans pages
     starts each page with its header row."""
-    with env.store.engine.begin() as conn:
+    with shop_reports.store.engine.begin() as conn:
         conn.execute(sa.update(workspaces).values(timezone="Asia/Tokyo"))
-    orders = env.add_query("orders", ORDERS_SQL)
-    daily = env.add_query("daily", DAILY_SQL)
-    report = env.add_report(
+    orders = shop_reports.add_query("orders", ORDERS_SQL)
+    daily = shop_reports.add_query("daily", DAILY_SQL)
+    report = shop_reports.add_report(
         "Sales <review> & more",
         section("Every order", orders),
         section("Amount per day", daily, Display.BAR),
         section("Trend", daily, Display.LINE),
         description="Numbers for the board",
     )
-    record = env.run(env.request(report, "pdf"))
+    record = shop_reports.run(shop_reports.request(report, "pdf"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
     assert record.row_count == 120 + 20 + 20
-    pages = _pdf_pages(env.file(record))
+    pages = _pdf_pages(shop_reports.file(record))
     text = "\n".join(pages)
     assert "Sales <review> & more" in text
     assert "Numbers for the board" in text
@@ -90,19 +90,19 @@ CHART_SQL = (
 )
 
 
-def test_pdf_charts_are_drawn_from_the_data(env: ReportEnv) -> None:
+def test_pdf_charts_are_drawn_from_the_data(shop_reports: ReportEnv) -> None:
     """A bar and a line chart each draw the query's categories on the x axis, its numeric
     columns' names and the value axis up to the largest value (15,000): text that only the
     charts can have put in the document, since no table shows these rows. Takings (up to
     15,000) and parcel counts (up to 42) differ too much to share an axis: each chart draws
     them in two panels, titled with the column's name."""
-    weekly = env.add_query("weekly", CHART_SQL)
-    report = env.add_report(
+    weekly = shop_reports.add_query("weekly", CHART_SQL)
+    report = shop_reports.add_report(
         "Charts", section("Takings", weekly, Display.BAR), section("Trend", weekly, Display.LINE)
     )
-    record = env.run(env.request(report, "pdf"))
+    record = shop_reports.run(shop_reports.request(report, "pdf"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
-    pages = _pdf_pages(env.file(record))
+    pages = _pdf_pages(shop_reports.file(record))
     lines = [line.strip() for page in pages for line in page.splitlines()]
     for label in (f"Week {i}" for i in range(1, 7)):
         assert lines.count(label) == 4, (label, lines)  # once in each panel of each chart
@@ -113,25 +113,27 @@ def test_pdf_charts_are_drawn_from_the_data(env: ReportEnv) -> None:
     assert lines.count("0") == 4
 
 
-def test_request_parameters_reach_the_sections_that_leave_them_open(env: ReportEnv) -> None:
+def test_request_parameters_reach_the_sections_that_leave_them_open(
+    shop_reports: ReportEnv,
+) -> None:
     """A section that leaves the query's parameter open runs with the value in the export
     request (7, then 2 rows); a section that fixes it (3) keeps its own value whatever the
     request says; the row count and the document's rows follow."""
-    upto = env.add_query(
+    upto = shop_reports.add_query(
         "upto",
         "SELECT id, amount FROM orders WHERE id <= $upto ORDER BY id",
         [Parameter("upto", ParamType.INTEGER)],
     )
-    report = env.add_report(
+    report = shop_reports.add_report(
         "Parameters",
         section("Open", upto),
         section("Fixed", upto, parameters={"upto": 3}),
     )
     for requested in (7, 2):
-        record = env.run(env.request(report, "xlsx", upto=requested))
+        record = shop_reports.run(shop_reports.request(report, "xlsx", upto=requested))
         assert record.status is Status.SUCCEEDED, record.failure_detail
         assert record.row_count == requested + 3
-        book = openpyxl.load_workbook(io.BytesIO(env.file(record)))
+        book = openpyxl.load_workbook(io.BytesIO(shop_reports.file(record)))
         ids = {
             name: [row[0] for row in book[name].iter_rows(min_row=2, values_only=True)]
             for name in ("Open", "Fixed")
@@ -139,20 +141,20 @@ def test_request_parameters_reach_the_sections_that_leave_them_open(env: ReportE
         assert ids == {"Open": list(range(1, requested + 1)), "Fixed": [1, 2, 3]}
 
 
-def test_pdf_pages_render_to_png(env: ReportEnv, tmp_path: Path) -> None:
+def test_pdf_pages_render_to_png(shop_reports: ReportEnv, tmp_path: Path) -> None:
     """Every page of the PDF renders with poppler's pdftoppm (required when CI is set)."""
     if shutil.which("pdftoppm") is None:
         if os.environ.get("CI"):
             pytest.fail("pdftoppm (poppler-utils) is required in CI")
         pytest.skip("pdftoppm (poppler-utils) is not installed: PDF pages not rasterised")
-    orders = env.add_query("orders", ORDERS_SQL)
-    daily = env.add_query("daily", DAILY_SQL)
-    report = env.add_report(
+    orders = shop_reports.add_query("orders", ORDERS_SQL)
+    daily = shop_reports.add_query("daily", DAILY_SQL)
+    report = shop_reports.add_report(
         "Render", section("Orders", orders), section("Bars", daily, Display.BAR)
     )
-    record = env.run(env.request(report, "pdf"))
+    record = shop_reports.run(shop_reports.request(report, "pdf"))
     path = tmp_path / "report.pdf"
-    path.write_bytes(env.file(record))
+    path.write_bytes(shop_reports.file(record))
     result = subprocess.run(
         ["pdftoppm", "-r", "40", "-png", str(path), str(tmp_path / "page")],
         capture_output=True,
@@ -174,15 +176,15 @@ EXACT_SQL = (
 )
 
 
-def test_xlsx_keeps_strings_and_non_finite_numbers_exact(env: ReportEnv) -> None:
+def test_xlsx_keeps_strings_and_non_finite_numbers_exact(shop_reports: ReportEnv) -> None:
     """Report cells keep every string exactly (control characters, `_xHHHH_` lookalikes, text
     shaped like rich-text markup; openpyxl leaves the `_xHHHH_` decoding to `unescape`), and
     NaN and infinities are the text "NaN", "Infinity" and "-Infinity", as in an exported xlsx."""
-    query = env.add_query("exact", EXACT_SQL)
-    report = env.add_report("Exact", section("Exact values", query))
-    record = env.run(env.request(report, "xlsx"))
+    query = shop_reports.add_query("exact", EXACT_SQL)
+    report = shop_reports.add_report("Exact", section("Exact values", query))
+    record = shop_reports.run(shop_reports.request(report, "xlsx"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
-    sheet = openpyxl.load_workbook(io.BytesIO(env.file(record)))["Exact values"]
+    sheet = openpyxl.load_workbook(io.BytesIO(shop_reports.file(record)))["Exact values"]
     rows = [(unescape(s.value), x.value, x.data_type) for _, s, x in sheet.iter_rows(min_row=2)]
     assert rows == [
         ("a\x1b[31mred", "NaN", "s"),
@@ -192,14 +194,14 @@ def test_xlsx_keeps_strings_and_non_finite_numbers_exact(env: ReportEnv) -> None
     ]
 
 
-def test_xlsx_cells_match_the_query_results(env: ReportEnv, tmp_path: Path) -> None:
+def test_xlsx_cells_match_the_query_results(shop_reports: ReportEnv, tmp_path: Path) -> None:
     """One sheet per section and nothing else; the title, requester and generation time are
     the workbook's document properties; every cell, in table and chart sections alike, equals
     the query's value with its type (numbers, dates, booleans, text never turned into a
     formula); the header row is frozen; headings become valid unique sheet names."""
-    orders = env.add_query("orders", ORDERS_SQL)
-    daily = env.add_query("daily", DAILY_SQL)
-    report = env.add_report(
+    orders = shop_reports.add_query("orders", ORDERS_SQL)
+    daily = shop_reports.add_query("daily", DAILY_SQL)
+    report = shop_reports.add_report(
         "Workbook",
         section("Orders: all/every [1]", orders),
         section("Orders: all/every [1]", daily, Display.BAR, row_cap=7),
@@ -209,9 +211,9 @@ def test_xlsx_cells_match_the_query_results(env: ReportEnv, tmp_path: Path) -> N
         expected = con.execute(ORDERS_SQL).fetchall()
         expected_daily = con.execute(DAILY_SQL).fetchall()[:7]
     before = dt.datetime.now(dt.UTC).replace(microsecond=0, tzinfo=None)
-    record = env.run(env.request(report, "xlsx"))
+    record = shop_reports.run(shop_reports.request(report, "xlsx"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
-    book = openpyxl.load_workbook(io.BytesIO(env.file(record)))
+    book = openpyxl.load_workbook(io.BytesIO(shop_reports.file(record)))
     assert book.sheetnames == ["Orders- all-every -1-", "Orders- all-every -1- (2)"]
     props = book.properties
     assert props.title == "Workbook"
@@ -297,22 +299,22 @@ class _Collector(HTMLParser):
             self.styles.append(data)
 
 
-def test_html_is_self_contained_and_escapes_values(env: ReportEnv) -> None:
+def test_html_is_self_contained_and_escapes_values(shop_reports: ReportEnv) -> None:
     """The HTML holds only elements from a known set, no attribute that loads or links
     anything (src, href, srcset, data...) nor an event handler, and no url() or @import in
     its styles; tables have a <thead>, charts are inline SVG, and a value like
     <script>alert(1)</script> is text in a cell, not markup."""
-    orders = env.add_query("orders", ORDERS_SQL)
-    daily = env.add_query("daily", DAILY_SQL)
-    report = env.add_report(
+    orders = shop_reports.add_query("orders", ORDERS_SQL)
+    daily = shop_reports.add_query("daily", DAILY_SQL)
+    report = shop_reports.add_report(
         "<img src=x onerror=alert(1)>",
         section("Orders", orders),
         section("Per day", daily, Display.BAR),
         section("Trend", daily, Display.LINE),
     )
-    record = env.run(env.request(report, "html"))
+    record = shop_reports.run(shop_reports.request(report, "html"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
-    page = env.file(record).decode("utf-8")
+    page = shop_reports.file(record).decode("utf-8")
     parser = _Collector()
     parser.feed(page)
     parser.close()
@@ -340,12 +342,12 @@ def test_html_is_self_contained_and_escapes_values(env: ReportEnv) -> None:
     assert "Zoë & Co ✓" in parser.cells  # HTML keeps every character
 
 
-def test_generation_time_defaults_to_utc(env: ReportEnv) -> None:
+def test_generation_time_defaults_to_utc(shop_reports: ReportEnv) -> None:
     """A workspace that sets no time zone gets the generation time in UTC."""
-    orders = env.add_query("orders", "SELECT id FROM orders ORDER BY id LIMIT 3")
-    report = env.add_report("Small", section("Ids", orders))
-    record = env.run(env.request(report, "pdf"))
-    assert re.search(r"generated [\d: -]+ UTC", "\n".join(_pdf_pages(env.file(record))))
+    orders = shop_reports.add_query("orders", "SELECT id FROM orders ORDER BY id LIMIT 3")
+    report = shop_reports.add_report("Small", section("Ids", orders))
+    record = shop_reports.run(shop_reports.request(report, "pdf"))
+    assert re.search(r"generated [\d: -]+ UTC", "\n".join(_pdf_pages(shop_reports.file(record))))
     assert ALICE.workspace_id == WORKSPACE
 
 
@@ -371,13 +373,13 @@ def _expected_pivot(tmp_path: Path) -> dict[tuple[dt.date, str], tuple[int, floa
 
 
 @pytest.mark.parametrize("display", [Display.LINE, Display.BAR])
-def test_pdf_chart_grouped_by_a_series_column(env: ReportEnv, display: Display) -> None:
+def test_pdf_chart_grouped_by_a_series_column(shop_reports: ReportEnv, display: Display) -> None:
     """A chart of one row per month and owner draws each month once on the x axis (not once
     per row), one series per owner named in the legend, and revenue and the order count in
     panels of their own, each titled, each with its own value axis."""
-    record = env.run(env.request(_grouped(env, display), "pdf"))
+    record = shop_reports.run(shop_reports.request(_grouped(shop_reports, display), "pdf"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
-    [page] = _pdf_pages(env.file(record))
+    [page] = _pdf_pages(shop_reports.file(record))
     lines = [line.strip() for line in page.splitlines()]
     assert lines.count("revenue by owner") == lines.count("orders by owner") == 1
     for month in MONTHS:
@@ -387,15 +389,15 @@ def test_pdf_chart_grouped_by_a_series_column(env: ReportEnv, display: Display) 
     assert lines.index("revenue by owner") < lines.index("orders by owner")
 
 
-def test_xlsx_chart_grouped_by_a_series_column(env: ReportEnv, tmp_path: Path) -> None:
+def test_xlsx_chart_grouped_by_a_series_column(shop_reports: ReportEnv, tmp_path: Path) -> None:
     """The sheet keeps the query's rows as they are; beside them, a block per value column
     pivots them (a row per month, a column per owner, the query's numbers), and a native
     chart per block draws one series per owner from it, named by its header cell, over an
     axis of dates."""
     expected = _expected_pivot(tmp_path)
-    record = env.run(env.request(_grouped(env), "xlsx"))
+    record = shop_reports.run(shop_reports.request(_grouped(shop_reports), "xlsx"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
-    data = env.file(record)
+    data = shop_reports.file(record)
     sheet = openpyxl.load_workbook(io.BytesIO(data))["Per month"]
     rows = list(sheet.iter_rows(values_only=True))
     assert rows[0][:4] == ("month", "owner", "orders", "revenue")
@@ -433,12 +435,12 @@ def _column_letter(index: int) -> str:
     return letters
 
 
-def test_html_chart_grouped_by_a_series_column(env: ReportEnv) -> None:
+def test_html_chart_grouped_by_a_series_column(shop_reports: ReportEnv) -> None:
     """Inline SVG: a titled chart per value column, one line per owner in each, and a
     legend naming the owners."""
-    record = env.run(env.request(_grouped(env), "html"))
+    record = shop_reports.run(shop_reports.request(_grouped(shop_reports), "html"))
     assert record.status is Status.SUCCEEDED, record.failure_detail
-    page = env.file(record).decode("utf-8")
+    page = shop_reports.file(record).decode("utf-8")
     parser = _Collector()
     parser.feed(page)
     tags = [tag for tag, _ in parser.tags]

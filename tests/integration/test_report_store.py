@@ -165,7 +165,7 @@ def test_a_refused_report_export_fails_access_lost(
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def accounts(request: pytest.FixtureRequest) -> AccountStore:
+def report_accounts(request: pytest.FixtureRequest) -> AccountStore:
     """An AccountStore on each backend."""
     if request.param == "memory":
         return InMemoryAccountStore()
@@ -174,13 +174,15 @@ def accounts(request: pytest.FixtureRequest) -> AccountStore:
     return SqlAccountStore(store.engine)
 
 
-def test_a_workspace_is_dated_in_utc_until_set(accounts: AccountStore, clock: FrozenClock) -> None:
+def test_a_workspace_is_dated_in_utc_until_set(
+    report_accounts: AccountStore, clock: FrozenClock
+) -> None:
     """A new (or unknown) workspace answers UTC; a set zone reads back; setting one on a
     workspace that does not exist changes nothing and says so."""
-    accounts.ensure_workspace("w1", now=clock.now())
-    assert accounts.workspace_timezone("w1") == "UTC"
-    assert accounts.workspace_timezone("nowhere") == "UTC"
-    assert accounts.set_workspace_timezone("w1", "Europe/Paris") is True
-    assert accounts.workspace_timezone("w1") == "Europe/Paris"
-    assert accounts.set_workspace_timezone("nowhere", "Asia/Tokyo") is False
-    assert accounts.workspace_timezone("nowhere") == "UTC"
+    report_accounts.ensure_workspace("w1", now=clock.now())
+    assert report_accounts.workspace_timezone("w1") == "UTC"
+    assert report_accounts.workspace_timezone("nowhere") == "UTC"
+    assert report_accounts.set_workspace_timezone("w1", "Europe/Paris") is True
+    assert report_accounts.workspace_timezone("w1") == "Europe/Paris"
+    assert report_accounts.set_workspace_timezone("nowhere", "Asia/Tokyo") is False
+    assert report_accounts.workspace_timezone("nowhere") == "UTC"

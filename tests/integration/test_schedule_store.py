@@ -46,7 +46,7 @@ def schedules(store: MetadataStore) -> ScheduleStore:
 
 
 @pytest.fixture
-def deliveries(store: MetadataStore) -> DeliveryStore:
+def delivery_store(store: MetadataStore) -> DeliveryStore:
     if isinstance(store, InMemoryMetadataStore):
         return InMemoryDeliveryStore(store)
     assert isinstance(store, SqlMetadataStore)
@@ -90,7 +90,7 @@ def test_a_schedule_reads_back_whole_and_deletes_softly(schedules: ScheduleStore
 
 
 def test_firing_a_due_time_twice_records_one_export(
-    store: MetadataStore, schedules: ScheduleStore, deliveries: DeliveryStore
+    store: MetadataStore, schedules: ScheduleStore, delivery_store: DeliveryStore
 ) -> None:
     """The second scheduler to fire the same due time writes nothing: not the export, not
     its deliveries, not the move of the timetable."""
@@ -125,17 +125,17 @@ def test_firing_a_due_time_twice_records_one_export(
         is None
     )
     assert len(store.list_exports(workspace_id="w1")) == 1
-    assert [d.recipient for d in deliveries.list_deliveries(first.id)] == [ALICE, HOOK]
+    assert [d.recipient for d in delivery_store.list_deliveries(first.id)] == [ALICE, HOOK]
     assert schedules.get_schedule(schedule.id).next_due_at == later  # type: ignore[union-attr]
 
 
 def test_deliveries_wait_for_their_export_then_go_out_once(
-    store: MetadataStore, deliveries: DeliveryStore
+    store: MetadataStore, delivery_store: DeliveryStore
 ) -> None:
     """Nothing is claimable while the export is unsettled; then each delivery is claimed by
     one sender, and only the lease holder may settle it."""
     record = store.insert_export(new_export(NOW), _deliveries())
-    assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
+    assert delivery_store.claim_delivery(now=NOW, lease_seconds=LEASE) is None
     claimed = queue_helpers.claim(store, record.id, worker_id="w", now=NOW, lease_seconds=LEASE)
     assert claimed is not None
     assert claimed.lease_token is not None
@@ -143,39 +143,41 @@ def test_deliveries_wait_for_their_export_then_go_out_once(
     assert store.succeed(
         record.id, claimed.lease_token, now=NOW, result=result, expires_at=NOW + timedelta(days=7)
     )
-    first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
-    second = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
+    first = delivery_store.claim_delivery(now=NOW, lease_seconds=LEASE)
+    second = delivery_store.claim_delivery(now=NOW, lease_seconds=LEASE)
     assert first is not None
     assert second is not None
     assert first.delivery.id != second.delivery.id
-    assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
+    assert delivery_store.claim_delivery(now=NOW, lease_seconds=LEASE) is None
     assert first.export.row_count == 2
     assert first.delivery.status is DeliveryStatus.SENDING
     assert first.delivery.attempt == 1
-    assert not deliveries.mark_sent(
+    assert not delivery_store.mark_sent(
         first.delivery.id, "not-the-lease", now=NOW, outcome=Outcome.FILE
     )
     token = first.delivery.lease_token
     assert token is not None
-    assert deliveries.mark_sent(first.delivery.id, token, now=NOW, outcome=Outcome.FILE)
-    assert not deliveries.mark_failed(first.delivery.id, token, now=NOW, error="late")
+    assert delivery_store.mark_sent(first.delivery.id, token, now=NOW, outcome=Outcome.FILE)
+    assert not delivery_store.mark_failed(first.delivery.id, token, now=NOW, error="late")
     # The other is retried later, then claimed again by whoever comes after its retry time.
     token2 = second.delivery.lease_token
     assert token2 is not None
     retry_at = NOW + timedelta(seconds=60)
-    assert deliveries.release_delivery(second.delivery.id, token2, retry_at=retry_at, error="503")
-    assert deliveries.claim_delivery(now=NOW, lease_seconds=LEASE) is None
-    again = deliveries.claim_delivery(now=retry_at, lease_seconds=LEASE)
+    assert delivery_store.release_delivery(
+        second.delivery.id, token2, retry_at=retry_at, error="503"
+    )
+    assert delivery_store.claim_delivery(now=NOW, lease_seconds=LEASE) is None
+    again = delivery_store.claim_delivery(now=retry_at, lease_seconds=LEASE)
     assert again is not None
     assert again.delivery.attempt == 2
     assert again.delivery.last_error == "503"
-    by_id = {d.id: d for d in deliveries.list_deliveries(record.id)}
+    by_id = {d.id: d for d in delivery_store.list_deliveries(record.id)}
     assert by_id[first.delivery.id].status is DeliveryStatus.SENT
     assert by_id[first.delivery.id].outcome is Outcome.FILE
 
 
 def test_a_sender_that_died_has_its_delivery_taken_over(
-    store: MetadataStore, deliveries: DeliveryStore
+    store: MetadataStore, delivery_store: DeliveryStore
 ) -> None:
     """A delivery left `sending` past its lease is claimed again with a new lease; the dead
     sender's token no longer settles it. A failed export's deliveries go out too."""
@@ -183,26 +185,26 @@ def test_a_sender_that_died_has_its_delivery_taken_over(
     assert queue_helpers.fail_before_run(
         store, record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x"
     )
-    first = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
+    first = delivery_store.claim_delivery(now=NOW, lease_seconds=LEASE)
     assert first is not None
     assert first.export.failure_code is FailureCode.ACCESS_LOST
     later = NOW + timedelta(seconds=LEASE + 1)
-    taken = deliveries.claim_delivery(now=later, lease_seconds=LEASE)
+    taken = delivery_store.claim_delivery(now=later, lease_seconds=LEASE)
     assert taken is not None
     assert taken.delivery.attempt == 2
     assert first.delivery.lease_token is not None
-    assert not deliveries.mark_sent(
+    assert not delivery_store.mark_sent(
         first.delivery.id, first.delivery.lease_token, now=later, outcome=Outcome.FAILURE
     )
     assert taken.delivery.lease_token is not None
-    assert deliveries.mark_failed(
+    assert delivery_store.mark_failed(
         taken.delivery.id, taken.delivery.lease_token, now=later, error="mailbox unknown"
     )
-    assert not deliveries.has_unsent()
+    assert not delivery_store.has_unsent()
 
 
 def test_a_failed_delivery_sent_again_waits_with_a_fresh_budget_and_one_claim(
-    store: MetadataStore, deliveries: DeliveryStore
+    store: MetadataStore, delivery_store: DeliveryStore
 ) -> None:
     """send_again moves only a failed delivery (of that export) back to waiting, due now,
     with `tries` from 0 while `attempt` keeps counting, and who and when recorded; the next
@@ -211,36 +213,36 @@ def test_a_failed_delivery_sent_again_waits_with_a_fresh_budget_and_one_claim(
     assert queue_helpers.fail_before_run(
         store, record.id, now=NOW, code=FailureCode.ACCESS_LOST, detail="x"
     )
-    claimed = deliveries.claim_delivery(now=NOW, lease_seconds=LEASE)
+    claimed = delivery_store.claim_delivery(now=NOW, lease_seconds=LEASE)
     assert claimed is not None
     delivery, old_token = claimed.delivery, claimed.delivery.lease_token
     assert old_token is not None
-    assert not deliveries.send_again(record.id, delivery.id, now=NOW, by="ann")  # sending
-    assert deliveries.mark_failed(
+    assert not delivery_store.send_again(record.id, delivery.id, now=NOW, by="ann")  # sending
+    assert delivery_store.mark_failed(
         delivery.id, old_token, now=NOW, error="refused", code=FailureCode.DESTINATION_REFUSED
     )
     later = NOW + timedelta(minutes=5)
-    assert not deliveries.send_again("another-export", delivery.id, now=later, by="ann")
-    assert deliveries.send_again(record.id, delivery.id, now=later, by="ann")
-    assert not deliveries.send_again(record.id, delivery.id, now=later, by="ann")  # waiting
-    (waiting,) = deliveries.list_deliveries(record.id)
+    assert not delivery_store.send_again("another-export", delivery.id, now=later, by="ann")
+    assert delivery_store.send_again(record.id, delivery.id, now=later, by="ann")
+    assert not delivery_store.send_again(record.id, delivery.id, now=later, by="ann")  # waiting
+    (waiting,) = delivery_store.list_deliveries(record.id)
     assert waiting.status is DeliveryStatus.WAITING
     assert (waiting.attempt, waiting.attempts_spent, waiting.tries) == (1, 1, 0)
     assert (waiting.resent_at, waiting.resent_by) == (later, "ann")
     assert waiting.failure_code is None
     assert waiting.last_error == "refused"  # why it failed, until the next attempt says
-    assert deliveries.has_unsent()
-    again = deliveries.claim_delivery(now=later, lease_seconds=LEASE)
+    assert delivery_store.has_unsent()
+    again = delivery_store.claim_delivery(now=later, lease_seconds=LEASE)
     assert again is not None
-    assert deliveries.claim_delivery(now=later, lease_seconds=LEASE) is None
+    assert delivery_store.claim_delivery(now=later, lease_seconds=LEASE) is None
     assert (again.delivery.id, again.delivery.attempt, again.delivery.tries) == (delivery.id, 2, 1)
     assert again.delivery.lease_token not in (None, old_token)
-    assert not deliveries.mark_sent(delivery.id, old_token, now=later, outcome=Outcome.FAILURE)
+    assert not delivery_store.mark_sent(delivery.id, old_token, now=later, outcome=Outcome.FAILURE)
     assert again.delivery.lease_token is not None
-    assert deliveries.mark_sent(
+    assert delivery_store.mark_sent(
         delivery.id, again.delivery.lease_token, now=later, outcome=Outcome.FAILURE
     )
-    assert not deliveries.send_again(record.id, delivery.id, now=later, by="ann")  # sent
+    assert not delivery_store.send_again(record.id, delivery.id, now=later, by="ann")  # sent
 
 
 def test_a_schedules_runs_are_listed_newest_first_with_their_exports(
@@ -299,7 +301,7 @@ def test_due_schedules_are_the_enabled_live_ones_oldest_first(schedules: Schedul
 
 
 def test_firing_over_the_unsettled_cap_writes_nothing(
-    store: MetadataStore, schedules: ScheduleStore, deliveries: DeliveryStore
+    store: MetadataStore, schedules: ScheduleStore, delivery_store: DeliveryStore
 ) -> None:
     """An owner who already has `max_unsettled` exports waiting gets no new one: the due time
     is not moved and not spent, so it fires once the cap allows; a schedule that does not
@@ -319,7 +321,7 @@ def test_firing_over_the_unsettled_cap_writes_nothing(
             max_unsettled=1,
         )
     assert store.get_export(refused.id) is None
-    assert deliveries.list_deliveries(refused.id) == []
+    assert delivery_store.list_deliveries(refused.id) == []
     assert schedules.get_schedule(schedule.id).next_due_at == NOW  # type: ignore[union-attr]
     fired = schedules.fire(
         schedule.id,
@@ -331,7 +333,7 @@ def test_firing_over_the_unsettled_cap_writes_nothing(
         max_unsettled=2,
     )
     assert fired is not None
-    assert len(deliveries.list_deliveries(fired.id)) == 2
+    assert len(delivery_store.list_deliveries(fired.id)) == 2
     orphan = new_export(NOW)
     assert schedules.fire("no-such-schedule", due_at=NOW, new=orphan, deliveries=()) is None
     assert store.get_export(orphan.id) is None
@@ -399,12 +401,12 @@ def test_subscribers_are_kept_apart_from_the_schedule(
 
 
 def test_a_delivery_remembers_its_subscriber(
-    store: MetadataStore, deliveries: DeliveryStore
+    store: MetadataStore, delivery_store: DeliveryStore
 ) -> None:
     """A subscriber's delivery reads back with their id; the owner's recipients with none."""
     subscriber = NewDelivery(
         str(uuid.uuid4()), Recipient(Channel.EMAIL, "vera@x.test"), None, "vera"
     )
     record = store.insert_export(new_export(NOW), [*_deliveries(), subscriber])
-    found = {d.recipient.target: d.subscriber for d in deliveries.list_deliveries(record.id)}
+    found = {d.recipient.target: d.subscriber for d in delivery_store.list_deliveries(record.id)}
     assert found == {ALICE.target: None, HOOK.target: None, "vera@x.test": "vera"}

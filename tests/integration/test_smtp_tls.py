@@ -48,7 +48,7 @@ class Inbox:
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def ip_tls_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for localhost and 127.0.0.1: (cert file, key file)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
@@ -84,9 +84,9 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def trusted(certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def trusted(ip_tls_certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the test certificate the one the client trusts (OpenSSL reads SSL_CERT_FILE)."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ip_tls_certificate[0]))
 
 
 def server_context(certificate: tuple[Path, Path]) -> ssl.SSLContext:
@@ -112,22 +112,22 @@ def start(inbox: Inbox, **options: Any) -> Iterator[Server]:
 
 
 @pytest.fixture
-def starttls_server(certificate: tuple[Path, Path]) -> Iterator[Server]:
+def starttls_server(ip_tls_certificate: tuple[Path, Path]) -> Iterator[Server]:
     inbox = Inbox()
     yield from start(
         inbox,
-        tls_context=server_context(certificate),
+        tls_context=server_context(ip_tls_certificate),
         require_starttls=True,
         authenticator=inbox.authenticate,
     )
 
 
 @pytest.fixture
-def implicit_tls_server(certificate: tuple[Path, Path]) -> Iterator[Server]:
+def implicit_tls_server(ip_tls_certificate: tuple[Path, Path]) -> Iterator[Server]:
     inbox = Inbox()
     yield from start(
         inbox,
-        ssl_context=server_context(certificate),
+        ssl_context=server_context(ip_tls_certificate),
         authenticator=inbox.authenticate,
         auth_require_tls=False,  # the whole connection is TLS already
     )

@@ -25,7 +25,7 @@ ALICE = Requester("alice", "w1")
 
 
 @pytest.fixture
-def duck(tmp_path: Path) -> Iterator[DuckDBSource]:
+def docs_duck(tmp_path: Path) -> Iterator[DuckDBSource]:
     path = tmp_path / "shop.duckdb"
     with duckdb.connect(str(path)) as con:
         con.execute(
@@ -38,10 +38,10 @@ def duck(tmp_path: Path) -> Iterator[DuckDBSource]:
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
-def any_source(request: pytest.FixtureRequest) -> Source:
+def docs_source(request: pytest.FixtureRequest) -> Source:
     """A DuckDB file and a PostgreSQL database, each with a table `docs`."""
     if request.param == "duckdb":
-        source: Source = request.getfixturevalue("duck")
+        source: Source = request.getfixturevalue("docs_duck")
         return source
     db: Database = request.getfixturevalue("database")
     return db.source()
@@ -57,10 +57,10 @@ def _refusal(source: Source, sql: str, **parameters: Any) -> QueryInvalidError:
     return caught.value
 
 
-def test_duckdb_describes_names_and_types(duck: DuckDBSource) -> None:
+def test_duckdb_describes_names_and_types(docs_duck: DuckDBSource) -> None:
     """DuckDB's own type names, a parameter typed by its value, the requester context bound."""
     columns = _describe(
-        duck,
+        docs_duck,
         "SELECT id, body, $since AS since, $user_id AS me FROM docs WHERE id > $n",
         since=dt.date(2024, 1, 1),
         n=0,
@@ -101,21 +101,21 @@ def test_describing_runs_nothing(database: Database) -> None:
     assert database.scalar("SELECT is_called FROM ticket") is False
 
 
-def test_a_huge_query_is_described_at_once(any_source: Source) -> None:
+def test_a_huge_query_is_described_at_once(docs_source: Source) -> None:
     """A query over trillions of rows is described without computing any (well within the
     timeout, which would otherwise end it)."""
     sql = "SELECT count(*) AS n FROM generate_series(1, 1000000000000) AS t(i)"
     try:
-        columns = _describe(any_source, sql)
+        columns = _describe(docs_source, sql)
     except QueryTimeoutError:  # pragma: no cover - the failure this test is about
         pytest.fail("describing ran the query")
     assert [c.name for c in columns] == ["n"]
 
 
-def test_a_syntax_error_has_the_engines_message_and_position(any_source: Source) -> None:
+def test_a_syntax_error_has_the_engines_message_and_position(docs_source: Source) -> None:
     """The engine's words, and the line and column of the mistake in the query as written
     (after a parameter, whose value is longer than its name on PostgreSQL)."""
-    error = _refusal(any_source, "SELECT id, $n AS n\n  FROM docs WHERE ((", n=12345678)
+    error = _refusal(docs_source, "SELECT id, $n AS n\n  FROM docs WHERE ((", n=12345678)
     assert "syntax error" in error.detail
     assert error.position is not None
     assert error.position.line == 2
@@ -144,9 +144,9 @@ def test_a_missing_column_is_placed_after_a_parameter(database: Database) -> Non
         ("SELECT 1; SELECT 2", "only a single SELECT statement is allowed; got 2 statements"),
     ],
 )
-def test_what_an_export_refuses_is_refused(any_source: Source, sql: str, message: str) -> None:
+def test_what_an_export_refuses_is_refused(docs_source: Source, sql: str, message: str) -> None:
     """A missing table, a DELETE, an unbound parameter, two statements."""
-    assert message in _refusal(any_source, sql).detail
+    assert message in _refusal(docs_source, sql).detail
 
 
 @pytest.mark.parametrize(
@@ -157,10 +157,10 @@ def test_what_an_export_refuses_is_refused(any_source: Source, sql: str, message
         "SELECT current_setting('temp_directory') AS t",
     ],
 )
-def test_duckdb_refuses_file_readers_before_describing(duck: DuckDBSource, sql: str) -> None:
+def test_duckdb_refuses_file_readers_before_describing(docs_duck: DuckDBSource, sql: str) -> None:
     """The file-access check comes first: a reader is refused by name and never bound (which
     would open the file)."""
-    assert "is not allowed" in _refusal(duck, sql).detail
+    assert "is not allowed" in _refusal(docs_duck, sql).detail
 
 
 def test_postgres_describes_with_the_sources_role(database: Database) -> None:

@@ -16,12 +16,6 @@ from tests.fakes import FrozenClock
 from tests.support.stores import SqlMetadataStore
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
-    """The SQL store on each database it supports."""
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
-
-
 def _to(engine: sa.Engine, revision: str) -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))

@@ -61,7 +61,7 @@ EXPECTED = [
 
 
 @pytest.fixture
-def duck(tmp_path: Path) -> Iterator[DuckDBSource]:
+def tricky_duck(tmp_path: Path) -> Iterator[DuckDBSource]:
     path = tmp_path / "shop.duckdb"
     with duckdb.connect(str(path)) as con:
         con.execute("SET TimeZone = 'UTC'")
@@ -85,10 +85,10 @@ def pg_tricky(database: Database) -> Database:
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
-def any_source(request: pytest.FixtureRequest) -> Source:
+def tricky_source(request: pytest.FixtureRequest) -> Source:
     """A DuckDB file and a PostgreSQL database, each with the table `tricky`."""
     if request.param == "duckdb":
-        source: Source = request.getfixturevalue("duck")
+        source: Source = request.getfixturevalue("tricky_duck")
         return source
     db: Database = request.getfixturevalue("pg_tricky")
     return db.source()
@@ -115,11 +115,11 @@ def _preview(
     )
 
 
-def test_tricky_values_come_back_exact(any_source: Source) -> None:
+def test_tricky_values_come_back_exact(tricky_source: Source) -> None:
     """Decimals with every digit, aware timestamps in UTC with their offset, binary as hex,
     NaN and infinity as text, NULL apart from the empty string, a long text cut with the
     mark; strict JSON throughout."""
-    read = _preview(any_source, "SELECT * FROM tricky ORDER BY id")
+    read = _preview(tricky_source, "SELECT * FROM tricky ORDER BY id")
     cells = preview_cells(read.table, max_chars=CAP, max_bytes=1_000_000)
     assert cells.rows == EXPECTED
     assert cells.cut == 1
@@ -127,21 +127,23 @@ def test_tricky_values_come_back_exact(any_source: Source) -> None:
     json.dumps(cells.rows, allow_nan=False)
 
 
-def test_the_columns_carry_the_engines_type_names(any_source: Source, duck: Source) -> None:
+def test_the_columns_carry_the_engines_type_names(
+    tricky_source: Source, tricky_duck: Source
+) -> None:
     """The preview names each column's type as the engine does (as describe does)."""
-    read = _preview(any_source, "SELECT id, amount, stamp, raw FROM tricky")
+    read = _preview(tricky_source, "SELECT id, amount, stamp, raw FROM tricky")
     types = [c.type for c in read.columns]
-    if any_source is duck:
+    if tricky_source is tricky_duck:
         assert types == ["INTEGER", "DECIMAL(10,2)", "TIMESTAMP WITH TIME ZONE", "BLOB"]
     else:
         assert types == ["integer", "numeric(10,2)", "timestamp with time zone", "bytea"]
 
 
-def test_long_values_are_cut_in_the_engine(any_source: Source, duck: Source) -> None:
+def test_long_values_are_cut_in_the_engine(tricky_source: Source, tricky_duck: Source) -> None:
     """A long text arrives cut to the cap plus one character (so it reads as longer), binary
     to the cap plus one byte, a nested value as its text cut the same: the engine never hands
     over more than is shown (a 50 MB text a row made a DuckDB batch of 500 MB before)."""
-    if any_source is duck:
+    if tricky_source is tricky_duck:
         sql = (
             "SELECT repeat('x', 100000) AS t, repeat('\\xAB'::BLOB, 100000) AS b,"
             " [repeat('n', 100000)] AS l"
@@ -151,7 +153,7 @@ def test_long_values_are_cut_in_the_engine(any_source: Source, duck: Source) -> 
             "SELECT repeat('x', 100000) AS t, decode(repeat('ab', 100000), 'hex') AS b,"
             " ARRAY[repeat('n', 100000)] AS l"
         )
-    read = _preview(any_source, sql)
+    read = _preview(tricky_source, sql)
     assert read.table.column("t").to_pylist() == ["x" * (CAP + 1)]
     assert read.table.column("b").to_pylist() == [b"\xab" * (CAP + 1)]
     (nested,) = read.table.column("l").to_pylist()
@@ -159,46 +161,48 @@ def test_long_values_are_cut_in_the_engine(any_source: Source, duck: Source) -> 
     assert nested.startswith(('["nnn', "{nnn"))
 
 
-def test_only_the_rows_shown_are_read(any_source: Source, duck: Source) -> None:
+def test_only_the_rows_shown_are_read(tricky_source: Source, tricky_duck: Source) -> None:
     """A billion-row statement previews at once: it stops one row past the limit, and says
     more rows follow. (Read whole, it would run into the timeout instead.)"""
     sql = (
         "SELECT i FROM range(1000000000) t(i)"
-        if any_source is duck
+        if tricky_source is tricky_duck
         else "SELECT generate_series(1, 1000000000) AS i"
     )
-    read = _preview(any_source, sql, max_rows=5, timeout_seconds=20)
+    read = _preview(tricky_source, sql, max_rows=5, timeout_seconds=20)
     assert read.table.num_rows == 5
     assert read.more
-    exact = _preview(any_source, "SELECT * FROM tricky", max_rows=3)
+    exact = _preview(tricky_source, "SELECT * FROM tricky", max_rows=3)
     assert exact.table.num_rows == 3
     assert not exact.more
 
 
-def test_reading_stops_at_the_byte_bound(any_source: Source, duck: Source) -> None:
+def test_reading_stops_at_the_byte_bound(tricky_source: Source, tricky_duck: Source) -> None:
     """Past `max_bytes` of values the source stops reading (a few rows at a time) and says
     there is more: sixty columns of cut text make rows of some 6 KB."""
     wide = ", ".join(f"repeat('y', 500) AS c{i}" for i in range(60))
-    rows = "range(100) t(i)" if any_source is duck else "generate_series(1, 100)"
-    read = _preview(any_source, f"SELECT {wide} FROM {rows}", max_rows=50, max_bytes=20_000)
+    rows = "range(100) t(i)" if tricky_source is tricky_duck else "generate_series(1, 100)"
+    read = _preview(tricky_source, f"SELECT {wide} FROM {rows}", max_rows=50, max_bytes=20_000)
     assert 1 <= read.table.num_rows < 50
     assert read.more
     assert {len(v) for v in read.table.column("c0").to_pylist()} == {CAP + 1}
 
 
-def test_parameters_are_bound_never_interpolated(any_source: Source) -> None:
+def test_parameters_are_bound_never_interpolated(tricky_source: Source) -> None:
     """A hostile value (quotes, `; DROP TABLE`, dollar quotes) comes back as itself and
     matches nothing; the table is still there."""
-    read = _preview(any_source, "SELECT $p AS p", p=HOSTILE)
+    read = _preview(tricky_source, "SELECT $p AS p", p=HOSTILE)
     assert read.table.column("p").to_pylist() == [HOSTILE]
-    read = _preview(any_source, "SELECT id FROM tricky WHERE maybe = $p", p=HOSTILE)
+    read = _preview(tricky_source, "SELECT id FROM tricky WHERE maybe = $p", p=HOSTILE)
     assert read.table.num_rows == 0
-    assert _preview(any_source, "SELECT count(*) AS n FROM tricky").table.to_pylist() == [{"n": 3}]
+    assert _preview(tricky_source, "SELECT count(*) AS n FROM tricky").table.to_pylist() == [
+        {"n": 3}
+    ]
 
 
-def test_the_requester_context_is_bound(any_source: Source) -> None:
+def test_the_requester_context_is_bound(tricky_source: Source) -> None:
     """$user_id and $workspace_id are the requester's, as in an export."""
-    read = _preview(any_source, "SELECT $user_id AS u, $workspace_id AS w", BOB)
+    read = _preview(tricky_source, "SELECT $user_id AS u, $workspace_id AS w", BOB)
     assert read.table.to_pylist() == [{"u": "bob", "w": "w1"}]
 
 
@@ -214,28 +218,30 @@ def test_postgres_row_level_security_applies(pg_tricky: Database) -> None:
     ["DELETE FROM tricky", "SELECT 1; SELECT 2", "UPDATE tricky SET id = 9"],
     ids=["delete", "two statements", "update"],
 )
-def test_anything_but_one_select_is_refused(any_source: Source, sql: str) -> None:
+def test_anything_but_one_select_is_refused(tricky_source: Source, sql: str) -> None:
     """The statement check of an export: query_invalid, nothing run."""
     with pytest.raises(QueryInvalidError, match="only a single SELECT"):
-        _preview(any_source, sql)
-    assert _preview(any_source, "SELECT count(*) AS n FROM tricky").table.to_pylist() == [{"n": 3}]
+        _preview(tricky_source, sql)
+    assert _preview(tricky_source, "SELECT count(*) AS n FROM tricky").table.to_pylist() == [
+        {"n": 3}
+    ]
 
 
-def test_a_refused_statement_says_why(any_source: Source) -> None:
+def test_a_refused_statement_says_why(tricky_source: Source) -> None:
     """A missing table is query_invalid with the engine's words."""
     with pytest.raises(QueryInvalidError, match="no_such_table"):
-        _preview(any_source, "SELECT * FROM no_such_table")
+        _preview(tricky_source, "SELECT * FROM no_such_table")
 
 
-def test_the_timeout_ends_a_slow_preview(any_source: Source, duck: Source) -> None:
+def test_the_timeout_ends_a_slow_preview(tricky_source: Source, tricky_duck: Source) -> None:
     """A statement that runs past the timeout is query_timeout."""
     sql = (
         "SELECT count(*) AS n FROM range(100000000000) t(i)"
-        if any_source is duck
+        if tricky_source is tricky_duck
         else "SELECT pg_sleep(30) AS s"
     )
     with pytest.raises(QueryTimeoutError):
-        _preview(any_source, sql, timeout_seconds=0.5)
+        _preview(tricky_source, sql, timeout_seconds=0.5)
 
 
 @pytest.mark.parametrize(
@@ -247,9 +253,9 @@ def test_the_timeout_ends_a_slow_preview(any_source: Source, duck: Source) -> No
     ],
     ids=["comment and semicolon", "block comment", "dangling comment"],
 )
-def test_a_trailing_semicolon_and_comment_are_accepted(any_source: Source, sql: str) -> None:
+def test_a_trailing_semicolon_and_comment_are_accepted(tricky_source: Source, sql: str) -> None:
     """The text as people write it previews as it exports."""
-    assert _preview(any_source, sql).table.to_pylist() == [{"one": 1}]
+    assert _preview(tricky_source, sql).table.to_pylist() == [{"one": 1}]
 
 
 def test_duckdb_trims_only_what_trails() -> None:

@@ -187,7 +187,7 @@ def _pg_database(setup: str, grants: str) -> Iterator[PostgresSource]:
 
 
 @pytest.fixture(scope="module")
-def warehouse(pg_template: str) -> Iterator[PostgresSource]:
+def reads_warehouse(pg_template: str) -> Iterator[PostgresSource]:
     """A database with the tables above and a role that may only read them (dropped after)."""
     del pg_template  # only for its check that a server is there (skip, or fail under CI)
     with _pg_database(_PG_SETUP, _PG_GRANTS) as source:
@@ -198,7 +198,7 @@ PG_EMAIL = SensitiveTable("warehouse", "public", "customers", frozenset({"email"
 PG_CUSTOMERS = SensitiveTable("warehouse", "public", "customers")
 
 
-def test_postgresql_sees_through_views_ctes_and_subqueries(warehouse: PostgresSource) -> None:
+def test_postgresql_sees_through_views_ctes_and_subqueries(reads_warehouse: PostgresSource) -> None:
     """EXPLAIN names the base relation whatever the statement wraps it in; an unrelated
     query reads only its own table."""
     for sql in (
@@ -207,22 +207,22 @@ def test_postgresql_sees_through_views_ctes_and_subqueries(warehouse: PostgresSo
         "SELECT * FROM (SELECT id FROM customers) t",
         "SELECT id FROM orders WHERE customer_id IN (SELECT id FROM customers)",
     ):
-        assert "public.customers" in tables(reads(warehouse, sql)), sql
-        assert needs_approval(warehouse, PG_CUSTOMERS, sql), sql
-    assert tables(reads(warehouse, "SELECT total FROM orders WHERE id = $id", id=1)) == {
+        assert "public.customers" in tables(reads(reads_warehouse, sql)), sql
+        assert needs_approval(reads_warehouse, PG_CUSTOMERS, sql), sql
+    assert tables(reads(reads_warehouse, "SELECT total FROM orders WHERE id = $id", id=1)) == {
         "public.orders"
     }
-    assert not needs_approval(warehouse, PG_CUSTOMERS, "SELECT total FROM orders")
+    assert not needs_approval(reads_warehouse, PG_CUSTOMERS, "SELECT total FROM orders")
 
 
 def test_a_postgresql_column_rule_is_hit_only_by_reading_the_column(
-    warehouse: PostgresSource,
+    reads_warehouse: PostgresSource,
 ) -> None:
     """Other columns of the table do not need approval; the column selected, filtered on,
     read as a whole row, or through a view, does. Quoted names keep their case."""
-    assert not needs_approval(warehouse, PG_EMAIL, "SELECT id, name FROM customers")
+    assert not needs_approval(reads_warehouse, PG_EMAIL, "SELECT id, name FROM customers")
     assert not needs_approval(
-        warehouse,
+        reads_warehouse,
         PG_EMAIL,
         "SELECT o.total FROM orders o JOIN customers c ON c.id = o.customer_id",
     )
@@ -232,28 +232,28 @@ def test_a_postgresql_column_rule_is_hit_only_by_reading_the_column(
         "SELECT row_to_json(c) FROM customers c",
         "SELECT * FROM contacts",
     ):
-        assert needs_approval(warehouse, PG_EMAIL, sql), sql
+        assert needs_approval(reads_warehouse, PG_EMAIL, sql), sql
     phone = SensitiveTable("warehouse", "public", "customers", frozenset({"Phone"}))
-    assert needs_approval(warehouse, phone, 'SELECT "Phone" FROM customers')
-    assert not needs_approval(warehouse, phone, "SELECT name FROM customers")
+    assert needs_approval(reads_warehouse, phone, 'SELECT "Phone" FROM customers')
+    assert not needs_approval(reads_warehouse, phone, "SELECT name FROM customers")
 
 
 def test_postgresql_partitions_and_materialised_views_count_as_their_tables(
-    warehouse: PostgresSource,
+    reads_warehouse: PostgresSource,
 ) -> None:
     """A partition scanned is its partitioned table too; a materialised view is a copy of the
     tables it was made from."""
     assert {"public.events", "public.events_1"} <= tables(
-        reads(warehouse, "SELECT secret FROM events_1")
+        reads(reads_warehouse, "SELECT secret FROM events_1")
     )
     events = SensitiveTable("warehouse", "public", "events", frozenset({"secret"}))
-    assert needs_approval(warehouse, events, "SELECT secret FROM events_1")
-    assert "public.customers" in tables(reads(warehouse, "SELECT * FROM emails"))
-    assert needs_approval(warehouse, PG_EMAIL, "SELECT email FROM emails")
+    assert needs_approval(reads_warehouse, events, "SELECT secret FROM events_1")
+    assert "public.customers" in tables(reads(reads_warehouse, "SELECT * FROM emails"))
+    assert needs_approval(reads_warehouse, PG_EMAIL, "SELECT email FROM emails")
 
 
 def test_postgresql_cannot_say_for_functions_that_run_sql_or_statistics(
-    warehouse: PostgresSource,
+    reads_warehouse: PostgresSource,
 ) -> None:
     """A plpgsql function, query_to_xml and pg_stats read what no plan shows: the source
     cannot say, which a policy reads as every sensitive table of it."""
@@ -262,8 +262,8 @@ def test_postgresql_cannot_say_for_functions_that_run_sql_or_statistics(
         "SELECT query_to_xml('SELECT email FROM customers', true, false, '')",
         "SELECT most_common_vals FROM pg_stats WHERE tablename = 'customers'",
     ):
-        assert reads(warehouse, sql) is None, sql
-        assert needs_approval(warehouse, PG_EMAIL, sql), sql
+        assert reads(reads_warehouse, sql) is None, sql
+        assert needs_approval(reads_warehouse, PG_EMAIL, sql), sql
 
 
 # The escapes of an attacker's review: what reads tables no plan shows. tablefunc and xml2

@@ -44,7 +44,7 @@ ENDLESS = "SELECT count(*) AS n FROM range(1000000000000) AS slow_marker"
 
 
 @pytest.fixture
-def source(spark_server: SparkServer) -> SparkSource:
+def spark_source(spark_server: SparkServer) -> SparkSource:
     """Built as a worker builds it: the sc:// scheme's `qexport.sources` entry point."""
     built = bootstrap.source_from_url("lake", spark_server.url, Settings())
     assert isinstance(built, SparkSource)
@@ -59,10 +59,10 @@ def _table(source: SparkSource, sql: str, parameters: dict[str, Any] | None = No
         stream.close()
 
 
-def test_types_are_exact_and_instants_utc(source: SparkSource) -> None:
+def test_types_are_exact_and_instants_utc(spark_source: SparkSource) -> None:
     """Decimals keep every digit, TIMESTAMP is the instant in UTC (the server's zone is New
     York), TIMESTAMP_NTZ a wall-clock time, binary bytes, nested values JSON text."""
-    table = _table(source, "SELECT * FROM types ORDER BY id")
+    table = _table(spark_source, "SELECT * FROM types ORDER BY id")
     types = {f.name: f.type for f in table.schema}
     assert types["price"] == pa.decimal128(12, 2)
     assert types["exact"] == pa.decimal128(38, 10)
@@ -96,23 +96,25 @@ def test_types_are_exact_and_instants_utc(source: SparkSource) -> None:
     assert set(empty.values()) - {2} == {None}
 
 
-def test_intervals_are_refused_naming_the_column(source: SparkSource) -> None:
+def test_intervals_are_refused_naming_the_column(spark_source: SparkSource) -> None:
     """An interval has no exact export: query_invalid naming the column, and how to fix it."""
     with pytest.raises(QueryInvalidError, match=r"'waited'.*INTERVAL.*CAST it to STRING"):
-        _table(source, "SELECT id, INTERVAL 3 DAYS AS waited FROM people")
-    text = _table(source, "SELECT CAST(INTERVAL 3 DAYS AS STRING) AS waited")
+        _table(spark_source, "SELECT id, INTERVAL 3 DAYS AS waited FROM people")
+    text = _table(spark_source, "SELECT CAST(INTERVAL 3 DAYS AS STRING) AS waited")
     assert text.column("waited").to_pylist() == ["INTERVAL '3' DAY"]
 
 
-def test_parameters_and_the_requester_are_bound(source: SparkSource) -> None:
+def test_parameters_and_the_requester_are_bound(spark_source: SparkSource) -> None:
     """$user_id is the requester's; a parameter that looks like SQL is a value, never SQL."""
-    mine = _table(source, "SELECT name FROM people WHERE owner = $user_id")
+    mine = _table(spark_source, "SELECT name FROM people WHERE owner = $user_id")
     assert mine.to_pylist() == [{"name": "Ann"}]
     hostile = "x' OR '1'='1"
-    none = _table(source, "SELECT name FROM people WHERE name = $n", {"n": hostile})
+    none = _table(spark_source, "SELECT name FROM people WHERE name = $n", {"n": hostile})
     assert none.num_rows == 0
     echoed = _table(
-        source, "SELECT $n AS n, $day AS day, '$n' AS kept", {"n": hostile, "day": date(2024, 1, 2)}
+        spark_source,
+        "SELECT $n AS n, $day AS day, '$n' AS kept",
+        {"n": hostile, "day": date(2024, 1, 2)},
     )
     assert echoed.to_pylist() == [{"n": hostile, "day": date(2024, 1, 2), "kept": "$n"}]
 
@@ -136,46 +138,46 @@ def test_anything_but_one_query_is_refused_before_the_server(sql: str) -> None:
 
 
 def test_a_command_after_with_is_a_syntax_error_never_run(
-    source: SparkSource, spark_server: SparkServer
+    spark_source: SparkSource, spark_server: SparkServer
 ) -> None:
     """`WITH ... INSERT` starts like a query; the server sees it inside a subquery, where it
     does not parse: query_invalid at the INSERT, and nothing was written."""
     sql = "WITH x AS (SELECT 1 AS n)\nINSERT INTO written SELECT n FROM x"
     with pytest.raises(QueryInvalidError, match="Syntax error") as caught:
-        _table(source, sql)
+        _table(spark_source, sql)
     assert caught.value.position is not None
     assert (caught.value.position.line, caught.value.position.column) == (2, 1)
     assert spark_server.sql("SELECT count(*) FROM written") == [(0,)]
 
 
-def test_an_analysis_error_is_query_invalid_in_spark_words(source: SparkSource) -> None:
+def test_an_analysis_error_is_query_invalid_in_spark_words(spark_source: SparkSource) -> None:
     """An unknown table or column: Spark's sentence, no plan or stack trace, and where it is."""
     with pytest.raises(QueryInvalidError, match="The table or view `nope` cannot be found") as t:
-        _table(source, "SELECT *\nFROM nope")
+        _table(spark_source, "SELECT *\nFROM nope")
     assert "JVM" not in str(t.value)
     assert "UnresolvedRelation" not in str(t.value)
     assert t.value.position is not None
     assert (t.value.position.line, t.value.position.column) == (2, 6)
     with pytest.raises(QueryInvalidError, match="`nocol` cannot be resolved"):
-        _table(source, "SELECT nocol FROM people")
+        _table(spark_source, "SELECT nocol FROM people")
     with pytest.raises(QueryInvalidError, match="Syntax error"):
-        _table(source, "SELECT id FROM people WHERE id =")
+        _table(spark_source, "SELECT id FROM people WHERE id =")
 
 
-def test_the_timeout_interrupts_the_statement(source: SparkSource) -> None:
+def test_the_timeout_interrupts_the_statement(spark_source: SparkSource) -> None:
     """Past timeout_seconds the operation is interrupted on the server: query_timeout."""
     with pytest.raises(QueryTimeoutError, match="2 s"):
-        list(source.execute(ENDLESS, {}, ALICE, timeout_seconds=2))
+        list(spark_source.execute(ENDLESS, {}, ALICE, timeout_seconds=2))
 
 
-def test_the_interrupt_stops_it_from_another_thread(source: SparkSource) -> None:
+def test_the_interrupt_stops_it_from_another_thread(spark_source: SparkSource) -> None:
     """The interrupt handed out before the statement starts ends it, failed as interrupted."""
     handed: list[Any] = []
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            source.execute(ENDLESS, {}, ALICE, timeout_seconds=0, on_interrupt=handed.append)
+            spark_source.execute(ENDLESS, {}, ALICE, timeout_seconds=0, on_interrupt=handed.append)
         except QExportError as exc:
             errors.append(exc)
 
@@ -214,17 +216,19 @@ def test_bad_urls_are_refused_without_echoing_them() -> None:
         assert "s3cret" not in str(caught.value)
 
 
-def test_describe_runs_nothing_and_preview_cuts(source: SparkSource) -> None:
+def test_describe_runs_nothing_and_preview_cuts(spark_source: SparkSource) -> None:
     """Describe gives Spark's type names from analysis alone (an endless query returns at
     once); preview gives the first rows with long values cut, and says there are more."""
-    columns = source.describe("SELECT price, at, tags FROM types", {}, ALICE, timeout_seconds=30)
+    columns = spark_source.describe(
+        "SELECT price, at, tags FROM types", {}, ALICE, timeout_seconds=30
+    )
     assert [(c.name, c.type) for c in columns] == [
         ("price", "decimal(12,2)"),
         ("at", "timestamp"),
         ("tags", "array<string>"),
     ]
-    assert [c.name for c in source.describe(ENDLESS, {}, ALICE, timeout_seconds=30)] == ["n"]
-    shown = source.preview(
+    assert [c.name for c in spark_source.describe(ENDLESS, {}, ALICE, timeout_seconds=30)] == ["n"]
+    shown = spark_source.preview(
         "SELECT id, word, blobby FROM types ORDER BY id",
         {},
         ALICE,
@@ -239,7 +243,7 @@ def test_describe_runs_nothing_and_preview_cuts(source: SparkSource) -> None:
 
 
 def test_a_spark_query_exports_to_csv_through_the_worker(
-    source: SparkSource, tmp_path: Path
+    spark_source: SparkSource, tmp_path: Path
 ) -> None:
     """A worker exports a Spark query to csv: the header, exact decimals, the instant in UTC."""
     store = InMemoryMetadataStore()
@@ -248,7 +252,7 @@ def test_a_spark_query_exports_to_csv_through_the_worker(
     deps = container_of(
         store=store,
         objects=InMemoryObjectStore(),
-        sources=FixedSources({"lake": source}),
+        sources=FixedSources({"lake": spark_source}),
         clock=SystemClock(),
         settings=Settings(data_dir=tmp_path / "data"),
     )

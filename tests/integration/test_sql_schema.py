@@ -18,12 +18,6 @@ from tests.support.factories import new_export
 from tests.support.stores import SqlMetadataStore
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sql_store(request: pytest.FixtureRequest) -> SqlMetadataStore:
-    """The SQL store on each database it supports."""
-    return request.getfixturevalue(f"{request.param}_store")  # type: ignore[no-any-return]
-
-
 def _request(store: SqlMetadataStore, clock: FrozenClock) -> str:
     return store.insert_export(new_export(clock.now())).id
 

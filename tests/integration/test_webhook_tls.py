@@ -16,7 +16,9 @@ import pytest
 from qexport.deliveries.errors import DeliveryError
 from qexport.deliveries.webhook import WebhookSender
 from qexport.net.egress import EgressPolicy
-from tests.support.receivers import localhost_certificate
+from tests.support.receivers import tls_certificate
+
+__all__ = ["tls_certificate"]  # the fixture, from tests/support/receivers.py
 
 
 @dataclass
@@ -26,18 +28,12 @@ class TlsReceiver:
     hosts: list[str | None] = field(default_factory=list)
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for the name `localhost` only (no IP address in it)."""
-    return localhost_certificate(tmp_path_factory.mktemp("webhook-tls"))
-
-
 @pytest.fixture
-def receiver(certificate: tuple[Path, Path]) -> Iterator[TlsReceiver]:
+def tls_receiver(tls_certificate: tuple[Path, Path]) -> Iterator[TlsReceiver]:
     """An HTTPS receiver on 127.0.0.1 recording the SNI and Host of every request."""
     found = TlsReceiver()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(*certificate)
+    context.load_cert_chain(*tls_certificate)
 
     def remember_sni(sock: Any, server_name: str | None, ctx: Any) -> None:
         found.server_names.append(server_name)
@@ -67,32 +63,34 @@ def receiver(certificate: tuple[Path, Path]) -> Iterator[TlsReceiver]:
 
 
 @pytest.fixture
-def sender(certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def sender(tls_certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A sender that trusts the test certificate (OpenSSL reads SSL_CERT_FILE) and may reach
     127.0.0.1."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_certificate[0]))
     with WebhookSender(timeout=5, policy=EgressPolicy.from_allow("127.0.0.1/32")) as made:
         yield made
 
 
-def test_the_name_is_kept_for_sni_and_host(sender: WebhookSender, receiver: TlsReceiver) -> None:
+def test_the_name_is_kept_for_sni_and_host(
+    sender: WebhookSender, tls_receiver: TlsReceiver
+) -> None:
     """Posted to https://localhost:PORT, the connection goes to the checked 127.0.0.1 and the
     receiver sees `localhost` as SNI and in Host."""
     sender.send(
-        f"https://localhost:{receiver.port}/hook", b"{}", delivery_id="d1", signature="t=1,v1=x"
+        f"https://localhost:{tls_receiver.port}/hook", b"{}", delivery_id="d1", signature="t=1,v1=x"
     )
-    assert receiver.server_names == ["localhost"]
-    assert receiver.hosts == [f"localhost:{receiver.port}"]
+    assert tls_receiver.server_names == ["localhost"]
+    assert tls_receiver.hosts == [f"localhost:{tls_receiver.port}"]
 
 
 def test_the_certificate_is_verified_against_the_url_name(
-    sender: WebhookSender, receiver: TlsReceiver
+    sender: WebhookSender, tls_receiver: TlsReceiver
 ) -> None:
     """The same receiver by its IP address fails: its certificate names only `localhost`, so
     verification is against the URL's host, not the address connected to."""
     with pytest.raises(DeliveryError) as failed:
         sender.send(
-            f"https://127.0.0.1:{receiver.port}/hook", b"{}", delivery_id="d2", signature="x"
+            f"https://127.0.0.1:{tls_receiver.port}/hook", b"{}", delivery_id="d2", signature="x"
         )
     assert str(failed.value) == "could not connect to the receiver"
-    assert receiver.hosts == []
+    assert tls_receiver.hosts == []

@@ -29,7 +29,7 @@ SLOW_SQL = "SELECT count(*) AS n FROM range(100000000000) a"
 
 
 @pytest.fixture
-def deps(tmp_path: Path) -> Container:
+def duck_deps(tmp_path: Path) -> Container:
     path = tmp_path / "data.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE people (email VARCHAR)")
@@ -48,47 +48,47 @@ def deps(tmp_path: Path) -> Container:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "xlsx"])
-def test_cancel_interrupts_a_running_statement(deps: Container, fmt: str) -> None:
+def test_cancel_interrupts_a_running_statement(duck_deps: Container, fmt: str) -> None:
     """Cancelled while DuckDB is still computing: the attempt ends within seconds, not at
     the 120 s statement timeout, and the worker is free again."""
     record = record_request(
-        deps.exports,
-        deps.catalog,
-        deps.clock,
+        duck_deps.exports,
+        duck_deps.catalog,
+        duck_deps.clock,
         ALICE,
         RequestExport(SubjectRef("query", "slow", by_name=True), fmt),
     )
-    worker = Worker(deps, worker_id="w")
+    worker = Worker(duck_deps, worker_id="w")
     done = threading.Event()
     thread = threading.Thread(target=lambda: (worker.run_once(), done.set()))
     thread.start()
     deadline = time.monotonic() + 10
-    while deps.exports.get_export(record.id).status is not Status.RUNNING:  # type: ignore[union-attr]
+    while duck_deps.exports.get_export(record.id).status is not Status.RUNNING:  # type: ignore[union-attr]
         assert time.monotonic() < deadline
         time.sleep(0.05)
     time.sleep(0.5)  # well into the statement
-    deps.exports.cancel(record.id, now=deps.clock.now())
+    duck_deps.exports.cancel(record.id, now=duck_deps.clock.now())
     assert done.wait(15), "the attempt kept running after the cancel"
     thread.join()
-    final = deps.exports.get_export(record.id)
+    final = duck_deps.exports.get_export(record.id)
     assert final is not None
     assert (final.status, final.failure_code) == (Status.FAILED, FailureCode.CANCELLED)
-    assert deps.objects.incomplete_uploads(record.storage_key) == []
+    assert duck_deps.objects.incomplete_uploads(record.storage_key) == []
     assert worker.outcomes == {"lost": 1}
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
-def test_failure_details_carry_no_row_data(deps: Container, fmt: str) -> None:
+def test_failure_details_carry_no_row_data(duck_deps: Container, fmt: str) -> None:
     """A conversion error names the problem but not the value from the row."""
     record = record_request(
-        deps.exports,
-        deps.catalog,
-        deps.clock,
+        duck_deps.exports,
+        duck_deps.catalog,
+        duck_deps.clock,
         ALICE,
         RequestExport(SubjectRef("query", "bad_cast", by_name=True), fmt),
     )
-    Worker(deps, worker_id="w").run_once()
-    final = deps.exports.get_export(record.id)
+    Worker(duck_deps, worker_id="w").run_once()
+    final = duck_deps.exports.get_export(record.id)
     assert final is not None
     assert final.failure_code is FailureCode.QUERY_INVALID
     assert final.failure_detail is not None

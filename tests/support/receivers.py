@@ -228,3 +228,9 @@ def localhost_certificate(folder: Path) -> tuple[Path, Path]:
         )
     )
     return cert_file, key_file
+
+
+@pytest.fixture(scope="session")
+def tls_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """`localhost_certificate` once for the session: (cert file, key file)."""
+    return localhost_certificate(tmp_path_factory.mktemp("tls"))

@@ -26,11 +26,6 @@ from tests.fakes import FrozenClock, InMemoryAccountStore
 WORDS = "correct horse"  # a password, for the tests that set one
 
 
-@pytest.fixture
-def accounts() -> InMemoryAccountStore:
-    return InMemoryAccountStore()
-
-
 def _secret(token: str) -> str:
     """The token's random part (which may itself contain `_`)."""
     parsed = parse_api_token(token)

@@ -55,7 +55,7 @@ EVE = Requester("eve", "evil")
 
 
 @pytest.fixture
-def catalog() -> InMemoryMetadataStore:
+def preview_catalog() -> InMemoryMetadataStore:
     store = InMemoryMetadataStore()
     store.add_query(
         Query(
@@ -137,24 +137,24 @@ def _preview(
     )
 
 
-def test_a_sensitive_query_is_not_previewed(catalog: InMemoryMetadataStore) -> None:
+def test_a_sensitive_query_is_not_previewed(preview_catalog: InMemoryMetadataStore) -> None:
     """A query the workspace's policy marks sensitive is refused naming the policy, and its
     source is never asked: its rows leave only through an approved export."""
     source = FakeSource(pa.table({"n": [1]}))
     desk = Desk()
     desk.set_policy(WorkspacePolicy(sensitive_queries=frozenset({"q-orders"})))
     with pytest.raises(ForbiddenError, match="policy marks the query 'orders' sensitive"):
-        _preview(catalog, source, desk=desk)
+        _preview(preview_catalog, source, desk=desk)
     assert source.calls == []
 
 
 def test_a_preview_runs_the_query_with_bound_values_as_the_requester(
-    catalog: InMemoryMetadataStore,
+    preview_catalog: InMemoryMetadataStore,
 ) -> None:
     """The source gets the query's SQL, the parameters typed as an export binds them and the
     requester; the answer carries the columns, the rows and the values it ran with."""
     source = FakeSource(pa.table({"n": [1, 2, 3], "s": ["a", "b", "c"]}))
-    found = _preview(catalog, source, parameters={"above": "2"})
+    found = _preview(preview_catalog, source, parameters={"above": "2"})
     assert source.calls == [("SELECT * FROM orders WHERE n >= $above", {"above": 2}, ANN)]
     assert [(c.name, c.type) for c in found.columns] == [("n", "int64"), ("s", "string")]
     assert found.rows == [[1, "a"], [2, "b"], [3, "c"]]
@@ -162,58 +162,64 @@ def test_a_preview_runs_the_query_with_bound_values_as_the_requester(
     assert not found.truncated
 
 
-def test_rows_past_the_limit_are_left_out_and_said_so(catalog: InMemoryMetadataStore) -> None:
+def test_rows_past_the_limit_are_left_out_and_said_so(
+    preview_catalog: InMemoryMetadataStore,
+) -> None:
     """At most `limit` rows; `more_rows` and `truncated` say the result goes on."""
     source = FakeSource(pa.table({"n": list(range(500))}))
-    found = _preview(catalog, source, limit=100)
+    found = _preview(preview_catalog, source, limit=100)
     assert len(found.rows) == 100
     assert found.more_rows
     assert found.truncated
-    assert len(_preview(catalog, source, limit=7).rows) == 7
+    assert len(_preview(preview_catalog, source, limit=7).rows) == 7
 
 
 @pytest.mark.parametrize("limit", [0, 101, -1, True, "5"])
-def test_a_limit_outside_1_to_100_is_refused(catalog: InMemoryMetadataStore, limit: object) -> None:
+def test_a_limit_outside_1_to_100_is_refused(
+    preview_catalog: InMemoryMetadataStore, limit: object
+) -> None:
     """The limit is a whole number from 1 to 100; anything else is refused, naming it."""
     source = FakeSource()
     with pytest.raises(InvalidRequestError) as caught:
-        _preview(catalog, source, limit=limit)
+        _preview(preview_catalog, source, limit=limit)
     assert caught.value.field == "limit"
     assert source.calls == []
 
 
-def test_a_query_the_requester_may_not_read_is_not_found(catalog: InMemoryMetadataStore) -> None:
+def test_a_query_the_requester_may_not_read_is_not_found(
+    preview_catalog: InMemoryMetadataStore,
+) -> None:
     """A members-only query of someone else, and any query of another workspace, are not found
     (the same answer as a missing one), and the source is never asked."""
     source = FakeSource()
     with pytest.raises(NotFoundError):
-        _preview(catalog, source, ANN, ref="q-secret")
+        _preview(preview_catalog, source, ANN, ref="q-secret")
     with pytest.raises(NotFoundError):
-        _preview(catalog, source, EVE, workspaces=("acme", "evil"))
+        _preview(preview_catalog, source, EVE, workspaces=("acme", "evil"))
     assert source.calls == []
-    assert _preview(catalog, source, BOB, ref="q-secret").rows  # its owner reads it
+    assert _preview(preview_catalog, source, BOB, ref="q-secret").rows  # its owner reads it
 
 
-def test_a_bad_parameter_is_refused_naming_it(catalog: InMemoryMetadataStore) -> None:
+def test_a_bad_parameter_is_refused_naming_it(preview_catalog: InMemoryMetadataStore) -> None:
     """A value that is not the parameter's type, or an undeclared parameter, is refused with
     the field `parameters.<name>` before the source is asked."""
     source = FakeSource()
     with pytest.raises(InvalidRequestError) as caught:
-        _preview(catalog, source, parameters={"above": "many"})
+        _preview(preview_catalog, source, parameters={"above": "many"})
     assert caught.value.field == "parameters.above"
     with pytest.raises(InvalidRequestError) as caught:
-        _preview(catalog, source, parameters={"nope": 1})
+        _preview(preview_catalog, source, parameters={"nope": 1})
     assert caught.value.field == "parameters.nope"
     assert source.calls == []
 
 
 def test_a_source_the_workspace_may_no_longer_use_is_access_lost(
-    catalog: InMemoryMetadataStore,
+    preview_catalog: InMemoryMetadataStore,
 ) -> None:
     """As the worker refuses an export of it: access_lost, nothing run."""
     source = FakeSource()
     with pytest.raises(AccessLostError):
-        _preview(catalog, source, workspaces=("other",))
+        _preview(preview_catalog, source, workspaces=("other",))
     assert source.calls == []
 
 
@@ -292,10 +298,12 @@ def test_rows_stop_at_the_byte_bound_but_the_first_is_shown() -> None:
     assert len(preview_cells(table, max_chars=1_000, max_bytes=10).rows) == 1
 
 
-def test_the_service_cuts_what_a_source_returned_uncut(catalog: InMemoryMetadataStore) -> None:
+def test_the_service_cuts_what_a_source_returned_uncut(
+    preview_catalog: InMemoryMetadataStore,
+) -> None:
     """A source may leave long values whole: the service still cuts them at MAX_CELL_CHARS."""
     source = FakeSource(pa.table({"s": ["é" * (MAX_CELL_CHARS + 500)]}))
-    found = _preview(catalog, source)
+    found = _preview(preview_catalog, source)
     assert found.rows == [["é" * MAX_CELL_CHARS + CUT_MARK]]
     assert found.cut_cells == 1
     assert found.truncated
@@ -345,17 +353,17 @@ def _blocked(
 
 
 def test_a_requester_holds_at_most_two_source_slots(
-    catalog: InMemoryMetadataStore, gate: threading.Event
+    preview_catalog: InMemoryMetadataStore, gate: threading.Event
 ) -> None:
     """With two of Ann's previews running, her third preview and a describe are refused
     (429 with a Retry-After), without the source being asked; Bob's still runs; once hers
     finish she may preview again."""
     slots = SourceSlots(per_requester=2, per_process=8)
-    threads, started = _blocked(catalog, slots, gate, ANN, ANN)
+    threads, started = _blocked(preview_catalog, slots, gate, ANN, ANN)
     started.wait(timeout=10)
     third = FakeSource()
     with pytest.raises(TooManyRequestsError) as caught:
-        _preview(catalog, third, slots=slots)
+        _preview(preview_catalog, third, slots=slots)
     assert caught.value.retry_after > 0
     with pytest.raises(TooManyRequestsError):
         describe_statement(
@@ -369,35 +377,35 @@ def test_a_requester_holds_at_most_two_source_slots(
             slots=slots,
         )
     assert third.calls == []
-    assert _preview(catalog, FakeSource(), BOB, slots=slots).rows
+    assert _preview(preview_catalog, FakeSource(), BOB, slots=slots).rows
     gate.set()
     for thread in threads:
         thread.join(timeout=10)
     assert slots.held(ANN) == 0
-    assert _preview(catalog, FakeSource(), slots=slots).rows
+    assert _preview(preview_catalog, FakeSource(), slots=slots).rows
 
 
 def test_the_process_holds_at_most_its_bound(
-    catalog: InMemoryMetadataStore, gate: threading.Event
+    preview_catalog: InMemoryMetadataStore, gate: threading.Event
 ) -> None:
     """Past the per-process bound anyone's preview is refused, whoever holds the slots."""
     slots = SourceSlots(per_requester=2, per_process=2)
-    threads, started = _blocked(catalog, slots, gate, ANN, BOB)
+    threads, started = _blocked(preview_catalog, slots, gate, ANN, BOB)
     started.wait(timeout=10)
     with pytest.raises(TooManyRequestsError, match="the server"):
-        _preview(catalog, FakeSource(), Requester("carol", "acme"), slots=slots)
+        _preview(preview_catalog, FakeSource(), Requester("carol", "acme"), slots=slots)
     gate.set()
     for thread in threads:
         thread.join(timeout=10)
 
 
-def test_a_failed_preview_gives_its_slot_back(catalog: InMemoryMetadataStore) -> None:
+def test_a_failed_preview_gives_its_slot_back(preview_catalog: InMemoryMetadataStore) -> None:
     """A source's refusal passes through, and the slot is free again."""
     slots = SourceSlots(per_requester=1, per_process=1)
     with pytest.raises(QueryInvalidError):
-        _preview(catalog, FakeSource(error=QueryInvalidError("no such table")), slots=slots)
+        _preview(preview_catalog, FakeSource(error=QueryInvalidError("no such table")), slots=slots)
     assert slots.held(ANN) == 0
-    assert _preview(catalog, FakeSource(), slots=slots).rows
+    assert _preview(preview_catalog, FakeSource(), slots=slots).rows
 
 
 # ---------------------------------------------------------------- on the record
@@ -411,30 +419,32 @@ class _Unwritable(InMemoryAuditLog):
 
 
 def test_rows_whose_event_cannot_be_written_are_not_shown(
-    catalog: InMemoryMetadataStore,
+    preview_catalog: InMemoryMetadataStore,
 ) -> None:
     """Every row that leaves is on the record: a preview whose event cannot be written is
     refused (503, try again) rather than shown unaccounted for."""
     with pytest.raises(MetadataUnavailableError, match="could not be recorded"):
-        _preview(catalog, FakeSource(), desk=Desk(audit=_Unwritable()))
+        _preview(preview_catalog, FakeSource(), desk=Desk(audit=_Unwritable()))
 
 
 def test_each_preview_run_is_recorded_and_refusals_before_it_are_not(
-    catalog: InMemoryMetadataStore,
+    preview_catalog: InMemoryMetadataStore,
 ) -> None:
     """A preview shown, one the source refused and one of a sensitive query are each an
     event (ok with its rows; failed with its code; refused); a bad parameter, a limit out of
     range and a query that cannot be read ran nothing and are not recorded."""
     desk = Desk()
-    _preview(catalog, FakeSource(pa.table({"n": [1, 2]})), parameters={"above": "1"}, desk=desk)
+    _preview(
+        preview_catalog, FakeSource(pa.table({"n": [1, 2]})), parameters={"above": "1"}, desk=desk
+    )
     with pytest.raises(QueryInvalidError):
-        _preview(catalog, FakeSource(error=QueryInvalidError("no such table")), desk=desk)
+        _preview(preview_catalog, FakeSource(error=QueryInvalidError("no such table")), desk=desk)
     for bad in ({"parameters": {"above": "x"}}, {"limit": 0}, {"ref": "q-secret"}):
         with pytest.raises((InvalidRequestError, NotFoundError)):
-            _preview(catalog, FakeSource(), desk=desk, **bad)
+            _preview(preview_catalog, FakeSource(), desk=desk, **bad)
     desk.set_policy(WorkspacePolicy(sensitive_queries=frozenset({"q-orders"})))
     with pytest.raises(ForbiddenError):
-        _preview(catalog, FakeSource(), desk=desk)
+        _preview(preview_catalog, FakeSource(), desk=desk)
     shown, failed, refused = desk.previewed()
     assert (shown.outcome, json.loads(shown.details)["rows"]) == ("ok", 2)
     assert json.loads(shown.details)["parameters"] == {"above": 1}
@@ -442,10 +452,10 @@ def test_each_preview_run_is_recorded_and_refusals_before_it_are_not(
     assert refused.outcome == "refused"
 
 
-def test_a_long_parameter_value_is_recorded_cut(catalog: InMemoryMetadataStore) -> None:
+def test_a_long_parameter_value_is_recorded_cut(preview_catalog: InMemoryMetadataStore) -> None:
     """A value's text is cut to 200 characters on the record: a hostile value cannot bloat
     the trail."""
-    catalog.add_query(
+    preview_catalog.add_query(
         Query(
             "q-who",
             "acme",
@@ -456,35 +466,37 @@ def test_a_long_parameter_value_is_recorded_cut(catalog: InMemoryMetadataStore) 
         )
     )
     desk = Desk()
-    _preview(catalog, FakeSource(), ref="q-who", parameters={"who": "x" * 5_000}, desk=desk)
+    _preview(preview_catalog, FakeSource(), ref="q-who", parameters={"who": "x" * 5_000}, desk=desk)
     [found] = desk.previewed()
     assert json.loads(found.details)["parameters"] == {"who": "x" * 200}
 
 
 def test_past_the_previews_a_minute_the_next_waits_for_the_oldest(
-    catalog: InMemoryMetadataStore,
+    preview_catalog: InMemoryMetadataStore,
 ) -> None:
     """Two a minute: the third is refused with how long until the first leaves the minute,
     nothing run; once it has, one more runs; another member has their own minute."""
     desk = Desk(per_minute=2)
     source = FakeSource()
-    _preview(catalog, source, desk=desk)
+    _preview(preview_catalog, source, desk=desk)
     desk.clock.advance(20)
-    _preview(catalog, source, desk=desk)
+    _preview(preview_catalog, source, desk=desk)
     with pytest.raises(TooManyRequestsError, match="2 previews in the last minute") as caught:
-        _preview(catalog, source, desk=desk)
+        _preview(preview_catalog, source, desk=desk)
     assert caught.value.retry_after == 40
     assert len(source.calls) == 2
-    assert _preview(catalog, FakeSource(), BOB, desk=desk).rows
+    assert _preview(preview_catalog, FakeSource(), BOB, desk=desk).rows
     desk.clock.advance(40)
-    assert _preview(catalog, source, desk=desk).rows
+    assert _preview(preview_catalog, source, desk=desk).rows
 
 
-def test_the_policys_row_limit_caps_the_rows_shown(catalog: InMemoryMetadataStore) -> None:
+def test_the_policys_row_limit_caps_the_rows_shown(preview_catalog: InMemoryMetadataStore) -> None:
     """`max_rows` below the limit asked for caps it, and the preview says the policy did;
     the source is asked for no more."""
     desk = Desk()
     desk.set_policy(WorkspacePolicy(max_rows=3))
-    found = _preview(catalog, FakeSource(pa.table({"n": list(range(10))})), desk=desk, limit=50)
+    found = _preview(
+        preview_catalog, FakeSource(pa.table({"n": list(range(10))})), desk=desk, limit=50
+    )
     assert [row[0] for row in found.rows] == [0, 1, 2]
     assert (found.limit, found.policy_rows, found.more_rows) == (3, 3, True)

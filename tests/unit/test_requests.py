@@ -41,17 +41,19 @@ QUERY = Query(
 
 
 @pytest.fixture
-def store() -> InMemoryMetadataStore:
+def store_with_query() -> InMemoryMetadataStore:
     s = InMemoryMetadataStore()
     s.add_query(QUERY)
     return s
 
 
-def test_a_valid_request_is_recorded_with_typed_parameters(store: InMemoryMetadataStore) -> None:
+def test_a_valid_request_is_recorded_with_typed_parameters(
+    store_with_query: InMemoryMetadataStore,
+) -> None:
     """Parameters are checked and stored typed-as-JSON; defaults are filled in."""
     record = record_request(
-        store,
-        store,
+        store_with_query,
+        store_with_query,
         FrozenClock(),
         ALICE,
         RequestExport(
@@ -93,27 +95,29 @@ def test_a_valid_request_is_recorded_with_typed_parameters(store: InMemoryMetada
     ],
 )
 def test_bad_input_is_refused_and_nothing_recorded(
-    store: InMemoryMetadataStore, fmt: str, params: dict[str, str], message: str
+    store_with_query: InMemoryMetadataStore, fmt: str, params: dict[str, str], message: str
 ) -> None:
     """Each problem gets a message naming it, and no export is recorded."""
     with pytest.raises(InvalidRequestError, match=message):
         record_request(
-            store,
-            store,
+            store_with_query,
+            store_with_query,
             FrozenClock(),
             ALICE,
             RequestExport(SubjectRef("query", "q1", by_name=True), fmt, parameters=params),
         )
-    assert store.list_exports(workspace_id="w1") == []
+    assert store_with_query.list_exports(workspace_id="w1") == []
 
 
-def test_an_unknown_or_unreadable_query_is_not_found(store: InMemoryMetadataStore) -> None:
+def test_an_unknown_or_unreadable_query_is_not_found(
+    store_with_query: InMemoryMetadataStore,
+) -> None:
     """A missing query, or one in another workspace, is refused the same way."""
     for requester, ref in ((ALICE, "nope"), (Requester("alice", "w2"), "q1")):
         with pytest.raises(NotFoundError, match="no query"):
             record_request(
-                store,
-                store,
+                store_with_query,
+                store_with_query,
                 FrozenClock(),
                 requester,
                 RequestExport(
@@ -122,7 +126,7 @@ def test_an_unknown_or_unreadable_query_is_not_found(store: InMemoryMetadataStor
                     parameters={"since": "2024-01-01"},
                 ),
             )
-    assert store.list_exports(workspace_id="w1") == []
+    assert store_with_query.list_exports(workspace_id="w1") == []
 
 
 def test_the_access_rule() -> None:

@@ -37,11 +37,6 @@ def _no_role_check(name: str, url: str, allow: bool) -> list[str]:
     return []
 
 
-@pytest.fixture
-def accounts() -> InMemoryAccountStore:
-    return InMemoryAccountStore()
-
-
 def _register(
     accounts: InMemoryAccountStore,
     clock: FrozenClock,

@@ -60,81 +60,93 @@ class World:
 
 
 @pytest.fixture
-def world() -> World:
+def subscribers_world() -> World:
     return World()
 
 
-def test_each_subscriber_who_may_read_it_gets_a_delivery(world: World) -> None:
+def test_each_subscriber_who_may_read_it_gets_a_delivery(subscribers_world: World) -> None:
     """In the order they subscribed, to their own address, marked as theirs."""
-    schedule = world.schedule()
-    vera, ann = world.member("vera@acme.test"), world.member("ann@acme.test")
-    world.schedules.subscribe(schedule.id, vera, now=NOW)
-    world.schedules.subscribe(schedule.id, ann, now=NOW.replace(minute=1))
-    assert world.heard(schedule) == [("vera@acme.test", vera), ("ann@acme.test", ann)]
+    schedule = subscribers_world.schedule()
+    vera, ann = (
+        subscribers_world.member("vera@acme.test"),
+        subscribers_world.member("ann@acme.test"),
+    )
+    subscribers_world.schedules.subscribe(schedule.id, vera, now=NOW)
+    subscribers_world.schedules.subscribe(schedule.id, ann, now=NOW.replace(minute=1))
+    assert subscribers_world.heard(schedule) == [("vera@acme.test", vera), ("ann@acme.test", ann)]
 
 
-def test_an_address_the_owner_already_names_is_heard_once(world: World) -> None:
+def test_an_address_the_owner_already_names_is_heard_once(subscribers_world: World) -> None:
     """Compared without letter case, as recipients are."""
-    schedule = world.schedule(Recipient(Channel.EMAIL, "Vera@ACME.test"))
-    world.schedules.subscribe(schedule.id, world.member("vera@acme.test"), now=NOW)
-    assert world.heard(schedule) == []
+    schedule = subscribers_world.schedule(Recipient(Channel.EMAIL, "Vera@ACME.test"))
+    subscribers_world.schedules.subscribe(
+        schedule.id, subscribers_world.member("vera@acme.test"), now=NOW
+    )
+    assert subscribers_world.heard(schedule) == []
 
 
-def test_removed_and_disabled_subscribers_are_left_out(world: World) -> None:
+def test_removed_and_disabled_subscribers_are_left_out(subscribers_world: World) -> None:
     """No longer a member, or disabled: nothing for them."""
-    schedule = world.schedule()
-    gone, off = world.member("gone@acme.test"), world.member("off@acme.test")
+    schedule = subscribers_world.schedule()
+    gone, off = (
+        subscribers_world.member("gone@acme.test"),
+        subscribers_world.member("off@acme.test"),
+    )
     for user_id in (gone, off):
-        world.schedules.subscribe(schedule.id, user_id, now=NOW)
-    world.accounts.remove_member("acme", gone)
-    world.accounts.set_disabled(off, disabled_at=NOW)
-    assert world.heard(schedule) == []
+        subscribers_world.schedules.subscribe(schedule.id, user_id, now=NOW)
+    subscribers_world.accounts.remove_member("acme", gone)
+    subscribers_world.accounts.set_disabled(off, disabled_at=NOW)
+    assert subscribers_world.heard(schedule) == []
 
 
-def test_a_subscriber_who_may_not_read_the_query_is_left_out(world: World) -> None:
+def test_a_subscriber_who_may_not_read_the_query_is_left_out(subscribers_world: World) -> None:
     """The query made members-only without them: nothing; listed among its members: again."""
-    schedule = world.schedule()
-    vera = world.member("vera@acme.test")
-    world.schedules.subscribe(schedule.id, vera, now=NOW)
-    query = world.catalog.get_query("q1")
+    schedule = subscribers_world.schedule()
+    vera = subscribers_world.member("vera@acme.test")
+    subscribers_world.schedules.subscribe(schedule.id, vera, now=NOW)
+    query = subscribers_world.catalog.get_query("q1")
     assert query is not None
-    world.catalog.update_query(replace(query, visibility=Visibility.MEMBERS))
-    assert world.heard(schedule) == []
-    world.catalog.update_query(
+    subscribers_world.catalog.update_query(replace(query, visibility=Visibility.MEMBERS))
+    assert subscribers_world.heard(schedule) == []
+    subscribers_world.catalog.update_query(
         replace(query, visibility=Visibility.MEMBERS, members=frozenset({vera}))
     )
-    assert world.heard(schedule) == [("vera@acme.test", vera)]
+    assert subscribers_world.heard(schedule) == [("vera@acme.test", vera)]
 
 
-def test_a_query_reading_user_id_is_nobodys_to_subscribe_to(world: World) -> None:
+def test_a_query_reading_user_id_is_nobodys_to_subscribe_to(subscribers_world: World) -> None:
     """Its rows are the owner's: whatever the spelling of $user_id, a refusal that says so,
     and no subscriber hears of a run (say it was edited after they subscribed)."""
-    schedule = world.schedule()
-    vera = world.member("vera@acme.test")
-    world.schedules.subscribe(schedule.id, vera, now=NOW)
-    query = world.catalog.get_query("q1")
+    schedule = subscribers_world.schedule()
+    vera = subscribers_world.member("vera@acme.test")
+    subscribers_world.schedules.subscribe(schedule.id, vera, now=NOW)
+    query = subscribers_world.catalog.get_query("q1")
     assert query is not None
     for sql in ("SELECT * FROM t WHERE o = $user_id", "SELECT $USER_ID AS me"):
-        world.catalog.update_query(replace(query, sql=sql))
-        refusal = reading_refusal(world.catalog, Requester(vera, "acme"), "query", "q1")
+        subscribers_world.catalog.update_query(replace(query, sql=sql))
+        refusal = reading_refusal(subscribers_world.catalog, Requester(vera, "acme"), "query", "q1")
         assert refusal is not None
         assert refusal.per_person
-        assert world.heard(schedule) == []
-    world.catalog.update_query(replace(query, sql="SELECT $user_idx AS other"))
-    assert reading_refusal(world.catalog, Requester(vera, "acme"), "query", "q1") is None
+        assert subscribers_world.heard(schedule) == []
+    subscribers_world.catalog.update_query(replace(query, sql="SELECT $user_idx AS other"))
+    assert (
+        reading_refusal(subscribers_world.catalog, Requester(vera, "acme"), "query", "q1") is None
+    )
 
 
-def test_a_report_needs_every_section_readable(world: World) -> None:
+def test_a_report_needs_every_section_readable(subscribers_world: World) -> None:
     """A report's subscriber must read the report and each section's query."""
-    world.catalog.add_query(
+    subscribers_world.catalog.add_query(
         Query("q2", "acme", "secret", "SELECT 2", "shop", visibility=Visibility.MEMBERS)
     )
     sections = (Section("One", "q1"), Section("Two", "q2"))
-    world.catalog.add_report(Report("r1", "acme", "Review", sections=sections))
-    schedule = world.schedule(subject=(SUBJECT_REPORT, "r1"))
-    vera = world.member("vera@acme.test")
-    world.schedules.subscribe(schedule.id, vera, now=NOW)
-    assert world.heard(schedule) == []
-    refusal = reading_refusal(world.catalog, Requester(vera, "acme"), SUBJECT_REPORT, "r1")
+    subscribers_world.catalog.add_report(Report("r1", "acme", "Review", sections=sections))
+    schedule = subscribers_world.schedule(subject=(SUBJECT_REPORT, "r1"))
+    vera = subscribers_world.member("vera@acme.test")
+    subscribers_world.schedules.subscribe(schedule.id, vera, now=NOW)
+    assert subscribers_world.heard(schedule) == []
+    refusal = reading_refusal(
+        subscribers_world.catalog, Requester(vera, "acme"), SUBJECT_REPORT, "r1"
+    )
     assert refusal is not None
     assert not refusal.per_person

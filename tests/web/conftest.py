@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 
 from qexport.domain.accounts import Role
 from qexport.services.accounts import hash_password
-from tests.api.conftest import Api, api, source_template
+from tests.api.conftest import Api, api, api_both, source_template
 
-__all__ = ["api", "source_template"]
+__all__ = ["api", "api_both", "source_template"]
 
 PASSWORD = "correct horse battery staple"  # noqa: S105 - a test account's password
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')

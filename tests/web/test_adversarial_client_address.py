@@ -22,7 +22,7 @@ ANN = "ann@example.com"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest) -> str:
+def metadata_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
 
 
@@ -81,12 +81,12 @@ def _request_export(api: Api, browser: Browser) -> None:
 
 
 def test_a_client_that_is_no_trusted_proxy_is_recorded_with_its_own_address(
-    tmp_path: Path, source_template: Path, backend: str
+    tmp_path: Path, source_template: Path, metadata_url: str
 ) -> None:
     """Without QEXPORT_TRUSTED_PROXIES, a sign-in failure and an API request that carry
     X-Forwarded-For are recorded under the connection's address, and the failure is counted
     under it, never under the address the client claimed."""
-    with _installation(tmp_path, source_template, backend) as api:
+    with _installation(tmp_path, source_template, metadata_url) as api:
         browser = _browser(api)
         assert _wrong_password(browser) == 400
         _request_export(api, browser)
@@ -96,11 +96,11 @@ def test_a_client_that_is_no_trusted_proxy_is_recorded_with_its_own_address(
 
 
 def test_a_trusted_proxys_forwarded_address_is_the_client(
-    tmp_path: Path, source_template: Path, backend: str
+    tmp_path: Path, source_template: Path, metadata_url: str
 ) -> None:
     """With the connection's address in QEXPORT_TRUSTED_PROXIES, the address it forwards for
     is recorded and counted instead."""
-    with _installation(tmp_path, source_template, backend, trusted=f"{CLIENT}/32") as api:
+    with _installation(tmp_path, source_template, metadata_url, trusted=f"{CLIENT}/32") as api:
         browser = _browser(api)
         assert _wrong_password(browser) == 400
         _request_export(api, browser)

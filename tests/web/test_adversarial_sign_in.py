@@ -4,39 +4,19 @@ locked; on SQLite and PostgreSQL, each client with an address of its own."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from fastapi.testclient import TestClient
 
 from qexport.domain.sign_in import ACCOUNT_CEILING, ACCOUNT_DELAY, PAIR_LIMIT
-from qexport.services import sign_in as service
-from qexport.services.accounts import password_matches
 from qexport.web.session import COOKIE
-from tests.api.conftest import Api, api_on
+from tests.api.conftest import Api
+from tests.support.passwords import argon2_once_per_pair
 from tests.web.conftest import PASSWORD, Browser, add_person, csrf_of
+
+__all__ = ["argon2_once_per_pair"]  # autouse: the throttle is under test, not the hash
 
 ANN = "ann@example.com"
 ATTACKER = "203.0.113.66"
 OWNER = "198.51.100.10"
-
-
-@pytest.fixture(autouse=True)
-def _argon2_once_per_pair(monkeypatch: pytest.MonkeyPatch) -> None:
-    """argon2 checks each (hash, password) pair once (64 MiB and about half a second each
-    here): the throttle is under test, not the hash."""
-    monkeypatch.setattr(service, "password_matches", functools.cache(password_matches))
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def api_both(
-    request: pytest.FixtureRequest, tmp_path: Path, source_template: Path
-) -> Iterator[Api]:
-    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
-    with api_on(tmp_path, source_template, url) as api:
-        yield api
 
 
 def _from(api: Api, address: str) -> Browser:

@@ -22,7 +22,6 @@ from tests.web.browser import (
     Site,
     chromium,
     make_site,
-    page,
     require_browser,
     sign_in,
 )
@@ -33,7 +32,7 @@ require_browser()
 
 from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
-__all__ = ["chromium", "page"]  # fixtures
+__all__ = ["chromium"]  # the fixture
 
 TEAM = "team@example.com"
 MISSING = "SELECT order_id FROM no_such_table"
@@ -49,7 +48,7 @@ DELIVERY_ENV = {
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def delivering_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """The browser site, with the egress policy opened for the local receiver, no SMTP
     server, a query of a missing table, and `qexport scheduler` sending deliveries."""
     for site in make_site(tmp_path_factory, "export-page", DELIVERY_ENV):
@@ -70,8 +69,16 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         log.close()
 
 
+@pytest.fixture
+def delivering_page(delivering_site: Site, chromium: Browser) -> Iterator[Page]:
+    """A fresh browser context on `delivering_site`, signed in as the member."""
+    page = sign_in(delivering_site, chromium)
+    yield page
+    page.context.close()
+
+
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
+def page_hooks() -> Iterator[WebhookReceiver]:
     with running_receiver() as receiver:
         yield receiver
 
@@ -102,137 +109,147 @@ def _delivery(page: Page, target: str) -> Any:
 
 
 def test_deliveries_show_their_states_and_a_failed_one_is_sent_again(
-    site: Site, page: Page, receiver: WebhookReceiver
+    delivering_site: Site, delivering_page: Page, page_hooks: WebhookReceiver
 ) -> None:
     """An export for a webhook that fails twice and an email with no SMTP server: the page
     shows both waiting, then failed with their reasons, without a reload; Send again puts
     the webhook back to waiting and it is sent on its next attempt."""
-    receiver.script["/flaky"] = [503, 503]
-    hook = receiver.url("/flaky")
+    page_hooks.script["/flaky"] = [503, 503]
+    hook = page_hooks.url("/flaky")
     body = {
-        "query_id": _query_id(site, "small_orders"),
+        "query_id": _query_id(delivering_site, "small_orders"),
         "format": "csv",
         "notify": [{"webhook": hook}, {"email": TEAM}],
     }
-    with _api(site) as api:
+    with _api(delivering_site) as api:
         created = api.post("/api/v1/exports", json=body)
     assert created.status_code == 202, created.text
     export_id = created.json()["id"]
-    page.goto(f"/exports/{export_id}")
-    expect(page.get_by_role("heading", name="Deliveries")).to_be_visible()
-    expect(_delivery(page, TEAM)).to_contain_text("Email")
-    site.shot(page, "export-deliveries")
-    expect(_delivery(page, hook).locator(".badge")).to_have_text("Failed")
-    expect(_delivery(page, TEAM).locator(".badge")).to_have_text("Failed")
-    expect(_delivery(page, TEAM)).to_contain_text("email is not configured (set QEXPORT_SMTP_URL)")
-    expect(_delivery(page, hook)).to_contain_text("the receiver answered HTTP 503")
-    site.shot(page, "export-deliveries-failed")
-    _delivery(page, hook).get_by_role("button", name=f"Send again to {hook}").click()
-    expect(page.get_by_text("The delivery is waiting to be sent again")).to_be_visible()
-    expect(_delivery(page, hook)).to_contain_text("sent again by ann@example.com")
-    site.shot(page, "export-delivery-sent-again")
-    expect(_delivery(page, hook).locator(".badge")).to_have_text("Sent")
-    expect(_delivery(page, hook)).to_contain_text("with the file's link")
-    site.shot(page, "export-delivery-sent")
-    assert [h.status for h in receiver.at("/flaky")] == [503, 503, 200]
+    delivering_page.goto(f"/exports/{export_id}")
+    expect(delivering_page.get_by_role("heading", name="Deliveries")).to_be_visible()
+    expect(_delivery(delivering_page, TEAM)).to_contain_text("Email")
+    delivering_site.shot(delivering_page, "export-deliveries")
+    expect(_delivery(delivering_page, hook).locator(".badge")).to_have_text("Failed")
+    expect(_delivery(delivering_page, TEAM).locator(".badge")).to_have_text("Failed")
+    expect(_delivery(delivering_page, TEAM)).to_contain_text(
+        "email is not configured (set QEXPORT_SMTP_URL)"
+    )
+    expect(_delivery(delivering_page, hook)).to_contain_text("the receiver answered HTTP 503")
+    delivering_site.shot(delivering_page, "export-deliveries-failed")
+    _delivery(delivering_page, hook).get_by_role("button", name=f"Send again to {hook}").click()
+    expect(delivering_page.get_by_text("The delivery is waiting to be sent again")).to_be_visible()
+    expect(_delivery(delivering_page, hook)).to_contain_text("sent again by ann@example.com")
+    delivering_site.shot(delivering_page, "export-delivery-sent-again")
+    expect(_delivery(delivering_page, hook).locator(".badge")).to_have_text("Sent")
+    expect(_delivery(delivering_page, hook)).to_contain_text("with the file's link")
+    delivering_site.shot(delivering_page, "export-delivery-sent")
+    assert [h.status for h in page_hooks.at("/flaky")] == [503, 503, 200]
 
 
 def test_a_public_link_is_listed_after_a_reload_and_revoked(
-    site: Site, page: Page, chromium: Browser
+    delivering_site: Site, delivering_page: Page, chromium: Browser
 ) -> None:
     """The new link is shown, focused and announced; a reload shows its URL no more, makes
     no other link and lists it (last used once opened); a GET of the form's URL lands on
     the page; Revoke asks first, and then the link opens the invalid-link page."""
-    export_id = _request(page, "small_orders")
-    expect(_status(page)).to_have_text("Succeeded")
-    page.get_by_role("button", name="Create a public link").click()
-    expect(page).to_have_url(f"{site.url}/exports/{export_id}")
-    url_field = page.get_by_label("Link", exact=True)
+    export_id = _request(delivering_page, "small_orders")
+    expect(_status(delivering_page)).to_have_text("Succeeded")
+    delivering_page.get_by_role("button", name="Create a public link").click()
+    expect(delivering_page).to_have_url(f"{delivering_site.url}/exports/{export_id}")
+    url_field = delivering_page.get_by_label("Link", exact=True)
     expect(url_field).to_be_focused()
-    expect(page.locator("#announcer")).to_contain_text("A public link was created.")
+    expect(delivering_page.locator("#announcer")).to_contain_text("A public link was created.")
     url = url_field.input_value()
-    site.shot(page, "export-new-link")
-    page.reload()
-    expect(page.get_by_label("Link", exact=True)).to_have_count(0)
-    rows = page.locator("#links tbody tr")
+    delivering_site.shot(delivering_page, "export-new-link")
+    delivering_page.reload()
+    expect(delivering_page.get_by_label("Link", exact=True)).to_have_count(0)
+    rows = delivering_page.locator("#links tbody tr")
     expect(rows).to_have_count(1)
     expect(rows).to_contain_text("ann@example.com")
     expect(rows).to_contain_text("never")
-    with _api(site) as api:
+    with _api(delivering_site) as api:
         assert len(api.get(f"/api/v1/exports/{export_id}/links").json()["items"]) == 1
-    site.shot(page, "export-links-after-reload")
+    delivering_site.shot(delivering_page, "export-links-after-reload")
     stranger = chromium.new_context()
     try:
         assert stranger.request.get(url).status == 200
-        _link_used(site, export_id)  # recorded once the file has gone out, not before
-        page.reload()
+        _link_used(delivering_site, export_id)  # recorded once the file has gone out, not before
+        delivering_page.reload()
         expect(rows).not_to_contain_text("never")
-        page.goto(f"/exports/{export_id}/links")  # the form's URL, as from the address bar
-        expect(page).to_have_url(f"{site.url}/exports/{export_id}")
-        site.shot(page, "export-links-get-of-the-form")
+        delivering_page.goto(
+            f"/exports/{export_id}/links"
+        )  # the form's URL, as from the address bar
+        expect(delivering_page).to_have_url(f"{delivering_site.url}/exports/{export_id}")
+        delivering_site.shot(delivering_page, "export-links-get-of-the-form")
         rows.get_by_role("button", name=re.compile("^Revoke the link created")).click()
-        dialog = page.get_by_role("dialog", name=re.compile("^Revoke this public link"))
+        dialog = delivering_page.get_by_role("dialog", name=re.compile("^Revoke this public link"))
         expect(dialog).to_be_visible()
-        site.shot(page, "export-link-revoke-confirm")
+        delivering_site.shot(delivering_page, "export-link-revoke-confirm")
         dialog.get_by_role("button", name="Revoke the link").click()
-        expect(page.get_by_text("The public link was revoked")).to_be_visible()
-        expect(page.get_by_text("No live public links.")).to_be_visible()
-        site.shot(page, "export-link-revoked")
+        expect(delivering_page.get_by_text("The public link was revoked")).to_be_visible()
+        expect(delivering_page.get_by_text("No live public links.")).to_be_visible()
+        delivering_site.shot(delivering_page, "export-link-revoked")
         assert stranger.request.get(url).status == 410
     finally:
         stranger.close()
 
 
-def test_a_cancelled_export_is_neutral_and_is_requested_again(site: Site, page: Page) -> None:
+def test_a_cancelled_export_is_neutral_and_is_requested_again(
+    delivering_site: Site, delivering_page: Page
+) -> None:
     """Running, the page shows rows written, the time so far and the rate; cancelled, its
     badge says Cancelled in the neutral colour (not the red of a failure); Request again
     lands on a new export of the same query."""
-    export_id = _request(page, "every_number")
-    expect(_status(page)).to_have_text("Running")
-    expect(page.locator("#export .status .detail")).to_contain_text(re.compile(r"\d+ s"))
-    site.shot(page, "export-running-progress")
-    page.get_by_role("button", name="Cancel this export").click()
-    page.get_by_role("dialog").get_by_role("button", name="Cancel the export").click()
-    expect(_status(page)).to_have_text("Cancelled")
-    assert _status(page).evaluate("e => getComputedStyle(e).color") == NEUTRAL
-    expect(page.get_by_text("This page updates as it progresses.")).to_have_count(0)
-    site.shot(page, "export-cancelled-badge")
-    page.get_by_role("button", name="Request again").click()
-    expect(page.get_by_text("The export was requested.")).to_be_visible()
-    again = page.url.split("/exports/")[1].split("?")[0]
+    export_id = _request(delivering_page, "every_number")
+    expect(_status(delivering_page)).to_have_text("Running")
+    expect(delivering_page.locator("#export .status .detail")).to_contain_text(re.compile(r"\d+ s"))
+    delivering_site.shot(delivering_page, "export-running-progress")
+    delivering_page.get_by_role("button", name="Cancel this export").click()
+    delivering_page.get_by_role("dialog").get_by_role("button", name="Cancel the export").click()
+    expect(_status(delivering_page)).to_have_text("Cancelled")
+    assert _status(delivering_page).evaluate("e => getComputedStyle(e).color") == NEUTRAL
+    expect(delivering_page.get_by_text("This page updates as it progresses.")).to_have_count(0)
+    delivering_site.shot(delivering_page, "export-cancelled-badge")
+    delivering_page.get_by_role("button", name="Request again").click()
+    expect(delivering_page.get_by_text("The export was requested.")).to_be_visible()
+    again = delivering_page.url.split("/exports/")[1].split("?")[0]
     assert again != export_id
-    expect(page.get_by_role("heading", name="every_number")).to_be_visible()
-    expect(_status(page)).to_have_text(re.compile("Queued|Running"))
-    site.shot(page, "export-requested-again")
-    with _api(site) as api:
+    expect(delivering_page.get_by_role("heading", name="every_number")).to_be_visible()
+    expect(_status(delivering_page)).to_have_text(re.compile("Queued|Running"))
+    delivering_site.shot(delivering_page, "export-requested-again")
+    with _api(delivering_site) as api:
         assert api.post(f"/api/v1/exports/{again}/cancel").status_code == 200
 
 
-def test_a_failure_reads_cleanly_and_keeps_the_engines_words(site: Site, page: Page) -> None:
+def test_a_failure_reads_cleanly_and_keeps_the_engines_words(
+    delivering_site: Site, delivering_page: Page
+) -> None:
     """A missing table: Failed in red with the readable reason, no internal suggestion; the
     history's disclosure holds DuckDB's own message."""
-    _request(page, "missing_table")
-    expect(_status(page)).to_have_text("Failed")
-    assert _status(page).evaluate("e => getComputedStyle(e).color") == RED
-    status = page.locator("#export .status")
+    _request(delivering_page, "missing_table")
+    expect(_status(delivering_page)).to_have_text("Failed")
+    assert _status(delivering_page).evaluate("e => getComputedStyle(e).color") == RED
+    status = delivering_page.locator("#export .status")
     expect(status).to_contain_text("query_invalid")
     expect(status).to_contain_text("no_such_table does not exist")
     expect(status).not_to_contain_text("pg_tables")
-    expect(page.get_by_text("This page updates as it progresses.")).to_have_count(0)
-    site.shot(page, "export-failed-readable")
-    page.get_by_text("The source's full message").click()
-    expect(page.locator("details.engine")).to_contain_text('Did you mean "pg_tables"?')
-    site.shot(page, "export-failed-engine-message")
+    expect(delivering_page.get_by_text("This page updates as it progresses.")).to_have_count(0)
+    delivering_site.shot(delivering_page, "export-failed-readable")
+    delivering_page.get_by_text("The source's full message").click()
+    expect(delivering_page.locator("details.engine")).to_contain_text('Did you mean "pg_tables"?')
+    delivering_site.shot(delivering_page, "export-failed-engine-message")
 
 
-def test_a_schedules_page_shows_its_recent_runs(site: Site, page: Page) -> None:
+def test_a_schedules_page_shows_its_recent_runs(
+    delivering_site: Site, delivering_page: Page
+) -> None:
     """Run now, then the schedule's page: the run's due time, its export's badge linking to
     the export, and its email delivery failed (no SMTP server) with the reason."""
-    with _api(site) as api:
+    with _api(delivering_site) as api:
         created = api.post(
             "/api/v1/schedules",
             json={
-                "query_id": _query_id(site, "small_orders"),
+                "query_id": _query_id(delivering_site, "small_orders"),
                 "format": "csv",
                 "cron": "0 8 1 1 *",
                 "recipients": [{"email": TEAM}],
@@ -240,40 +257,40 @@ def test_a_schedules_page_shows_its_recent_runs(site: Site, page: Page) -> None:
         )
     assert created.status_code == 201, created.text
     schedule_id = created.json()["id"]
-    page.goto(f"/schedules/{schedule_id}")
-    expect(page.get_by_text("It has not run yet.")).to_be_visible()
-    site.shot(page, "schedule-no-runs")
-    page.get_by_role("button", name="Run now").click()
-    expect(_status(page)).to_have_text("Succeeded")
-    page.goto(f"/schedules/{schedule_id}")
-    runs = page.locator("#runs tbody tr")
+    delivering_page.goto(f"/schedules/{schedule_id}")
+    expect(delivering_page.get_by_text("It has not run yet.")).to_be_visible()
+    delivering_site.shot(delivering_page, "schedule-no-runs")
+    delivering_page.get_by_role("button", name="Run now").click()
+    expect(_status(delivering_page)).to_have_text("Succeeded")
+    delivering_page.goto(f"/schedules/{schedule_id}")
+    runs = delivering_page.locator("#runs tbody tr")
     expect(runs).to_have_count(1)
     expect(runs.locator(".badge").first).to_have_text("Succeeded")
     expect(runs).to_contain_text(f"Email {TEAM}")
     expect(runs).to_contain_text("Failed", timeout=TIMEOUT_MS)
     expect(runs).to_contain_text("email is not configured")
-    site.shot(page, "schedule-runs")
+    delivering_site.shot(delivering_page, "schedule-runs")
     runs.get_by_role("link").click()
-    expect(page.get_by_role("heading", name="Deliveries")).to_be_visible()
-    site.shot(page, "schedule-run-export")
+    expect(delivering_page.get_by_role("heading", name="Deliveries")).to_be_visible()
+    delivering_site.shot(delivering_page, "schedule-run-export")
 
 
-def test_the_export_page_at_375_px(site: Site, chromium: Browser) -> None:
+def test_the_export_page_at_375_px(delivering_site: Site, chromium: Browser) -> None:
     """On a narrow screen the tables of links, deliveries and history become cards: no
     sideways scrolling, nothing unreadable to axe."""
-    narrow = sign_in(site, chromium, width=375, shot=None)
+    narrow = sign_in(delivering_site, chromium, width=375, shot=None)
     try:
         export_id = _request(narrow, "small_orders")
         expect(_status(narrow)).to_have_text("Succeeded")
         narrow.get_by_role("button", name="Create a public link").click()
         narrow.reload()
         expect(narrow.locator("#links tbody tr")).to_have_count(1)
-        site.shot(narrow, "export-375")
-        with _api(site) as api:
+        delivering_site.shot(narrow, "export-375")
+        with _api(delivering_site) as api:
             schedules = api.get("/api/v1/schedules").json()["items"]
         if schedules:
             narrow.goto(f"/schedules/{schedules[-1]['id']}")
-            site.shot(narrow, "schedule-375")
+            delivering_site.shot(narrow, "schedule-375")
         narrow.goto(f"/exports/{export_id}")
     finally:
         narrow.context.close()

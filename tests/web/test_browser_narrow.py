@@ -42,7 +42,7 @@ def narrow(site: Site, chromium: Browser) -> Iterator[Page]:
 
 
 @pytest.fixture(scope="module")
-def catalog(site: Site) -> tuple[str, str]:
+def report_and_schedule(site: Site) -> tuple[str, str]:
     """A report and a schedule of small_orders, made through the API; their ids."""
     with httpx2.Client(base_url=site.url, headers=bearer(site.token), timeout=30) as api:
         queries = api.get("/api/v1/queries").json()["items"]
@@ -188,10 +188,12 @@ def test_new_export_with_its_preview(site: Site, narrow: Page) -> None:
     site.shot(narrow, "narrow-new-export-preview")
 
 
-def test_reports_and_schedules(site: Site, narrow: Page, catalog: tuple[str, str]) -> None:
+def test_reports_and_schedules(
+    site: Site, narrow: Page, report_and_schedule: tuple[str, str]
+) -> None:
     """The reports list, a report, the report form; the schedules list, a schedule (then
     subscribed), the schedule form; and the 404 page."""
-    report_id, schedule_id = catalog
+    report_id, schedule_id = report_and_schedule
     narrow.get_by_role("link", name="Reports", exact=True).click()
     site.shot(narrow, "narrow-reports")
     narrow.goto(f"/reports/{report_id}")

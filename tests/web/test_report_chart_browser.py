@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,28 +18,15 @@ from tests.fakes import FixedSources
 from tests.fakes.previews import InProcessPreviews
 from tests.integration.report_env import ALICE, ReportEnv, make_env
 from tests.support.stores import SqlMetadataStore
+from tests.web.browser import chromium, require_browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail("Chromium (/usr/bin/chromium, Debian's chromium) is required in CI")
-    pytest.skip(
-        "Chromium is not installed at /usr/bin/chromium (apt-get install chromium):"
-        " browser tests skipped",
-        allow_module_level=True,
-    )
+require_browser()
 
-from playwright.sync_api import Browser, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, expect  # noqa: E402
+
+__all__ = ["chromium"]  # the fixture
 
 CATEGORIES = ("Electronics", "Home", "Kitchen", "Office", "Outdoor", "Toys")
-
-
-@pytest.fixture
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

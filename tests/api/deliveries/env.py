@@ -7,9 +7,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
+
+import pytest
 
 from qexport import bootstrap
 from qexport.config import Settings
@@ -72,3 +75,16 @@ class Deliveries:
     def open_link(self, url: str) -> Any:
         """Fetch a public link as anyone would: without credentials."""
         return self.api.client.get(urlparse(url).path, follow_redirects=False)
+
+
+def deliveries_over(api: Api, request: pytest.FixtureRequest) -> Iterator[Deliveries]:
+    """Alice, an editor of "acme" with the query "orders", on `api`, and both receivers
+    running; the dispatchers opened are closed after."""
+    api.member(ALICE, "editor")
+    api.add_query("orders")
+    smtp: SmtpServer = request.getfixturevalue("smtp_server")
+    hooks: WebhookReceiver = request.getfixturevalue("webhook_receiver")
+    env = Deliveries(api, smtp, hooks)
+    yield env
+    for dispatcher in env.opened:
+        dispatcher.close()

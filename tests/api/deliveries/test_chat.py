@@ -24,7 +24,9 @@ from qexport.domain.humanize import human_size
 from qexport.domain.schedules import DeliveryStatus, Outcome
 from tests.api.conftest import Api
 from tests.api.deliveries.env import ALICE, LINK, Deliveries
-from tests.support.receivers import Hook, WebhookReceiver, localhost_certificate, running_receiver
+from tests.support.receivers import Hook, WebhookReceiver, running_receiver, tls_certificate
+
+__all__ = ["tls_certificate"]  # the fixture, from tests/support/receivers.py
 
 SLACK_PATH = "/services/T0001/B0002/s3cr3tSlackToken"
 TEAMS_PATH = "/webhookb2/abc@def/IncomingWebhook/s3cr3tTeamsToken/xyz"
@@ -34,23 +36,12 @@ RETRIES = {"delivery_max_attempts": 3, "delivery_retry_base_seconds": 10}
 
 
 @pytest.fixture
-def api(api_both: Api) -> Api:
-    """The API (and so the `deliveries` fixture) on SQLite and on PostgreSQL."""
-    return api_both
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return localhost_certificate(tmp_path_factory.mktemp("chat-tls"))
-
-
-@pytest.fixture
 def chat(
-    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+    tls_certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[WebhookReceiver]:
     """An HTTPS receiver at https://localhost:PORT whose certificate the sender trusts."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
-    with running_receiver(tls=certificate) as receiver:
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_certificate[0]))
+    with running_receiver(tls=tls_certificate) as receiver:
         yield receiver
 
 
@@ -85,12 +76,12 @@ def _headers(hook: Hook) -> dict[str, str]:
 
 
 def test_a_slack_channel_gets_blocks_with_the_export_its_facts_and_a_working_link(
-    deliveries: Deliveries, chat: WebhookReceiver
+    deliveries_both: Deliveries, chat: WebhookReceiver
 ) -> None:
     """One Block Kit message: a header naming the export, fields with rows, size, format and
     expiry, the public link as a Download button; the link downloads the file. No signature
     (Slack checks none), the delivery id as a header."""
-    env = deliveries
+    env = deliveries_both
     url = chat.url(SLACK_PATH)
     export = env.export({"slack": url})
     _dispatch(env)
@@ -126,11 +117,11 @@ def test_a_slack_channel_gets_blocks_with_the_export_its_facts_and_a_working_lin
 
 
 def test_a_teams_channel_gets_an_adaptive_card_with_the_same_facts(
-    deliveries: Deliveries, chat: WebhookReceiver
+    deliveries_both: Deliveries, chat: WebhookReceiver
 ) -> None:
     """A `message` whose one attachment is an Adaptive Card: a heading naming the export, a
     fact set with rows, size, format and expiry, and an Open URL action with the link."""
-    env = deliveries
+    env = deliveries_both
     export = env.export({"teams": chat.url(TEAMS_PATH)})
     _dispatch(env)
 
@@ -160,10 +151,10 @@ def test_a_teams_channel_gets_an_adaptive_card_with_the_same_facts(
 
 @pytest.mark.parametrize("channel", ["slack", "teams"])
 def test_a_failed_export_is_announced_with_its_code_and_reason_and_no_link(
-    deliveries: Deliveries, chat: WebhookReceiver, channel: str
+    deliveries_both: Deliveries, chat: WebhookReceiver, channel: str
 ) -> None:
     """The channel hears `Export failed: NAME` with the failure code and reason; no link."""
-    env = deliveries
+    env = deliveries_both
     env.api.add_query("broken", sql="SELECT * FROM no_such_table", parameters=())
     export = env.export({channel: chat.url("/in")}, query="q-broken-acme")
     assert export.failure_code == "query_invalid"
@@ -181,11 +172,11 @@ def test_a_failed_export_is_announced_with_its_code_and_reason_and_no_link(
 
 
 def test_names_are_shown_as_written_never_as_mentions_or_links(
-    deliveries: Deliveries, chat: WebhookReceiver
+    deliveries_both: Deliveries, chat: WebhookReceiver
 ) -> None:
     """A query named `<!here> [x](https://e.io)` pings no one in Slack (mrkdwn escaped,
     header plain text) and links nowhere in Teams (brackets escaped)."""
-    env = deliveries
+    env = deliveries_both
     name = "<!here> [x](https://e.io)"
     query = env.api.add_query(name)
     env.export({"slack": chat.url("/s")}, {"teams": chat.url("/t")}, query=query.id)
@@ -204,11 +195,11 @@ def test_names_are_shown_as_written_never_as_mentions_or_links(
 
 @pytest.mark.parametrize("channel", ["slack", "teams"])
 def test_an_internal_url_is_refused_when_sent_and_nothing_arrives(
-    deliveries: Deliveries, chat: WebhookReceiver, channel: str
+    deliveries_both: Deliveries, chat: WebhookReceiver, channel: str
 ) -> None:
     """Under the default egress policy a Slack or Teams URL on loopback fails at once
     `destination_refused`, and the listener receives nothing."""
-    env = deliveries
+    env = deliveries_both
     export = env.export({channel: chat.url("/in")})
     _dispatch(env, allow="", rounds=3)
 
@@ -220,25 +211,25 @@ def test_an_internal_url_is_refused_when_sent_and_nothing_arrives(
 
 
 @pytest.mark.parametrize("channel", ["slack", "teams"])
-def test_an_internal_url_is_refused_when_saved(api: Api, channel: str) -> None:
+def test_an_internal_url_is_refused_when_saved(api_both: Api, channel: str) -> None:
     """A schedule naming a Slack or Teams URL on an internal address is 422 naming the field;
     nothing is saved."""
-    api.member(ALICE, "editor")
-    api.add_query("orders")
+    api_both.member(ALICE, "editor")
+    api_both.add_query("orders")
     recipients = [{"email": "ops@example.com"}, {channel: "https://169.254.169.254/hook"}]
-    response = api.post("/api/v1/schedules", ALICE, json={**MONDAYS, "recipients": recipients})
+    response = api_both.post("/api/v1/schedules", ALICE, json={**MONDAYS, "recipients": recipients})
 
     assert response.status_code == 422, response.text
     assert response.json()["field"] == f"recipients[1].{channel}"
-    assert api.get("/api/v1/schedules", ALICE).json()["items"] == []
+    assert api_both.get("/api/v1/schedules", ALICE).json()["items"] == []
 
 
 @pytest.mark.parametrize("channel", ["slack", "teams"])
 def test_a_channel_answering_5xx_is_retried_until_it_takes_the_message(
-    deliveries: Deliveries, chat: WebhookReceiver, channel: str
+    deliveries_both: Deliveries, chat: WebhookReceiver, channel: str
 ) -> None:
     """503, 500, then 200: sent on attempt 3 with the same message and delivery id each time."""
-    env = deliveries
+    env = deliveries_both
     chat.script["/flaky"] = [503, 500]
     export = env.export({channel: chat.url("/flaky")})
     _dispatch(env, rounds=5)
@@ -252,10 +243,10 @@ def test_a_channel_answering_5xx_is_retried_until_it_takes_the_message(
 
 
 def test_a_revoked_slack_webhook_fails_at_once(
-    deliveries: Deliveries, chat: WebhookReceiver
+    deliveries_both: Deliveries, chat: WebhookReceiver
 ) -> None:
     """Slack answers 404 for a removed webhook: asking again cannot help, so one attempt."""
-    env = deliveries
+    env = deliveries_both
     chat.script["/gone"] = [404] * 9
     export = env.export({"slack": chat.url("/gone")})
     _dispatch(env, rounds=3)
@@ -266,11 +257,11 @@ def test_a_revoked_slack_webhook_fails_at_once(
 
 
 def test_an_admins_webhook_hosts_bind_slack_and_teams_too(
-    deliveries: Deliveries, chat: WebhookReceiver
+    deliveries_both: Deliveries, chat: WebhookReceiver
 ) -> None:
     """With the workspace's webhook hosts set to hooks.slack.com only, a Teams URL elsewhere
     fails `destination_refused` when sent and receives nothing."""
-    env = deliveries
+    env = deliveries_both
     env.api.context.accounts.set_workspace_webhook_hosts("acme", ("hooks.slack.com",))
     export = env.export({"teams": chat.url("/in")})
     _dispatch(env)
@@ -283,35 +274,35 @@ def test_an_admins_webhook_hosts_bind_slack_and_teams_too(
 # ---------------------------------------------------------------- the URL is a secret
 
 
-def test_the_url_is_masked_for_members_who_do_not_manage_the_schedule(api: Api) -> None:
+def test_the_url_is_masked_for_members_who_do_not_manage_the_schedule(api_both: Api) -> None:
     """The owner and admins read the Slack and Teams URLs whole; another member reads their
     host names only."""
-    api.member(ALICE, "editor")
-    api.member("bob@acme.test", "editor")
-    api.member("admin@acme.test", "admin")
-    api.add_query("orders")
+    api_both.member(ALICE, "editor")
+    api_both.member("bob@acme.test", "editor")
+    api_both.member("admin@acme.test", "admin")
+    api_both.add_query("orders")
     recipients = [
         {"slack": f"https://hooks.slack.com{SLACK_PATH}"},
         {"teams": f"https://acme.webhook.office.com{TEAMS_PATH}"},
     ]
-    created = api.post("/api/v1/schedules", ALICE, json={**MONDAYS, "recipients": recipients})
+    created = api_both.post("/api/v1/schedules", ALICE, json={**MONDAYS, "recipients": recipients})
     assert created.status_code == 201, created.text
     path = f"/api/v1/schedules/{created.json()['id']}"
 
     for who in (ALICE, "admin@acme.test"):
-        assert api.get(path, who).json()["recipients"] == recipients
-    seen = api.get(path, "bob@acme.test").json()["recipients"]
+        assert api_both.get(path, who).json()["recipients"] == recipients
+    seen = api_both.get(path, "bob@acme.test").json()["recipients"]
     assert seen == [
         {"slack": "https://hooks.slack.com/***"},
         {"teams": "https://acme.webhook.office.com/***"},
     ]
-    listed = api.get("/api/v1/schedules", "bob@acme.test").json()["items"][0]["recipients"]
+    listed = api_both.get("/api/v1/schedules", "bob@acme.test").json()["items"][0]["recipients"]
     assert listed == seen
 
 
-def test_the_url_stays_out_of_the_logs(deliveries: Deliveries, chat: WebhookReceiver) -> None:
+def test_the_url_stays_out_of_the_logs(deliveries_both: Deliveries, chat: WebhookReceiver) -> None:
     """Sending, retrying and failing log the delivery, never the URL's secret path."""
-    env = deliveries
+    env = deliveries_both
     chat.script[SLACK_PATH] = [500, 404]
     with capture_logs() as logs:
         export = env.export({"slack": chat.url(SLACK_PATH)})
@@ -342,13 +333,15 @@ def test_the_url_stays_out_of_the_logs(deliveries: Deliveries, chat: WebhookRece
     ],
 )
 def test_a_bad_chat_recipient_is_422_naming_the_field_without_echoing_the_url(
-    api: Api, recipient: dict[str, str], field: str, says: str
+    api_both: Api, recipient: dict[str, str], field: str, says: str
 ) -> None:
     """Not https, a password, no host, no channel, two channels, an unknown one: each a 422
     naming the recipient's field, saying what is wrong, and never repeating a URL's secret."""
-    api.member(ALICE, "editor")
-    api.add_query("orders")
-    response = api.post("/api/v1/schedules", ALICE, json={**MONDAYS, "recipients": [recipient]})
+    api_both.member(ALICE, "editor")
+    api_both.add_query("orders")
+    response = api_both.post(
+        "/api/v1/schedules", ALICE, json={**MONDAYS, "recipients": [recipient]}
+    )
     assert response.status_code == 422, response.text
     problem = response.json()
     assert problem["field"] == field
@@ -356,11 +349,11 @@ def test_a_bad_chat_recipient_is_422_naming_the_field_without_echoing_the_url(
     assert SECRET not in response.text
 
 
-def test_a_viewer_may_not_name_a_slack_channel(api: Api) -> None:
+def test_a_viewer_may_not_name_a_slack_channel(api_both: Api) -> None:
     """A viewer's export may notify only their own email: a Slack URL is 403."""
-    api.member("vera@acme.test", "viewer")
-    api.add_query("orders")
-    response = api.post(
+    api_both.member("vera@acme.test", "viewer")
+    api_both.add_query("orders")
+    response = api_both.post(
         "/api/v1/exports",
         "vera@acme.test",
         json={

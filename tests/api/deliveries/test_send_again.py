@@ -13,20 +13,23 @@ import pytest
 
 from qexport.domain.accounts import Role
 from qexport.domain.schedules import DeliveryStatus
-from tests.api.conftest import Api, api_on
-from tests.api.deliveries.env import ALICE, Deliveries
+from tests.api.conftest import api_on
+from tests.api.deliveries.env import ALICE, Deliveries, deliveries_over
 
 RETRIES = {"delivery_max_attempts": 2, "delivery_retry_base_seconds": 10}
 MAIL = "team@example.com"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def api(request: pytest.FixtureRequest, tmp_path: Path, source_template: Path) -> Iterator[Api]:
-    """The API on SQLite and on PostgreSQL, with the egress policy opened for the receivers on
-    127.0.0.1 as the dispatcher's settings are: sending again checks a webhook as saving does."""
+def resend_deliveries(
+    request: pytest.FixtureRequest, tmp_path: Path, source_template: Path
+) -> Iterator[Deliveries]:
+    """`deliveries` on SQLite and on PostgreSQL, with the API's egress policy opened for the
+    receivers on 127.0.0.1 as the dispatcher's settings are: sending again checks a webhook as
+    saving does."""
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else ""
     with api_on(tmp_path, source_template, url, egress_allow="127.0.0.1/32") as api:
-        yield api
+        yield from deliveries_over(api, request)
 
 
 def _retry(env: Deliveries, export_id: str, delivery_id: str, who: str = ALICE) -> Any:
@@ -41,12 +44,12 @@ def _dispatch_until_settled(env: Deliveries, **settings: Any) -> None:
 
 
 def test_a_failed_webhook_sent_again_is_delivered_once_with_the_same_key(
-    deliveries: Deliveries,
+    resend_deliveries: Deliveries,
 ) -> None:
     """A receiver down for both attempts fails the delivery; sent again, it is waiting, due
     now, with a fresh budget, then sent once (attempt 3) under the same idempotency key; a
     sent delivery cannot be sent again (409)."""
-    env = deliveries
+    env = resend_deliveries
     env.hooks.script["/flaky"] = [503, 503]
     flaky = env.hooks.url("/flaky")
     export = env.export({"webhook": flaky})
@@ -73,11 +76,11 @@ def test_a_failed_webhook_sent_again_is_delivered_once_with_the_same_key(
 
 
 def test_an_email_without_smtp_fails_with_its_reason_and_can_be_sent_again(
-    deliveries: Deliveries,
+    resend_deliveries: Deliveries,
 ) -> None:
     """With no SMTP server configured the email fails at once with a reason that says so;
     once the server has one, sending it again delivers it."""
-    env = deliveries
+    env = resend_deliveries
     export = env.export({"email": MAIL})
     _dispatch_until_settled(env, smtp_url="")
     (failed,) = env.of(export.id).values()
@@ -90,12 +93,12 @@ def test_an_email_without_smtp_fails_with_its_reason_and_can_be_sent_again(
 
 
 def test_only_the_owner_or_an_admin_sends_again_and_with_rights_held_now(
-    deliveries: Deliveries,
+    resend_deliveries: Deliveries,
 ) -> None:
     """Another workspace's member and a viewer who is not the owner get 404 (as for a missing
     export); an admin may; an owner demoted to viewer may not send to a webhook (403), and
     nothing changes when refused."""
-    env = deliveries
+    env = resend_deliveries
     env.hooks.script["/down"] = [503] * 99
     down = env.hooks.url("/down")
     export = env.export({"webhook": down})
@@ -120,11 +123,11 @@ def test_only_the_owner_or_an_admin_sends_again_and_with_rights_held_now(
 
 
 def test_nothing_is_sent_again_once_the_file_expired_or_its_link_was_revoked(
-    deliveries: Deliveries,
+    resend_deliveries: Deliveries,
 ) -> None:
     """Its public link revoked, a delivery would carry a dead link: 409; past the file's
     expiry: 409 too (request the export again instead)."""
-    env = deliveries
+    env = resend_deliveries
     env.hooks.script["/down"] = [503] * 99
     down = env.hooks.url("/down")
     export = env.export({"webhook": down})
