@@ -18,7 +18,7 @@ from qexport.domain.sign_in import (
     wait_after,
 )
 from qexport.services import sign_in as service
-from qexport.services.accounts import add_user, password_matches
+from qexport.services.accounts import add_user
 from tests.fakes import FrozenClock, InMemoryAccountStore
 from tests.support.passwords import argon2_once_per_pair
 
@@ -107,7 +107,7 @@ def test_a_sign_in_that_finds_no_free_slot_in_time_is_told_to_come_back(
     """With the gate's one slot taken by a verification in progress, another sign-in is
     BUSY with a Retry-After and records no failure; once the slot is free it signs in."""
     started, finish = threading.Event(), threading.Event()
-    real = password_matches
+    real = service.password_matches  # argon2 once per pair (argon2_once_per_pair)
 
     def slow(password_hash: str, password: str) -> bool:
         started.set()
