@@ -51,8 +51,14 @@ the engine's deadline ends its waits instead.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import functools
 import inspect
+import os
+import queue
+import threading
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -67,7 +73,8 @@ from qexport.domain.failures import MetadataUnavailableError
 
 T = TypeVar("T")
 
-# Threads a server runs the endpoints' blocking work on at once (anyio's default: 40). Each
+# Threads a server runs the endpoints' blocking work on at once (_RequestThreads; anyio's
+# default was 40). Each
 # does a few short reads or a write of the metadata database: more of them took turns on one
 # interpreter lock, and writers held their locks longer meanwhile. Under 40 clients
 # (bench/api_load.py: serve --workers 2 on 2 cores beside a large export, 15 s runs taken in
@@ -109,10 +116,106 @@ async def off_the_loop(work: Callable[[], T], *, apart: str | None = None) -> T:
     kept for that kind of slow work (APART_THREADS). For a request that only reads, if it is
     cancelled meanwhile (its deadline passed), the thread is left to finish on its own rather
     than awaited; any other work is awaited to its end, cancelled or not."""
-    limiter = None if apart is None else _apart_limiter(apart)
+    if apart is None:
+        return await _REQUEST_THREADS.run(work, abandon=_ONLY_READS.get())
     return await anyio.to_thread.run_sync(
-        work, abandon_on_cancel=_ONLY_READS.get(), limiter=limiter
+        work, abandon_on_cancel=_ONLY_READS.get(), limiter=_apart_limiter(apart)
     )
+
+
+class _RequestThreads:
+    """The requests' threads: API_THREADS of them per process, handed their work through a
+    SimpleQueue in the order it comes, and handing the result back with the loop's
+    call_soon_threadsafe, nothing else.
+
+    anyio's trip (a queue.Queue and its Condition, a cancel scope, the capacity limiter, the
+    checks of which event loop runs) was a third of a server's time holding the interpreter
+    lock while it served GET /api/v1/exports/{id} on PostgreSQL (py-spy --gil: Condition.notify
+    18%, the worker thread's own loop 13%); with this one, 40 clients on PostgreSQL were served
+    525 and 542 requests/s instead of 438 and 461 (bench/api_load.py, alternated). A read
+    given up at its deadline is left to finish on its thread, its result dropped (`abandon`,
+    as anyio's abandon_on_cancel); any other work is awaited to its end, cancelled or not.
+    Reads and writes take turns on the same threads: on threads of their own, reads left the
+    creates waiting over a second.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._jobs: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started = False
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A forked child has none of its parent's threads: it starts its own when it needs."""
+        self._jobs = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started = False
+
+    async def run(self, work: Callable[[], T], *, abandon: bool) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((loop, future, contextvars.copy_context(), work))
+        if not self._started:
+            self._start()
+        if abandon:
+            return await future
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await _to_its_end(future)  # a write may yet commit: its thread is awaited
+            raise
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            for number in range(self._size):
+                name = f"qexport-request-{number}"
+                threading.Thread(target=self._serve, name=name, daemon=True).start()
+            self._started = True
+
+    def _serve(self) -> None:
+        jobs = self._jobs
+        while True:
+            loop, future, context, work = jobs.get()
+            try:
+                result = context.run(work)
+            except BaseException as exc:
+                _hand_back(loop, future, None, exc)
+            else:
+                _hand_back(loop, future, result, None)
+            del loop, future, context, work
+
+
+async def _to_its_end(future: asyncio.Future[Any]) -> None:
+    """Wait until `future` is settled, however often the waiting is cancelled."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([future])
+
+
+def _hand_back(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    exc: BaseException | None,
+) -> None:
+    """Settle `future` on its loop, unless the request gave it up (or the loop has closed)."""
+
+    def settle() -> None:
+        if future.done():  # given up at the deadline
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        loop.call_soon_threadsafe(settle)
+
+
+_REQUEST_THREADS = _RequestThreads(API_THREADS)
 
 
 def _apart_limiter(kind: str) -> anyio.CapacityLimiter:
