@@ -40,7 +40,9 @@ export; before and after alternated, three and four runs, load average 4-13 on a
   ms, but only with SQL and parameters made outside SQLAlchemy (the compiled plan that
   qexport.store.reads no longer keeps), async services beside the sync ones, and still a
   trip for SQLite, which has no async driver (aiosqlite runs each connection on a thread of
-  its own: a trip to it for the statement and another for its rows). Not taken.
+  its own: a trip to it for the statement and another for its rows). Not taken;
+- the trip itself made cheaper (now): qexport's own threads (_RequestThreads) instead of
+  anyio's, see there and the README's figures.
 
 A request that only reads (GET, HEAD) answers within the server's deadline on the database,
 QEXPORT_DATABASE_TIMEOUT_SECONDS (5 s): its trip is abandoned then (the thread finishes on
