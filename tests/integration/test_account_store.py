@@ -341,12 +341,14 @@ def test_an_exports_live_links_are_listed_oldest_first(
     assert accounts.list_links("no-such-export") == []
 
 
-def test_links_are_found_by_the_start_of_their_id(backend: Backend, clock: FrozenClock) -> None:
+def test_links_are_found_by_the_start_of_their_id(
+    accounts_backend: Backend, clock: FrozenClock
+) -> None:
     """links_starting holds the unrevoked links whose id starts so, by id, whatever their
     export's workspace; a start of no live link's id finds none."""
-    export = backend.store.insert_export(new_export(clock.now(), "acme"))
-    other = backend.store.insert_export(new_export(clock.now(), "beta"))
-    accounts = backend.accounts
+    export = accounts_backend.store.insert_export(new_export(clock.now(), "acme"))
+    other = accounts_backend.store.insert_export(new_export(clock.now(), "beta"))
+    accounts = accounts_backend.accounts
     made = [
         accounts.add_link(
             export_id=(export if n % 2 else other).id,
