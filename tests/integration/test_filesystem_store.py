@@ -13,8 +13,8 @@ import pytest
 
 from qexport.domain.failures import ObjectExistsError, StorageUnavailableError
 from qexport.ports import StoredObject
-from qexport.storage import filesystem
 from qexport.storage.filesystem import FilesystemObjectStore
+from qexport.storage.filesystem import store as filesystem_store
 from qexport.storage.lifecycle import LifecycleReport, apply_filesystem_lifecycle
 
 KEY = "exports/demo/exp-1/orders.csv"
@@ -298,7 +298,7 @@ def test_a_failure_after_publishing_keeps_the_objects_metadata(
     def broken_fsync_dir(_path: Path) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(filesystem, "fsync_dir", broken_fsync_dir)
+    monkeypatch.setattr(filesystem_store, "fsync_dir", broken_fsync_dir)
     upload = folder_store.begin_upload(KEY)
     upload.upload_part(1, b"a,b\r\n")
     with pytest.raises(StorageUnavailableError):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from qexport.storage.filesystem import FilesystemObjectStore, delete_object_file
-from qexport.storage.fs_layout import FilesystemLayout, StagedUpload
+from qexport.storage.filesystem.layout import FilesystemLayout, StagedUpload
+from qexport.storage.filesystem.store import FilesystemObjectStore, delete_object_file
 
 INCOMPLETE_UPLOAD_AGE = timedelta(days=1)
 EXPIRY_GRACE = timedelta(days=1)

@@ -39,8 +39,8 @@ from qexport.private_files import (
     open_private,
     write_private,
 )
-from qexport.storage.fs_assemble import append_parts, part_name
-from qexport.storage.fs_layout import (
+from qexport.storage.filesystem.assemble import append_parts, part_name
+from qexport.storage.filesystem.layout import (
     ASSEMBLED_FILE,
     UPLOAD_FILE,
     FilesystemLayout,

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from qexport.storage.fs_layout import PART_PREFIX, remove_quietly
+from qexport.storage.filesystem.layout import PART_PREFIX, remove_quietly
 
 # The kernel refuses a fast in-kernel copy between some filesystems or on old kernels.
 _NO_FAST_COPY = frozenset(
