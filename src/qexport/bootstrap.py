@@ -386,7 +386,7 @@ def _on_s3(objects: ObjectStore) -> S3ObjectStore | None:
 
 def _retention_rules(objects: ObjectStore) -> RetentionRules | None:
     if isinstance(objects, FilesystemObjectStore):
-        from qexport.storage.lifecycle import FilesystemRetention
+        from qexport.storage.filesystem.lifecycle import FilesystemRetention
 
         return FilesystemRetention(objects)
     s3 = _on_s3(objects)

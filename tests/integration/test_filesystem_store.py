@@ -15,7 +15,7 @@ from qexport.domain.failures import ObjectExistsError, StorageUnavailableError
 from qexport.ports import StoredObject
 from qexport.storage.filesystem import FilesystemObjectStore
 from qexport.storage.filesystem import store as filesystem_store
-from qexport.storage.lifecycle import LifecycleReport, apply_filesystem_lifecycle
+from qexport.storage.filesystem.lifecycle import LifecycleReport, apply_filesystem_lifecycle
 
 KEY = "exports/demo/exp-1/orders.csv"
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
