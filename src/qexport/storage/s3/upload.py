@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from botocore.exceptions import ClientError
@@ -19,9 +19,8 @@ from qexport.storage.s3.cleanup import Leftover
 from qexport.storage.s3.errors import TAKEN, error_code, s3_errors
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
-
-    from qexport.storage.s3.store import S3ObjectStore
 
 log = structlog.get_logger()
 
@@ -30,10 +29,27 @@ MAX_PARTS = 10_000
 COPY_PART_BYTES = 512 * 1024 * 1024
 
 
+class UploadingStore(Protocol):
+    """What an upload needs of its store (store.S3ObjectStore), named here so that the upload
+    does not import the store that begins it."""
+
+    bucket: str
+    max_parallel_parts: int
+
+    @property
+    def client(self) -> S3Client: ...
+
+    def object_key(self, key: str) -> str: ...
+
+    def staging_prefix(self, key: str) -> str: ...
+
+    def clean_up(self, leftover: Leftover) -> None: ...
+
+
 class S3Upload:
     """One upload to `key`; used by one producer thread, parts sent by a small thread pool."""
 
-    def __init__(self, store: S3ObjectStore, key: str) -> None:
+    def __init__(self, store: UploadingStore, key: str) -> None:
         self.key = key
         self.upload_id: str | None = None  # the staging multipart upload, once begun
         self._store = store
