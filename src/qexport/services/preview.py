@@ -39,9 +39,10 @@ their error may be made of the data (mysql/checking.py, where its text is withhe
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -238,7 +239,10 @@ def _refuse_sensitive(
 ) -> None:
     """Refuse (ForbiddenError) a query that reads what the policy marks sensitive, as its
     source's planner reports it now; a refusal, or the planner's failure, goes on the record."""
-    try:
+    # The source's planner may refuse the statement (or not be asked): on the record, as a
+    # run's failure is, and counted against the member's previews of the minute (_admit;
+    # mysql/checking.py).
+    with _failure_on_record(desk, requester, query, shown_values, planning=True):
         why = preview_sensitivity(
             policy,
             desk.sources,
@@ -250,16 +254,6 @@ def _refuse_sensitive(
             statement_timeout_seconds=desk.statement_timeout_seconds,
             slots=desk.slots,
         )
-    except TooManyRequestsError:
-        raise  # no slot: nothing was planned
-    except QExportError as exc:
-        # The source's planner refused the statement (or could not be asked): on the record,
-        # as a run's failure is, and counted against the member's previews of the minute
-        # (_admit; mysql/checking.py).
-        desk.audit.record(
-            _previewed(desk, requester, query, shown_values, refusal=exc, planning=True)
-        )
-        raise
     if why:
         refusal = ForbiddenError(
             f"{why}: it is not previewed, and its exports need an admin's approval"
@@ -278,7 +272,7 @@ def _run(
 ) -> PreviewCells:
     """The first `rows` rows, run in a preview process while the requester holds a source
     slot; a failure goes on the record."""
-    try:
+    with _failure_on_record(desk, requester, query, shown_values):
         desk.sources.source_for(query.source, requester.workspace_id)
         with desk.slots.hold(requester):
             return desk.runner.run(
@@ -293,10 +287,26 @@ def _run(
                     max_bytes=MAX_BYTES,
                 )
             )
+
+
+@contextlib.contextmanager
+def _failure_on_record(
+    desk: PreviewDesk,
+    requester: Requester,
+    query: Query,
+    shown_values: dict[str, Any],
+    *,
+    planning: bool = False,
+) -> Iterator[None]:
+    """Put a failure of the preview's plan or run on the record, then let it go on; not when
+    no source slot was free (TooManyRequestsError): then nothing was planned or run."""
+    try:
+        yield
     except TooManyRequestsError:
-        raise  # no slot: nothing ran
+        raise
     except QExportError as exc:
-        desk.audit.record(_previewed(desk, requester, query, shown_values, refusal=exc))
+        refused = _previewed(desk, requester, query, shown_values, refusal=exc, planning=planning)
+        desk.audit.record(refused)
         raise
 
 
