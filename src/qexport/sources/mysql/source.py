@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import MySQLdb
 import pyarrow as pa
-import structlog
 
 from qexport.domain.exports import NO_MEMBER
 from qexport.domain.failures import QExportError
@@ -31,11 +30,11 @@ from qexport.sources.mysql.session import Session, connect, connect_options
 from qexport.sources.mysql.statements import render
 from qexport.sources.mysql.types import Column, RawBatches, columns_of
 from qexport.sources.other_sessions import refuse_mysql_readers
+from qexport.sources.role_judge import RoleJudge
 
 if TYPE_CHECKING:
     from qexport.domain.exports import Requester
 
-log = structlog.get_logger()
 
 # Rows per batch, and per fetch_row call. 500 rows a call: a call makes its rows' tuples all
 # at once, and past ~700 of them the garbage collector runs, over and over (5M rows fetched
@@ -151,7 +150,15 @@ class MySQLSource(DescribeAndPreview[Session]):
         )
         password = str(self._options["password"])
         self._secrets = tuple(s for s in (url, password) if s)
-        self._allowed_findings: list[str] = []  # the last ones logged as allowed
+        self._role = RoleJudge(
+            name,
+            self._secrets,
+            allow_privileged=allow_privileged_role,
+            refusal=refusal,
+            driver_error=MySQLdb.Error,
+            connect_error=connect_error,
+            query_error=query_error,
+        )
 
     def __repr__(self) -> str:
         return f"MySQLSource(name={self.name!r})"
@@ -293,43 +300,12 @@ class MySQLSource(DescribeAndPreview[Session]):
     def check_role(self) -> list[str]:
         """Connect and judge the login as a worker will: SourceRefusedError for a privileged
         one (unless allowed); the findings, for a warning, when it is allowed."""
-        try:
-            conn = connect(self._options)
-        except MySQLdb.Error as exc:
-            raise connect_error(self.name, exc, self._secrets) from None
-        try:
-            return self._judge_role(conn)
-        finally:
-            conn.close()
+        return self._role.check(lambda: connect(self._options), self._judge_role)
 
     def _judge_role(self, conn: Any) -> list[str]:
-        """Refuse the session unless its login may only read (or the operator allowed it:
-        then the findings are logged once, and again when they change); at every session,
-        as PostgresSource does (postgres/source.py says why)."""
-        user = str(self._options["user"])
-        try:
-            findings = role_findings(conn)
-        except MySQLdb.Error as exc:
-            raise query_error(
-                self.name,
-                exc,
-                self._secrets,
-                interrupted=False,
-                timed_out=False,
-                timeout_seconds=0,
-            ) from exc
-        if findings and not self.allow_privileged_role:
-            raise refusal(self.name, user, findings)
-        if findings and findings != self._allowed_findings:  # once, and again when they change
-            log.warning(
-                "source_role_privileged",
-                source=self.name,
-                role=user,
-                findings=findings,
-                reason="allowed with --allow-privileged-role",
-            )
-        self._allowed_findings = findings
-        return findings
+        """Refuse the session unless its login may only read (sources/role_judge.py); at
+        every session, as PostgresSource does (postgres/source.py says why)."""
+        return self._role.judge(str(self._options["user"]), lambda: role_findings(conn))
 
 
 def _text(value: Any) -> Any:

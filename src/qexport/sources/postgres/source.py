@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-import structlog
 from psycopg.conninfo import conninfo_to_dict
 
 from qexport.domain.exports import NO_MEMBER
@@ -52,13 +51,13 @@ from qexport.sources.postgres.role import refusal, role_findings
 from qexport.sources.postgres.session import Session, validate_timeout, wrapped
 from qexport.sources.postgres.stream import PostgresResultStream
 from qexport.sources.postgres.types import csv_select, positional_names, preview_select
+from qexport.sources.role_judge import RoleJudge
 
 if TYPE_CHECKING:
     from qexport.config import Settings
     from qexport.domain.exports import Requester
     from qexport.ports import Sink
 
-log = structlog.get_logger()
 
 # Of csv text per Arrow batch: some 40,000 rows of a typical ten-column result.
 BATCH_BYTES = 4 * 1024 * 1024
@@ -131,7 +130,6 @@ class PostgresSource(DescribeAndPreview[_Run]):
         self.name = name
         self.batch_bytes = batch_bytes
         self.allow_privileged_role = allow_privileged_role
-        self._allowed_findings: list[str] = []  # the last ones logged as allowed
         self._url = url
         try:
             given = conninfo_to_dict(url)
@@ -144,6 +142,15 @@ class PostgresSource(DescribeAndPreview[_Run]):
             **{k: v for k, v in _DEFAULT_OPTIONS.items() if k not in given},
             **_REQUIRED_OPTIONS,
         }
+        self._role = RoleJudge(
+            name,
+            self._secrets,
+            allow_privileged=allow_privileged_role,
+            refusal=refusal,
+            driver_error=psycopg.Error,
+            connect_error=connect_error,
+            query_error=query_error,
+        )
 
     def __repr__(self) -> str:
         return f"PostgresSource(name={self.name!r})"
@@ -327,39 +334,13 @@ class PostgresSource(DescribeAndPreview[_Run]):
     def check_role(self) -> list[str]:
         """Connect and judge the role as a worker will: SourceRefusedError for a privileged
         one (unless allowed); the findings, for a warning, when it is allowed."""
-        try:
-            conn = psycopg.connect(self._url, **self._options)
-        except psycopg.Error as exc:
-            raise connect_error(self.name, exc, self._secrets) from None
-        with conn:
-            return self._judge_role(conn)
+        return self._role.check(
+            lambda: psycopg.connect(self._url, **self._options), self._judge_role
+        )
 
     def _judge_role(self, conn: psycopg.Connection[Any]) -> list[str]:
-        """Refuse the session unless its role may only read (or the operator allowed it:
-        then the findings are logged once, and again when they change)."""
-        try:
-            findings = role_findings(conn)
-        except psycopg.Error as exc:
-            raise query_error(
-                self.name,
-                exc,
-                self._secrets,
-                interrupted=False,
-                timed_out=False,
-                timeout_seconds=0,
-            ) from exc
-        if findings and not self.allow_privileged_role:
-            raise refusal(self.name, conn.info.user, findings)
-        if findings and findings != self._allowed_findings:  # once, and again when they change
-            log.warning(
-                "source_role_privileged",
-                source=self.name,
-                role=conn.info.user,
-                findings=findings,
-                reason="allowed with --allow-privileged-role",
-            )
-        self._allowed_findings = findings
-        return findings
+        """Refuse the session unless its role may only read (sources/role_judge.py)."""
+        return self._role.judge(conn.info.user, lambda: role_findings(conn))
 
 
 # A preview reads the COPY in small chunks, so that it stops soon after its byte bound.
