@@ -576,6 +576,67 @@ def test_each_door_saves_a_query_alike_and_refuses_the_same_mistakes(
         assert changed[name]["parameters"] == stored["api"]["parameters"], name
 
 
+TYPED_SPECS = ("n:integer=10", "above:number=2.5", "paid:boolean=yes", "since:date=2024-01-20")
+MISTYPED = ("n:integer=ten",)
+TYPED_DEFAULTS = [
+    {"name": "n", "type": "integer", "required": False, "default": 10},
+    {"name": "above", "type": "number", "required": False, "default": 2.5},
+    {"name": "paid", "type": "boolean", "required": False, "default": True},
+    {"name": "since", "type": "date", "required": False, "default": "2024-01-20"},
+]
+
+
+def test_each_door_stores_a_parameters_default_as_its_type(env: Env, tmp_path: Path) -> None:
+    """A default is stored as its parameter's type, whichever door saved the query: ada gives
+    the API JSON values (10, 2.5, true) and the pages and the command line text (`n:integer=10`,
+    `paid:boolean=yes`), and each query reads back with the same typed defaults; a default
+    that is not of its type is refused at every door, naming the parameter. (Before, the
+    pages and the command line stored the text they were given, "10" and "yes".)"""
+    ada = _doors(env, tmp_path)
+    sql = "SELECT order_id, $n AS n, $above AS above, $paid AS paid, $since AS since FROM orders"
+
+    # The API is given JSON for the same declarations: typed values, or the mistyped text.
+    as_json = {
+        TYPED_SPECS: [{k: p[k] for k in ("name", "type", "default")} for p in TYPED_DEFAULTS],
+        MISTYPED: [{"name": "n", "type": "integer", "default": "ten"}],
+    }
+
+    def api(name: str, specs: tuple[str, ...]) -> str:
+        body = {"name": name, "sql": sql, "source": "demo", "parameters": as_json[specs]}
+        with httpx2.Client(base_url=ada.url, headers=bearer(ada.token), timeout=30) as client:
+            answer = client.post("/api/v1/queries", json=body)
+        return "" if answer.status_code == 201 else answer.text
+
+    def pages(name: str, specs: tuple[str, ...]) -> str:
+        with contextlib.closing(ada.signed_in()) as browser:
+            form = browser.get("/queries/new").text
+            fields = {"name": name, "source": "demo", "sql": sql, "parameters": "\n".join(specs)}
+            answer = browser.post("/queries/new", data={"csrf": _csrf(form), **fields})
+        return "" if answer.status_code == 303 else html.unescape(answer.text)
+
+    def cli(door: Env) -> Callable[[str, tuple[str, ...]], str]:
+        def save(name: str, specs: tuple[str, ...]) -> str:
+            params = [arg for spec in specs for arg in ("--param", spec)]
+            proc = door.run("queries", "add", name, "--sql", sql, *params, check=False)
+            if proc.returncode == 0:
+                return ""
+            assert proc.returncode == 2, proc.stderr  # refused values, at either end
+            return proc.stderr
+
+        return save
+
+    doors = {"api": api, "pages": pages, "cli (local)": cli(ada.local)}
+    doors["cli (server)"] = cli(ada.remote)
+    for door, save in doors.items():
+        assert save(f"by {door}", TYPED_SPECS) == "", door
+        refused = save(f"mistyped by {door}", MISTYPED)
+        assert "parameter 'n' must be an integer, got 'ten'" in refused, (door, refused)
+
+    saved = {q["name"]: q["parameters"] for q in _listed(ada, "queries")["api"]}
+    assert sorted(saved) == sorted([*(f"by {door}" for door in doors), "small_orders"])
+    assert {door: saved[f"by {door}"] for door in doors} == dict.fromkeys(doors, TYPED_DEFAULTS)
+
+
 def test_a_viewer_cannot_save_a_query_or_report_at_either_end_of_the_command_line(
     env: Env, tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from qexport.domain.queries import (
     bind_parameters,
     can_read,
     parse_param_spec,
+    typed_default,
 )
 from qexport.services.requests import record_request
 from tests.fakes import FrozenClock, InMemoryMetadataStore
@@ -176,6 +177,35 @@ def test_param_specs_from_the_command_line() -> None:
         parse_param_spec("n:integer=abc")
     with pytest.raises(InvalidRequestError, match="invalid parameter name"):
         parse_param_spec("1x:string")
+
+
+def _stored(ptype: ParamType, raw: object) -> object:
+    return typed_default(Parameter("p", ptype, required=False, default=raw)).default
+
+
+def test_a_default_is_stored_as_its_type_from_text_or_json() -> None:
+    """A declared default becomes its type's JSON value, the same from the text of a form or
+    a command line as from the API's JSON: an integer, a number (an integer or a float; the
+    exact text where a float would round it), true or false, a date's ISO text; a default
+    not of its type is refused, naming the parameter."""
+    pairs = [
+        (ParamType.INTEGER, " 10 ", 10),
+        (ParamType.NUMBER, "2.5", 2.5),
+        (ParamType.NUMBER, "100", 100),
+        (ParamType.BOOLEAN, "yes", True),
+        (ParamType.DATE, " 2024-01-20", "2024-01-20"),
+        (ParamType.STRING, " x ", " x "),
+    ]
+    for ptype, text, json_value in pairs:
+        stored = (_stored(ptype, text), _stored(ptype, json_value))
+        assert stored == (json_value, json_value), ptype
+        assert {type(s) for s in stored} == {type(json_value)}, ptype
+    assert _stored(ParamType.NUMBER, "0.12345678901234567891") == "0.12345678901234567891"
+    assert parse_param_spec("n:integer=10") == Parameter("n", ParamType.INTEGER, False, 10)
+    with pytest.raises(InvalidRequestError, match="parameter 'p' must be an integer, got 'ten'"):
+        _stored(ParamType.INTEGER, "ten")
+    with pytest.raises(InvalidRequestError, match="parameter 'p' must be a boolean"):
+        _stored(ParamType.BOOLEAN, "maybe")
 
 
 @pytest.mark.parametrize("name", ["user_id", "User_Id", "WORKSPACE_ID"])

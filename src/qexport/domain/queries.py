@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
@@ -15,6 +15,7 @@ from qexport.domain.failures import InvalidRequestError, Problems
 from qexport.domain.sensitivity import Relation
 
 MAX_PARAMETER_CHARS = 10_000
+_INT64 = 2**63
 # The requester context every query may read ($user_id, $workspace_id): always bound by the
 # source, never by a caller. Sources compare parameter names with ASCII letters folded.
 CONTEXT_PARAMETERS = ("user_id", "workspace_id")
@@ -206,6 +207,29 @@ def _bound(param: Parameter, raw: dict[str, Any]) -> Any:
     return None
 
 
+def typed_default(param: Parameter) -> Parameter:
+    """`param` with its default as its type's JSON value, as a query stores it whichever door
+    declared it (text from a form or a command line, JSON from the API): an integer; a number;
+    true or false; a date's ISO text; a string. InvalidRequestError, naming the parameter, for
+    a default that is not of its type."""
+    if param.default is None:
+        return param
+    value = _coerce(param, param.default)
+    if param.type is ParamType.NUMBER:
+        return replace(param, default=_json_number(value))
+    return replace(param, default=to_json_value(value))
+
+
+def _json_number(value: Decimal) -> int | float | str:
+    """A number as JSON holds it: an integer when written without a point (and within 64
+    bits), else a float; its exact text when neither holds it exactly (it binds exactly)."""
+    exponent = value.as_tuple().exponent
+    if isinstance(exponent, int) and exponent >= 0 and -_INT64 <= value < _INT64:
+        return int(value)
+    approximate = float(value)
+    return approximate if Decimal(repr(approximate)) == value else str(value)
+
+
 def to_json_value(value: Any) -> Any:
     """Typed parameter values as stored on the export record (JSON)."""
     if isinstance(value, Decimal):
@@ -231,10 +255,7 @@ def parse_param_spec(spec: str) -> Parameter:
         raise InvalidRequestError(
             f"unknown parameter type {type_text!r} in {spec!r} (choose from {choices})"
         ) from None
-    param = Parameter(name, ptype, required=not has_default, default=default or None)
-    if default:
-        _coerce(param, default)
-    return param
+    return typed_default(Parameter(name, ptype, required=not has_default, default=default or None))
 
 
 # ---------------------------------------------------------------- file names

@@ -27,12 +27,13 @@ from qexport.domain.failures import (
 )
 from qexport.domain.queries import (
     Parameter,
+    ParamType,
     Query,
     Visibility,
-    bind_parameters,
     can_read,
     check_declared_name,
     check_filename_template,
+    typed_default,
 )
 from qexport.domain.sources import AUDIT_SOURCE
 from qexport.ports import Catalog, UserStore
@@ -108,13 +109,12 @@ def _check_parameter(index: int, param: Parameter, seen: set[str]) -> None:
         raise InvalidRequestError(
             "the default contains a NUL or an unpaired surrogate", field=f"{where}.default"
         )
-    # The default is coerced exactly as a request's value would be.
-    probe = Query("", "", "", "", "", parameters=(param,))
+    # The default is coerced exactly as a request's value would be, as it is stored.
     try:
-        value = bind_parameters(probe, {})[param.name]
+        value = typed_default(param).default
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"invalid default: {exc}", field=f"{where}.default") from None
-    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+    if param.type is ParamType.INTEGER and not -_INT64 <= value < _INT64:
         raise InvalidRequestError(
             "an integer default must fit in 64 bits", field=f"{where}.default"
         )
@@ -338,7 +338,7 @@ def _create_query(
         name=draft.name,
         sql=draft.sql,
         source=draft.source,
-        parameters=draft.parameters,
+        parameters=tuple(typed_default(p) for p in draft.parameters),
         visibility=draft.visibility,
         members=draft.members,
         owner=principal.user_id,
@@ -382,7 +382,7 @@ def _replace_query(
         name=draft.name,
         sql=draft.sql,
         source=draft.source,
-        parameters=draft.parameters,
+        parameters=tuple(typed_default(p) for p in draft.parameters),
         visibility=draft.visibility,
         members=draft.members,
         columns=described.columns,
