@@ -513,6 +513,17 @@ def test_the_command_line_lists_and_deletes_queries_and_reports_alike(
     assert missing == {"error: no report 'Local report' that you can read (not_found)"}
 
 
+def _cli_add_query(cli: Env, name: str, sql: str, specs: tuple[str, ...]) -> tuple[str, str]:
+    """`queries add` with a `--param` per spec: (what it printed, "") when it saved the query,
+    ("", the refusal) when its values were refused (exit 2, at either end)."""
+    params = [arg for spec in specs for arg in ("--param", spec)]
+    proc = cli.run("queries", "add", name, "--sql", sql, *params, check=False)
+    if proc.returncode == 0:
+        return proc.stdout, ""
+    assert proc.returncode == 2, proc.stderr  # refused values, at either end
+    return "", proc.stderr
+
+
 def test_each_door_saves_a_query_alike_and_refuses_the_same_mistakes(
     env: Env, tmp_path: Path
 ) -> None:
@@ -541,13 +552,10 @@ def test_each_door_saves_a_query_alike_and_refuses_the_same_mistakes(
 
     def cli(door: Env) -> Callable[[str, str], str]:
         def save(name: str, text: str) -> str:
-            args = ("queries", "add", name, "--sql", text, "--param", "note:string=x")
-            proc = door.run(*args, check=False)
-            if proc.returncode == 0:
-                assert "columns: order_id BIGINT, note VARCHAR" in proc.stdout
-                return ""
-            assert proc.returncode == 2, proc.stderr  # refused values, at either end
-            return proc.stderr
+            shown, refused = _cli_add_query(door, name, text, ("note:string=x",))
+            if not refused:
+                assert "columns: order_id BIGINT, note VARCHAR" in shown
+            return refused
 
         return save
 
@@ -615,15 +623,7 @@ def test_each_door_stores_a_parameters_default_as_its_type(env: Env, tmp_path: P
         return "" if answer.status_code == 303 else html.unescape(answer.text)
 
     def cli(door: Env) -> Callable[[str, tuple[str, ...]], str]:
-        def save(name: str, specs: tuple[str, ...]) -> str:
-            params = [arg for spec in specs for arg in ("--param", spec)]
-            proc = door.run("queries", "add", name, "--sql", sql, *params, check=False)
-            if proc.returncode == 0:
-                return ""
-            assert proc.returncode == 2, proc.stderr  # refused values, at either end
-            return proc.stderr
-
-        return save
+        return lambda name, specs: _cli_add_query(door, name, sql, specs)[1]
 
     doors = {"api": api, "pages": pages, "cli (local)": cli(ada.local)}
     doors["cli (server)"] = cli(ada.remote)
