@@ -227,12 +227,25 @@ def _print_created(view: dict[str, Any], *, wait: bool, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
+def _time_taken(view: dict[str, Any]) -> str:
+    """` in 15 s, after 63 s in the queue`: the time it ran apart from the time it waited
+    (a wait under a second is not worth a word); the whole time when it never started."""
+    created, started = view.get("created_at"), view.get("started_at")
+    completed = view.get("completed_at")
+    ran = _seconds_between(started, completed)
+    if ran is None:
+        taken = _seconds_between(created, completed)
+        return f" in {_duration(taken)}" if taken is not None else ""
+    waited = _seconds_between(created, started)
+    queued = f", after {_duration(waited)} in the queue" if waited and waited >= 1 else ""
+    return f" in {_duration(ran)}{queued}"
+
+
 def _print_summary(view: dict[str, Any]) -> None:
     """How a waited-for export ended, for people: rows, size and time taken, then what to
     do next; a failure with its code and reason."""
     short = short_id(view["id"])
-    taken = _seconds_between(view.get("created_at"), view.get("completed_at"))
-    took = f" in {_duration(taken)}" if taken is not None else ""
+    took = _time_taken(view)
     if view["status"] == "succeeded":
         rows = view["row_count"] or 0
         out.print(
