@@ -161,6 +161,14 @@ _GIB = 1024**3
 MIN_WORKER_MEMORY = 256 * _MIB
 
 
+def _default_database_url(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir / 'qexport.db'}"
+
+
+def _default_storage_url(data_dir: Path) -> str:
+    return f"file://{(data_dir / 'objects').absolute()}"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, each declared once (see the module's docstring)."""
@@ -377,11 +385,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not self.database_url:
-            object.__setattr__(self, "database_url", f"sqlite:///{self.data_dir / 'qexport.db'}")
+            object.__setattr__(self, "database_url", _default_database_url(self.data_dir))
         if not self.storage_url:
-            object.__setattr__(
-                self, "storage_url", f"file://{(self.data_dir / 'objects').absolute()}"
-            )
+            object.__setattr__(self, "storage_url", _default_storage_url(self.data_dir))
         for s in declared():
             if s.bound is not None and not s.bound.holds(getattr(self, s.name)):
                 raise ValueError(f"{s.env} {s.bound.value}")
@@ -470,6 +476,13 @@ class Settings:
     @property
     def demo_database(self) -> Path:
         return self.data_dir / "demo.duckdb"
+
+    def uses_data_dir(self) -> bool:
+        """Whether the metadata database or the files are kept in the data directory (the
+        embedded defaults), rather than only elsewhere (PostgreSQL and S3, say)."""
+        return self.database_url == _default_database_url(self.data_dir) or (
+            self.storage_url == _default_storage_url(self.data_dir)
+        )
 
     def with_overrides(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})

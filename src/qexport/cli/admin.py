@@ -98,6 +98,12 @@ def users_create(
     verb = "created user" if added.new_user else "user"
     where = f"new workspace {workspace!r}" if added.new_workspace else f"workspace {workspace!r}"
     note(f"{verb} {user.email} is {role} in {where}")
+    if added.new_user and password is None:
+        note(
+            f"{user.email} has no password yet: give one with `qexport users set-password"
+            f" {user.email} --password-stdin` (then they sign in to the pages), or an API"
+            f" token with `qexport tokens create {user.email}`"
+        )
     print(user.id)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, get_args, get_origin
 
 import typer
@@ -15,7 +16,7 @@ from typer.core import TyperOption
 
 from qexport.config import Settings
 from qexport.domain.exports import Requester
-from qexport.domain.failures import InvalidRequestError
+from qexport.domain.failures import InvalidRequestError, QExportError
 
 if TYPE_CHECKING:
     from qexport.cli.client import ApiError, Client
@@ -35,14 +36,48 @@ class State:
     # Both set: the client commands talk to that server instead of the local database.
     url: str | None = None
     token: str | None = None
+    # False when no data directory was named or found (cli/home.py): a command that would
+    # keep its files there refuses, rather than make one wherever it runs (init and demo
+    # make it).
+    data_dir_found: bool = True
+    # --as EMAIL: the member the local commands act as, looked up when the database opens.
+    act_as: str | None = None
     _deps: Container | None = None
 
-    def deps(self) -> Container:
+    def local_settings(self, *, create: bool = False) -> Settings:
+        """The settings of a command that opens the local installation: refused when they
+        keep files in a data directory that was neither named nor found, unless the command
+        makes one (`create`)."""
+        if not (create or self.data_dir_found) and self.settings.uses_data_dir():
+            fail_input(
+                f"no {self.settings.data_dir.name} folder in {Path.cwd()} or any folder"
+                " above it: run `qexport init --email EMAIL` (or `qexport demo`) to make"
+                " one, run the command where it is, or name it with QEXPORT_DATA_DIR"
+            )
+        return self.settings
+
+    def deps(self, *, create: bool = False) -> Container:
+        """The local installation; with `create`, made first if there is none."""
         if self._deps is None:
             from qexport import bootstrap  # the adapters, only for a command that uses them
 
-            self._deps = bootstrap.build(self.settings)
+            self._deps = bootstrap.build(self.local_settings(create=create))
+            if self.act_as is not None:
+                self.requester = _member_named(self._deps, self.act_as, self.requester)
         return self._deps
+
+
+def _member_named(deps: Container, email: str, requester: Requester) -> Requester:
+    """The requester that `--as EMAIL` names, in the requester's workspace."""
+    from qexport.services.accounts import find_user
+
+    try:
+        user = find_user(deps.accounts, email)
+    except QExportError as exc:
+        fail_input(
+            f"--as {email}: {exc} (qexport members list --workspace {requester.workspace_id})"
+        )
+    return Requester(user.id, requester.workspace_id)
 
 
 BAD_INPUT = 2  # the exit status for input refused before anything happened

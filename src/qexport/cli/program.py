@@ -22,6 +22,7 @@ from typer import _click
 from typer.core import TyperCommand, TyperGroup
 
 from qexport.cli.common import State, fail_input
+from qexport.cli.home import Identity, find_data_dir, read_identity
 from qexport.config import Setting, Settings, declared
 from qexport.domain.exports import Requester
 
@@ -29,6 +30,11 @@ from qexport.domain.exports import Requester
 # function for a command) and what the command list says of it, which its own help starts
 # with (tests/unit/test_cli_program.py).
 COMMANDS: tuple[tuple[str, str, str], ...] = (
+    (
+        "init",
+        "init:init",
+        "Set up an installation: its data directory and first admin, whom the CLI acts as.",
+    ),
     (
         "worker",
         "run:worker",
@@ -171,15 +177,37 @@ def _setting_flags(callback: Callable[..., None]) -> Callable[..., None]:
     return with_flags
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)
 @_setting_flags
 def main_options(
     ctx: typer.Context,
     flags: dict[str, str | None],
-    user: Annotated[str, typer.Option(envvar="QEXPORT_USER", help="Requester user id.")] = "demo",
+    user: Annotated[
+        str | None,
+        typer.Option(
+            envvar="QEXPORT_USER",
+            help="Requester user id (default: the account `qexport init` or the demo made).",
+            show_default=False,
+        ),
+    ] = None,
     workspace: Annotated[
-        str, typer.Option(envvar="QEXPORT_WORKSPACE", help="Requester workspace id.")
-    ] = "demo",
+        str | None,
+        typer.Option(
+            envvar="QEXPORT_WORKSPACE",
+            help="Requester workspace id (default: that account's).",
+            show_default=False,
+        ),
+    ] = None,
+    act_as: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            metavar="<email>",
+            help="Act as this member on the local database (recorded as the operator acting"
+            " for them).",
+            show_default=False,
+        ),
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option(
@@ -195,6 +223,12 @@ def main_options(
             envvar="QEXPORT_TOKEN", help="API token for --url (`qexport tokens create EMAIL`)."
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version, the data directory and who the CLI acts as."
+        ),
+    ] = False,
 ) -> None:
     from qexport.logs import configure_logging  # structlog: not for --help
 
@@ -202,11 +236,44 @@ def main_options(
     configure_logging(level=logging.WARNING)
     # A flag wins over its variable; both are read, checked and reported by one parser.
     env = {**os.environ, **{k: v for k, v in flags.items() if v is not None}}
+    found = True
+    if not env.get("QEXPORT_DATA_DIR"):  # found as git finds its folder (cli/home.py)
+        where = find_data_dir(Path.cwd())
+        found = where is not None
+        if where is not None:
+            env["QEXPORT_DATA_DIR"] = str(where)
     try:
         settings = Settings.from_env(env)
+        identity = read_identity(settings.data_dir) if found else None
     except ValueError as exc:
         fail_input(str(exc))
-    ctx.obj = State(settings, Requester(user, workspace), url=url, token=token)
+    if act_as is not None and url is not None:
+        fail_input("--as acts on the local database; with --url, the token says who acts")
+    requester = Requester(
+        user or (identity.user_id if identity else "demo"),
+        workspace or (identity.workspace if identity else "demo"),
+    )
+    ctx.obj = State(settings, requester, url=url, token=token, data_dir_found=found, act_as=act_as)
+    if version:
+        _print_version(settings, found, identity)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def _print_version(settings: Settings, found: bool, identity: Identity | None) -> None:
+    from qexport import __version__
+
+    where = settings.data_dir.resolve()
+    typer.echo(f"qexport {__version__}")
+    typer.echo(
+        f"data directory: {where}"
+        if found
+        else f"data directory: none here or above ({where} if `qexport init` is run here)"
+    )
+    if identity is not None:
+        typer.echo(f"acts as: {identity.email} in workspace {identity.workspace!r}")
 
 
 def main() -> None:

@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 
 from qexport import bootstrap
-from qexport.cli.common import fail, fail_input, out, state
+from qexport.cli.common import err, fail, fail_input, out, state
 from qexport.config import Settings
 from qexport.container import Container
+from qexport.domain.exports import Requester
 from qexport.domain.failures import (
     QExportError,
 )
@@ -36,7 +37,7 @@ def worker(
 ) -> None:
     """Claim queued exports and produce their files until stopped (SIGTERM/SIGINT)."""
     configure_logging(level=logging.INFO)
-    settings = state(ctx).settings
+    settings = state(ctx).local_settings()
     _refuse_unsafe_start(settings, "worker")
     _check_worker_start(settings)
     if processes == 1:
@@ -216,7 +217,7 @@ def scheduler(
     from qexport.scheduler.loop import Scheduler
 
     configure_logging(level=logging.INFO)
-    settings = state(ctx).settings
+    settings = state(ctx).local_settings()
     _refuse_unsafe_start(settings, "scheduler")
     deps = _build_checked(settings, "scheduler")
     dispatcher = bootstrap.dispatcher(deps)
@@ -270,11 +271,12 @@ def serve(
             f"--workers {workers}: at most {most} on this machine ({MAX_SERVERS_PER_CORE} per"
             " core; one per core already serves every request the cores can)"
         )
-    settings = with_public_url(state(ctx).settings, host, port)
+    settings = with_public_url(state(ctx).local_settings(), host, port)
     _refuse_unsafe_start(settings, "serve")
     _refuse_uvicorns_proxy_variable(settings)
     deps = _build_checked(settings, "server", serving=True)
     processes = workers or cores()
+    _say_where(ctx, local_url(host, port))
     if processes == 1:
         application = create_app(deps)
         structlog.get_logger().info("server_starting", url=local_url(host, port), workers=1)
@@ -282,6 +284,23 @@ def serve(
         return
     deps.close()  # the children fork next and build their own: close, not inherit
     _serve_processes(settings, host, port, processes)
+
+
+def _say_where(ctx: typer.Context, url: str) -> None:
+    """On a terminal, the address to open and who signs in, before the log lines start."""
+    if not sys.stderr.isatty():
+        return
+    from qexport.cli.home import read_identity
+
+    st = state(ctx)
+    known = read_identity(st.settings.data_dir) if st.data_dir_found else None
+    who = f" as {known.email}" if known else ""
+    err.print(
+        f"qexport is serving at {url}\nOpen it in a browser and sign in{who}"
+        " (`qexport users set-password EMAIL --password-stdin` gives a password). Ctrl-C stops.",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _serve_processes(settings: Settings, host: str, port: int, processes: int) -> None:
@@ -341,13 +360,14 @@ def demo(
 ) -> None:
     """Everything on the embedded default: data, queries, a worker, one export per format, and
     a weekly schedule fired once and delivered to a local webhook receiver."""
-    from qexport.api.server import with_public_url
-    from qexport.demo.run import demo_receiver, run_demo, serve_demo
+    from qexport.api.server import local_url, with_public_url
+    from qexport.demo.run import demo_admin, demo_receiver, run_demo, serve_demo
 
     st = state(ctx)
     # The demo's deliveries link to the server it starts (--serve) on 127.0.0.1.
     st.settings = with_public_url(st.settings, DEMO_HOST, port)
-    deps = st.deps()
+    deps = st.deps(create=True)
+    email = _first_admin(deps, st.requester, demo_admin(deps, st.requester))
     # The receiver outlives the first part under --serve: the schedule still points at it.
     with demo_receiver(deps, st.requester) as receiver:
         code = run_demo(deps, st.requester, rows=rows, console=out, receiver=receiver)
@@ -357,4 +377,31 @@ def demo(
                 serve_demo(deps, st.requester, host=DEMO_HOST, port=port, console=out)
             except QExportError as exc:
                 fail(str(exc))
+        else:
+            out.print(
+                f"Sign in to the pages: run `qexport demo --serve` (or `qexport serve`), open"
+                f" {local_url(DEMO_HOST, port)} and sign in as {email}.",
+                soft_wrap=True,
+            )
     raise typer.Exit(code)
+
+
+def _first_admin(deps: Container, requester: Requester, password: str | None) -> str:
+    """Make `requester` the account the local CLI acts as, unless one is set (cli/home.py),
+    printing a new account's password once; its email."""
+    from qexport.cli.home import Identity, read_identity, write_identity
+
+    user = deps.accounts.get_user(requester.user_id)
+    email = user.email if user is not None else requester.user_id
+    if read_identity(deps.settings.data_dir) is None:
+        write_identity(
+            deps.settings.data_dir, Identity(requester.user_id, email, requester.workspace_id)
+        )
+    if password is not None:
+        out.print(
+            f"Admin account: {email}, password {password} (shown once; change it with"
+            f" `qexport users set-password {email} --password-stdin`). The command line acts"
+            " as this account.",
+            soft_wrap=True,
+        )
+    return email

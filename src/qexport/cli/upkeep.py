@@ -20,7 +20,7 @@ storage_app = typer.Typer(no_args_is_help=True, help="The object store.")
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Bring the metadata database to the newest schema."""
-    revision = bootstrap.upgrade_database(state(ctx).settings)
+    revision = bootstrap.upgrade_database(state(ctx).local_settings())
     out.print(f"database at revision {revision}")
 
 

@@ -177,7 +177,7 @@ def run_demo(
         build_demo_database(deps.settings.demo_database, orders=rows)
     queries = register_demo_queries(deps, requester)
     report = register_demo_report(deps, requester, queries)
-    console.print(f"[green]✓[/] demo data in {deps.settings.demo_database}, queries saved")
+    console.print(f"✓ demo data in {deps.settings.demo_database}, queries saved")
 
     with contextlib.ExitStack() as stack:
         if receiver is None:
@@ -201,10 +201,16 @@ def run_demo(
         records = _produce(deps, [*records, scheduled], labels, rows, console)
         _print_results(deps, records, labels, console)
         _deliver(deps, schedule, scheduled, receiver, console)
-    ok = all(r.status.value == "succeeded" for r in records)
+    failed = [r for r in records if r.status.value != "succeeded"]
     console.print(f"\nFinished in {time.monotonic() - started:.1f} s.")
+    if failed:  # never a "try next" on what did not work
+        console.print(
+            f"{len(failed)} of {len(records)} exports did not succeed: the table above says"
+            " why (`qexport exports get ID` has the whole reason)."
+        )
+        return 1
     _print_next_steps(deps, records, console)
-    return 0 if ok else 1
+    return 0
 
 
 def _queued(record: ExportRecord | ApprovalRequest) -> ExportRecord:
@@ -256,10 +262,10 @@ def _deliver(
     except Exception as exc:  # the demo reports a delivery problem; it never dies of one
         console.print(f"schedule {subject!r}: its deliveries could not be sent: {exc}")
         return
+    of_failure = "" if export.status.value == "succeeded" else " (the notice of its failure)"
     for delivery in sent:
-        console.print(
-            delivery_line(schedule, subject, delivery, receiver), highlight=False, soft_wrap=True
-        )
+        line = delivery_line(schedule, subject, delivery, receiver)
+        console.print(line + of_failure, highlight=False, soft_wrap=True)
 
 
 def _watch(
@@ -341,32 +347,47 @@ def _print_next_steps(deps: Container, records: list[ExportRecord], console: Con
 # ---------------------------------------------------------------- demo --serve
 
 
+DEMO_EMAIL_DOMAIN = "example.com"
+
+
+def demo_admin(deps: Container, requester: Requester) -> str | None:
+    """Make the demo's requester an admin of its workspace (`<user id>@example.com`, once),
+    as the first account of an installation is; a new password for a user made now (shown
+    once), None for one that was there."""
+    now = deps.clock.now()
+    deps.accounts.ensure_workspace(requester.workspace_id, now=now)
+    user = deps.accounts.get_user(requester.user_id)
+    password = None
+    if user is None:
+        password = secrets.token_urlsafe(12)
+        user = deps.accounts.create_user(
+            f"{requester.user_id}@{DEMO_EMAIL_DOMAIN}",
+            password_hash=hash_password(password),
+            now=now,
+            user_id=requester.user_id,
+        )
+    if deps.accounts.role_of(requester.workspace_id, user.id) is not Role.ADMIN:
+        deps.accounts.set_role(requester.workspace_id, user.id, Role.ADMIN)
+    return password
+
+
 def demo_token(accounts: AccountStore, clock: Clock, requester: Requester) -> str:
-    """Make the demo's requester an admin of its workspace (once; `<user id>@example.com`)
-    and return a new API token for them, so that the API shows the demo's exports."""
-    now = clock.now()
-    accounts.ensure_workspace(requester.workspace_id, now=now)
-    user = accounts.get_user(requester.user_id) or accounts.create_user(
-        f"{requester.user_id}@example.com",
-        password_hash=None,
-        now=now,
-        user_id=requester.user_id,
-    )
-    accounts.set_role(requester.workspace_id, user.id, Role.ADMIN)
+    """A new API token for the demo's requester (an admin, demo_admin), so that the API
+    shows the demo's exports."""
     token_id, token, secret_hash = new_api_token()
     accounts.add_token(
         token_id=token_id,
-        user_id=user.id,
+        user_id=requester.user_id,
         workspace_id=requester.workspace_id,
         secret_hash=secret_hash,
-        now=now,
+        now=clock.now(),
     )
     return token
 
 
 def demo_password(accounts: UserStore, requester: Requester) -> str:
-    """A new random password for the demo's user (made by `demo_token`), so that a person can
-    sign in to the web pages; the one of an earlier run stops working."""
+    """A new random password for the demo's user, so that a person can sign in to the web
+    pages; the one of an earlier run stops working."""
     password = secrets.token_urlsafe(12)
     accounts.set_password(requester.user_id, hash_password(password))
     return password
@@ -379,6 +400,7 @@ def serve_demo(
     from qexport.api.server import local_url, run_server
     from qexport.app import create_app
 
+    demo_admin(deps, requester)
     token = demo_token(deps.accounts, deps.clock, requester)
     password = demo_password(deps.accounts, requester)
     url = local_url(host, port)
