@@ -153,6 +153,7 @@ def test_a_flag_wins_over_its_variable(s: Setting, clean_env: pytest.MonkeyPatch
     group = typer.main.get_command(app)
     with group.make_context("qexport", [s.flag_name, flag, "db", "upgrade"]) as ctx:
         assert group.callback is not None
+        ctx.invoked_subcommand = "db"  # as the group sets it before its callback runs
         ctx.invoke(group.callback, **ctx.params)
         state = ctx.obj
     assert isinstance(state, State)
