@@ -40,7 +40,8 @@ CHECKED = {
 }
 SCALARS = [s for s in declared() if not s.family]
 TWINS = [s for s in declared() if s.flag_name]
-CLIENT_OPTIONS = ["user", "workspace", "url", "token"]  # the CLI's own, not settings
+# the CLI's own, not settings
+CLIENT_OPTIONS = ["user", "workspace", "act_as", "url", "token", "version"]
 
 
 def _samples(s: Setting) -> tuple[tuple[str, Any], tuple[str, Any]]:
@@ -124,7 +125,8 @@ def test_the_source_families_read_one_variable_per_source() -> None:
 
 def test_the_global_options_are_the_flag_twins_and_the_clients() -> None:
     """`qexport`'s global options are the settings declared with a flag twin, each reading
-    its variable, then the client's --user, --workspace, --url and --token."""
+    its variable, then the client's --user, --workspace, --as, --url and --token, and
+    --version."""
     group = typer.main.get_command(app)
     options = group.params
     assert [p.name for p in options] == [s.name for s in TWINS] + CLIENT_OPTIONS
