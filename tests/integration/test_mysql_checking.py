@@ -30,7 +30,6 @@ from qexport.services.looks import Looks
 from qexport.services.preview import PreviewDesk, preview_query
 from qexport.services.slots import SourceSlots
 from qexport.sources.generic.source import GenericSource, engine_for
-from qexport.sources.mysql.source import MySQLSource
 from tests.fakes import (
     FixedSources,
     FrozenClock,
@@ -40,9 +39,13 @@ from tests.fakes import (
     InMemoryRateLimits,
     InProcessPreviews,
 )
-from tests.support.mariadb import MariaDBServer, mariadb_server
+from tests.support.mariadb import MariaDBServer, mariadb_server, require_mysqlclient
 
 __all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
+
+require_mysqlclient()  # skips this module without the driver (fails in CI)
+
+from qexport.sources.mysql.source import MySQLSource  # noqa: E402 - needs mysqlclient, checked above
 
 ANN = Requester("ann", "acme")
 SECRETS = "(SELECT group_concat(name, '=', salary) FROM salaries)"

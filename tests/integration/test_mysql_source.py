@@ -25,7 +25,6 @@ from qexport.domain.failures import (
     SourceUnavailableError,
 )
 from qexport.sources.mysql import from_url
-from qexport.sources.mysql.source import BATCH_BYTES, MySQLSource
 from qexport.sources.postgres.role import SourceRefusedError
 from tests.support.mariadb import (
     ADMIN,
@@ -33,9 +32,14 @@ from tests.support.mariadb import (
     READER_PASSWORD,
     MariaDBServer,
     mariadb_server,
+    require_mysqlclient,
 )
 
 __all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
+
+require_mysqlclient()  # skips this module without the driver (fails in CI)
+
+from qexport.sources.mysql.source import BATCH_BYTES, MySQLSource  # noqa: E402 - needs mysqlclient, checked above
 
 ALICE = Requester("u-alice", "w1")
 WRONG_PASSWORD = "Wrong s3cret"  # noqa: S105 - a password the server refuses

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import psycopg
@@ -24,10 +24,12 @@ from qexport.domain.queries import Query
 from qexport.domain.sensitivity import Relation, SensitiveTable
 from qexport.ports import Source
 from qexport.sources.duckdb.source import DuckDBSource
-from qexport.sources.mysql.source import MySQLSource
 from qexport.sources.postgres.source import PostgresSource
 from tests.support.mariadb import MariaDBServer, mariadb_server
 from tests.support.pg import server_url
+
+if TYPE_CHECKING:  # imports mysqlclient: the MariaDB tests skip without it, the others run
+    from qexport.sources.mysql.source import MySQLSource
 
 __all__ = ["mariadb_server"]  # the session's server, from tests/support/mariadb.py
 
@@ -401,6 +403,8 @@ def mariadb_shop(mariadb_server: MariaDBServer) -> Iterator[tuple[MySQLSource, M
     """A database with customers, orders, a merged and a materialised view and a stored
     function; a login that may SHOW its views and one that may only SELECT (both dropped
     after, with the database)."""
+    from qexport.sources.mysql.source import MySQLSource
+
     suffix = uuid.uuid4().hex[:8]
     db, seer, reader = f"shop_{suffix}", f"seer_{suffix}", f"reader_{suffix}"
     mariadb_server.execute(

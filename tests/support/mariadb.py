@@ -6,8 +6,9 @@ other networking, then creates the database `qexport_test`, a read-only login (`
 SELECT on it and nothing else), an admin login, and the tables the tests read (`types`: one
 row of every type the source maps, one of NULLs; `people`). Each pytest-xdist worker starts
 its own server: nothing is shared, nothing to lock. Any MariaDB already running on the
-machine is never used. Without the server binary the tests skip, except under CI, where that
-fails the run.
+machine is never used. Without the server binary or the driver (mysqlclient, which builds
+only against libmariadb-dev with pkg-config; `require_mysqlclient` for a module that imports
+it) the tests skip, except under CI, where that fails the run.
 """
 
 from __future__ import annotations
@@ -113,8 +114,20 @@ def _free_port() -> int:
 
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):
-        pytest.fail(f"CI needs a MariaDB server binary: {reason}")
-    pytest.skip(reason)
+        pytest.fail(f"CI needs a MariaDB server binary and mysqlclient: {reason}")
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_mysqlclient() -> None:
+    """Skip the calling test, or module, without mysqlclient (`import MySQLdb`); in CI, fail
+    instead. A module calls it before importing anything that imports the driver."""
+    try:
+        import MySQLdb  # noqa: F401 - only whether it is there
+    except ImportError:
+        _unavailable(
+            "mysqlclient is not installed (it builds against libmariadb-dev with pkg-config;"
+            " scripts/dev.sh test says how to add them)"
+        )
 
 
 def _as_root() -> list[str]:
@@ -236,6 +249,7 @@ def _populate(server: MariaDBServer) -> None:
 def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
     """A running MariaDB with `qexport_test` populated; `.url()` is the read-only login's
     mysql:// URL, `.admin_url` a privileged one, `.execute(...)` runs SQL as root."""
+    require_mysqlclient()
     directory = tmp_path_factory.mktemp("mariadb")
     server, process = start_server(directory)
     try:
