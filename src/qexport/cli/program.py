@@ -177,6 +177,7 @@ def _setting_flags(callback: Callable[..., None]) -> Callable[..., None]:
     return with_flags
 
 
+# long: the program's global options, one documented parameter each
 @app.callback(invoke_without_command=True)
 @_setting_flags
 def main_options(
@@ -235,18 +236,9 @@ def main_options(
     # Client commands print results, not logs; the worker turns its logs up (see `worker`).
     configure_logging(level=logging.WARNING)
     # A flag wins over its variable; both are read, checked and reported by one parser.
-    env = {**os.environ, **{k: v for k, v in flags.items() if v is not None}}
-    found = True
-    if not env.get("QEXPORT_DATA_DIR"):  # found as git finds its folder (cli/home.py)
-        where = find_data_dir(Path.cwd())
-        found = where is not None
-        if where is not None:
-            env["QEXPORT_DATA_DIR"] = str(where)
-    try:
-        settings = Settings.from_env(env)
-        identity = read_identity(settings.data_dir) if found else None
-    except ValueError as exc:
-        fail_input(str(exc))
+    settings, found, identity = _installation(
+        {**os.environ, **{k: v for k, v in flags.items() if v is not None}}
+    )
     if act_as is not None and url is not None:
         fail_input("--as acts on the local database; with --url, the token says who acts")
     requester = Requester(
@@ -260,6 +252,22 @@ def main_options(
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
+
+
+def _installation(env: dict[str, str]) -> tuple[Settings, bool, Identity | None]:
+    """The settings `env` gives, with the data directory found as git finds its folder when
+    none is named (cli/home.py); whether one was named or found; whom the CLI acts as there."""
+    found = True
+    if not env.get("QEXPORT_DATA_DIR"):
+        where = find_data_dir(Path.cwd())
+        found = where is not None
+        if where is not None:
+            env["QEXPORT_DATA_DIR"] = str(where)
+    try:
+        settings = Settings.from_env(env)
+        return settings, found, read_identity(settings.data_dir) if found else None
+    except ValueError as exc:
+        fail_input(str(exc))
 
 
 def _print_version(settings: Settings, found: bool, identity: Identity | None) -> None:
